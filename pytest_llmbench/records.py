@@ -1,0 +1,229 @@
+"""The data contract: :class:`RequestSpec` in, :class:`RequestRecord` out (shared/DESIGN.md).
+
+Workloads (§4.3) produce ``RequestSpec`` lists; the load generator (§4.2) turns each spec it
+sends into exactly one ``RequestRecord`` (§4.2.6: failed requests included); metrics, procedures
+and reports consume records. Records are stored as JSON Lines so that a report can be rebuilt
+from disk without re-running anything.
+
+All ``*_ns`` times are ``time.perf_counter_ns()`` readings (CLOCK_MONOTONIC on Linux, the clock
+the simulator's ``time.monotonic_ns()`` server timestamps use, §4.7.1). They convert to wall-clock
+ISO 8601 through the run's anchor (:class:`ClockAnchor`, §4.7.4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+__all__ = [
+    "ClockAnchor",
+    "ErrorType",
+    "FAILURE_TYPES",
+    "RequestRecord",
+    "RequestSpec",
+    "TTFT_RULE",
+]
+
+#: The rule used for ``first_token_ns`` (§5.1.3.1): the first chunk whose *content* holds a
+#: non-whitespace character. Role-only, empty, whitespace-only, reasoning-only and metadata
+#: chunks do not count. ``first_chunk_ns`` keeps the first chunk of any kind.
+TTFT_RULE = "first-non-whitespace-content"
+
+
+class ErrorType(str, enum.Enum):
+    """One error vocabulary for the whole project (§4.2.6, §4.8.1)."""
+
+    TIMEOUT = "timeout"  # connect/read/total timeout expired
+    CONNECT = "connect"  # connection refused / DNS / TLS handshake failed
+    HTTP_4XX = "http_4xx"  # 4xx other than 429
+    RATE_LIMITED = "rate_limited"  # 429
+    HTTP_5XX = "http_5xx"
+    PARSE = "parse"  # malformed JSON / undecodable bytes in a chunk or body
+    PROTOCOL = "protocol"  # stream broken: no [DONE], wrong content type, reset mid-stream
+    REFUSED = "refused"  # content filter (finish_reason "content_filter"), §4.8.1
+    CANCELLED = "cancelled"  # stopped by the harness at the end of a window: not an SUT failure
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Error types that count as failures of the SUT (everything but ``cancelled``).
+FAILURE_TYPES = frozenset(e for e in ErrorType if e is not ErrorType.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """One request to send, as a seeded workload generator produced it (§4.3, App. A).
+
+    ``prompt_text`` is always present (chat renders it as the user message); ``prompt_ids`` are
+    the same prompt as reference-tokenizer ids, sent to the completions endpoint when the server
+    accepts token-id prompts. ``system_prompt`` is the shared prefix of Conversation (A.3).
+    ``input_tokens`` is the intended input length in reference-tokenizer tokens, system prompt
+    included.
+    """
+
+    index: int
+    workload: str
+    input_tokens: int
+    max_tokens: int
+    prompt_text: str
+    prompt_ids: tuple[int, ...] | None = None
+    system_prompt: str | None = None
+    request_class: str | None = None
+    prefix_id: str | None = None
+    prefix_tokens: int = 0
+    min_tokens: int | None = None
+    ignore_eos: bool = False
+    temperature: float = 0.0
+    stop: tuple[str, ...] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        if self.prompt_ids is not None:
+            d["prompt_ids"] = list(self.prompt_ids)
+        if self.stop is not None:
+            d["stop"] = list(self.stop)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RequestSpec:
+        d = dict(d)
+        if d.get("prompt_ids") is not None:
+            d["prompt_ids"] = tuple(d["prompt_ids"])
+        if d.get("stop") is not None:
+            d["stop"] = tuple(d["stop"])
+        return cls(**d)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """Everything measured about one request sent (shared/DESIGN.md "The record is the contract").
+
+    Chunks are stored as parallel lists (one entry per SSE ``data:`` event that carried a
+    choice delta), which keeps a long run compact and converts to numpy arrays directly.
+    ``chunk_tokens`` is filled after the stream ends by tokenizing the joined output once and
+    giving each token to the chunk that holds its first character (§4.6.3, App. B.1.1).
+    """
+
+    # --- the spec it came from -------------------------------------------------------------
+    index: int
+    workload: str
+    spec_input_tokens: int
+    max_tokens: int
+    request_class: str | None = None
+    prefix_id: str | None = None
+    phase: str = "measure"  # "measure" | "warmup" | "probe"
+    # --- times (perf_counter_ns) -----------------------------------------------------------
+    intended_ns: int | None = None  # open loop: the scheduled send time (§4.2.3)
+    sent_ns: int = 0  # when the request was handed to the transport
+    first_chunk_ns: int | None = None  # first SSE data event of any kind
+    first_token_ns: int | None = None  # first content token by TTFT_RULE (§5.1.3.1)
+    end_ns: int | None = None  # last byte / [DONE] / error
+    ttft_rule: str = TTFT_RULE
+    # --- chunks -----------------------------------------------------------------------------
+    chunk_ns: list[int] = field(default_factory=list)
+    chunk_text: list[str] = field(default_factory=list)
+    chunk_reasoning: list[str] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    # --- token counts (§4.4.2) ------------------------------------------------------------
+    input_tokens_client: int | None = None
+    output_tokens_client: int | None = None
+    input_tokens_server: int | None = None  # usage.prompt_tokens
+    output_tokens_server: int | None = None  # usage.completion_tokens
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
+    tokenizer: str | None = None  # name of the tokenizer behind the *_client counts
+    # --- server-side information -----------------------------------------------------------
+    usage: dict[str, Any] | None = None
+    server_token_ns: list[int] | None = None  # per-token emit times, CLOCK_MONOTONIC (§4.6.3 C)
+    server_timing: dict[str, Any] | None = None  # queue_ns, prefill_ns, preemptions, ...
+    finish_reason: str | None = None
+    # --- outcome ------------------------------------------------------------------------------
+    status: int | None = None  # HTTP status, None when no response arrived
+    error_type: ErrorType | None = None
+    error_message: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the request completed without error (refusals are errors, §4.8.1)."""
+        return self.error_type is None
+
+    @property
+    def failed(self) -> bool:
+        """True when the request failed in a way attributable to the SUT (not ``cancelled``)."""
+        return self.error_type is not None and self.error_type in FAILURE_TYPES
+
+    @property
+    def output_text(self) -> str:
+        return "".join(self.chunk_text)
+
+    @property
+    def output_tokens(self) -> int | None:
+        """Output length: the server's count when reported, else the client's (§4.4.2)."""
+        if self.output_tokens_server is not None:
+            return self.output_tokens_server
+        return self.output_tokens_client
+
+    @property
+    def input_tokens(self) -> int:
+        """Input length: server count, else client count, else the spec's intended length."""
+        for v in (self.input_tokens_server, self.input_tokens_client):
+            if v is not None:
+                return v
+        return self.spec_input_tokens
+
+    @classmethod
+    def from_spec(cls, spec: RequestSpec, *, phase: str = "measure") -> RequestRecord:
+        return cls(
+            index=spec.index,
+            workload=spec.workload,
+            spec_input_tokens=spec.input_tokens,
+            max_tokens=spec.max_tokens,
+            request_class=spec.request_class,
+            prefix_id=spec.prefix_id,
+            phase=phase,
+        )
+
+    def to_json(self, *, keep_text: bool = True) -> dict[str, Any]:
+        """A JSON-ready dict. ``keep_text=False`` blanks chunk text (records are data, §7)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["error_type"] = self.error_type.value if self.error_type is not None else None
+        if not keep_text:
+            d["chunk_text"] = ["" for _ in self.chunk_text]
+            d["chunk_reasoning"] = ["" for _ in self.chunk_reasoning]
+        return d
+
+    def dumps(self, *, keep_text: bool = True) -> str:
+        return json.dumps(self.to_json(keep_text=keep_text), ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RequestRecord:
+        d = dict(d)
+        if d.get("error_type") is not None:
+            d["error_type"] = ErrorType(d["error_type"])
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass(frozen=True, slots=True)
+class ClockAnchor:
+    """Pairs one ``perf_counter_ns`` reading with the wall clock, to print ISO 8601 (§4.7.4)."""
+
+    perf_ns: int
+    unix_ns: int
+
+    @classmethod
+    def now(cls) -> ClockAnchor:
+        return cls(perf_ns=time.perf_counter_ns(), unix_ns=time.time_ns())
+
+    def unix_ns_at(self, perf_ns: int) -> int:
+        return self.unix_ns + (perf_ns - self.perf_ns)
+
+    def iso(self, perf_ns: int) -> str:
+        """ISO 8601 UTC with milliseconds, e.g. ``2026-11-22T06:52:18.123Z`` (§4.7.4)."""
+        dt = datetime.fromtimestamp(self.unix_ns_at(perf_ns) / 1e9, tz=timezone.utc)
+        return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"

@@ -1,0 +1,20 @@
+"""Hooks a user's conftest.py can implement (registered in plugin.pytest_addhooks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_llmbench_configure_sut(sut: Any, setting: str, value: Any) -> bool | None:
+    """Switch the SUT to a configuration before a run (§5.7 prefix cache, §5.10 guardrails).
+
+    ``setting`` is one of ``"prefix_cache"`` (bool), ``"flush_prefix_cache"`` (True) or
+    ``"guardrails"`` (``"none"``, ``"input"``, ``"output"``, ``"full"``). Return True when the
+    switch was made, None when this implementation cannot make it (the next one is asked). When
+    no implementation makes it, the procedure's test is skipped with that reason and the
+    compliance table shows the unmet item. The plugin's own implementation (trylast) switches
+    the embedded simulator through its admin endpoint.
+    """

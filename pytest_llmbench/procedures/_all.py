@@ -1,0 +1,1 @@
+"""Imports every procedure module so that each registers itself (base.register)."""

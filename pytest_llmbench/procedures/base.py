@@ -1,0 +1,235 @@
+"""What every procedure (§5.1–§5.10) shares: registry, parameters, profiles, context, result.
+
+A procedure module defines a parameters dataclass whose defaults are the draft's values (the
+``standard`` profile), profile overrides (``smoke`` reduces, ``full`` uses the draft's
+RECOMMENDED values) and an ``async run(ctx, params) -> ProcedureResult``; it registers itself with
+:func:`register`. Marker values win over the profile, the profile over the dataclass defaults.
+Anything below a draft minimum is recorded as a compliance check, never silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..compliance import Check, RunFacts
+    from ..metrics import RunMetrics
+    from ..settings import Settings
+    from ..sut import SUT
+    from ..tokenizer import Tokenizer
+
+__all__ = [
+    "Capacity",
+    "Procedure",
+    "ProcedureContext",
+    "ProcedureError",
+    "ProcedureResult",
+    "RunSummary",
+    "SkipProcedure",
+    "Table",
+    "get_procedure",
+    "procedure_ids",
+    "register",
+]
+
+
+class ProcedureError(ValueError):
+    """Bad procedure id or parameters (reported at collection time)."""
+
+
+class SkipProcedure(Exception):
+    """The procedure cannot run against this SUT (e.g. no configuration hook can switch it)."""
+
+
+@dataclass
+class Table:
+    """One of the draft's reporting tables (Tables 1–14) or a supporting table."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class RunSummary:
+    """One load run inside a procedure (a level, a configuration, a class baseline ...)."""
+
+    label: str
+    run_dir: str
+    load: dict[str, Any]
+    metrics: RunMetrics
+    valid: bool = True
+    invalid_reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "run_dir": self.run_dir,
+            "load": self.load,
+            "valid": self.valid,
+            "invalid_reason": self.invalid_reason,
+            "extra": self.extra,
+            "metrics": self.metrics.to_json(),
+        }
+
+
+@dataclass
+class Capacity:
+    """The SUT's capacity that 5.3, 5.4, 5.6, 5.8 and 5.10 are defined relative to."""
+
+    rate: float | None = None  # max sustainable request rate, req/s (5.2)
+    concurrency: int | None = None  # max concurrency meeting 5.5's criteria
+    output_throughput: float | None = None  # tok/s at that load
+    source: str = ""  # "declared (--llm-capacity)", "measured by 5.5 in this session", ...
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class ProcedureResult:
+    """Everything a procedure produced: parameters, runs, measurements, tables, compliance facts."""
+
+    procedure: str
+    title: str
+    params: dict[str, Any]
+    profile: str
+    metrics: RunMetrics | None  # the primary run's metrics: what SLO assertions evaluate
+    runs: list[RunSummary] = field(default_factory=list)
+    measurements: dict[str, Any] = field(default_factory=dict)
+    tables: list[Table] = field(default_factory=list)
+    checks: dict[str, Check] = field(default_factory=dict)
+    facts: RunFacts | None = None
+    notes: list[str] = field(default_factory=list)
+    plots: dict[str, Any] = field(default_factory=dict)
+    capacity: Capacity | None = None
+    started: str = ""
+    finished: str = ""
+    duration_s: float = 0.0
+    complete: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "procedure": self.procedure,
+            "title": self.title,
+            "params": self.params,
+            "profile": self.profile,
+            "metrics": self.metrics.to_json() if self.metrics is not None else None,
+            "runs": [r.to_json() for r in self.runs],
+            "measurements": self.measurements,
+            "tables": [t.to_json() for t in self.tables],
+            "checks": {k: v.to_json() for k, v in self.checks.items()},
+            "facts": self.facts.to_json() if self.facts is not None else None,
+            "notes": self.notes,
+            "plots": self.plots,
+            "capacity": self.capacity.to_json() if self.capacity else None,
+            "started": self.started,
+            "finished": self.finished,
+            "duration_s": self.duration_s,
+            "complete": self.complete,
+        }
+
+
+@dataclass
+class ProcedureContext:
+    """What a running procedure may use. Built by the plugin; nothing here imports pytest."""
+
+    sut: SUT
+    settings: Settings
+    tokenizer: Tokenizer
+    run_root: Path  # this procedure's directory under the report directory
+    get_capacity: Callable[[str], Awaitable[Capacity]]  # "rate" | "concurrency"
+    configure_sut: Callable[[str, Any], bool]  # the SUT configuration hook (hookspecs.py)
+    progress: Callable[[str], None] = lambda line: None  # one-line status updates
+    declarations: dict[str, Any] = field(default_factory=dict)
+
+    def run_dir(self, label: str) -> Path:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
+        path = self.run_root / safe
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+RunFn = Callable[[ProcedureContext, Any], Awaitable[ProcedureResult]]
+PlanFn = Callable[[Any], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Procedure:
+    """A registered procedure: id ("5.1"), title, parameters type, profile overrides, run, plan."""
+
+    id: str
+    title: str
+    params_type: type
+    run: RunFn
+    profiles: dict[str, dict[str, Any]]
+    plan: PlanFn  # params -> {"requests": int, "min_duration_s": float} for --collect-only / dry run
+
+    def param_names(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self.params_type)]
+
+    def make_params(self, profile: str, overrides: dict[str, Any]) -> Any:
+        """Dataclass defaults < profile < marker overrides; unknown names raise ProcedureError."""
+        names = set(self.param_names())
+        unknown = sorted(set(overrides) - names)
+        if unknown:
+            raise ProcedureError(
+                f"procedure {self.id} ({self.title}) has no parameter(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(names))}"
+            )
+        values = dict(self.profiles.get(profile, {}))
+        values.update(overrides)
+        try:
+            params = self.params_type(**values)
+        except (TypeError, ValueError) as exc:
+            raise ProcedureError(f"procedure {self.id}: invalid parameters: {exc}") from None
+        validate = getattr(params, "validate", None)
+        if callable(validate):
+            try:
+                validate()
+            except ValueError as exc:
+                raise ProcedureError(f"procedure {self.id}: invalid parameters: {exc}") from None
+        return params
+
+
+_REGISTRY: dict[str, Procedure] = {}
+
+
+def register(procedure: Procedure) -> Procedure:
+    _REGISTRY[procedure.id] = procedure
+    return procedure
+
+
+def _load_all() -> None:
+    from . import _all  # noqa: F401  (imports every procedure module, which register themselves)
+
+
+def procedure_ids() -> list[str]:
+    _load_all()
+    return sorted(_REGISTRY, key=lambda s: tuple(int(x) for x in s.split(".")))
+
+
+def get_procedure(proc_id: str) -> Procedure:
+    _load_all()
+    key = str(proc_id).strip()
+    if key not in _REGISTRY:
+        raise ProcedureError(
+            f"unknown procedure {proc_id!r}; known: {', '.join(procedure_ids())}"
+        )
+    return _REGISTRY[key]
+
+
+def params_key(proc_id: str, params: Any) -> str:
+    """A stable cache key for (procedure, parameters): one run per key per session."""
+    data = dataclasses.asdict(params) if dataclasses.is_dataclass(params) else dict(params)
+    return proc_id + ":" + json.dumps(data, sort_keys=True, default=str)

@@ -1,0 +1,232 @@
+"""Effective run settings: command-line options, environment variables and ini keys, validated.
+
+Precedence (like pytest-timeout): marker > command line > environment > ini > default. A bad value
+raises ``pytest.UsageError`` naming where it came from (e.g. ``--llm-profile``, ``LLMBENCH_PROFILE``
+environment variable, ``ini llm_profile``). Markers override per test (procedures/base.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = ["OPTIONS", "Option", "Settings", "BOUNDARIES", "PROFILES", "APIS", "add_options", "resolve"]
+
+BOUNDARIES = ("model-engine", "gateway", "compound")
+PROFILES = ("smoke", "standard", "full")
+APIS = ("completions", "chat")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: CLI flag ``--llm-<name>``, ini key ``llm_<name>``, env ``LLMBENCH_<NAME>``."""
+
+    name: str
+    help: str
+    default: Any = None
+    kind: str = "str"  # str | int | float | bool | path | list | choice
+    choices: tuple[str, ...] = ()
+
+    @property
+    def flag(self) -> str:
+        return "--llm-" + self.name
+
+    @property
+    def ini(self) -> str:
+        return "llm_" + self.name.replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return "LLMBENCH_" + self.name.replace("-", "_").upper()
+
+    @property
+    def dest(self) -> str:
+        return "llm_" + self.name.replace("-", "_")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("endpoint", "OpenAI-compatible base URL, e.g. http://host:8000/v1 (default: start the embedded "
+           "simulator on 127.0.0.1)"),
+    Option("model", "model name to request (default: the first model the endpoint lists)"),
+    Option("api", "API to drive: completions or chat", "completions", "choice", APIS),
+    Option("profile", "parameter profile: smoke (quick, below the draft's minimums), standard (the draft's "
+           "minimums), full (the draft's recommended values)", "smoke", "choice", PROFILES),
+    Option("seed", "workload and arrival seed (§4.3.3)", 42, "int"),
+    Option("report", "directory for reports and run records", "llmbench-report", "path"),
+    Option("tokenizer", "reference tokenizer: cl100k_base or hf:/path/to/tokenizer.json (§4.4)", "cl100k_base"),
+    Option("boundary", "SUT boundary (§4.1): model-engine, gateway or compound; required for a real "
+           "endpoint, model-engine for the embedded simulator", None, "choice", BOUNDARIES),
+    Option("api-key-env", "NAME of the environment variable holding the API key (never the key itself)"),
+    Option("capacity", "declared capacity for capacity-relative procedures, e.g. 'concurrency=32' or "
+           "'rate=12.5' (req/s); default: measured by 5.5/5.2 in the same session"),
+    Option("slo", "SLO applied to every llmbench test, e.g. 'ttft.p99<=500ms' (repeatable; ini: one per line)",
+           None, "list"),
+    Option("declarations", "TOML/YAML file of tester declarations (hardware, model version, ...)", None, "path"),
+    Option("insecure", "do not verify TLS certificates (recorded in the report)", False, "bool"),
+    Option("timeout", "per-request total timeout in seconds", 300.0, "float"),
+    Option("time-scale", "embedded simulator: factor applied to every modelled delay", 0.25, "float"),
+    Option("sim-config", "embedded simulator: TOML/JSON configuration file", None, "path"),
+    Option("strict-sampling", "fail SLOs on under-sampled percentiles (§5.1.4.3)", False, "bool"),
+    Option("drop-text", "do not keep prompt/completion text in stored records", False, "bool"),
+    Option("dry-run", "print each selected procedure's planned request count and minimum duration, send "
+           "nothing", False, "bool"),
+)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register every option as a CLI flag and an ini key (pytest_addoption)."""
+    group = parser.getgroup("llmbench", "LLM serving benchmarks (draft-gaikwad-llm-benchmarking-methodology)")
+    for opt in OPTIONS:
+        help_text = f"{opt.help} [env {opt.env}, ini {opt.ini}]"
+        if opt.kind == "bool":
+            group.addoption(opt.flag, action="store_true", default=None, dest=opt.dest, help=help_text)
+            parser.addini(opt.ini, opt.help, type="bool", default=opt.default)
+        elif opt.kind == "list":
+            group.addoption(opt.flag, action="append", default=None, dest=opt.dest, help=help_text)
+            parser.addini(opt.ini, opt.help, type="linelist", default=[])
+        else:
+            group.addoption(opt.flag, action="store", default=None, dest=opt.dest, help=help_text)
+            parser.addini(opt.ini, opt.help, default=None)
+
+
+@dataclass
+class Settings:
+    """The effective settings of a session, with where each value came from."""
+
+    endpoint: str | None = None
+    model: str | None = None
+    api: str = "completions"
+    profile: str = "smoke"
+    seed: int = 42
+    report: Path = Path("llmbench-report")
+    tokenizer: str = "cl100k_base"
+    boundary: str | None = None
+    api_key_env: str | None = None
+    capacity: str | None = None
+    slo: list[str] = field(default_factory=list)
+    declarations: Path | None = None
+    insecure: bool = False
+    timeout: float = 300.0
+    time_scale: float = 0.25
+    sim_config: Path | None = None
+    strict_sampling: bool = False
+    drop_text: bool = False
+    dry_run: bool = False
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def embedded(self) -> bool:
+        """True when no endpoint was given: the embedded simulator is the SUT."""
+        return not self.endpoint
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["report"] = str(self.report)
+        d["declarations"] = str(self.declarations) if self.declarations else None
+        d["sim_config"] = str(self.sim_config) if self.sim_config else None
+        return d
+
+
+def _convert(opt: Option, raw: Any, where: str) -> Any:
+    try:
+        if opt.kind == "int":
+            return int(raw)
+        if opt.kind == "float":
+            value = float(raw)
+            if value < 0:
+                raise ValueError("must not be negative")
+            return value
+        if opt.kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError("expected true/false")
+        if opt.kind == "path":
+            return Path(str(raw)).expanduser()
+        if opt.kind == "list":
+            if isinstance(raw, str):
+                return [s.strip() for s in raw.splitlines() if s.strip()]
+            return [str(s) for s in raw]
+        if opt.kind == "choice":
+            text = str(raw).strip().lower().replace("_", "-")
+            aliases = {"engine": "model-engine", "application-gateway": "gateway", "compound-system": "compound"}
+            text = aliases.get(text, text)
+            if text not in opt.choices:
+                raise ValueError(f"{raw!r} is not one of {', '.join(opt.choices)}")
+            return text
+        return str(raw)
+    except (TypeError, ValueError) as exc:
+        raise pytest.UsageError(f"{where}: invalid value {raw!r} for {opt.name}: {exc}") from None
+
+
+def resolve(
+    getoption: Callable[[str], Any],
+    getini: Callable[[str], Any],
+    environ: dict[str, str] | None = None,
+) -> Settings:
+    """Resolve every option by precedence CLI > environment > ini > default."""
+    environ = dict(os.environ) if environ is None else environ
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for opt in OPTIONS:
+        attr = opt.name.replace("-", "_")
+        cli = getoption(opt.dest)
+        ini = getini(opt.ini)
+        if cli not in (None, []):
+            raw, where = cli, opt.flag
+        elif opt.env in environ and environ[opt.env] != "":
+            raw, where = environ[opt.env], f"{opt.env} environment variable"
+        elif ini not in (None, "", [], False):
+            raw, where = ini, f"ini {opt.ini}"
+        else:
+            if opt.default is not None:
+                values[attr] = _convert(opt, opt.default, "default")
+            sources[attr] = "default"
+            continue
+        values[attr] = _convert(opt, raw, where)
+        sources[attr] = where
+    settings = Settings(**values, sources=sources)
+    _validate(settings)
+    return settings
+
+
+def _validate(s: Settings) -> None:
+    if s.endpoint is not None:
+        if not s.endpoint.startswith(("http://", "https://")):
+            raise pytest.UsageError(
+                f"{s.sources['endpoint']}: endpoint {s.endpoint!r} must start with http:// or https://"
+            )
+        s.endpoint = s.endpoint.rstrip("/")
+    if s.api_key_env is not None and s.api_key_env not in os.environ:
+        raise pytest.UsageError(
+            f"{s.sources['api_key_env']}: environment variable {s.api_key_env!r} (named as the API key "
+            "holder) is not set"
+        )
+    if s.capacity is not None:
+        parse_capacity(s.capacity, s.sources.get("capacity", "capacity"))
+    if s.declarations is not None and not s.declarations.is_file():
+        raise pytest.UsageError(f"{s.sources['declarations']}: declarations file {s.declarations} not found")
+    if s.sim_config is not None and not s.sim_config.is_file():
+        raise pytest.UsageError(f"{s.sources['sim_config']}: simulator config {s.sim_config} not found")
+
+
+def parse_capacity(text: str, where: str) -> tuple[str, float]:
+    """Parse a declared capacity ``concurrency=N`` or ``rate=R`` (req/s)."""
+    key, sep, value = text.partition("=")
+    key = key.strip().lower()
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not sep or key not in ("concurrency", "rate") or number <= 0:
+        raise pytest.UsageError(f"{where}: capacity {text!r} must be 'concurrency=N' or 'rate=R' with N, R > 0")
+    return key, number

@@ -1,0 +1,97 @@
+"""The system under test: endpoint, model, SUT boundary (§4.1), endpoint check, configuration.
+
+The API key is read from the environment variable the user names (``--llm-api-key-env``) at the
+moment a request is built; it is never stored on the SUT object, in records, reports or logs (§7).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+__all__ = ["SUT", "EndpointError", "check_endpoint", "BOUNDARY_NAMES"]
+
+#: Report names of the boundaries of §4.1.
+BOUNDARY_NAMES = {
+    "model-engine": "Model Engine (§4.1.1)",
+    "gateway": "Application Gateway (§4.1.2)",
+    "compound": "Compound System (§4.1.3)",
+}
+
+
+class EndpointError(RuntimeError):
+    """The endpoint cannot be used: unreachable, not OpenAI-compatible, or the model is not listed."""
+
+
+@dataclass
+class SUT:
+    """Where requests go and what the SUT is declared to be."""
+
+    base_url: str  # ends in /v1
+    model: str
+    api: str = "completions"  # completions | chat
+    boundary: str = "model-engine"
+    api_key_env: str | None = None
+    verify_tls: bool = True
+    embedded: bool = False
+    models_listed: list[str] = field(default_factory=list)
+    server_info: dict[str, Any] = field(default_factory=dict)  # e.g. the simulator's effective config
+
+    def headers(self) -> dict[str, str]:
+        """Request headers; the Authorization value is read from the environment, never kept."""
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if key:
+                return {"Authorization": f"Bearer {key}"}
+        return {}
+
+    @property
+    def root_url(self) -> str:
+        """The server root (base_url without the trailing /v1), where /metrics and /health live."""
+        return self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "base_url": self.base_url,
+            "model": self.model,
+            "api": self.api,
+            "boundary": self.boundary,
+            "boundary_name": BOUNDARY_NAMES.get(self.boundary, self.boundary),
+            "api_key_env": self.api_key_env,  # the variable's name only
+            "verify_tls": self.verify_tls,
+            "embedded_simulator": self.embedded,
+            "models_listed": list(self.models_listed),
+            "server_info": self.server_info,
+        }
+
+
+def check_endpoint(base_url: str, model: str | None, *, headers: dict[str, str] | None = None,
+                   verify: bool = True, timeout: float = 10.0) -> tuple[str, list[str]]:
+    """Check once that the endpoint answers ``GET /models`` and lists the model (§4.1).
+
+    Returns (model to use, models listed). Raises :class:`EndpointError` with one clear message.
+    """
+    url = base_url.rstrip("/") + "/models"
+    try:
+        resp = httpx.get(url, headers=headers or {}, verify=verify, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise EndpointError(f"endpoint {base_url} is not reachable ({type(exc).__name__}: {exc})") from None
+    if resp.status_code in (401, 403):
+        raise EndpointError(f"endpoint {base_url} refused the credentials (HTTP {resp.status_code} on /models); "
+                            "set --llm-api-key-env to the variable holding the key")
+    if resp.status_code != 200:
+        raise EndpointError(f"endpoint {base_url} answered HTTP {resp.status_code} on GET /models")
+    try:
+        listed = [str(m["id"]) for m in resp.json().get("data", [])]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise EndpointError(f"endpoint {base_url}: GET /models did not return an OpenAI model list") from None
+    if model is None:
+        if not listed:
+            raise EndpointError(f"endpoint {base_url} lists no models; pass --llm-model")
+        return listed[0], listed
+    if listed and model not in listed:
+        raise EndpointError(f"model {model!r} is not served by {base_url}; it offers: {', '.join(listed)}")
+    return model, listed

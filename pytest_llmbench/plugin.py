@@ -284,6 +284,16 @@ class LLMBenchSession:
                 assert_slo(result.metrics, *slos, strict=self.settings.strict_sampling)
         return outcome
 
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Keep each llmbench test's SLO verdict (its pytest outcome) for the reports."""
+        entry = self.test_outcomes.get(report.nodeid)
+        if entry is None or (report.when != "call" and report.passed):
+            return
+        if report.when == "call" or report.failed or report.skipped:
+            entry["outcome"] = report.outcome
+            entry["when"] = report.when
+            entry["message"] = _short_message(report)
+
     def pytest_keyboard_interrupt(self) -> None:
         self.interrupted = True
 
@@ -307,6 +317,17 @@ class LLMBenchSession:
         terminalreporter.section("llmbench")
         for line in terminal_rows(self):
             terminalreporter.write_line(line)
+
+
+def _short_message(report: pytest.TestReport) -> str:
+    if report.passed:
+        return ""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message)
+    if isinstance(report.longrepr, tuple):  # skipped: (path, lineno, reason)
+        return str(report.longrepr[2])
+    return str(report.longrepr)[-500:]
 
 
 def _run_coroutine(coro: Any) -> Any:
@@ -350,12 +371,13 @@ def llm_result(request: pytest.FixtureRequest, llm_session: LLMBenchSession, llm
     entry = request.node.stash.get(ITEM_KEY, None)
     if entry is None:
         pytest.fail(f"llm_result needs @pytest.mark.{MARKER}(...) on the test", pytrace=False)
-    proc, params, _slos = entry
+    proc, params, slos = entry
+    llm_session.test_outcomes.setdefault(request.node.nodeid, {}).update(
+        result_key=params_key(proc.id, params), procedure=proc.id, slos=list(slos) + list(llm_session.settings.slo))
     try:
         result = llm_session.run(proc, params)
     except SkipProcedure as exc:
         pytest.skip(str(exc))
-    llm_session.test_outcomes.setdefault(request.node.nodeid, {})["result_key"] = params_key(proc.id, params)
     for name, value in _junit_properties(result):
         request.node.user_properties.append((name, value))
     return result

@@ -2,19 +2,102 @@
 
 The result types here are shared contracts: metrics.py produces them, slo.py, compliance.py and
 the reports consume them. Times are in seconds, throughputs in per-second units.
+
+Definitions used throughout (see :data:`DEFINITIONS`):
+
+* **Percentile value**: numpy's ``"linear"`` rule (Hyndman & Fan type 7): for sorted samples
+  ``x[0..n-1]`` and ``q = p/100``, ``h = (n-1)q`` and the value is ``x[⌊h⌋] + (h-⌊h⌋)(x[⌊h⌋+1]-x[⌊h⌋])``.
+* **Percentile CI**: distribution-free, from order statistics: the number of samples below the
+  true quantile is Binomial(n, q), so ``[x_(r), x_(s)]`` (1-based ranks) with
+  ``r = F⁻¹(α/2)`` and ``s = F⁻¹(1-α/2) + 1`` covers it with probability >= 1-α. A bound whose
+  rank falls outside ``1..n`` cannot be computed and is ``None``.
+* **Mean CI**: Student-t interval ``mean ± t(1-α/2, n-1)·s/√n``.
+* **Sample-size rule**: P99 needs n >= 1000 and P99.9 n >= 10,000 (§5.1.4.3); any other
+  percentile needs ``n >= 1/(1-q)`` and at least what the nearest lower rule in
+  :data:`MIN_SAMPLES` asks. Below that the value is shown with ``undersampled=True``.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["Estimate", "Distribution", "MIN_SAMPLES"]
+import numpy as np
+from numpy.typing import ArrayLike
+
+__all__ = [
+    "DEFAULT_PERCENTILES",
+    "DEFINITIONS",
+    "Distribution",
+    "Estimate",
+    "MIN_SAMPLES",
+    "Modality",
+    "PERCENTILE_METHOD",
+    "ScalingFit",
+    "TailShape",
+    "batch_means_rate",
+    "completion_rate_saturated",
+    "distribution",
+    "jain_index",
+    "knee_point",
+    "latency_inflation",
+    "mean_estimate",
+    "modality",
+    "optimal_operating_point",
+    "percentile_estimate",
+    "proportion_estimate",
+    "rate_from_window_sums",
+    "queue_growing",
+    "required_samples",
+    "saturation_point",
+    "scaling_fit",
+    "slowdown",
+    "starvation_rate",
+    "tail_blowup",
+    "tail_shape",
+    "window_sums",
+]
 
 #: Minimum sample counts for a percentile to be reported as adequately sampled (§5.1.4.3):
 #: P99 needs >= 1000 samples, P99.9 >= 10,000. Other percentiles use the order-statistic rule
 #: (at least one sample beyond the quantile on average: n >= 1 / (1 - q)).
 MIN_SAMPLES: dict[float, int] = {99.0: 1000, 99.9: 10_000}
+
+#: Percentiles every :class:`Distribution` carries (§5.1.4.1, §5.4.4.1).
+DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
+
+#: The percentile rule (numpy ``method=``), used everywhere in this package.
+PERCENTILE_METHOD = "linear"
+
+#: Human-readable definitions a report can print next to the figures.
+DEFINITIONS: dict[str, str] = {
+    "percentile": "numpy 'linear' interpolation (Hyndman & Fan type 7) on the sorted samples",
+    "percentile_ci": "distribution-free order-statistic interval: ranks from Binomial(n, p/100) "
+    "quantiles at (1-c)/2 and (1+c)/2, widened to contain the point value; None where the "
+    "rank falls outside the sample",
+    "mean_ci": "Student-t interval mean ± t(1-(1-c)/2, n-1)·s/sqrt(n)",
+    "proportion_ci": "Wilson score interval",
+    "rate_ci": "batch means: the window split into equal sub-windows, t interval over the "
+    "sub-window rates",
+    "sample_size_rule": "P99 needs n >= 1000, P99.9 n >= 10000 (§5.1.4.3); other percentiles "
+    "n >= 1/(1-q) and at least the rule of the nearest lower listed percentile",
+    "std": "sample standard deviation (ddof=1)",
+    "jain": "J = (Σx)² / (n·Σx²) over per-request slowdown x_i = latency_i / P50 latency of the "
+    "request's class in isolation (§5.6.4)",
+    "starvation": "fraction of a class whose wait exceeds 5x that class's median wait (§5.6.4)",
+    "knee": "first load level whose P99 exceeds 2x the minimum P99 over all levels (§5.3.4)",
+    "saturation_point": "first load level whose achieved throughput is below the previous "
+    "level's (§5.3.4)",
+    "modality": "Hartigan's dip test (diptest package) on at most 72,000 evenly spaced order "
+    "statistics; multimodal when p < 0.05 (§5.4.4.3)",
+    "tail": "generalised Pareto shape xi of the excesses over P90, probability-weighted-moment "
+    "estimator (Hosking & Wallis 1987); xi > 0.1 heavy-tailed, xi < -0.1 light/bounded, else "
+    "exponential (§5.4.4.3)",
+    "scaling": "TTFT = a·L^k: least squares on log-log; linear TTFT = a + b·L by least squares; "
+    "'better' compares R² of both in linear space (§5.9.4)",
+}
 
 
 @dataclass(frozen=True)
@@ -36,7 +119,12 @@ class Estimate:
     method: str = ""  # how the value/CI was computed, e.g. "order-statistic CI", "t interval"
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for k in ("value", "ci_low", "ci_high"):
+            v = d[k]
+            if v is not None and not math.isfinite(v):
+                d[k] = None  # JSON has no NaN/inf
+        return d
 
 
 @dataclass(frozen=True)
@@ -45,6 +133,7 @@ class Distribution:
 
     ``percentiles`` maps the percentile (50.0, 90.0, 95.0, 99.0, 99.9) to its :class:`Estimate`;
     :meth:`percentile` computes any other one from the kept samples when they were kept.
+    ``samples`` holds the sorted, NaN-free samples (None when not kept).
     """
 
     name: str
@@ -55,8 +144,496 @@ class Distribution:
     min: float
     max: float
     percentiles: dict[float, Estimate] = field(default_factory=dict)
+    samples: np.ndarray | None = field(default=None, repr=False, compare=False)
+    dropped: int = 0  # NaN (undefined) entries left out of the samples
+
+    def percentile(self, p: float, *, confidence: float | None = None) -> Estimate:
+        """Any percentile ``p`` in [0, 100], with its order-statistic CI."""
+        conf = self.mean.confidence if confidence is None else confidence
+        if confidence is None and float(p) in self.percentiles:
+            return self.percentiles[float(p)]
+        if self.samples is None:
+            raise ValueError(f"distribution {self.name!r} did not keep its samples; "
+                             f"only P{sorted(self.percentiles)} are available")
+        return percentile_estimate(self.samples, p, unit=self.unit, confidence=conf,
+                                   assume_sorted=True)
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["percentiles"] = {f"p{k:g}": v.to_json() for k, v in self.percentiles.items()}
-        return d
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "n": self.n,
+            "dropped": self.dropped,
+            "mean": self.mean.to_json(),
+            "std": _finite_or_none(self.std),
+            "min": _finite_or_none(self.min),
+            "max": _finite_or_none(self.max),
+            "percentiles": {f"p{k:g}": v.to_json() for k, v in self.percentiles.items()},
+        }
+
+
+def _finite_or_none(v: float) -> float | None:
+    return float(v) if math.isfinite(v) else None
+
+
+# --------------------------------------------------------------------------------------------
+# percentiles, means, proportions
+# --------------------------------------------------------------------------------------------
+
+
+def required_samples(p: float) -> float:
+    """Samples needed before percentile ``p`` counts as adequately sampled (§5.1.4.3)."""
+    if not 0.0 <= p <= 100.0:
+        raise ValueError(f"percentile must be in [0, 100], got {p}")
+    q = p / 100.0
+    need = math.inf if q >= 1.0 else math.ceil(1.0 / (1.0 - q) - 1e-9)
+    for key, count in MIN_SAMPLES.items():
+        if p >= key:
+            need = max(need, count)
+    return need
+
+
+def _clean(samples: ArrayLike) -> tuple[np.ndarray, int]:
+    x = np.asarray(samples, dtype=np.float64).ravel()
+    keep = ~np.isnan(x)
+    dropped = int(x.size - np.count_nonzero(keep))
+    return (x[keep] if dropped else x), dropped
+
+
+def _order_stat_ranks(n: int, qs: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """1-based ranks (r, s) of the distribution-free CI for each quantile in ``qs``."""
+    from scipy.stats import binom
+
+    a = (1.0 - confidence) / 2.0
+    r = binom.ppf(a, n, qs)
+    s = binom.ppf(1.0 - a, n, qs) + 1.0
+    return r, s
+
+
+def _interp_sorted(x: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    """numpy 'linear' percentile on an already sorted array (vectorised over ``qs``)."""
+    n = x.size
+    h = (n - 1) * qs
+    lo = np.floor(h).astype(np.int64)
+    hi = np.minimum(lo + 1, n - 1)
+    return x[lo] + (h - lo) * (x[hi] - x[lo])
+
+
+def _percentiles_sorted(x: np.ndarray, ps: Sequence[float], unit: str,
+                        confidence: float) -> list[Estimate]:
+    n = x.size
+    for p in ps:
+        if not 0.0 <= p <= 100.0:
+            raise ValueError(f"percentile must be in [0, 100], got {p}")
+    if n == 0:
+        return [Estimate(math.nan, 0, unit, None, None, confidence, True,
+                         f"percentile ({PERCENTILE_METHOD}); no samples") for _ in ps]
+    qs = np.asarray(ps, dtype=np.float64) / 100.0
+    vals = _interp_sorted(x, qs)
+    r, s = _order_stat_ranks(n, qs, confidence)
+    out = []
+    for p, v, ri, si in zip(ps, vals, r, s):
+        # the interpolated value can sit just outside [x_(r), x_(s)] at extreme p and tiny n:
+        # widen the interval to contain it (coverage only grows)
+        lo = min(float(x[int(ri) - 1]), float(v)) if 1 <= ri <= n else None
+        hi = max(float(x[int(si) - 1]), float(v)) if 1 <= si <= n else None
+        out.append(Estimate(float(v), n, unit, lo, hi, confidence, n < required_samples(p),
+                            f"percentile ({PERCENTILE_METHOD}), order-statistic CI"))
+    return out
+
+
+def percentile_estimate(samples: ArrayLike, p: float, *, unit: str = "",
+                        confidence: float = 0.95, assume_sorted: bool = False) -> Estimate:
+    """Percentile ``p`` (0-100) of ``samples`` (NaN dropped) with a distribution-free CI."""
+    x, _ = _clean(samples)
+    if not assume_sorted:
+        x = np.sort(x)
+    return _percentiles_sorted(x, [float(p)], unit, confidence)[0]
+
+
+def mean_estimate(samples: ArrayLike, *, unit: str = "", confidence: float = 0.95) -> Estimate:
+    """Arithmetic mean with a Student-t interval (NaN samples dropped)."""
+    x, _ = _clean(samples)
+    return _mean_of_clean(x, unit, confidence)
+
+
+def _mean_of_clean(x: np.ndarray, unit: str, confidence: float) -> Estimate:
+    n = x.size
+    if n == 0:
+        return Estimate(math.nan, 0, unit, None, None, confidence, True, "mean; no samples")
+    m = float(x.mean())
+    if n < 2:
+        return Estimate(m, n, unit, None, None, confidence, True, "mean, t interval (n < 2)")
+    from scipy.stats import t
+
+    half = float(t.ppf(0.5 + confidence / 2.0, n - 1)) * float(x.std(ddof=1)) / math.sqrt(n)
+    return Estimate(m, n, unit, m - half, m + half, confidence, False, "mean, t interval")
+
+
+def proportion_estimate(k: int, n: int, *, unit: str = "fraction",
+                        confidence: float = 0.95) -> Estimate:
+    """``k / n`` with a Wilson score interval (value NaN when ``n == 0``)."""
+    if n < 0 or k < 0 or k > n:
+        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
+    if n == 0:
+        return Estimate(math.nan, 0, unit, None, None, confidence, True, "proportion; n = 0")
+    from scipy.stats import norm
+
+    z = float(norm.ppf(0.5 + confidence / 2.0))
+    ph = k / n
+    den = 1.0 + z * z / n
+    centre = (ph + z * z / (2 * n)) / den
+    half = z * math.sqrt(ph * (1 - ph) / n + z * z / (4 * n * n)) / den
+    return Estimate(ph, n, unit, max(0.0, centre - half), min(1.0, centre + half), confidence,
+                    False, "proportion, Wilson interval")
+
+
+def window_sums(times: ArrayLike, weights: ArrayLike | None, start: float, end: float,
+                batches: int = 10) -> tuple[np.ndarray, int]:
+    """Weighted event sums in ``batches`` equal sub-windows of ``[start, end]`` and the event count."""
+    t = np.asarray(times, dtype=np.float64)
+    if not end - start > 0 or batches < 1:
+        return np.zeros(max(batches, 1)), 0
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
+    if t.size and not (t.min() >= start and t.max() <= end):
+        inside = (t >= start) & (t <= end)
+        t = t[inside]
+        w = None if w is None else w[inside]
+    ti = t
+    idx = np.minimum(((ti - start) * (batches / (end - start))).astype(np.int64), batches - 1)
+    return np.bincount(idx, weights=w, minlength=batches).astype(np.float64), int(ti.size)
+
+
+def rate_from_window_sums(sums: np.ndarray, n_events: int, length: float, *, unit: str,
+                          confidence: float = 0.95) -> Estimate:
+    """Rate = Σ sums / length; CI from batch means (t interval over the sub-window rates)."""
+    batches = sums.size
+    method = f"rate over the window, batch means ({batches} sub-windows), t interval"
+    if not length > 0:
+        return Estimate(math.nan, 0, unit, None, None, confidence, True, "rate; empty window")
+    value = float(sums.sum()) / length
+    if n_events < 2 or batches < 2:
+        return Estimate(value, n_events, unit, None, None, confidence, True, method)
+    per = sums / (length / batches)
+    from scipy.stats import t as student
+
+    half = float(student.ppf(0.5 + confidence / 2.0, batches - 1)) * float(per.std(ddof=1)) / math.sqrt(batches)
+    return Estimate(value, n_events, unit, value - half, value + half, confidence, False, method)
+
+
+def batch_means_rate(times: ArrayLike, weights: ArrayLike | None, start: float, end: float, *,
+                     unit: str, batches: int = 10, confidence: float = 0.95) -> Estimate:
+    """Rate of events (times in seconds, optional weights) inside ``[start, end]``.
+
+    Value: weighted count / window length. CI: batch means over ``batches`` equal
+    sub-windows (t interval over the sub-window rates; their mean equals the value).
+    """
+    sums, n_events = window_sums(times, weights, start, end, batches)
+    return rate_from_window_sums(sums, n_events, end - start, unit=unit, confidence=confidence)
+
+
+def distribution(name: str, samples: ArrayLike, unit: str,
+                 percentiles: Sequence[float] = DEFAULT_PERCENTILES, *,
+                 confidence: float = 0.95, keep_samples: bool = True) -> Distribution:
+    """Summarise ``samples`` (NaN = undefined, dropped and counted in ``dropped``)."""
+    x, dropped = _clean(samples)
+    x = np.sort(x)
+    n = x.size
+    ps = [float(p) for p in percentiles]
+    ests = _percentiles_sorted(x, ps, unit, confidence)
+    mean = _mean_of_clean(x, unit, confidence)
+    std = float(x.std(ddof=1)) if n >= 2 else math.nan
+    return Distribution(
+        name=name, unit=unit, n=n, mean=mean, std=std,
+        min=float(x[0]) if n else math.nan, max=float(x[-1]) if n else math.nan,
+        percentiles=dict(zip(ps, ests)), samples=x if keep_samples else None, dropped=dropped,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# distribution shape (§5.4.4.3)
+# --------------------------------------------------------------------------------------------
+
+_DIP_MAX_N = 72_000  # the diptest package's p-value table ends here
+
+
+@dataclass(frozen=True)
+class Modality:
+    """Unimodal or multimodal, by Hartigan's dip test (§5.4.4.3)."""
+
+    verdict: str  # "unimodal" | "multimodal" | "undetermined"
+    dip: float
+    p_value: float
+    n: int
+    method: str = DEFINITIONS["modality"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (_finite_or_none(v) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def modality(samples: ArrayLike, *, alpha: float = 0.05, assume_sorted: bool = False) -> Modality:
+    """Hartigan's dip test; above 72,000 samples, on 72,000 evenly spaced order statistics."""
+    x, _ = _clean(samples)
+    if not assume_sorted:
+        x = np.sort(x)
+    n = x.size
+    if n < 4 or x[0] == x[-1]:
+        return Modality("undetermined" if n < 4 else "unimodal", 0.0, 1.0 if n >= 4 else math.nan, n)
+    if n > _DIP_MAX_N:
+        x = x[np.linspace(0, n - 1, _DIP_MAX_N).round().astype(np.int64)]
+    import diptest
+
+    dip, pval = diptest.diptest(x, sort_x=False)
+    return Modality("multimodal" if pval < alpha else "unimodal", float(dip), float(pval), n)
+
+
+@dataclass(frozen=True)
+class TailShape:
+    """Tail character (§5.4.4.3): GPD shape of the excesses over a high threshold, and P99/P50."""
+
+    verdict: str  # "heavy-tailed" | "exponential" | "light" | "undetermined"
+    xi: float
+    threshold: float
+    exceedances: int
+    p99_p50_ratio: float
+    method: str = DEFINITIONS["tail"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (_finite_or_none(v) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def tail_shape(samples: ArrayLike, *, threshold_percentile: float = 90.0, band: float = 0.1,
+               min_exceedances: int = 50, assume_sorted: bool = False) -> TailShape:
+    """Classify the tail by the generalised Pareto shape of excesses over P``threshold``."""
+    x, _ = _clean(samples)
+    if not assume_sorted:
+        x = np.sort(x)
+    n = x.size
+    if n == 0:
+        return TailShape("undetermined", math.nan, math.nan, 0, math.nan)
+    p50, p99, u = _interp_sorted(x, np.array([0.5, 0.99, threshold_percentile / 100.0]))
+    ratio = float(p99 / p50) if p50 > 0 else math.nan
+    y = x[x > u] - u  # sorted ascending
+    m = y.size
+    if m < min_exceedances or not y.any():
+        return TailShape("undetermined", math.nan, float(u), m, ratio)
+    a0 = float(y.mean())
+    a1 = float(np.dot((m - np.arange(1, m + 1)) / (m - 1), y) / m)  # E[Y(1-F(Y))]
+    k = a0 / (a0 - 2.0 * a1) - 2.0  # Hosking & Wallis' k; xi = -k
+    xi = -k
+    verdict = "heavy-tailed" if xi > band else ("light" if xi < -band else "exponential")
+    return TailShape(verdict, float(xi), float(u), m, ratio)
+
+
+# --------------------------------------------------------------------------------------------
+# fairness (§5.6.4)
+# --------------------------------------------------------------------------------------------
+
+
+def jain_index(x: ArrayLike) -> float:
+    """Jain's fairness index ``(Σx)² / (n·Σx²)`` (§5.6.4); in [1/n, 1] for x >= 0, not all 0.
+
+    NaN entries are dropped; negative values raise ``ValueError``; all-zero input gives 1.0
+    (every request equally served).
+    """
+    v, _ = _clean(x)
+    if v.size == 0:
+        return math.nan
+    if (v < 0).any():
+        raise ValueError("Jain's index needs non-negative values (normalised latencies)")
+    sq = float(np.dot(v, v))
+    if sq == 0.0:
+        return 1.0
+    # scale first so huge or tiny values do not overflow/underflow
+    s = v / v.max()
+    return float(s.sum() ** 2 / (s.size * np.dot(s, s)))
+
+
+def slowdown(latency: ArrayLike, classes: Sequence[Any],
+             baseline: Mapping[Any, float]) -> np.ndarray:
+    """Normalised latency for Jain's index: latency / the class's isolated P50 latency (§5.6.4)."""
+    lat = np.asarray(latency, dtype=np.float64)
+    if lat.size != len(classes):
+        raise ValueError(f"{lat.size} latencies but {len(classes)} class labels")
+    missing = {c for c in classes if c not in baseline}
+    if missing:
+        raise KeyError(f"no isolated baseline for classes {sorted(map(str, missing))}")
+    base = np.array([baseline[c] for c in classes], dtype=np.float64)
+    if (base <= 0).any():
+        raise ValueError("isolated baseline latencies must be > 0")
+    return lat / base
+
+
+def latency_inflation(mixed: Mapping[Any, ArrayLike], isolated: Mapping[Any, ArrayLike], *,
+                      p: float = 50.0) -> dict[Any, float]:
+    """Per class: P``p`` latency in the mixed run / P``p`` in isolation (§5.6.4)."""
+    out: dict[Any, float] = {}
+    for cls, samples in mixed.items():
+        if cls not in isolated:
+            raise KeyError(f"class {cls!r} has no isolated run; known: {sorted(map(str, isolated))}")
+        num = percentile_estimate(samples, p).value
+        den = percentile_estimate(isolated[cls], p).value
+        out[cls] = num / den if den > 0 else math.nan
+    return out
+
+
+def starvation_rate(wait: ArrayLike, classes: Sequence[Any], *, factor: float = 5.0) -> dict[Any, Estimate]:
+    """Per class: fraction of requests waiting longer than ``factor`` x the class median (§5.6.4)."""
+    w = np.asarray(wait, dtype=np.float64)
+    labels = np.asarray([str(c) for c in classes]) if len(classes) else np.array([], dtype=str)
+    if w.size != labels.size:
+        raise ValueError(f"{w.size} waits but {labels.size} class labels")
+    out: dict[Any, Estimate] = {}
+    originals = {str(c): c for c in classes}
+    for key in sorted(originals):
+        sel = w[(labels == key) & ~np.isnan(w)]
+        med = float(np.median(sel)) if sel.size else math.nan
+        k = int(np.count_nonzero(sel > factor * med))
+        est = proportion_estimate(k, int(sel.size))
+        out[originals[key]] = Estimate(est.value, est.n, "fraction", est.ci_low, est.ci_high,
+                                       est.confidence, est.undersampled,
+                                       f"wait > {factor:g}x class median; Wilson interval")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# curves (§5.2.3.1, §5.3.4)
+# --------------------------------------------------------------------------------------------
+
+
+def _as_array(v: ArrayLike, what: str) -> np.ndarray:
+    a = np.asarray([e.value if isinstance(e, Estimate) else e for e in np.atleast_1d(v)],
+                   dtype=np.float64)
+    if a.ndim != 1:
+        raise ValueError(f"{what} must be one-dimensional")
+    return a
+
+
+def knee_point(loads: ArrayLike, p99: ArrayLike, *, factor: float = 2.0) -> int | None:
+    """Index of the first level (in ascending load) whose P99 > ``factor`` x min P99 (§5.3.4)."""
+    l, y = _as_array(loads, "loads"), _as_array(p99, "p99")
+    if l.size != y.size:
+        raise ValueError("loads and p99 differ in length")
+    order = np.argsort(l, kind="stable")
+    ymin = np.nanmin(y) if np.isfinite(y).any() else math.nan
+    for i in order:
+        if y[i] > factor * ymin:
+            return int(i)
+    return None
+
+
+def saturation_point(loads: ArrayLike, throughput: ArrayLike) -> int | None:
+    """Index of the first level whose achieved throughput is below the previous one's (§5.3.4)."""
+    l, y = _as_array(loads, "loads"), _as_array(throughput, "throughput")
+    if l.size != y.size:
+        raise ValueError("loads and throughput differ in length")
+    order = np.argsort(l, kind="stable")
+    for prev, cur in zip(order[:-1], order[1:]):
+        if y[cur] < y[prev]:
+            return int(cur)
+    return None
+
+
+def optimal_operating_point(throughput: ArrayLike, meets_slo: ArrayLike) -> int | None:
+    """Index of the highest-throughput level that meets the SLO (§5.3.4), None if none does."""
+    y = _as_array(throughput, "throughput")
+    ok = np.asarray(meets_slo, dtype=bool).ravel()
+    if ok.size != y.size:
+        raise ValueError("throughput and meets_slo differ in length")
+    if not ok.any():
+        return None
+    cand = np.where(ok, y, -np.inf)
+    return int(np.argmax(cand))
+
+
+def queue_growing(times: ArrayLike, depth: ArrayLike, *, alpha: float = 0.05) -> bool:
+    """§5.2.3.1 rule 1: queue depth grows — OLS slope > 0 with one-sided p < ``alpha``."""
+    t, d = _as_array(times, "times"), _as_array(depth, "depth")
+    if t.size != d.size:
+        raise ValueError("times and depth differ in length")
+    if t.size < 3 or np.ptp(t) == 0:
+        return False
+    if np.ptp(d) == 0:
+        return False
+    from scipy.stats import linregress
+
+    res = linregress(t, d, alternative="greater")
+    return bool(res.slope > 0 and res.pvalue < alpha)
+
+
+def completion_rate_saturated(completion_rate: float, arrival_rate: float, *,
+                              threshold: float = 0.9) -> bool:
+    """§5.2.3.1 rule 2: completion rate < 90% of the arrival rate (open loop only)."""
+    return bool(completion_rate < threshold * arrival_rate)
+
+
+def tail_blowup(p99_at_level: float, p50_at_lower_load: float, *, factor: float = 10.0) -> bool:
+    """§5.2.3.1 rule 3: P99 latency > 10x the P50 latency seen at a lower load."""
+    return bool(p99_at_level > factor * p50_at_lower_load)
+
+
+# --------------------------------------------------------------------------------------------
+# scaling (§5.9.4)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScalingFit:
+    """TTFT vs context length: time per token, power law ``a·L^k`` and linear ``a + b·L``."""
+
+    lengths: tuple[float, ...]
+    time_per_input_token: tuple[float, ...]  # mean TTFT / L per distinct length, s/token
+    exponent: float  # k
+    exponent_ci: tuple[float, float] | None
+    power_coefficient: float  # a in a·L^k
+    r2_loglog: float
+    linear_intercept: float
+    linear_slope: float  # s per token
+    r2_linear: float
+    r2_power_linear_space: float
+    better: str  # "power" | "linear"
+    n: int
+    method: str = DEFINITIONS["scaling"]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _r2(y: np.ndarray, pred: np.ndarray) -> float:
+    ss_res = float(np.sum((y - pred) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    return 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else math.nan)
+
+
+def scaling_fit(lengths: ArrayLike, ttft: ArrayLike, *, confidence: float = 0.95) -> ScalingFit:
+    """Fit TTFT against context length (§5.9.4). Needs >= 2 distinct lengths, all > 0."""
+    L, y = _as_array(lengths, "lengths"), _as_array(ttft, "ttft")
+    if L.size != y.size:
+        raise ValueError("lengths and ttft differ in length")
+    keep = np.isfinite(L) & np.isfinite(y)
+    L, y = L[keep], y[keep]
+    if np.unique(L).size < 2:
+        raise ValueError("scaling fit needs at least two distinct context lengths")
+    if (L <= 0).any() or (y <= 0).any():
+        raise ValueError("scaling fit needs positive lengths and TTFTs (log-log fit)")
+    from scipy.stats import linregress, t
+
+    ll = linregress(np.log(L), np.log(y))
+    k, loga = float(ll.slope), float(ll.intercept)
+    n = L.size
+    ci = None
+    if n > 2:
+        half = float(t.ppf(0.5 + confidence / 2, n - 2)) * float(ll.stderr)
+        ci = (k - half, k + half)
+    lin = linregress(L, y)
+    pred_pow = np.exp(loga) * L ** k
+    pred_lin = lin.intercept + lin.slope * L
+    r2_pow, r2_lin = _r2(y, pred_pow), _r2(y, pred_lin)
+    uniq = np.unique(L)
+    tpt = tuple(float(np.mean(y[L == u] / u)) for u in uniq)
+    return ScalingFit(
+        lengths=tuple(float(u) for u in uniq), time_per_input_token=tpt, exponent=k,
+        exponent_ci=ci, power_coefficient=float(np.exp(loga)), r2_loglog=float(ll.rvalue ** 2),
+        linear_intercept=float(lin.intercept), linear_slope=float(lin.slope), r2_linear=r2_lin,
+        r2_power_linear_space=r2_pow, better="power" if r2_pow > r2_lin else "linear", n=n,
+    )

@@ -113,6 +113,7 @@ class ProcedureResult:
     notes: list[str] = field(default_factory=list)
     plots: dict[str, Any] = field(default_factory=dict)
     capacity: Capacity | None = None
+    compliance: Any = None  # compliance.ComplianceResult, set by the procedure's finish step
     started: str = ""
     finished: str = ""
     duration_s: float = 0.0
@@ -133,6 +134,7 @@ class ProcedureResult:
             "notes": self.notes,
             "plots": self.plots,
             "capacity": self.capacity.to_json() if self.capacity else None,
+            "compliance": self.compliance.to_json() if self.compliance is not None else None,
             "started": self.started,
             "finished": self.finished,
             "duration_s": self.duration_s,

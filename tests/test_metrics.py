@@ -1,0 +1,457 @@
+"""metrics.summarize on small hand-computed traces (every expected number worked out by hand).
+
+Times are written in ms and converted to ns; metrics come back in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from pytest_llmbench.metrics import (
+    DEFINITIONS,
+    RequestSLO,
+    RunMetrics,
+    summarize,
+    throughput_at_ttft_p99,
+)
+from pytest_llmbench.records import ErrorType, RequestRecord
+
+MS = 1_000_000
+
+
+def rec(i: int, sent: float, chunks: list[float], toks: list[int], *, text: list[str] | None = None,
+        reasoning: list[str] | None = None, end: float | None = None, first: float | None = None,
+        first_chunk: float | None = None, isl: int = 100, max_tokens: int = 10,
+        **kw: object) -> RequestRecord:
+    """A record with times in ms; first token = first chunk unless given."""
+    r = RequestRecord(index=i, workload="w", spec_input_tokens=isl, max_tokens=max_tokens)
+    r.sent_ns = int(sent * MS)
+    r.chunk_ns = [int(c * MS) for c in chunks]
+    r.chunk_tokens = list(toks)
+    r.chunk_text = text if text is not None else ["x"] * len(chunks)
+    r.chunk_reasoning = reasoning if reasoning is not None else [""] * len(chunks)
+    r.first_chunk_ns = int((first_chunk if first_chunk is not None else chunks[0]) * MS) if chunks else None
+    r.first_token_ns = int((first if first is not None else chunks[0]) * MS) if chunks else None
+    r.end_ns = int((end if end is not None else (chunks[-1] if chunks else sent)) * MS)
+    for k, v in kw.items():
+        setattr(r, k, v)
+    return r
+
+
+def approx(v: object, rel: float = 1e-9, abs: float = 1e-12) -> object:
+    return pytest.approx(v, rel=rel, abs=abs, nan_ok=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# multi-token chunks: options A, B, C (§4.6.3), TPOT, jitter, max pause, TTST
+# ----------------------------------------------------------------------------------------------
+
+
+def multi_chunk_run() -> list[RequestRecord]:
+    # request 0: sent 0; chunks at 100, 110, 130 ms carrying 1, 2, 1 tokens; server per-token
+    #            times 100, 105, 110, 128 ms. OSL = 4.
+    # request 1: sent 50; one chunk at 200 ms with one token (single-token response).
+    r0 = rec(0, 0, [100, 110, 130], [1, 2, 1],
+             server_token_ns=[100 * MS, 105 * MS, 110 * MS, 128 * MS])
+    r1 = rec(1, 50, [200], [1], server_token_ns=[199 * MS])
+    return [r0, r1]
+
+
+def test_per_request_latencies_multi_token_chunks() -> None:
+    m = summarize(multi_chunk_run())
+    pr = m.per_request
+    # TTFT: 100-0 = 0.100 s; 200-50 = 0.150 s
+    assert pr["ttft"] == approx([0.100, 0.150])
+    # E2E: 130 ms; 150 ms
+    assert pr["e2e"] == approx([0.130, 0.150])
+    # TPOT = (0.130 - 0.100) / (4 - 1) = 0.010; single token -> NaN (no decode interval)
+    assert pr["tpot"] == approx([0.010, math.nan])
+    # TTST (first content chunk -> next content chunk) = 110 - 100 = 10 ms; NaN for one chunk
+    assert pr["ttst"] == approx([0.010, math.nan])
+    # OSL / E2E = 4 / 0.130; 1 / 0.150
+    assert pr["output_tps_per_request"] == approx([4 / 0.130, 1 / 0.150])
+    # ISL / TTFT = 100 / 0.1 and 100 / 0.15; E2E / OSL
+    assert pr["prefill_tps_per_request"] == approx([1000.0, 100 / 0.150])
+    assert pr["normalized_latency"] == approx([0.130 / 4, 0.150])
+
+
+def test_itl_option_b_gives_chunk_time_to_every_token() -> None:
+    m = summarize(multi_chunk_run(), itl_option="B")
+    # token times 100, 110, 110, 130 -> ITL 10, 0, 20 ms (N-1 zeros per N-token chunk)
+    assert m.per_request.itl["B"].values == approx([0.010, 0.0, 0.020])
+    assert m.distributions["itl"].n == 3 and m.distributions["itl"].name == "itl"
+    # jitter = sample std of (10, 0, 20) = sqrt(((0)^2 + 10^2 + 10^2)/2) = 10 ms; max pause 20 ms
+    assert m.per_request["jitter"] == approx([0.010, math.nan])
+    assert m.per_request["max_pause"] == approx([0.020, math.nan])
+    assert m.per_request["itl_count"].tolist() == [3, 0]
+    assert m.distributions["itl"].mean.value == approx(0.010)
+    assert m.distributions["itl"].max == approx(0.020)
+
+
+def test_itl_option_a_is_time_between_chunks() -> None:
+    m = summarize(multi_chunk_run(), itl_option="A")
+    # chunk gaps 10, 20 ms; reported under the name "time between chunks"
+    assert m.distributions["itl"].name == "time_between_chunks"
+    assert np.sort(m.distributions["itl"].samples) == approx([0.010, 0.020])
+    assert m.per_request["jitter"] == approx([math.sqrt(((10 - 15) ** 2 + (20 - 15) ** 2) / 1) / 1000, math.nan])
+    # chunk sizes 1, 2, 1 (request 0) and 1 (request 1): 3 of 4 chunks carry one token
+    assert np.sort(m.distributions["chunk_size"].samples) == approx([1, 1, 1, 2])
+    assert m.scalar("single_token_chunk_fraction").value == approx(0.75)
+    assert "A" in m.definitions["itl_option"]
+
+
+def test_itl_option_c_uses_server_timestamps() -> None:
+    m = summarize(multi_chunk_run(), itl_option="C")
+    # server gaps 5, 5, 18 ms
+    assert m.distributions["itl"].samples == approx([0.005, 0.005, 0.018])
+    assert m.per_request["max_pause"] == approx([0.018, math.nan])
+    assert summarize(multi_chunk_run(), itl_option="auto").itl_option == "C"
+
+
+def test_itl_option_c_without_server_times_is_an_error() -> None:
+    run = multi_chunk_run()
+    run[0].server_token_ns = None
+    with pytest.raises(ValueError, match="server_token_ns"):
+        summarize(run, itl_option="C")
+    assert summarize(run, itl_option="auto").itl_option == "B"
+    with pytest.raises(ValueError, match="itl_option"):
+        summarize(run, itl_option="D")
+
+
+# ----------------------------------------------------------------------------------------------
+# stalls, whitespace and reasoning chunks
+# ----------------------------------------------------------------------------------------------
+
+
+def test_stall_shows_in_max_pause_and_tail_but_not_tpot() -> None:
+    # tokens every 10 ms, one 500 ms stall: chunks at 100,110,120,620,630 (one token each)
+    m = summarize([rec(0, 0, [100, 110, 120, 620, 630], [1] * 5)])
+    pr = m.per_request
+    assert pr["max_pause"] == approx([0.5])
+    # TPOT = (0.630 - 0.100) / 4 = 0.1325 hides the stall in an average
+    assert pr["tpot"] == approx([0.1325])
+    # ITL samples 10, 10, 500, 10 ms: P50 = 10 ms (linear rule: h = 1.5 between 10 and 10)
+    assert m.percentile("itl", 50).value == approx(0.010)
+    # P99: h = 3 * 0.99 = 2.97 -> sorted (10,10,10,500): 10 + 0.97 * 490 = 485.3 ms
+    assert m.percentile("itl", 99).value == approx(0.4853)
+    assert m.scalar("itl_tail_ratio").value == approx(48.53)
+    assert m.percentile("itl", 99).undersampled
+
+
+def test_whitespace_and_role_chunks_do_not_start_ttft() -> None:
+    # chunk 0 at 40 ms: role-only (no text, 0 tokens); chunk 1 at 60 ms: "  " whitespace with a
+    # token; chunk 2 at 100 ms: first content; chunk 3 at 120 ms.
+    r = rec(0, 0, [40, 60, 100, 120], [0, 1, 1, 1], text=["", "  ", "Hi", " there"], first=100)
+    m = summarize([r])
+    assert m.per_request["ttft"] == approx([0.100])
+    assert m.per_request["ttft_any_chunk"] == approx([0.040])
+    # ITL starts at the first content token: one sample of 20 ms (the whitespace token is before it)
+    assert m.distributions["itl"].samples == approx([0.020])
+
+
+def test_reasoning_before_output() -> None:
+    # reasoning chunks at 50 and 70 ms (no content tokens), content at 200 and 210 ms
+    r = rec(0, 0, [50, 70, 200, 210], [0, 0, 1, 1], text=["", "", "A", "B"],
+            reasoning=["think", "more", "", ""], first=200)
+    m = summarize([r])
+    pr = m.per_request
+    assert pr["ttft"] == approx([0.200])  # §5.1.3.1: first content token
+    assert pr["ttft_incl_reasoning"] == approx([0.050])  # AIPerf-style TTFT incl. reasoning
+    assert pr["ttfo"] == approx([0.200])  # reasoning preceded the output
+    assert pr["ttst"] == approx([0.010])
+    # without reasoning, TTFO is undefined and has no distribution
+    m2 = summarize([rec(0, 0, [100, 110], [1, 1])])
+    assert math.isnan(m2.per_request["ttfo"][0]) and "ttfo" not in m2.distributions
+
+
+# ----------------------------------------------------------------------------------------------
+# failures, cancellations, single-token responses
+# ----------------------------------------------------------------------------------------------
+
+
+def failure_run() -> list[RequestRecord]:
+    return [
+        rec(0, 0, [100, 120], [1, 1]),
+        rec(1, 10, [], [], error_type=ErrorType.HTTP_5XX, end=30, status=500),
+        rec(2, 20, [], [], error_type=ErrorType.REFUSED, end=40),
+        rec(3, 30, [130], [1], error_type=ErrorType.CANCELLED, end=135),
+        rec(4, 40, [90, 150], [1, 1], error_type=ErrorType.TIMEOUT, end=400),
+        rec(5, 50, [150], [1]),
+    ]
+
+
+def test_failed_requests_counted_not_measured() -> None:
+    m = summarize(failure_run())
+    s = m.scalars
+    assert s["request_count"].value == 6
+    assert s["completed_count"].value == 2 and s["error_count"].value == 3
+    assert s["cancelled_count"].value == 1
+    assert m.errors_by_type == {"http_5xx": 1, "refused": 1, "timeout": 1}
+    assert s["refusals"].value == 1
+    # cancelled is not a failure and not in the denominator: 2 ok / (2 ok + 3 failed)
+    assert s["success_rate"].value == approx(0.4) and s["error_rate"].value == approx(0.6)
+    assert s["refusal_rate"].value == approx(0.2)
+    # only successful requests feed latency distributions: TTFT 100 ms and 100 ms
+    assert m.distributions["ttft"].n == 2
+    assert m.per_request["ttft"] == approx([0.1, math.nan, math.nan, math.nan, math.nan, 0.1])
+    # the timed-out request streamed tokens, but they are not ITL samples: one 20 ms sample
+    assert m.distributions["itl"].samples == approx([0.020])
+
+
+def test_single_token_responses_have_no_itl_or_tpot() -> None:
+    m = summarize([rec(0, 0, [100], [1]), rec(1, 0, [80], [1])])
+    assert m.distributions["itl"].n == 0 and m.distributions["tpot"].n == 0
+    assert np.isnan(m.per_request["tpot"]).all() and np.isnan(m.per_request["jitter"]).all()
+    assert math.isnan(m.percentile("itl", 50).value)
+    assert math.isnan(m.scalar("itl_tail_ratio").value)
+    assert "single-token" in DEFINITIONS["tpot"]
+
+
+# ----------------------------------------------------------------------------------------------
+# throughput windows, tokens in flight, goodput
+# ----------------------------------------------------------------------------------------------
+
+
+def window_run() -> list[RequestRecord]:
+    # run from 0 to 1000 ms; steady-state window [100, 1000] ms (first 10% excluded)
+    return [
+        rec(0, 0, [50, 60, 70], [1, 1, 1], isl=10, end=80),  # all inside the ramp-up
+        rec(1, 200, [300, 400], [2, 2], isl=20, end=500),  # 4 tokens, OSL 4
+        rec(2, 600, [900, 1000], [1, 1], isl=30, end=1000,
+            output_tokens_server=4, output_tokens_client=2),  # server says 4: chunks scaled x2
+        rec(3, 700, [], [], error_type=ErrorType.HTTP_5XX, end=800, isl=40),
+    ]
+
+
+def test_throughput_uses_steady_state_window() -> None:
+    m = summarize(window_run())
+    assert m.scalar("benchmark_duration").value == approx(1.0)
+    assert m.steady_window == approx((0.1, 1.0))
+    # requests completing in [0.1, 1.0]: #1 (0.5 s), #2 (1.0 s) -> 2 / 0.9 s
+    assert m.scalar("request_throughput").value == approx(2 / 0.9)
+    # output tokens arriving in the window: 2+2 (#1) + 2x(1+1) (#2 scaled to OSL 4) = 8 -> 8/0.9
+    assert m.scalar("output_throughput").value == approx(8 / 0.9)
+    # input tokens counted at the first token: #1 at 0.3 s (20), #2 at 0.9 s (30) -> 50/0.9
+    assert m.scalar("input_throughput").value == approx(50 / 0.9)
+    assert m.scalar("total_token_throughput").value == approx(58 / 0.9)
+    # the whole run: 3 requests, 3+4+4 = 11 tokens over 1.0 s
+    assert m.scalar("request_throughput_full").value == approx(3.0)
+    assert m.scalar("output_throughput_full").value == approx(11.0)
+    assert "steady state" in m.windows["output_throughput"]
+    assert "whole run" in m.windows["output_throughput_full"]
+    assert "all measured requests" in m.windows["success_rate"]
+
+
+def test_tokens_per_gpu_second() -> None:
+    m = summarize(window_run(), gpu_count=4)
+    assert m.scalar("tokens_per_gpu_second").value == approx(8 / 0.9 / 4)
+    with pytest.raises(ValueError, match="gpu_count"):
+        summarize(window_run(), gpu_count=0)
+
+
+def test_tokens_in_flight_time_weighted() -> None:
+    m = summarize(window_run())
+    # window [0.1, 1.0] s. In flight (token-seconds inside the window):
+    #  #1 [0.2, 0.5]: input 20 x 0.3 = 6; tokens 2 from 0.3 -> 0.5 = 0.4; 2 from 0.4 -> 0.5 = 0.2
+    #  #2 [0.6, 1.0]: input 30 x 0.4 = 12; 2 tokens (scaled) from 0.9 -> 1.0 = 0.2; 2 at 1.0 = 0
+    #  #3 (failed) [0.7, 0.8]: input 40 x 0.1 = 4
+    #  #0 ends at 0.08 s, before the window: 0
+    total = 6 + 0.4 + 0.2 + 12 + 0.2 + 4
+    assert m.scalar("tokens_in_flight").value == approx(total / 0.9)
+    # requests in flight: (0.3 + 0.4 + 0.1) / 0.9
+    assert m.scalar("concurrency").value == approx(0.8 / 0.9)
+
+
+@dataclass
+class MaxSLO:
+    """Stub of slo.py's per-request SLO: value <= limit."""
+
+    metric: str
+    limit: float
+
+    def ok(self, values: np.ndarray) -> np.ndarray:
+        return values <= self.limit
+
+
+def test_goodput_counts_failed_in_denominator() -> None:
+    assert isinstance(MaxSLO("ttft", 1.0), RequestSLO)
+    run = window_run()  # TTFTs: #0 50 ms, #1 100 ms, #2 300 ms; #3 failed
+    m = summarize(run, slos=[MaxSLO("ttft", 0.2)])
+    # good: #0 and #1; good fraction = 2 / (3 ok + 1 failed)
+    assert m.scalar("good_count").value == 2
+    assert m.scalar("good_fraction").value == approx(0.5)
+    # goodput in the steady window: only #1 completes inside [0.1, 1.0] -> 1 / 0.9
+    assert m.scalar("goodput").value == approx(1 / 0.9)
+    # two SLOs must both hold: E2E <= 0.25 s fails #1 (0.3 s) -> good = #0 only
+    m2 = summarize(run, slos=[MaxSLO("ttft", 0.2), MaxSLO("e2e", 0.25)])
+    assert m2.scalar("good_count").value == 1
+    # a TPOT SLO does not apply to a single-token response (TPOT undefined)
+    m3 = summarize([rec(0, 0, [100], [1])], slos=[MaxSLO("tpot", 0.001)])
+    assert m3.scalar("good_count").value == 1
+    with pytest.raises(KeyError, match="known"):
+        summarize(run, slos=[MaxSLO("no_such_metric", 1.0)])
+    assert "goodput" not in summarize(run).scalars
+
+
+# ----------------------------------------------------------------------------------------------
+# buckets, server timing, schedule lag, usage
+# ----------------------------------------------------------------------------------------------
+
+
+def test_ttft_by_input_length_buckets() -> None:
+    run = [rec(0, 0, [100], [1], isl=100), rec(1, 0, [200], [1], isl=255), rec(2, 0, [300], [1], isl=256),
+           rec(3, 0, [900], [1], isl=5000)]
+    m = summarize(run)
+    assert sorted(m.ttft_by_input_length) == ["[0,256)", "[256,512)", "[4096,inf)"]
+    assert m.ttft_by_input_length["[0,256)"].n == 2
+    assert m.ttft_by_input_length["[0,256)"].percentiles[50.0].value == approx(0.150)
+    assert m.ttft_by_input_length["[4096,inf)"].max == approx(0.9)
+
+
+def test_queue_wait_prefill_and_preemption() -> None:
+    run = [
+        rec(0, 0, [100], [1], server_timing={"queue_ns": 30 * MS, "prefill_ns": 60 * MS, "preemptions": 0}),
+        rec(1, 0, [200], [1], server_timing={"queue_ns": 50 * MS, "prefill_ns": 100 * MS, "preemptions": 2,
+                                            "preempted_tokens": 30}),
+        rec(2, 0, [], [], error_type=ErrorType.HTTP_5XX, end=300,
+            server_timing={"preemptions": 1, "preempted_tokens": 15}),
+        rec(3, 0, [150], [1]),  # server reported nothing
+    ]
+    m = summarize(run)
+    assert m.distributions["queue_wait"].n == 2
+    assert m.distributions["queue_wait"].mean.value == approx(0.040)
+    assert m.distributions["prefill"].max == approx(0.100)
+    # preempted: #1 and #2 of the 3 that reported -> 2/3; recovered: #1 of 2 -> 1/2
+    assert m.scalar("preemption_rate").value == approx(2 / 3)
+    assert m.scalar("preemption_recovery_rate").value == approx(0.5)
+    # (30 + 15) tokens lost over (2 + 1) preemptions = 15
+    assert m.scalar("tokens_lost_per_preemption").value == approx(15.0)
+    assert "preemption_rate" not in summarize([rec(0, 0, [100], [1])]).scalars
+
+
+def test_send_lag_and_schedule_latency() -> None:
+    run = [rec(0, 12, [100], [1], intended_ns=10 * MS), rec(1, 35, [150], [1], intended_ns=20 * MS)]
+    m = summarize(run)
+    assert m.per_request["send_lag"] == approx([0.002, 0.015])
+    # end - intended: 100 - 10 = 90 ms; 150 - 20 = 130 ms
+    assert m.per_request["schedule_latency"] == approx([0.090, 0.130])
+    assert "send_lag" not in summarize([rec(0, 0, [100], [1])]).distributions
+
+
+def test_usage_discrepancy_and_osl_mismatch() -> None:
+    r = rec(0, 0, [100, 110], [1, 1], max_tokens=100, input_tokens_client=100, input_tokens_server=110,
+            output_tokens_client=50, output_tokens_server=48)
+    m = summarize([r])
+    assert m.per_request["input_usage_diff_pct"] == approx([10.0])
+    assert m.per_request["output_usage_diff_pct"] == approx([-4.0])
+    # OSL = server's 48 of 100 requested -> -52%; |52| > min(5, 50) -> a mismatch
+    assert m.per_request["osl_mismatch_pct"] == approx([-52.0])
+    assert m.scalar("osl_mismatch_count").value == 1
+    assert m.scalar("usage_discrepancy_count").value == 0  # 10% is not > 10%
+
+
+# ----------------------------------------------------------------------------------------------
+# interface
+# ----------------------------------------------------------------------------------------------
+
+
+def test_unknown_names_list_known_ones_and_json() -> None:
+    m = summarize(multi_chunk_run())
+    with pytest.raises(KeyError, match="ttft"):
+        m.percentile("nope", 50)
+    with pytest.raises(KeyError, match="request_throughput"):
+        m.scalar("nope")
+    with pytest.raises(KeyError, match="e2e"):
+        m.per_request_values("nope")
+    # any p from the kept samples, with CI
+    est = m.percentile("e2e", 75)
+    assert est.value == approx(0.130 + 0.75 * 0.020)
+    doc = m.to_json(per_request=True)
+    text = json.dumps(doc, allow_nan=False)  # strict JSON: no NaN leaks
+    assert "itl_method" in text and doc["per_request"]["tpot"][1] is None
+
+
+def test_bad_input_is_named() -> None:
+    with pytest.raises(ValueError, match="no records"):
+        summarize([])
+    r = rec(7, 0, [100, 90], [1, 1])
+    with pytest.raises(ValueError, match="record 7"):
+        summarize([r])
+    with pytest.raises(ValueError, match="steady_state_fraction"):
+        summarize(multi_chunk_run(), steady_state_fraction=1.0)
+    w = rec(0, 0, [100], [1])
+    w.phase = "warmup"
+    with pytest.raises(ValueError, match="phase"):
+        summarize([w])
+    assert summarize([w], phase=None).scalar("request_count").value == 1
+
+
+def test_throughput_at_ttft_p99() -> None:
+    levels = [(100.0, 0.2), (180.0, 0.45), (220.0, 0.52), (150.0, 0.3)]
+    assert throughput_at_ttft_p99(levels) == 180.0
+    assert throughput_at_ttft_p99([(100.0, 0.6)]) is None
+    m = summarize(window_run())
+    assert throughput_at_ttft_p99([m]) == approx(m.scalar("output_throughput").value)
+    assert isinstance(m, RunMetrics)
+    with pytest.raises(TypeError, match="pairs"):
+        throughput_at_ttft_p99([1.0])
+
+
+def test_experience_metrics_in_summary() -> None:
+    m = summarize(multi_chunk_run(), decode_deadline=0.025)
+    # fluidity: every decode gap <= 25 ms -> 1.0 for request 0; request 1 only has its first token
+    fi = m.per_request["fluidity"]
+    assert 0.0 <= np.nanmin(fi) <= np.nanmax(fi) <= 1.0 and fi[0] == 1.0
+    # user idle latency, V = 1/20 s: request 0 tokens at 0.10, 0.11, 0.11, 0.13 s vs deadlines
+    # 0.05, 0.10, 0.15, 0.20 -> max lateness 0.05 s; request 1: 0.15 - 0.05 = 0.10 s
+    assert m.per_request["user_idle_latency"] == approx([0.05, 0.10])
+    # smooth goodput = ((4 - 5 x 0.05) + (1 - 5 x 0.10)) / 0.2 s = 4.25 / 0.2
+    assert m.scalar("smooth_goodput").value == approx(4.25 / 0.2)
+    rate = m.fluid_token_generation_rate()
+    assert rate.rate > 0 and rate.n == 2
+
+
+def test_itl_shape_modality_and_tail() -> None:
+    rng = np.random.default_rng(3)
+
+    def run(gap_fn: object) -> list[RequestRecord]:
+        out = []
+        for i in range(30):
+            gaps = gap_fn(40)  # type: ignore[operator]
+            chunks = list(100 + np.cumsum(np.concatenate(([0.0], gaps))))
+            out.append(rec(i, 0, chunks, [1] * len(chunks)))
+        return out
+
+    uni = summarize(run(lambda k: rng.normal(20, 1, k)))
+    assert uni.itl_modality is not None and uni.itl_modality.verdict == "unimodal"
+    # two decode regimes (10 ms and 50 ms steps, as with and without a batched prefill)
+    bi = summarize(run(lambda k: np.where(rng.random(k) < 0.5, rng.normal(10, 0.5, k), rng.normal(50, 0.5, k))))
+    assert bi.itl_modality is not None and bi.itl_modality.verdict == "multimodal"
+    assert bi.itl_tail is not None and bi.itl_tail.p99_p50_ratio == approx(bi.scalar("itl_tail_ratio").value)
+    assert bi.to_json()["itl_modality"]["verdict"] == "multimodal"
+
+
+def test_all_failed_run_and_fallbacks() -> None:
+    # every request failed: counts and rates exist, latency distributions are empty, no crash
+    m = summarize([rec(0, 0, [], [], error_type=ErrorType.CONNECT, end=5),
+                   rec(1, 10, [], [], error_type=ErrorType.RATE_LIMITED, end=20, status=429)])
+    assert m.scalar("success_rate").value == 0.0 and m.distributions["ttft"].n == 0
+    assert m.errors_by_type == {"connect": 1, "rate_limited": 1}
+    assert m.itl_modality is not None and m.itl_modality.verdict == "undetermined"
+    assert m.scalar("request_throughput").value == 0.0
+    json.dumps(m.to_json(per_request=True), allow_nan=False)
+    # no chunk_tokens from the tokenizer: one token per non-whitespace text chunk
+    r = rec(0, 0, [100, 110, 125], [], text=["a", " ", "b"])
+    r.chunk_tokens = []
+    m2 = summarize([r])
+    assert m2.per_request["osl"] == approx([2.0])
+    assert m2.distributions["itl"].samples == approx([0.025])
+    # a non-streamed response (no chunks): its OSL counts at the end time
+    ns = rec(0, 0, [], [], end=400, output_tokens_server=30)
+    m3 = summarize([rec(1, 0, [10], [1], end=10), ns], steady_state_fraction=0.0)
+    assert m3.scalar("output_throughput").value == approx(31 / 0.4)

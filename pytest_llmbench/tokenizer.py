@@ -5,23 +5,43 @@ The reference tokenizer is OpenAI's ``cl100k_base`` loaded offline from the
 The declaration (:class:`TokenizerDeclaration`) is what every report prints about tokenization:
 name, version, vocabulary size, source, counting option (§4.4.2) and special-token handling
 (§4.4.3). There is never a silent fallback to a word count: an unknown tokenizer is an error.
+
+Tokenizers available through :func:`get_tokenizer`:
+
+* ``"cl100k_base"`` (default, the §4.4.2 recommended reference) or any other tiktoken encoding
+  name that is available offline, also spelled ``"tiktoken:<name>"``;
+* ``"hf:/path/to/tokenizer.json"``: a Hugging Face ``tokenizers`` file read from disk (no hub
+  download), for counting with a model's own tokenizer (needs the optional ``tokenizers`` package).
+
+Counting with the server's own tokenizer (§4.4.2 option A) goes through
+:class:`ServerTokenCounter` (a vLLM-style ``POST /tokenize``), or, when the server has no such
+endpoint, through the ``usage`` block of each response; :func:`server_counting` decides which and
+returns the matching declaration.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "REFERENCE_TOKENIZER",
+    "HFTokenizer",
+    "ServerTokenCounter",
     "Tokenizer",
     "TokenizerDeclaration",
     "TokenizerError",
     "TiktokenTokenizer",
     "get_tokenizer",
+    "server_counting",
+    "usage_counting_declaration",
 ]
 
 REFERENCE_TOKENIZER = "cl100k_base"
@@ -44,9 +64,24 @@ class TokenizerDeclaration:
         "no BOS/EOS added by the client; chat-template, system-prompt and tool-formatting tokens "
         "are counted by the server only (usage.prompt_tokens)"
     )
+    # --- §4.4.3 items one by one (added; defaults describe the client-side counting above) ----
+    bos_eos: str = "excluded"  # "included" | "excluded" (4.4.3-MUST-1)
+    system_prompt: str = "included"  # "included" | "separate" (4.4.3-MUST-2)
+    tool_call_format: str = (  # free text (4.4.3-MUST-3)
+        "not counted by the client (no tools in the reference workloads); any tool/function-call "
+        "formatting tokens appear only in the server's usage counts"
+    )
+    #: How counts are obtained: "reference-tokenizer", "server-tokenize" or "server-usage".
+    counting_method: str = "reference-tokenizer"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def with_option(self, option: str, **changes: Any) -> TokenizerDeclaration:
+        """A copy declaring counting option ``"A"`` or ``"B"`` (§4.4.2), plus other changes."""
+        if option not in ("A", "B"):
+            raise TokenizerError(f"counting option must be 'A' or 'B', not {option!r} (§4.4.2)")
+        return replace(self, counting_option=option, **changes)
 
 
 @runtime_checkable
@@ -100,8 +135,18 @@ class TiktokenTokenizer:
     def encode(self, text: str) -> list[int]:
         return self._enc.encode(text, disallowed_special=())
 
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """``encode`` over many texts at once (tiktoken's threaded batch encoder)."""
+        return self._enc.encode_batch(list(texts), num_threads=2, disallowed_special=())
+
     def decode(self, ids: Sequence[int]) -> str:
         return self._enc.decode(list(ids))
+
+    def ordinary_ids(self) -> list[int]:
+        """Every id that decodes to bytes and is not a special token (for random-id prompts)."""
+        special = set(self._enc.special_tokens_set)
+        special_ids = {self._enc.encode_single_token(t) for t in special}
+        return [i for i in range(self._enc.max_token_value + 1) if i not in special_ids and _has_bytes(self._enc, i)]
 
     def token_starts(self, text: str) -> list[int]:
         ids = self.encode(text)
@@ -113,7 +158,237 @@ class TiktokenTokenizer:
         return list(offsets)
 
 
+def _has_bytes(enc: Any, i: int) -> bool:
+    try:
+        enc.decode_single_token_bytes(i)
+    except KeyError:  # gaps in the id space (cl100k_base has none below its special tokens)
+        return False
+    return True
+
+
+class HFTokenizer:
+    """A Hugging Face ``tokenizers`` tokenizer read from a local ``tokenizer.json`` (§4.4.1).
+
+    Nothing is downloaded. The client adds no special tokens (``add_special_tokens=False``), so
+    BOS/EOS are excluded from client counts; the declaration says so (§4.4.3). The version is
+    the ``tokenizers`` release plus a SHA-256 of the file, which pins the exact vocabulary.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, name: str | None = None) -> None:
+        file = Path(path).expanduser()
+        if not file.is_file():
+            raise TokenizerError(f"Hugging Face tokenizer file {str(file)!r} does not exist")
+        try:
+            import tokenizers
+        except ImportError as exc:
+            raise TokenizerError(
+                f"tokenizer 'hf:{file}' needs the optional 'tokenizers' package (pip install tokenizers)"
+            ) from exc
+        raw = file.read_bytes()
+        try:
+            self._tok = tokenizers.Tokenizer.from_str(raw.decode("utf-8"))
+            model_type = str(json.loads(raw).get("model", {}).get("type", "unknown"))
+        except Exception as exc:  # tokenizers raises Exception subclasses with terse messages
+            raise TokenizerError(f"cannot load Hugging Face tokenizer file {str(file)!r}: {exc}") from exc
+        self.path = file
+        self._special_ids = sorted(
+            i for i, tok in self._tok.get_added_tokens_decoder().items() if getattr(tok, "special", False)
+        )
+        if name is None:
+            name = file.parent.name if file.name == "tokenizer.json" and file.parent.name else file.stem
+        self.declaration = TokenizerDeclaration(
+            name=name,
+            version=f"tokenizer.json sha256:{hashlib.sha256(raw).hexdigest()[:16]}; tokenizers {tokenizers.__version__}",
+            vocab_size=self._tok.get_vocab_size(with_added_tokens=True),
+            source=f"Hugging Face tokenizers file {file} ({model_type} model; local, no hub download)",
+            special_tokens=(
+                "client encodes with add_special_tokens=False (no BOS/EOS); chat-template, "
+                "system-prompt and tool-formatting tokens are counted by the server only"
+            ),
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [list(e.ids) for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._tok.decode(list(ids), skip_special_tokens=False))
+
+    def ordinary_ids(self) -> list[int]:
+        special = set(self._special_ids)
+        return [i for i in range(self._tok.get_vocab_size(with_added_tokens=True)) if i not in special]
+
+    def token_starts(self, text: str) -> list[int]:
+        enc = self._tok.encode(text, add_special_tokens=False)
+        starts: list[int] = []
+        last = 0
+        for begin, _end in enc.offsets:  # character offsets into ``text``
+            last = max(last, begin)  # a multi-byte character split across tokens repeats a start
+            starts.append(last)
+        return starts
+
+
+class ServerTokenCounter:
+    """Counts tokens with the SUT's own tokenizer through ``POST /tokenize`` (§4.4.2 option A).
+
+    The request/response shape is vLLM's (also SGLang's): ``{"model": m, "prompt": text}`` ->
+    ``{"count": n, "tokens": [...]}``; ``{"messages": [...]}`` counts a chat prompt with the
+    server's chat template applied. The endpoint lives at the server root, so a base URL ending in
+    ``/v1`` is stripped. The API key is sent as a bearer token and never appears in ``repr`` or
+    errors. Errors raise :class:`TokenizerError`; nothing falls back to another count.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        add_special_tokens: bool = True,
+        vocab_size: int | None = None,
+        timeout: float = 10.0,
+        transport: Any = None,
+    ) -> None:
+        import httpx
+
+        root = base_url.rstrip("/")
+        if root.endswith("/v1"):
+            root = root[: -len("/v1")]
+        self.url = root + "/tokenize"
+        self.model = model
+        self.add_special_tokens = add_special_tokens
+        self.vocab_size = vocab_size
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(headers=headers, timeout=timeout, transport=transport)
+        self.declaration = TokenizerDeclaration(
+            name=f"server-native:{model or 'default'}",
+            version="as served by the SUT (the /tokenize endpoint reports no version)",
+            vocab_size=vocab_size or 0,  # 0 = not reported; pass vocab_size= to declare it
+            source=f"SUT endpoint POST {self.url}",
+            counting_option="A",
+            counting_method="server-tokenize",
+            bos_eos="included" if add_special_tokens else "excluded",
+            special_tokens=(
+                f"counted by the server's tokenizer with add_special_tokens={add_special_tokens}; "
+                "chat prompts counted with the server's chat template (template tokens included)"
+            ),
+            system_prompt="included",
+            tool_call_format="as rendered by the server's chat template (included in chat counts)",
+        )
+
+    def __repr__(self) -> str:
+        return f"ServerTokenCounter(url={self.url!r}, model={self.model!r})"
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        import httpx
+
+        if self.model is not None:
+            body = {"model": self.model, **body}
+        try:
+            resp = self._client.post(self.url, json=body)
+        except httpx.HTTPError as exc:
+            raise TokenizerError(f"POST {self.url} failed: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code != 200:
+            raise TokenizerError(f"POST {self.url} returned HTTP {resp.status_code}: {resp.text[:200]}")
+        try:
+            data = resp.json()
+        except ValueError as exc:
+            raise TokenizerError(f"POST {self.url} returned a body that is not JSON") from exc
+        if not isinstance(data, dict):
+            raise TokenizerError(f"POST {self.url} returned {type(data).__name__}, expected an object")
+        return data
+
+    @staticmethod
+    def _count_of(data: dict[str, Any], url: str) -> int:
+        count = data.get("count")
+        if isinstance(count, int) and not isinstance(count, bool):
+            return count
+        tokens = data.get("tokens")
+        if isinstance(tokens, list):
+            return len(tokens)
+        raise TokenizerError(f"POST {url} answered without 'count' or 'tokens': keys {sorted(data)}")
+
+    def tokenize(self, text: str) -> list[int]:
+        """The server's token ids for ``text``."""
+        data = self._post({"prompt": text, "add_special_tokens": self.add_special_tokens})
+        tokens = data.get("tokens")
+        if not isinstance(tokens, list):
+            raise TokenizerError(f"POST {self.url} answered without a 'tokens' list")
+        return [int(t) for t in tokens]
+
+    def count(self, text: str) -> int:
+        """Token count of ``text`` by the server's tokenizer."""
+        data = self._post({"prompt": text, "add_special_tokens": self.add_special_tokens})
+        return self._count_of(data, self.url)
+
+    def count_messages(self, messages: Sequence[dict[str, Any]]) -> int:
+        """Token count of a chat prompt after the server's chat template (template tokens included)."""
+        data = self._post({"messages": list(messages)})
+        return self._count_of(data, self.url)
+
+    def probe(self) -> str | None:
+        """``None`` when the endpoint answers correctly, else why it cannot be used."""
+        try:
+            n = self.count("hello world")
+        except TokenizerError as exc:
+            return str(exc)
+        if n <= 0:
+            return f"POST {self.url} counted {n} tokens for 'hello world'"
+        return None
+
+
+def usage_counting_declaration(model: str | None = None, *, reason: str = "") -> TokenizerDeclaration:
+    """Option A by server usage: counts are ``usage.prompt_tokens``/``completion_tokens`` (§4.4.2)."""
+    why = f" ({reason})" if reason else ""
+    return TokenizerDeclaration(
+        name=f"server-native:{model or 'default'}",
+        version="unknown (counts taken from the server's usage block)",
+        vocab_size=0,  # not observable through usage; declare it from the model card if known
+        source=f"usage.prompt_tokens / usage.completion_tokens reported by the SUT; no /tokenize endpoint{why}",
+        counting_option="A",
+        counting_method="server-usage",
+        bos_eos="as counted by the server (usually included in prompt_tokens)",
+        special_tokens="whatever the server counts in usage: chat-template and special tokens included",
+        system_prompt="included",
+        tool_call_format="included in usage.prompt_tokens as rendered by the server",
+    )
+
+
+def server_counting(
+    base_url: str,
+    model: str | None = None,
+    *,
+    api_key: str | None = None,
+    vocab_size: int | None = None,
+    transport: Any = None,
+) -> tuple[ServerTokenCounter | None, TokenizerDeclaration]:
+    """Option A (§4.4.2): the server's ``/tokenize`` when it works, else usage-based counting.
+
+    Returns the counter (``None`` for usage-based counting) and the declaration to report. The
+    choice is explicit in ``declaration.counting_method``; there is no word-count fallback.
+    """
+    counter = ServerTokenCounter(base_url, model, api_key=api_key, vocab_size=vocab_size, transport=transport)
+    problem = counter.probe()
+    if problem is None:
+        return counter, counter.declaration
+    counter.close()
+    return None, usage_counting_declaration(model, reason=problem)
+
+
 @functools.lru_cache(maxsize=8)
 def get_tokenizer(name: str = REFERENCE_TOKENIZER) -> Tokenizer:
-    """Return the tokenizer called ``name`` (cached). Unknown names raise :class:`TokenizerError`."""
+    """Return the tokenizer called ``name`` (cached). Unknown names raise :class:`TokenizerError`.
+
+    ``name`` is a tiktoken encoding (``"cl100k_base"``, ``"tiktoken:o200k_base"``) or
+    ``"hf:<path to tokenizer.json>"``.
+    """
+    if name.startswith("hf:"):
+        return HFTokenizer(name[3:])
+    if name.startswith("tiktoken:"):
+        name = name[len("tiktoken:") :]
     return TiktokenTokenizer(name)

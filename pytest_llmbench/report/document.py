@@ -1,0 +1,570 @@
+"""The report document: one JSON-ready dict built from the session (App. C.1, App. C.2).
+
+Every report format (``report.md``, ``report.html``, the terminal rows, the GitHub step summary)
+is rendered from this dict alone, and the dict is what ``results.json`` holds, so a report can
+be rebuilt from disk byte for byte (:func:`pytest_llmbench.report.rebuild`). The layout is
+versioned (:data:`SCHEMA_VERSION`) and described by ``report/schema.json``.
+
+Secrets never reach the document: the API key is only named (``sut.api_key_env``), and as a
+second line of defence every string is scrubbed of the values of that variable and of any
+environment variable whose name says it holds a key, token, secret or password (§7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+import os
+import platform
+import re
+import sys
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .plotdata import normalise
+
+__all__ = ["DRAFT", "SCHEMA_VERSION", "build_document", "iso_ms", "jsonable", "secret_values"]
+
+SCHEMA_VERSION = "1.0"
+DRAFT = "draft-gaikwad-llm-benchmarking-methodology-00"
+#: The App. C.1 latency bound for "Throughput at P99 TTFT < 500ms".
+C1_TTFT_P99_BOUND_S = 0.5
+#: Environment variable names whose values are treated as secrets.
+SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL)", re.IGNORECASE)
+MIN_SECRET_LEN = 6
+REDACTED = "***REDACTED***"
+
+#: Key figures of a run: (figure name, distribution, percentile) and (figure name, scalar).
+DIST_FIGURES = (("ttft_p50", "ttft", 50.0), ("ttft_p99", "ttft", 99.0), ("tpot_p50", "tpot", 50.0),
+                ("tpot_p99", "tpot", 99.0), ("e2e_p50", "e2e", 50.0), ("e2e_p99", "e2e", 99.0),
+                ("itl_p50", "itl", 50.0), ("itl_p99", "itl", 99.0))
+SCALAR_FIGURES = ("output_throughput", "request_throughput", "input_throughput", "success_rate",
+                  "request_count", "benchmark_duration")
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+
+
+def iso_ms(unix_s: float) -> str:
+    """ISO 8601 UTC with milliseconds, ``2026-01-24T06:52:18.123Z`` (§4.7.4)."""
+    dt = datetime.fromtimestamp(unix_s, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+def jsonable(x: Any) -> Any:
+    """A JSON-ready copy: objects with ``to_json``, dataclasses, numpy values, enums, paths; NaN -> null."""
+    if hasattr(x, "to_json") and callable(x.to_json) and not isinstance(x, type):
+        return jsonable(x.to_json())
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return jsonable(dataclasses.asdict(x))
+    if isinstance(x, Mapping):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, enum.Enum):
+        return jsonable(x.value)
+    if isinstance(x, bool) or x is None or isinstance(x, str):
+        return x
+    if isinstance(x, int):
+        return int(x)
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    try:
+        import numpy as np
+
+        if isinstance(x, np.ndarray):
+            return jsonable(x.tolist())
+        if isinstance(x, np.generic):
+            return jsonable(x.item())
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        pass
+    if isinstance(x, Path):
+        return str(x)
+    return str(x)
+
+
+def secret_values(session: Any, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values that must not appear in any report: the named API key variable and key-like variables."""
+    env = os.environ if environ is None else environ
+    names: set[str] = set()
+    for obj in (getattr(session, "sut", None), getattr(session, "settings", None)):
+        name = getattr(obj, "api_key_env", None)
+        if name:
+            names.add(str(name))
+    names.update(k for k in env if SECRET_NAME.search(k))
+    values = {env[k] for k in names if k in env and len(env[k]) >= MIN_SECRET_LEN}
+    return sorted(values, key=len, reverse=True)
+
+
+def _scrub(x: Any, secrets: list[str]) -> Any:
+    if not secrets:
+        return x
+    if isinstance(x, str):
+        for s in secrets:
+            if s in x:
+                x = x.replace(s, REDACTED)
+        return x
+    if isinstance(x, dict):
+        return {_scrub(k, secrets): _scrub(v, secrets) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_scrub(v, secrets) for v in x]
+    return x
+
+
+_URL_USERINFO = re.compile(r"(https?://)([^/@\s:]+):([^/@\s]+)@")
+_SECRET_ARG = re.compile(r"^(--?[\w-]*(key|token|secret|passw(or)?d)[\w-]*)=(.+)$", re.IGNORECASE)
+
+
+def _redact_arg(arg: str) -> str:
+    arg = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:{REDACTED}@", arg)
+    m = _SECRET_ARG.match(arg)
+    if m and not m.group(1).lower().endswith("-env"):
+        return f"{m.group(1)}={REDACTED}"
+    return arg
+
+
+def command_line(session: Any) -> list[str]:
+    """The pytest command line with anything secret-looking redacted (§7)."""
+    config = getattr(session, "config", None)
+    params = getattr(config, "invocation_params", None)
+    args = list(getattr(params, "args", ()) or ()) if params is not None else list(sys.argv[1:])
+    out = ["pytest"]
+    redact_next = False
+    for a in (str(x) for x in args):
+        if redact_next:
+            out.append(REDACTED)
+            redact_next = False
+            continue
+        if re.match(r"^--?[\w-]*(key|token|secret|passw(or)?d)[\w-]*$", a, re.IGNORECASE) and not a.endswith("-env"):
+            out.append(a)
+            redact_next = True
+            continue
+        out.append(_redact_arg(a))
+    return out
+
+
+def _plugin_version() -> str:
+    try:
+        from .. import __version__
+
+        return str(__version__)
+    except Exception:  # pragma: no cover
+        return "unknown"
+
+
+# --------------------------------------------------------------------------------------------
+# declarations -> system identification (App. C.1)
+# --------------------------------------------------------------------------------------------
+
+
+def _declarations(session: Any, notes: list[str]) -> dict[str, Any]:
+    settings = getattr(session, "settings", None)
+    path = getattr(settings, "declarations", None)
+    config = getattr(session, "config", None)
+    rootdir = getattr(config, "rootpath", None)
+    if path is None and rootdir is None:
+        return {}
+    try:
+        from ..compliance import Declarations
+
+        decl = Declarations.load(path, rootdir=rootdir)
+    except Exception as exc:  # a bad file must not lose the report
+        notes.append(f"declarations could not be read: {exc}")
+        return {}
+    return {"source": decl.source, "values": jsonable(dict(decl))}
+
+
+def _describe_model(sut: Mapping[str, Any] | None, decl: Mapping[str, Any]) -> str:
+    m = decl.get("model")
+    if isinstance(m, Mapping):
+        text = " ".join(str(m[k]) for k in ("name", "version") if m.get(k))
+        if m.get("quantization"):
+            text += f" (quantization: {m['quantization']})"
+        return text or "not declared"
+    name = (sut or {}).get("model") or "unknown"
+    return f"{name} (version not declared)"
+
+
+def _describe_hardware(sut: Mapping[str, Any] | None, decl: Mapping[str, Any]) -> str:
+    h = decl.get("hardware")
+    if isinstance(h, Mapping):
+        text = f"{h.get('accelerator', '?')} x {h.get('count', '?')}"
+        if h.get("memory"):
+            text += f" ({h['memory']})"
+        return text
+    if (sut or {}).get("embedded_simulator"):
+        return "none (embedded simulator: a modelled engine on this host's CPU)"
+    return "not declared"
+
+
+def _describe_engine(sut: Mapping[str, Any] | None, decl: Mapping[str, Any], version: str) -> str:
+    e = decl.get("engine")
+    if isinstance(e, Mapping):
+        return " ".join(str(e[k]) for k in ("name", "version") if e.get(k)) or "not declared"
+    if (sut or {}).get("embedded_simulator"):
+        return f"pytest-llmbench embedded simulator {version}"
+    return "not declared"
+
+
+# --------------------------------------------------------------------------------------------
+# per procedure
+# --------------------------------------------------------------------------------------------
+
+
+def _est(e: Any) -> dict[str, Any] | None:
+    return jsonable(e) if e is not None else None
+
+
+def key_figures(metrics: Any) -> dict[str, Any]:
+    """The figures the terminal, C.1 and summary tables show, as Estimate dicts (seconds, tok/s)."""
+    if metrics is None:
+        return {}
+    out: dict[str, Any] = {}
+    dists = getattr(metrics, "distributions", {}) or {}
+    for name, dist, p in DIST_FIGURES:
+        d = dists.get(dist)
+        if d is not None and d.n > 0 and p in d.percentiles:
+            out[name] = _est(d.percentiles[p])
+    scalars = getattr(metrics, "scalars", {}) or {}
+    for name in SCALAR_FIGURES:
+        if name in scalars:
+            out[name] = _est(scalars[name])
+    return out
+
+
+def _load_text(load: Mapping[str, Any] | None) -> str:
+    if not load:
+        return "not recorded"
+    model = load.get("model")
+    if model == "open":
+        arrival = load.get("arrival") or "open-loop"
+        rate = load.get("rate")
+        return f"open-loop {arrival}" + (f" at {_g(rate)} req/s" if rate is not None else "")
+    if model == "closed":
+        c = load.get("concurrency")
+        return "closed-loop" + (f" concurrency {c}" if c is not None else "")
+    return str(model or "not recorded")
+
+
+def _g(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+
+def _all_metrics(result: Any) -> list[tuple[str, Any]]:
+    """(label, RunMetrics) of every run of a result, primary first, each object once."""
+    seen: set[int] = set()
+    out: list[tuple[str, Any]] = []
+    if result.metrics is not None:
+        out.append(("primary", result.metrics))
+        seen.add(id(result.metrics))
+    for run in result.runs:
+        if id(run.metrics) not in seen:
+            seen.add(id(run.metrics))
+            out.append((run.label, run.metrics))
+    return out
+
+
+VERDICTS = ("unconditionally compliant", "conditionally compliant", "not compliant")
+
+
+def _verdict(result: Any) -> str:
+    """The §2 verdict of a result; "not evaluated" when the procedure did not reach it."""
+    c = getattr(result, "compliance", None)
+    if c is not None:
+        v = getattr(c, "verdict", None)
+        text = str(getattr(v, "value", v))
+    else:
+        text = str(result.measurements.get("compliance_verdict") or "")
+    return text if text in VERDICTS else "not evaluated"
+
+
+def _compliance_summary(result: Any) -> dict[str, Any]:
+    c = getattr(result, "compliance", None)
+    if c is None:
+        return {"verdict": _verdict(result), "unmet": [], "notes": [], "counts": {}}
+    unmet = []
+    for check in list(c.unmet_must) + list(c.unmet_should):
+        unmet.append({"id": check.id, "level": c.level(check.id), "status": str(check.status.value),
+                      "reason": check.reason})
+    return {"verdict": _verdict(result), "unmet": unmet, "notes": list(c.notes), "counts": jsonable(c.counts())}
+
+
+def _relative(path: str | os.PathLike[str] | None, root: Path) -> str | None:
+    if not path:
+        return None
+    p = Path(path)
+    try:
+        return p.resolve().relative_to(root.resolve()).as_posix()
+    except (ValueError, OSError):
+        return p.as_posix()
+
+
+def _procedure(index: int, key: str, result: Any, report_dir: Path) -> dict[str, Any]:
+    data = jsonable(result.to_json())
+    plots, plot_notes = normalise(result.plots, result.metrics)
+    data["plots"] = jsonable(plots)
+    for run in data.get("runs") or []:  # run directories relative to the report, so it can be moved
+        run["run_dir"] = _relative(run.get("run_dir"), report_dir) or ""
+    facts = data.get("facts") or {}
+    workload = (facts.get("workload") or {}).get("name") or result.params.get("workload")
+    runs = _all_metrics(result)
+    requests = 0
+    for _, m in runs:
+        rc = m.scalars.get("request_count") if getattr(m, "scalars", None) else None
+        requests += int(rc.value) if rc is not None and math.isfinite(rc.value) else 0
+    anchor = f"p{index:02d}-" + re.sub(r"[^0-9A-Za-z]+", "_", result.procedure)
+    return {
+        "key": key,
+        "anchor": anchor,
+        "procedure": result.procedure,
+        "title": result.title,
+        "profile": result.profile,
+        "complete": bool(result.complete),
+        "figures": key_figures(result.metrics),
+        "configuration": {
+            "workload": workload,
+            "load": _load_text(facts.get("load")),
+            "levels": len(result.runs),
+            "requests": requests,
+            "duration_s": jsonable(result.duration_s),
+            "seed": facts.get("seed"),
+            "sequence_hash": facts.get("sequence_hash"),
+            "generator": facts.get("generator"),
+        },
+        "compliance": _compliance_summary(result),
+        "run_dirs": [r["run_dir"] for r in data.get("runs") or [] if r["run_dir"]],
+        "plot_notes": plot_notes,
+        "result": data,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Minimum Viable Report (App. C.1)
+# --------------------------------------------------------------------------------------------
+
+
+def _pick_primary(procs: list[tuple[dict[str, Any], Any]]) -> tuple[dict[str, Any], Any] | None:
+    with_metrics = [(p, r) for p, r in procs if r.metrics is not None]
+    for wanted in ("5.1", "5.2"):
+        for p, r in with_metrics:
+            if p["procedure"] == wanted:
+                return p, r
+    return with_metrics[0] if with_metrics else None
+
+
+def _mvr(doc: dict[str, Any], procs: list[tuple[dict[str, Any], Any]], decl: Mapping[str, Any],
+         notes: list[str]) -> dict[str, Any]:
+    from ..metrics import throughput_at_ttft_p99
+
+    sut = doc.get("sut")
+    version = doc["tool"]["version"]
+    system = {
+        "model": _describe_model(sut, decl),
+        "hardware": _describe_hardware(sut, decl),
+        "software": _describe_engine(sut, decl, version),
+        "sut_boundary": (sut or {}).get("boundary_name") or (sut or {}).get("boundary") or "not declared",
+    }
+    workloads: list[str] = []
+    loads: list[str] = []
+    total_requests = 0
+    for p, _ in procs:
+        cfg = p["configuration"]
+        if cfg["workload"] and str(cfg["workload"]) not in workloads:
+            workloads.append(str(cfg["workload"]))
+        runs_note = f", {cfg['levels']} runs" if cfg["levels"] > 1 else ""
+        loads.append(f"{p['procedure']}: {cfg['load']}{runs_note}")
+        total_requests += cfg["requests"]
+    configuration = {
+        "workload": ", ".join(workloads) or "not recorded",
+        "load_model": "; ".join(loads),
+        "request_count": total_requests,
+        "test_duration_s": round(sum(float(p["configuration"]["duration_s"] or 0.0) for p, _ in procs), 3),
+    }
+    key: dict[str, Any] = {"source": None}
+    prim = _pick_primary(procs)
+    if prim is not None:
+        p, _ = prim
+        key["source"] = f"{p['procedure']} {p['title']}"
+        for name in ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99"):
+            key[name] = p["figures"].get(name)
+    best: tuple[float, str] | None = None
+    levels: list[tuple[str, Any]] = []
+    for p, r in procs:
+        for label, m in _all_metrics(r):
+            levels.append((f"{p['procedure']} {label}", m))
+            thr = m.scalars.get("output_throughput")
+            if thr is not None and math.isfinite(thr.value) and (best is None or thr.value > best[0]):
+                best = (float(thr.value), f"{p['procedure']} {label}")
+    key["max_throughput_tps"] = best[0] if best else None
+    key["max_throughput_source"] = best[1] if best else None
+    usable = []
+    for label, m in levels:
+        try:
+            usable.append((label, m, m.percentile("ttft", 99).value))
+        except (KeyError, ValueError):
+            continue
+    at = throughput_at_ttft_p99([m for _, m, _ in usable], C1_TTFT_P99_BOUND_S) if usable else None
+    key["throughput_at_ttft_p99_500ms_tps"] = at
+    key["throughput_at_ttft_p99_500ms_source"] = None
+    if at is not None:
+        for label, m, p99 in usable:
+            if p99 < C1_TTFT_P99_BOUND_S and m.scalars["output_throughput"].value == at:
+                key["throughput_at_ttft_p99_500ms_source"] = label
+                break
+    deviations: list[str] = []
+    shared: dict[str, list[str]] = {}  # the same note from several procedures is listed once
+    for p, _ in procs:
+        c = p["compliance"]
+        must = sum(1 for u in c["unmet"] if u["level"] == "MUST")
+        should = sum(1 for u in c["unmet"] if u["level"] == "SHOULD")
+        if must or should:
+            deviations.append(f"{p['procedure']}: {c['verdict']} ({must} MUST and {should} SHOULD items unmet; "
+                              f"see Methodology compliance)")
+        for n in c["notes"]:
+            shared.setdefault(n, []).append(p["procedure"])
+        if not p["complete"]:
+            deviations.append(f"{p['procedure']}: run incomplete")
+    deviations.extend(f"{', '.join(ids)}: {n}" for n, ids in shared.items())
+    profile = (doc.get("settings") or {}).get("profile")
+    if profile == "smoke":
+        deviations.append("profile 'smoke' scales parameters below the draft's minimums (every reduction below "
+                          "a MUST is listed as an unmet item)")
+    if not doc["complete"]:
+        deviations.insert(0, "INCOMPLETE: the session was interrupted; results cover only what finished")
+    deviations.extend(notes)
+    guard = None
+    for _, r in procs:
+        facts = getattr(r, "facts", None)
+        g = getattr(facts, "guardrails", None)
+        if g:
+            guard = g
+            break
+    if guard is None and isinstance(decl.get("guardrails"), Mapping):
+        guard = decl["guardrails"]
+    if guard:
+        parts = [f"{k.replace('_', ' ')}: {v if not isinstance(v, (list, tuple)) else ', '.join(map(str, v)) or 'none'}"
+                 for k, v in guard.items()]
+        guard_text = "; ".join(parts)
+    else:
+        guard_text = "not declared (§4.8.1: declare input_filter, output_filter and systems)"
+    return {"system": system, "configuration": configuration, "key_results": jsonable(key),
+            "notes": {"deviations": deviations, "guardrails": guard_text}}
+
+
+# --------------------------------------------------------------------------------------------
+# tests, record files
+# --------------------------------------------------------------------------------------------
+
+
+_VERDICTS = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}
+
+
+def _tests(session: Any, procs_by_key: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for nodeid, entry in (getattr(session, "test_outcomes", None) or {}).items():
+        outcome = entry.get("outcome") if entry.get("outcome") in _VERDICTS else None
+        proc = procs_by_key.get(entry.get("result_key", ""))
+        out.append({
+            "nodeid": str(nodeid),
+            "procedure": entry.get("procedure"),
+            "result_key": entry.get("result_key"),
+            "slos": [str(s) for s in entry.get("slos") or []],
+            "outcome": outcome or "not run",
+            "when": entry.get("when"),
+            "message": entry.get("message") or "",
+            "verdict": _VERDICTS.get(str(outcome), "NOT RUN"),
+            "compliance_verdict": proc["compliance"]["verdict"] if proc else "no result",
+            "anchor": proc["anchor"] if proc else None,
+        })
+    return out
+
+
+def _record_files(report_dir: Path) -> list[dict[str, Any]]:
+    runs = report_dir / "runs"
+    if not runs.is_dir():
+        return []
+    out = []
+    for f in sorted(p for p in runs.rglob("*") if p.is_file() and p.suffix in (".jsonl", ".json")):
+        name = f.name
+        if name == "records.jsonl":
+            kind = "records"
+        elif name == "run.json":
+            kind = "metadata"
+        elif name.endswith(".jsonl") and ("request" in name or "sequence" in name):
+            kind = "request-sequence"
+        else:
+            kind = "other"
+        try:
+            size = f.stat().st_size
+        except OSError:  # pragma: no cover - removed while listing
+            continue
+        out.append({"path": f.relative_to(report_dir).as_posix(), "kind": kind, "bytes": size})
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# the document
+# --------------------------------------------------------------------------------------------
+
+
+def build_document(session: Any, complete: bool, *, finished: float | None = None,
+                   environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Everything the reports show, as plain JSON (see ``report/schema.json``)."""
+    settings = getattr(session, "settings", None)
+    report_dir = Path(getattr(settings, "report", "llmbench-report"))
+    started = float(getattr(session, "started", time.time()))
+    finished = time.time() if finished is None else finished
+    interrupted = bool(getattr(session, "interrupted", False))
+    notes: list[str] = []
+    sut = getattr(session, "sut", None)
+    version = _plugin_version()
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "pytest-llmbench", "version": version, "draft": DRAFT,
+                 "python": platform.python_version(), "platform": platform.platform(terse=True)},
+        "command_line": command_line(session),
+        "started": iso_ms(started),
+        "finished": iso_ms(finished),
+        "duration_s": round(finished - started, 3),
+        "complete": bool(complete and not interrupted),
+        "interrupted": interrupted or not complete,
+        "report_dir": report_dir.as_posix(),
+        "settings": jsonable(settings.to_json()) if settings is not None else {},
+        "sut": jsonable(sut.to_json()) if sut is not None else None,
+    }
+    decl_doc = _declarations(session, notes)
+    doc["declarations"] = decl_doc
+    decl = decl_doc.get("values", {}) if decl_doc else {}
+    capacity = getattr(session, "capacity", None) or {}
+    doc["capacity"] = {str(k): jsonable(v) for k, v in capacity.items()}
+    procs: list[tuple[dict[str, Any], Any]] = []
+    for i, (key, result) in enumerate((getattr(session, "results", None) or {}).items()):
+        procs.append((_procedure(i, str(key), result, report_dir), result))
+    doc["procedures"] = [p for p, _ in procs]
+    by_key = {p["key"]: p for p, _ in procs}
+    doc["tests"] = _tests(session, by_key)
+    for p, _ in procs:
+        p["tests"] = [t["nodeid"] for t in doc["tests"] if t["result_key"] == p["key"]]
+    doc["summary"] = _mvr(doc, procs, decl, notes)
+    doc["records"] = _record_files(report_dir)
+    doc["reproduction"] = {
+        "seed": getattr(settings, "seed", None),
+        "plugin_version": version,
+        "command_line": doc["command_line"],
+        "workloads": sorted({str(p["configuration"]["workload"]) for p, _ in procs if p["configuration"]["workload"]}),
+        "sequence_hashes": {p["key"]: p["configuration"]["sequence_hash"] for p, _ in procs
+                            if p["configuration"]["sequence_hash"]},
+        "request_sequence_files": [r["path"] for r in doc["records"] if r["kind"] == "request-sequence"],
+        "tokenizer": getattr(settings, "tokenizer", None),
+    }
+    doc = _scrub(jsonable(doc), secret_values(session, environ))
+    # a JSON round trip so the in-memory document equals what results.json reloads to
+    return json.loads(json.dumps(doc, allow_nan=False))
+

@@ -1,0 +1,164 @@
+"""Number formatting shared by the Markdown, HTML, terminal and step-summary renderers.
+
+Everything here reads the plain JSON of ``results.json`` (an Estimate is a dict with ``value``,
+``n``, ``unit``, ``ci_low``, ``ci_high``, ``confidence``, ``undersampled``), so a report rebuilt
+from disk formats exactly like the original. Times are stored in seconds and shown in ms (§4.7).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["fmt_ci", "fmt_duration", "fmt_est", "fmt_num", "fmt_pct", "fmt_time", "fmt_value", "is_estimate",
+           "md_cell", "md_text"]
+
+UNDERSAMPLED_MARK = "†"
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def fmt_num(v: Any, digits: int = 4) -> str:
+    """A number with ``digits`` significant digits, thousands separators, no exponent below 1e9."""
+    if v is None:
+        return "n/a"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if not _finite(v):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if v == 0:
+        return "0"
+    v = float(f"{v:.{digits}g}")  # round first: 9.9999999 -> 10.00, not 10.000
+    a = abs(v)
+    if a >= 1e9 or a < 1e-4:
+        return f"{v:.{digits - 1}e}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(a)))
+    return f"{v:,.{decimals}f}"
+
+
+def fmt_time(seconds: Any) -> str:
+    """Seconds shown as ms below 10 s (``123.4 ms``), else as s (``12.35 s``)."""
+    if not _finite(seconds):
+        return "n/a"
+    if abs(seconds) < 1e-9:  # below 1 ns: floating-point noise of a constant series
+        return "0 ms"
+    if abs(seconds) >= 10:
+        return f"{fmt_num(float(seconds))} s"
+    return f"{fmt_num(float(seconds) * 1000.0)} ms"
+
+
+def fmt_pct(fraction: Any, digits: int = 4) -> str:
+    if not _finite(fraction):
+        return "n/a"
+    return f"{fmt_num(float(fraction) * 100.0, digits)}%"
+
+
+_UNIT_NAMES = {"tokens/s": "tok/s", "requests/s": "req/s"}
+
+
+def fmt_value(v: Any, unit: str = "") -> str:
+    """A value in its unit: s -> ms/s, fraction -> %, tokens/s -> tok/s, counts as integers."""
+    if v is None:
+        return "n/a"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, str):
+        return v
+    if not _finite(v):
+        return "n/a"
+    if unit == "s":
+        return fmt_time(v)
+    if unit == "fraction":
+        return fmt_pct(v)
+    if unit in ("requests", "tokens", "events", "samples") and float(v).is_integer():
+        return f"{int(v):,} {unit}"
+    if unit == "%":
+        return f"{fmt_num(float(v))}%"
+    name = _UNIT_NAMES.get(unit, unit)
+    return f"{fmt_num(float(v))} {name}".rstrip()
+
+
+def is_estimate(d: Any) -> bool:
+    return isinstance(d, Mapping) and "value" in d and "n" in d and "unit" in d
+
+
+def fmt_ci(est: Mapping[str, Any]) -> str:
+    """``95% CI 110.2 ms–130.1 ms`` or empty when the interval could not be computed."""
+    lo, hi = est.get("ci_low"), est.get("ci_high")
+    if lo is None or hi is None:
+        return ""
+    conf = est.get("confidence") or 0.95
+    unit = est.get("unit", "")
+    return f"{fmt_num(conf * 100, 3)}% CI {fmt_value(lo, unit)}–{fmt_value(hi, unit)}"
+
+
+def fmt_est(est: Any, *, ci: bool = False, n: bool = False) -> str:
+    """An Estimate dict as text; ``†`` marks an under-sampled value (§5.1.4.3)."""
+    if est is None:
+        return "n/a"
+    if not is_estimate(est):
+        return fmt_any(est)
+    text = fmt_value(est.get("value"), est.get("unit", ""))
+    if est.get("undersampled") and est.get("value") is not None:
+        text += UNDERSAMPLED_MARK
+    extra = []
+    if ci and (c := fmt_ci(est)):
+        extra.append(c)
+    if n:
+        extra.append(f"n={est.get('n')}")
+    return f"{text} ({', '.join(extra)})" if extra else text
+
+
+def fmt_any(v: Any, limit: int = 160) -> str:
+    """Any JSON value for a table cell (dicts/lists compactly, cut at ``limit`` characters)."""
+    if is_estimate(v):
+        return fmt_est(v)
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        text = ", ".join(v) if v else "none"
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+    if isinstance(v, (dict, list)):
+        text = json.dumps(v, ensure_ascii=False, separators=(", ", ": "), sort_keys=False)
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+    if isinstance(v, float):
+        return f"{v:,.6g}" if math.isfinite(v) else str(v)
+    if isinstance(v, int):
+        return str(v)
+    if v is None:
+        return "n/a"
+    return str(v)
+
+
+def fmt_duration(seconds: Any) -> str:
+    """A wall-clock duration: ``75.00 s`` below 10 minutes, else ``2 h 03 min 04 s``."""
+    if not _finite(seconds):
+        return "n/a"
+    if seconds < 600:
+        return f"{fmt_num(float(seconds))} s"
+    total = int(round(seconds))
+    h, rem = divmod(total, 3600)
+    m, sec = divmod(rem, 60)
+    return (f"{h:,} h {m:02d} min {sec:02d} s" if h else f"{m} min {sec:02d} s")
+
+
+_TAG = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def md_text(v: Any) -> str:
+    """Text safe in Markdown prose: anything that would open an HTML tag is escaped."""
+    text = v if isinstance(v, str) else fmt_any(v)
+    return _TAG.sub("&lt;", text)
+
+
+def md_cell(v: Any) -> str:
+    """Text safe inside a Markdown table cell (pipes escaped, one line, no HTML tags)."""
+    text = md_text(v)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")

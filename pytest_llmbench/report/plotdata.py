@@ -1,0 +1,245 @@
+"""Plot data: what procedures put in ``ProcedureResult.plots`` and its report form.
+
+Procedures write plain JSON under these keys (docs/reports.md, "Plot data"):
+
+=====================  ===========================================================================
+key                    value
+=====================  ===========================================================================
+``<name>_samples_s``   list of samples in seconds, e.g. ``ttft_samples_s`` (histogram + CDF,
+                       §5.1.5.4), ``itl_samples_s`` (ITL CDF, §5.4.5), ``e2e_samples_s``
+``curve``              ``{"offered": [...], "achieved_tps": [...], "ttft_p99_s": [...],
+                       "knee_index": i|None, "saturation_index": j|None, "offered_unit": "req/s"}``
+                       (§5.3.4; any other equal-length list, e.g. ``tpot_p99_s``, is kept)
+``search``             ``[{"level": x, "passed": bool, "value": y, "label": "..."}, ...]`` or
+                       ``{"steps": [...], "level_label": "...", "value_label": "..."}`` (§5.2, §5.5)
+``scaling``            ``{"length": [...], "ttft_s": [...], "fit": {"k": .., "c": .., "r2": ..}}``,
+                       TTFT = c·L^k (§5.9.4); the fit is computed here when absent
+``classes``            ``{"short": {"ttft_p50_s": .., "ttft_p99_s": ..}, "long": {...}}`` (§5.6)
+``configs``            ``{"cache off": {"ttft_p50_s": .., ...}, ...}`` (§5.7, §5.10)
+=====================  ===========================================================================
+
+:func:`normalise` turns that into the report form stored in ``results.json``: sample arrays
+become ``{"kind": "samples", "n", "stats" (exact quantiles of *all* samples), "histogram" (exact
+bin counts), "cdf" (at most :data:`CDF_POINTS` exact order statistics)}`` so large runs stay
+small; the other kinds are checked and kept. When a procedure gives no TTFT/ITL samples but has
+metrics, they are taken from the primary run's distributions. Bad plot data never breaks a
+report: the plot is left out and a note says why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CDF_POINTS", "PlotDataError", "normalise", "samples_summary"]
+
+#: Order statistics kept per sample set for the CDF (min and max always included).
+CDF_POINTS = 400
+MAX_BINS = 50
+MIN_BINS = 5
+QUANTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
+
+
+class PlotDataError(ValueError):
+    """Plot data that does not follow the convention (names the key and the problem)."""
+
+
+def _num(v: Any, where: str) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise PlotDataError(f"{where}: expected a number, got {v!r}")
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def _nums(v: Any, where: str) -> list[float | None]:
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    if not isinstance(v, (list, tuple)):
+        raise PlotDataError(f"{where}: expected a list of numbers, got {type(v).__name__}")
+    return [_num(x, f"{where}[{i}]") for i, x in enumerate(v)]
+
+
+def _index(v: Any, n: int, where: str) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= int(v) < n:
+        raise PlotDataError(f"{where}: expected an index in 0..{n - 1} or null, got {v!r}")
+    return int(v)
+
+
+def samples_summary(samples: Any, name: str, *, source: str = "procedure") -> dict[str, Any]:
+    """Exact quantiles, an exact histogram and a thinned CDF of ``samples`` (seconds)."""
+    x = np.asarray(samples, dtype=np.float64).ravel()
+    x = np.sort(x[np.isfinite(x)])
+    n = int(x.size)
+    if n == 0:
+        raise PlotDataError(f"{name}: no finite samples")
+    qs = np.percentile(x, QUANTILES, method="linear")
+    stats = {"min": float(x[0]), **{f"p{q:g}": float(v) for q, v in zip(QUANTILES, qs)},
+             "max": float(x[-1]), "mean": float(x.mean())}
+    bins = int(min(MAX_BINS, max(MIN_BINS, math.ceil(2.0 * n ** (1.0 / 3.0)))))
+    lo, hi = float(x[0]), float(x[-1])
+    if hi == lo:
+        pad = abs(lo) * 0.05 or 1e-3
+        lo, hi, bins = lo - pad, hi + pad, 1
+    counts, edges = np.histogram(x, bins=bins, range=(lo, hi))
+    idx = np.unique(np.round(np.linspace(0, n - 1, min(n, CDF_POINTS))).astype(np.int64))
+    return {
+        "kind": "samples",
+        "name": name,
+        "unit": "s",
+        "n": n,
+        "source": source,
+        "stats": stats,
+        "histogram": {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]},
+        "cdf": {"x": [float(v) for v in x[idx]], "p": [float((i + 1) / n) for i in idx]},
+    }
+
+
+def _curve(v: Any) -> dict[str, Any]:
+    if not isinstance(v, Mapping):
+        raise PlotDataError("curve: expected an object with offered, achieved_tps, ttft_p99_s")
+    out: dict[str, Any] = {"kind": "curve"}
+    for key in ("offered", "achieved_tps", "ttft_p99_s"):
+        if key not in v:
+            raise PlotDataError(f"curve: missing {key!r}")
+        out[key] = _nums(v[key], f"curve.{key}")
+    n = len(out["offered"])
+    if n == 0:
+        raise PlotDataError("curve: no load levels")
+    for key, val in v.items():
+        if key in out or key in ("knee_index", "saturation_index"):
+            continue
+        if isinstance(val, (list, tuple, np.ndarray)):
+            out[key] = _nums(val, f"curve.{key}")
+        elif isinstance(val, (str, int, float)) or val is None:
+            out[key] = val
+    for key, val in out.items():
+        if isinstance(val, list) and len(val) != n:
+            raise PlotDataError(f"curve: {key} has {len(val)} entries, offered has {n}")
+    out["knee_index"] = _index(v.get("knee_index"), n, "curve.knee_index")
+    out["saturation_index"] = _index(v.get("saturation_index"), n, "curve.saturation_index")
+    out.setdefault("offered_unit", "req/s")
+    return out
+
+
+def _search(v: Any) -> dict[str, Any]:
+    meta: Mapping[str, Any] = {}
+    steps = v
+    if isinstance(v, Mapping):
+        meta, steps = v, v.get("steps")
+    if not isinstance(steps, (list, tuple)) or not steps:
+        raise PlotDataError("search: expected a non-empty list of {level, passed, value} steps")
+    out_steps = []
+    for i, s in enumerate(steps):
+        if not isinstance(s, Mapping) or "level" not in s or "passed" not in s:
+            raise PlotDataError(f"search[{i}]: each step needs 'level' and 'passed'")
+        level = _num(s["level"], f"search[{i}].level")
+        if level is None:
+            raise PlotDataError(f"search[{i}].level: must be finite")
+        step: dict[str, Any] = {"level": level, "passed": bool(s["passed"]),
+                                "value": _num(s.get("value"), f"search[{i}].value")}
+        if s.get("label") is not None:
+            step["label"] = str(s["label"])
+        out_steps.append(step)
+    return {"kind": "search", "steps": out_steps,
+            "level_label": str(meta.get("level_label", "load level")),
+            "value_label": str(meta.get("value_label", "value"))}
+
+
+def _scaling(v: Any) -> dict[str, Any]:
+    if not isinstance(v, Mapping) or "length" not in v or "ttft_s" not in v:
+        raise PlotDataError("scaling: expected {'length': [...], 'ttft_s': [...], 'fit': {...}}")
+    length, ttft = _nums(v["length"], "scaling.length"), _nums(v["ttft_s"], "scaling.ttft_s")
+    if len(length) != len(ttft) or not length:
+        raise PlotDataError(f"scaling: length has {len(length)} entries, ttft_s has {len(ttft)}")
+    fit = v.get("fit")
+    out_fit: dict[str, Any] | None = None
+    if isinstance(fit, Mapping):
+        out_fit = {k: _num(fit.get(k), f"scaling.fit.{k}") for k in ("k", "c", "r2")}
+        out_fit["source"] = "procedure"
+    elif fit is None:
+        pairs = [(a, b) for a, b in zip(length, ttft) if a and b and a > 0 and b > 0]
+        if len({a for a, _ in pairs}) >= 2:
+            from ..stats import scaling_fit
+
+            f = scaling_fit([a for a, _ in pairs], [b for _, b in pairs])
+            out_fit = {"k": f.exponent, "c": f.power_coefficient, "r2": f.r2_loglog,
+                       "source": "least squares on log-log, computed by the report (stats.scaling_fit)"}
+    else:
+        raise PlotDataError("scaling.fit: expected {'k', 'c', 'r2'} or null")
+    return {"kind": "scaling", "length": length, "ttft_s": ttft, "fit": out_fit}
+
+
+def _groups(key: str, v: Any) -> dict[str, Any]:
+    if not isinstance(v, Mapping) or not v:
+        raise PlotDataError(f"{key}: expected {{name: {{metric: value}}}}")
+    groups: dict[str, dict[str, float | None]] = {}
+    for name, metrics in v.items():
+        if not isinstance(metrics, Mapping):
+            raise PlotDataError(f"{key}.{name}: expected {{metric: value}}")
+        groups[str(name)] = {str(m): _num(x, f"{key}.{name}.{m}") for m, x in metrics.items()
+                             if not isinstance(x, (str, Mapping, list, tuple))}
+    return {"kind": "groups", "groups": groups}
+
+
+def _plain(v: Any) -> Any:
+    """JSON-ready copy of an unknown plot entry (numpy arrays become lists, NaN null)."""
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        return f if math.isfinite(f) else None
+    if isinstance(v, (str, int, bool)) or v is None:
+        return v
+    return str(v)
+
+
+def normalise(raw: Mapping[str, Any] | None, metrics: Any = None) -> tuple[dict[str, Any], list[str]]:
+    """Report form of a procedure's plot data (see the module docstring) and notes on problems."""
+    raw = dict(raw or {})
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    # TTFT / ITL from the primary run's metrics when the procedure gave none
+    dists = getattr(metrics, "distributions", None) or {}
+    for key, dist_name in (("ttft_samples_s", "ttft"), ("itl_samples_s", "itl")):
+        if key in raw:
+            continue
+        d = dists.get(dist_name)
+        samples = getattr(d, "samples", None)
+        if samples is not None and len(samples):
+            try:
+                out[key] = samples_summary(samples, getattr(d, "name", dist_name), source="primary run metrics")
+            except PlotDataError as exc:  # pragma: no cover - finite samples checked above
+                notes.append(f"plot {key!r} not drawn: {exc}")
+    for key in sorted(raw):
+        value = raw[key]
+        try:
+            if key.endswith("_samples_s"):
+                vals = value if isinstance(value, np.ndarray) else \
+                    [math.nan if v is None else v for v in _nums(value, key)]
+                out[key] = samples_summary(vals, key[: -len("_samples_s")])
+            elif key == "curve":
+                out[key] = _curve(value)
+            elif key == "search":
+                out[key] = _search(value)
+            elif key == "scaling":
+                out[key] = _scaling(value)
+            elif key in ("classes", "configs"):
+                out[key] = _groups(key, value)
+            else:
+                out[key] = {"kind": "other", "value": _plain(value)}
+        except PlotDataError as exc:
+            notes.append(f"plot {key!r} not drawn: {exc}")
+    return out, notes

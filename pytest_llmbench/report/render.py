@@ -1,0 +1,316 @@
+"""Render the report document (document.py) as Markdown, self-contained HTML and a step summary.
+
+One view model (:func:`view`) turns the document into labelled rows and preformatted text; the
+jinja2 templates in ``templates/`` only lay it out, so ``report.md`` and ``report.html`` always
+say the same thing. Rendering reads the document only (no clock, no environment), which is what
+makes :func:`pytest_llmbench.report.rebuild` reproduce the files byte for byte.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from .figures import figures_for
+from .fmt import fmt_any, fmt_duration, fmt_est, fmt_num, fmt_pct, fmt_time, fmt_value, is_estimate, md_cell, md_text
+
+__all__ = ["render_html", "render_markdown", "render_summary", "view"]
+
+#: Distributions shown per procedure (name in metrics.distributions, label).
+DIST_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E latency"), ("itl", None), ("ttst", "TTST"),
+             ("jitter", "ITL jitter (per-request std)"), ("max_pause", "Max pause (per request)"),
+             ("queue_wait", "Queue wait (server)"), ("prefill", "Prefill (server)"),
+             ("send_lag", "Send lag (schedule)"), ("isl", "Input tokens"), ("osl", "Output tokens"))
+PCTS = ("p50", "p90", "p95", "p99", "p99.9")
+VERDICT_CLASS = {"unconditionally compliant": "ok", "conditionally compliant": "warn", "not compliant": "bad"}
+SLO_CLASS = {"PASS": "ok", "FAIL": "bad", "SKIP": "warn", "NOT RUN": "warn"}
+
+
+def _ms(est: Any) -> str:
+    """C.1 prints latencies as ``[value] ms``."""
+    if not is_estimate(est) or est.get("value") is None:
+        return "n/a"
+    mark = "†" if est.get("undersampled") else ""
+    return f"{fmt_num(est['value'] * 1000.0)} ms{mark}"
+
+
+def _tps(v: Any) -> str:
+    return "n/a" if v is None else f"{fmt_num(v)} tok/s"
+
+
+def mvr_text(doc: Mapping[str, Any]) -> str:
+    """The Minimum Viable Report exactly in the shape of App. C.1."""
+    s = doc["summary"]
+    sysid, cfg, key, notes = s["system"], s["configuration"], s["key_results"], s["notes"]
+    head = "=== LLM Benchmark Report (Minimum) ===" + ("" if doc["complete"] else "   [INCOMPLETE]")
+    at = key.get("throughput_at_ttft_p99_500ms_tps")
+    at_text = _tps(at) if at is not None else "n/a (no measured load level had TTFT P99 < 500 ms)"
+    lines = [
+        head, "",
+        "System Identification:",
+        f"- Model: {sysid['model']}",
+        f"- Hardware: {sysid['hardware']}",
+        f"- Software: {sysid['software']}",
+        f"- SUT Boundary: {sysid['sut_boundary']}",
+        "",
+        "Test Configuration:",
+        f"- Workload: {cfg['workload']}",
+        "- Load Model: " + ("\n  ".join(cfg["load_model"].split("; ")) or "not recorded"),
+        f"- Request Count: {cfg['request_count']:,}",
+        f"- Test Duration: {fmt_num(cfg['test_duration_s'])} seconds",
+        "",
+        "Key Results:" + (f" (latencies from {key['source']})" if key.get("source") else ""),
+        f"- TTFT P50: {_ms(key.get('ttft_p50'))}",
+        f"- TTFT P99: {_ms(key.get('ttft_p99'))}",
+        f"- TPOT P50: {_ms(key.get('tpot_p50'))}",
+        f"- TPOT P99: {_ms(key.get('tpot_p99'))}",
+        f"- Max Throughput: {_tps(key.get('max_throughput_tps'))}"
+        + (f" ({key['max_throughput_source']})" if key.get("max_throughput_source") else ""),
+        f"- Throughput at P99 TTFT < 500ms: {at_text}"
+        + (f" ({key['throughput_at_ttft_p99_500ms_source']})" if key.get("throughput_at_ttft_p99_500ms_source")
+           else ""),
+        "",
+        "Notes:",
+    ]
+    lines += [f"- {d}" for d in notes["deviations"]] or ["- no deviations from the methodology recorded"]
+    lines += [f"- Guardrail configuration: {notes['guardrails']}", "", "=== End Report ==="]
+    return "\n".join(lines)
+
+
+def _dist_rows(metrics: Mapping[str, Any] | None) -> list[list[str]]:
+    if not metrics:
+        return []
+    dists = metrics.get("distributions") or {}
+    rows = []
+    for name, label in DIST_ROWS:
+        d = dists.get(name)
+        if not d or not d.get("n"):
+            continue
+        unit = d.get("unit", "")
+        if label is None:
+            label = "Time between chunks" if d.get("name") == "time_between_chunks" else \
+                f"ITL (option {metrics.get('itl_option', '?')})"
+        pct = d.get("percentiles") or {}
+        rows.append([label, f"{d['n']:,}", fmt_est(d.get("mean"))]
+                    + [fmt_est(pct.get(p)) if p in pct else "n/a" for p in PCTS]
+                    + [fmt_value(d.get("min"), unit), fmt_value(d.get("max"), unit), fmt_value(d.get("std"), unit)])
+    return rows
+
+
+def _fig(figs: Mapping[str, Any], name: str) -> str:
+    e = figs.get(name)
+    return fmt_est(e) if e else "n/a"
+
+
+def _run_rows(runs: list[Mapping[str, Any]]) -> list[list[str]]:
+    rows = []
+    for r in runs:
+        m = r.get("metrics") or {}
+        d = m.get("distributions") or {}
+        sc = m.get("scalars") or {}
+
+        def pct(name: str, p: str, d: Mapping[str, Any] = d) -> str:
+            return fmt_est((d.get(name) or {}).get("percentiles", {}).get(p))
+
+        valid = "yes" if r.get("valid", True) else f"no: {r.get('invalid_reason') or 'invalid'}"
+        load = ", ".join(f"{k}={fmt_any(v)}" for k, v in (r.get("load") or {}).items())
+        count = (sc.get("request_count") or {}).get("value")
+        rows.append([str(r.get("label")), load, valid, f"{int(count):,}" if count is not None else "n/a",
+                     pct("ttft", "p50"), pct("ttft", "p99"), pct("tpot", "p50"), fmt_est(sc.get("output_throughput")),
+                     fmt_est(sc.get("success_rate")), str(r.get("run_dir") or "")])
+    return rows
+
+
+def _proc_view(p: Mapping[str, Any], with_figures: bool) -> dict[str, Any]:
+    res = p["result"]
+    c = p["compliance"]
+    all_checks = (res.get("compliance") or {}).get("checks") or []
+    cfg = p["configuration"]
+    return {
+        "anchor": p["anchor"],
+        "heading": f"{p['procedure']} {p['title']}",
+        "procedure": p["procedure"],
+        "complete": p["complete"],
+        "key": p["key"],
+        "tests": p.get("tests", []),
+        "meta_rows": [
+            ["Profile", p["profile"]], ["Workload", fmt_any(cfg["workload"])], ["Load", cfg["load"]],
+            ["Runs", str(cfg["levels"])], ["Requests", f"{cfg['requests']:,}"],
+            ["Duration", fmt_time(cfg["duration_s"]) if cfg["duration_s"] is not None else "n/a"],
+            ["Started", res.get("started") or "n/a"], ["Finished", res.get("finished") or "n/a"],
+            ["Seed", fmt_any(cfg["seed"])], ["Request sequence hash", fmt_any(cfg["sequence_hash"])],
+            ["Capacity", _capacity(res.get("capacity"))],
+        ],
+        "param_rows": [[k, fmt_any(v)] for k, v in (res.get("params") or {}).items()],
+        "measurement_rows": [[k, fmt_est(v, ci=True, n=True) if is_estimate(v) else fmt_any(v)]
+                             for k, v in (res.get("measurements") or {}).items()],
+        "tables": res.get("tables") or [],
+        "run_rows": _run_rows(res.get("runs") or []),
+        "dist_rows": _dist_rows(res.get("metrics")),
+        "errors": (res.get("metrics") or {}).get("errors_by_type") or {},
+        "notes": list(res.get("notes") or []),
+        "plot_notes": list(p.get("plot_notes") or []),
+        "verdict": c["verdict"],
+        "verdict_class": VERDICT_CLASS.get(c["verdict"], "warn"),
+        "unmet_rows": [[u["id"], u["level"], u["status"], u["reason"]] for u in c["unmet"]],
+        "compliance_notes": list(c.get("notes") or []),
+        "all_rows": [[ck.get("id", ""), ck.get("level", ""), ck.get("status", ""), ck.get("reason", "")]
+                     for ck in all_checks],
+        "must_unmet": sum(1 for u in c["unmet"] if u["level"] == "MUST"),
+        "should_unmet": sum(1 for u in c["unmet"] if u["level"] == "SHOULD"),
+        "figures": figures_for(p["procedure"], res.get("plots") or {}) if with_figures else [],
+    }
+
+
+def _capacity(c: Any) -> str:
+    if not isinstance(c, Mapping):
+        return "n/a"
+    parts = []
+    if c.get("rate") is not None:
+        parts.append(f"{c['rate']:,.6g} req/s")
+    if c.get("concurrency") is not None:
+        parts.append(f"concurrency {c['concurrency']}")
+    if c.get("output_throughput") is not None:
+        parts.append(f"{c['output_throughput']:,.6g} tok/s")
+    text = ", ".join(parts) or "n/a"
+    return f"{text} ({c['source']})" if c.get("source") else text
+
+
+def _system_rows(doc: Mapping[str, Any]) -> list[list[str]]:
+    s = doc["summary"]["system"]
+    sut = doc.get("sut") or {}
+    rows = [["Model", s["model"]], ["Hardware", s["hardware"]], ["Software (engine)", s["software"]],
+            ["SUT boundary (§4.1)", s["sut_boundary"]]]
+    if sut:
+        rows += [["Endpoint", str(sut.get("base_url"))], ["API", str(sut.get("api"))],
+                 ["Model served", str(sut.get("model"))],
+                 ["Embedded simulator", "yes" if sut.get("embedded_simulator") else "no"],
+                 ["TLS verification", "on" if sut.get("verify_tls") else "off"],
+                 ["API key", f"from ${sut['api_key_env']} (value never recorded)" if sut.get("api_key_env")
+                  else "none"]]
+    decl = doc.get("declarations") or {}
+    rows.append(["Declarations", decl.get("source") or "none"])
+    return rows
+
+
+_SETTING_LABELS = (("profile", "Profile"), ("seed", "Seed (§4.3.3)"), ("tokenizer", "Reference tokenizer (§4.4)"),
+                   ("api", "API"), ("boundary", "Boundary setting"), ("capacity", "Declared capacity"),
+                   ("slo", "SLOs (all tests)"), ("timeout", "Request timeout (s)"),
+                   ("time_scale", "Simulator time scale"), ("strict_sampling", "Strict sampling"),
+                   ("drop_text", "Drop text from records"), ("report", "Report directory"))
+
+
+def view(doc: Mapping[str, Any], *, with_figures: bool = False) -> dict[str, Any]:
+    """Everything the templates show, formatted."""
+    settings = doc.get("settings") or {}
+    procs = [_proc_view(p, with_figures) for p in doc["procedures"]]
+    summary_rows = []
+    for p in doc["procedures"]:
+        f = p["figures"]
+        tests = [t for t in doc["tests"] if t["result_key"] == p["key"]]
+        slo = ", ".join(sorted({t["verdict"] for t in tests})) or "no test"
+        summary_rows.append([p["procedure"], p["title"], _fig(f, "ttft_p50"), _fig(f, "ttft_p99"),
+                             _fig(f, "tpot_p50"), _fig(f, "tpot_p99"), _fig(f, "output_throughput"),
+                             _fig(f, "success_rate"), slo, p["compliance"]["verdict"]])
+    first_metrics = next((p["result"]["metrics"] for p in doc["procedures"] if p["result"].get("metrics")), None)
+    definitions = sorted((first_metrics or {}).get("definitions", {}).items())
+    repro = doc["reproduction"]
+    repro_rows = [["Seed", fmt_any(repro.get("seed"))], ["Workloads", ", ".join(repro.get("workloads") or []) or "n/a"],
+                  ["Reference tokenizer", fmt_any(repro.get("tokenizer"))],
+                  ["Plugin version", f"pytest-llmbench {repro.get('plugin_version')}"],
+                  ["Python / platform", f"{doc['tool']['python']} / {doc['tool']['platform']}"],
+                  ["Methodology", doc["tool"]["draft"]]]
+    for key, h in (repro.get("sequence_hashes") or {}).items():
+        repro_rows.append([f"Request sequence hash ({key.split(':', 1)[0]})", h])
+    seq_files = repro.get("request_sequence_files") or []
+    repro_rows.append(["Request sequence files", ", ".join(seq_files) if seq_files else "none written"])
+    return {
+        "title": "LLM Benchmark Report",
+        "doc": doc,
+        "complete": doc["complete"],
+        "generated": f"pytest-llmbench {doc['tool']['version']}, {doc['tool']['draft']}",
+        "started": doc["started"],
+        "finished": doc["finished"],
+        "duration": fmt_duration(doc["duration_s"]),
+        "mvr": mvr_text(doc),
+        "system_rows": _system_rows(doc),
+        "settings_rows": [[label, fmt_any(settings.get(k)) if settings.get(k) not in (None, [], "") else "—"]
+                          for k, label in _SETTING_LABELS],
+        "config_header": ["Procedure", "Title", "Workload", "Load model", "Runs", "Requests", "Duration", "Profile"],
+        "config_rows": [[p["procedure"], p["title"], fmt_any(p["configuration"]["workload"]),
+                         p["configuration"]["load"], str(p["configuration"]["levels"]),
+                         f"{p['configuration']['requests']:,}", fmt_time(p["configuration"]["duration_s"]),
+                         p["profile"]] for p in doc["procedures"]],
+        "test_header": ["Test", "Procedure", "SLOs (marker + --llm-slo)", "SLO / test verdict", "Message",
+                        "Compliance (separate)"],
+        "test_rows": [{"cells": [t["nodeid"], t["procedure"] or "", "; ".join(t["slos"]) or "none",
+                                 t["verdict"], t["message"], t["compliance_verdict"]],
+                       "verdict_class": SLO_CLASS.get(t["verdict"], "warn"),
+                       "compliance_class": VERDICT_CLASS.get(t["compliance_verdict"], "warn"),
+                       "anchor": t.get("anchor")} for t in doc["tests"]],
+        "test_short_rows": [[t["nodeid"], t["verdict"], t["compliance_verdict"]] for t in doc["tests"]],
+        "summary_header": ["Procedure", "Title", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "Output throughput",
+                           "Success", "SLO verdicts", "Compliance"],
+        "summary_rows": summary_rows,
+        "dist_header": ["Metric", "n", "Mean", "P50", "P90", "P95", "P99", "P99.9", "Min", "Max", "Std"],
+        "run_header": ["Run", "Load", "Valid", "Requests", "TTFT P50", "TTFT P99", "TPOT P50", "Output throughput",
+                       "Success", "Run directory"],
+        "procedures": procs,
+        "compliance_header": ["Procedure", "Verdict (§2)", "MUST unmet", "SHOULD unmet"],
+        "compliance_rows": [[p["heading"], p["verdict"], str(p["must_unmet"]), str(p["should_unmet"])] for p in procs],
+        "repro_rows": repro_rows,
+        "command_line": " ".join(_shell_quote(a) for a in doc["command_line"]),
+        "record_rows": [[r["path"], r["kind"], f"{r['bytes']:,}"] for r in doc["records"]],
+        "definitions": definitions,
+        "capacity_rows": [[k, _capacity(v)] for k, v in (doc.get("capacity") or {}).items()],
+        "any_undersampled": "†" in json.dumps(summary_rows, ensure_ascii=False) or any(
+            "†" in c for p in procs for row in p["dist_rows"] for c in row),
+    }
+
+
+def _shell_quote(a: str) -> str:
+    import shlex
+
+    return shlex.quote(a)
+
+
+@functools.cache
+def _env(kind: str) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("pytest_llmbench.report", "templates"),
+        autoescape=(kind == "html"),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["cell"] = md_cell
+    env.filters["text"] = md_text
+    env.filters["pct"] = fmt_pct
+    env.filters["num"] = fmt_num
+    env.filters["slug"] = lambda s: "".join(c if c.isalnum() else "-" for c in str(s)).strip("-").lower()
+    return env
+
+
+def render_markdown(doc: Mapping[str, Any]) -> str:
+    """``report.md``: App. C.1 then the six sections of App. C.2."""
+    return _env("md").get_template("report.md.j2").render(v=view(doc))
+
+
+def render_html(doc: Mapping[str, Any]) -> str:
+    """``report.html``: the same content, self-contained (inline CSS and SVG, no scripts)."""
+    v = view(doc, with_figures=True)
+    for p in v["procedures"]:
+        p["figures"] = [{"key": f.key, "title": f.title, "caption": f.caption, "svg": Markup(f.svg)}
+                        for f in p["figures"]]
+    return _env("html").get_template("report.html.j2").render(v=v)
+
+
+def render_summary(doc: Mapping[str, Any], report_path: str | None = None) -> str:
+    """A short Markdown summary (GitHub step summary)."""
+    return _env("md").get_template("summary.md.j2").render(v=view(doc), report_path=report_path)

@@ -1,0 +1,61 @@
+"""The compact terminal table: one row per procedure run (plugin's ``pytest_terminal_summary``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .fmt import fmt_est
+
+__all__ = ["SHORT_VERDICT", "rows_from_document"]
+
+SHORT_VERDICT = {
+    "unconditionally compliant": "compliant",
+    "conditionally compliant": "conditional",
+    "not compliant": "NOT compliant",
+}
+HEADER = ("procedure", "requests", "TTFT P50", "TTFT P99", "TPOT P99", "output tok/s", "SLO", "compliance (§2)")
+
+
+def _fig(p: Mapping[str, Any], name: str) -> str:
+    e = p["figures"].get(name)
+    return fmt_est(e) if e else "n/a"
+
+
+def _throughput(p: Mapping[str, Any]) -> str:
+    e = p["figures"].get("output_throughput")
+    if not e or e.get("value") is None:
+        return "n/a"
+    return f"{e['value']:,.1f}" + ("†" if e.get("undersampled") else "")
+
+
+def rows_from_document(doc: Mapping[str, Any], report_path: str | None = None) -> list[str]:
+    """Aligned text lines: a header, a row per procedure, the report path."""
+    table: list[tuple[str, ...]] = [HEADER]
+    for p in doc["procedures"]:
+        tests = [t for t in doc["tests"] if t["result_key"] == p["key"]]
+        verdicts = sorted({t["verdict"] for t in tests})
+        slo = "/".join(verdicts) if verdicts else "-"
+        name = f"{p['procedure']} {p['title']}"
+        if len(name) > 34:
+            name = name[:33] + "…"
+        if not p["complete"]:
+            name += " (INCOMPLETE)"
+        table.append((name, f"{p['configuration']['requests']:,}", _fig(p, "ttft_p50"), _fig(p, "ttft_p99"),
+                      _fig(p, "tpot_p99"), _throughput(p), slo,
+                      SHORT_VERDICT.get(p["compliance"]["verdict"], p["compliance"]["verdict"])))
+    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
+    right = {1, 2, 3, 4, 5}
+    lines = []
+    if not doc["complete"]:
+        lines.append("INCOMPLETE: the session was interrupted; the reports cover only what finished")
+    for n, r in enumerate(table):
+        cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    if any("†" in c for r in table[1:] for c in r):
+        lines.append("† under-sampled percentile (§5.1.4.3)")
+    if report_path:
+        lines.append(f"report: {report_path} (also report.md, results.json)")
+    return lines

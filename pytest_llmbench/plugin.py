@@ -273,6 +273,7 @@ class LLMBenchSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         """After the test body: assert the marker's and the command line's SLOs on the result."""
+        __tracebackhide__ = True
         outcome = yield
         entry = item.stash.get(ITEM_KEY, None)
         result = getattr(item, "funcargs", {}).get("llm_result")

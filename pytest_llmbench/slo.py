@@ -573,6 +573,7 @@ def assert_slo(run_metrics: RunMetricsLike, *slos: SLO | str, strict: bool = Fal
     Returns the results when all pass. A passing but under-sampled percentile emits
     :class:`SLOUndersampledWarning` (``strict=True`` turns it into a failure).
     """
+    __tracebackhide__ = True  # the failure message says everything; hide this frame in pytest
     if not slos:
         raise SLOError("assert_slo() needs at least one SLO, e.g. assert_slo(run, 'ttft.p99 <= 500ms')")
     results = [evaluate(s, run_metrics, strict=strict) for s in slos]

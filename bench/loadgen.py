@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Load-generator speed against the reference mock server (figures printed, never asserted).
+
+    python bench/loadgen.py                       # aiohttp transport, uvloop if installed
+    python bench/loadgen.py --transport all       # compare every transport
+    python bench/loadgen.py --url http://127.0.0.1:8000/v1   # use a server already running
+
+Starts /work/shared/tools/mock_openai_server.py in its own process
+(``--ttft-ms 0 --itl-ms 0 --tokens 50 --no-stats``) unless ``--url`` is given, then measures:
+
+* closed loop, concurrency 64, 50-token streams: sustained req/s, chunks/s, concurrency held;
+* open loop, Poisson at ``--rate`` (1000 req/s): achieved rate, send lag p50/p99;
+* client CPU seconds per 1000 chunks (process CPU time of this process);
+* which transport and event loop ran.
+
+Goals: >= 1300 req/s holding 64 in flight; 1000 req/s open loop with send-lag p99 < 1 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pytest_llmbench.client import TRANSPORTS, ClientConfig, LLMClient  # noqa: E402
+from pytest_llmbench.load import ArrivalProcess, LoadResult, run_closed_loop, run_open_loop  # noqa: E402
+from pytest_llmbench.records import RequestSpec  # noqa: E402
+
+MOCK = Path("/work/shared/tools/mock_openai_server.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_mock(script: Path, tokens: int) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "--port", str(port), "--ttft-ms", "0", "--itl-ms", "0",
+         "--tokens", str(tokens), "--no-stats"],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return proc, f"http://127.0.0.1:{port}/v1"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit(f"mock server did not start on port {port}")
+
+
+def chunks(res: LoadResult) -> int:
+    return sum(len(r.chunk_ns) for r in res.records)
+
+
+async def bench(url: str, transport: str, args: argparse.Namespace) -> None:
+    specs = [RequestSpec(index=i, workload="bench", input_tokens=8, max_tokens=args.tokens,
+                         prompt_text="benchmark the benchmarker please") for i in range(args.requests)]
+    cfg = ClientConfig(base_url=url, model="mock-model", transport=transport)
+
+    if args.only in (None, "closed"):
+        await closed(cfg, specs, args)
+    if args.only in (None, "open"):
+        await open_loop(cfg, specs, args)
+
+
+async def closed(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> None:
+    async with LLMClient(cfg, max_connections=args.concurrency) as c:
+        await run_closed_loop(c, specs[:500], args.concurrency)  # connections + caches warm
+        cpu0 = time.process_time()
+        res = await run_closed_loop(c, specs, args.concurrency)
+        cpu = time.process_time() - cpu0
+    n_chunks = chunks(res)
+    bad = {k: v for k, v in res.errors.items()}
+    print(f"  closed loop c={args.concurrency}: {res.ok / res.duration_s:8.0f} req/s  "
+          f"{n_chunks / res.duration_s:9.0f} chunks/s  held {res.concurrency_mean:5.1f} in flight "
+          f"(max {res.concurrency_max})  {res.ok} ok in {res.duration_s:.2f} s  errors {bad or 0}")
+    print(f"    client CPU {cpu:.2f} s = {cpu / n_chunks * 1000 * 1000:.2f} ms per 1000 chunks "
+          f"({cpu / res.duration_s * 100:.0f} % of one core)  loop-delay p99 {res.loop_delay.p99_ms:.1f} ms  "
+          f"valid={res.valid}")
+
+
+
+async def open_loop(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> None:
+    n_open = int(args.rate * args.open_seconds)
+    open_specs = (specs * (n_open // len(specs) + 1))[:n_open]
+    async with LLMClient(cfg) as c:
+        cpu0 = time.process_time()
+        res = await run_open_loop(c, open_specs, ArrivalProcess("poisson", args.rate, seed=1), spin_ms=args.spin_ms)
+        cpu = time.process_time() - cpu0
+    lag = res.send_lag
+    print(f"  open loop Poisson {args.rate:.0f} req/s: achieved {res.achieved_rate:7.1f} req/s  "
+          f"send lag p50 {lag.p50_ms:.3f} ms  p99 {lag.p99_ms:.3f} ms  max {lag.max_ms:.2f} ms  "
+          f"in flight mean {res.concurrency_mean:.1f}  ok {res.ok}/{res.sent}  "
+          f"CPU {cpu / max(chunks(res), 1) * 1e6:.2f} ms/1000 chunks  errors {res.errors or 0}  valid={res.valid}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--url", help="an OpenAI-compatible base URL already running (skips the mock)")
+    ap.add_argument("--mock", type=Path, default=MOCK, help="path of mock_openai_server.py")
+    ap.add_argument("--transport", default="aiohttp", choices=[*TRANSPORTS, "all"])
+    ap.add_argument("--loop", default="uvloop", choices=["uvloop", "asyncio"])
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=20000, help="closed-loop requests")
+    ap.add_argument("--rate", type=float, default=1000.0, help="open-loop rate, req/s")
+    ap.add_argument("--open-seconds", type=float, default=10.0)
+    ap.add_argument("--tokens", type=int, default=50)
+    ap.add_argument("--only", choices=["closed", "open"], help="run one of the two measurements")
+    ap.add_argument("--spin-ms", type=float, default=1.5, help="open loop: yield-spin this close to a send")
+    args = ap.parse_args()
+
+    loop = args.loop
+    if loop == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            loop = "asyncio"
+    proc = None
+    url = args.url
+    if url is None:
+        proc, url = start_mock(args.mock, args.tokens)
+    print(f"pytest-llmbench load generator bench: server {url} ({'mock, own process' if proc else 'external'}), "
+          f"event loop {loop}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+          f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (shared machine: figures are noisy)")
+    try:
+        for t in (TRANSPORTS if args.transport == "all" else (args.transport,)):
+            print(f"transport: {t}")
+            coro = bench(url, t, args)
+            if loop == "uvloop":
+                uvloop.run(coro)
+            else:
+                asyncio.run(coro)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
+
+
+if __name__ == "__main__":
+    main()

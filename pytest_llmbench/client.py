@@ -1,0 +1,826 @@
+"""One request to an OpenAI-compatible endpoint -> one :class:`RequestRecord` (§4.2.2, §4.2.6).
+
+:class:`LLMClient` sends chat or completions requests, streaming (SSE, parsed by
+:mod:`pytest_llmbench.sse`) or not, and times every chunk with ``time.perf_counter_ns()`` at the
+read that completed its ``data:`` event (App. B.1.1). The first token is the first chunk whose
+*content* has a non-whitespace character (``records.TTFT_RULE``, §5.1.3.1); per-chunk token
+counts are assigned after the stream ends by tokenizing the joined output once (§4.6.3).
+
+Every outcome is classified into :class:`ErrorType` and no exception escapes :meth:`LLMClient.send`
+except the caller's own cancellation (the record passed in is then marked ``cancelled``).
+
+The HTTP transport sits behind a small interface (:class:`Transport`); ``"aiohttp"`` (plain
+aiohttp, the fastest measured, see bench/loadgen.py), ``"httpx-aiohttp"`` (httpx API over the
+aiohttp transport) and ``"httpx"`` (httpx default transport) are available. The API key is read
+from the environment variable named by ``ClientConfig.api_key_env``; it is never stored in the
+config, records, logs or error messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from .records import ErrorType, RequestRecord, RequestSpec
+from .sse import SSEDecodeError, SSEError, SSEParser
+from .tokenizer import Tokenizer, get_tokenizer
+
+try:  # orjson is ~3-5x faster than json on the per-chunk hot path
+    import orjson as _orjson
+
+    _loads = _orjson.loads
+
+    def _dumps(obj: Any) -> bytes:
+        return _orjson.dumps(obj)
+
+except ImportError:  # pragma: no cover - fallback when orjson is not installed
+    import json as _json
+
+    _loads = _json.loads
+
+    def _dumps(obj: Any) -> bytes:
+        return _json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+if sys.version_info >= (3, 11):
+    from asyncio import timeout as _timeout
+else:  # pragma: no cover
+    from async_timeout import timeout as _timeout
+
+__all__ = [
+    "API_KINDS",
+    "ClientConfig",
+    "LLMClient",
+    "TRANSPORTS",
+    "Transport",
+    "TransportError",
+    "assign_chunk_tokens",
+    "build_body",
+    "classify_status",
+]
+
+API_KINDS = ("chat", "completions")
+TRANSPORTS = ("aiohttp", "httpx-aiohttp", "httpx")
+#: Per-request fields the embedded simulator sends on the finish chunk (``llmbench_timing``).
+SERVER_TIMING_FIELDS = ("queue_ns", "prefill_ns", "preemptions", "preempted_tokens", "cached_tokens")
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """How to reach the SUT and what to ask of it. Times in seconds; ``None`` = no limit.
+
+    ``base_url`` is the API root the paths ``/chat/completions`` and ``/completions`` are
+    appended to (e.g. ``http://127.0.0.1:8000/v1``). ``api_key_env`` names the environment
+    variable that holds the API key (the key itself is never part of the config).
+    """
+
+    base_url: str
+    model: str
+    api: str = "chat"
+    stream: bool = True
+    api_key_env: str | None = None
+    transport: str = "aiohttp"
+    connect_timeout_s: float | None = 10.0
+    read_timeout_s: float | None = 300.0  # longest silence between two reads
+    total_timeout_s: float | None = 1800.0
+    verify_tls: bool = True
+    max_connections: int | None = None  # None: unlimited (open loop); closed loop passes N
+    read_bufsize: int = 4 * 1024 * 1024  # large reads for long contexts (vllm#39963)
+    token_id_prompts: bool = False  # completions: send prompt_ids instead of prompt_text
+    send_extra_fields: bool = True  # min_tokens / ignore_eos (vLLM extensions)
+    include_usage: bool = True  # stream_options.include_usage
+    request_server_timing: bool = False  # ask the embedded simulator for llmbench_timing
+    require_done: bool = True  # a stream that closes without [DONE] is a protocol error
+    tokenizer: str | None = "cl100k_base"  # client-side output counts; None: do not count
+    error_message_chars: int = 500
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+        if self.api not in API_KINDS:
+            raise ValueError(f"api must be one of {API_KINDS}, got {self.api!r}")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
+        for name in ("connect_timeout_s", "read_timeout_s", "total_timeout_s"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise ValueError(f"{name} must be > 0 or None, got {v!r}")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1 or None, got {self.max_connections}")
+        if self.read_bufsize < 1024:
+            raise ValueError(f"read_bufsize must be >= 1024 bytes, got {self.read_bufsize}")
+        for k in self.headers:
+            if k.lower() == "authorization":
+                raise ValueError("put the API key in an environment variable and name it in api_key_env")
+
+    @property
+    def path(self) -> str:
+        return "/chat/completions" if self.api == "chat" else "/completions"
+
+    def describe(self) -> dict[str, Any]:
+        """The configuration as recorded in run.json (the API key's *variable name* only)."""
+        d = asdict(self)
+        d["extra_body"] = dict(self.extra_body)
+        d["headers"] = sorted(self.headers)  # header names only
+        return d
+
+
+# --------------------------------------------------------------------------------------------
+# Body building
+# --------------------------------------------------------------------------------------------
+
+
+def build_body(config: ClientConfig, spec: RequestSpec, *, system_ids: list[int] | None = None) -> dict[str, Any]:
+    """The JSON body for ``spec`` (chat: [system], user; completions: text or token ids)."""
+    body: dict[str, Any] = {"model": config.model}
+    if config.api == "chat":
+        messages = []
+        if spec.system_prompt:
+            messages.append({"role": "system", "content": spec.system_prompt})
+        messages.append({"role": "user", "content": spec.prompt_text})
+        body["messages"] = messages
+    elif config.token_id_prompts and spec.prompt_ids is not None:
+        body["prompt"] = (system_ids or []) + list(spec.prompt_ids)
+    else:
+        body["prompt"] = (spec.system_prompt or "") + spec.prompt_text
+    body["max_tokens"] = spec.max_tokens
+    body["temperature"] = spec.temperature
+    if spec.stop:
+        body["stop"] = list(spec.stop)
+    if config.send_extra_fields:
+        if spec.min_tokens is not None:
+            body["min_tokens"] = spec.min_tokens
+        if spec.ignore_eos:
+            body["ignore_eos"] = True
+    body["stream"] = config.stream
+    if config.stream and config.include_usage:
+        body["stream_options"] = {"include_usage": True}
+    if config.request_server_timing:
+        body["llmbench_timing"] = True
+    if config.extra_body:
+        body.update(config.extra_body)
+    return body
+
+
+def classify_status(status: int) -> ErrorType | None:
+    """HTTP status -> error type (None for 2xx)."""
+    if 200 <= status < 300:
+        return None
+    if status == 429:
+        return ErrorType.RATE_LIMITED
+    if 400 <= status < 500:
+        return ErrorType.HTTP_4XX
+    if status >= 500:
+        return ErrorType.HTTP_5XX
+    return ErrorType.PROTOCOL  # 1xx/3xx where a completion was expected
+
+
+def assign_chunk_tokens(tokenizer: Tokenizer, texts: list[str]) -> list[int]:
+    """Tokens per chunk: tokenize ``"".join(texts)`` once, give each token to the chunk that
+    holds its first character (§4.6.3). Never tokenizes chunks one by one."""
+    counts = [0] * len(texts)
+    joined = "".join(texts)
+    if not joined:
+        return counts
+    starts = tokenizer.token_starts(joined)
+    j = 0
+    end = len(texts[0])
+    last = len(texts) - 1
+    for s in starts:
+        while s >= end and j < last:
+            j += 1
+            end += len(texts[j])
+        counts[j] += 1
+    return counts
+
+
+# --------------------------------------------------------------------------------------------
+# Transports
+# --------------------------------------------------------------------------------------------
+
+
+class TransportError(Exception):
+    """A transport-level failure, already classified (``error_type``, readable ``message``)."""
+
+    def __init__(self, error_type: ErrorType, message: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.message = message
+
+
+class Response(Protocol):
+    status: int
+    content_type: str
+
+    async def read_chunk(self) -> bytes:
+        """Next bytes of the body, ``b""`` at the end; raises :class:`TransportError`."""
+        ...
+
+    async def read_body(self, limit: int) -> bytes: ...
+
+    async def release(self) -> None: ...
+
+
+class Transport(Protocol):
+    name: str
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Response: ...
+
+    async def get(self, url: str, headers: Mapping[str, str]) -> tuple[int, bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+def _aiohttp_error(exc: BaseException, *, mid_stream: bool) -> TransportError:
+    import aiohttp
+
+    name = type(exc).__name__
+    text = f"{name}: {exc}" if str(exc) else name
+    if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
+        return TransportError(ErrorType.TIMEOUT, text)
+    if isinstance(exc, aiohttp.ClientConnectorError):  # includes TLS handshake / certificate errors
+        return TransportError(ErrorType.CONNECT, text)
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return TransportError(ErrorType.PROTOCOL, f"response body broken: {text}")
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        where = "mid-stream" if mid_stream else "before responding"
+        return TransportError(ErrorType.PROTOCOL, f"server closed the connection {where}: {text}")
+    if isinstance(exc, (aiohttp.ClientOSError, ConnectionError)):
+        return TransportError(ErrorType.PROTOCOL if mid_stream else ErrorType.CONNECT, text)
+    if isinstance(exc, aiohttp.ClientResponseError):  # malformed HTTP response
+        return TransportError(ErrorType.PROTOCOL, text)
+    if isinstance(exc, aiohttp.ClientError):
+        return TransportError(ErrorType.PROTOCOL if mid_stream else ErrorType.CONNECT, text)
+    return TransportError(ErrorType.PROTOCOL, f"unexpected client error {text}")
+
+
+class _AiohttpResponse:
+    __slots__ = ("_resp", "_content", "status", "content_type")
+
+    def __init__(self, resp: Any) -> None:
+        self._resp = resp
+        self._content = resp.content
+        self.status: int = resp.status
+        self.content_type: str = resp.headers.get("Content-Type", "")
+
+    async def read_chunk(self) -> bytes:
+        try:
+            return await self._content.readany()
+        except Exception as exc:
+            raise _aiohttp_error(exc, mid_stream=True) from None
+
+    async def read_body(self, limit: int) -> bytes:
+        parts: list[bytes] = []
+        n = 0
+        while n < limit:
+            b = await self.read_chunk()
+            if not b:
+                break
+            parts.append(b)
+            n += len(b)
+        return b"".join(parts)[:limit]
+
+    async def release(self) -> None:
+        self._resp.release()
+
+
+class AiohttpTransport:
+    """Plain aiohttp: one session, one connector sized to the load."""
+
+    name = "aiohttp"
+
+    def __init__(self, config: ClientConfig, max_connections: int | None) -> None:
+        import aiohttp
+
+        connector = aiohttp.TCPConnector(
+            limit=max_connections or 0,
+            limit_per_host=0,
+            ssl=None if config.verify_tls else False,
+            ttl_dns_cache=300,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=config.connect_timeout_s, sock_read=config.read_timeout_s
+            ),
+            read_bufsize=config.read_bufsize,
+            max_line_size=config.read_bufsize,
+            max_field_size=config.read_bufsize,
+        )
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> _AiohttpResponse:
+        try:
+            resp = await self._session.post(url, data=body, headers=headers)
+        except Exception as exc:
+            raise _aiohttp_error(exc, mid_stream=False) from None
+        return _AiohttpResponse(resp)
+
+    async def get(self, url: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
+        try:
+            async with self._session.get(url, headers=headers) as resp:
+                return resp.status, await resp.read()
+        except Exception as exc:
+            raise _aiohttp_error(exc, mid_stream=False) from None
+
+    async def aclose(self) -> None:
+        await self._session.close()
+
+
+def _httpx_error(exc: BaseException, *, mid_stream: bool) -> TransportError:
+    import httpx
+
+    cause = exc.__cause__
+    if cause is not None and type(cause).__module__.startswith("aiohttp"):
+        # httpx-aiohttp maps aiohttp errors loosely (a dropped connection becomes ConnectTimeout)
+        return _aiohttp_error(cause, mid_stream=mid_stream)
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        return TransportError(ErrorType.TIMEOUT, text)
+    if isinstance(exc, httpx.ConnectError):
+        return TransportError(ErrorType.CONNECT, text)
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.DecodingError)):
+        if mid_stream:
+            return TransportError(ErrorType.PROTOCOL, f"response body broken: {text}")
+        return TransportError(ErrorType.PROTOCOL, text)
+    if isinstance(exc, httpx.TransportError):
+        return TransportError(ErrorType.PROTOCOL if mid_stream else ErrorType.CONNECT, text)
+    if isinstance(exc, asyncio.TimeoutError):
+        return TransportError(ErrorType.TIMEOUT, text)
+    return TransportError(ErrorType.PROTOCOL, f"unexpected client error {text}")
+
+
+class _HttpxResponse:
+    __slots__ = ("_resp", "_it", "status", "content_type")
+
+    def __init__(self, resp: Any) -> None:
+        self._resp = resp
+        self._it = resp.aiter_bytes()
+        self.status = resp.status_code
+        self.content_type = resp.headers.get("content-type", "")
+
+    async def read_chunk(self) -> bytes:
+        try:
+            return await self._it.__anext__()
+        except StopAsyncIteration:
+            return b""
+        except Exception as exc:
+            raise _httpx_error(exc, mid_stream=True) from None
+
+    read_body = _AiohttpResponse.read_body
+
+    async def release(self) -> None:
+        await self._resp.aclose()
+
+
+class HttpxTransport:
+    """httpx API; its default transport, or ``httpx-aiohttp``'s aiohttp transport."""
+
+    def __init__(self, config: ClientConfig, max_connections: int | None, *, over_aiohttp: bool) -> None:
+        import httpx
+
+        self.name = "httpx-aiohttp" if over_aiohttp else "httpx"
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        timeout = httpx.Timeout(
+            connect=config.connect_timeout_s,
+            read=config.read_timeout_s,
+            write=config.read_timeout_s,
+            pool=None,
+        )
+        if over_aiohttp:
+            from httpx_aiohttp import AiohttpTransport as _HxA
+
+            transport = _HxA(verify=config.verify_tls, limits=limits)
+            self._client = httpx.AsyncClient(transport=transport, timeout=timeout)
+        else:
+            self._client = httpx.AsyncClient(verify=config.verify_tls, limits=limits, timeout=timeout)
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> _HttpxResponse:
+        try:
+            req = self._client.build_request("POST", url, content=body, headers=headers)
+            resp = await self._client.send(req, stream=True)
+        except Exception as exc:
+            raise _httpx_error(exc, mid_stream=False) from None
+        return _HttpxResponse(resp)
+
+    async def get(self, url: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
+        try:
+            resp = await self._client.get(url, headers=headers)
+        except Exception as exc:
+            raise _httpx_error(exc, mid_stream=False) from None
+        return resp.status_code, resp.content
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def make_transport(config: ClientConfig, max_connections: int | None) -> Transport:
+    if config.transport == "aiohttp":
+        return AiohttpTransport(config, max_connections)
+    return HttpxTransport(config, max_connections, over_aiohttp=config.transport == "httpx-aiohttp")
+
+
+# --------------------------------------------------------------------------------------------
+# The client
+# --------------------------------------------------------------------------------------------
+
+
+class _Fail(Exception):
+    """Internal: a classified failure detected while reading a response."""
+
+    def __init__(self, error_type: ErrorType, message: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.message = message
+
+
+def _error_message(body: bytes) -> str:
+    """The human message of an error body (OpenAI ``{"error": {"message": ...}}`` or raw text)."""
+    try:
+        obj = _loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace").strip()
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            for key in ("message", "detail", "msg"):
+                if isinstance(err.get(key), str):
+                    return err[key]
+        elif isinstance(err, str):
+            return err
+    return body.decode("utf-8", "replace").strip()
+
+
+def _stream_error(err: Any) -> _Fail:
+    """An ``{"error": ...}`` object sent inside a 200 stream (vLLM does this)."""
+    code = err.get("code") if isinstance(err, dict) else None
+    msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+    try:
+        code = int(code)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        code = 500
+    et = classify_status(code) or ErrorType.HTTP_5XX
+    return _Fail(et, f"error event in stream: {msg}")
+
+
+class LLMClient:
+    """Async client for one SUT endpoint. Use as ``async with LLMClient(cfg) as c: await c.send(spec)``.
+
+    ``max_connections`` overrides ``config.max_connections`` (the load generator sizes the pool to
+    the load). ``tokenizer`` overrides ``config.tokenizer`` for client-side token counts.
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        max_connections: int | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        self.config = config
+        self._max_connections = max_connections if max_connections is not None else config.max_connections
+        self._url = config.base_url.rstrip("/") + config.path
+        self._tokenizer = tokenizer
+        if tokenizer is None and config.tokenizer is not None:
+            self._tokenizer = get_tokenizer(config.tokenizer)
+        if config.token_id_prompts and config.api == "completions" and self._tokenizer is None:
+            raise ValueError("token_id_prompts needs a tokenizer (for system prompts); set ClientConfig.tokenizer")
+        self._secret = ""
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream" if config.stream else "application/json",
+        }
+        headers.update(config.headers)
+        if config.api_key_env:
+            key = os.environ.get(config.api_key_env)
+            if not key:
+                raise ValueError(
+                    f"environment variable {config.api_key_env!r} (api_key_env) is not set or empty"
+                )
+            self._secret = key
+            headers["Authorization"] = f"Bearer {key}"
+        self._headers = headers
+        self._get_headers = {k: v for k, v in headers.items() if k != "Content-Type"}
+        self._system_ids: dict[str, list[int]] = {}
+        self._transport: Transport | None = None
+
+    def __repr__(self) -> str:
+        return f"LLMClient({self._url!r}, api={self.config.api!r}, transport={self.transport_name!r})"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def __aenter__(self) -> LLMClient:
+        self._ensure_transport()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._transport is not None:
+            await self._transport.aclose()
+            self._transport = None
+
+    def _ensure_transport(self) -> Transport:
+        if self._transport is None:
+            self._transport = make_transport(self.config, self._max_connections)
+        return self._transport
+
+    @property
+    def transport_name(self) -> str:
+        return self.config.transport
+
+    @property
+    def max_connections(self) -> int | None:
+        """Connection pool size (None: unlimited)."""
+        return self._max_connections
+
+    @property
+    def tokenizer(self) -> Tokenizer | None:
+        return self._tokenizer
+
+    def describe(self) -> dict[str, Any]:
+        d = self.config.describe()
+        d["url"] = self._url
+        d["max_connections"] = self._max_connections
+        d["protocol"] = "sse" if self.config.stream else "http-json"
+        d["tokenizer"] = self._tokenizer.declaration.to_json() if self._tokenizer else None
+        return d
+
+    # -- requests --------------------------------------------------------------------------
+    def build_body(self, spec: RequestSpec) -> dict[str, Any]:
+        sys_ids = None
+        if (
+            self.config.api == "completions"
+            and self.config.token_id_prompts
+            and spec.prompt_ids is not None
+            and spec.system_prompt
+        ):
+            sys_ids = self._system_ids.get(spec.system_prompt)
+            if sys_ids is None:
+                if self._tokenizer is None:
+                    raise ValueError("token_id_prompts with a system_prompt needs a tokenizer")
+                sys_ids = self._tokenizer.encode(spec.system_prompt)
+                self._system_ids[spec.system_prompt] = sys_ids
+        return build_body(self.config, spec, system_ids=sys_ids)
+
+    async def send(
+        self,
+        spec: RequestSpec,
+        *,
+        record: RequestRecord | None = None,
+        phase: str = "measure",
+        intended_ns: int | None = None,
+        finalize: bool = True,
+    ) -> RequestRecord:
+        """Send ``spec`` and return its record (never raises for SUT or network failures).
+
+        ``record`` lets the caller hold the record before the request runs (the load generator
+        does, so that a cancelled request still yields its record, marked ``cancelled``, with
+        the chunks timed so far). ``finalize=False`` leaves token counting to :meth:`finalize`
+        so the caller can do it off the submission path.
+        """
+        rec = record if record is not None else RequestRecord.from_spec(spec, phase=phase)
+        if intended_ns is not None:
+            rec.intended_ns = intended_ns
+        rec.input_tokens_client = spec.input_tokens
+        try:
+            body = _dumps(self.build_body(spec))
+            transport = self._ensure_transport()
+            async with _timeout(self.config.total_timeout_s):
+                rec.sent_ns = time.perf_counter_ns()
+                await self._exchange(transport, body, rec)
+        except _Fail as f:
+            self._fail(rec, f.error_type, f.message)
+        except TransportError as e:
+            self._fail(rec, e.error_type, e.message)
+        except TimeoutError:  # our total timeout (asyncio.timeout converts the cancellation)
+            self._fail(rec, ErrorType.TIMEOUT, f"total timeout of {self.config.total_timeout_s} s expired")
+        except SSEDecodeError as e:
+            self._fail(rec, ErrorType.PARSE, str(e))
+        except SSEError as e:
+            self._fail(rec, ErrorType.PROTOCOL, str(e))
+        except ValueError as e:  # JSON decoding of a chunk/body (orjson and json raise ValueError)
+            self._fail(rec, ErrorType.PARSE, f"malformed JSON: {e}")
+        except asyncio.CancelledError:
+            self._fail(rec, ErrorType.CANCELLED, "cancelled by the load generator")
+            self._complete(rec, finalize)
+            raise
+        except Exception as e:  # a bug or an unforeseen library error: still one record
+            self._fail(rec, ErrorType.PROTOCOL, f"unexpected client error {type(e).__name__}: {e}")
+        self._complete(rec, finalize)
+        return rec
+
+    def _fail(self, rec: RequestRecord, et: ErrorType, message: str) -> None:
+        now = time.perf_counter_ns()
+        if rec.error_type is None:
+            rec.error_type = et
+            msg = message[: self.config.error_message_chars]
+            if self._secret and self._secret in msg:
+                msg = msg.replace(self._secret, "***")
+            rec.error_message = msg
+        if rec.end_ns is None:
+            rec.end_ns = now
+
+    def _complete(self, rec: RequestRecord, finalize: bool) -> None:
+        if rec.end_ns is None:
+            rec.end_ns = time.perf_counter_ns()
+        usage = rec.usage
+        if usage:
+            pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            rec.input_tokens_server = pt if isinstance(pt, int) else None
+            rec.output_tokens_server = ct if isinstance(ct, int) else None
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                rec.cached_tokens = details["cached_tokens"]
+        if rec.cached_tokens is None and rec.server_timing and isinstance(rec.server_timing.get("cached_tokens"), int):
+            rec.cached_tokens = rec.server_timing["cached_tokens"]
+        if rec.error_type is None and rec.finish_reason == "content_filter":
+            rec.error_type = ErrorType.REFUSED
+            rec.error_message = "finish_reason content_filter (§4.8.1)"
+        if finalize:
+            self.finalize(rec)
+
+    def finalize(self, rec: RequestRecord) -> RequestRecord:
+        """Per-chunk and total client-side output token counts (§4.6.3); idempotent."""
+        tok = self._tokenizer
+        if tok is None or (rec.tokenizer is not None and len(rec.chunk_tokens) == len(rec.chunk_ns)):
+            return rec
+        counts = assign_chunk_tokens(tok, rec.chunk_text)
+        if any(rec.chunk_reasoning):
+            for i, n in enumerate(assign_chunk_tokens(tok, rec.chunk_reasoning)):
+                counts[i] += n
+        rec.chunk_tokens = counts
+        rec.output_tokens_client = sum(counts)
+        rec.tokenizer = tok.declaration.name
+        return rec
+
+    async def _exchange(self, transport: Transport, body: bytes, rec: RequestRecord) -> None:
+        resp = await transport.post(self._url, body, self._headers)
+        try:
+            rec.status = resp.status
+            et = classify_status(resp.status)
+            if et is not None:
+                raw = await resp.read_body(64 * 1024)
+                raise _Fail(et, f"HTTP {resp.status}: {_error_message(raw)}")
+            if self.config.stream:
+                if not resp.content_type.startswith("text/event-stream"):
+                    raw = await resp.read_body(64 * 1024)
+                    raise _Fail(
+                        ErrorType.PROTOCOL,
+                        f"streaming request answered with Content-Type {resp.content_type!r}, "
+                        f"not text/event-stream: {_error_message(raw)}",
+                    )
+                await self._read_stream(resp, rec)
+            else:
+                await self._read_json(resp, rec)
+        finally:
+            await resp.release()
+
+    async def _read_json(self, resp: Response, rec: RequestRecord) -> None:
+        raw = await resp.read_body(1 << 31)
+        now = time.perf_counter_ns()
+        rec.end_ns = now
+        obj = _loads(raw)
+        if not isinstance(obj, dict):
+            raise _Fail(ErrorType.PARSE, "response body is not a JSON object")
+        if "error" in obj and not obj.get("choices"):
+            raise _stream_error(obj["error"])
+        choices = obj.get("choices")
+        if choices:
+            c = choices[0]
+            if self.config.api == "chat":
+                msg = c.get("message") or {}
+                content = msg.get("content") or ""
+                reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
+            else:
+                content = c.get("text") or ""
+                reasoning = ""
+            rec.first_chunk_ns = now
+            rec.chunk_ns.append(now)
+            rec.chunk_text.append(content)
+            rec.chunk_reasoning.append(reasoning)
+            if content and not content.isspace():
+                rec.first_token_ns = now
+            rec.finish_reason = c.get("finish_reason")
+        else:
+            raise _Fail(ErrorType.PROTOCOL, "response has no choices")
+        if obj.get("usage"):
+            rec.usage = obj["usage"]
+
+    async def _read_stream(self, resp: Response, rec: RequestRecord) -> None:
+        """The hot path: read, time, parse, record. One clock read per socket read."""
+        parser = SSEParser()
+        feed = parser.feed
+        read = resp.read_chunk
+        clock = time.perf_counter_ns
+        loads = _loads
+        chat = self.config.api == "chat"
+        ns_app = rec.chunk_ns.append
+        text_app = rec.chunk_text.append
+        reas_app = rec.chunk_reasoning.append
+        done = False
+        events_seen = 0
+        while True:
+            data = await read()
+            if not data:
+                break
+            now = clock()
+            events = feed(data)
+            if not events:
+                continue
+            if rec.first_chunk_ns is None:
+                rec.first_chunk_ns = now
+            events_seen += len(events)
+            for ev in events:
+                d = ev.data
+                if d == "[DONE]":
+                    if not done:
+                        done = True
+                        rec.end_ns = now
+                    continue
+                obj = loads(d)
+                if type(obj) is not dict:
+                    raise _Fail(ErrorType.PARSE, f"SSE data is not a JSON object: {d[:80]!r}")
+                choices = obj.get("choices")
+                if choices:
+                    c = choices[0]
+                    if chat:
+                        delta = c.get("delta")
+                        if delta:
+                            content = delta.get("content") or ""
+                            reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                        else:
+                            content = reasoning = ""
+                    else:
+                        content = c.get("text") or ""
+                        reasoning = ""
+                    ns_app(now)
+                    text_app(content)
+                    reas_app(reasoning)
+                    if rec.first_token_ns is None and content and not content.isspace():
+                        rec.first_token_ns = now
+                    fr = c.get("finish_reason")
+                    if fr:
+                        rec.finish_reason = fr
+                # metadata is rare; "usage": null rides on every chunk with include_usage
+                if not choices or obj.get("usage") or "llmbench_timing" in obj or "error" in obj or "timings" in obj:
+                    self._metadata(obj, rec)
+        parser.close()
+        if rec.end_ns is None:
+            rec.end_ns = clock()
+        if parser.partial:
+            raise _Fail(ErrorType.PROTOCOL, "stream ended inside an SSE event")
+        if events_seen == 0:
+            raise _Fail(ErrorType.PROTOCOL, "empty stream: no SSE events")
+        if not done and self.config.require_done:
+            raise _Fail(ErrorType.PROTOCOL, "stream closed without data: [DONE]")
+
+    @staticmethod
+    def _metadata(obj: dict[str, Any], rec: RequestRecord) -> None:
+        err = obj.get("error")
+        if err:
+            raise _stream_error(err)
+        usage = obj.get("usage")
+        if usage:
+            rec.usage = usage
+        timing = obj.get("llmbench_timing")
+        if timing:
+            tok = timing.get("token_ns")
+            if tok:
+                if rec.server_token_ns is None:
+                    rec.server_token_ns = []
+                rec.server_token_ns.extend(tok)
+            st = rec.server_timing
+            if st is None:
+                st = rec.server_timing = {}
+            unix = timing.get("token_unix_ns")
+            if tok and unix and "unix_minus_monotonic_ns" not in st:
+                st["unix_minus_monotonic_ns"] = unix[0] - tok[0]
+            for k in SERVER_TIMING_FIELDS:
+                if k in timing:
+                    st[k] = timing[k]
+        timings = obj.get("timings")  # llama.cpp per-request timings on the finish chunk
+        if isinstance(timings, dict):
+            if rec.server_timing is None:
+                rec.server_timing = {}
+            rec.server_timing["timings"] = timings
+
+    async def get(self, url: str) -> tuple[int, str]:
+        """GET ``url`` (absolute, or a path on the server root) -> (status, text). Raises
+        :class:`TransportError` on failure. Used for ``/metrics`` (§4.5.1 queue drain)."""
+        if not url.startswith(("http://", "https://")):
+            url = self.server_root + "/" + url.lstrip("/")
+        status, body = await self._ensure_transport().get(url, self._get_headers)
+        return status, body.decode("utf-8", "replace")
+
+    @property
+    def server_root(self) -> str:
+        """``base_url`` without a trailing ``/v1`` (where ``/metrics`` and ``/health`` live)."""
+        root = self.config.base_url.rstrip("/")
+        return root[: -len("/v1")] if root.endswith("/v1") else root

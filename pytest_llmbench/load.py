@@ -1,0 +1,648 @@
+"""Load models: open loop (Poisson, uniform, bursty) and closed loop (§4.2.3–§4.2.5).
+
+Open loop: arrival times are computed ahead from (distribution, rate, seed) and every request is
+sent at its absolute scheduled time; a request is never sent "after the previous one", so a slow
+response cannot delay a later submission (§4.2.5). Each record carries ``intended_ns`` (the
+schedule) and ``sent_ns`` (the actual send): send lag = sent − intended, service latency starts at
+``sent_ns`` and schedule-relative latency at ``intended_ns`` (coordinated omission stays visible).
+
+Closed loop: exactly N requests are held in flight; each completion is replaced at once
+(§4.2.4). ``intended_ns`` is then the moment the slot became free, so sent − intended is the
+resubmission gap. The concurrency actually held is recorded (time-weighted mean and samples).
+
+The run stops by request count, by duration, when the specs run out or when a predicate says
+so; running requests are drained for at most ``drain_timeout_s`` and then cancelled (their
+records get ``error_type = cancelled``). A self-check marks the result invalid when the client
+itself was saturated (send lag or event-loop delay above :class:`SelfCheck` thresholds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import gc
+import itertools
+import time
+from collections.abc import Callable, Iterable, Iterator, Sized
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from .client import LLMClient
+from .records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
+
+__all__ = [
+    "ARRIVAL_KINDS",
+    "ArrivalProcess",
+    "ClosedLoop",
+    "LagStats",
+    "LoadProgress",
+    "LoadResult",
+    "OpenLoop",
+    "RecordSink",
+    "SelfCheck",
+    "run_closed_loop",
+    "run_load",
+    "run_open_loop",
+    "steady_state_records",
+    "steady_state_window",
+]
+
+ARRIVAL_KINDS = ("poisson", "uniform", "bursty")
+_ALIASES = {"constant": "uniform"}
+_BLOCK = 4096
+
+
+# --------------------------------------------------------------------------------------------
+# Arrival processes (§4.2.3)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArrivalProcess:
+    """Inter-arrival distribution with mean ``1 / rate`` seconds.
+
+    * ``poisson``: exponential gaps (the required model, §4.2.3).
+    * ``uniform`` (alias ``constant``): evenly spaced, every gap exactly ``1 / rate``.
+    * ``bursty``: gamma gaps with coefficient of variation ``cv`` > 1 (shape ``1/cv²``); the
+      draft defines no burst model, so ``cv`` is a declared parameter.
+
+    The first request is scheduled at offset 0. The same (kind, rate, seed, cv) always gives
+    the same schedule.
+    """
+
+    kind: str
+    rate: float
+    seed: int = 0
+    cv: float | None = None
+
+    def __post_init__(self) -> None:
+        kind = _ALIASES.get(self.kind, self.kind)
+        if kind not in ARRIVAL_KINDS:
+            raise ValueError(f"arrival kind must be one of {ARRIVAL_KINDS} (or 'constant'), got {self.kind!r}")
+        object.__setattr__(self, "kind", kind)
+        if not (self.rate > 0 and np.isfinite(self.rate)):
+            raise ValueError(f"arrival rate must be a positive number of requests/s, got {self.rate!r}")
+        if kind == "bursty":
+            if self.cv is None or not self.cv > 1:
+                raise ValueError(f"bursty arrivals need cv > 1 (gap coefficient of variation), got {self.cv!r}")
+        elif self.cv is not None:
+            raise ValueError(f"cv applies to bursty arrivals only, not {kind!r}")
+
+    def gaps_s(self, n: int, rng: np.random.Generator | None = None) -> np.ndarray:
+        """``n`` inter-arrival gaps in seconds."""
+        rng = rng if rng is not None else np.random.default_rng(self.seed)
+        mean = 1.0 / self.rate
+        if self.kind == "poisson":
+            return rng.exponential(mean, size=n)
+        if self.kind == "uniform":
+            return np.full(n, mean)
+        shape = 1.0 / (self.cv * self.cv)  # type: ignore[operator]
+        return rng.gamma(shape, mean / shape, size=n)
+
+    def offsets_ns(self) -> Iterator[int]:
+        """Scheduled send offsets from the run start, in ns (0 first), generated in blocks."""
+        rng = np.random.default_rng(self.seed)
+        t = 0.0
+        yield 0
+        while True:
+            for g in self.gaps_s(_BLOCK, rng):
+                t += float(g)
+                yield int(t * 1e9)
+
+    def schedule_ns(self, n: int) -> np.ndarray:
+        """The first ``n`` offsets as an array (what :meth:`offsets_ns` yields)."""
+        return np.fromiter(itertools.islice(self.offsets_ns(), n), dtype=np.int64, count=n)
+
+
+@dataclass(frozen=True)
+class OpenLoop:
+    """Open-loop load: send at the arrival process's times (§4.2.3, §4.2.5)."""
+
+    arrival: ArrivalProcess
+    max_requests: int | None = None
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """Closed-loop load: hold ``concurrency`` requests in flight (§4.2.4)."""
+
+    concurrency: int
+    max_requests: int | None = None
+    duration_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"closed-loop concurrency must be >= 1, got {self.concurrency}")
+
+
+@dataclass(frozen=True)
+class SelfCheck:
+    """Thresholds above which the client is taken to be saturated and the run invalid.
+
+    ``max_send_lag_p99_ms``: open-loop p99 of sent − intended. ``max_loop_delay_p99_ms``: p99
+    of the event-loop delay, measured by a task that sleeps ``probe_interval_ms`` and records
+    how late it wakes (a busy loop reads chunks late and inflates every latency). Checks need
+    at least ``min_samples`` samples.
+    """
+
+    max_send_lag_p99_ms: float = 10.0
+    max_loop_delay_p99_ms: float = 20.0
+    probe_interval_ms: float = 10.0
+    concurrency_sample_ms: float = 100.0
+    min_samples: int = 20
+
+
+@dataclass(frozen=True)
+class LagStats:
+    """A latency-like sample summary in milliseconds."""
+
+    n: int
+    mean_ms: float | None
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+
+    @classmethod
+    def of_ns(cls, values: Iterable[int | float]) -> LagStats:
+        a = np.fromiter(values, dtype=np.float64)
+        if a.size == 0:
+            return cls(0, None, None, None, None, None)
+        a = a / 1e6
+        p50, p90, p99 = np.percentile(a, [50, 90, 99])
+        return cls(int(a.size), float(a.mean()), float(p50), float(p90), float(p99), float(a.max()))
+
+
+@dataclass
+class LoadProgress:
+    """Live counters (read by ``until`` predicates and progress hooks)."""
+
+    sent: int = 0
+    completed: int = 0
+    ok: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    output_tokens: int = 0
+    in_flight: int = 0
+
+
+class RecordSink(Protocol):
+    """Where finished records go as they complete (e.g. ``storage.RunWriter``)."""
+
+    def write(self, record: RequestRecord) -> None: ...
+
+
+@dataclass
+class LoadResult:
+    """Outcome of one load run (one load level / phase)."""
+
+    phase: str
+    load_model: str  # "open" | "closed"
+    parameters: dict[str, Any]
+    records: list[RequestRecord]
+    transport: str
+    clock_anchor: ClockAnchor
+    start_ns: int
+    send_end_ns: int  # when the last request was submitted (stop condition reached)
+    end_ns: int  # when the last request finished (after the drain)
+    sent: int
+    completed: int  # finished, cancelled ones excluded
+    ok: int
+    cancelled: int
+    errors: dict[str, int]
+    output_tokens: int
+    requested_rate: float | None
+    achieved_rate: float | None  # sends per second over the send window
+    completion_rate: float | None  # successful completions per second over start..end
+    concurrency_target: int | None
+    concurrency_mean: float  # time-weighted mean in flight over the send window
+    concurrency_max: int
+    concurrency_samples: list[tuple[int, int]]  # (ns since start, in flight)
+    send_lag: LagStats
+    loop_delay: LagStats
+    valid: bool
+    invalid_reason: str | None
+    self_check: SelfCheck = field(default_factory=SelfCheck)
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+    @property
+    def send_window_s(self) -> float:
+        return (self.send_end_ns - self.start_ns) / 1e9
+
+    def to_json(self, *, include_records: bool = False, keep_text: bool = True) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            k: getattr(self, k)
+            for k in (
+                "phase", "load_model", "parameters", "transport", "start_ns", "send_end_ns",
+                "end_ns", "sent", "completed", "ok", "cancelled", "errors", "output_tokens",
+                "requested_rate", "achieved_rate", "completion_rate", "concurrency_target",
+                "concurrency_mean", "concurrency_max", "valid", "invalid_reason",
+            )
+        }
+        d["clock_anchor"] = asdict(self.clock_anchor)
+        d["start_iso"] = self.clock_anchor.iso(self.start_ns)
+        d["end_iso"] = self.clock_anchor.iso(self.end_ns)
+        d["duration_s"] = self.duration_s
+        d["concurrency_samples"] = [list(s) for s in self.concurrency_samples]
+        d["send_lag"] = asdict(self.send_lag)
+        d["loop_delay"] = asdict(self.loop_delay)
+        d["self_check"] = asdict(self.self_check)
+        if include_records:
+            d["records"] = [r.to_json(keep_text=keep_text) for r in self.records]
+        return d
+
+
+def steady_state_window(result: LoadResult, exclude_fraction: float = 0.1) -> tuple[int, int]:
+    """(start_ns, end_ns) of the steady-state part of the send window: the first
+    ``exclude_fraction`` (10 %, §5.2.3.2) of the run is ramp-up and left out."""
+    if not 0 <= exclude_fraction < 1:
+        raise ValueError(f"exclude_fraction must be in [0, 1), got {exclude_fraction}")
+    span = result.send_end_ns - result.start_ns
+    return result.start_ns + int(span * exclude_fraction), result.send_end_ns
+
+
+def steady_state_records(result: LoadResult, exclude_fraction: float = 0.1) -> list[RequestRecord]:
+    """Records sent inside :func:`steady_state_window`."""
+    lo, hi = steady_state_window(result, exclude_fraction)
+    return [r for r in result.records if lo <= r.sent_ns <= hi]
+
+
+# --------------------------------------------------------------------------------------------
+# The runner
+# --------------------------------------------------------------------------------------------
+
+
+class _Runner:
+    def __init__(
+        self,
+        client: LLMClient,
+        specs: Iterable[RequestSpec],
+        *,
+        phase: str,
+        max_requests: int | None,
+        duration_s: float | None,
+        until: Callable[[LoadProgress], bool] | None,
+        drain_timeout_s: float | None,
+        self_check: SelfCheck,
+        on_record: Callable[[RequestRecord], None] | None,
+        sink: RecordSink | None,
+        keep_records: bool,
+    ) -> None:
+        if max_requests is not None and max_requests < 0:
+            raise ValueError(f"max_requests must be >= 0, got {max_requests}")
+        if duration_s is not None and not duration_s > 0:
+            raise ValueError(f"duration_s must be > 0, got {duration_s}")
+        if drain_timeout_s is not None and drain_timeout_s < 0:
+            raise ValueError(f"drain_timeout_s must be >= 0, got {drain_timeout_s}")
+        if max_requests is None and duration_s is None and until is None and not isinstance(specs, Sized):
+            raise ValueError("an unbounded spec iterator needs max_requests, duration_s or until")
+        self.client = client
+        self.specs = iter(specs)
+        self.phase = phase
+        self.max_requests = max_requests
+        self.duration_ns = int(duration_s * 1e9) if duration_s is not None else None
+        self.until = until
+        self.drain_timeout_s = drain_timeout_s
+        self.check = self_check
+        self.on_record = on_record
+        self.sink = sink
+        self.keep = keep_records
+        self.progress = LoadProgress()
+        self.records: list[RequestRecord] = []
+        self.errors: collections.Counter[str] = collections.Counter()
+        self.lags: list[int] = []
+        self.loop_delays: list[int] = []
+        self.samples: list[tuple[int, int]] = []
+        # concurrency integral
+        self.inflight = 0
+        self.inflight_max = 0
+        self.area = 0  # in-flight × ns
+        self.last_change = 0
+        # collector
+        self.queue: collections.deque[RequestRecord] = collections.deque()
+        self.wake = asyncio.Event()
+        self.callback_error: BaseException | None = None
+        self.start_ns = 0
+        self.stopped = False
+
+    # -- bookkeeping (hot path: counters and a deque append only) --------------------------
+    def _change(self, delta: int) -> None:
+        now = time.perf_counter_ns()
+        self.area += self.inflight * (now - self.last_change)
+        self.last_change = now
+        self.inflight += delta
+        if self.inflight > self.inflight_max:
+            self.inflight_max = self.inflight
+        self.progress.in_flight = self.inflight
+
+    def _next_spec(self) -> RequestSpec | None:
+        p = self.progress
+        if self.max_requests is not None and p.sent >= self.max_requests:
+            return None
+        if self.duration_ns is not None and time.perf_counter_ns() - self.start_ns >= self.duration_ns:
+            return None
+        if self.until is not None and self.until(p):
+            return None
+        return next(self.specs, None)
+
+    async def _one(self, spec: RequestSpec, intended_ns: int) -> None:
+        rec = RequestRecord.from_spec(spec, phase=self.phase)
+        self._change(+1)
+        try:
+            await self.client.send(spec, record=rec, intended_ns=intended_ns, finalize=False)
+        finally:
+            self._change(-1)
+            self.queue.append(rec)
+            self.wake.set()
+
+    # -- collector: token counting, storage, callbacks, off the submission path ------------
+    async def _collect(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            self._drain_queue()
+            if self.stopped and not self.queue:
+                return
+
+    def _drain_queue(self) -> None:
+        p = self.progress
+        while self.queue:
+            rec = self.queue.popleft()
+            self.client.finalize(rec)
+            p.completed += 1
+            if rec.error_type is None:
+                p.ok += 1
+            elif rec.error_type is ErrorType.CANCELLED:
+                p.cancelled += 1
+            else:
+                p.failed += 1
+            if rec.error_type is not None:
+                self.errors[rec.error_type.value] += 1
+            out = rec.output_tokens
+            if out:
+                p.output_tokens += out
+            if rec.intended_ns is not None and rec.sent_ns:
+                self.lags.append(rec.sent_ns - rec.intended_ns)
+            if self.sink is not None:
+                self.sink.write(rec)
+            if self.keep:
+                self.records.append(rec)
+            if self.on_record is not None and self.callback_error is None:
+                try:
+                    self.on_record(rec)
+                except Exception as exc:  # reported after the run; measuring continues
+                    self.callback_error = exc
+
+    async def _monitor(self, gc_freeze: bool) -> None:
+        interval_ns = int(self.check.probe_interval_ms * 1e6)
+        every = max(1, round(self.check.concurrency_sample_ms / self.check.probe_interval_ms))
+        sleep_s = interval_ns / 1e9
+        clock = time.perf_counter_ns
+        for i in itertools.count():
+            t0 = clock()
+            await asyncio.sleep(sleep_s)
+            t1 = clock()
+            self.loop_delays.append(max(0, t1 - t0 - interval_ns))
+            if gc_freeze:
+                # O(1): move surviving objects (kept records, connections) out of the collected
+                # generations so that a full collection never walks the growing record list
+                gc.freeze()
+            if i % every == 0:
+                self.samples.append((t1 - self.start_ns, self.inflight))
+
+    # -- the two load models ----------------------------------------------------------------
+    async def _dispatch_open(self, arrival: ArrivalProcess, spin_ns: int, tasks: set[asyncio.Task[None]]) -> None:
+        clock = time.perf_counter_ns
+        sleep = asyncio.sleep
+        offsets = arrival.offsets_ns()
+        start = self.start_ns
+        for off in offsets:
+            if self.duration_ns is not None and off >= self.duration_ns:
+                # the send window is the whole duration, even if the next arrival falls after it
+                rest = start + self.duration_ns - clock()
+                if rest > 0:
+                    await sleep(rest / 1e9)
+                return
+            spec = self._next_spec()
+            if spec is None:
+                return
+            t = start + off
+            while True:
+                wait = t - clock()
+                if wait <= 0:
+                    break
+                await sleep((wait - spin_ns) / 1e9 if wait > spin_ns else 0)
+            task = asyncio.create_task(self._one(spec, t))
+            self.progress.sent += 1
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    async def _worker(self) -> None:
+        free_ns = self.start_ns
+        while True:
+            spec = self._next_spec()
+            if spec is None:
+                return
+            self.progress.sent += 1
+            await self._one(spec, free_ns)
+            free_ns = time.perf_counter_ns()
+
+    async def run(self, load: OpenLoop | ClosedLoop, *, spin_ms: float = 1.5, gc_freeze: bool = True) -> LoadResult:
+        loop_tasks: set[asyncio.Task[None]] = set()
+        anchor = ClockAnchor.now()
+        self.start_ns = self.last_change = time.perf_counter_ns()
+        collector = asyncio.create_task(self._collect())
+        if gc_freeze:
+            gc.freeze()
+        monitor = asyncio.create_task(self._monitor(gc_freeze))
+        running: set[asyncio.Task[None]] = set()
+        try:
+            if isinstance(load, OpenLoop):
+                running = loop_tasks
+                await self._dispatch_open(load.arrival, int(spin_ms * 1e6), loop_tasks)
+            else:
+                workers = {asyncio.create_task(self._worker()) for _ in range(load.concurrency)}
+                running = workers
+                # the send window ends when the first worker finds no more work, or at the
+                # duration even if every worker is still waiting on a slow response
+                window = None
+                if self.duration_ns is not None:
+                    window = max(0.0, (self.start_ns + self.duration_ns - time.perf_counter_ns()) / 1e9)
+                await asyncio.wait(workers, timeout=window, return_when=asyncio.FIRST_COMPLETED)
+            send_end = time.perf_counter_ns()
+            area_at_send_end = self.area + self.inflight * (send_end - self.last_change)
+            if running:
+                _, pending = await asyncio.wait(set(running), timeout=self.drain_timeout_s)
+                for t in pending:
+                    t.cancel()
+                if pending:
+                    await asyncio.gather(*pending, return_exceptions=True)
+            end = time.perf_counter_ns()
+            for t in running:  # a bug in the runner itself must not pass silently
+                if not t.cancelled() and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
+        finally:
+            for t in list(running):  # the run itself was cancelled: stop its requests too
+                if not t.done():
+                    t.cancel()
+            monitor.cancel()
+            self.stopped = True
+            self.wake.set()
+            await asyncio.gather(monitor, return_exceptions=True)
+            await collector
+            if gc_freeze:
+                gc.unfreeze()
+        return self._result(load, anchor, send_end, end, area_at_send_end)
+
+    def _result(self, load: OpenLoop | ClosedLoop, anchor: ClockAnchor, send_end: int, end: int, area: int) -> LoadResult:
+        p = self.progress
+        window = send_end - self.start_ns
+        sent_times = sorted(r.sent_ns for r in self.records if r.sent_ns) if self.keep else []
+        achieved = None
+        if len(sent_times) >= 2 and sent_times[-1] > sent_times[0]:
+            achieved = (len(sent_times) - 1) / ((sent_times[-1] - sent_times[0]) / 1e9)
+        elif not self.keep and window > 0:
+            achieved = p.sent / (window / 1e9)
+        completion_rate = p.ok / ((end - self.start_ns) / 1e9) if end > self.start_ns else None
+        send_lag = LagStats.of_ns(self.lags)
+        loop_delay = LagStats.of_ns(self.loop_delays)
+        reasons = []
+        if isinstance(load, OpenLoop) and send_lag.n >= self.check.min_samples:
+            if send_lag.p99_ms is not None and send_lag.p99_ms > self.check.max_send_lag_p99_ms:
+                reasons.append(
+                    f"client saturated: send-lag p99 {send_lag.p99_ms:.2f} ms > "
+                    f"{self.check.max_send_lag_p99_ms} ms (§4.2.5)"
+                )
+        if loop_delay.n >= self.check.min_samples and loop_delay.p99_ms is not None:
+            if loop_delay.p99_ms > self.check.max_loop_delay_p99_ms:
+                reasons.append(
+                    f"client saturated: event-loop delay p99 {loop_delay.p99_ms:.2f} ms > "
+                    f"{self.check.max_loop_delay_p99_ms} ms"
+                )
+        if isinstance(load, OpenLoop):
+            params: dict[str, Any] = {"arrival": asdict(load.arrival)}
+            requested_rate: float | None = load.arrival.rate
+            target = None
+        else:
+            params = {"concurrency": load.concurrency}
+            requested_rate = None
+            target = load.concurrency
+        params.update(
+            max_requests=load.max_requests,
+            duration_s=load.duration_s,
+            drain_timeout_s=self.drain_timeout_s,
+            stop_predicate=self.until is not None,
+        )
+        return LoadResult(
+            phase=self.phase,
+            load_model="open" if isinstance(load, OpenLoop) else "closed",
+            parameters=params,
+            records=self.records,
+            transport=self.client.transport_name,
+            clock_anchor=anchor,
+            start_ns=self.start_ns,
+            send_end_ns=send_end,
+            end_ns=end,
+            sent=p.sent,
+            completed=p.completed - p.cancelled,
+            ok=p.ok,
+            cancelled=p.cancelled,
+            errors=dict(self.errors),
+            output_tokens=p.output_tokens,
+            requested_rate=requested_rate,
+            achieved_rate=achieved,
+            completion_rate=completion_rate,
+            concurrency_target=target,
+            concurrency_mean=area / window if window > 0 else 0.0,
+            concurrency_max=self.inflight_max,
+            concurrency_samples=self.samples,
+            send_lag=send_lag,
+            loop_delay=loop_delay,
+            valid=not reasons,
+            invalid_reason="; ".join(reasons) or None,
+            self_check=self.check,
+        )
+
+
+async def run_load(
+    client: LLMClient,
+    specs: Iterable[RequestSpec],
+    load: OpenLoop | ClosedLoop,
+    *,
+    phase: str = "measure",
+    until: Callable[[LoadProgress], bool] | None = None,
+    drain_timeout_s: float | None = 120.0,
+    self_check: SelfCheck | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    sink: RecordSink | None = None,
+    keep_records: bool = True,
+    spin_ms: float = 1.5,
+    gc_freeze: bool = True,
+) -> LoadResult:
+    """Run ``load`` over ``specs`` through ``client`` and return the :class:`LoadResult`.
+
+    ``specs`` may be a list or any iterator (e.g. ``itertools.cycle(specs)`` with a duration).
+    ``on_record`` is called once per finished record, from a collector task, off the submission
+    path (use it for live progress); ``sink.write`` receives every record as it completes
+    (``storage.RunWriter``); ``keep_records=False`` keeps memory bounded. ``spin_ms``: the open
+    loop sleeps until this close to a send time, then yields to the loop until it is due
+    (timer sleeps alone are only millisecond-accurate). If ``on_record`` raises, the run
+    still completes and the exception is raised at the end. ``gc_freeze`` keeps the cyclic
+    garbage collector from walking the growing set of live records during the run (full
+    collections otherwise stall the loop for tens of ms and show up as send lag); cyclic
+    garbage made during the run is collected after it.
+    """
+    if isinstance(load, ClosedLoop) and client.max_connections is not None and client.max_connections < load.concurrency:
+        raise ValueError(
+            f"client pool of {client.max_connections} connections cannot hold concurrency {load.concurrency}: "
+            "requests would queue inside the client (size the pool with LLMClient(..., max_connections=N))"
+        )
+    runner = _Runner(
+        client,
+        specs,
+        phase=phase,
+        max_requests=load.max_requests,
+        duration_s=load.duration_s,
+        until=until,
+        drain_timeout_s=drain_timeout_s,
+        self_check=self_check or SelfCheck(),
+        on_record=on_record,
+        sink=sink,
+        keep_records=keep_records,
+    )
+    result = await runner.run(load, spin_ms=spin_ms, gc_freeze=gc_freeze)
+    if runner.callback_error is not None:
+        raise runner.callback_error
+    return result
+
+
+async def run_open_loop(
+    client: LLMClient,
+    specs: Iterable[RequestSpec],
+    arrival: ArrivalProcess,
+    *,
+    max_requests: int | None = None,
+    duration_s: float | None = None,
+    **kwargs: Any,
+) -> LoadResult:
+    """Open-loop run (§4.2.3); keyword arguments as :func:`run_load`."""
+    return await run_load(client, specs, OpenLoop(arrival, max_requests, duration_s), **kwargs)
+
+
+async def run_closed_loop(
+    client: LLMClient,
+    specs: Iterable[RequestSpec],
+    concurrency: int,
+    *,
+    max_requests: int | None = None,
+    duration_s: float | None = None,
+    **kwargs: Any,
+) -> LoadResult:
+    """Closed-loop run holding ``concurrency`` in flight (§4.2.4); keyword arguments as :func:`run_load`."""
+    return await run_load(client, specs, ClosedLoop(concurrency, max_requests, duration_s), **kwargs)

@@ -1,0 +1,397 @@
+"""Steps every procedure shares: the client, warm-up (§4.5), a measured load run, facts, verdict.
+
+A procedure module composes these; it never talks to the transport, the storage or the
+compliance registry directly. Every measured run is a directory under the procedure's run root
+(``records.jsonl`` streamed + ``run.json``), so reports can be rebuilt from disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..client import ClientConfig, LLMClient
+from ..compliance import (
+    Check,
+    ClockFacts,
+    Declarations,
+    LoadFacts,
+    RecordAudit,
+    RunFacts,
+    WarmupFacts,
+    evaluate_test,
+)
+from ..load import ClosedLoop, LoadProgress, LoadResult, OpenLoop, run_load
+from ..metrics import RunMetrics, summarize
+from ..records import ClockAnchor, RequestRecord, RequestSpec
+from ..storage import RunMetadata, RunWriter
+from ..warmup import WarmupPolicy, WarmupResult, run_warmup, sample_server_metrics
+from .base import ProcedureContext, ProcedureResult, RunSummary
+
+__all__ = [
+    "Measured",
+    "client_for",
+    "fmt_ms",
+    "fmt_num",
+    "finish",
+    "measure",
+    "run_facts",
+    "warm_up",
+    "SIMULATOR_DECLARATIONS",
+]
+
+DRAFT_WARMUP_REQUESTS = 100  # §4.5.1
+DRAFT_WARMUP_TOKENS = 10_000  # §4.5.1
+QUEUE_GAUGE = "llmbench:num_requests_waiting"
+QUEUE_GAUGES = (QUEUE_GAUGE, "vllm:num_requests_waiting")
+
+
+@dataclass
+class Measured:
+    """One measured load run: the load generator's result, its metrics and the server samples."""
+
+    load: LoadResult
+    summary: RunSummary
+    queue_samples: list[tuple[float, float]] = field(default_factory=list)  # (s since start, waiting)
+    server_before: dict[str, float] | None = None
+    server_after: dict[str, float] | None = None
+
+    @property
+    def metrics(self) -> RunMetrics:
+        return self.summary.metrics
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        return self.load.records
+
+    def server_delta(self, name: str) -> float | None:
+        """Increase of a server counter over the run (None when the server has no /metrics)."""
+        if self.server_before is None or self.server_after is None:
+            return None
+        if name not in self.server_after:
+            return None
+        return self.server_after[name] - self.server_before.get(name, 0.0)
+
+
+def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> LLMClient:
+    """A client for the SUT with the session's settings (§4.2, §4.6)."""
+    sut, s = ctx.sut, ctx.settings
+    config = ClientConfig(
+        base_url=sut.base_url,
+        model=sut.model,
+        api=sut.api,
+        api_key_env=sut.api_key_env,
+        verify_tls=sut.verify_tls,
+        total_timeout_s=s.timeout,
+        read_timeout_s=min(s.timeout, 120.0),
+        token_id_prompts=sut.api == "completions",
+        request_server_timing=sut.embedded,
+        tokenizer=None,
+    )
+    return LLMClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer)
+
+
+async def warm_up(
+    ctx: ProcedureContext,
+    client: LLMClient,
+    specs: Sequence[RequestSpec],
+    *,
+    min_requests: int = DRAFT_WARMUP_REQUESTS,
+    min_output_tokens: int = DRAFT_WARMUP_TOKENS,
+    concurrency: int = 8,
+    prefix_specs: Sequence[RequestSpec] = (),
+    cold_start: bool = False,
+    label: str = "warmup",
+) -> WarmupResult:
+    """§4.5: at least ``min_requests`` and ``min_output_tokens``, drain, probes before and after.
+
+    A profile may ask for less than the draft's minimum; the result then says so, and
+    :func:`run_facts` turns that into an unmet 4.5.1 item (never silently).
+    """
+    ctx.progress(f"warm-up: >= {min_requests} requests, >= {min_output_tokens} output tokens")
+    policy = WarmupPolicy(
+        min_requests=min_requests,
+        min_output_tokens=min_output_tokens,
+        concurrency=concurrency,
+        cold_start=cold_start,
+        max_duration_s=max(60.0, ctx.settings.timeout),
+    )
+    with RunWriter(ctx.run_dir(label), keep_text=not ctx.settings.drop_text) as writer:
+        result = await run_warmup(client, specs, policy, prefix_specs=prefix_specs, sink=writer)
+        writer.write_metadata(RunMetadata(parameters={"phase": "warmup"}, profile=ctx.settings.profile,
+                                          seed=ctx.settings.seed, warmup=result.to_json(),
+                                          tokenizer=ctx.tokenizer.declaration.to_json(),
+                                          client=client.describe(), cold_start=cold_start))
+    return result
+
+
+async def _sample_queue(client: LLMClient, t0: float, out: list[tuple[float, float]], period: float) -> None:
+    while True:
+        sample = await sample_server_metrics(client)
+        if sample is None:
+            return
+        for name in QUEUE_GAUGES:
+            if name in sample:
+                out.append((time.perf_counter() - t0, sample[name]))
+                break
+        else:
+            return
+        await asyncio.sleep(period)
+
+
+async def measure(
+    ctx: ProcedureContext,
+    client: LLMClient,
+    label: str,
+    specs: Iterable[RequestSpec],
+    load: OpenLoop | ClosedLoop,
+    *,
+    slos: Sequence[Any] = (),
+    drain_timeout_s: float | None = 60.0,
+    extra: dict[str, Any] | None = None,
+) -> Measured:
+    """Run one measured load level and summarise it (§4.2, §5.x.3); records stream to disk."""
+    run_dir = ctx.run_dir(label)
+    done = {"n": 0, "err": 0}
+    t_start = time.perf_counter()
+    total = load.max_requests
+
+    def on_record(rec: RequestRecord) -> None:
+        done["n"] += 1
+        done["err"] += rec.failed
+        elapsed = time.perf_counter() - t_start
+        of = f"/{total}" if total else ""
+        remaining = f", ~{(elapsed / done['n']) * (total - done['n']):.0f} s left" if total else ""
+        ctx.progress(f"{label}: {done['n']}{of} requests, {done['n'] / max(elapsed, 1e-9):.1f} req/s, "
+                     f"{done['err']} errors, {elapsed:.0f} s{remaining}")
+
+    server_before = await sample_server_metrics(client)
+    queue: list[tuple[float, float]] = []
+    sampler = asyncio.create_task(_sample_queue(client, t_start, queue, 0.5)) if server_before else None
+    anchor = ClockAnchor.now()
+    try:
+        with RunWriter(run_dir, keep_text=not ctx.settings.drop_text) as writer:
+            result = await run_load(client, specs, load, phase="measure", sink=writer, on_record=on_record,
+                                    drain_timeout_s=drain_timeout_s)
+            writer.write_metadata(RunMetadata(
+                parameters={"phase": "measure", "label": label, **(extra or {})}, profile=ctx.settings.profile,
+                seed=ctx.settings.seed, tokenizer=ctx.tokenizer.declaration.to_json(), clock_anchor=anchor,
+                client=client.describe(), loads=[result.to_json()],
+                server_metrics=[server_before] if server_before else [],
+            ))
+    finally:
+        if sampler is not None:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+    server_after = await sample_server_metrics(client) if server_before else None
+    itl_option = "C" if any(r.server_token_ns for r in result.records[:50]) else "B"
+    metrics = summarize(result.records, slos=slos, itl_option=itl_option)
+    summary = RunSummary(
+        label=label,
+        run_dir=str(run_dir),
+        load=result.to_json(),
+        metrics=metrics,
+        valid=result.valid,
+        invalid_reason=result.invalid_reason,
+        extra={"queue_samples": queue, "clock_anchor_iso": anchor.iso(anchor.perf_ns), **(extra or {})},
+    )
+    return Measured(load=result, summary=summary, queue_samples=queue,
+                    server_before=server_before, server_after=server_after)
+
+
+#: What the embedded simulator is, declared by the plugin itself (it knows): §5.1.2 model/hardware.
+SIMULATOR_DECLARATIONS: dict[str, Any] = {
+    "model": {"name": "llmbench-sim", "version": "pytest-llmbench simulator", "quantization": "none"},
+    "hardware": {"accelerator": "none (simulated engine on the load generator's host)", "count": 0,
+                 "memory": "simulated KV cache (see server_info.kv_capacity_tokens)"},
+    "engine": {"name": "pytest-llmbench embedded simulator", "version": "see plugin version"},
+    "model_loaded": "the simulator has no weights to load; it serves from its first request",
+    "clock_sync": {"method": "single-host", "accuracy_ms": 0},
+}
+
+
+def _declarations(ctx: ProcedureContext) -> Declarations:
+    data: dict[str, Any] = {}
+    if ctx.sut.embedded:
+        data.update(SIMULATOR_DECLARATIONS)
+        info = ctx.sut.server_info
+        data["guardrails"] = {
+            "input_filter": "on" if info.get("guardrails") in ("input", "full") else "off",
+            "output_filter": "on" if info.get("guardrails") in ("output", "full") else "off",
+            "systems": ["simulator guardrail model"] if info.get("guardrails", "none") != "none" else [],
+        }
+    loaded = Declarations.load(ctx.settings.declarations) if ctx.settings.declarations else None
+    if loaded is not None:
+        data.update(dict(loaded))
+    data.update(ctx.declarations)
+    return Declarations(data, source=str(ctx.settings.declarations or "(embedded simulator)"))
+
+
+def run_facts(
+    ctx: ProcedureContext,
+    *,
+    workload: dict[str, Any],
+    warmup: WarmupResult | None,
+    measured: Sequence[Measured],
+    itl_reported: bool = False,
+    prefix_caching: str | None = None,
+    prefix_cache_under_test: bool = False,
+    exceeds_capacity: bool = False,
+) -> RunFacts:
+    """The general facts of a procedure's runs (evaluated against the general items)."""
+    import numpy as np
+
+    first = measured[0].load if measured else None
+    lags = [r.sent_ns - r.intended_ns for m in measured for r in m.records
+            if r.intended_ns is not None and r.sent_ns]
+    open_loop = first is not None and first.load_model == "open"
+    load = LoadFacts(
+        model=first.load_model if first else None,
+        arrival=(first.parameters.get("arrival") or {}).get("kind") if open_loop and first else None,
+        rate=(first.parameters.get("arrival") or {}).get("rate") if open_loop and first else None,
+        concurrency=first.concurrency_target if first and not open_loop else None,
+        send_lag_p99_s=float(np.percentile(lags, 99)) / 1e9 if lags else None,
+        capabilities=("open_loop", "closed_loop", "poisson", "uniform", "bursty", "absolute_schedule", "async"),
+    )
+    records = [r for m in measured for r in m.records]
+    chunk_tokens = [t for r in records for t in r.chunk_tokens if t]
+    one_token = sum(1 for t in chunk_tokens if t == 1) / len(chunk_tokens) if chunk_tokens else None
+    anchor = first.clock_anchor if first else ClockAnchor.now()
+    if warmup is None:
+        wf = WarmupFacts()
+    else:
+        wf = WarmupFacts(
+            requests=warmup.ok,
+            output_tokens=warmup.output_tokens,
+            drained=warmup.drained,
+            server_queue_drained=warmup.drained if warmup.drain_method == "server-metrics" else None,
+            probes_before=tuple(p.e2e_s for p in warmup.probes_before if p.e2e_s is not None),
+            probes_after=tuple(p.e2e_s for p in warmup.probes_after if p.e2e_s is not None),
+            reduced=not warmup.minimum_met and not warmup.cold_start,
+            cold_start=warmup.cold_start,
+            prefix_populated=(warmup.prefix_requests > 0) if prefix_cache_under_test else None,
+        )
+    info = ctx.sut.server_info
+    guard = info.get("guardrails") if ctx.sut.embedded else None
+    return RunFacts(
+        sut_boundary=ctx.sut.boundary,
+        boundary_declared_before_start=True,
+        load=load,
+        clock=ClockFacts.local(single_host=_is_loopback(ctx.sut.base_url),
+                               sync_method="single-host" if _is_loopback(ctx.sut.base_url) else None,
+                               timestamp_format="iso8601_ms", timestamp_sample=anchor.iso(anchor.perf_ns)),
+        streaming=True,
+        protocol="sse",
+        single_token_chunk_fraction=one_token,
+        itl_method=("server" if any(r.server_token_ns for r in records[:50]) else "distributed"),
+        itl_reported=itl_reported,
+        server_token_timestamps=any(r.server_token_ns for r in records[:50]),
+        warmup=wf,
+        tokenizer=ctx.tokenizer.declaration,
+        special_tokens=ctx.tokenizer.declaration.special_tokens,
+        workload=workload,
+        session_workloads=(str(workload.get("name")),),
+        seed=ctx.settings.seed,
+        sequence_hash=workload.get("request_sequence_sha256"),
+        generator=str((workload.get("generator") or {}).get("name", "pytest_llmbench.workloads"))
+        if isinstance(workload.get("generator"), dict) else workload.get("generator"),
+        records=RecordAudit.from_records(records),
+        guardrails={"input_filter": "on" if guard in ("input", "full") else "off",
+                    "output_filter": "on" if guard in ("output", "full") else "off"} if guard else None,
+        prefix_caching=prefix_caching or (("enabled" if info.get("prefix_cache") else "disabled")
+                                          if ctx.sut.embedded else None),
+        prefix_cache_under_test=prefix_cache_under_test,
+        endpoint_scheme=ctx.sut.base_url.split(":", 1)[0],
+        tls_verified=ctx.sut.verify_tls,
+        secrets_redacted=True,
+        exceeds_capacity=exceeds_capacity,
+    )
+
+
+def _is_loopback(url: str) -> bool:
+    host = url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
+def finish(ctx: ProcedureContext, result: ProcedureResult, facts: RunFacts, checks: dict[str, Check]) -> None:
+    """Evaluate compliance (§2) and attach facts, checks and verdict to the result."""
+    result.facts = facts
+    result.checks = checks
+    result.compliance = evaluate_test(result.procedure, checks, facts, _declarations(ctx))
+    result.measurements["compliance_verdict"] = result.compliance.verdict.value
+
+
+def fmt_ms(seconds: float | None) -> str:
+    """A latency for a draft table: ``127 ms`` below 10 s, ``12.3 s`` above; ``n/a`` when undefined."""
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "n/a"
+    if seconds >= 10:
+        return f"{seconds:.1f} s"
+    ms = seconds * 1000
+    return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
+
+
+def fmt_num(value: float | None, unit: str = "", digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.{digits}f}{(' ' + unit) if unit else ''}"
+
+
+async def resolve_load(
+    ctx: ProcedureContext,
+    spec: Any,
+    *,
+    max_requests: int | None = None,
+    duration_s: float | None = None,
+    seed_offset: int = 0,
+) -> tuple[OpenLoop | ClosedLoop, dict[str, Any]]:
+    """A LoadSpec -> the load generator's OpenLoop/ClosedLoop, resolving capacity fractions.
+
+    Returns the load and a JSON description (with the capacity source when one was used).
+    """
+    from ..load import ArrivalProcess
+
+    desc: dict[str, Any] = spec.to_json()
+    if spec.model == "closed":
+        return ClosedLoop(spec.concurrency, max_requests=max_requests, duration_s=duration_s), desc
+    rate = spec.rate
+    if rate is None:
+        cap = await ctx.get_capacity("rate")
+        if not cap.rate:
+            raise RuntimeError("no request-rate capacity available to scale the load by")
+        rate = spec.capacity_fraction * cap.rate
+        desc.update(resolved_rate=rate, capacity_rate=cap.rate, capacity_source=cap.source)
+    arrival = ArrivalProcess(spec.arrival, rate, seed=ctx.settings.seed + seed_offset, cv=spec.cv)
+    return OpenLoop(arrival, max_requests=max_requests, duration_s=duration_s), desc
+
+
+def percentile_row(metrics: RunMetrics, name: str, ps: Sequence[float] = (50, 95, 99)) -> list[str]:
+    """Formatted percentiles of a distribution for a draft table ("n/a" when absent)."""
+    if name not in metrics.distributions or metrics.distributions[name].n == 0:
+        return ["n/a" for _ in ps]
+    return [fmt_ms(metrics.percentile(name, p).value) for p in ps]
+
+
+def pvalue(metrics: RunMetrics, name: str, p: float) -> float | None:
+    """A percentile's value in seconds, or None when the distribution is empty."""
+    if name not in metrics.distributions or metrics.distributions[name].n == 0:
+        return None
+    v = metrics.percentile(name, p).value
+    return None if v is None or math.isnan(v) else float(v)
+
+
+def sample_list(values: Any, limit: int = 20_000) -> list[float]:
+    """Finite samples as a plain list for plots (evenly thinned above ``limit``)."""
+    import numpy as np
+
+    arr = np.asarray(values, dtype=float)
+    arr = arr[np.isfinite(arr)]
+    if arr.size > limit:
+        arr = np.sort(arr)[np.linspace(0, arr.size - 1, limit).astype(int)]
+    return [float(x) for x in arr]

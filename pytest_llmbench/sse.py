@@ -1,0 +1,186 @@
+"""Incremental Server-Sent Events parser, separate from I/O (§4.6.1, App. B.1.1).
+
+Follows the WHATWG HTML "Server-sent events" parsing rules: lines end in CRLF, LF or CR (a CR
+at the end of one read followed by LF at the start of the next is one line ending); a blank line
+dispatches the event; ``data:`` lines accumulate, joined with LF; one space after the colon is
+dropped; lines starting with ``:`` are comments (keep-alives); ``event``/``id``/``retry`` are
+kept; a leading BOM is ignored; an event not terminated by a blank line when the stream ends is
+discarded (:attr:`SSEParser.partial` tells the caller one was cut off). Bytes are decoded by an
+incremental UTF-8 decoder, so a multi-byte character split across reads is fine; invalid UTF-8
+raises :class:`SSEDecodeError` (the client records it as ``parse``).
+
+This is the hot path: one :meth:`SSEParser.feed` per socket read, with a fast path for the
+common ``data: <json>\\n\\n`` event and no per-byte Python loop.
+"""
+
+from __future__ import annotations
+
+import codecs
+from typing import NamedTuple
+
+__all__ = ["SSEDecodeError", "SSEError", "SSEEvent", "SSEParser", "parse_sse"]
+
+
+class SSEError(ValueError):
+    """The byte stream cannot be parsed as SSE (names the problem)."""
+
+
+class SSEDecodeError(SSEError):
+    """The stream holds bytes that are not valid UTF-8."""
+
+
+class SSEEvent(NamedTuple):
+    """One dispatched event. ``event`` is ``"message"`` unless an ``event:`` field set it."""
+
+    data: str
+    event: str = "message"
+    id: str = ""
+
+
+_DEFAULT_MAX_EVENT_CHARS = 64 * 1024 * 1024
+_new = tuple.__new__  # builds an SSEEvent without the namedtuple constructor's Python frame
+
+
+class SSEParser:
+    """Feed raw bytes as they arrive, get back the events completed by those bytes.
+
+    >>> p = SSEParser()
+    >>> p.feed(b"data: a\\r\\nda"), p.feed(b"ta: b\\r\\n\\r\\n")
+    ([], [SSEEvent(data='a\\nb', event='message', id='')])
+    """
+
+    __slots__ = (
+        "_decoder",
+        "_buf",
+        "_searched",
+        "_skip_lf",
+        "_started",
+        "_max",
+        "last_event_id",
+        "retry_ms",
+        "comments",
+        "events",
+    )
+
+    def __init__(self, *, max_event_chars: int = _DEFAULT_MAX_EVENT_CHARS) -> None:
+        if max_event_chars <= 0:
+            raise ValueError(f"max_event_chars must be positive, got {max_event_chars}")
+        self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        self._buf = ""  # decoded, LF-normalised text not yet dispatched
+        self._searched = 0  # prefix of _buf already searched for a blank line
+        self._skip_lf = False  # previous read ended in CR: drop a leading LF
+        self._started = False  # BOM check done
+        self._max = max_event_chars
+        self.last_event_id = ""
+        self.retry_ms: int | None = None
+        self.comments = 0  # comment lines seen (keep-alives)
+        self.events = 0  # events dispatched
+
+    # -- public API ------------------------------------------------------------------------
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Consume one read; return the events it completed (possibly none, possibly several)."""
+        try:
+            text = self._decoder.decode(chunk)
+        except UnicodeDecodeError as exc:
+            raise SSEDecodeError(f"invalid UTF-8 in SSE stream: {exc.reason} at byte {exc.start}") from None
+        if not text:
+            return []
+        if not self._started:
+            self._started = True
+            if text[0] == "\ufeff":
+                text = text[1:]
+                if not text:
+                    return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if text[0] == "\n":
+                text = text[1:]
+                if not text:
+                    return []
+        if "\r" in text:
+            if text[-1] == "\r":
+                self._skip_lf = True
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if self._buf:
+            buf = self._buf + text
+            pos = buf.find("\n\n", self._searched - 1 if self._searched else 0)
+        else:
+            buf = text
+            pos = buf.find("\n\n")
+        if pos < 0:
+            if len(buf) > self._max:
+                raise SSEError(f"SSE event longer than {self._max} characters without a blank line")
+            self._buf = buf
+            self._searched = len(buf)
+            return []
+        out: list[SSEEvent] = []
+        start = 0
+        while pos >= 0:
+            block = buf[start:pos]
+            start = pos + 2
+            if block[:6] == "data: " and block.find("\n", 6) < 0:  # fast path: one data line
+                out.append(_new(SSEEvent, (block[6:], "message", self.last_event_id)))
+            elif block:
+                ev = self._parse_block(block)
+                if ev is not None:
+                    out.append(ev)
+            pos = buf.find("\n\n", start)
+        rest = buf[start:]
+        if len(rest) > self._max:
+            raise SSEError(f"SSE event longer than {self._max} characters without a blank line")
+        self._buf = rest
+        self._searched = len(rest)
+        self.events += len(out)
+        return out
+
+    def close(self) -> None:
+        """Signal end of stream. Raises :class:`SSEDecodeError` on a truncated UTF-8 sequence.
+
+        Per the SSE rules an unterminated last event is discarded; check :attr:`partial`.
+        """
+        try:
+            tail = self._decoder.decode(b"", final=True)
+        except UnicodeDecodeError as exc:
+            raise SSEDecodeError(f"SSE stream ends inside a UTF-8 sequence: {exc.reason}") from None
+        self._buf += tail
+
+    @property
+    def partial(self) -> bool:
+        """True when non-blank text of an unterminated event is buffered (stream cut mid-event)."""
+        return bool(self._buf.strip("\n"))
+
+    # -- internals -------------------------------------------------------------------------
+    def _parse_block(self, block: str) -> SSEEvent | None:
+        data: list[str] = []
+        event_type = ""
+        for line in block.split("\n"):
+            if not line:
+                continue  # a blank line before any field: nothing buffered to dispatch
+            if line[0] == ":":
+                self.comments += 1
+                continue
+            name, sep, value = line.partition(":")
+            if sep and value[:1] == " ":
+                value = value[1:]
+            if name == "data":
+                data.append(value)
+            elif name == "event":
+                event_type = value
+            elif name == "id":
+                if "\0" not in value:
+                    self.last_event_id = value
+            elif name == "retry":
+                if value.isascii() and value.isdigit():
+                    self.retry_ms = int(value)
+            # any other field name is ignored (SSE spec)
+        if not data:
+            return None
+        return SSEEvent("\n".join(data), event_type or "message", self.last_event_id)
+
+
+def parse_sse(payload: bytes) -> list[SSEEvent]:
+    """Parse a complete SSE byte stream (a convenience for tests and captured streams)."""
+    p = SSEParser()
+    events = p.feed(payload)
+    p.close()
+    return events

@@ -1,0 +1,305 @@
+"""Warm-up before measurement and its verification (§4.5).
+
+:func:`run_warmup` does, in order (§4.5.1, §4.5.2):
+
+1. probe requests before warm-up (latency of a fixed, short request, sent one at a time);
+2. optionally, one request per representative shared prefix to populate the prefix cache;
+3. a closed-loop warm-up until at least ``min_requests`` requests have succeeded *and* at least
+   ``min_output_tokens`` output tokens were produced (the draft's "whichever is greater" read
+   conservatively as both: 100 requests and 10,000 tokens);
+4. waiting for the SUT queue to drain: the client has nothing in flight, and when the server
+   exposes ``/metrics`` its waiting and running request gauges reach 0;
+5. probes after warm-up until consecutive probe latencies vary by less than 10 %.
+
+A procedure may ask for less than the §4.5.1 minimum (the smoke profile does); the result then
+says the MUST was not met (:attr:`WarmupResult.minimum_met` false, with the reason) for the
+compliance engine. ``cold_start=True`` skips warm-up and labels the run (§4.5.3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from .client import LLMClient, TransportError
+from .load import ClosedLoop, LoadProgress, RecordSink, run_load
+from .records import RequestRecord, RequestSpec
+
+__all__ = [
+    "DRAFT_MIN_OUTPUT_TOKENS",
+    "DRAFT_MIN_REQUESTS",
+    "ProbeResult",
+    "WarmupPolicy",
+    "WarmupResult",
+    "parse_prometheus",
+    "probe",
+    "queue_depth",
+    "run_warmup",
+    "sample_server_metrics",
+]
+
+DRAFT_MIN_REQUESTS = 100  # §4.5.1 item 2
+DRAFT_MIN_OUTPUT_TOKENS = 10_000  # §4.5.1 item 2
+
+#: Server gauges for the request queue, first match wins (the simulator's names first).
+WAITING_METRICS = ("llmbench:num_requests_waiting", "vllm:num_requests_waiting", "sglang:num_queue_reqs")
+RUNNING_METRICS = ("llmbench:num_requests_running", "vllm:num_requests_running", "sglang:num_running_reqs")
+
+
+@dataclass(frozen=True)
+class WarmupPolicy:
+    """Warm-up parameters. Defaults are the draft's minimums (§4.5.1) and 10 % stability (§4.5.2).
+
+    ``max_requests`` / ``max_duration_s`` bound a warm-up that cannot reach its token target
+    (e.g. a server that answers with very short outputs). ``probe_count`` consecutive probes
+    must agree within ``probe_tolerance``; up to ``probe_max`` probes are sent after warm-up.
+    """
+
+    min_requests: int = DRAFT_MIN_REQUESTS
+    min_output_tokens: int = DRAFT_MIN_OUTPUT_TOKENS
+    concurrency: int = 8
+    max_requests: int | None = None  # default: 20 × min_requests (at least 2000)
+    max_duration_s: float = 900.0
+    probe_count: int = 3
+    probe_max: int = 10
+    probe_tolerance: float = 0.10
+    probe_max_tokens: int | None = 16
+    drain_timeout_s: float = 120.0
+    drain_poll_s: float = 0.2
+    metrics_path: str | None = "/metrics"
+    cold_start: bool = False
+
+    def __post_init__(self) -> None:
+        if self.min_requests < 0 or self.min_output_tokens < 0:
+            raise ValueError("warm-up minimums must be >= 0")
+        if self.concurrency < 1:
+            raise ValueError(f"warm-up concurrency must be >= 1, got {self.concurrency}")
+        if self.probe_count < 0 or (self.probe_count == 1):
+            raise ValueError("probe_count must be 0 (no verification) or >= 2 (consecutive probes)")
+        if self.probe_max < self.probe_count:
+            raise ValueError(f"probe_max ({self.probe_max}) must be >= probe_count ({self.probe_count})")
+        if not 0 < self.probe_tolerance < 1:
+            raise ValueError(f"probe_tolerance must be in (0, 1), got {self.probe_tolerance}")
+
+    @property
+    def request_cap(self) -> int:
+        return self.max_requests if self.max_requests is not None else max(2000, 20 * self.min_requests)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One probe request (§4.5.2). Latencies in seconds; None when the probe failed."""
+
+    when: str  # "before" | "after"
+    ok: bool
+    e2e_s: float | None
+    ttft_s: float | None
+    error_type: str | None = None
+
+
+@dataclass
+class WarmupResult:
+    """What the warm-up did, for run.json and the compliance engine (§4.5)."""
+
+    policy: WarmupPolicy
+    cold_start: bool = False
+    requests: int = 0
+    ok: int = 0
+    output_tokens: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    duration_s: float = 0.0
+    minimum_met: bool = False  # §4.5.1 item 2 (>= 100 requests and >= 10,000 tokens)
+    minimum_reason: str | None = None
+    drained: bool = False  # §4.5.1 item 3
+    drain_method: str = "client"  # "server-metrics" when /metrics gauges were read
+    queue_at_end: dict[str, float] | None = None
+    prefix_requests: int = 0  # §4.5.1 item 4
+    probes_before: list[ProbeResult] = field(default_factory=list)
+    probes_after: list[ProbeResult] = field(default_factory=list)
+    stable: bool | None = None  # §4.5.2; None: not verified
+    max_variation: float | None = None  # largest |L_k - L_k-1| / L_k-1 over the last probes
+    load: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["policy"] = asdict(self.policy)
+        return d
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Prometheus text format -> {metric name: value summed over label sets}."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] == "#":
+            continue
+        if "{" in line:
+            name, _, rest = line.partition("{")
+            rest = rest.rpartition("}")[2]
+        else:
+            name, _, rest = line.partition(" ")
+        parts = rest.split()
+        if not parts:
+            continue
+        try:
+            v = float(parts[0])
+        except ValueError:
+            continue
+        out[name.strip()] = out.get(name.strip(), 0.0) + v
+    return out
+
+
+async def sample_server_metrics(client: LLMClient, path: str = "/metrics") -> dict[str, float] | None:
+    """One scrape of the server's ``/metrics`` (None when the server has none)."""
+    try:
+        status, text = await client.get(path)
+    except TransportError:
+        return None
+    if status != 200:
+        return None
+    return parse_prometheus(text)
+
+
+async def queue_depth(client: LLMClient, path: str = "/metrics") -> dict[str, float] | None:
+    """{"waiting": n, "running": n} from the server gauges, or None when not available."""
+    metrics = await sample_server_metrics(client, path)
+    if metrics is None:
+        return None
+    out: dict[str, float] = {}
+    for key, names in (("waiting", WAITING_METRICS), ("running", RUNNING_METRICS)):
+        for n in names:
+            if n in metrics:
+                out[key] = metrics[n]
+                break
+    return out if len(out) == 2 else None
+
+
+async def probe(client: LLMClient, spec: RequestSpec, when: str, *, sink: RecordSink | None = None) -> ProbeResult:
+    """Send one probe request (phase ``probe``) and summarise it."""
+    rec = await client.send(spec, phase="probe")
+    if sink is not None:
+        sink.write(rec)
+    if rec.ok and rec.end_ns is not None:
+        ttft = (rec.first_token_ns - rec.sent_ns) / 1e9 if rec.first_token_ns is not None else None
+        return ProbeResult(when, True, (rec.end_ns - rec.sent_ns) / 1e9, ttft)
+    return ProbeResult(when, False, None, None, rec.error_type.value if rec.error_type else None)
+
+
+def _max_variation(lat: Sequence[float]) -> float:
+    return max(abs(b - a) / a if a > 0 else math.inf for a, b in itertools.pairwise(lat))
+
+
+async def run_warmup(
+    client: LLMClient,
+    specs: Sequence[RequestSpec],
+    policy: WarmupPolicy | None = None,
+    *,
+    probe_spec: RequestSpec | None = None,
+    prefix_specs: Sequence[RequestSpec] = (),
+    sink: RecordSink | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+) -> WarmupResult:
+    """Warm the SUT up as §4.5 asks and report what was done.
+
+    ``specs`` are cycled for the warm-up load; ``probe_spec`` (default: the first spec with
+    ``max_tokens`` capped at ``policy.probe_max_tokens``) is the fixed probe; ``prefix_specs``
+    (one per representative shared prefix) populate the prefix cache first (§4.5.1 item 4).
+    Warm-up records (phase ``warmup``/``probe``) go to ``sink`` if given, never into a
+    measurement.
+    """
+    policy = policy or WarmupPolicy()
+    result = WarmupResult(policy=policy)
+    if policy.cold_start:
+        result.cold_start = True
+        result.minimum_reason = "cold-start measurement: warm-up skipped (§4.5.3)"
+        return result
+    if not specs:
+        raise ValueError("run_warmup needs at least one RequestSpec")
+    if probe_spec is None:
+        probe_spec = specs[0]
+        if policy.probe_max_tokens is not None and probe_spec.max_tokens > policy.probe_max_tokens:
+            probe_spec = replace(probe_spec, max_tokens=policy.probe_max_tokens)
+    t0 = time.perf_counter_ns()
+
+    for _ in range(policy.probe_count):
+        result.probes_before.append(await probe(client, probe_spec, "before", sink=sink))
+
+    if prefix_specs:
+        pre = await run_load(
+            client, list(prefix_specs), ClosedLoop(policy.concurrency), phase="warmup",
+            sink=sink, on_record=on_record, drain_timeout_s=policy.drain_timeout_s,
+        )
+        result.prefix_requests = pre.sent
+
+    def enough(p: LoadProgress) -> bool:
+        return p.ok >= policy.min_requests and p.output_tokens >= policy.min_output_tokens
+
+    load = await run_load(
+        client,
+        itertools.cycle(specs),
+        ClosedLoop(policy.concurrency, max_requests=policy.request_cap, duration_s=policy.max_duration_s),
+        phase="warmup",
+        until=enough,
+        sink=sink,
+        on_record=on_record,
+        keep_records=False,
+        drain_timeout_s=policy.drain_timeout_s,
+    )
+    result.load = load.to_json()
+    result.requests = load.sent
+    result.ok = load.ok
+    result.output_tokens = load.output_tokens
+    result.errors = load.errors
+
+    reasons = []
+    if policy.min_requests < DRAFT_MIN_REQUESTS or policy.min_output_tokens < DRAFT_MIN_OUTPUT_TOKENS:
+        reasons.append(
+            f"warm-up policy asks for {policy.min_requests} requests / {policy.min_output_tokens} output "
+            f"tokens, below the §4.5.1 minimum of {DRAFT_MIN_REQUESTS} / {DRAFT_MIN_OUTPUT_TOKENS}"
+        )
+    if load.ok < DRAFT_MIN_REQUESTS or load.output_tokens < DRAFT_MIN_OUTPUT_TOKENS:
+        reasons.append(
+            f"warm-up processed {load.ok} successful requests and {load.output_tokens} output tokens "
+            f"(§4.5.1 needs >= {DRAFT_MIN_REQUESTS} and >= {DRAFT_MIN_OUTPUT_TOKENS})"
+        )
+    result.minimum_met = not reasons
+    result.minimum_reason = "; ".join(reasons) or None
+
+    # drain (§4.5.1 item 3): nothing in flight client-side (run_load returned); then server gauges
+    deadline = time.monotonic() + policy.drain_timeout_s
+    result.drained = load.cancelled == 0
+    if policy.metrics_path:
+        while True:
+            q = await queue_depth(client, policy.metrics_path)
+            if q is None:
+                break
+            result.drain_method = "server-metrics"
+            result.queue_at_end = q
+            if q["waiting"] == 0 and q["running"] == 0:
+                break
+            if time.monotonic() >= deadline:
+                result.drained = False
+                break
+            await asyncio.sleep(policy.drain_poll_s)
+
+    # verification (§4.5.2)
+    if policy.probe_count:
+        while len(result.probes_after) < policy.probe_max:
+            result.probes_after.append(await probe(client, probe_spec, "after", sink=sink))
+            last = result.probes_after[-policy.probe_count :]
+            if len(last) < policy.probe_count:
+                continue
+            if not all(p.ok for p in last):
+                result.stable = False
+                continue
+            result.max_variation = _max_variation([p.e2e_s for p in last])  # type: ignore[misc]
+            result.stable = result.max_variation < policy.probe_tolerance
+            if result.stable:
+                break
+    result.duration_s = (time.perf_counter_ns() - t0) / 1e9
+    return result

@@ -1,0 +1,239 @@
+"""SSE parser: spec conformance, split invariance (hypothesis), real llama.cpp captures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pytest_llmbench.sse import SSEDecodeError, SSEError, SSEEvent, SSEParser, parse_sse
+
+CAPTURES = Path(__file__).parent / "data" / "sse-captures"  # copies of shared/reference/sse-captures
+
+
+# --- an independent, deliberately naive reference implementation of the SSE spec -------------
+def reference_parse(text: str) -> list[SSEEvent]:
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines: list[str] = []
+    cur: list[str] = []
+    i = 0
+    complete_to = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\r":
+            lines.append("".join(cur))
+            cur = []
+            i += 2 if i + 1 < len(text) and text[i + 1] == "\n" else 1
+            complete_to = len(lines)
+        elif c == "\n":
+            lines.append("".join(cur))
+            cur = []
+            i += 1
+            complete_to = len(lines)
+        else:
+            cur.append(c)
+            i += 1
+    events = []
+    data = ""
+    etype = ""
+    last_id = ""
+    for line in lines[:complete_to]:
+        if line == "":
+            if data:
+                events.append(SSEEvent(data[:-1], etype or "message", last_id))
+            data, etype = "", ""
+            continue
+        if line.startswith(":"):
+            continue
+        if ":" in line:
+            name, value = line.split(":", 1)
+            if value.startswith(" "):
+                value = value[1:]
+        else:
+            name, value = line, ""
+        if name == "data":
+            data += value + "\n"
+        elif name == "event":
+            etype = value
+        elif name == "id" and "\0" not in value:
+            last_id = value
+    return events
+
+
+def feed_in_pieces(payload: bytes, cuts: list[int]) -> list[SSEEvent]:
+    p = SSEParser()
+    out: list[SSEEvent] = []
+    prev = 0
+    for c in sorted(set(cuts)) + [len(payload)]:
+        out += p.feed(payload[prev:c])
+        prev = c
+    p.close()
+    return out
+
+
+# --- unit cases ---------------------------------------------------------------------------------
+def test_basic_and_multiline_data() -> None:
+    assert parse_sse(b"data: a\n\n") == [SSEEvent("a")]
+    assert parse_sse(b"data: a\ndata: b\n\n") == [SSEEvent("a\nb")]
+    assert parse_sse(b"data:no-space\n\n") == [SSEEvent("no-space")]
+    assert parse_sse(b"data:  two\n\n") == [SSEEvent(" two")]  # only one space is dropped
+    assert parse_sse(b"data\n\n") == [SSEEvent("")]
+
+
+def test_line_endings_crlf_cr_lf() -> None:
+    for sep in (b"\n", b"\r\n", b"\r"):
+        payload = b"data: x" + sep + b"data: y" + sep + sep + b"data: z" + sep + sep
+        assert parse_sse(payload) == [SSEEvent("x\ny"), SSEEvent("z")], sep
+
+
+def test_cr_lf_split_across_reads_is_one_line_ending() -> None:
+    p = SSEParser()
+    assert p.feed(b"data: a\r") == []
+    assert p.feed(b"\ndata: b\r\n\r\n") == [SSEEvent("a\nb")]
+
+
+def test_comments_keepalives_event_id_retry() -> None:
+    p = SSEParser()
+    evs = p.feed(b": keep-alive\n\nevent: error\nid: 7\nretry: 1500\ndata: boom\n\n: ping\n\ndata: next\n\n")
+    assert evs == [SSEEvent("boom", "error", "7"), SSEEvent("next", "message", "7")]
+    assert p.comments == 2 and p.retry_ms == 1500
+
+
+def test_several_events_in_one_read_and_one_event_over_many_reads() -> None:
+    p = SSEParser()
+    assert p.feed(b"data: 1\n\ndata: 2\n\ndata: 3\n\ndata: 4") == [SSEEvent("1"), SSEEvent("2"), SSEEvent("3")]
+    assert p.feed(b"\n") == []
+    assert p.feed(b"\n") == [SSEEvent("4")]
+    payload = b"data: " + b"x" * 5000 + b"\n\n"
+    assert feed_in_pieces(payload, list(range(1, len(payload), 3))) == [SSEEvent("x" * 5000)]
+
+
+def test_utf8_split_across_reads_and_bom() -> None:
+    payload = "\ufeffdata: héllo ✓ 😀\n\n".encode()
+    for cut in range(1, len(payload)):
+        assert feed_in_pieces(payload, [cut]) == [SSEEvent("héllo ✓ 😀")]
+
+
+def test_invalid_utf8_raises_decode_error() -> None:
+    p = SSEParser()
+    assert p.feed(b"data: ok\n\n") == [SSEEvent("ok")]
+    with pytest.raises(SSEDecodeError, match="invalid UTF-8"):
+        p.feed(b"data: \xff\xfe\n\n")
+    p2 = SSEParser()
+    p2.feed(b"data: \xe2\x9c")  # truncated 3-byte sequence at end of stream
+    with pytest.raises(SSEDecodeError, match="ends inside a UTF-8 sequence"):
+        p2.close()
+
+
+def test_done_and_missing_done_and_partial_event() -> None:
+    p = SSEParser()
+    assert p.feed(b"data: {}\n\ndata: [DONE]\n\n") == [SSEEvent("{}"), SSEEvent("[DONE]")]
+    p.close()
+    assert not p.partial
+    p = SSEParser()
+    assert p.feed(b"data: {}\n\ndata: {\"cut") == [SSEEvent("{}")]
+    p.close()
+    assert p.partial  # the unterminated event is discarded and reported
+
+
+def test_oversized_event_is_an_error() -> None:
+    p = SSEParser(max_event_chars=100)
+    with pytest.raises(SSEError, match="longer than 100"):
+        p.feed(b"data: " + b"x" * 200)
+
+
+# --- properties -----------------------------------------------------------------------------------
+_value = st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)), max_size=30)
+_field = st.one_of(
+    st.tuples(st.just("data"), _value),
+    st.tuples(st.sampled_from(["event", "id", "retry", "other"]), _value),
+    st.tuples(st.just(":"), _value),  # comment
+    st.tuples(st.just(""), st.just("")),  # blank line: dispatch
+)
+
+
+@st.composite
+def sse_streams(draw: st.DrawFn) -> bytes:
+    fields = draw(st.lists(_field, max_size=25))
+    out = []
+    prev_term = ""
+    for name, value in fields:
+        if name == ":":
+            line = ":" + value
+        elif name == "":
+            line = ""
+        else:
+            line = name + draw(st.sampled_from([": ", ":"])) + value
+        term = draw(st.sampled_from(["\n", "\r\n", "\r"]))
+        if prev_term == "\r" and line == "" and term == "\n":
+            term = "\r\n"  # CR followed by LF would merge into one line ending
+        out.append(line + term)
+        prev_term = term
+    return "".join(out).encode()
+
+
+@settings(deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(payload=sse_streams(), data=st.data())
+def test_any_split_gives_the_same_events_as_the_reference(payload: bytes, data: st.DataObject) -> None:
+    cuts = data.draw(st.lists(st.integers(0, len(payload)), max_size=20))
+    expected = reference_parse(payload.decode())
+    assert parse_sse(payload) == expected
+    assert feed_in_pieces(payload, cuts) == expected
+
+
+@settings(deadline=None, max_examples=300)
+@given(text=st.text(alphabet="dat:e vnirym\r\n\ufeffé", max_size=80), data=st.data())
+def test_arbitrary_text_matches_reference(text: str, data: st.DataObject) -> None:
+    payload = text.encode()
+    cuts = data.draw(st.lists(st.integers(0, len(payload)), max_size=10))
+    assert feed_in_pieces(payload, cuts) == reference_parse(text)
+
+
+@settings(deadline=None, max_examples=300)
+@given(payload=st.binary(max_size=200), data=st.data())
+def test_arbitrary_bytes_give_events_or_sse_error_only(payload: bytes, data: st.DataObject) -> None:
+    cuts = data.draw(st.lists(st.integers(0, len(payload)), max_size=10))
+    try:
+        whole = parse_sse(payload)
+    except SSEError:
+        with pytest.raises(SSEError):
+            feed_in_pieces(payload, cuts)
+        return
+    assert feed_in_pieces(payload, cuts) == whole
+
+
+# --- real llama.cpp captures -----------------------------------------------------------------------
+needs_captures = pytest.mark.skipif(not CAPTURES.is_dir(), reason="llama.cpp SSE captures not available")
+
+
+@needs_captures
+@pytest.mark.parametrize("name", sorted(p.name for p in CAPTURES.glob("*.sse")) if CAPTURES.is_dir() else [])
+def test_captures_parse_identically_under_any_split(name: str) -> None:
+    payload = (CAPTURES / name).read_bytes()
+    events = parse_sse(payload)
+    assert events and all(e.event == "message" for e in events)
+    assert events == reference_parse(payload.decode())
+    for step in (1, 7, 64, 1000):
+        assert feed_in_pieces(payload, list(range(step, len(payload), step))) == events
+    body = [e.data for e in events]
+    native = name.startswith("llama-server_native")
+    if not native:
+        assert body[-1] == "[DONE]"
+        body = body[:-1]
+    objs = [json.loads(d) for d in body]  # every other event is one JSON object
+    assert all(isinstance(o, dict) for o in objs)
+
+
+@needs_captures
+def test_capture_details() -> None:
+    chat = [json.loads(e.data) for e in parse_sse((CAPTURES / "llama-server_chat_stream.sse").read_bytes())[:-1]]
+    assert chat[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
+    assert chat[-1]["choices"] == [] and chat[-1]["usage"]["completion_tokens"] > 0
+    comp = [json.loads(e.data) for e in parse_sse((CAPTURES / "llama-server_completions_stream.sse").read_bytes())[:-1]]
+    assert comp[-1]["choices"][0]["finish_reason"] == "length" and "usage" in comp[-1] and "timings" in comp[-1]
+    stop = [json.loads(e.data) for e in parse_sse((CAPTURES / "llama-server_stop_string_stream.sse").read_bytes())[:-1]]
+    assert " capital of" in [o["choices"][0]["text"] for o in stop if o["choices"]]

@@ -1,0 +1,117 @@
+"""Run storage: records.jsonl streamed per line, run.json atomic, loader."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_llmbench.records import ClockAnchor, ErrorType, RequestRecord
+from pytest_llmbench.storage import (
+    RECORDS_FILE,
+    RUN_FILE,
+    RunMetadata,
+    RunWriter,
+    StorageError,
+    iter_records,
+    load_run,
+    write_json_atomic,
+)
+
+
+def make_record(i: int, *, error: ErrorType | None = None) -> RequestRecord:
+    r = RequestRecord(index=i, workload="w", spec_input_tokens=10, max_tokens=5, request_class="short")
+    r.intended_ns, r.sent_ns, r.first_chunk_ns, r.first_token_ns, r.end_ns = 100, 105, 200, 250, 400
+    r.chunk_ns = [200, 250, 300]
+    r.chunk_text = ["", " héllo", " wörld"]
+    r.chunk_reasoning = ["", "", ""]
+    r.chunk_tokens = [0, 1, 1]
+    r.server_token_ns = [240, 290]
+    r.server_timing = {"queue_ns": 5, "prefill_ns": 7}
+    r.usage = {"prompt_tokens": 10, "completion_tokens": 2}
+    r.status = 200
+    r.error_type = error
+    r.error_message = "boom" if error else None
+    return r
+
+
+def test_round_trip_records_and_metadata(tmp_path: Path) -> None:
+    anchor = ClockAnchor.now()
+    meta = RunMetadata(parameters={"rate": 2.0}, profile="smoke", workload="chatbot", seed=42,
+                       tokenizer={"name": "cl100k_base"}, clock_anchor=anchor, warmup={"minimum_met": False},
+                       switches={"prefix_cache": True}, cold_start=False)
+    recs = [make_record(0), make_record(1, error=ErrorType.RATE_LIMITED)]
+    with RunWriter(tmp_path / "run", metadata=meta, keep_in_memory=True) as w:
+        for r in recs:
+            w.write(r)
+        assert w.records == recs
+        meta.server_metrics.append({"llmbench:num_requests_waiting": 0.0})
+        w.write_metadata()
+    run = load_run(tmp_path / "run")
+    assert run.records == recs and run.torn_lines == 0
+    assert run.records[1].error_type is ErrorType.RATE_LIMITED
+    assert run.metadata.clock_anchor == anchor and run.metadata.seed == 42
+    assert run.metadata.server_metrics == [{"llmbench:num_requests_waiting": 0.0}]
+    assert run.metadata.plugin_version and run.metadata.schema.startswith("pytest-llmbench/run/")
+    assert list(iter_records(tmp_path / "run")) == recs
+
+
+def test_drop_output_text(tmp_path: Path) -> None:
+    with RunWriter(tmp_path, keep_text=False) as w:
+        w.write(make_record(0))
+    (rec,) = load_run(tmp_path).records
+    assert rec.chunk_text == ["", "", ""] and rec.chunk_ns == [200, 250, 300] and rec.chunk_tokens == [0, 1, 1]
+    assert "héllo" not in (tmp_path / RECORDS_FILE).read_text(encoding="utf-8")
+    assert json.loads((tmp_path / RUN_FILE).read_text())["keep_text"] is False
+
+
+def test_interrupted_run_keeps_every_written_record(tmp_path: Path) -> None:
+    """A process that dies without closing the writer still leaves every record on disk."""
+    code = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_storage import make_record
+        from pytest_llmbench.storage import RunWriter
+        w = RunWriter({str(tmp_path)!r})
+        for i in range(25):
+            w.write(make_record(i))
+        os._exit(3)  # no close(), no flush at exit
+    """)
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 3
+    assert [r.index for r in load_run(tmp_path).records] == list(range(25))
+
+
+def test_torn_last_line_is_skipped_but_corruption_is_an_error(tmp_path: Path) -> None:
+    with RunWriter(tmp_path) as w:
+        w.write(make_record(0))
+        w.write(make_record(1))
+    with open(tmp_path / RECORDS_FILE, "a", encoding="utf-8") as f:
+        f.write(make_record(2).dumps()[:40])  # died mid-write
+    run = load_run(tmp_path)
+    assert [r.index for r in run.records] == [0, 1] and run.torn_lines == 1
+    lines = (tmp_path / RECORDS_FILE).read_text(encoding="utf-8").splitlines()
+    (tmp_path / RECORDS_FILE).write_text(lines[0] + "\n{garbage\n" + lines[1] + "\n", encoding="utf-8")
+    with pytest.raises(StorageError, match=r"records.jsonl:2"):
+        load_run(tmp_path)
+
+
+def test_run_json_is_written_atomically(tmp_path: Path) -> None:
+    target = tmp_path / "run.json"
+    write_json_atomic(target, {"v": 1})
+    with pytest.raises(TypeError):
+        write_json_atomic(target, {"v": 2, "bad": object()})  # fails half-way through dumping
+    assert json.loads(target.read_text()) == {"v": 1}  # the old version is intact
+    assert os.listdir(tmp_path) == ["run.json"]  # no temp file left behind
+
+
+def test_missing_run_directory_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match="no run.json"):
+        load_run(tmp_path / "nope")
+    (tmp_path / RUN_FILE).write_text("{}")
+    with pytest.raises(StorageError, match="no such records file"):
+        load_run(tmp_path)

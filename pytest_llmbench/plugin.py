@@ -9,6 +9,7 @@ per session) and the capacity shared between procedures.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Generator
 from pathlib import Path
@@ -52,6 +53,9 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", "llmbench: added by pytest-llmbench to every llm_procedure test")
     settings = resolve(config.getoption, config.getini)
+    if not settings.timeout > 0:  # a zero timeout would fail every request, not the configuration
+        raise pytest.UsageError(f"{settings.sources.get('timeout', '--llm-timeout')}: invalid value "
+                                f"{settings.timeout!r} for timeout: must be > 0 seconds")
     session = LLMBenchSession(config, settings)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, "llmbench-session")
@@ -87,18 +91,68 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             slos = [slos]
         try:
             proc = get_procedure(str(marker.args[0]))
+            _check_param_types(proc, kwargs)
             params = proc.make_params(bench.settings.profile, kwargs)
             _validate_slos(slos, f"{item.nodeid}: marker slo")
+            _validate_workload(proc, params)
         except ProcedureError as exc:
             raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
+        except TypeError as exc:  # a value of the wrong type that a validate() compared
+            raise pytest.UsageError(f"{item.nodeid}: @{MARKER}({marker.args[0]!r}): invalid parameter value: {exc}"
+                                    ) from None
         item.stash[ITEM_KEY] = (proc, params, list(slos))
         item.add_marker(pytest.mark.llmbench)
         selected.append(item)
+    if selected and not (bench.settings.dry_run or config.option.collectonly):
+        from .tokenizer import TokenizerError
+
+        try:  # a bad --llm-tokenizer is one message now, not an error inside every procedure
+            _ = bench.tokenizer
+        except TokenizerError as exc:
+            source = bench.settings.sources.get("tokenizer", "--llm-tokenizer")
+            raise pytest.UsageError(f"{source}: {exc}") from None
     if selected and (bench.settings.dry_run or config.option.collectonly):
         bench.print_plan(selected)
         if bench.settings.dry_run:
             config.hook.pytest_deselected(items=list(items))
             items[:] = []
+
+
+def _check_param_types(proc: Procedure, kwargs: dict[str, Any]) -> None:
+    """A number parameter given a non-number (``requests="many"``) is named before anything runs."""
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(proc.params_type)}
+    for name, value in kwargs.items():
+        f = fields.get(name)
+        if f is None or isinstance(f.default, bool) or not isinstance(f.default, (int, float)):
+            continue
+        if value is None and "None" in str(f.type):  # Optional[int]: None is a value
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ProcedureError(f"procedure {proc.id}: parameter {name}={value!r} must be a number")
+
+
+def _validate_workload(proc: Procedure, params: Any) -> None:
+    """A marker's workload: a registered name, or a custom spec file read and checked now (§4.3.1).
+
+    Request files (``.jsonl``, replayed) are checked when the procedure reads them.
+    """
+    name = getattr(params, "workload", None)
+    if not isinstance(name, str):
+        return
+    from .workloads import WORKLOADS, WorkloadError, load_spec, validate_spec
+
+    suffix = Path(name).suffix.lower()
+    if name in WORKLOADS or suffix == ".jsonl":
+        return
+    if suffix not in (".toml", ".yaml", ".yml", ".json"):
+        raise ProcedureError(f"procedure {proc.id}: unknown workload {name!r}: use one of {', '.join(WORKLOADS)}, "
+                             "a spec file (.toml, .yaml, .yml, .json) or a request file (.jsonl)")
+    try:
+        validate_spec(load_spec(name), source=name)
+    except WorkloadError as exc:
+        raise ProcedureError(f"procedure {proc.id}: {exc}") from None  # the message names the file
 
 
 def _validate_slos(slos: list[str], where: str) -> None:
@@ -136,6 +190,7 @@ class LLMBenchSession:
         self.results: dict[str, ProcedureResult] = {}
         self.test_outcomes: dict[str, dict[str, Any]] = {}
         self.capacity: dict[str, Capacity] = {}
+        self.workloads_used: set[str] = set()  # shared with every ProcedureContext (§4.3.2-MUST-1)
         self._declared_capacity = (
             parse_capacity(settings.capacity, settings.sources.get("capacity", "capacity"))
             if settings.capacity else None
@@ -143,6 +198,9 @@ class LLMBenchSession:
         self.started = time.time()
         self._tokenizer: Any = None
         self.interrupted = False
+        # procedures cut short by Ctrl-C or a crash: reported (complete=False), never cached as results
+        self.partial: dict[str, ProcedureResult] = {}
+        self.ran: set[str] = set()  # nodeids that reported, to tell a -x stop from a complete session
 
     # --- planning ----------------------------------------------------------------------------
     def print_plan(self, items: list[pytest.Item]) -> None:
@@ -176,6 +234,9 @@ class LLMBenchSession:
                     "--llm-boundary model-engine|gateway|compound (or ini llm_boundary)"
                 )
             base_url, boundary = s.endpoint, s.boundary
+        if s.api_key_env and not os.environ.get(s.api_key_env):
+            raise EndpointError(f"{s.sources.get('api_key_env', '--llm-api-key-env')}: environment variable "
+                                f"{s.api_key_env!r} (named as the API key holder) is empty")
         sut = SUT(base_url=base_url, model=s.model or "", api=s.api, boundary=s.boundary or boundary,
                   api_key_env=s.api_key_env, verify_tls=not s.insecure, embedded=s.embedded)
         sut.model, sut.models_listed = check_endpoint(base_url, s.model, headers=sut.headers(),
@@ -223,9 +284,17 @@ class LLMBenchSession:
             get_capacity=self.get_capacity,
             configure_sut=self.configure_sut,
             progress=self._progress_line(proc),
+            session_workloads=self.workloads_used,
         )
         t0 = time.perf_counter()
-        result = await proc.run(ctx, params)
+        try:
+            result = await proc.run(ctx, params)
+        except BaseException as exc:  # Ctrl-C (cancellation) or a crash: report what reached the disk
+            if not isinstance(exc, SkipProcedure):
+                partial = _partial_result(proc, params, run_root, self.settings.profile, exc)
+                partial.duration_s = time.perf_counter() - t0
+                self.partial[key] = partial
+            raise
         result.duration_s = time.perf_counter() - t0
         self.results[key] = result
         return result
@@ -287,6 +356,7 @@ class LLMBenchSession:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Keep each llmbench test's SLO verdict (its pytest outcome) for the reports."""
+        self.ran.add(report.nodeid)
         entry = self.test_outcomes.get(report.nodeid)
         if entry is None or (report.when != "call" and report.passed):
             return
@@ -300,10 +370,15 @@ class LLMBenchSession:
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         try:
+            for key, partial in self.partial.items():  # what an interrupted/crashed procedure measured
+                self.results.setdefault(key, partial)
             if self.results:
                 from .report import write_reports
 
-                write_reports(self, complete=not self.interrupted and exitstatus
+                # selected llmbench tests that never ran (pytest -x, a pytest.exit) make it incomplete
+                not_run = [item.nodeid for item in getattr(session, "items", ())
+                           if ITEM_KEY in item.stash and item.nodeid not in self.ran]
+                write_reports(self, complete=not self.interrupted and not not_run and exitstatus
                               not in (pytest.ExitCode.INTERRUPTED,))
         finally:
             if self.simulator is not None:
@@ -318,6 +393,45 @@ class LLMBenchSession:
         terminalreporter.section("llmbench")
         for line in terminal_rows(self):
             terminalreporter.write_line(line)
+
+
+def _partial_result(proc: Procedure, params: Any, run_root: Path, profile: str,
+                    exc: BaseException) -> ProcedureResult:
+    """A procedure cut short: its measured records read back from disk, marked incomplete.
+
+    Every run directory under ``run_root`` is summarised from its ``records.jsonl`` (measure
+    phase only; warm-up and probes never count); the note says why the procedure stopped.
+    """
+    import dataclasses
+
+    from .metrics import summarize
+    from .procedures.base import RunSummary
+    from .storage import StorageError, iter_records
+
+    if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+        why = "interrupted (Ctrl-C) before the procedure finished"
+    else:
+        why = f"the procedure crashed: {type(exc).__name__}: {str(exc)[:300]}"
+    runs: list[RunSummary] = []
+    notes = [f"INCOMPLETE: {why}; figures cover only the requests measured before that"]
+    for path in sorted(run_root.glob("*/records.jsonl")):
+        try:
+            records = [r for r in iter_records(path.parent) if r.phase == "measure"]
+        except (StorageError, OSError) as err:  # pragma: no cover - a damaged file must not lose the report
+            notes.append(f"{path}: not read ({err})")
+            continue
+        if records:
+            runs.append(RunSummary(label=path.parent.name, run_dir=str(path.parent),
+                                   load={"sent": len(records), "interrupted": True},
+                                   metrics=summarize(records), valid=False, invalid_reason=why))
+    try:
+        params_json = dataclasses.asdict(params)
+    except TypeError:  # pragma: no cover - params are dataclasses
+        params_json = {}
+    return ProcedureResult(procedure=proc.id, title=proc.title, params=params_json, profile=profile,
+                           metrics=runs[0].metrics if runs else None, runs=runs,
+                           measurements={"requests": sum(r.load["sent"] for r in runs)},
+                           notes=notes, complete=False)
 
 
 def _short_message(report: pytest.TestReport) -> str:
@@ -375,10 +489,14 @@ def llm_result(request: pytest.FixtureRequest, llm_session: LLMBenchSession, llm
     proc, params, slos = entry
     llm_session.test_outcomes.setdefault(request.node.nodeid, {}).update(
         result_key=params_key(proc.id, params), procedure=proc.id, slos=list(slos) + list(llm_session.settings.slo))
+    from .workloads import WorkloadError
+
     try:
         result = llm_session.run(proc, params)
     except SkipProcedure as exc:
         pytest.skip(str(exc))
+    except WorkloadError as exc:  # a bad workload file or dataset: its message names it
+        pytest.fail(f"pytest-llmbench: procedure {proc.id}: workload error: {exc}", pytrace=False)
     for name, value in _junit_properties(result):
         request.node.user_properties.append((name, value))
     return result

@@ -223,7 +223,9 @@ async def run_warmup(
     if probe_spec is None:
         probe_spec = specs[0]
         if policy.probe_max_tokens is not None and probe_spec.max_tokens > policy.probe_max_tokens:
-            probe_spec = replace(probe_spec, max_tokens=policy.probe_max_tokens)
+            cap = policy.probe_max_tokens
+            probe_spec = replace(probe_spec, max_tokens=cap,
+                                 min_tokens=None if probe_spec.min_tokens is None else min(probe_spec.min_tokens, cap))
     t0 = time.perf_counter_ns()
 
     for _ in range(policy.probe_count):

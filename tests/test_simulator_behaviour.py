@@ -252,7 +252,8 @@ def test_chunked_prefill_bounds_the_decode_stall_of_running_requests(sim: Simula
     for chunked, (server_max, client_max) in worst.items():
         c = CFG.replace(chunked_prefill=chunked)
         pred = c.predicted_max_itl_s(long_len, 1)
-        assert server_max == pytest.approx(pred, rel=0.1, abs=0.003), (chunked, server_max, pred)
+        # server-side emit gaps: the engine's sleeps can overrun by a few ms on a loaded 2-core machine
+        assert server_max == pytest.approx(pred, rel=0.15, abs=0.005), (chunked, server_max, pred)
         assert client_max == pytest.approx(pred, rel=0.25, abs=0.008), (chunked, client_max, pred)
     assert worst[True][0] < worst[False][0] / 4
 

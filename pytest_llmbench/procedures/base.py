@@ -159,6 +159,7 @@ class ProcedureContext:
     configure_sut: Callable[[str, Any], bool]  # the SUT configuration hook (hookspecs.py)
     progress: Callable[[str], None] = lambda line: None  # one-line status updates
     declarations: dict[str, Any] = field(default_factory=dict)
+    session_workloads: set[str] = field(default_factory=set)  # workloads run so far this session (§4.3.2)
 
     def run_dir(self, label: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)

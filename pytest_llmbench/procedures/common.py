@@ -106,6 +106,7 @@ async def warm_up(
     concurrency: int = 8,
     prefix_specs: Sequence[RequestSpec] = (),
     cold_start: bool = False,
+    probes: int = 3,
     label: str = "warmup",
 ) -> WarmupResult:
     """§4.5: at least ``min_requests`` and ``min_output_tokens``, drain, probes before and after.
@@ -119,6 +120,8 @@ async def warm_up(
         min_output_tokens=min_output_tokens,
         concurrency=concurrency,
         cold_start=cold_start,
+        probe_count=probes,
+        probe_max=max(10, probes),
         max_duration_s=max(60.0, ctx.settings.timeout),
     )
     with RunWriter(ctx.run_dir(label), keep_text=not ctx.settings.drop_text) as writer:
@@ -247,6 +250,8 @@ def run_facts(
     """The general facts of a procedure's runs (evaluated against the general items)."""
     import numpy as np
 
+    ctx.session_workloads.add(str(workload.get("name")))
+
     first = measured[0].load if measured else None
     lags = [r.sent_ns - r.intended_ns for m in measured for r in m.records
             if r.intended_ns is not None and r.sent_ns]
@@ -296,14 +301,16 @@ def run_facts(
         tokenizer=ctx.tokenizer.declaration,
         special_tokens=ctx.tokenizer.declaration.special_tokens,
         workload=workload,
-        session_workloads=(str(workload.get("name")),),
+        session_workloads=tuple(sorted(ctx.session_workloads | {str(workload.get("name"))})),
         seed=ctx.settings.seed,
         sequence_hash=workload.get("request_sequence_sha256"),
         generator=str((workload.get("generator") or {}).get("name", "pytest_llmbench.workloads"))
         if isinstance(workload.get("generator"), dict) else workload.get("generator"),
         records=RecordAudit.from_records(records),
         guardrails={"input_filter": "on" if guard in ("input", "full") else "off",
-                    "output_filter": "on" if guard in ("output", "full") else "off"} if guard else None,
+                    "output_filter": "on" if guard in ("output", "full") else "off",
+                    "systems": "none" if guard == "none" else f"embedded simulator guardrail model ({guard})"}
+        if guard else None,
         prefix_caching=prefix_caching or (("enabled" if info.get("prefix_cache") else "disabled")
                                           if ctx.sut.embedded else None),
         prefix_cache_under_test=prefix_cache_under_test,

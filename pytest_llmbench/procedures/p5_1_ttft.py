@@ -40,6 +40,7 @@ class TTFTParams:
     load: LoadSpec = field(default_factory=lambda: poisson(capacity_fraction=0.5))
     warmup_requests: int = 100
     warmup_tokens: int = 10_000
+    warmup_probes: int = 3  # probe requests before/after warm-up (§4.5.2); 0 = no verification
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
 
     def validate(self) -> None:
@@ -73,9 +74,11 @@ async def run(ctx: ProcedureContext, p: TTFTParams) -> ProcedureResult:
     wl = build_workload(p.workload, n=p.requests, seed=ctx.settings.seed, tokenizer=ctx.tokenizer)
     specs = _cap_output(wl.specs, p.max_output_tokens)
     load, load_desc = await resolve_load(ctx, p.load, max_requests=len(specs))
-    conc = p.load.concurrency if p.load.model == "closed" else None
+    # closed loop: a pool of at least N connections (and of the warm-up's concurrency, 8)
+    conc = max(p.load.concurrency, 8) if p.load.model == "closed" and p.load.concurrency else None
     async with client_for(ctx, max_connections=conc) as client:
-        wu = await warm_up(ctx, client, specs, min_requests=p.warmup_requests, min_output_tokens=p.warmup_tokens)
+        wu = await warm_up(ctx, client, specs, min_requests=p.warmup_requests, min_output_tokens=p.warmup_tokens,
+                           probes=p.warmup_probes)
         m = await measure(ctx, client, "measure", specs, load, extra={"load_spec": load_desc})
     metrics = m.metrics
     ttft = metrics.distributions["ttft"]

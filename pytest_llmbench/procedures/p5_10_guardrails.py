@@ -1,0 +1,396 @@
+"""§5.10 Guardrail Overhead: latency and throughput cost of input/output content filtering.
+
+Procedure (§5.10.3): baseline (guardrails off) → warm-up → run at 25/50/75 % of capacity → each
+guardrail configuration in turn (input only, output only, full) at the same levels → compare.
+Measurements (§5.10.4): per configuration TTFT P50/P95/P99 and E2E; input filter overhead =
+TTFT(input) − TTFT(baseline); total overhead = E2E(full) − E2E(baseline); throughput reduction.
+Refusals are counted per configuration (§4.8.1) and are failures, never successes.
+
+"Max throughput" (Table 14) is not measured by the draft's 25–75 % levels (requirements.md
+ambiguity 44). Here each configuration gets a short closed-loop saturation probe at
+``throughput_probe_concurrency`` requests in flight: max throughput = output tokens/s of
+successful requests delivered while every slot was busy (10 % … 100 % of the submission
+window). At a fixed concurrency a filter that only adds latency also lowers this figure
+(Little's law); that is part of what the probe measures. ``throughput_probe_concurrency=None``
+skips the probe and reports the 75 % level's achieved throughput instead, labelled as such.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ..compliance import Check
+from ..load import ClosedLoop
+from ..records import ErrorType
+from ..workloads import build_workload
+from .base import LoadSpec, Procedure, ProcedureContext, ProcedureResult, SkipProcedure, Table, register
+from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, resolve_load, run_facts, warm_up
+
+GUARDRAIL_CONFIGS = ("none", "input", "output", "full")
+LABELS = {"none": "Baseline", "input": "Input Filter", "output": "Output Filter", "full": "Full Filter"}
+KEYS = {"none": "baseline", "input": "input", "output": "output", "full": "full"}
+DRAFT_LEVELS = (0.25, 0.5, 0.75)  # §5.10.2
+REFUSED_COUNTERS = ("llmbench:requests_refused_total",)
+
+
+@dataclass
+class GuardrailParams:
+    """§5.10.2 setup parameters; defaults are the draft's values (the ``standard`` profile)."""
+
+    workload: str = "conversation"
+    workload_params: dict[str, Any] = field(default_factory=dict)  # e.g. {"dataset": "sharegpt.json"}
+    configurations: tuple[str, ...] = GUARDRAIL_CONFIGS
+    load_fractions: tuple[float, ...] = DRAFT_LEVELS
+    arrival: str = "poisson"
+    requests_per_level: int = 1000  # the draft sets none; 1000 = enough for P99 (§5.1.4.3)
+    report_level: float = 0.5  # the load level shown in Table 13 (every level is in the detail table)
+    throughput_probe_concurrency: int | None = 64
+    throughput_probe_requests: int = 500
+    warmup_requests: int = 100
+    warmup_tokens: int = 10_000
+    max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
+
+    def validate(self) -> None:
+        self.configurations = tuple(self.configurations)
+        self.load_fractions = tuple(float(f) for f in self.load_fractions)
+        bad = [c for c in self.configurations if c not in GUARDRAIL_CONFIGS]
+        if bad or not self.configurations:
+            raise ValueError(f"configurations must be a non-empty subset of {GUARDRAIL_CONFIGS}, got "
+                             f"{self.configurations!r}")
+        if len(set(self.configurations)) != len(self.configurations):
+            raise ValueError(f"configurations repeat: {self.configurations!r}")
+        if not self.load_fractions or any(not f > 0 for f in self.load_fractions):
+            raise ValueError(f"load_fractions must be > 0 fractions of capacity, got {self.load_fractions!r}")
+        if self.report_level not in self.load_fractions:
+            raise ValueError(f"report_level {self.report_level} must be one of load_fractions {self.load_fractions}")
+        if self.arrival not in ("poisson", "uniform"):
+            raise ValueError(f"arrival must be 'poisson' or 'uniform', got {self.arrival!r}")
+        if self.requests_per_level < 1:
+            raise ValueError(f"requests_per_level must be >= 1, got {self.requests_per_level}")
+        if self.throughput_probe_concurrency is not None and self.throughput_probe_concurrency < 1:
+            raise ValueError(f"throughput_probe_concurrency must be >= 1 or None, got "
+                             f"{self.throughput_probe_concurrency}")
+        if self.throughput_probe_requests < 1:
+            raise ValueError(f"throughput_probe_requests must be >= 1, got {self.throughput_probe_requests}")
+        if self.max_output_tokens is not None and self.max_output_tokens < 1:
+            raise ValueError(f"max_output_tokens must be >= 1, got {self.max_output_tokens}")
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "smoke": {"load_fractions": (0.5,), "requests_per_level": 100, "throughput_probe_concurrency": 32,
+              "throughput_probe_requests": 160, "warmup_requests": 20, "warmup_tokens": 1500,
+              "max_output_tokens": 32},
+    "standard": {},
+    "full": {},  # the draft RECOMMENDS only the workload (Conversation), already the default
+}
+
+
+def plan(p: GuardrailParams) -> dict[str, Any]:
+    probe = p.throughput_probe_requests if p.throughput_probe_concurrency else 0
+    n = len(p.configurations) * (len(p.load_fractions) * p.requests_per_level + probe)
+    return {"requests": n + p.warmup_requests, "min_duration_s": 0.0}
+
+
+def _cap_output(specs: list[Any], cap: int | None) -> list[Any]:
+    if cap is None:
+        return specs
+    return [dataclasses.replace(s, max_tokens=min(s.max_tokens, cap),
+                                min_tokens=None if s.min_tokens is None else min(s.min_tokens, cap))
+            for s in specs]
+
+
+def saturated_throughput(m: Measured, skip_fraction: float = 0.1) -> float | None:
+    """Output tok/s of successful requests delivered while the closed loop kept every slot busy.
+
+    The window is the submission window (start → last submission) minus its first
+    ``skip_fraction``: after the last submission the loop drains and concurrency falls.
+    """
+    load = m.load
+    t0 = load.start_ns + skip_fraction * (load.send_end_ns - load.start_ns)
+    t1 = load.send_end_ns
+    if t1 <= t0:
+        return None
+    tokens = 0
+    for r in m.records:
+        if not r.ok:
+            continue
+        counts = r.chunk_tokens if len(r.chunk_tokens) == len(r.chunk_ns) else [1] * len(r.chunk_ns)
+        tokens += sum(k for t, k in zip(r.chunk_ns, counts) if t0 <= t <= t1)
+    return tokens / ((t1 - t0) / 1e9)
+
+
+def _refused(m: Measured) -> int:
+    return sum(1 for r in m.records if r.error_type is ErrorType.REFUSED)
+
+
+def _server_refused(m: Measured) -> float | None:
+    for name in REFUSED_COUNTERS:
+        d = m.server_delta(name)
+        if d is not None:
+            return d
+    return None
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else round(v * 1000, 3)
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def _fmt_delta(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    return ("+" if v >= 0 else "-") + fmt_ms(abs(v))
+
+
+def _switch(ctx: ProcedureContext, mode: str) -> None:
+    if not ctx.configure_sut("guardrails", mode):
+        raise SkipProcedure(f"5.10 needs to set guardrails={mode!r}: no pytest_llmbench_configure_sut "
+                            "implementation can switch the SUT's guardrails (see docs/guardrails.md)")
+
+
+async def run(ctx: ProcedureContext, p: GuardrailParams) -> ProcedureResult:
+    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    wl = build_workload(p.workload, n=p.requests_per_level, seed=ctx.settings.seed, tokenizer=ctx.tokenizer,
+                        **p.workload_params)
+    specs = _cap_output(wl.specs, p.max_output_tokens)
+    # capacity first, with the SUT as configured (5.2 may run now)
+    loads = [await resolve_load(ctx, LoadSpec("open", p.arrival, capacity_fraction=f),
+                                max_requests=len(specs), seed_offset=i)
+             for i, f in enumerate(p.load_fractions)]
+    info = ctx.sut.server_info
+    original = info.get("guardrails") if "guardrails" in info else None
+    runs: dict[tuple[str, float], Measured] = {}
+    probes: dict[str, Measured] = {}
+    states: dict[str, Any] = {}
+    # warm-up on other prompts of the same workload, and a flushed prefix cache before every run:
+    # each configuration replays the same requests, which must not find the previous run's prompts cached
+    wu_specs = _cap_output(build_workload(p.workload, n=max(p.warmup_requests, 10), seed=ctx.settings.seed + 7919,
+                                          tokenizer=ctx.tokenizer, **p.workload_params).specs, p.max_output_tokens)
+    flushed: list[bool] = []
+    _switch(ctx, p.configurations[0])  # step 1: baseline (or the first configuration asked for)
+    try:
+        async with client_for(ctx) as client:
+            wu = await warm_up(ctx, client, wu_specs, min_requests=p.warmup_requests,
+                               min_output_tokens=p.warmup_tokens)
+            for k, cfg in enumerate(p.configurations):
+                if k:
+                    _switch(ctx, cfg)  # step 3
+                states[cfg] = ctx.sut.server_info.get("guardrails")
+                for frac, (load, desc) in zip(p.load_fractions, loads):  # step 2
+                    flushed.append(ctx.configure_sut("flush_prefix_cache", True))
+                    runs[(cfg, frac)] = await measure(
+                        ctx, client, f"{KEYS[cfg]}-{frac * 100:g}pct", specs, load,
+                        extra={"guardrails": cfg, "capacity_fraction": frac, "load_spec": desc})
+                if p.throughput_probe_concurrency:
+                    flushed.append(ctx.configure_sut("flush_prefix_cache", True))
+                    probes[cfg] = await measure(
+                        ctx, client, f"{KEYS[cfg]}-throughput-probe", itertools.cycle(specs),
+                        ClosedLoop(p.throughput_probe_concurrency, max_requests=p.throughput_probe_requests),
+                        extra={"guardrails": cfg, "throughput_probe": True})
+    finally:
+        ctx.configure_sut("guardrails", "none" if original is None else original)
+
+    cfgs, levels = p.configurations, p.load_fractions
+    base_cfg = "none" if "none" in cfgs else None
+    notes: list[str] = []
+    if original is None:
+        notes.append("the SUT's original guardrail setting is unknown; guardrails were left at 'none'")
+    if base_cfg is None:
+        notes.append("no Baseline configuration ('none') was run: overheads and reductions are not defined")
+    if "none" in cfgs:
+        notes.append("safety systems were disabled in the Baseline configuration (§4.8.2)")
+    if p.max_output_tokens is not None:
+        notes.append(f"output capped at {p.max_output_tokens} tokens by the profile")
+    if not all(flushed):
+        notes.append("the prefix cache could not be flushed before each run (no hook for flush_prefix_cache): "
+                     "later configurations may find the prompts of earlier runs cached, which favours them")
+    notes.append("warm-up once, with the first configuration; no new warm-up after each switch (the draft does "
+                 "not ask for one)")
+    for (cfg, frac), m in runs.items():
+        if not m.summary.valid:
+            notes.append(f"{LABELS[cfg]} at {frac:.0%}: run invalid: {m.summary.invalid_reason}")
+    cap_desc = loads[0][1]
+    cap_rate = cap_desc.get("capacity_rate")
+
+    # Table 13 at the report level; detail for every level
+    def q(cfg: str, frac: float, name: str, pq: float) -> float | None:
+        m = runs.get((cfg, frac))
+        return None if m is None else pvalue(m.metrics, name, pq)
+
+    rl = p.report_level
+    table13 = Table("Table 13: Guardrail Overhead", ["Configuration", "TTFT P50", "TTFT P99", "E2E P50", "E2E P99"],
+                    [[LABELS[c], fmt_ms(q(c, rl, "ttft", 50)), fmt_ms(q(c, rl, "ttft", 99)),
+                      fmt_ms(q(c, rl, "e2e", 50)), fmt_ms(q(c, rl, "e2e", 99))] for c in cfgs],
+                    notes=[f"at {rl:.0%} of capacity ({rl * cap_rate:.2f} req/s)" if cap_rate else f"at {rl:.0%} of capacity",
+                           "successful requests only: refused requests are failures (see the refusal table)",
+                           (f"identical request sequence ({len(specs)} requests, {wl.declaration.name}) and arrival "
+                           "schedule in every configuration")])
+    detail_rows, over_rows = [], []
+    meas: dict[str, Any] = {"requests_per_level": len(specs), "capacity_rate_rps": cap_rate,
+                            "report_level": rl, "levels": list(levels)}
+    for frac in levels:
+        pct = f"{frac * 100:g}pct"
+        for c in cfgs:
+            m = runs[(c, frac)]
+            mt = m.metrics
+            detail_rows.append([LABELS[c], f"{frac:.0%}", str(len(m.records)), str(_refused(m)),
+                                *(fmt_ms(pvalue(mt, "ttft", x)) for x in (50, 95, 99)),
+                                fmt_ms(pvalue(mt, "e2e", 50)), fmt_ms(pvalue(mt, "e2e", 99))])
+            for x in (50, 95, 99):
+                meas[f"{KEYS[c]}_{pct}_ttft_p{x}_ms"] = _ms(pvalue(mt, "ttft", x))
+            for x in (50, 99):
+                meas[f"{KEYS[c]}_{pct}_e2e_p{x}_ms"] = _ms(pvalue(mt, "e2e", x))
+            meas[f"{KEYS[c]}_{pct}_refused"] = _refused(m)
+            meas[f"{KEYS[c]}_{pct}_successful"] = mt.distributions["ttft"].n
+        if base_cfg:
+            row = [f"{frac:.0%}"]
+            for cfg, name in (("input", "ttft"), ("full", "e2e"), ("output", "e2e")):
+                for x in (50, 99):
+                    d = _diff(q(cfg, frac, name, x), q("none", frac, name, x)) if cfg in cfgs else None
+                    row.append(_fmt_delta(d))
+                    label = {"input": "input_filter_overhead_ttft", "full": "total_overhead_e2e",
+                             "output": "output_filter_overhead_e2e"}[cfg]
+                    meas[f"{label}_p{x}_ms_{pct}"] = _ms(d)
+            over_rows.append(row)
+    table_detail = Table("Guardrail latency by configuration and load (§5.10.4)",
+                         ["Configuration", "Load", "Requests", "Refused", "TTFT P50", "TTFT P95", "TTFT P99",
+                          "E2E P50", "E2E P99"], detail_rows,
+                         notes=["Load = fraction of the request-rate capacity"
+                                + (f" {cap_rate:.2f} req/s ({cap_desc.get('capacity_source', '')})" if cap_rate else "")])
+    tables = [table13]
+    if base_cfg:
+        tables.append(Table("Guardrail overhead (§5.10.4)",
+                            ["Load", "Input Filter Overhead P50", "Input Filter Overhead P99", "Total Overhead P50",
+                             "Total Overhead P99", "Output Filter Overhead P50", "Output Filter Overhead P99"],
+                            over_rows,
+                            notes=[("input filter overhead = TTFT(Input Filter) - TTFT(Baseline); total overhead = "
+                                   "E2E(Full Filter) - E2E(Baseline); output filter overhead = E2E(Output Filter) - "
+                                   "E2E(Baseline) (not defined by the draft; added for completeness)"),
+                                   "differences of percentiles of two runs, not percentiles of differences"]))
+    tables.append(table_detail)
+
+    # Table 14: max throughput per configuration
+    tput: dict[str, float | None] = {}
+    if probes:
+        for c in cfgs:
+            tput[c] = saturated_throughput(probes[c])
+        how = (f"closed-loop saturation probe per configuration: {p.throughput_probe_concurrency} requests in "
+               f"flight, {p.throughput_probe_requests} requests; output tok/s of successful requests while every "
+               "slot was busy")
+    else:
+        top = max(levels)
+        for c in cfgs:
+            v = runs[(c, top)].metrics.scalar("output_throughput").value
+            tput[c] = None if v is None or math.isnan(v) else float(v)
+        how = (f"no saturation probe: achieved output tok/s at the highest level ({top:.0%} of capacity), which "
+               "is the offered load, not a maximum")
+    rows14 = []
+    base_t = tput.get("none") if base_cfg else None
+    for c in cfgs:
+        t = tput[c]
+        red = None if t is None or not base_t or c == "none" else (t - base_t) / base_t * 100.0
+        rows14.append([LABELS[c], "n/a" if t is None else f"{t:.0f} tok/s",
+                       "-" if c == "none" else ("n/a" if red is None else f"{red:+.1f}%")])
+        meas[f"{KEYS[c]}_max_throughput_tps"] = None if t is None else round(t, 2)
+        if c != "none":
+            meas[f"{KEYS[c]}_throughput_reduction_pct"] = None if red is None else round(red, 2)
+    table14 = Table("Table 14: Throughput Impact", ["Configuration", "Max Throughput", "Reduction"], rows14,
+                    notes=[how, "Reduction = (throughput_config - throughput_baseline) / throughput_baseline"])
+    tables.insert(1, table14)
+
+    # refusals (§4.8.1)
+    ref_rows = []
+    for c in cfgs:
+        ms = [runs[(c, f)] for f in levels] + ([probes[c]] if c in probes else [])
+        n = sum(len(m.records) for m in ms)
+        refused = sum(_refused(m) for m in ms)
+        server = [_server_refused(m) for m in ms]
+        srv = None if any(s is None for s in server) else int(sum(server))  # type: ignore[arg-type]
+        ref_rows.append([LABELS[c], str(n), str(refused), f"{refused / n * 100:.1f}%" if n else "n/a",
+                         "n/a" if srv is None else str(srv)])
+        meas[f"{KEYS[c]}_refusals"] = refused
+        meas[f"{KEYS[c]}_refusals_server"] = srv
+        meas[f"{KEYS[c]}_requests"] = n
+    tables.append(Table("Refusals by configuration (§4.8.1)",
+                        ["Configuration", "Requests", "Refused", "Refusal Rate", "Refused (server count)"], ref_rows,
+                        notes=[("refused = finish_reason content_filter or a policy error; counted as failures, "
+                               "excluded from the latency distributions")]))
+
+    plots = {"configs": {LABELS[c]: {"ttft_p50_s": q(c, rl, "ttft", 50), "ttft_p99_s": q(c, rl, "ttft", 99),
+                                     "e2e_p50_s": q(c, rl, "e2e", 50), "e2e_p99_s": q(c, rl, "e2e", 99)}
+                         for c in cfgs}}
+    checks = _checks(p, runs, probes, wl.declaration.to_json(), states)
+    measured = [runs[(c, f)] for c in cfgs for f in levels] + [probes[c] for c in cfgs if c in probes]
+    facts = run_facts(ctx, workload=wl.declaration.to_json(), warmup=wu, measured=measured)
+    if ctx.sut.embedded:  # the filters that were on in any compared configuration
+        facts.guardrails = {"input_filter": "on" if {"input", "full"} & set(cfgs) else "off",
+                            "output_filter": "on" if {"output", "full"} & set(cfgs) else "off"}
+    facts.session_tests = tuple(sorted(set(facts.session_tests) | {"5.10"}))  # this is the on/off comparison
+    primary = runs[(cfgs[-1], rl)]
+    result = ProcedureResult(
+        procedure="5.10", title="Guardrail Overhead", params=_params_json(p), profile=ctx.settings.profile,
+        metrics=primary.metrics, runs=[m.summary for m in measured], tables=tables, measurements=meas,
+        notes=notes, plots=plots, started=started,
+        finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+    )
+    finish(ctx, result, facts, checks)
+    return result
+
+
+def _checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes: dict[str, Measured],
+            decl: dict[str, Any], states: dict[str, Any]) -> dict[str, Check]:
+    cfgs, levels = p.configurations, p.load_fractions
+    missing = [LABELS[c] for c in GUARDRAIL_CONFIGS if c not in cfgs]
+    synthetic = bool(decl.get("synthetic_standin")) or str(decl.get("name", "")).startswith("synthetic")
+    level_ok = sorted(levels) == sorted(DRAFT_LEVELS)
+    mismatched = {c: s for c, s in states.items() if s is not None and s != c}
+    return {
+        "5.10.2-PARAM-1": (Check.met("5.10.2-PARAM-1", "benign content: synthetic random-word prompts")
+                           if synthetic else
+                           Check.needs_declaration("5.10.2-PARAM-1", "dataset content: the tester must declare "
+                                                   "that it is benign")),
+        "5.10.2-PARAM-2": (Check.met("5.10.2-PARAM-2", "configurations: " + ", ".join(LABELS[c] for c in cfgs)
+                                     + ("" if not mismatched else f" (SUT reported {mismatched})"))
+                           if not missing and not mismatched else
+                           Check.unmet("5.10.2-PARAM-2", "not run: " + ", ".join(missing) if missing
+                                       else f"SUT reported other guardrail states: {mismatched}")),
+        "5.10.2-PARAM-3": (Check.met("5.10.2-PARAM-3", "levels 25/50/75 % of capacity") if level_ok else
+                           Check.unmet("5.10.2-PARAM-3", "levels " + "/".join(f"{f:.0%}" for f in levels)
+                                       + " of capacity instead of 25/50/75 %")),
+        "5.10.3-PARAM-1": (Check.met("5.10.3-PARAM-1", "baseline warmed up and run at every level")
+                           if "none" in cfgs else Check.unmet("5.10.3-PARAM-1", "no baseline configuration")),
+        "5.10.3-PARAM-2": Check.met("5.10.3-PARAM-2", f"{len(runs)} runs: every configuration at every level"),
+        "5.10.4-REPORT-1": Check.met("5.10.4-REPORT-1", "TTFT P50/P95/P99 and E2E per configuration and level"),
+        "5.10.4-REPORT-2": (Check.met("5.10.4-REPORT-2", "input filter overhead at P50 and P99 per level")
+                            if {"none", "input"} <= set(cfgs) else
+                            Check.unmet("5.10.4-REPORT-2", "needs the Baseline and Input Filter configurations")),
+        "5.10.4-REPORT-3": (Check.met("5.10.4-REPORT-3", "total overhead at P50 and P99 per level")
+                            if {"none", "full"} <= set(cfgs) else
+                            Check.unmet("5.10.4-REPORT-3", "needs the Baseline and Full Filter configurations")),
+        "5.10.4-REPORT-4": (Check.met("5.10.4-REPORT-4", "throughput reduction from a saturation probe per "
+                                      "configuration" if probes else
+                                      "throughput reduction at the highest level (no saturation probe)")
+                            if "none" in cfgs else
+                            Check.unmet("5.10.4-REPORT-4", "needs the Baseline configuration")),
+        "5.10.5-REPORT-1": Check.met("5.10.5-REPORT-1", "Table 13"),
+        "5.10.5-REPORT-2": Check.met("5.10.5-REPORT-2", "Table 14"),
+    }
+
+
+def _params_json(p: Any) -> dict[str, Any]:
+    d = {}
+    for f in dataclasses.fields(p):
+        v = getattr(p, f.name)
+        d[f.name] = v.to_json() if hasattr(v, "to_json") else (list(v) if isinstance(v, tuple) else v)
+    return d
+
+
+register(Procedure("5.10", "Guardrail Overhead", GuardrailParams, run, PROFILES, plan))

@@ -1,0 +1,760 @@
+"""§5.2 Output Token Throughput: the maximum sustainable load and the throughput it delivers.
+
+Procedure (§5.2.3): configure, warm up (§4.5), then search the load: an iterative ascent from
+``rate_min`` in ``rate_step`` increments up to the first saturated level (or ``rate_max``),
+then a binary search between the highest sustainable and the lowest saturated level until they
+are within ``tolerance`` of each other. Each level runs open-loop Poisson arrivals (default) for
+``level_duration_s``; ``load_model="closed"`` searches over concurrency instead.
+
+A level is *saturated* (§5.2.3.1) when any of these holds:
+
+1. the queue grows: OLS slope of the server's waiting-queue gauge (``/metrics``; the client's
+   in-flight count when the server has none) over the steady window is > 0 with one-sided
+   p < 0.05 *and* the fitted rise is at least ``max(2, 2%`` of the window's arrivals``)``
+   (a bounded queue that happens to end on a burst is not growth);
+2. the completion rate is below 90% of the arrival rate, both counted in the same window (the
+   steady window, starting no earlier than one median E2E in) and significantly so (one-sided
+   binomial test, p < 0.05; see :func:`completion_deficit`). Open loop only: in a closed loop
+   arrivals equal completions by construction;
+3. TTFT P99 exceeds 10x the TTFT P50 of the lowest load measured in the search (the draft names
+   neither the metric nor the lower level; requirements note 28).
+
+In a closed loop rule 1 reads "requests wait at the server for most of the window" (median
+waiting > 0: the SUT holds more requests than it can batch). With SLOs (§5.2.2.3,
+``ttft_p99_slo_s`` / ``tpot_p99_slo_s``) a level must also meet them. The reported level is the
+highest sustainable one (requirements note 26). Steady state (§5.2.3.2): the first 10% of each
+level is ramp-up and left out (throughput scalars already use that window, metrics.py); queue
+stability and the throughput trend over the window are reported per level.
+
+Without ``rate_min``/``rate_max``/``rate_step``, a short closed-loop probe at
+``probe_concurrency`` estimates the capacity and the range is derived from it (0.5x, 2x, step
+0.25x); the derived values are reported (5.2.2-MUST-4). The result's ``capacity`` is what
+procedures defined relative to capacity (5.3, 5.4, 5.6, 5.10) use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from ..compliance import Check
+from ..load import ArrivalProcess, ClosedLoop, OpenLoop
+from ..metrics import RunMetrics
+from ..records import RequestSpec
+from ..stats import completion_rate_saturated, queue_growing, tail_blowup
+from ..workloads import build_workload
+from .base import (
+    Capacity,
+    Procedure,
+    ProcedureContext,
+    ProcedureResult,
+    Table,
+    register,
+)
+from .common import (
+    Measured,
+    client_for,
+    finish,
+    fmt_ms,
+    fmt_num,
+    measure,
+    percentile_row,
+    pvalue,
+    run_facts,
+    warm_up,
+)
+
+DRAFT_MIN_DURATION_S = 60.0  # §5.2.2.1
+DRAFT_RECOMMENDED_DURATION_S = 300.0  # §5.2.2.1
+RAMP_UP_FRACTION = 0.1  # §5.2.3.2
+WARMUP_SEED_OFFSET = 10_000  # warm-up prompts differ from measured ones (no prefix-cache help)
+
+
+@dataclass
+class ThroughputParams:
+    """§5.2.2 setup parameters; defaults are the draft's minimums (the ``standard`` profile)."""
+
+    workload: str = "synthetic-uniform"
+    level_duration_s: float = DRAFT_MIN_DURATION_S  # per load level (§5.2.2.1)
+    load_model: str = "open"  # "open" (search over arrival rate) | "closed" (over concurrency)
+    arrival: str = "poisson"  # open loop: poisson | uniform
+    rate_min: float | None = None  # req/s; None: derived from the probe
+    rate_max: float | None = None
+    rate_step: float | None = None
+    concurrency_min: int = 1
+    concurrency_max: int = 256
+    concurrency_step: int | None = None  # None: doubling
+    ttft_p99_slo_s: float | None = None  # §5.2.2.3 (optional)
+    tpot_p99_slo_s: float | None = None
+    tolerance: float = 0.05  # binary search stops when (hi - lo) / lo <= tolerance
+    max_levels: int = 16
+    probe_concurrency: int = 64
+    probe_duration_s: float = 20.0
+    tail_factor: float = 10.0  # §5.2.3.1 rule 3
+    completion_threshold: float = 0.9  # §5.2.3.1 rule 2
+    warmup_requests: int = 100
+    warmup_tokens: int = 10_000
+    max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
+
+    def validate(self) -> None:
+        if self.load_model not in ("open", "closed"):
+            raise ValueError(f"load_model must be 'open' or 'closed', got {self.load_model!r}")
+        if self.arrival not in ("poisson", "uniform"):
+            raise ValueError(f"arrival must be 'poisson' or 'uniform', got {self.arrival!r}")
+        if not self.level_duration_s > 0:
+            raise ValueError(f"level_duration_s must be > 0, got {self.level_duration_s}")
+        for name in ("rate_min", "rate_max", "rate_step", "ttft_p99_slo_s", "tpot_p99_slo_s"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise ValueError(f"{name} must be > 0, got {v}")
+        if self.rate_min is not None and self.rate_max is not None and self.rate_max < self.rate_min:
+            raise ValueError(f"rate_max ({self.rate_max}) is below rate_min ({self.rate_min})")
+        if not 1 <= self.concurrency_min <= self.concurrency_max:
+            raise ValueError(f"need 1 <= concurrency_min <= concurrency_max, got "
+                             f"{self.concurrency_min}..{self.concurrency_max}")
+        if self.concurrency_step is not None and self.concurrency_step < 1:
+            raise ValueError(f"concurrency_step must be >= 1, got {self.concurrency_step}")
+        if not 0 < self.tolerance < 1:
+            raise ValueError(f"tolerance must be in (0, 1), got {self.tolerance}")
+        if self.max_levels < 2:
+            raise ValueError(f"max_levels must be >= 2, got {self.max_levels}")
+        if self.probe_concurrency < 1 or not self.probe_duration_s > 0:
+            raise ValueError("probe_concurrency must be >= 1 and probe_duration_s > 0")
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "smoke": {"level_duration_s": 3.0, "probe_duration_s": 2.0, "tolerance": 0.15, "max_levels": 6,
+              "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
+    "standard": {},
+    "full": {"level_duration_s": DRAFT_RECOMMENDED_DURATION_S, "probe_duration_s": 60.0},
+}
+
+
+def plan(p: ThroughputParams) -> dict[str, Any]:
+    levels = min(p.max_levels, 8)
+    return {"requests": p.warmup_requests, "min_duration_s": levels * p.level_duration_s + p.probe_duration_s}
+
+
+# --------------------------------------------------------------------------------------------
+# one load level: workload, run, assessment (also used by 5.3 for its queue-growth indicator)
+# --------------------------------------------------------------------------------------------
+
+
+def cap_output(specs: Sequence[RequestSpec], cap: int | None) -> list[RequestSpec]:
+    """Cap every request's ``max_tokens`` (and ``min_tokens``) at ``cap`` (profiles shorten runs)."""
+    if cap is None:
+        return list(specs)
+    return [dataclasses.replace(s, max_tokens=min(s.max_tokens, cap),
+                                min_tokens=None if s.min_tokens is None else min(s.min_tokens, cap))
+            for s in specs]
+
+
+def level_specs(ctx: ProcedureContext, workload: str, n: int, seed_offset: int, cap: int | None,
+                **wl_params: Any) -> tuple[list[RequestSpec], Any]:
+    """``n`` fresh requests for one level: its own seed, so no prompt repeats between levels."""
+    wl = build_workload(workload, n=max(n, 1), seed=ctx.settings.seed + seed_offset, tokenizer=ctx.tokenizer,
+                        **wl_params)
+    return cap_output(wl.specs, cap), wl
+
+
+@dataclass
+class QueueTrend:
+    """Queue-depth trend over a level's steady window (§5.2.3.1 rule 1, §5.2.3.2)."""
+
+    source: str  # "server /metrics waiting gauge" | "client in-flight count" | "none"
+    growing: bool
+    slope_per_s: float | None
+    rise: float | None  # fitted increase over the window (requests)
+    samples: int
+
+    @property
+    def label(self) -> str:
+        return "growing" if self.growing else ("stable" if self.samples else "n/a")
+
+
+@dataclass
+class LevelAssessment:
+    """What one load level showed: rates, latencies, the saturation rules, SLO and steady state."""
+
+    label: str
+    load_model: str
+    level: float  # offered req/s (open) or concurrency (closed)
+    offered_rate: float | None
+    arrival_rate: float  # sends/s in the steady window
+    completion_rate: float  # successful completions/s in the steady window
+    output_tps: float
+    request_rate: float
+    input_tps: float
+    ttft_p50: float | None
+    ttft_p99: float | None
+    tpot_p99: float | None
+    success_rate: float
+    queue: QueueTrend
+    throughput_cv: float | None
+    throughput_trend: float | None  # relative change over the window from a linear fit
+    steady: bool
+    valid: bool
+    rules: dict[str, bool] = field(default_factory=dict)
+    slo_ok: bool | None = None
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def saturated(self) -> bool:
+        return any(self.rules.values())
+
+    @property
+    def passed(self) -> bool:
+        return not self.saturated and self.slo_ok is not False
+
+    @property
+    def verdict(self) -> str:
+        return "sustainable" if self.passed else ("saturated" if self.saturated else "SLO not met")
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["saturated"], d["passed"], d["verdict"] = self.saturated, self.passed, self.verdict
+        return d
+
+
+def steady_window_ns(m: Measured) -> tuple[int, int]:
+    """The level's steady window: its send window minus the first 10% (§5.2.3.2)."""
+    lo = m.load.start_ns + int((m.load.send_end_ns - m.load.start_ns) * RAMP_UP_FRACTION)
+    return lo, m.load.send_end_ns
+
+
+def queue_trend(m: Measured, *, closed: bool = False, arrivals: int = 0) -> QueueTrend:
+    """Queue growth over the steady window, from the server gauge or the client in-flight count."""
+    send_s = m.load.send_window_s
+    t0, t1 = RAMP_UP_FRACTION * send_s, send_s
+    if m.queue_samples:
+        source = "server /metrics waiting gauge"
+        pts = [(t, d) for t, d in m.queue_samples if t0 <= t <= t1]
+    else:
+        source = "client in-flight count"
+        pts = [(t / 1e9, float(d)) for t, d in m.load.concurrency_samples if t0 <= t / 1e9 <= t1]
+    if len(pts) < 3:
+        return QueueTrend("none" if not pts else source, False, None, None, len(pts))
+    t = np.array([p[0] for p in pts])
+    d = np.array([p[1] for p in pts])
+    slope = float(np.polyfit(t, d, 1)[0]) if np.ptp(t) > 0 else 0.0
+    rise = slope * (t1 - t0)
+    if closed:
+        growing = bool(m.queue_samples) and float(np.median(d)) > 0
+    else:
+        growing = queue_growing(t, d) and rise >= max(2.0, 0.02 * arrivals)
+    return QueueTrend(source, growing, slope, rise, len(pts))
+
+
+def completion_vs_arrival(m: Measured) -> tuple[float, float, int, int]:
+    """(arrival rate, completion rate, arrivals, completions) in one window of the send window (§5.2.3.1 rule 2).
+
+    Completions lag their arrivals by the E2E latency, so the window starts after the ramp-up
+    (10%) *and* after a median E2E (at most half the send window): otherwise the requests sent
+    before the run started, which do not exist, would be "missing" completions.
+    """
+    start, end = m.load.start_ns, m.load.send_end_ns
+    span_ns = end - start
+    e2e = [r.end_ns - r.sent_ns for r in m.records if r.ok and r.end_ns is not None and r.sent_ns]
+    shift = min(float(np.median(e2e)) if e2e else 0.0, 0.5 * span_ns)
+    lo = start + int(max(RAMP_UP_FRACTION * span_ns, shift))
+    span = max((end - lo) / 1e9, 1e-9)
+    sent = sum(1 for r in m.records if r.sent_ns and lo <= r.sent_ns <= end)
+    done = sum(1 for r in m.records if r.ok and r.end_ns is not None and lo <= r.end_ns <= end)
+    return sent / span, done / span, sent, done
+
+
+def completion_deficit(done: int, sent: int, threshold: float = 0.9, alpha: float = 0.05) -> bool:
+    """§5.2.3.1 rule 2 with a significance test: completions < ``threshold`` x arrivals.
+
+    Counts over a short window are noisy (a 3 s level at 40 req/s has ~120 arrivals), so the
+    ratio must be below ``threshold`` *and* significantly so: given n = completions + arrivals,
+    completions ~ Binomial(n, r / (1 + r)) with r = completion/arrival rate ratio; H0 r >= threshold
+    is rejected at one-sided ``alpha`` (treating the two counts as independent Poisson counts,
+    which overstates the noise because they share requests: conservative).
+    """
+    if sent <= 0 or not completion_rate_saturated(done, sent, threshold=threshold):
+        return False
+    from scipy.stats import binomtest  # type: ignore[import-untyped]
+
+    return bool(binomtest(done, done + sent, threshold / (1 + threshold), alternative="less").pvalue < alpha)
+
+
+def _throughput_bins(m: Measured, lo_ns: int, hi_ns: int) -> tuple[float | None, float | None]:
+    """CV of output tok/s over bins of the steady window and the linear-trend relative change."""
+    span = (hi_ns - lo_ns) / 1e9
+    if span <= 0:
+        return None, None
+    nbins = int(min(10, max(4, span // 5)))
+    edges = np.linspace(lo_ns, hi_ns, nbins + 1)
+    counts = np.zeros(nbins)
+    for r in m.records:
+        if not r.ok:
+            continue
+        for t, k in zip(r.chunk_ns, r.chunk_tokens):
+            if lo_ns <= t < hi_ns and k:
+                counts[min(int(np.searchsorted(edges, t, side="right")) - 1, nbins - 1)] += k
+    rates = counts / (span / nbins)
+    mean = float(rates.mean())
+    if mean <= 0:
+        return None, None
+    cv = float(rates.std(ddof=1) / mean)
+    from scipy.stats import linregress  # type: ignore[import-untyped]
+
+    fit = linregress(np.arange(nbins), rates)
+    trend = float(fit.slope * (nbins - 1) / mean)
+    return cv, (trend if fit.pvalue < 0.05 else 0.0)
+
+
+def assess_level(m: Measured, *, level: float, offered_rate: float | None, closed: bool,
+                 reference_ttft_p50: float | None, tail_factor: float = 10.0,
+                 completion_threshold: float = 0.9, ttft_slo: float | None = None,
+                 tpot_slo: float | None = None) -> LevelAssessment:
+    """Apply §5.2.3.1 (saturation), §5.2.2.3 (SLO) and §5.2.3.2 (steady state) to one level."""
+    mt = m.metrics
+    lo, hi = steady_window_ns(m)
+    arrival_rate, completion_rate, sent, done = completion_vs_arrival(m)
+    queue = queue_trend(m, closed=closed, arrivals=sent)
+    cv, trend = _throughput_bins(m, lo, hi)
+    ttft_p50, ttft_p99, tpot_p99 = pvalue(mt, "ttft", 50), pvalue(mt, "ttft", 99), pvalue(mt, "tpot", 99)
+    rules: dict[str, bool] = {"queue_growth": queue.growing}
+    reasons: list[str] = []
+    if queue.growing:
+        reasons.append("requests wait at the server for most of the window" if closed else
+                       f"queue grows (+{queue.rise:.1f} over the window, {queue.source})")
+    if not closed:
+        rules["completion_rate"] = completion_deficit(done, sent, completion_threshold)
+        if rules["completion_rate"]:
+            reasons.append(f"completion rate {completion_rate:.2f}/s < {completion_threshold:.0%} of "
+                           f"arrival rate {arrival_rate:.2f}/s")
+    if reference_ttft_p50 is not None and ttft_p99 is not None:
+        rules["tail_blowup"] = tail_blowup(ttft_p99, reference_ttft_p50, factor=tail_factor)
+        if rules["tail_blowup"]:
+            reasons.append(f"TTFT P99 {fmt_ms(ttft_p99)} > {tail_factor:g}x lower-load TTFT P50 "
+                           f"{fmt_ms(reference_ttft_p50)}")
+    if ttft_p99 is None and done == 0:
+        rules["no_completions"] = True
+        reasons.append("no request completed")
+    slo_ok: bool | None = None
+    if ttft_slo is not None or tpot_slo is not None:
+        slo_ok = True
+        if ttft_slo is not None and (ttft_p99 is None or ttft_p99 > ttft_slo):
+            slo_ok = False
+            reasons.append(f"TTFT P99 {fmt_ms(ttft_p99)} > SLO {fmt_ms(ttft_slo)}")
+        if tpot_slo is not None and (tpot_p99 is None or tpot_p99 > tpot_slo):
+            slo_ok = False
+            reasons.append(f"TPOT P99 {fmt_ms(tpot_p99)} > SLO {fmt_ms(tpot_slo)}")
+    if not m.load.valid:
+        reasons.append(f"judged despite the load generator self-check: {m.load.invalid_reason}")
+    unstable_tput = trend is not None and abs(trend) > 0.2
+    steady = not queue.growing and not unstable_tput
+    success = mt.scalar("success_rate").value
+    return LevelAssessment(
+        label=m.summary.label, load_model="closed" if closed else "open", level=level, offered_rate=offered_rate,
+        arrival_rate=arrival_rate, completion_rate=completion_rate,
+        output_tps=_scalar(mt, "output_throughput"), request_rate=_scalar(mt, "request_throughput"),
+        input_tps=_scalar(mt, "input_throughput"), ttft_p50=ttft_p50, ttft_p99=ttft_p99, tpot_p99=tpot_p99,
+        success_rate=float(success) if math.isfinite(success) else 0.0, queue=queue, throughput_cv=cv,
+        throughput_trend=trend, steady=steady, valid=m.load.valid, rules=rules, slo_ok=slo_ok, reasons=reasons)
+
+
+def _scalar(mt: RunMetrics, name: str) -> float:
+    v = mt.scalar(name).value
+    return float(v) if v is not None and math.isfinite(v) else 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# the search
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Search:
+    ctx: ProcedureContext
+    p: ThroughputParams
+    client: Any
+    levels: list[tuple[Measured, LevelAssessment, str]] = field(default_factory=list)  # (run, assessment, phase)
+    workloads: list[Any] = field(default_factory=list)  # each level's Workload (own seed)
+    retried: list[str] = field(default_factory=list)  # levels repeated after an invalid run
+
+    @property
+    def closed(self) -> bool:
+        return self.p.load_model == "closed"
+
+    def reference_p50(self, level: float) -> float | None:
+        lower = [(a.level, a.ttft_p50) for _, a, _ in self.levels if a.level < level and a.ttft_p50]
+        return min(lower)[1] if lower else None
+
+    async def run_level(self, level: float, phase: str) -> LevelAssessment:
+        p, ctx = self.p, self.ctx
+        idx = len(self.levels)
+        closed = self.closed
+        if closed:
+            c = int(level)
+            n = int(c * 4 + 60 * p.level_duration_s) + 50  # plenty; the run stops by duration
+            label = f"L{idx:02d}-c{c}"
+            load: OpenLoop | ClosedLoop = ClosedLoop(c, duration_s=p.level_duration_s)
+        else:
+            n = math.ceil(level * p.level_duration_s * 1.3) + 20
+            label = f"L{idx:02d}-{level:.3g}rps"
+            load = OpenLoop(ArrivalProcess(p.arrival, level, seed=ctx.settings.seed + idx),
+                            duration_s=p.level_duration_s)
+        specs, wl = level_specs(ctx, p.workload, n, idx + 1, p.max_output_tokens)
+        self.workloads.append(wl)
+        ctx.progress(f"5.2 {phase} level {idx + 1}: {label}")
+        m = await measure(ctx, self.client, label, specs, load,
+                          drain_timeout_s=max(10.0, p.level_duration_s / 2),
+                          extra={"search_phase": phase, "level": level,
+                                 "workload_seed": ctx.settings.seed + idx + 1})
+        if not m.load.valid:  # the load generator, not the SUT, failed: run the level once more
+            self.retried.append(f"{label} ({m.load.invalid_reason})")
+            ctx.progress(f"5.2 {label}: load generator self-check failed, repeating the level")
+            specs, wl = level_specs(ctx, p.workload, n, idx + 5001, p.max_output_tokens)  # fresh prompts
+            m = await measure(ctx, self.client, label + "-retry", specs, load,
+                              drain_timeout_s=max(10.0, p.level_duration_s / 2),
+                              extra={"search_phase": phase, "level": level, "retry": True,
+                                     "workload_seed": ctx.settings.seed + idx + 5001})
+        a = assess_level(m, level=level, offered_rate=None if closed else level, closed=closed,
+                         reference_ttft_p50=self.reference_p50(level), tail_factor=p.tail_factor,
+                         completion_threshold=p.completion_threshold, ttft_slo=p.ttft_p99_slo_s,
+                         tpot_slo=p.tpot_p99_slo_s)
+        m.summary.extra["assessment"] = a.to_json()
+        self.levels.append((m, a, phase))
+        return a
+
+    def converged(self, lo: float, hi: float) -> bool:
+        if self.closed:
+            return hi - lo <= max(1.0, self.p.tolerance * lo)
+        return lo > 0 and (hi - lo) / lo <= self.p.tolerance
+
+    def midpoint(self, lo: float, hi: float) -> float:
+        return float((int(lo) + int(hi)) // 2) if self.closed else (lo + hi) / 2
+
+    async def search(self, start: float, step: float | None, stop: float) -> tuple[float | None, float | None]:
+        """Iterative ascent, then binary search; returns (highest passing, lowest failing) level."""
+        p = self.p
+        lo: float | None = None
+        hi: float | None = None
+        level = start
+        while len(self.levels) < p.max_levels:  # 1. iterative ascent
+            a = await self.run_level(level, "iterative")
+            if not a.passed:
+                hi = level
+                break
+            lo = level
+            if level >= stop:
+                return lo, None
+            nxt = level + step if step is not None else level * 2
+            level = min(float(int(nxt)) if self.closed else nxt, stop)
+        while hi is not None and lo is None and len(self.levels) < p.max_levels:  # the start failed
+            level = float(max(1, int(hi) // 2)) if self.closed else hi / 2
+            if self.closed and level >= hi:
+                break
+            a = await self.run_level(level, "descent")
+            if a.passed:
+                lo = level
+            else:
+                hi = level
+        while lo is not None and hi is not None and not self.converged(lo, hi) \
+                and len(self.levels) < p.max_levels:  # 2. binary search
+            mid = self.midpoint(lo, hi)
+            if mid <= lo or mid >= hi:
+                break
+            a = await self.run_level(mid, "binary")
+            if a.passed:
+                lo = mid
+            else:
+                hi = mid
+        return lo, hi
+
+
+async def _probe_capacity(ctx: ProcedureContext, client: Any, p: ThroughputParams) -> Measured:
+    """A short closed-loop run at ``probe_concurrency``: the preliminary capacity estimate."""
+    c = p.probe_concurrency
+    specs, _ = level_specs(ctx, p.workload, int(c * 4 + 80 * p.probe_duration_s) + 50, 999, p.max_output_tokens)
+    ctx.progress(f"5.2 capacity probe: closed loop, concurrency {c}, {p.probe_duration_s:g} s")
+    return await measure(ctx, client, f"probe-c{c}", specs, ClosedLoop(c, duration_s=p.probe_duration_s),
+                         drain_timeout_s=30.0, extra={"search_phase": "probe"})
+
+
+def _gpu_count(ctx: ProcedureContext) -> int | None:
+    from .common import (
+        _declarations,  # the session's merged declarations (simulator + user)
+    )
+
+    try:
+        hw = dict(_declarations(ctx)).get("hardware")
+    except Exception:  # noqa: BLE001 - a bad declaration file is reported by the compliance step
+        return None
+    count = hw.get("count") if isinstance(hw, dict) else None
+    return int(count) if isinstance(count, (int, float)) and count > 0 else None
+
+
+async def run(ctx: ProcedureContext, p: ThroughputParams) -> ProcedureResult:
+    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    closed = p.load_model == "closed"
+    warm_specs, _ = level_specs(ctx, p.workload, max(p.warmup_requests, 1), WARMUP_SEED_OFFSET, p.max_output_tokens)
+    probe: Measured | None = None
+    estimate: float | None = None
+    async with client_for(ctx, max_connections=None) as client:
+        wu = await warm_up(ctx, client, warm_specs, min_requests=p.warmup_requests,
+                           min_output_tokens=p.warmup_tokens)
+        search = _Search(ctx, p, client)
+        step: float | None
+        if closed:
+            start, stop = float(p.concurrency_min), float(p.concurrency_max)
+            step = None if p.concurrency_step is None else float(p.concurrency_step)
+            range_source = "declared"
+        else:
+            if p.rate_min is None or p.rate_max is None or p.rate_step is None:
+                probe = await _probe_capacity(ctx, client, p)
+                estimate = probe.metrics.scalar("request_throughput").value
+                if not estimate or not math.isfinite(estimate):
+                    raise RuntimeError("5.2: the capacity probe completed no request; cannot derive a rate range "
+                                       "(give rate_min, rate_max and rate_step)")
+            est = estimate or 0.0  # set whenever one of the three is missing
+            start = p.rate_min if p.rate_min is not None else 0.5 * est
+            stop = p.rate_max if p.rate_max is not None else max(2.0 * est, start)
+            step = p.rate_step if p.rate_step is not None else 0.25 * est
+            range_source = "declared" if estimate is None else (
+                f"derived from a closed-loop probe (concurrency {p.probe_concurrency}, "
+                f"{estimate:.2f} req/s completed)")
+        lo, hi = await search.search(start, step, stop)
+    levels = search.levels
+    best = None if lo is None else next(x for x in reversed(levels) if x[1].level == lo and x[1].passed)
+    unit = "concurrency" if closed else "req/s"
+    slo_given = p.ttft_p99_slo_s is not None or p.tpot_p99_slo_s is not None
+    gpus = _gpu_count(ctx)
+    notes: list[str] = []
+    measurements: dict[str, Any] = {
+        "load_model": p.load_model, "levels_tested": len(levels), "slo_applied": slo_given,
+        "ttft_p99_slo_ms": None if p.ttft_p99_slo_s is None else p.ttft_p99_slo_s * 1000,
+        "tpot_p99_slo_ms": None if p.tpot_p99_slo_s is None else p.tpot_p99_slo_s * 1000,
+        "level_duration_s": p.level_duration_s, "range_source": range_source,
+        "search_start": start, "search_step": step, "search_stop": stop,
+        "capacity_estimate_req_s": estimate,
+        "lowest_saturated_level": hi,
+    }
+    capacity: Capacity | None = None
+    tables: list[Table] = []
+    metrics = None
+    if best is None:
+        notes.append(f"no sustainable load level found in {len(levels)} levels (lowest tried "
+                     f"{min(a.level for _, a, _ in levels):g} {unit}); no capacity determined")
+    else:
+        bm, ba, _ = best
+        metrics = bm.metrics
+        sustained_rate = ba.level if not closed else ba.request_rate
+        capacity = Capacity(rate=sustained_rate, output_throughput=ba.output_tps,
+                            source="measured by 5.2 in this session")
+        if hi is None:
+            notes.append(f"no saturation up to the search's upper end ({stop:g} {unit}): the capacity is at least "
+                         "this level")
+        util = _batch_utilization(ctx, bm)
+        tpg = ba.output_tps / gpus if gpus else None
+        sustain_txt = (f"{ba.level:.2f} req/s" if not closed
+                       else f"concurrency {int(ba.level)} ({ba.request_rate:.2f} req/s)")
+        tables.append(Table(
+            "Table 3: Throughput Summary", ["Metric", "Value"],
+            [["Max Output Throughput", fmt_num(ba.output_tps, "tok/s", 0)],
+             ["Max Request Throughput", fmt_num(ba.request_rate, "req/s", 1)],
+             ["Max Input Throughput", fmt_num(ba.input_tps, "tok/s", 0)],
+             ["Sustainable Load", sustain_txt],
+             ["Tokens per GPU-second", fmt_num(tpg, "tok/s/GPU", 0) if tpg is not None
+              else "n/a (GPU count not declared or 0)"],
+             ["Batch Utilization", f"{util[0]:.1%} (mean batch {util[1]:.1f} / max {util[2]})" if util
+              else "not measurable (needs server batch metrics)"]],
+            notes=[("latency constraint: " + ", ".join(
+                        x for x in (f"TTFT P99 <= {fmt_ms(p.ttft_p99_slo_s)}" if p.ttft_p99_slo_s else "",
+                                    f"TPOT P99 <= {fmt_ms(p.tpot_p99_slo_s)}" if p.tpot_p99_slo_s else "") if x))
+                   if slo_given else "no latency constraint: maximum load without saturation (§5.2.3 4a)",
+                   "throughput over the level's steady-state window (first 10% excluded, §5.2.3.2)",
+                   f"level duration {p.level_duration_s:g} s; search converged to within "
+                   f"{p.tolerance:.0%}" if hi is not None and search.converged(ba.level, hi) else
+                   f"level duration {p.level_duration_s:g} s; search stopped after {len(levels)} levels"]))
+        tables.append(Table(
+            "Table 4: Latency at Maximum Throughput", ["Metric", "P50", "P95", "P99"],
+            [["TTFT", *percentile_row(metrics, "ttft")], ["TPOT", *percentile_row(metrics, "tpot")],
+             ["End-to-End", *percentile_row(metrics, "e2e")]],
+            notes=[f"at the maximum sustainable load ({sustain_txt}), n={metrics.distributions['ttft'].n}"]))
+        measurements.update({
+            "max_output_throughput_tok_s": round(ba.output_tps, 3),
+            "max_request_throughput_req_s": round(ba.request_rate, 4),
+            "max_input_throughput_tok_s": round(ba.input_tps, 3),
+            "sustainable_rate_req_s": round(sustained_rate, 4),
+            "sustainable_concurrency": int(ba.level) if closed else None,
+            "tokens_per_gpu_second": None if tpg is None else round(tpg, 3),
+            "batch_utilization": None if util is None else round(util[0], 4),
+            **{f"{name}_p{q}_ms": _ms(pvalue(metrics, name, q))
+               for name in ("ttft", "tpot", "e2e") for q in (50, 95, 99)},
+        })
+    tables.append(_search_table(levels, unit))
+    if search.retried:
+        notes.append("load generator self-check failed, level repeated: " + "; ".join(search.retried))
+    invalid = [a.label for _, a, _ in levels if not a.valid]
+    if invalid:
+        notes.append(f"load generator self-check failed again at {', '.join(invalid)}: judged on their "
+                     "measurements, but the client (not only the SUT) may have set their latencies")
+    checks = _checks(p, levels, best, wu, slo_given, start, step, stop, range_source)
+    checks.update(_report_checks(ctx, best, gpus, measurements, tables))
+    measured = [m for m, _, _ in levels] + ([probe] if probe is not None else [])
+    decl = search.workloads[0].declaration.to_json() if search.workloads else {"name": p.workload}
+    facts = run_facts(ctx, workload=decl, warmup=wu, measured=measured,
+                      itl_reported=False, exceeds_capacity=hi is not None)
+    search_plot = {"level_label": "offered load (req/s)" if not closed else "concurrency",
+                   "value_label": "achieved output throughput (tok/s)",
+                   "steps": [{"level": a.level, "passed": a.passed, "value": a.output_tps,
+                              "label": f"{phase}: {a.verdict}" + (f" ({'; '.join(a.reasons)})" if a.reasons else "")}
+                             for _, a, phase in levels]}
+    result = ProcedureResult(
+        procedure="5.2", title="Output Token Throughput", params=_params_json(p), profile=ctx.settings.profile,
+        metrics=metrics, runs=[m.summary for m in measured], tables=tables, measurements=measurements,
+        notes=notes, plots={"search": search_plot}, capacity=capacity, started=started,
+        finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
+    finish(ctx, result, facts, checks)
+    return result
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else round(v * 1000, 3)
+
+
+def _batch_utilization(ctx: ProcedureContext, m: Measured) -> tuple[float, float, int] | None:
+    """Mean batch / max batch (§5.2.4.2): tokens emitted per engine iteration over the level."""
+    tokens = m.server_delta("llmbench:generation_tokens_total")
+    iters = m.server_delta("llmbench:iterations_total")
+    max_batch = ctx.sut.server_info.get("max_num_seqs") if ctx.sut.embedded else None
+    if not tokens or not iters or not max_batch:
+        return None
+    mean = tokens / iters
+    return mean / float(max_batch), mean, int(max_batch)
+
+
+def _search_table(levels: list[tuple[Measured, LevelAssessment, str]], unit: str) -> Table:
+    rows = []
+    for i, (_, a, phase) in enumerate(levels, start=1):
+        rows.append([str(i), phase, f"{a.level:.2f}" if unit == "req/s" else str(int(a.level)),
+                     f"{a.output_tps:.0f}", f"{a.completion_rate:.2f}/{a.arrival_rate:.2f}",
+                     fmt_ms(a.ttft_p50), fmt_ms(a.ttft_p99), fmt_ms(a.tpot_p99), a.queue.label,
+                     "yes" if a.steady else "no",
+                     a.verdict + (": " + "; ".join(a.reasons) if a.reasons else "")])
+    return Table("Search steps (§5.2.3)",
+                 ["Step", "Phase", f"Load ({unit})", "Achieved (tok/s)", "Completed/Arrived (r/s)", "TTFT P50",
+                  "TTFT P99", "TPOT P99", "Queue", "Steady", "Verdict"], rows,
+                 notes=[("saturated when the queue grows, completions < 90% of arrivals, or TTFT P99 > 10x the "
+                         "lowest load's TTFT P50 (§5.2.3.1); rates over each level's steady window")])
+
+
+def _checks(p: ThroughputParams, levels: list[tuple[Measured, LevelAssessment, str]],
+            best: tuple[Measured, LevelAssessment, str] | None, wu: Any, slo_given: bool,
+            start: float, step: float | None, stop: float, range_source: str) -> dict[str, Check]:
+    closed = p.load_model == "closed"
+    windows = [m.load.send_window_s for m, _, _ in levels]
+    shortest = min(windows) if windows else 0.0
+    c: dict[str, Check] = {}
+    c["5.2.2-MUST-2"] = Check.met("5.2.2-MUST-2", f"test duration per load level: {p.level_duration_s:g} s",
+                                  level_duration_s=p.level_duration_s)
+    c["5.2.2-PARAM-1"] = (Check.met("5.2.2-PARAM-1", f"every level ran >= {DRAFT_MIN_DURATION_S:g} s")
+                          if p.level_duration_s >= DRAFT_MIN_DURATION_S else
+                          Check.unmet("5.2.2-PARAM-1", f"levels ran {p.level_duration_s:g} s < the draft's minimum "
+                                      f"{DRAFT_MIN_DURATION_S:g} s (profile {p.level_duration_s:g} s)"))
+    c["5.2.2-SHOULD-1"] = (Check.met("5.2.2-SHOULD-1", f"levels ran >= {DRAFT_RECOMMENDED_DURATION_S:g} s")
+                           if p.level_duration_s >= DRAFT_RECOMMENDED_DURATION_S else
+                           Check.unmet("5.2.2-SHOULD-1", f"levels ran {p.level_duration_s:g} s < the RECOMMENDED "
+                                       f"{DRAFT_RECOMMENDED_DURATION_S:g} s", shortest_send_window_s=shortest))
+    step_txt = "x2 (doubling)" if step is None else f"{step:g}"
+    if closed:
+        c["5.2.2-MUST-4"] = Check.not_applicable("5.2.2-MUST-4", "closed-loop search: no arrival-rate range")
+        c["5.2.2-MUST-5"] = Check.met("5.2.2-MUST-5", f"concurrency {int(start)}..{int(stop)}, step {step_txt}",
+                                      concurrency_min=int(start), concurrency_max=int(stop), step=step)
+    else:
+        c["5.2.2-MUST-4"] = Check.met("5.2.2-MUST-4", f"arrival rate {start:.3g}..{stop:.3g} req/s, step "
+                                      f"{step_txt} req/s ({range_source})", rate_min=start, rate_max=stop,
+                                      rate_step=step)
+        c["5.2.2-MUST-5"] = Check.not_applicable("5.2.2-MUST-5", "open-loop search: no concurrency range")
+    c["5.2.2-PARAM-2"] = Check.met("5.2.2-PARAM-2", "SLOs recorded: TTFT P99 <= "
+                                   f"{p.ttft_p99_slo_s}, TPOT P99 <= {p.tpot_p99_slo_s} s" if slo_given
+                                   else "no latency constraint given (optional)")
+    if slo_given:
+        c["5.2.2-PARAM-3"] = (Check.met("5.2.2-PARAM-3", "the reported level meets every SLO")
+                              if best is not None and best[1].slo_ok else
+                              Check.unmet("5.2.2-PARAM-3", "no level met the SLOs"))
+    else:
+        c["5.2.2-PARAM-3"] = Check.not_applicable("5.2.2-PARAM-3", "no latency constraint given")
+    c["5.2.3-PARAM-1"] = Check.met("5.2.3-PARAM-1", f"warm-up before the search: {wu.ok} requests, "
+                                   f"{wu.output_tokens} output tokens")
+    c["5.2.3-PARAM-2"] = Check.met("5.2.3-PARAM-2", f"{len(levels)} levels, each sending for its duration; "
+                                   "every record stored") if levels else Check.unmet("5.2.3-PARAM-2", "no level ran")
+    c["5.2.3-PARAM-5"] = Check.met("5.2.3-PARAM-5", "iterative then binary search; search log in the "
+                                   "'Search steps' table", levels=[a.level for _, a, _ in levels])
+    c["5.2.3-PARAM-6"] = (Check.met("5.2.3-PARAM-6", f"reported level {best[1].level:g} is the highest sustainable "
+                                    "level tested") if best is not None else
+                          Check.unmet("5.2.3-PARAM-6", "no sustainable level found"))
+    queue_src = {a.queue.source for _, a, _ in levels}
+    c["5.2.3-PARAM-7"] = Check.met("5.2.3-PARAM-7", f"queue growth tested per level from {', '.join(sorted(queue_src))}")
+    c["5.2.3-PARAM-8"] = (Check.not_applicable("5.2.3-PARAM-8", "closed loop: arrivals equal completions")
+                          if closed else Check.met("5.2.3-PARAM-8", "completion vs arrival rate tested per level"))
+    c["5.2.3-PARAM-9"] = Check.met("5.2.3-PARAM-9", "TTFT P99 vs the lowest load's TTFT P50 tested per level")
+    unsteady = [a.label for _, a, _ in levels if a.passed and not a.steady]
+    c["5.2.3-PARAM-10"] = Check.met("5.2.3-PARAM-10", "queue stable at every sustainable level")
+    c["5.2.3-PARAM-11"] = (Check.met("5.2.3-PARAM-11", "throughput trend within 20% over each sustainable level")
+                           if not unsteady else
+                           Check.unmet("5.2.3-PARAM-11", f"throughput not stable at {', '.join(unsteady)}"))
+    c["5.2.3-PARAM-12"] = Check.met("5.2.3-PARAM-12", "first 10% of each level excluded as ramp-up")
+    return c
+
+
+def _report_checks(ctx: ProcedureContext, best: tuple[Measured, LevelAssessment, str] | None, gpus: int | None,
+                   meas: dict[str, Any], tables: list[Table]) -> dict[str, Check]:
+    """5.2.3-PARAM-3/4 and the 5.2.4/5.2.5 REPORT items: what the result carries."""
+    c: dict[str, Check] = {
+        "5.2.3-PARAM-3": Check.met("5.2.3-PARAM-3", "throughput = output tokens arriving in the level's steady "
+                                   "window / window length (first 10% excluded)"),
+        "5.2.3-PARAM-4": Check.met("5.2.3-PARAM-4", "TTFT P50/P99, TPOT P99 and the SLO verdict per level in the "
+                                   "'Search steps' table and each run's assessment"),
+    }
+    if best is None:
+        for rid in ("5.2.4-REPORT-1", "5.2.4-REPORT-2", "5.2.4-REPORT-3", "5.2.4-REPORT-4", "5.2.4-REPORT-5",
+                    "5.2.4-REPORT-6", "5.2.4-REPORT-7", "5.2.4-REPORT-8", "5.2.5-REPORT-1", "5.2.5-REPORT-2"):
+            c[rid] = Check.unmet(rid, "no sustainable load level: nothing to report at maximum throughput")
+        return c
+    slo = "with" if meas.get("slo_applied") else "without"
+    c["5.2.4-REPORT-1"] = Check.met("5.2.4-REPORT-1", f"max output throughput {meas['max_output_throughput_tok_s']:.0f} "
+                                    f"tok/s ({slo} latency constraint)")
+    c["5.2.4-REPORT-2"] = Check.met("5.2.4-REPORT-2", f"request throughput {meas['max_request_throughput_req_s']:.2f} req/s")
+    c["5.2.4-REPORT-3"] = Check.met("5.2.4-REPORT-3", f"input throughput {meas['max_input_throughput_tok_s']:.0f} tok/s")
+    if gpus:
+        c["5.2.4-REPORT-4"] = Check.met("5.2.4-REPORT-4", f"{meas['tokens_per_gpu_second']:.1f} tok/s/GPU ({gpus} GPUs)")
+    elif ctx.sut.embedded:
+        c["5.2.4-REPORT-4"] = Check.not_applicable("5.2.4-REPORT-4", "the simulated engine has no GPU")
+    else:
+        c["5.2.4-REPORT-4"] = Check.unmet("5.2.4-REPORT-4", "GPU count not declared (declarations: hardware.count)")
+    util = meas.get("batch_utilization")
+    c["5.2.4-REPORT-5"] = Check.met("5.2.4-REPORT-5", f"batch utilization {util:.1%}" if util is not None
+                                    else "reported as not measurable (no server batch metrics)")
+    for rid, name in (("5.2.4-REPORT-6", "ttft"), ("5.2.4-REPORT-7", "tpot"), ("5.2.4-REPORT-8", "e2e")):
+        vals = [meas.get(f"{name}_p{q}_ms") for q in (50, 95, 99)]
+        c[rid] = (Check.met(rid, f"{name.upper()} P50/P95/P99 at max load: " + "/".join(f"{v:.1f}" for v in vals) + " ms")
+                  if all(v is not None for v in vals) else Check.unmet(rid, f"{name.upper()} percentiles undefined"))
+    titles = {t.title for t in tables}
+    c["5.2.5-REPORT-1"] = Check.met("5.2.5-REPORT-1", "Table 3 in the report") if "Table 3: Throughput Summary" in titles \
+        else Check.unmet("5.2.5-REPORT-1", "Table 3 missing")
+    c["5.2.5-REPORT-2"] = Check.met("5.2.5-REPORT-2", "Table 4 in the report") \
+        if "Table 4: Latency at Maximum Throughput" in titles else Check.unmet("5.2.5-REPORT-2", "Table 4 missing")
+    return c
+
+
+def _params_json(p: Any) -> dict[str, Any]:
+    d = {}
+    for f in dataclasses.fields(p):
+        v = getattr(p, f.name)
+        d[f.name] = v.to_json() if hasattr(v, "to_json") else v
+    return d
+
+
+register(Procedure("5.2", "Output Token Throughput", ThroughputParams, run, PROFILES, plan))

@@ -1,0 +1,295 @@
+"""§5.3 Throughput-Latency Tradeoff: the throughput-latency curve across the operating range.
+
+Procedure (§5.3.3): estimate capacity first (``ctx.get_capacity("rate")``: a declared value or
+a 5.2 run in this session), warm up (§4.5; 5.3.3 lists no warm-up step but §4.5.1 binds), then
+run open-loop Poisson load (REQUIRED, §5.3.2) at 10%, 20%, ..., 120% of the capacity in
+ascending order, ``level_duration_s`` each; every level's arrivals use the same seed (common random
+numbers: one unit-rate sequence scaled by 1/rate), so levels differ by their rate rather than by
+chance. Each level gets prompts of its own (no prefix-cache reuse). Per level (§5.3.4): offered rate, achieved output
+throughput (steady window, §5.2.3.2), TTFT/TPOT/E2E P50/P95/P99, success rate and the
+queue-growth indicator (server waiting gauge, else client in-flight count; the test of 5.2's
+§5.2.3.1 rule 1).
+
+Derived (§5.3.4): knee point = first level whose TTFT P99 exceeds 2x the minimum TTFT P99
+(``stats.knee_point``; the draft leaves the latency metric open, its example uses TTFT P99);
+saturation point = first level whose achieved throughput is below the previous level's
+(``stats.saturation_point``; "not reached" when throughput never drops, requirements note 32);
+optimal operating point = the highest-throughput level meeting the SLO (``ttft_p99_slo_s`` /
+``tpot_p99_slo_s``; "no SLO given" without one, note 33).
+
+``result.metrics`` is the optimal operating point's run when an SLO is given, else the last level
+before the knee (the highest load whose TTFT P99 is still within 2x the minimum), else the first.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ..compliance import Check
+from ..load import ArrivalProcess, OpenLoop
+from ..stats import knee_point, optimal_operating_point, saturation_point
+from .base import Procedure, ProcedureContext, ProcedureResult, Table, register
+from .common import (
+    Measured,
+    client_for,
+    finish,
+    fmt_ms,
+    measure,
+    pvalue,
+    run_facts,
+    warm_up,
+)
+from .p5_2_throughput import WARMUP_SEED_OFFSET, _params_json, level_specs, queue_trend
+
+DRAFT_MIN_DURATION_S = 60.0  # §5.3.2
+DRAFT_LEVELS = tuple(round(0.1 * k, 1) for k in range(1, 13))  # §5.3.3 step 2: 10% ... 120%
+SEED_OFFSET = 300  # 5.3's levels get prompts of their own (no prefix-cache hits from 5.2's)
+
+
+@dataclass
+class TradeoffParams:
+    """§5.3.2 setup parameters; defaults are the draft's (the ``standard`` profile)."""
+
+    workload: str = "synthetic-uniform"
+    level_duration_s: float = DRAFT_MIN_DURATION_S
+    levels: tuple[float, ...] = DRAFT_LEVELS  # fractions of the estimated capacity, run ascending
+    arrival: str = "poisson"  # open loop is REQUIRED (§5.3.2); poisson or uniform arrivals
+    ttft_p99_slo_s: float | None = None  # for the optimal operating point (§5.3.4)
+    tpot_p99_slo_s: float | None = None
+    knee_factor: float = 2.0  # §5.3.4: P99 > 2x the minimum P99
+    warmup_requests: int = 100
+    warmup_tokens: int = 10_000
+    max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
+
+    def __post_init__(self) -> None:
+        if isinstance(self.levels, list):
+            self.levels = tuple(self.levels)
+
+    def validate(self) -> None:
+        if not self.level_duration_s > 0:
+            raise ValueError(f"level_duration_s must be > 0, got {self.level_duration_s}")
+        if not self.levels or any(not (isinstance(x, (int, float)) and x > 0) for x in self.levels):
+            raise ValueError(f"levels must be positive fractions of capacity, got {self.levels!r}")
+        if self.arrival not in ("poisson", "uniform"):
+            raise ValueError(f"arrival must be 'poisson' or 'uniform' (open loop is REQUIRED), got {self.arrival!r}")
+        for name in ("ttft_p99_slo_s", "tpot_p99_slo_s"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise ValueError(f"{name} must be > 0 s, got {v}")
+        if not self.knee_factor > 1:
+            raise ValueError(f"knee_factor must be > 1, got {self.knee_factor}")
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "smoke": {"level_duration_s": 2.0, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
+    "standard": {},
+    "full": {"level_duration_s": 300.0},
+}
+
+
+def plan(p: TradeoffParams) -> dict[str, Any]:
+    return {"requests": p.warmup_requests, "min_duration_s": len(p.levels) * p.level_duration_s}
+
+
+@dataclass
+class LevelPoint:
+    """One point of the curve (§5.3.4)."""
+
+    fraction: float
+    offered: float  # req/s
+    achieved_tps: float
+    request_rate: float
+    ttft: tuple[float | None, float | None, float | None]  # P50, P95, P99 (s)
+    tpot: tuple[float | None, float | None, float | None]
+    e2e: tuple[float | None, float | None, float | None]
+    success: float
+    queue: str  # "stable" | "growing" | "n/a"
+    meets_slo: bool | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"fraction": self.fraction, "offered_req_s": self.offered, "achieved_tok_s": self.achieved_tps,
+                "request_rate_req_s": self.request_rate,
+                **{f"{name}_p{q}_ms": None if v is None else round(v * 1000, 3)
+                   for name, vals in (("ttft", self.ttft), ("tpot", self.tpot), ("e2e", self.e2e))
+                   for q, v in zip((50, 95, 99), vals)},
+                "success_rate": self.success, "queue": self.queue, "meets_slo": self.meets_slo}
+
+
+def _point(m: Measured, fraction: float, offered: float, p: TradeoffParams) -> LevelPoint:
+    mt = m.metrics
+    sent = sum(1 for r in m.records if r.sent_ns)
+    q = queue_trend(m, arrivals=sent)
+
+    def three(name: str) -> tuple[float | None, float | None, float | None]:
+        return pvalue(mt, name, 50), pvalue(mt, name, 95), pvalue(mt, name, 99)
+
+    tps = mt.scalar("output_throughput").value
+    rps = mt.scalar("request_throughput").value
+    succ = mt.scalar("success_rate").value
+    pt = LevelPoint(fraction, offered, float(tps) if math.isfinite(tps) else 0.0,
+                    float(rps) if math.isfinite(rps) else 0.0, three("ttft"), three("tpot"), three("e2e"),
+                    float(succ) if math.isfinite(succ) else 0.0, q.label,
+                    extra={"queue_source": q.source, "queue_rise": q.rise})
+    if p.ttft_p99_slo_s is not None or p.tpot_p99_slo_s is not None:
+        ok = pt.success > 0
+        if p.ttft_p99_slo_s is not None:
+            ok = ok and pt.ttft[2] is not None and pt.ttft[2] <= p.ttft_p99_slo_s
+        if p.tpot_p99_slo_s is not None:
+            ok = ok and pt.tpot[2] is not None and pt.tpot[2] <= p.tpot_p99_slo_s
+        pt.meets_slo = ok
+    return pt
+
+
+async def run(ctx: ProcedureContext, p: TradeoffParams) -> ProcedureResult:
+    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    cap = await ctx.get_capacity("rate")
+    if not cap.rate or not cap.rate > 0:
+        raise RuntimeError("5.3 needs a request-rate capacity estimate (§5.3.3 step 1); none is available")
+    fractions = sorted(p.levels)
+    warm_specs, _ = level_specs(ctx, p.workload, max(p.warmup_requests, 1), WARMUP_SEED_OFFSET + SEED_OFFSET,
+                                p.max_output_tokens)
+    runs: list[Measured] = []
+    points: list[LevelPoint] = []
+    declaration: dict[str, Any] | None = None
+    async with client_for(ctx, max_connections=None) as client:
+        wu = await warm_up(ctx, client, warm_specs, min_requests=p.warmup_requests,
+                           min_output_tokens=p.warmup_tokens)
+        for k, frac in enumerate(fractions):
+            rate = frac * cap.rate
+            n = math.ceil(rate * p.level_duration_s * 1.3) + 20
+            specs, wl = level_specs(ctx, p.workload, n, SEED_OFFSET + k, p.max_output_tokens)
+            declaration = declaration or wl.declaration.to_json()
+            label = f"L{k:02d}-{frac:.0%}-{rate:.3g}rps"
+            ctx.progress(f"5.3 level {k + 1}/{len(fractions)}: {frac:.0%} of capacity = {rate:.2f} req/s")
+            # common random numbers: every level uses the same seed, so its arrival times are one
+            # unit-rate sequence scaled by 1/rate and levels differ by their rate, not by chance
+            load = OpenLoop(ArrivalProcess(p.arrival, rate, seed=ctx.settings.seed + SEED_OFFSET),
+                            duration_s=p.level_duration_s)
+            m = await measure(ctx, client, label, specs, load, drain_timeout_s=max(10.0, p.level_duration_s),
+                              extra={"capacity_fraction": frac, "offered_rate": rate,
+                                     "workload_seed": ctx.settings.seed + SEED_OFFSET + k,
+                                     "arrival_seed": ctx.settings.seed + SEED_OFFSET})
+            runs.append(m)
+            points.append(_point(m, frac, rate, p))
+    offered = [pt.offered for pt in points]
+    achieved = [pt.achieved_tps for pt in points]
+    p99 = [pt.ttft[2] if pt.ttft[2] is not None else math.nan for pt in points]
+    knee = knee_point(offered, p99, factor=p.knee_factor)
+    sat = saturation_point(offered, achieved)
+    slo_given = p.ttft_p99_slo_s is not None or p.tpot_p99_slo_s is not None
+    opt = optimal_operating_point(achieved, [bool(pt.meets_slo) for pt in points]) if slo_given else None
+    if opt is not None:
+        primary = opt
+    elif knee is None:
+        primary = len(points) - 1
+    else:
+        primary = max(knee - 1, 0)
+    min_p99 = min((x for x in p99 if not math.isnan(x)), default=None)
+
+    def rate_txt(i: int | None) -> str:
+        return "not reached" if i is None else f"{points[i].offered:.2f} req/s ({points[i].fraction:.0%} of capacity)"
+
+    knee_line = (f"Knee point: {rate_txt(knee)} (TTFT P99 {fmt_ms(p99[knee])} exceeds {p.knee_factor:g}x the "
+                 f"minimum {fmt_ms(min_p99)})" if knee is not None else
+                 f"Knee point: not reached (TTFT P99 stays within {p.knee_factor:g}x the minimum {fmt_ms(min_p99)})")
+    sat_line = (f"Saturation point: {rate_txt(sat)} (achieved throughput {achieved[sat]:.0f} tok/s < "
+                f"{achieved[sat - 1]:.0f} tok/s at the previous level)" if sat is not None else
+                "Saturation point: not reached (achieved throughput never decreased from one level to the next)")
+    if slo_given:
+        slo_txt = ", ".join(x for x in (f"TTFT P99 <= {fmt_ms(p.ttft_p99_slo_s)}" if p.ttft_p99_slo_s else "",
+                                        f"TPOT P99 <= {fmt_ms(p.tpot_p99_slo_s)}" if p.tpot_p99_slo_s else "") if x)
+        opt_line = (f"Optimal operating point: {rate_txt(opt)}, {achieved[opt]:.0f} tok/s ({slo_txt})"
+                    if opt is not None else f"Optimal operating point: none (no level meets {slo_txt})")
+    else:
+        opt_line = "Optimal operating point: no SLO given (set ttft_p99_slo_s / tpot_p99_slo_s)"
+    growing = [pt for pt in points if pt.queue == "growing"]
+    table5 = Table(
+        "Table 5: Throughput-Latency Table",
+        ["Offered (r/s)", "Achieved (tok/s)", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "Success"],
+        [[f"{pt.offered:.2f}", f"{pt.achieved_tps:.0f}", fmt_ms(pt.ttft[0]), fmt_ms(pt.ttft[2]), fmt_ms(pt.tpot[0]),
+          fmt_ms(pt.tpot[2]), f"{pt.success:.1%}"] for pt in points],
+        notes=[knee_line, sat_line, opt_line,
+               (f"capacity estimate {cap.rate:.2f} req/s ({cap.source or 'unknown source'}); open-loop "
+                f"{p.arrival} arrivals, {p.level_duration_s:g} s per level, ascending"),
+               "achieved throughput over each level's steady window (first 10% excluded, §5.2.3.2)"])
+    detail = Table(
+        "Per-level detail (§5.3.4)",
+        ["Load", "Offered (r/s)", "TTFT P95", "TPOT P95", "E2E P50", "E2E P95", "E2E P99", "Success", "Queue"],
+        [[f"{pt.fraction:.0%}", f"{pt.offered:.2f}", fmt_ms(pt.ttft[1]), fmt_ms(pt.tpot[1]),
+          *(fmt_ms(v) for v in pt.e2e), f"{pt.success:.1%}", pt.queue] for pt in points],
+        notes=[("queue growth: OLS slope of the server's waiting gauge (client in-flight count without /metrics) "
+                "significant and >= max(2, 2% of arrivals) over the steady window")])
+    measurements: dict[str, Any] = {
+        "capacity_rate_req_s": cap.rate, "capacity_source": cap.source, "levels": [pt.to_json() for pt in points],
+        "level_count": len(points), "level_duration_s": p.level_duration_s,
+        "knee_index": knee, "knee_rate_req_s": None if knee is None else points[knee].offered,
+        "saturation_index": sat, "saturation_rate_req_s": None if sat is None else points[sat].offered,
+        "optimal_index": opt, "optimal_rate_req_s": None if opt is None else points[opt].offered,
+        "optimal_output_tok_s": None if opt is None else achieved[opt],
+        "max_achieved_tok_s": max(achieved) if achieved else None,
+        "min_ttft_p99_ms": None if min_p99 is None else round(min_p99 * 1000, 3),
+        "queue_growing_levels": [pt.offered for pt in growing], "slo_applied": slo_given,
+    }
+    checks = _checks(p, points, cap, knee, sat, opt, slo_given, runs)
+    facts = run_facts(ctx, workload=declaration or {"name": p.workload}, warmup=wu, measured=runs,
+                      itl_reported=False, exceeds_capacity=max(fractions) > 1.0)
+    curve = {"offered": offered, "achieved_tps": achieved, "ttft_p99_s": p99,
+             "tpot_p99_s": [pt.tpot[2] if pt.tpot[2] is not None else math.nan for pt in points],
+             "knee_index": knee, "saturation_index": sat, "offered_unit": "req/s"}
+    result = ProcedureResult(
+        procedure="5.3", title="Throughput-Latency Tradeoff", params=_params_json(p), profile=ctx.settings.profile,
+        metrics=runs[primary].metrics, runs=[m.summary for m in runs], tables=[table5, detail],
+        measurements=measurements, plots={"curve": curve},
+        started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
+    finish(ctx, result, facts, checks)
+    return result
+
+
+def _checks(p: TradeoffParams, points: list[LevelPoint], cap: Any, knee: int | None, sat: int | None,
+            opt: int | None, slo_given: bool, runs: list[Measured]) -> dict[str, Check]:
+    fr = [pt.fraction for pt in points]
+    c: dict[str, Check] = {}
+    c["5.3.2-PARAM-1"] = Check.met("5.3.2-PARAM-1", f"workload {p.workload}")
+    c["5.3.2-PARAM-2"] = (Check.met("5.3.2-PARAM-2", f"{p.level_duration_s:g} s per level")
+                          if p.level_duration_s >= DRAFT_MIN_DURATION_S else
+                          Check.unmet("5.3.2-PARAM-2", f"{p.level_duration_s:g} s per level < the draft's minimum "
+                                      f"{DRAFT_MIN_DURATION_S:g} s (profile)"))
+    reached = any(pt.queue == "growing" for pt in points) or sat is not None
+    if len(points) >= 10 and min(fr) <= 0.1 + 1e-9 and reached:
+        c["5.3.2-PARAM-3"] = Check.met("5.3.2-PARAM-3", f"{len(points)} levels from {min(fr):.0%} to {max(fr):.0%} "
+                                       "of capacity; saturation reached")
+    else:
+        why = [f"only {len(points)} levels" if len(points) < 10 else "",
+               f"lowest level {min(fr):.0%} > 10%" if min(fr) > 0.1 + 1e-9 else "",
+               "saturation not reached (no growing queue, throughput never dropped)" if not reached else ""]
+        c["5.3.2-PARAM-3"] = Check.unmet("5.3.2-PARAM-3", "; ".join(x for x in why if x))
+    c["5.3.3-PARAM-1"] = Check.met("5.3.3-PARAM-1", f"capacity {cap.rate:.2f} req/s: {cap.source or 'unknown'}",
+                                   capacity_rate=cap.rate, source=cap.source)
+    grid = tuple(round(x, 6) for x in fr) == tuple(round(x, 6) for x in DRAFT_LEVELS)
+    c["5.3.3-PARAM-2"] = (Check.met("5.3.3-PARAM-2", "levels 10%, 20%, ..., 120% of capacity") if grid else
+                          Check.unmet("5.3.3-PARAM-2", "levels " + ", ".join(f"{x:.0%}" for x in fr)
+                                      + " differ from the draft's 10%..120% grid"))
+    starts = [m.load.start_ns for m in runs]
+    c["5.3.3-PARAM-3"] = (Check.met("5.3.3-PARAM-3", "levels run in ascending order of offered load")
+                          if starts == sorted(starts) else Check.unmet("5.3.3-PARAM-3", "levels not run in order"))
+    c["5.3.3-PARAM-4"] = Check.met("5.3.3-PARAM-4", "throughput-latency curve in report.html (plots['curve'])")
+    for rid, what in (("5.3.4-REPORT-1", "offered load"), ("5.3.4-REPORT-2", "achieved output throughput"),
+                      ("5.3.4-REPORT-3", "TTFT P50/P95/P99"), ("5.3.4-REPORT-4", "TPOT P50/P95/P99"),
+                      ("5.3.4-REPORT-5", "E2E P50/P95/P99"), ("5.3.4-REPORT-6", "success rate"),
+                      ("5.3.4-REPORT-7", "queue growth indicator")):
+        c[rid] = Check.met(rid, f"{what} per level (Table 5 / per-level detail)")
+    c["5.3.4-REPORT-8"] = Check.met("5.3.4-REPORT-8", "optimal operating point reported" if slo_given
+                                    else "reported as 'no SLO given'", optimal_index=opt)
+    c["5.3.4-REPORT-9"] = Check.met("5.3.4-REPORT-9", "knee point reported" + ("" if knee is not None
+                                                                              else " (not reached)"), knee_index=knee)
+    c["5.3.4-REPORT-10"] = Check.met("5.3.4-REPORT-10", "saturation point reported" + (
+        "" if sat is not None else " (not reached)"), saturation_index=sat)
+    c["5.3.5-REPORT-1"] = Check.met("5.3.5-REPORT-1", "Table 5 with knee and saturation lines")
+    return c
+
+
+register(Procedure("5.3", "Throughput-Latency Tradeoff", TradeoffParams, run, PROFILES, plan))

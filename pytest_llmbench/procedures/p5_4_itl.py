@@ -1,0 +1,346 @@
+"""§5.4 Inter-Token Latency Distribution: how smoothly tokens stream during decode.
+
+Procedure (§5.4.3): warm up (§4.5), then for each load level (default 25/50/75/90% of the
+request-rate capacity, ``ctx.get_capacity("rate")``, §5.4.2 RECOMMENDED) run ``requests``
+open-loop Poisson requests, each forced to at least ``min_output_tokens`` = 50 output tokens
+(``min_tokens`` = ``max_tokens`` and ``ignore_eos``; §5.4.2 MUST). Per request the ITL samples are
+the gaps between consecutive tokens *from the first content token on*; the submission-to-first-
+token interval is never a sample (§5.4.3 MUST NOT). The §4.6.3 option is declared: C (server
+per-token timestamps) when the server sends them for every request (the embedded simulator
+does), else B (every token of a chunk gets the chunk's arrival time).
+
+Measurements (§5.4.4): ITL P50/P90/P95/P99/P99.9, mean and standard deviation over all samples
+(Table 6, one per level); per-request jitter (std dev of its ITLs) and maximum pause, P50/P95/P99;
+modality (Hartigan's dip test) and tail type (GPD shape of the excesses over P90) with P99/P50.
+
+Verified, not assumed: the number of successful requests with fewer than ``min_output_tokens``
+tokens (a server that ignores ``min_tokens``/``ignore_eos``) is counted and reported, and each
+request's ITL samples are checked to span exactly its first to last token (so no sample can
+contain the TTFT). ``result.metrics`` is the level nearest 50% of capacity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from ..compliance import Check
+from ..load import ArrivalProcess, OpenLoop
+from ..metrics import ITL_OPTIONS, RunMetrics
+from ..records import RequestRecord, RequestSpec
+from ..workloads import build_workload
+from .base import Procedure, ProcedureContext, ProcedureResult, Table, register
+from .common import (
+    Measured,
+    client_for,
+    finish,
+    fmt_ms,
+    measure,
+    pvalue,
+    run_facts,
+    sample_list,
+    warm_up,
+)
+from .p5_2_throughput import WARMUP_SEED_OFFSET, _params_json, cap_output
+
+DRAFT_MIN_OUTPUT = 50  # §5.4.2 MUST
+DRAFT_MIN_REQUESTS = 100  # §5.4.2
+DRAFT_MIN_SAMPLES = 5000  # §5.4.2 "yielding 5000+ ITL samples"
+DRAFT_LEVELS = (0.25, 0.5, 0.75, 0.9)  # §5.4.2 RECOMMENDED, fractions of saturation
+SEED_OFFSET = 400  # 5.4's prompts differ from every other procedure's (no prefix-cache reuse)
+
+
+@dataclass
+class ITLParams:
+    """§5.4.2 setup parameters; defaults are the draft's (the ``standard`` profile)."""
+
+    workload: str = "synthetic-uniform"
+    requests: int = DRAFT_MIN_REQUESTS  # per load level
+    levels: tuple[float, ...] = DRAFT_LEVELS  # fractions of the request-rate capacity (saturation)
+    min_output_tokens: int = DRAFT_MIN_OUTPUT
+    arrival: str = "poisson"
+    warmup_requests: int = 100
+    warmup_tokens: int = 10_000
+    max_output_tokens: int | None = None  # cap on max_tokens (never below min_output_tokens); recorded
+
+    def __post_init__(self) -> None:
+        if isinstance(self.levels, list):
+            self.levels = tuple(self.levels)
+
+    def validate(self) -> None:
+        if self.requests < 1:
+            raise ValueError(f"requests must be >= 1, got {self.requests}")
+        if not self.levels or any(not (isinstance(x, (int, float)) and x > 0) for x in self.levels):
+            raise ValueError(f"levels must be positive fractions of capacity, got {self.levels!r}")
+        if self.min_output_tokens < 2:
+            raise ValueError(f"min_output_tokens must be >= 2 (an ITL needs two tokens), got {self.min_output_tokens}")
+        if self.max_output_tokens is not None and self.max_output_tokens < self.min_output_tokens:
+            raise ValueError(f"max_output_tokens ({self.max_output_tokens}) is below min_output_tokens "
+                             f"({self.min_output_tokens})")
+        if self.arrival not in ("poisson", "uniform"):
+            raise ValueError(f"arrival must be 'poisson' or 'uniform', got {self.arrival!r}")
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "smoke": {"warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
+    "standard": {},
+    "full": {"requests": 1000},
+}
+
+
+def plan(p: ITLParams) -> dict[str, Any]:
+    return {"requests": p.warmup_requests + p.requests * len(p.levels), "min_duration_s": 0.0}
+
+
+def force_min_output(specs: list[RequestSpec], min_tokens: int, cap: int | None) -> tuple[list[RequestSpec], int]:
+    """Every request asks for >= ``min_tokens`` and forces its length (min_tokens = max_tokens,
+    ignore_eos), capped at ``cap``; returns the specs and how many had to be raised."""
+    specs = cap_output(specs, cap)
+    raised = sum(1 for s in specs if s.max_tokens < min_tokens)
+    out = []
+    for s in specs:
+        n = max(s.max_tokens, min_tokens)
+        out.append(dataclasses.replace(s, max_tokens=n, min_tokens=n, ignore_eos=True))
+    return out, raised
+
+
+@dataclass
+class ItlAudit:
+    """What the records show about the ITL samples of one level (§5.4.2 MUST, §5.4.3 MUST NOT)."""
+
+    ok_requests: int
+    short_requests: int  # successful requests with fewer than min_output_tokens output tokens
+    shortest: int | None
+    spans_checked: int
+    span_mismatches: int  # requests whose ITL samples do not add up to first->last token
+    count_mismatches: int  # requests whose sample count != tokens after the first
+    samples: int
+
+
+def audit_itl(metrics: RunMetrics, records: list[RequestRecord], min_tokens: int) -> ItlAudit:
+    """Check, from the raw records, every request's ITL samples against its own token times.
+
+    The samples of a request must sum to (last token time - first token time) on the option's
+    clock: a sample holding the TTFT would add (first token - submission) on top.
+    """
+    recs = sorted((r for r in records if r.phase == "measure"), key=lambda r: (r.sent_ns, r.index))
+    pr = metrics.per_request
+    counts, means = pr["itl_count"], pr["itl_mean"]
+    opt = metrics.itl_option
+    ok = [r for r in recs if r.ok]
+    outs = [r.output_tokens for r in ok]
+    short = [o for o in outs if o is None or o < min_tokens]
+    checked = span_bad = count_bad = 0
+    for row, r in enumerate(recs):
+        if not r.ok or not counts[row] or np.isnan(means[row]):
+            continue
+        total = float(means[row] * counts[row])
+        if opt == "C" and r.server_token_ns:
+            span = (r.server_token_ns[-1] - r.server_token_ns[0]) / 1e9
+            tokens = len(r.server_token_ns)
+        elif r.first_token_ns is not None:
+            times = [t for t, k in zip(r.chunk_ns, r.chunk_tokens) if k and t >= r.first_token_ns]
+            span = (times[-1] - r.first_token_ns) / 1e9 if times else 0.0
+            tokens = sum(k for t, k in zip(r.chunk_ns, r.chunk_tokens) if k and t >= r.first_token_ns) \
+                if opt != "A" else len(times)
+        else:
+            continue
+        checked += 1
+        if abs(total - span) > 1e-6 + 1e-6 * span:
+            span_bad += 1
+        if int(counts[row]) != tokens - 1:
+            count_bad += 1
+    return ItlAudit(len(ok), len(short), min((o for o in outs if o is not None), default=None), checked,
+                    span_bad, count_bad, int(metrics.distributions["itl"].n))
+
+
+def _table6(metrics: RunMetrics, title: str) -> Table:
+    d = metrics.distributions["itl"]
+    n = d.n
+
+    def pct(q: float) -> str:
+        return fmt_ms(metrics.percentile("itl", q).value) if n else "n/a"
+
+    ratio = metrics.scalar("itl_tail_ratio").value
+    rows = [["ITL Samples", str(n)], *([f"ITL P{q:g}", pct(q)] for q in (50, 90, 95, 99, 99.9)),
+            ["ITL Mean", fmt_ms(d.mean.value) if n else "n/a"], ["ITL Std Dev", fmt_ms(d.std) if n else "n/a"],
+            ["P99/P50 Ratio", f"{ratio:.2f}" if math.isfinite(ratio) else "n/a"]]
+    return Table(title, ["Metric", "Value"], rows,
+                 notes=[f"method: {ITL_OPTIONS[metrics.itl_option]} (§4.6.3)",
+                        "the submission-to-first-token interval is never an ITL sample (§5.4.3)"])
+
+
+async def run(ctx: ProcedureContext, p: ITLParams) -> ProcedureResult:
+    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    cap = await ctx.get_capacity("rate")
+    if not cap.rate or not cap.rate > 0:
+        raise RuntimeError("5.4 needs a request-rate capacity (§5.4.2: load as a percentage of maximum "
+                           "throughput); none is available")
+    fractions = sorted(p.levels)
+    warm_wl = build_workload(p.workload, n=max(p.warmup_requests, 1), seed=ctx.settings.seed + WARMUP_SEED_OFFSET
+                             + SEED_OFFSET, tokenizer=ctx.tokenizer, force_output=True)
+    warm_specs, _ = force_min_output(list(warm_wl.specs), p.min_output_tokens, p.max_output_tokens)
+    runs: list[Measured] = []
+    audits: list[ItlAudit] = []
+    raised_total = 0
+    declaration: dict[str, Any] | None = None
+    async with client_for(ctx, max_connections=None) as client:
+        wu = await warm_up(ctx, client, warm_specs, min_requests=p.warmup_requests,
+                           min_output_tokens=p.warmup_tokens)
+        for k, frac in enumerate(fractions):
+            rate = frac * cap.rate
+            wl = build_workload(p.workload, n=p.requests, seed=ctx.settings.seed + SEED_OFFSET + k,
+                                tokenizer=ctx.tokenizer, force_output=True)
+            declaration = declaration or wl.declaration.to_json()
+            specs, raised = force_min_output(list(wl.specs), p.min_output_tokens, p.max_output_tokens)
+            raised_total += raised
+            label = f"L{k:02d}-{frac:.0%}-{rate:.3g}rps"
+            ctx.progress(f"5.4 level {k + 1}/{len(fractions)}: {frac:.0%} of capacity = {rate:.2f} req/s, "
+                         f"{p.requests} requests")
+            load = OpenLoop(ArrivalProcess(p.arrival, rate, seed=ctx.settings.seed + SEED_OFFSET + k),
+                            max_requests=len(specs))
+            m = await measure(ctx, client, label, specs, load,
+                              extra={"capacity_fraction": frac, "offered_rate": rate,
+                                     "workload_seed": ctx.settings.seed + SEED_OFFSET + k})
+            runs.append(m)
+            audits.append(audit_itl(m.metrics, m.records, p.min_output_tokens))
+    primary = int(np.argmin([abs(f - 0.5) for f in fractions]))
+    tables: list[Table] = []
+    for frac, m in zip(fractions, runs):
+        rate = frac * cap.rate
+        tables.append(_table6(m.metrics, f"Table 6: ITL Results ({frac:.0%} of capacity, {rate:.2f} req/s)"))
+    per_req_rows = []
+    level_meas = []
+    for frac, m, a in zip(fractions, runs, audits):
+        mt = m.metrics
+        mod, tail = mt.itl_modality, mt.itl_tail
+        row = [f"{frac:.0%}", f"{frac * cap.rate:.2f}",
+               *(fmt_ms(pvalue(mt, "jitter", q)) for q in (50, 95, 99)),
+               *(fmt_ms(pvalue(mt, "max_pause", q)) for q in (50, 95, 99)),
+               mod.verdict if mod else "n/a", tail.verdict if tail else "n/a",
+               f"{mt.scalar('itl_tail_ratio').value:.2f}", f"{a.short_requests}/{a.ok_requests}"]
+        per_req_rows.append(row)
+        level_meas.append({
+            "fraction": frac, "offered_req_s": frac * cap.rate, "itl_samples": a.samples,
+            **{f"itl_p{q:g}_ms": _ms(pvalue(mt, "itl", q)) for q in (50, 90, 95, 99, 99.9)},
+            "itl_mean_ms": _ms(mt.distributions["itl"].mean.value if a.samples else None),
+            "itl_std_ms": _ms(mt.distributions["itl"].std if a.samples else None),
+            **{f"jitter_p{q}_ms": _ms(pvalue(mt, "jitter", q)) for q in (50, 95, 99)},
+            **{f"max_pause_p{q}_ms": _ms(pvalue(mt, "max_pause", q)) for q in (50, 95, 99)},
+            "p99_p50_ratio": _num(mt.scalar("itl_tail_ratio").value),
+            "modality": mod.verdict if mod else None, "dip_p_value": _num(mod.p_value) if mod else None,
+            "tail": tail.verdict if tail else None, "tail_xi": _num(tail.xi) if tail else None,
+            "short_requests": a.short_requests, "ok_requests": a.ok_requests,
+            "concurrency_mean": _num(mt.scalar("concurrency").value),
+        })
+    tables.append(Table(
+        "Per-request ITL statistics and distribution shape (§5.4.4.2, §5.4.4.3)",
+        ["Load", "Offered (r/s)", "Jitter P50", "Jitter P95", "Jitter P99", "Max Pause P50", "Max Pause P95",
+         "Max Pause P99", "Modality", "Tail", "P99/P50", f"< {p.min_output_tokens} tokens"], per_req_rows,
+        notes=["jitter = per-request standard deviation of its ITLs; max pause = its largest ITL",
+               ("modality: Hartigan's dip test (p < 0.05 = multimodal); tail: GPD shape xi of the excesses over "
+                "P90 (xi > 0.1 heavy-tailed, |xi| <= 0.1 exponential, xi < -0.1 light)")]))
+    short = sum(a.short_requests for a in audits)
+    ok_reqs = sum(a.ok_requests for a in audits)
+    notes = []
+    if short:
+        notes.append(f"{short} of {ok_reqs} successful requests produced fewer than {p.min_output_tokens} output "
+                     "tokens: the server did not honour min_tokens/ignore_eos (§5.4.2)")
+    if raised_total:
+        notes.append(f"{raised_total} requests' max_tokens raised to {p.min_output_tokens} (§5.4.2 minimum)")
+    pm = runs[primary].metrics
+    measurements: dict[str, Any] = {
+        "capacity_rate_req_s": cap.rate, "capacity_source": cap.source,
+        "itl_option": pm.itl_option, "itl_method": ITL_OPTIONS[pm.itl_option],
+        "primary_level_fraction": fractions[primary], "levels": level_meas,
+        "requests_below_min_output": short, "requests_ok": ok_reqs, "min_output_tokens": p.min_output_tokens,
+        **{k: v for k, v in level_meas[primary].items() if k not in ("fraction", "offered_req_s")},
+    }
+    checks = _checks(p, fractions, audits, runs, declaration or {})
+    facts = run_facts(ctx, workload=declaration or {"name": p.workload}, warmup=wu, measured=runs,
+                      itl_reported=True, exceeds_capacity=max(fractions) > 1.0)
+    result = ProcedureResult(
+        procedure="5.4", title="Inter-Token Latency Distribution", params=_params_json(p),
+        profile=ctx.settings.profile, metrics=pm, runs=[m.summary for m in runs], tables=tables,
+        measurements=measurements, notes=notes,
+        plots={"itl_samples_s": sample_list(pm.distributions["itl"].samples
+                                            if pm.distributions["itl"].samples is not None else [])},
+        started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
+    finish(ctx, result, facts, checks)
+    return result
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else round(v * 1000, 4)
+
+
+def _num(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def _checks(p: ITLParams, fractions: list[float], audits: list[ItlAudit], runs: list[Measured],
+            declaration: dict[str, Any]) -> dict[str, Check]:
+    c: dict[str, Check] = {}
+    short = sum(a.short_requests for a in audits)
+    ok_reqs = sum(a.ok_requests for a in audits)
+    shortest = min((a.shortest for a in audits if a.shortest is not None), default=None)
+    if p.min_output_tokens < DRAFT_MIN_OUTPUT:
+        c["5.4.2-MUST-1"] = Check.unmet("5.4.2-MUST-1", f"min_output_tokens {p.min_output_tokens} < {DRAFT_MIN_OUTPUT}")
+    elif short:
+        c["5.4.2-MUST-1"] = Check.unmet("5.4.2-MUST-1", f"{short} of {ok_reqs} requests produced < "
+                                        f"{DRAFT_MIN_OUTPUT} output tokens (shortest {shortest}): the server did not "
+                                        "honour min_tokens/ignore_eos", short_requests=short, shortest=shortest)
+    elif ok_reqs == 0:
+        c["5.4.2-MUST-1"] = Check.unmet("5.4.2-MUST-1", "no successful request")
+    else:
+        c["5.4.2-MUST-1"] = Check.met("5.4.2-MUST-1", f"all {ok_reqs} successful requests produced >= "
+                                      f"{DRAFT_MIN_OUTPUT} output tokens (shortest {shortest}; min_tokens + ignore_eos)",
+                                      shortest=shortest)
+    recommended = all(any(abs(f - x) < 1e-6 for f in fractions) for x in DRAFT_LEVELS)
+    c["5.4.2-SHOULD-2"] = (Check.met("5.4.2-SHOULD-2", "levels " + ", ".join(f"{f:.0%}" for f in fractions)
+                                     + " of saturation") if recommended and len(fractions) >= 4 else
+                           Check.unmet("5.4.2-SHOULD-2", "levels " + ", ".join(f"{f:.0%}" for f in fractions)
+                                       + " do not include 25%, 50%, 75% and 90% of saturation"))
+    bad_span = sum(a.span_mismatches for a in audits)
+    checked = sum(a.spans_checked for a in audits)
+    c["5.4.3-MUST-1"] = (Check.met("5.4.3-MUST-1", f"for all {checked} requests the ITL samples add up to exactly "
+                                   "first-to-last token time: no sample contains the TTFT", requests_checked=checked)
+                         if checked and not bad_span else
+                         Check.unmet("5.4.3-MUST-1", f"{bad_span} of {checked} requests' ITL samples do not span "
+                                     "first-to-last token" if checked else "no request to check"))
+    n_min = min(len([r for r in m.records if r.ok]) for m in runs)
+    samples_min = min(a.samples for a in audits)
+    c["5.4.2-PARAM-1"] = (Check.met("5.4.2-PARAM-1", f">= {DRAFT_MIN_REQUESTS} requests and {samples_min} ITL samples "
+                                    "per level") if n_min >= DRAFT_MIN_REQUESTS and samples_min >= DRAFT_MIN_SAMPLES
+                          else Check.unmet("5.4.2-PARAM-1", f"per level: >= {n_min} successful requests, >= "
+                                           f"{samples_min} ITL samples (draft: {DRAFT_MIN_REQUESTS} requests, "
+                                           f"{DRAFT_MIN_SAMPLES}+ samples)"))
+    c["5.4.2-PARAM-2"] = Check.met("5.4.2-PARAM-2", "levels stated as % of the request-rate capacity (5.2)")
+    c["5.4.2-PARAM-3"] = Check.met("5.4.2-PARAM-3", f"ITL option {runs[0].metrics.itl_option}: "
+                                   f"{ITL_OPTIONS[runs[0].metrics.itl_option]}")
+    c["5.4.3-PARAM-1"] = Check.met("5.4.3-PARAM-1", "warm-up before the first level")
+    bad_count = sum(a.count_mismatches for a in audits)
+    c["5.4.3-PARAM-2"] = (Check.met("5.4.3-PARAM-2", "per request: one ITL sample per token after the first")
+                          if not bad_count else
+                          Check.unmet("5.4.3-PARAM-2", f"{bad_count} requests' sample count != tokens - 1"))
+    c["5.4.3-PARAM-3"] = Check.met("5.4.3-PARAM-3", "samples pooled over every request of a level")
+    c["5.4.3-PARAM-4"] = Check.met("5.4.3-PARAM-4", "per-request jitter = std dev of its ITLs")
+    c["5.4.3-PARAM-5"] = Check.met("5.4.3-PARAM-5", "per-request maximum pause = its largest ITL")
+    for rid, what in (("5.4.4-REPORT-1", "ITL P50/P90/P95/P99/P99.9"), ("5.4.4-REPORT-2", "ITL mean"),
+                      ("5.4.4-REPORT-3", "ITL std dev"), ("5.4.4-REPORT-4", "jitter P50/P95/P99"),
+                      ("5.4.4-REPORT-5", "max pause P50/P95/P99"), ("5.4.4-REPORT-6", "modality (dip test)"),
+                      ("5.4.4-REPORT-7", "tail type and P99/P50"), ("5.4.5-REPORT-1", "Table 6 per level")):
+        c[rid] = Check.met(rid, f"{what} reported per level")
+    fracs = [m.metrics.scalar("single_token_chunk_fraction").value for m in runs
+             if "single_token_chunk_fraction" in m.metrics.scalars]
+    if fracs:
+        c["B.2.1-PARAM-1"] = Check.met("B.2.1-PARAM-1", f"single-token chunk share {min(fracs):.1%} (lowest level)")
+    return c
+
+
+register(Procedure("5.4", "Inter-Token Latency Distribution", ITLParams, run, PROFILES, plan))

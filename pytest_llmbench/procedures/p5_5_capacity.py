@@ -1,0 +1,418 @@
+"""§5.5 Concurrent Request Capacity: the largest closed-loop concurrency meeting the success criteria.
+
+Procedure (§5.5.3): warm up (§4.5); start at the initial concurrency; per level submit
+``concurrency`` requests together and replace each completion at once (closed loop, §4.2.4) for
+at least 60 s *and* 100 completions per slot; record completion rate, latency percentiles and
+errors; check the success criteria (§5.5.2): completion >= 99 %, TTFT P99 <= threshold, no
+out-of-memory / capacity errors. Search: double from the initial level while levels pass (as
+Table 7 does), halve while they fail, then bisect between the largest pass and the smallest
+fail until the bracket is at most ``resolution`` wide (the draft gives no convergence rule,
+requirements.md note 25; ``resolution=1`` is exact).
+
+Measurements (§5.5.4): the maximum concurrency, the output throughput there and the tokens in
+flight there (time-averaged Σ input + output so far over the requests in flight,
+``metrics.tokens_in_flight``). The result's :class:`~.base.Capacity` is what 5.8 is defined
+relative to (``ctx.get_capacity("concurrency")``).
+
+TTFT threshold: the draft leaves it to the tester. Default :data:`DEFAULT_TTFT_P99_S` (2 s) for a
+real endpoint; on the embedded simulator every modelled delay is multiplied by its
+``time_scale``, so the default is 2 s × time_scale (0.5 s at the plugin's default 0.25), which
+keeps the capacity found independent of the time scale. ``ttft_p99_threshold_s`` overrides it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ..compliance import Check
+from ..load import ClosedLoop
+from ..records import ErrorType, RequestRecord, RequestSpec
+from ..workloads import build_workload
+from .base import Capacity, Procedure, ProcedureContext, ProcedureResult, Table, register
+from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, run_facts, warm_up
+
+__all__ = [
+    "DEFAULT_TTFT_P99_S",
+    "PROFILES",
+    "CapacityParams",
+    "LevelOutcome",
+    "build_level_specs",
+    "capacity_error",
+    "closed_level_stream",
+    "next_level",
+    "ttft_threshold",
+]
+
+DEFAULT_TTFT_P99_S = 2.0  # at time_scale 1 (real endpoints); × time_scale on the simulator
+MIN_LEVEL_S, MIN_COMPLETIONS_PER_SLOT = 60.0, 100  # §5.5.3 step 3c
+MIN_COMPLETION = 0.99  # §5.5.2
+
+#: Error text that reveals memory or capacity exhaustion (§5.5.2 "no out-of-memory errors"):
+#: CUDA / torch OOM, vLLM/TGI KV-cache messages, the simulator's kv_capacity_exceeded / queue_full.
+_CAPACITY_TEXT = re.compile(
+    r"out of memory|\boom\b|cuda error|insufficient (gpu )?memory|kv[ _-]?cache|kv_capacity|"
+    r"no available (memory|blocks)|queue[ _]full|capacity|resource(s)? exhausted|overloaded",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class CapacityParams:
+    """§5.5.2 setup parameters; defaults are the draft's values (the ``standard`` profile)."""
+
+    workload: str = "synthetic-uniform"  # RECOMMENDED (§5.5.2)
+    workload_params: dict[str, Any] = field(default_factory=dict)  # extra build_workload arguments
+    output_tokens: int = 256  # fixed output length (§5.5.2), forced (min_tokens = max_tokens, ignore_eos)
+    initial_concurrency: int = 8
+    max_concurrency: int = 512
+    ttft_p99_threshold_s: float | None = None  # None: 2 s (× simulator time_scale), see module doc
+    min_completion: float = MIN_COMPLETION
+    resolution: int = 1  # stop when (smallest fail - largest pass) <= resolution
+    min_level_s: float = MIN_LEVEL_S
+    min_completions_per_slot: int = MIN_COMPLETIONS_PER_SLOT
+    level_timeout_s: float = 3600.0  # safety cap on one level's submission window
+    warmup_requests: int = 100
+    warmup_tokens: int = 10_000
+
+    def validate(self) -> None:
+        if self.output_tokens < 1:
+            raise ValueError(f"output_tokens must be >= 1, got {self.output_tokens}")
+        if not 1 <= self.initial_concurrency <= self.max_concurrency:
+            raise ValueError(f"need 1 <= initial_concurrency ({self.initial_concurrency}) <= max_concurrency "
+                             f"({self.max_concurrency})")
+        if self.ttft_p99_threshold_s is not None and not self.ttft_p99_threshold_s > 0:
+            raise ValueError(f"ttft_p99_threshold_s must be > 0 s, got {self.ttft_p99_threshold_s}")
+        if not 0 < self.min_completion <= 1:
+            raise ValueError(f"min_completion is a fraction in (0, 1], got {self.min_completion}")
+        if self.resolution < 1:
+            raise ValueError(f"resolution must be >= 1, got {self.resolution}")
+        if self.min_level_s <= 0 or self.min_completions_per_slot < 1:
+            raise ValueError("min_level_s must be > 0 and min_completions_per_slot >= 1")
+        if self.level_timeout_s < self.min_level_s:
+            raise ValueError(f"level_timeout_s ({self.level_timeout_s}) must be >= min_level_s ({self.min_level_s})")
+        if not isinstance(self.workload_params, dict):
+            raise ValueError("workload_params must be a dict of build_workload arguments")  # noqa: TRY004
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    # short levels, coarse bracket: a handful of levels of a few seconds each
+    "smoke": {"min_level_s": 2.0, "min_completions_per_slot": 2, "resolution": 16, "max_concurrency": 128,
+              "warmup_requests": 16, "warmup_tokens": 2000},
+    "standard": {},
+    "full": {},
+}
+
+
+def plan(p: CapacityParams) -> dict[str, Any]:
+    levels = max(1, math.ceil(math.log2(p.max_concurrency / p.initial_concurrency))) + \
+        max(0, math.ceil(math.log2(max(p.max_concurrency / 2 / p.resolution, 1))))
+    return {"requests": p.warmup_requests + p.min_completions_per_slot * p.initial_concurrency * (2 ** min(levels, 6)),
+            "min_duration_s": levels * p.min_level_s}
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers shared with 5.8
+# ---------------------------------------------------------------------------------------------
+
+
+def ttft_threshold(ctx: ProcedureContext, declared: float | None) -> tuple[float, str]:
+    """The TTFT P99 criterion in seconds and where it came from."""
+    if declared is not None:
+        return float(declared), "declared (ttft_p99_threshold_s)"
+    if ctx.sut.embedded:
+        scale = float(ctx.sut.server_info.get("time_scale", 1.0) or 1.0)
+        return DEFAULT_TTFT_P99_S * scale, f"default {DEFAULT_TTFT_P99_S:g} s x simulator time_scale {scale:g}"
+    return DEFAULT_TTFT_P99_S, f"default {DEFAULT_TTFT_P99_S:g} s"
+
+
+def capacity_error(rec: RequestRecord) -> bool:
+    """A failed request whose status or error text shows memory/capacity exhaustion (§5.5.2)."""
+    if not rec.failed:
+        return False
+    if rec.error_type is ErrorType.RATE_LIMITED or rec.status in (503, 507):
+        return True
+    return bool(rec.error_message and _CAPACITY_TEXT.search(rec.error_message))
+
+
+def build_level_specs(ctx: ProcedureContext, workload: str, n: int, seed: int, output_tokens: int,
+                      workload_params: dict[str, Any]) -> tuple[list[RequestSpec], dict[str, Any]]:
+    """``n`` requests of ``workload`` with a fixed, forced output length (§5.5.2)."""
+    try:
+        wl = build_workload(workload, n=n, seed=seed, tokenizer=ctx.tokenizer, output_tokens=output_tokens,
+                            force_output=True, **workload_params)
+    except TypeError as exc:
+        raise ValueError(f"workload {workload!r} cannot fix the output length ({exc}); use synthetic-uniform, "
+                         "fixed or long-context") from None
+    return list(wl.specs), wl.declaration.to_json()
+
+
+def closed_level_stream(specs: Sequence[RequestSpec], need: int, min_s: float,
+                        stats: dict[str, int]) -> Iterator[RequestSpec]:
+    """Specs for one closed-loop level: stop once ``need`` were sent *and* ``min_s`` passed.
+
+    The level therefore runs for the longer of the two (§5.5.3 step 3c, §5.8.3 step 3b). Past the
+    end of ``specs`` the list is cycled (counted in ``stats["repeats"]``); a prompt then recurs only
+    after ``len(specs)`` others, long evicted from any prefix cache a level this size fills.
+    """
+    t0: float | None = None
+    i = 0
+    while True:
+        now = time.perf_counter()
+        if t0 is None:
+            t0 = now
+        if i >= need and now - t0 >= min_s:
+            return
+        if i >= len(specs):
+            stats["repeats"] = stats.get("repeats", 0) + 1
+        yield specs[i % len(specs)]
+        i += 1
+
+
+def next_level(lo: int, hi: int | None, maximum: int, resolution: int) -> int | None:
+    """Next concurrency of the search, or None when it has converged.
+
+    ``lo``: largest passing level so far (0: none); ``hi``: smallest failing level (None: none).
+    Double while passing (up to ``maximum``), halve while failing, then bisect.
+    """
+    if hi is None:
+        return None if lo >= maximum else min(2 * lo, maximum)
+    if lo == 0:
+        return None if hi <= 1 else hi // 2
+    if hi - lo <= resolution:
+        return None
+    return (lo + hi) // 2
+
+
+@dataclass
+class LevelOutcome:
+    """One concurrency level of the search and its verdict against the success criteria."""
+
+    concurrency: int
+    measured: Measured
+    completion: float | None  # successful / (successful + failed)
+    ttft_p99_s: float | None
+    tpot_p99_s: float | None
+    errors: int
+    capacity_errors: int
+    passed: bool
+    reasons: list[str]
+    completions: int
+    window_s: float
+    repeats: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"concurrency": self.concurrency, "completion": self.completion, "ttft_p99_s": self.ttft_p99_s,
+                "tpot_p99_s": self.tpot_p99_s, "errors": self.errors, "capacity_errors": self.capacity_errors,
+                "passed": self.passed, "reasons": self.reasons, "completions": self.completions,
+                "window_s": self.window_s, "repeats": self.repeats}
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:.1f}%"
+
+
+# ---------------------------------------------------------------------------------------------
+# the procedure
+# ---------------------------------------------------------------------------------------------
+
+
+async def run(ctx: ProcedureContext, p: CapacityParams) -> ProcedureResult:
+    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    threshold, threshold_src = ttft_threshold(ctx, p.ttft_p99_threshold_s)
+    seed = ctx.settings.seed
+    wu_specs, _ = build_level_specs(ctx, p.workload, max(p.warmup_requests, 8), seed, p.output_tokens,
+                                    p.workload_params)
+    # forced min_tokens would exceed the warm-up probe's capped max_tokens: warm-up needs no forcing
+    wu_specs = [dataclasses.replace(s, min_tokens=None) for s in wu_specs]
+    outcomes: dict[int, LevelOutcome] = {}
+    order: list[int] = []
+    declaration: dict[str, Any] | None = None
+    lo, hi = 0, None
+    async with client_for(ctx, max_connections=p.max_concurrency) as client:
+        wu = await warm_up(ctx, client, wu_specs, min_requests=p.warmup_requests,
+                           min_output_tokens=p.warmup_tokens, concurrency=min(p.initial_concurrency, 16))
+        c: int | None = p.initial_concurrency
+        rate_per_slot: float | None = None  # completions/s per slot at the last level: sizes the next list
+        while c is not None:
+            need = p.min_completions_per_slot * c
+            n = need if rate_per_slot is None else max(need, math.ceil(1.25 * rate_per_slot * c * p.min_level_s))
+            specs, decl = build_level_specs(ctx, p.workload, n, seed + 1000 * c, p.output_tokens,
+                                            p.workload_params)
+            declaration = declaration or decl
+            stats: dict[str, int] = {}
+            ctx.progress(f"level {c}: closed loop, >= {p.min_level_s:g} s and >= {need} completions")
+            m = await measure(ctx, client, f"c{c:04d}", closed_level_stream(specs, need, p.min_level_s, stats),
+                              ClosedLoop(c, duration_s=p.level_timeout_s), drain_timeout_s=ctx.settings.timeout,
+                              extra={"concurrency": c, "level_seed": seed + 1000 * c})
+            out = _judge(c, m, threshold, p.min_completion, stats.get("repeats", 0))
+            outcomes[c] = out
+            if out.completions and m.load.duration_s > 0:
+                rate_per_slot = out.completions / m.load.duration_s / c
+            order.append(c)
+            if out.passed:
+                lo = max(lo, c)
+            else:
+                hi = c if hi is None else min(hi, c)
+            c = next_level(lo, hi, p.max_concurrency, p.resolution)
+            if c is not None and c in outcomes:  # cannot happen with a monotone bracket; never loop
+                break
+    return _result(ctx, p, started, threshold, threshold_src, outcomes, order, lo, hi, wu, declaration or {})
+
+
+def _judge(c: int, m: Measured, threshold: float, min_completion: float, repeats: int) -> LevelOutcome:
+    met = m.metrics
+    n_ok = int(met.scalar("completed_count").value)
+    n_failed = int(met.scalar("error_count").value)
+    completion = n_ok / (n_ok + n_failed) if n_ok + n_failed else None
+    ttft99, tpot99 = pvalue(met, "ttft", 99), pvalue(met, "tpot", 99)
+    cap_err = sum(1 for r in m.records if capacity_error(r))
+    reasons = []
+    if completion is None or completion < min_completion:
+        reasons.append(f"completion {_pct(completion)} < {min_completion:.0%}")
+    if ttft99 is None or ttft99 > threshold:
+        reasons.append(f"TTFT P99 {fmt_ms(ttft99)} > {fmt_ms(threshold)}")
+    if cap_err:
+        reasons.append(f"{cap_err} out-of-memory/capacity errors")
+    return LevelOutcome(c, m, completion, ttft99, tpot99, n_failed, cap_err, not reasons, reasons, n_ok,
+                        m.load.send_window_s, repeats)
+
+
+def _result(ctx: ProcedureContext, p: CapacityParams, started: str, threshold: float, threshold_src: str,
+            outcomes: dict[int, LevelOutcome], order: list[int], lo: int, hi: int | None, wu: Any,
+            declaration: dict[str, Any]) -> ProcedureResult:
+    rows = []
+    for c in sorted(outcomes):
+        o = outcomes[c]
+        rows.append([str(c), _pct(o.completion), fmt_ms(o.ttft_p99_s), fmt_ms(o.tpot_p99_s), str(o.errors),
+                     "Pass" if o.passed else "Fail"])
+    best = outcomes.get(lo) if lo else None
+    converged = (hi is not None and lo and hi - lo <= p.resolution) or (hi is None and lo >= p.max_concurrency) \
+        or (lo == 0 and hi == 1)
+    table7 = Table(
+        "Table 7: Capacity Search Results",
+        ["Concurrency", "Completion", "TTFT P99", "TPOT P99", "Errors", "Status"], rows,
+        notes=[f"Maximum concurrent requests meeting criteria: {lo if lo else 'none (no level passed)'}",
+               (f"criteria: completion >= {p.min_completion:.0%}, TTFT P99 <= {fmt_ms(threshold)} "
+               f"({threshold_src}), no out-of-memory/capacity errors (§5.5.2)"),
+               f"search order: {', '.join(map(str, order))}; bracket [{lo}, {hi if hi is not None else '-'}] "
+               f"resolution {p.resolution}" + ("" if converged else " (NOT converged)"),
+               (f"fixed output {p.output_tokens} tokens (forced), closed loop, each level >= {p.min_level_s:g} s "
+               f"and >= {p.min_completions_per_slot} completions per slot")],
+    )
+    for c in order:
+        o = outcomes[c]
+        if o.reasons:
+            table7.notes.append(f"{c}: Fail: {'; '.join(o.reasons)}")
+        if not o.measured.summary.valid:
+            table7.notes.append(f"{c}: load generator self-check: {o.measured.summary.invalid_reason}")
+    tables = [table7]
+    measurements: dict[str, Any] = {
+        "max_concurrency": lo or None,
+        "ttft_p99_threshold_ms": round(threshold * 1000, 3),
+        "ttft_p99_threshold_source": threshold_src,
+        "levels_tested": order,
+        "search_converged": bool(converged),
+        "search_bracket": [lo, hi],
+        "levels": {str(c): outcomes[c].to_json() for c in order},
+    }
+    capacity = None
+    primary = best.measured if best is not None else outcomes[order[0]].measured
+    if best is not None:
+        met = best.measured.metrics
+        tps = met.scalar("output_throughput").value
+        tif = met.scalar("tokens_in_flight").value
+        conc = met.scalar("concurrency").value
+        measurements.update(output_throughput_at_max_tps=round(tps, 3), tokens_in_flight_at_max=round(tif, 1),
+                            concurrency_held_at_max=round(conc, 3),
+                            ttft_p99_at_max_ms=round(best.ttft_p99_s * 1000, 3) if best.ttft_p99_s else None)
+        tables.append(Table("Capacity at the maximum (§5.5.4)", ["Metric", "Value"], [
+            ["Maximum concurrent requests", str(lo)],
+            ["Output throughput at maximum", f"{tps:.1f} tok/s"],
+            ["Tokens in flight at maximum", f"{tif:,.0f} tokens"],
+            ["Requests in flight (time average)", f"{conc:.2f}"],
+        ], notes=[("tokens in flight: time average over the steady-state window of Σ (input + output "
+                  "received so far) over requests in flight (§5.5.4, approximate)")]))
+        capacity = Capacity(concurrency=lo, output_throughput=tps, source="measured by 5.5 in this session")
+    notes = [f"Maximum concurrent requests meeting criteria: {lo}" if lo else
+             "no concurrency level met the success criteria: no capacity determined"]
+    if any(o.repeats for o in outcomes.values()):
+        notes.append("levels that outlasted their request list cycled it (see levels[*].repeats)")
+    server_sampled = all(o.measured.server_before is not None for o in outcomes.values())
+    preempt = {str(c): outcomes[c].measured.server_delta("llmbench:num_preemptions_total") for c in order}
+    if any(v is not None for v in preempt.values()):
+        measurements["server_preemptions_by_level"] = preempt
+    checks = _checks(p, outcomes, order, lo, bool(converged), threshold, threshold_src, server_sampled)
+    measured = [outcomes[c].measured for c in order]
+    facts = run_facts(ctx, workload=declaration, warmup=wu, measured=measured, itl_reported=False,
+                      exceeds_capacity=hi is not None)
+    result = ProcedureResult(
+        procedure="5.5", title="Concurrent Request Capacity", params=_params_json(p), profile=ctx.settings.profile,
+        metrics=primary.metrics, runs=[m.summary for m in measured], tables=tables, measurements=measurements,
+        notes=notes, capacity=capacity,
+        plots={"search": [{"level": c, "passed": outcomes[c].passed, "value": outcomes[c].ttft_p99_s,
+                           "label": f"concurrency {c}: TTFT P99"} for c in order]},
+        started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+    )
+    finish(ctx, result, facts, checks)
+    return result
+
+
+def _checks(p: CapacityParams, outcomes: dict[int, LevelOutcome], order: list[int], lo: int, converged: bool,
+            threshold: float, threshold_src: str, server_sampled: bool) -> dict[str, Check]:
+    short = [c for c in order if outcomes[c].window_s < MIN_LEVEL_S
+             or outcomes[c].completions < MIN_COMPLETIONS_PER_SLOT * c]
+    mism = sum(int(outcomes[c].measured.metrics.scalar("osl_mismatch_count").value) for c in order)
+    checks = {
+        "5.5.2-PARAM-1": (Check.met("5.5.2-PARAM-1", f"max_tokens = min_tokens = {p.output_tokens} with ignore_eos "
+                                    "on every request; every successful output reached it")
+                          if not mism else
+                          Check.unmet("5.5.2-PARAM-1", f"{mism} successful requests stopped short of the fixed "
+                                      f"{p.output_tokens}-token output (SUT ignored min_tokens/ignore_eos)",
+                                      osl_mismatch=mism)),
+        "5.5.2-PARAM-2": Check.met("5.5.2-PARAM-2", f"initial concurrency {p.initial_concurrency}"),
+        "5.5.2-PARAM-3": Check.met("5.5.2-PARAM-3", f"maximum concurrency {p.max_concurrency}"),
+        "5.5.2-PARAM-4": Check.met("5.5.2-PARAM-4", f"completion >= {p.min_completion:.0%}, TTFT P99 <= "
+                                   f"{fmt_ms(threshold)} ({threshold_src}), no OOM/capacity errors (HTTP 429/503/507 "
+                                   "or error text naming memory/KV cache/capacity)", ttft_p99_threshold_s=threshold),
+        "5.5.3-PARAM-1": Check.met("5.5.3-PARAM-1", f"warm-up, then first level = {order[0]}"),
+        "5.5.3-PARAM-2": Check.met("5.5.3-PARAM-2", "closed loop: all slots start together, each completion "
+                                   "replaced at once (§4.2.4)"),
+        "5.5.3-PARAM-3": (Check.met("5.5.3-PARAM-3", f"every level ran >= {MIN_LEVEL_S:g} s and >= "
+                                    f"{MIN_COMPLETIONS_PER_SLOT} completions per slot")
+                          if not short else
+                          Check.unmet("5.5.3-PARAM-3", f"levels {short} ran less than {MIN_LEVEL_S:g} s or "
+                                      f"{MIN_COMPLETIONS_PER_SLOT} completions per slot (profile: >= "
+                                      f"{p.min_level_s:g} s and >= {p.min_completions_per_slot} per slot)")),
+        "5.5.3-PARAM-4": Check.met("5.5.3-PARAM-4", "per level: completion, TTFT/TPOT P99, errors, verdict"),
+        "5.5.3-PARAM-5": (Check.met("5.5.3-PARAM-5", f"search converged to resolution {p.resolution}")
+                          if converged else
+                          Check.unmet("5.5.3-PARAM-5", "search did not converge")),
+        "5.5.4-REPORT-1": (Check.met("5.5.4-REPORT-1", f"maximum concurrency {lo}") if lo else
+                           Check.unmet("5.5.4-REPORT-1", "no level met the criteria")),
+        "5.5.4-REPORT-2": (Check.met("5.5.4-REPORT-2", "output tok/s at the maximum") if lo else
+                           Check.unmet("5.5.4-REPORT-2", "no maximum")),
+        "5.5.4-REPORT-3": (Check.met("5.5.4-REPORT-3", "tokens in flight at the maximum (client-side estimate)")
+                           if lo else Check.unmet("5.5.4-REPORT-3", "no maximum")),
+        "5.5.5-REPORT-1": Check.met("5.5.5-REPORT-1", "Table 7 and the maximum line"),
+        "7.4-SHOULD-3": (Check.met("7.4-SHOULD-3", "server /metrics sampled during every level (queue depth, "
+                                   "preemptions); the search stops raising load at the first failing level")
+                         if server_sampled else
+                         Check.unmet("7.4-SHOULD-3", "the SUT exposes no /metrics: only client-side errors were "
+                                     "watched for cascading failures")),
+    }
+    return checks
+
+
+def _params_json(p: Any) -> dict[str, Any]:
+    return {f.name: (v.to_json() if hasattr(v := getattr(p, f.name), "to_json") else v)
+            for f in dataclasses.fields(p)}
+
+
+register(Procedure("5.5", "Concurrent Request Capacity", CapacityParams, run, PROFILES, plan))

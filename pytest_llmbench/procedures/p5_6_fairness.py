@@ -1,0 +1,381 @@
+"""§5.6 Scheduling Fairness: per-class latency, inflation, Jain's index, starvation.
+
+Procedure (§5.6.3): configure and warm up; baseline each class in isolation; run the mixed
+Synthetic-Skewed workload (short/long classes, e.g. 80/20) at 70–90 % of saturation for
+>= 300 s with >= 500 requests per class; every record carries its class, submission,
+first-token and completion times; then per-class statistics and fairness metrics (§5.6.4).
+
+Choices the draft leaves open (declared in the report, requirements.md ambiguity 40):
+
+* **Isolation "at same total load".** ``isolation="class-share"`` (default) replays exactly the
+  class's requests of the mixed run at the class's own share of the mixed request rate (the
+  mix minus the other classes), so inflation measures the interference of the other classes
+  only. ``isolation="total"`` replays them at the mixed run's total request rate.
+* **Jain's index.** ``x_c`` = the class's latency inflation at TTFT P50 (mixed / isolated),
+  ``n`` = number of classes, so ``J`` is in ``[1/n, 1]`` and equals 1 when every class is slowed
+  down by the same factor. A per-request variant (``x_i`` = TTFT_i / isolated P50 of its class)
+  is reported as ``jain_index_per_request``.
+* **Starvation "wait".** The client-observed TTFT (available for every SUT): the fraction of a
+  class's requests whose TTFT exceeds 5x the class median (Wilson interval).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from ..compliance import Check
+from ..metrics import RunMetrics, summarize
+from ..stats import jain_index, latency_inflation, queue_growing, slowdown, starvation_rate
+from ..workloads import FAIRNESS_CLASSES, build_workload
+from ..workloads.standard import _mix_counts  # the workload's own class-count rule
+from .base import LoadSpec, Procedure, ProcedureContext, ProcedureResult, Table, poisson, register
+from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, resolve_load, run_facts, warm_up
+
+MIN_PER_CLASS = 500  # §5.6.2
+MIN_DURATION_S = 300.0  # §5.6.3 step 4
+LOAD_BAND = (0.7, 0.9)  # §5.6.2 RECOMMENDED fraction of saturation
+ISOLATION_MODES = ("class-share", "total")
+
+
+@dataclass
+class FairnessParams:
+    """§5.6.2 setup parameters; defaults are the draft's minimums (the ``standard`` profile)."""
+
+    workload: str = "synthetic-skewed"
+    mix: dict[str, float] = field(default_factory=lambda: {"short": 0.8, "long": 0.2})
+    load: LoadSpec = field(default_factory=lambda: poisson(capacity_fraction=0.8))
+    requests_per_class: int = MIN_PER_CLASS
+    duration_s: float = MIN_DURATION_S
+    isolation: str = "class-share"
+    starvation_factor: float = 5.0
+    warmup_requests: int = 100
+    warmup_tokens: int = 10_000
+    max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
+
+    def validate(self) -> None:
+        if self.workload != "synthetic-skewed":
+            raise ValueError(f"5.6 REQUIRES the Synthetic-Skewed workload with request classes (§5.6.2), "
+                             f"got workload={self.workload!r}")
+        if not isinstance(self.load, LoadSpec) or self.load.model != "open":
+            raise ValueError("load must be open loop: poisson(...), uniform(...) or bursty(...) "
+                             "(§5.6 loads the SUT at a fraction of its saturation throughput)")
+        if not isinstance(self.mix, dict) or len(self.mix) < 2:
+            raise ValueError(f"mix must name >= 2 request classes (§5.6.2), got {self.mix!r}")
+        unknown = sorted(set(self.mix) - set(FAIRNESS_CLASSES))
+        if unknown:
+            raise ValueError(f"mix names unknown classes {unknown}; defined: {sorted(FAIRNESS_CLASSES)}")
+        if any(not (isinstance(w, (int, float)) and w > 0) for w in self.mix.values()):
+            raise ValueError(f"mix weights must be > 0, got {self.mix!r}")
+        if self.requests_per_class < 1:
+            raise ValueError(f"requests_per_class must be >= 1, got {self.requests_per_class}")
+        if not self.duration_s > 0:
+            raise ValueError(f"duration_s must be > 0, got {self.duration_s}")
+        if self.isolation not in ISOLATION_MODES:
+            raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {self.isolation!r}")
+        if not self.starvation_factor > 1:
+            raise ValueError(f"starvation_factor must be > 1, got {self.starvation_factor}")
+        if self.max_output_tokens is not None and self.max_output_tokens < 1:
+            raise ValueError(f"max_output_tokens must be >= 1, got {self.max_output_tokens}")
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "smoke": {"requests_per_class": 30, "duration_s": 3.0, "warmup_requests": 20, "warmup_tokens": 1500,
+              "max_output_tokens": 96},
+    "standard": {},
+    "full": {},  # the draft RECOMMENDS nothing beyond its minimums for 5.6
+}
+
+
+def plan(p: FairnessParams) -> dict[str, Any]:
+    shares = _shares(p.mix)
+    n = math.ceil(p.requests_per_class / min(shares.values()))
+    return {"requests": 2 * n + p.warmup_requests, "min_duration_s": 3 * p.duration_s}
+
+
+def _shares(mix: dict[str, float]) -> dict[str, float]:
+    total = float(sum(mix.values()))
+    return {k: v / total for k, v in mix.items()}
+
+
+def _mixed_count(p: FairnessParams, rate: float) -> int:
+    """Requests for the mixed run: >= requests_per_class per class and a send window >= duration_s."""
+    shares = _shares(p.mix)
+    by_class = math.ceil(p.requests_per_class / min(shares.values()))
+    while min(_mix_counts(by_class, p.mix).values()) < p.requests_per_class:  # rounding of exact class counts
+        by_class += 1
+    expected = rate * p.duration_s
+    spread = (p.load.cv or 1.0) if p.load.arrival != "uniform" else 0.0
+    by_time = math.ceil(expected + 3.0 * spread * math.sqrt(expected)) + 1  # Poisson margin: window >= duration
+    return max(by_class, by_time)
+
+
+def _cap_output(specs: list[Any], cap: int | None) -> list[Any]:
+    if cap is None:
+        return specs
+    return [dataclasses.replace(s, max_tokens=min(s.max_tokens, cap),
+                                min_tokens=None if s.min_tokens is None else min(s.min_tokens, cap))
+            for s in specs]
+
+
+def _class_metrics(m: Measured, cls: str) -> RunMetrics | None:
+    recs = [r for r in m.records if r.request_class == cls]
+    if not recs:
+        return None
+    return summarize(recs, itl_option=m.metrics.itl_option)
+
+
+def _ttft(metrics: RunMetrics | None) -> np.ndarray:
+    if metrics is None:
+        return np.array([])
+    v = metrics.per_request_values("ttft")
+    return v[np.isfinite(v)]
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{x * 100:.1f}%"
+
+
+async def run(ctx: ProcedureContext, p: FairnessParams) -> ProcedureResult:
+    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    classes = sorted(p.mix, key=lambda c: (-p.mix[c], c))  # largest share first ("short" before "long")
+    shares = _shares(p.mix)
+    probe_load, load_desc = await resolve_load(ctx, p.load, max_requests=1)
+    rate = probe_load.arrival.rate  # type: ignore[union-attr]
+    n = _mixed_count(p, rate)
+    wl = build_workload(p.workload, n=n, seed=ctx.settings.seed, tokenizer=ctx.tokenizer,
+                        classes=FAIRNESS_CLASSES, mix=dict(p.mix))
+    specs = _cap_output(wl.specs, p.max_output_tokens)
+    by_class = {c: [s for s in specs if s.request_class == c] for c in classes}
+    fixed = dataclasses.replace(p.load, rate=rate, capacity_fraction=None)
+    mixed_load, _ = await resolve_load(ctx, fixed, max_requests=len(specs))
+    iso_rates = {c: rate * (shares[c] if p.isolation == "class-share" else 1.0) for c in classes}
+
+    # warm-up requests of the same shape but other prompts: the measured prompts must not be
+    # in a prefix cache before their run
+    wu_specs = _cap_output(build_workload(p.workload, n=max(p.warmup_requests, 10), seed=ctx.settings.seed + 7919,
+                                          tokenizer=ctx.tokenizer, classes=FAIRNESS_CLASSES, mix=dict(p.mix)).specs,
+                           p.max_output_tokens)
+    flushed: list[bool] = []
+    async with client_for(ctx) as client:
+        # step 1: warm-up (§4.5)
+        wu = await warm_up(ctx, client, wu_specs, min_requests=p.warmup_requests, min_output_tokens=p.warmup_tokens)
+        # step 2: each class in isolation (the class's own requests of the mixed run)
+        isolated: dict[str, Measured] = {}
+        for k, c in enumerate(classes, start=1):
+            iso_load, _ = await resolve_load(ctx, dataclasses.replace(fixed, rate=iso_rates[c]),
+                                             max_requests=len(by_class[c]), seed_offset=k)
+            flushed.append(ctx.configure_sut("flush_prefix_cache", True))
+            isolated[c] = await measure(ctx, client, f"isolated-{c}", by_class[c], iso_load,
+                                        extra={"class": c, "rate": iso_rates[c], "isolation": p.isolation})
+        # steps 3-5: the mixed run, replaying the same requests: flush what the isolated runs cached
+        flushed.append(ctx.configure_sut("flush_prefix_cache", True))
+        mixed = await measure(ctx, client, "mixed", specs, mixed_load,
+                              extra={"load_spec": load_desc, "rate": rate, "mix": dict(p.mix)})
+
+    # step 6: per-class statistics and fairness
+    mixed_cls = {c: _class_metrics(mixed, c) for c in classes}
+    iso_cls = {c: isolated[c].metrics for c in classes}
+    mixed_ttft = {c: _ttft(mixed_cls[c]) for c in classes}
+    iso_ttft = {c: _ttft(iso_cls[c]) for c in classes}
+    have = [c for c in classes if mixed_ttft[c].size and iso_ttft[c].size]
+    infl50 = latency_inflation({c: mixed_ttft[c] for c in have}, {c: iso_ttft[c] for c in have}, p=50) if have else {}
+    infl99 = latency_inflation({c: mixed_ttft[c] for c in have}, {c: iso_ttft[c] for c in have}, p=99) if have else {}
+    jain = jain_index([infl50[c] for c in have]) if len(have) == len(classes) else math.nan
+    ok_rows = mixed.metrics.per_request
+    row_cls = ok_rows["request_class"]
+    row_ttft = ok_rows["ttft"]
+    sel = np.isfinite(row_ttft.astype(np.float64)) & np.isin(row_cls, have)
+    base50 = {c: float(np.percentile(iso_ttft[c], 50)) for c in have}
+    if sel.any() and all(v > 0 for v in base50.values()):
+        jain_req = jain_index(slowdown(row_ttft[sel].astype(np.float64), list(row_cls[sel]), base50))
+    else:
+        jain_req = math.nan
+    waits = [v for c in classes for v in mixed_ttft[c]]
+    labels = [c for c in classes for _ in mixed_ttft[c]]
+    starve = starvation_rate(waits, labels, factor=p.starvation_factor) if waits else {}
+
+    # tables
+    t8_rows = []
+    for c in classes:
+        mc = mixed_cls[c]
+        t8_rows.append([c.capitalize(), str(0 if mc is None else mc.distributions["ttft"].n),
+                        fmt_ms(pvalue(mc, "ttft", 50)) if mc else "n/a", fmt_ms(pvalue(mc, "ttft", 99)) if mc else "n/a",
+                        fmt_ms(pvalue(mc, "tpot", 50)) if mc else "n/a", fmt_ms(pvalue(mc, "tpot", 99)) if mc else "n/a"])
+    table8 = Table("Table 8: Per-Class Results", ["Class", "Count", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99"],
+                   t8_rows, notes=[
+                       "mixed run; Count = successful requests of the class; TPOT = (E2E - TTFT) / (output tokens - 1)",
+                       *(f"{c}: input [{FAIRNESS_CLASSES[c].input_min}, {FAIRNESS_CLASSES[c].input_max}], output "
+                         f"[{FAIRNESS_CLASSES[c].output_min}, {FAIRNESS_CLASSES[c].output_max}] tokens, "
+                         f"{shares[c]:.0%} of requests" for c in classes)])
+    table9 = Table("Table 9: Fairness Metrics", ["Metric", "Value"],
+                   [["Jain's Fairness Index", "n/a" if math.isnan(jain) else f"{jain:.2f}"]]
+                   + [[f"{c.capitalize()} Class Starvation", _pct(starve[c].value if c in starve else None)]
+                      for c in classes],
+                   notes=[(f"Jain's index over the {len(classes)} classes: x_c = TTFT P50 in the mixed run / TTFT "
+                          "P50 of the class in isolation (latency inflation); J = (sum x_c)^2 / (n * sum x_c^2), "
+                          f"in [1/{len(classes)}, 1]; J < 0.9 = significant unfairness (§5.6.4)"),
+                          (f"starvation: fraction of a class's requests whose TTFT exceeds {p.starvation_factor:g}x "
+                          "the class's median TTFT in the mixed run ('wait' read as TTFT)")])
+    if not math.isnan(jain) and jain < 0.9:
+        table9.notes.append(f"J = {jain:.2f} < 0.9: significant unfairness (§5.6.4)")
+    iso_desc = ("each class alone at its share of the mixed request rate" if p.isolation == "class-share"
+                else "each class alone at the mixed run's total request rate")
+    rows_inf = []
+    for c in classes:
+        mc, ic = mixed_cls[c], iso_cls[c]
+        rows_inf.append([c.capitalize(),
+                         *(fmt_ms(pvalue(mc, "ttft", q)) if mc else "n/a" for q in (50, 95, 99)),
+                         *(fmt_ms(pvalue(ic, "ttft", q)) for q in (50, 95, 99)),
+                         "n/a" if c not in infl50 else f"{infl50[c]:.2f}x",
+                         "n/a" if c not in infl99 else f"{infl99[c]:.2f}x"])
+    table_inf = Table("Per-class TTFT, mixed vs isolated, and latency inflation (§5.6.4)",
+                      ["Class", "Mixed P50", "Mixed P95", "Mixed P99", "Isolated P50", "Isolated P95",
+                       "Isolated P99", "Inflation P50", "Inflation P99"], rows_inf,
+                      notes=[(f"isolation baseline: {iso_desc} ({', '.join(f'{c} {iso_rates[c]:.2f} req/s' for c in classes)}"
+                             f"; mixed {rate:.2f} req/s), replaying exactly the class's requests of the mixed run"),
+                             "inflation = mixed-run TTFT / isolated TTFT at the same percentile"])
+
+    # measurements and plots
+    meas: dict[str, Any] = {"mixed_rate_rps": round(rate, 4), "requests": len(mixed.records),
+                            "mixed_window_s": round(mixed.load.send_window_s, 3), "isolation": p.isolation,
+                            "jain_index": None if math.isnan(jain) else round(jain, 4),
+                            "jain_index_per_request": None if math.isnan(jain_req) else round(jain_req, 4),
+                            "errors": sum(mixed.metrics.errors_by_type.values())}
+    plots_cls: dict[str, dict[str, float | None]] = {}
+    for c in classes:
+        mc, ic = mixed_cls[c], iso_cls[c]
+        meas[f"{c}_count"] = 0 if mc is None else mc.distributions["ttft"].n
+        meas[f"{c}_isolated_rate_rps"] = round(iso_rates[c], 4)
+        for q in (50, 95, 99):
+            v, vi = (pvalue(mc, "ttft", q) if mc else None), pvalue(ic, "ttft", q)
+            meas[f"{c}_ttft_p{q}_ms"] = None if v is None else round(v * 1000, 3)
+            meas[f"{c}_isolated_ttft_p{q}_ms"] = None if vi is None else round(vi * 1000, 3)
+        for q in (50, 99):
+            v = pvalue(mc, "tpot", q) if mc else None
+            meas[f"{c}_tpot_p{q}_ms"] = None if v is None else round(v * 1000, 3)
+        meas[f"{c}_inflation_p50"] = round(infl50[c], 4) if c in infl50 else None
+        meas[f"{c}_inflation_p99"] = round(infl99[c], 4) if c in infl99 else None
+        meas[f"{c}_starvation_rate"] = round(starve[c].value, 5) if c in starve else None
+        plots_cls[c] = {"ttft_p50_s": pvalue(mc, "ttft", 50) if mc else None,
+                        "ttft_p99_s": pvalue(mc, "ttft", 99) if mc else None,
+                        "isolated_ttft_p50_s": pvalue(ic, "ttft", 50),
+                        "isolated_ttft_p99_s": pvalue(ic, "ttft", 99),
+                        "tpot_p50_s": pvalue(mc, "tpot", 50) if mc else None}
+
+    # compliance
+    fraction = load_desc.get("capacity_fraction") if p.load.rate is None else None
+    window = mixed.load.send_window_s
+    qs = [(t, d) for t, d in mixed.queue_samples if t <= window]
+    overloaded = queue_growing([t for t, _ in qs], [d for _, d in qs]) if len(qs) >= 3 else None
+    meas["mixed_queue_growing"] = overloaded
+    notes: list[str] = []
+    if overloaded:
+        notes.append("the SUT's waiting queue grew during the mixed run: this class mix at this rate is above "
+                     "the SUT's saturation, and the fairness figures include unbounded queueing (lower "
+                     "capacity_fraction or declare the capacity of this mix)")
+    if not all(flushed):
+        notes.append("the prefix cache could not be flushed before each run (no hook for flush_prefix_cache): "
+                     "the mixed run replays prompts the isolated runs may have left in the cache")
+    for run in [*isolated.values(), mixed]:
+        if not run.summary.valid:
+            notes.append(f"run {run.summary.label} invalid: {run.summary.invalid_reason}")
+    if p.max_output_tokens is not None:
+        notes.append(f"output capped at {p.max_output_tokens} tokens by the profile: classes whose output range "
+                     "exceeds it are shortened")
+    if "capacity_rate" in load_desc:
+        notes.append(f"load = {p.load.capacity_fraction:.0%} of the request-rate capacity {load_desc['capacity_rate']:.2f} "
+                     f"req/s ({load_desc.get('capacity_source', '')}); that capacity was measured on its own workload, "
+                     "not on this class mix")
+    checks = _checks(p, classes, shares, mixed, isolated, mixed_cls, fraction, wu, wl.declaration.to_json(),
+                     overloaded)
+    facts = run_facts(ctx, workload=wl.declaration.to_json(), warmup=wu, measured=[mixed, *isolated.values()],
+                      itl_reported=True)
+    result = ProcedureResult(
+        procedure="5.6", title="Scheduling Fairness", params=_params_json(p), profile=ctx.settings.profile,
+        metrics=mixed.metrics, runs=[isolated[c].summary for c in classes] + [mixed.summary],
+        tables=[table8, table9, table_inf], measurements=meas, notes=notes, plots={"classes": plots_cls},
+        started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+    )
+    finish(ctx, result, facts, checks)
+    return result
+
+
+def _checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mixed: Measured,
+            isolated: dict[str, Measured], mixed_cls: dict[str, RunMetrics | None], fraction: float | None,
+            wu: Any, decl: dict[str, Any], overloaded: bool | None) -> dict[str, Check]:
+    lo, hi = LOAD_BAND
+    if overloaded:
+        c_load = Check.unmet("5.6.2-SHOULD-1", "the SUT's queue grew during the mixed run: the offered load "
+                             + (f"({fraction:.0%} of the request-rate capacity) " if fraction is not None else "")
+                             + "is above saturation for this class mix", fraction=fraction, queue_growing=True)
+    elif fraction is None:
+        c_load = Check.unmet("5.6.2-SHOULD-1", f"load given as an absolute rate ({p.load.rate:g} req/s): its "
+                             f"fraction of saturation is unknown; use capacity_fraction in [{lo}, {hi}]")
+    elif lo <= fraction <= hi:
+        c_load = Check.met("5.6.2-SHOULD-1", f"offered load {fraction:.0%} of saturation", fraction=fraction)
+    else:
+        c_load = Check.unmet("5.6.2-SHOULD-1", f"offered load {fraction:.0%} of saturation, outside the "
+                             f"RECOMMENDED {lo:.0%}-{hi:.0%}", fraction=fraction)
+    counts = {c: sum(1 for r in mixed.records if r.request_class == c) for c in classes}
+    ok_counts = {c: (0 if mixed_cls[c] is None else mixed_cls[c].distributions["ttft"].n) for c in classes}  # type: ignore[union-attr]
+    n = sum(counts.values())
+    untagged = sum(1 for r in mixed.records if r.request_class is None)
+    complete = [r for r in mixed.records if r.ok]
+    missing_times = sum(1 for r in complete if r.first_token_ns is None or r.end_ns is None or not r.sent_ns)
+    window = mixed.load.send_window_s
+    few = {c: k for c, k in ok_counts.items() if k < MIN_PER_CLASS}
+    observed = {c: counts[c] / n if n else 0.0 for c in classes}
+    mix_ok = n > 0 and all(abs(observed[c] - shares[c]) <= 1.0 / n + 1e-9 for c in classes)
+    return {
+        "5.6.2-PARAM-1": (Check.met("5.6.2-PARAM-1", f"{len(classes)} classes declared ("
+                                    + ", ".join(classes) + "); every request tagged", classes=decl.get("classes"))
+                          if untagged == 0 else
+                          Check.unmet("5.6.2-PARAM-1", f"{untagged} requests carry no class")),
+        "5.6.2-PARAM-2": (Check.met("5.6.2-PARAM-2", "mix " + ", ".join(f"{c} {shares[c]:.0%}" for c in classes)
+                                    + "; observed " + ", ".join(f"{c} {observed[c]:.1%}" for c in classes))
+                          if mix_ok else
+                          Check.unmet("5.6.2-PARAM-2", f"observed mix {observed} differs from {shares}")),
+        "5.6.2-SHOULD-1": c_load,
+        "5.6.2-PARAM-3": (Check.met("5.6.2-PARAM-3", "successful requests per class: "
+                                    + ", ".join(f"{c} {k}" for c, k in ok_counts.items()))
+                          if not few else
+                          Check.unmet("5.6.2-PARAM-3", "fewer than 500 successful requests for "
+                                      + ", ".join(f"{c} ({k})" for c, k in few.items()), counts=ok_counts)),
+        "5.6.3-PARAM-1": Check.met("5.6.3-PARAM-1", f"warm-up: {wu.ok} requests, {wu.output_tokens} output tokens"),
+        "5.6.3-PARAM-2": Check.met("5.6.3-PARAM-2", "isolated runs for " + ", ".join(isolated)
+                                   + f" (isolation mode {p.isolation})"),
+        "5.6.3-PARAM-3": (Check.met("5.6.3-PARAM-3", f"mixed run submitted requests over {window:.1f} s")
+                          if window >= MIN_DURATION_S else
+                          Check.unmet("5.6.3-PARAM-3", f"mixed run lasted {window:.1f} s < {MIN_DURATION_S:.0f} s",
+                                      window_s=window)),
+        "5.6.3-PARAM-4": (Check.met("5.6.3-PARAM-4", "every record has class, submission, first-token and "
+                                    "completion times")
+                          if untagged == 0 and missing_times == 0 else
+                          Check.unmet("5.6.3-PARAM-4", f"{untagged} untagged records, {missing_times} successful "
+                                      "records without first-token/completion time")),
+        "5.6.4-REPORT-1": Check.met("5.6.4-REPORT-1", "per-class TTFT P50/P95/P99 in the inflation table"),
+        "5.6.4-REPORT-2": Check.met("5.6.4-REPORT-2", "latency inflation per class at P50 and P99"),
+        "5.6.4-REPORT-3": Check.met("5.6.4-REPORT-3", "Jain's index over classes, x_c = TTFT P50 inflation, "
+                                    f"n = {len(classes)} (normalisation declared in Table 9)"),
+        "5.6.4-REPORT-4": Check.met("5.6.4-REPORT-4", f"starvation = TTFT > {p.starvation_factor:g}x class median "
+                                    "('wait' read as TTFT, declared)"),
+        "5.6.5-REPORT-1": Check.met("5.6.5-REPORT-1", "Table 8 with Class, Count, TTFT P50/P99, TPOT P50/P99"),
+        "5.6.5-REPORT-2": Check.met("5.6.5-REPORT-2", "Table 9 with Jain's index and per-class starvation"),
+    }
+
+
+def _params_json(p: Any) -> dict[str, Any]:
+    d = {}
+    for f in dataclasses.fields(p):
+        v = getattr(p, f.name)
+        d[f.name] = v.to_json() if hasattr(v, "to_json") else v
+    return d
+
+
+register(Procedure("5.6", "Scheduling Fairness", FairnessParams, run, PROFILES, plan))

@@ -1,0 +1,392 @@
+"""§5.8 Memory Pressure Behavior: completion, preemption and latency above the 5.5 capacity.
+
+Procedure (§5.8.3): take the maximum concurrency from §5.5 (``ctx.get_capacity("concurrency")``,
+or ``capacity_concurrency`` when declared); warm up (§4.5); for each oversubscription level run a
+closed loop at ``level × capacity`` concurrent requests for at least 120 s while the server's
+``/metrics`` are sampled; record completions, preemptions, latency, OOM and other failures;
+summarise the degradation. Levels are ratios ("110 %" = 1.1 × capacity, requirements.md note 42);
+1.0 is Table 11's "100 % (base)" row.
+
+Measurements (§5.8.4), per level: completion rate (successful / (successful + failed)); preemption
+rate (requests preempted at least once / requests), preemption recovery rate (preempted requests
+that complete / preempted requests) and preemption loss (tokens discarded per preemption event).
+Preemptions are server-side events: they come from the server's per-request timing
+(``server_timing.preemptions`` / ``preempted_tokens``, the embedded simulator's §4.6.3 option C
+extension) and ``/metrics`` counter deltas (``llmbench:num_preemptions_total``,
+``llmbench:requests_preempted_total``, ``llmbench:preempted_tokens_total``, or vLLM's
+``vllm:num_preemptions_total``). A SUT exposing neither gets "not measurable client-side".
+
+Workload: Long Context (RECOMMENDED by 5.8.2) at target lengths 1K, 2K and 4K by default: the
+short end of 5.9's list, so prompts fit any context window of 4.4K tokens or more (A.5.1's
+8K-128K would not fit the embedded simulator's 32K window or many real ones), while each request
+holds 2-8x the KV of a 5.5 request (576 tokens on average). The levels stay ratios to the 5.5 concurrency, measured
+with Synthetic-Uniform, as the draft defines them (requirements.md note 42): the KV cache is
+then oversubscribed well beyond the level's nominal ratio, and preemption is certain on a
+paged-KV engine such as the simulator. ``workload="synthetic-uniform"`` repeats 5.5's request
+shape instead, so that "110 %" means 110 % of the measured capacity; 5.8.2-SHOULD-1 then reports
+the deviation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from ..compliance import Check
+from ..load import ClosedLoop
+from .base import Procedure, ProcedureContext, ProcedureResult, Table, register
+from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, run_facts, warm_up
+from .p5_5_capacity import build_level_specs, capacity_error, closed_level_stream
+
+__all__ = ["PROFILES", "LevelPressure", "MemoryPressureParams", "level_concurrency"]
+
+MIN_LEVEL_S = 120.0  # §5.8.3 step 3b
+
+#: /metrics counters, first present name wins (the simulator's, then vLLM's).
+PREEMPTION_EVENTS = ("llmbench:num_preemptions_total", "vllm:num_preemptions_total")
+PREEMPTED_REQUESTS = ("llmbench:requests_preempted_total",)
+PREEMPTED_TOKENS = ("llmbench:preempted_tokens_total",)
+NOT_MEASURABLE = "not measurable client-side"
+MAX_LEVEL_SPECS = 20_000  # distinct requests built per level at most
+
+
+@dataclass
+class MemoryPressureParams:
+    """§5.8.2 setup parameters; defaults are the draft's values (the ``standard`` profile)."""
+
+    levels: tuple[float, ...] = (1.0, 1.1, 1.25, 1.5)  # ratios to the 5.5 capacity; 1.0 = base row
+    level_s: float = MIN_LEVEL_S
+    workload: str = "long-context"  # RECOMMENDED (§5.8.2); see the module doc
+    workload_params: dict[str, Any] = field(default_factory=lambda: {"lengths": [1024, 2048, 4096]})
+    output_tokens: int = 256  # fixed and forced, as in 5.5
+    capacity_concurrency: int | None = None  # declared capacity; None: ctx.get_capacity("concurrency")
+    drain_s: float | None = None  # wait for in-flight requests after a level; None: the session timeout
+    abort_fail_rate: float = 0.5  # cascade guard (§7.4): stop raising the level above this failure rate
+    warmup_requests: int = 100
+    warmup_tokens: int = 10_000
+
+    def validate(self) -> None:
+        self.levels = tuple(float(x) for x in self.levels)
+        if not self.levels or any(not x > 0 for x in self.levels):
+            raise ValueError(f"levels must be positive ratios to capacity (1.1 = 110 %), got {self.levels}")
+        if not self.level_s > 0:
+            raise ValueError(f"level_s must be > 0 s, got {self.level_s}")
+        if self.output_tokens < 1:
+            raise ValueError(f"output_tokens must be >= 1, got {self.output_tokens}")
+        if self.capacity_concurrency is not None and self.capacity_concurrency < 1:
+            raise ValueError(f"capacity_concurrency must be >= 1, got {self.capacity_concurrency}")
+        if self.drain_s is not None and self.drain_s < 0:
+            raise ValueError(f"drain_s must be >= 0 s, got {self.drain_s}")
+        if not 0 < self.abort_fail_rate <= 1:
+            raise ValueError(f"abort_fail_rate is a fraction in (0, 1], got {self.abort_fail_rate}")
+        if not isinstance(self.workload_params, dict):
+            raise ValueError("workload_params must be a dict of build_workload arguments")  # noqa: TRY004
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    # short levels of shorter documents; requests still queued 2 s after a level are cancelled
+    # (counted, neither complete nor failed)
+    "smoke": {"level_s": 2.5, "drain_s": 2.0, "workload_params": {"lengths": [512, 1024]},
+              "warmup_requests": 8, "warmup_tokens": 1000},
+    "standard": {},
+    "full": {},
+}
+
+
+def plan(p: MemoryPressureParams) -> dict[str, Any]:
+    return {"requests": p.warmup_requests, "min_duration_s": len(p.levels) * p.level_s}
+
+
+def level_concurrency(level: float, capacity: int) -> int:
+    """Concurrency for an oversubscription ratio: rounded, and strictly above capacity when level > 1."""
+    c = max(1, round(level * capacity))
+    if level > 1 and c <= capacity:
+        c = capacity + 1
+    return c
+
+
+def _label(level: float) -> str:
+    return f"{level * 100:g}% (base)" if level == 1.0 else f"{level * 100:g}%"
+
+
+def _first(m: Measured, names: tuple[str, ...]) -> tuple[float | None, str | None]:
+    for n in names:
+        v = m.server_delta(n)
+        if v is not None:
+            return v, n
+    return None, None
+
+
+@dataclass
+class LevelPressure:
+    """One oversubscription level: what §5.8.4 asks for, and where each figure came from."""
+
+    level: float
+    concurrency: int
+    measured: Measured
+    requests: int  # successful + failed (cancelled excluded)
+    cancelled: int  # still in flight when the drain time ran out
+    completion: float | None
+    fail_rate: float | None
+    ttft_p99_s: float | None
+    capacity_errors: int
+    preemption_rate: float | None
+    recovery_rate: float | None
+    tokens_lost_per_preemption: float | None
+    preempted_requests: float | None
+    preemption_events: float | None
+    source: str  # "server per-request timing", "server /metrics", NOT_MEASURABLE
+    server_sampled: bool
+    repeats: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in (
+            "level", "concurrency", "requests", "cancelled", "completion", "fail_rate", "ttft_p99_s", "capacity_errors",
+            "preemption_rate", "recovery_rate", "tokens_lost_per_preemption", "preempted_requests",
+            "preemption_events", "source", "server_sampled", "repeats")}
+        d["duration_s"] = self.measured.load.duration_s
+        return d
+
+
+def _assess(level: float, c: int, m: Measured, repeats: int) -> LevelPressure:
+    met = m.metrics
+    n_ok = int(met.scalar("completed_count").value)
+    n_failed = int(met.scalar("error_count").value)
+    judged = n_ok + n_failed
+    pr = met.per_request
+    pre = np.asarray(pr["preemptions"], dtype=float)
+    ptok = np.asarray(pr["preempted_tokens"], dtype=float)
+    ok = np.asarray(pr["ok"], dtype=bool)
+    reported = ~np.isnan(pre)
+    hit = reported & (np.nan_to_num(pre) > 0)
+    srv_events, _ = _first(m, PREEMPTION_EVENTS)
+    srv_requests, _ = _first(m, PREEMPTED_REQUESTS)
+    srv_tokens, _ = _first(m, PREEMPTED_TOKENS)
+    rate = recovery = lost = None
+    pre_requests: float | None = None
+    cancelled = int(met.scalar("cancelled_count").value)
+    if reported.any():
+        # the server reports timing only for requests it finished; its counter also counts the
+        # preempted requests that later failed, so it is the better denominator, unless requests
+        # were cancelled at the end of the level (preempted ones among them are not failures)
+        pre_requests = float(hit.sum()) if cancelled or srv_requests is None else max(float(hit.sum()), srv_requests)
+        rate = pre_requests / judged if judged else None
+        recovery = float((hit & ok).sum()) / pre_requests if pre_requests else None
+        source = "server per-request timing" + (" + /metrics" if srv_requests is not None else "")
+    elif srv_requests is not None:
+        pre_requests = srv_requests
+        rate = srv_requests / judged if judged else None
+        source = "server /metrics"
+    else:
+        source = NOT_MEASURABLE if srv_events is None else "server /metrics (events only)"
+    events = srv_events if srv_events is not None else (float(pre[hit].sum()) if reported.any() else None)
+    if srv_events is not None and srv_tokens is not None:
+        lost = srv_tokens / srv_events if srv_events else None
+    elif reported.any() and hit.any():
+        lost = float(ptok[hit].sum()) / float(pre[hit].sum())
+    return LevelPressure(
+        level=level, concurrency=c, measured=m, requests=judged,
+        cancelled=cancelled,
+        completion=n_ok / judged if judged else None, fail_rate=n_failed / judged if judged else None,
+        ttft_p99_s=pvalue(met, "ttft", 99), capacity_errors=sum(1 for r in m.records if capacity_error(r)),
+        preemption_rate=rate, recovery_rate=recovery, tokens_lost_per_preemption=lost,
+        preempted_requests=pre_requests, preemption_events=events, source=source,
+        server_sampled=bool(m.queue_samples), repeats=repeats,
+    )
+
+
+def _pct(x: float | None, na: str = "n/a") -> str:
+    return na if x is None else f"{x * 100:.1f}%"
+
+
+async def run(ctx: ProcedureContext, p: MemoryPressureParams) -> ProcedureResult:
+    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    if p.capacity_concurrency is not None:
+        cap_n, cap_src, cap_tps = p.capacity_concurrency, "declared (capacity_concurrency)", None
+    else:
+        cap = await ctx.get_capacity("concurrency")
+        if not cap.concurrency:
+            raise RuntimeError("5.8 needs the maximum concurrency from 5.5 (§5.8.3 step 1), and none is available")
+        cap_n, cap_src, cap_tps = int(cap.concurrency), cap.source or "5.5", cap.output_throughput
+    levels = sorted(p.levels)
+    seed = ctx.settings.seed
+    wu_specs, _ = build_level_specs(ctx, p.workload, max(p.warmup_requests, 8), seed + 77, p.output_tokens,
+                                    p.workload_params)
+    declaration: dict[str, Any] = {}
+    wu_specs = [dataclasses.replace(s, min_tokens=None) for s in wu_specs]
+    outcomes: list[LevelPressure] = []
+    aborted: str | None = None
+    max_c = max(level_concurrency(x, cap_n) for x in levels)
+    async with client_for(ctx, max_connections=max_c) as client:
+        wu = await warm_up(ctx, client, wu_specs, min_requests=p.warmup_requests,
+                           min_output_tokens=p.warmup_tokens, concurrency=min(cap_n, 16))
+        rate = (cap_tps / p.output_tokens) if cap_tps else None  # req/s; refined by every level
+        for i, level in enumerate(levels):
+            c = level_concurrency(level, cap_n)
+            # enough distinct requests for the level (cycled beyond that, counted as repeats)
+            n = min(MAX_LEVEL_SPECS, math.ceil(1.2 * rate * p.level_s) + c if rate else 30 * c)
+            specs, decl = build_level_specs(ctx, p.workload, max(n, 2 * c), seed + 5000 + 1000 * i,
+                                            p.output_tokens, p.workload_params)
+            declaration = declaration or decl
+            stats: dict[str, int] = {}
+            ctx.progress(f"{_label(level)} of capacity {cap_n}: {c} concurrent for {p.level_s:g} s")
+            m = await measure(ctx, client, f"oversub_{round(level * 100)}",
+                              closed_level_stream(specs, 0, p.level_s, stats),
+                              ClosedLoop(c, duration_s=p.level_s),
+                              drain_timeout_s=ctx.settings.timeout if p.drain_s is None else p.drain_s,
+                              extra={"level": level, "concurrency": c, "capacity": cap_n})
+            lp = _assess(level, c, m, stats.get("repeats", 0))
+            outcomes.append(lp)
+            if lp.requests and m.load.duration_s > 0:
+                rate = lp.requests / m.load.duration_s * 1.25  # next level: more in flight, maybe faster
+            if lp.fail_rate is not None and lp.fail_rate > p.abort_fail_rate and i + 1 < len(levels):
+                aborted = (f"stopped after {_label(level)}: failure rate {_pct(lp.fail_rate)} > "
+                           f"{p.abort_fail_rate:.0%} (cascading-failure guard, §7.4); levels "
+                           f"{', '.join(_label(x) for x in levels[i + 1:])} not run")
+                break
+    return _result(ctx, p, started, cap_n, cap_src, levels, outcomes, aborted, wu, declaration)
+
+
+def _result(ctx: ProcedureContext, p: MemoryPressureParams, started: str, cap_n: int, cap_src: str,
+            levels: list[float], outcomes: list[LevelPressure], aborted: str | None, wu: Any,
+            declaration: dict[str, Any]) -> ProcedureResult:
+    rows = []
+    for o in outcomes:
+        rows.append([_label(o.level), _pct(o.completion), _pct(o.preemption_rate, NOT_MEASURABLE),
+                     _pct(o.fail_rate), fmt_ms(o.ttft_p99_s)])
+    for x in levels[len(outcomes):]:
+        rows.append([_label(x), "not run", "not run", "not run", "not run"])
+    drain = ctx.settings.timeout if p.drain_s is None else p.drain_s
+    notes11 = [f"capacity {cap_n} concurrent requests ({cap_src}); level = concurrency / capacity",
+               ("Complete = successful / (successful + failed); Preempt = requests preempted at least once / "
+               "requests (§5.8.4)")]
+    notes11 += [aborted] if aborted else []
+    notes11 += [f"{_label(o.level)}: {o.cancelled} requests still queued after the {drain:g} s drain were "
+                "cancelled (neither complete nor failed)" for o in outcomes if o.cancelled]
+    table11 = Table("Table 11: Memory Pressure Degradation",
+                    ["Oversub Level", "Complete", "Preempt", "Fail Rate", "TTFT P99"], rows, notes=notes11)
+    detail = Table(
+        "Preemption detail (§5.8.4)",
+        ["Oversub Level", "Concurrency", "Requests", "Preempted requests", "Recovery rate",
+         "Tokens lost / preemption", "Preemption events", "OOM/capacity errors", "Source"],
+        [[_label(o.level), str(o.concurrency), str(o.requests),
+          NOT_MEASURABLE if o.preempted_requests is None else f"{o.preempted_requests:.0f}",
+          _pct(o.recovery_rate, "n/a (none preempted)" if o.preempted_requests == 0 else NOT_MEASURABLE),
+          "n/a" if o.tokens_lost_per_preemption is None else f"{o.tokens_lost_per_preemption:.1f}",
+          NOT_MEASURABLE if o.preemption_events is None else f"{o.preemption_events:.0f}",
+          str(o.capacity_errors), o.source] for o in outcomes],
+        notes=[("recovery rate = preempted requests that completed / preempted requests; tokens lost = "
+               "discarded (to be recomputed) tokens per preemption event")],
+    )
+    degradation = _degradation(outcomes)
+    measurements: dict[str, Any] = {
+        "capacity_concurrency": cap_n, "capacity_source": cap_src,
+        "levels": [o.to_json() for o in outcomes],
+        "degradation": degradation,
+        "aborted": aborted,
+    }
+    for o in outcomes:
+        key = f"l{round(o.level * 100)}"
+        for name, value, scale in (("completion_pct", o.completion, 100),
+                                   ("preemption_rate_pct", o.preemption_rate, 100),
+                                   ("fail_rate_pct", o.fail_rate, 100), ("ttft_p99_ms", o.ttft_p99_s, 1000)):
+            measurements[f"{key}_{name}"] = None if value is None else round(value * scale, 3)
+    measured = [o.measured for o in outcomes]
+    checks = _checks(p, cap_n, cap_src, outcomes, levels, degradation)
+    facts = run_facts(ctx, workload=declaration, warmup=wu, measured=measured, exceeds_capacity=True)
+    primary = outcomes[-1].measured
+    result = ProcedureResult(
+        procedure="5.8", title="Memory Pressure Behavior", params=_params_json(p), profile=ctx.settings.profile,
+        metrics=primary.metrics, runs=[m.summary for m in measured], tables=[table11, detail],
+        measurements=measurements,
+        notes=[degradation] + ([aborted] if aborted else [])
+        + [f"primary metrics (SLO assertions) = the highest level run, {_label(outcomes[-1].level)}"],
+        plots={"curve": {
+            "offered": [o.concurrency for o in outcomes], "offered_unit": "concurrent requests",
+            "achieved_tps": [o.measured.metrics.scalar("output_throughput").value for o in outcomes],
+            "ttft_p99_s": [o.ttft_p99_s for o in outcomes], "knee_index": None, "saturation_index": None,
+        }},
+        started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+    )
+    finish(ctx, result, facts, checks)
+    return result
+
+
+def _degradation(outcomes: list[LevelPressure]) -> str:
+    """A one-line account of how the SUT degrades from the lowest to the highest level (§5.8.3 step 4)."""
+    if len(outcomes) < 2:
+        return "one level only: no degradation pattern"
+    a, b = outcomes[0], outcomes[-1]
+    parts = [f"from {_label(a.level)} to {_label(b.level)}: completion {_pct(a.completion)} -> {_pct(b.completion)}"]
+    if a.ttft_p99_s and b.ttft_p99_s:
+        parts.append(f"TTFT P99 {fmt_ms(a.ttft_p99_s)} -> {fmt_ms(b.ttft_p99_s)} (x{b.ttft_p99_s / a.ttft_p99_s:.2f})")
+    if a.preemption_rate is not None and b.preemption_rate is not None:
+        parts.append(f"preemption rate {_pct(a.preemption_rate)} -> {_pct(b.preemption_rate)}")
+    parts.append(f"failures {_pct(a.fail_rate)} -> {_pct(b.fail_rate)}")
+    fails = [o for o in outcomes if o.capacity_errors]
+    parts.append("OOM/capacity errors at " + ", ".join(_label(o.level) for o in fails) if fails
+                 else "no OOM/capacity errors")
+    mode = ("graceful (preemption and queueing, no failures)"
+            if all((o.fail_rate or 0) == 0 for o in outcomes) else "with failures")
+    return "; ".join(parts) + f"; degradation {mode}"
+
+
+def _checks(p: MemoryPressureParams, cap_n: int, cap_src: str, outcomes: list[LevelPressure],
+            levels: list[float], degradation: str) -> dict[str, Check]:
+    short = [_label(o.level) for o in outcomes if o.measured.load.send_window_s < MIN_LEVEL_S]
+    measurable = all(o.source != NOT_MEASURABLE for o in outcomes)
+    sampled = all(o.server_sampled for o in outcomes)
+    above = [o for o in outcomes if o.level > 1]
+    long_ctx = p.workload == "long-context"
+    return {
+        "5.8.2-SHOULD-1": (Check.met("5.8.2-SHOULD-1", "Long Context workload") if long_ctx else
+                           Check.unmet("5.8.2-SHOULD-1", f"workload {p.workload} (the request shape of the 5.5 "
+                                       "capacity, so levels are true ratios to it); Long Context is RECOMMENDED: "
+                                       "pass workload='long-context'")),
+        "5.8.2-PARAM-1": Check.met("5.8.2-PARAM-1", "levels " + ", ".join(_label(x) for x in levels)
+                                   + f" of capacity {cap_n}"),
+        "5.8.3-PARAM-1": Check.met("5.8.3-PARAM-1", f"capacity {cap_n} concurrent requests: {cap_src}"),
+        "5.8.3-PARAM-2": Check.met("5.8.3-PARAM-2", "SUT configured, warm-up completed (§4.5)"),
+        "5.8.3-PARAM-3": (Check.met("5.8.3-PARAM-3", "; ".join(f"{_label(o.level)} -> {o.concurrency} concurrent"
+                                                                for o in outcomes))
+                          if above else Check.unmet("5.8.3-PARAM-3", "no level above capacity was run")),
+        "5.8.3-PARAM-4": (Check.met("5.8.3-PARAM-4", f"every level ran >= {MIN_LEVEL_S:g} s") if not short else
+                          Check.unmet("5.8.3-PARAM-4", f"levels {', '.join(short)} ran < {MIN_LEVEL_S:g} s "
+                                      f"(profile level_s = {p.level_s:g} s)")),
+        "5.8.3-PARAM-5": (Check.met("5.8.3-PARAM-5", "completions, latency, errors by type (OOM/capacity "
+                                    "classified) and server-side preemptions recorded") if measurable else
+                          Check.unmet("5.8.3-PARAM-5", "completions, latency and errors recorded; preemptions "
+                                      f"{NOT_MEASURABLE} (no server timing or /metrics counters)")),
+        "5.8.3-PARAM-6": Check.needs_declaration("5.8.3-PARAM-6", f"automatic summary: {degradation}"),
+        "5.8.4-REPORT-1": Check.met("5.8.4-REPORT-1", "completion rate per level"),
+        "5.8.4-REPORT-2": (Check.met("5.8.4-REPORT-2", "preemption rate per level") if measurable else
+                           Check.unmet("5.8.4-REPORT-2", f"preemption rate {NOT_MEASURABLE}")),
+        "5.8.4-REPORT-3": (Check.met("5.8.4-REPORT-3", "recovery rate per level (n/a where nothing was preempted)")
+                           if all("per-request" in o.source for o in outcomes) else
+                           Check.unmet("5.8.4-REPORT-3", "recovery rate needs per-request preemption data "
+                                       "from the server")),
+        "5.8.4-REPORT-4": (Check.met("5.8.4-REPORT-4", "tokens lost per preemption per level")
+                           if all(o.tokens_lost_per_preemption is not None or o.preemption_events == 0
+                                  for o in outcomes) else
+                           Check.unmet("5.8.4-REPORT-4", "preemption loss needs preempted-token counts from "
+                                       "the server")),
+        "5.8.5-REPORT-1": Check.met("5.8.5-REPORT-1", "Table 11 with a 100 % base row" if 1.0 in levels
+                                    else "Table 11 (no 100 % base level requested)"),
+        "7.4-SHOULD-3": (Check.met("7.4-SHOULD-3", "server /metrics (queue depth, preemption counters) sampled "
+                                   f"during every level; levels stop above a {p.abort_fail_rate:.0%} failure rate")
+                         if sampled else
+                         Check.unmet("7.4-SHOULD-3", "the SUT's /metrics could not be sampled during the runs: "
+                                     "cascading failures watched through client-side errors only")),
+    }
+
+
+def _params_json(p: Any) -> dict[str, Any]:
+    return {f.name: (list(v) if isinstance(v := getattr(p, f.name), tuple) else v) for f in dataclasses.fields(p)}
+
+
+register(Procedure("5.8", "Memory Pressure Behavior", MemoryPressureParams, run, PROFILES, plan))

@@ -1,0 +1,260 @@
+"""§5.9 Long Context Scaling: TTFT against context length, and the scaling law it follows.
+
+Procedure (§5.9.3): warm up with short-context requests (§4.5); for each context length in
+ascending order send that length's Long Context requests (REQUIRED, §5.9.2) in a closed loop at
+low concurrency (1-4) with a fixed 256-token output; record TTFT and total latency per request;
+fit scaling models.
+
+Measurements (§5.9.4), per length: TTFT mean, P50, P95; prefill scaling = TTFT / input length
+(Table 12's "ms/1K tokens" = mean TTFT in ms / (length / 1000)); the scaling exponent k of
+TTFT ∝ L^k (least squares of log TTFT on log L over every successful request,
+:func:`~pytest_llmbench.stats.scaling_fit`) next to a linear fit a + b·L; the better one by R²
+in linear space is the "best fit" line (§5.9.5). "Maximum throughput at each length" needs a
+throughput search per length, which 5.9.3 does not run: the table reports the output throughput
+achieved at the test's concurrency instead, labelled as such.
+
+Lengths: a prompt plus its 256 output tokens must fit the context window. On the embedded
+simulator the window is known (``context_window`` in its config); a length that does not fit is
+lowered to ``window - output_tokens`` and noted. For a real endpoint declare ``context_window``
+(or choose ``lengths``) to get the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from ..compliance import Check
+from ..load import ClosedLoop
+from ..stats import ScalingFit, scaling_fit
+from ..workloads import build_workload
+from .base import Procedure, ProcedureContext, ProcedureResult, Table, register
+from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, run_facts, warm_up
+
+__all__ = ["PROFILES", "LongContextParams", "best_fit_statement", "effective_lengths"]
+
+MIN_REQUESTS_PER_LENGTH = 20  # §5.9.2
+DRAFT_OUTPUT_TOKENS = 256  # §5.9.2
+MAX_CONCURRENCY = 4  # §5.9.2 "low concurrency (1-4)"
+
+
+@dataclass
+class LongContextParams:
+    """§5.9.2 setup parameters; defaults are the draft's values (the ``standard`` profile)."""
+
+    lengths: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384, 32768)  # §5.9.2 example list up to 32K
+    requests_per_length: int = MIN_REQUESTS_PER_LENGTH
+    concurrency: int = 1
+    output_tokens: int = DRAFT_OUTPUT_TOKENS
+    max_output_tokens: int | None = None  # cap on the output (shorter runs); recorded as unmet 5.9.2-PARAM-2
+    context_window: int | None = None  # None: the simulator's, else no clamping
+    warmup_requests: int = 100
+    warmup_tokens: int = 10_000
+    warmup_input_tokens: int = 256  # short-context warm-up (§5.9.3 step 1)
+
+    def validate(self) -> None:
+        self.lengths = tuple(int(x) for x in self.lengths)
+        if len(set(self.lengths)) < 2:
+            raise ValueError(f"lengths needs at least two distinct context lengths to fit scaling, got {self.lengths}")
+        if min(self.lengths) < 128:
+            raise ValueError(f"context lengths must be >= 128 tokens (the Long Context question alone is ~100), "
+                             f"got {min(self.lengths)}")
+        if self.requests_per_length < 1:
+            raise ValueError(f"requests_per_length must be >= 1, got {self.requests_per_length}")
+        if not 1 <= self.concurrency:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.output_tokens < 1 or (self.max_output_tokens is not None and self.max_output_tokens < 1):
+            raise ValueError("output_tokens and max_output_tokens must be >= 1")
+
+
+PROFILES: dict[str, dict[str, Any]] = {
+    "smoke": {"requests_per_length": 5, "max_output_tokens": 16, "warmup_requests": 16, "warmup_tokens": 1000},
+    "standard": {},
+    "full": {},
+}
+
+
+def plan(p: LongContextParams) -> dict[str, Any]:
+    return {"requests": p.warmup_requests + p.requests_per_length * len(set(p.lengths)), "min_duration_s": 0.0}
+
+
+def effective_lengths(lengths: tuple[int, ...], window: int | None, output_tokens: int) -> tuple[list[int], list[str]]:
+    """Ascending distinct lengths, each lowered to fit ``window`` with ``output_tokens``; notes on changes."""
+    out: list[int] = []
+    notes: list[str] = []
+    for L in sorted(set(lengths)):
+        if window is not None and L + output_tokens > window:
+            fitted = window - output_tokens
+            notes.append(f"{L} tokens + {output_tokens} output exceed the {window}-token context window: "
+                         f"tested at {fitted}")
+            L = fitted
+        if L not in out:
+            out.append(L)
+    return out, notes
+
+
+def best_fit_statement(fit: ScalingFit) -> str:
+    """§5.9.5's "Best fit" line: the better model by R² (linear space), the exponent, per-token cost."""
+    per_token_us = fit.linear_slope * 1e6
+    if fit.better == "linear":
+        head = f"Best fit: Linear (R^2 = {fit.r2_linear:.4f}), ~{per_token_us:.1f} microseconds per input token"
+        tail = f"power law TTFT ∝ L^{fit.exponent:.3f} (R^2 = {fit.r2_power_linear_space:.4f})"
+    else:
+        head = (f"Best fit: Power law TTFT = {fit.power_coefficient:.3g}·L^{fit.exponent:.3f} "
+                f"(R^2 = {fit.r2_power_linear_space:.4f})")
+        tail = f"linear {per_token_us:.1f} microseconds per input token (R^2 = {fit.r2_linear:.4f})"
+    ci = f", 95% CI [{fit.exponent_ci[0]:.3f}, {fit.exponent_ci[1]:.3f}]" if fit.exponent_ci else ""
+    return f"{head}; scaling exponent k = {fit.exponent:.3f}{ci} (log-log R^2 = {fit.r2_loglog:.4f}); {tail}"
+
+
+def _short_warmup_specs(ctx: ProcedureContext, p: LongContextParams) -> list[Any]:
+    out_tokens = max(16, min(256, math.ceil(p.warmup_tokens / max(p.warmup_requests, 1))))
+    wl = build_workload("fixed", n=max(p.warmup_requests, 8), seed=ctx.settings.seed + 31, tokenizer=ctx.tokenizer,
+                        input_tokens=p.warmup_input_tokens, output_tokens=out_tokens, force_output=True)
+    # a forced min_tokens would exceed the warm-up probe's capped max_tokens
+    return [dataclasses.replace(s, min_tokens=None) for s in wl.specs]
+
+
+async def run(ctx: ProcedureContext, p: LongContextParams) -> ProcedureResult:
+    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    window = p.context_window
+    if window is None and ctx.sut.embedded:
+        window = int(ctx.sut.server_info.get("context_window") or 0) or None
+    out_tokens = p.output_tokens if p.max_output_tokens is None else min(p.output_tokens, p.max_output_tokens)
+    lengths, length_notes = effective_lengths(p.lengths, window, p.output_tokens)
+    wl = build_workload("long-context", n=p.requests_per_length * len(lengths), seed=ctx.settings.seed,
+                        tokenizer=ctx.tokenizer, lengths=lengths, order="ascending", output_tokens=out_tokens,
+                        force_output=True)
+    by_length: dict[int, list[Any]] = {L: [] for L in lengths}
+    for s in wl.specs:
+        by_length[s.input_tokens].append(s)
+    runs: dict[int, Measured] = {}
+    wu_conc = max(p.concurrency, 8)
+    async with client_for(ctx, max_connections=wu_conc) as client:
+        wu = await warm_up(ctx, client, _short_warmup_specs(ctx, p), min_requests=p.warmup_requests,
+                           min_output_tokens=p.warmup_tokens, concurrency=wu_conc)
+        for L in lengths:  # ascending (§5.9.3 step 2)
+            specs = by_length[L]
+            ctx.progress(f"context {L}: {len(specs)} requests at concurrency {p.concurrency}")
+            runs[L] = await measure(ctx, client, f"ctx{L:06d}", specs,
+                                    ClosedLoop(p.concurrency, max_requests=len(specs)),
+                                    drain_timeout_s=ctx.settings.timeout, extra={"context_length": L})
+    return _result(ctx, p, started, lengths, length_notes, out_tokens, runs, wu, wl.declaration.to_json())
+
+
+def _result(ctx: ProcedureContext, p: LongContextParams, started: str, lengths: list[int], length_notes: list[str],
+            out_tokens: int, runs: dict[int, Measured], wu: Any, declaration: dict[str, Any]) -> ProcedureResult:
+    rows12, rows_detail = [], []
+    pts_L: list[float] = []
+    pts_t: list[float] = []
+    per_length: dict[str, Any] = {}
+    for L in lengths:
+        met = runs[L].metrics
+        d = met.distributions.get("ttft")
+        n = d.n if d is not None else 0
+        mean = float(d.mean.value) if d is not None and n else None
+        p50, p95 = pvalue(met, "ttft", 50), pvalue(met, "ttft", 95)
+        e2e = met.distributions.get("e2e")
+        e2e_mean = float(e2e.mean.value) if e2e is not None and e2e.n else None
+        per_1k = mean * 1000 / (L / 1000) if mean is not None else None
+        tps = met.scalar("output_throughput").value
+        rows12.append([str(L), fmt_ms(mean), fmt_ms(p95), "n/a" if per_1k is None else f"{per_1k:.1f}"])
+        rows_detail.append([str(L), str(n), fmt_ms(mean), fmt_ms(p50), fmt_ms(p95), fmt_ms(e2e_mean),
+                            "n/a" if math.isnan(tps) else f"{tps:.1f}", str(sum(met.errors_by_type.values()))])
+        per_length[str(L)] = {"n": n, "ttft_mean_s": mean, "ttft_p50_s": p50, "ttft_p95_s": p95,
+                              "e2e_mean_s": e2e_mean, "ms_per_1k_tokens": per_1k,
+                              "output_tps_at_concurrency": tps, "errors": dict(met.errors_by_type)}
+        pr = met.per_request
+        ok = np.asarray(pr["ok"], dtype=bool)
+        ttft = np.asarray(pr["ttft"], dtype=float)[ok]
+        isl = np.asarray(pr["isl"], dtype=float)[ok]
+        keep = np.isfinite(ttft) & np.isfinite(isl) & (ttft > 0) & (isl > 0)
+        pts_L.extend(isl[keep].tolist())
+        pts_t.extend(ttft[keep].tolist())
+    fit: ScalingFit | None = None
+    fit_line = "no fit: fewer than two context lengths with successful requests"
+    if len(set(pts_L)) >= 2:
+        fit = scaling_fit(pts_L, pts_t)
+        fit_line = best_fit_statement(fit)
+    table12 = Table("Table 12: Long Context Scaling", ["Context (tokens)", "TTFT Mean", "TTFT P95", "ms/1K tokens"],
+                    rows12, notes=[fit_line, "ms/1K tokens = mean TTFT (ms) / (context length / 1000) (§5.9.4)"]
+                    + length_notes)
+    detail = Table("Per-length latency (§5.9.4)",
+                   ["Context (tokens)", "n", "TTFT Mean", "TTFT P50", "TTFT P95", "E2E Mean",
+                    f"Output tok/s at concurrency {p.concurrency}", "Errors"], rows_detail,
+                   notes=[("maximum throughput per length is not measured: 5.9.3 runs at low concurrency only; the "
+                          "output throughput shown is at the test's concurrency")])
+    n_min = min((per_length[str(L)]["n"] for L in lengths), default=0)
+    measurements: dict[str, Any] = {
+        "lengths": lengths, "per_length": per_length, "best_fit": fit_line,
+        "output_tokens": out_tokens, "concurrency": p.concurrency,
+    }
+    if fit is not None:
+        measurements.update(scaling_exponent=fit.exponent, scaling_exponent_ci=fit.exponent_ci,
+                            r2_loglog=fit.r2_loglog, r2_linear=fit.r2_linear,
+                            r2_power=fit.r2_power_linear_space, best_model=fit.better,
+                            per_token_cost_us=fit.linear_slope * 1e6, linear_intercept_ms=fit.linear_intercept * 1e3,
+                            power_coefficient=fit.power_coefficient)
+    for L in lengths:
+        v = per_length[str(L)]
+        if v["ttft_mean_s"] is not None:
+            measurements[f"ttft_mean_ms_{L}"] = round(v["ttft_mean_s"] * 1000, 3)
+    checks = _checks(p, lengths, out_tokens, n_min, fit, declaration)
+    measured = [runs[L] for L in lengths]
+    facts = run_facts(ctx, workload=declaration, warmup=wu, measured=measured)
+    result = ProcedureResult(
+        procedure="5.9", title="Long Context Scaling", params=_params_json(p), profile=ctx.settings.profile,
+        metrics=runs[lengths[-1]].metrics, runs=[m.summary for m in measured], tables=[table12, detail],
+        measurements=measurements, notes=[fit_line, "primary metrics (SLO assertions) = the longest context"]
+        + length_notes,
+        plots={"scaling": {"length": pts_L, "ttft_s": pts_t,
+                           "fit": None if fit is None else {"k": fit.exponent, "c": fit.power_coefficient,
+                                                            "r2": fit.r2_loglog}}},
+        started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+    )
+    finish(ctx, result, facts, checks)
+    return result
+
+
+def _checks(p: LongContextParams, lengths: list[int], out_tokens: int, n_min: int, fit: ScalingFit | None,
+            declaration: dict[str, Any]) -> dict[str, Check]:
+    return {
+        "5.9.2-PARAM-1": Check.met("5.9.2-PARAM-1", f"context lengths {lengths}"),
+        "5.9.2-PARAM-2": (Check.met("5.9.2-PARAM-2", f"fixed output {out_tokens} tokens (forced)")
+                          if out_tokens == DRAFT_OUTPUT_TOKENS else
+                          Check.unmet("5.9.2-PARAM-2", f"output fixed at {out_tokens} tokens, not "
+                                      f"{DRAFT_OUTPUT_TOKENS} (profile/parameter cap)")),
+        "5.9.2-PARAM-3": (Check.met("5.9.2-PARAM-3", f"closed loop at concurrency {p.concurrency}")
+                          if p.concurrency <= MAX_CONCURRENCY else
+                          Check.unmet("5.9.2-PARAM-3", f"concurrency {p.concurrency} > {MAX_CONCURRENCY}")),
+        "5.9.2-PARAM-4": (Check.met("5.9.2-PARAM-4", f">= {MIN_REQUESTS_PER_LENGTH} successful requests per length "
+                                    f"(min {n_min})")
+                          if n_min >= MIN_REQUESTS_PER_LENGTH else
+                          Check.unmet("5.9.2-PARAM-4", f"only {n_min} successful requests at some length "
+                                      f"(< {MIN_REQUESTS_PER_LENGTH}; profile requests_per_length = "
+                                      f"{p.requests_per_length})")),
+        "5.9.3-PARAM-1": Check.met("5.9.3-PARAM-1", f"warm-up with {p.warmup_input_tokens}-token prompts"),
+        "5.9.3-PARAM-2": Check.met("5.9.3-PARAM-2", "lengths run in ascending order at low concurrency; TTFT and "
+                                   "E2E recorded per request"),
+        "5.9.3-PARAM-3": (Check.met("5.9.3-PARAM-3", "power-law (log-log) and linear fits") if fit is not None
+                          else Check.unmet("5.9.3-PARAM-3", "no fit: fewer than two lengths with data")),
+        "5.9.4-REPORT-1": Check.met("5.9.4-REPORT-1", "TTFT mean, P50, P95 per length"),
+        "5.9.4-REPORT-2": Check.met("5.9.4-REPORT-2", "ms per 1K input tokens per length"),
+        "5.9.4-REPORT-3": (Check.met("5.9.4-REPORT-3", f"k = {fit.exponent:.3f}, R^2 = {fit.r2_loglog:.4f}")
+                           if fit is not None else Check.unmet("5.9.4-REPORT-3", "no fit")),
+        "5.9.4-REPORT-4": Check.unmet("5.9.4-REPORT-4", "maximum throughput per length not measured (5.9.3 runs "
+                                      "at low concurrency; run 5.2 per length for it)"),
+        "5.9.5-REPORT-1": Check.met("5.9.5-REPORT-1", "Table 12 and the best-fit statement"),
+    }
+
+
+def _params_json(p: Any) -> dict[str, Any]:
+    return {f.name: (list(v) if isinstance(v := getattr(p, f.name), tuple) else v) for f in dataclasses.fields(p)}
+
+
+register(Procedure("5.9", "Long Context Scaling", LongContextParams, run, PROFILES, plan))

@@ -1,0 +1,32 @@
+"""§5.6 Scheduling Fairness — run as is, or copy and adapt (README "Pointing the suites at a real endpoint").
+
+Synthetic-Skewed with the short/long classes of §5.6.2 (80/20) at 80 % of the request-rate
+capacity; each class is first measured alone. The profile (--llm-profile) sets counts and durations.
+"""
+
+import pytest
+
+from pytest_llmbench import poisson
+
+FAIRNESS = {"workload": "synthetic-skewed", "mix": {"short": 0.8, "long": 0.2},
+            "load": poisson(capacity_fraction=0.8)}
+
+
+@pytest.mark.llm_procedure("5.6", **FAIRNESS)
+def test_fairness_tables(llm_result):
+    """Tables 8 and 9 are complete and Jain's index lies in [1/n, 1] (§5.6.4, §5.6.5)."""
+    table8, table9 = llm_result.tables[0], llm_result.tables[1]
+    assert table8.columns == ["Class", "Count", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99"]
+    assert [row[0] for row in table8.rows] == ["Short", "Long"]
+    assert [row[0] for row in table9.rows] == ["Jain's Fairness Index", "Short Class Starvation",
+                                               "Long Class Starvation"]
+    jain = llm_result.measurements["jain_index"]
+    assert jain is not None and 0.5 <= jain <= 1.0
+
+
+@pytest.mark.llm_procedure("5.6", **FAIRNESS)
+def test_fairness_slo(llm_result):
+    """Example fairness SLOs: adapt the thresholds to your service."""
+    m = llm_result.measurements
+    assert m["short_ttft_p99_ms"] <= 2000, "short requests waited > 2 s for their first token behind long ones"
+    assert m["short_starvation_rate"] <= 0.25, "more than 25 % of short requests waited > 5x their median"

@@ -1,0 +1,28 @@
+"""§5.8 Memory Pressure Behavior — run as is, or copy and adapt.
+
+Levels are ratios to the 5.5 capacity (run first in the same session, or declared with
+``--llm-capacity concurrency=N``). ``workload="long-context"`` follows the draft's recommendation;
+the default repeats 5.5's request shape so that "110 %" really means 110 % of the capacity.
+"""
+
+import pytest
+
+
+@pytest.mark.llm_procedure("5.8")
+def test_memory_pressure_table(llm_result):
+    """Table 11 has the base row and the three oversubscription levels (§5.8.5)."""
+    table = llm_result.tables[0]
+    assert table.columns == ["Oversub Level", "Complete", "Preempt", "Fail Rate", "TTFT P99"]
+    assert [row[0] for row in table.rows] == ["100% (base)", "110%", "125%", "150%"]
+
+
+@pytest.mark.llm_procedure("5.8")
+def test_memory_pressure_graceful(llm_result):
+    """Example robustness SLO: above capacity the SUT degrades by queueing/preemption, never by failing.
+
+    (The SLO on ``success_rate`` is checked on the highest level run, the primary metrics.)
+    """
+    for level in llm_result.measurements["levels"]:
+        assert level["fail_rate"] is not None and level["fail_rate"] <= 0.01, level
+        assert level["capacity_errors"] == 0, level
+    assert llm_result.metrics.scalar("success_rate").value >= 0.99

@@ -1,0 +1,156 @@
+"""§5.4: ITL at low load against the engine model (``SimConfig.predicted_itl_s``), the output-length
+and TTFT-exclusion audits on hand-computed records, and the forced minimum output."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_llmbench.metrics import summarize
+from pytest_llmbench.procedures.base import (
+    Capacity,
+    ProcedureContext,
+    ProcedureError,
+    get_procedure,
+)
+from pytest_llmbench.procedures.p5_4_itl import audit_itl, force_min_output
+from pytest_llmbench.records import RequestRecord, RequestSpec
+from pytest_llmbench.settings import Settings
+from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator.predict import simulate_closed_loop
+from pytest_llmbench.sut import SUT
+from pytest_llmbench.tokenizer import get_tokenizer
+
+# time_scale 1: an 8 ms iteration, far above the event loop's ~1 ms timer resolution
+CFG = SimConfig(time_scale=1.0, seed=3)
+OUT = 64
+
+
+@contextlib.contextmanager
+def harness(cfg: SimConfig, root: Path, capacity: Capacity) -> Iterator[ProcedureContext]:
+    with start_simulator(cfg) as sim:
+        sut = SUT(base_url=sim.base_url, model=cfg.model_name, api="completions", embedded=True)
+        sut.server_info = httpx.get(sut.root_url + "/admin/config", timeout=10).json()
+
+        async def get_capacity(kind: str) -> Capacity:
+            assert kind == "rate"
+            return capacity
+
+        yield ProcedureContext(sut=sut, settings=Settings(profile="smoke", report=root, time_scale=cfg.time_scale),
+                               tokenizer=get_tokenizer(), run_root=root, get_capacity=get_capacity,
+                               configure_sut=lambda s, v: False)
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    cap = simulate_closed_loop(CFG, CFG.max_num_seqs, 320, OUT).requests_per_s
+    proc = get_procedure("5.4")
+    params = proc.make_params("smoke", {"levels": [0.1, 0.25], "requests": 30})
+    with harness(CFG, tmp_path_factory.mktemp("p54"), Capacity(rate=cap, source="model")) as ctx:
+        return asyncio.run(proc.run(ctx, params))
+
+
+def test_low_load_itl_matches_the_engine_model(result) -> None:  # type: ignore[no-untyped-def]
+    low = result.runs[0].metrics
+    assert low.itl_option == "C"  # the simulator sends per-token timestamps: option C is declared
+    p50 = low.percentile("itl", 50).value
+    # at 10% of capacity only a few streams decode together; most gaps are one decode iteration
+    conc = low.scalar("concurrency").value
+    batch_hi = max(2, math.ceil(2 * conc))
+    lo_pred, hi_pred = CFG.predicted_itl_s(1), CFG.predicted_itl_s(batch_hi)
+    assert 0.95 * lo_pred <= p50 <= 1.1 * hi_pred, (p50, lo_pred, hi_pred, conc)
+    # the per-level figures are in the measurements and the tables
+    lv = result.measurements["levels"][0]
+    assert lv["itl_p50_ms"] == pytest.approx(p50 * 1000, abs=1e-3)
+    # a higher load decodes larger batches: P50 does not drop (scheduling noise: 5% slack)
+    assert result.runs[1].metrics.percentile("itl", 50).value >= 0.95 * p50
+
+
+def test_output_lengths_samples_and_ttft_exclusion(result) -> None:  # type: ignore[no-untyped-def]
+    m = result.measurements
+    assert m["requests_below_min_output"] == 0 and m["requests_ok"] == 60
+    for run, lv in zip(result.runs, m["levels"]):
+        assert lv["itl_samples"] == 30 * (OUT - 1)  # one sample per token after the first
+        assert run.metrics.distributions["osl"].min == OUT  # forced length honoured
+    assert result.checks["5.4.2-MUST-1"].holds
+    assert result.checks["5.4.3-MUST-1"].holds
+    assert not result.checks["5.4.2-SHOULD-2"].holds  # levels 10%, 25%: not the recommended four
+    assert result.checks["5.4.3-PARAM-2"].holds
+    t6 = result.tables[0]
+    assert [r[0] for r in t6.rows] == ["ITL Samples", "ITL P50", "ITL P90", "ITL P95", "ITL P99", "ITL P99.9",
+                                       "ITL Mean", "ITL Std Dev", "P99/P50 Ratio"]
+    assert "option C" in t6.notes[0]
+    assert len(result.plots["itl_samples_s"]) == 30 * (OUT - 1)
+    # the longest pause is a decode iteration plus one prefill-only iteration (no chunked prefill):
+    # bounded by the model's worst stall for a full prefill budget
+    worst = CFG.predicted_max_itl_s(CFG.max_num_batched_tokens, CFG.max_num_seqs)
+    assert max(result.plots["itl_samples_s"]) <= 1.1 * worst + 0.005
+    assert result.measurements["max_pause_p99_ms"] <= (1.1 * worst + 0.005) * 1000
+
+
+# ----------------------------------------------------------------------------- hand-computed records
+def _spec(i: int, max_tokens: int = 50) -> RequestSpec:
+    return RequestSpec(index=i, workload="fixed", input_tokens=10, max_tokens=max_tokens, prompt_text="x")
+
+
+def _record(i: int, sent: int, ttft_ns: int, gaps_ns: list[int]) -> RequestRecord:
+    r = RequestRecord.from_spec(_spec(i))
+    r.sent_ns = sent
+    t = sent + ttft_ns
+    r.first_chunk_ns = r.first_token_ns = t
+    times = [t]
+    for g in gaps_ns:
+        t += g
+        times.append(t)
+    r.chunk_ns = times
+    r.chunk_text = [" w"] * len(times)
+    r.chunk_tokens = [1] * len(times)
+    r.output_tokens_server = len(times)
+    r.end_ns = t + 1000
+    return r
+
+
+def test_audit_counts_short_outputs_and_catches_a_ttft_sample() -> None:
+    ms = 1_000_000
+    recs = [_record(0, 0, 300 * ms, [10 * ms] * 59), _record(1, 5 * ms, 200 * ms, [20 * ms] * 9),
+            _record(2, 9 * ms, 250 * ms, [5 * ms, 15 * ms] * 30)]
+    metrics = summarize(recs, itl_option="B")
+    a = audit_itl(metrics, recs, 50)
+    assert (a.ok_requests, a.short_requests, a.shortest) == (3, 1, 10)
+    assert (a.spans_checked, a.span_mismatches, a.count_mismatches) == (3, 0, 0)
+    assert a.samples == 59 + 9 + 60
+    # a pipeline that let the TTFT in: request 0's samples now sum to TTFT + its decode span
+    mean = metrics.per_request["itl_mean"]
+    count = metrics.per_request["itl_count"]
+    mean[0] = (mean[0] * count[0] + 0.3) / count[0]
+    assert audit_itl(metrics, recs, 50).span_mismatches == 1
+
+
+@settings(deadline=None, max_examples=100)
+@given(lengths=st.lists(st.integers(1, 400), min_size=1, max_size=30), cap=st.one_of(st.none(), st.integers(50, 300)))
+def test_force_min_output(lengths: list[int], cap: int | None) -> None:
+    specs = [_spec(i, n) for i, n in enumerate(lengths)]
+    out, raised = force_min_output(specs, 50, cap)
+    assert raised == sum(1 for n in lengths if min(n, cap or n) < 50)
+    for s, n in zip(out, lengths):
+        assert s.min_tokens == s.max_tokens == max(50, min(n, cap if cap is not None else n))
+        assert s.ignore_eos
+
+
+def test_bad_parameters_are_named() -> None:
+    proc = get_procedure("5.4")
+    with pytest.raises(ProcedureError, match="max_output_tokens"):
+        proc.make_params("smoke", {"max_output_tokens": 20})
+    with pytest.raises(ProcedureError, match="levels"):
+        proc.make_params("smoke", {"levels": []})
+    assert proc.make_params("standard", {}).levels == (0.25, 0.5, 0.75, 0.9)
+    assert np.isclose(proc.make_params("full", {}).requests, 1000)

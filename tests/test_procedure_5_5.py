@@ -1,0 +1,179 @@
+"""§5.5 Concurrent Request Capacity against a simulator whose capacity is known in advance.
+
+Expected capacity, derived from the simulator's engine model (docs/simulator.md) for the
+configuration below:
+
+* Every request is 100 prompt + 48 forced output tokens = 148 tokens, and a KV block holds 256
+  tokens, so a request occupies exactly one block from admission to completion: it never grows
+  into a second block, so the engine never preempts. The cache has 3072 / 256 = 12 blocks, so
+  ``K = SimConfig.kv_capacity_requests(100, 48) = min(max_num_seqs 64, 12 // 1) = 12`` requests
+  run at once; ``simulate_closed_loop`` confirms it (mean running batch K at concurrency K and
+  K + 1, no preemption).
+* At concurrency C <= K every request is admitted on arrival: TTFT is one prefill iteration,
+  (8 + 0.02·100·C) ms <= 32 ms, plus at most a few iterations while a wave of re-submissions
+  arrives: far below the 200 ms threshold.
+* At C = K + 1 one request per round finds no free block and waits for a whole request to finish:
+  D = 48 decode iterations of (8 + 0.15·12) ms = 470 ms > 200 ms. That is 1 request in 13 (7.7 %)
+  > 1 %, so TTFT P99 > threshold and the level fails; every larger C fails the same way.
+
+So the largest concurrency meeting the criteria is exactly K = 12. The search runs at resolution 1,
+so its answer must be K; the test allows one search step (±1) for timing noise on a shared machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_llmbench.procedures.base import Capacity, ProcedureContext, get_procedure
+from pytest_llmbench.procedures.p5_5_capacity import capacity_error, closed_level_stream, next_level
+from pytest_llmbench.records import ErrorType, RequestRecord
+from pytest_llmbench.settings import Settings
+from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator.predict import simulate_closed_loop
+from pytest_llmbench.sut import SUT
+from pytest_llmbench.tokenizer import get_tokenizer
+
+IN, OUT = 100, 48
+THRESHOLD_S = 0.2
+CONFIG = SimConfig(time_scale=1.0, block_size=256, kv_capacity_tokens=12 * 256, prefill_per_token_ms=0.02,
+                   prefill_per_token2_ms=0.0, prefix_cache=False, seed=3)
+
+
+def make_ctx(sim, root: Path, *, profile: str = "standard") -> ProcedureContext:
+    info = httpx.get(sim.admin_url, timeout=10).json()
+    sut = SUT(base_url=sim.base_url, model=info["model_name"], embedded=True, server_info=info)
+
+    async def no_capacity(kind: str) -> Capacity:
+        raise AssertionError("5.5 must not ask for a capacity")
+
+    return ProcedureContext(sut=sut, settings=Settings(profile=profile, seed=11, report=root, timeout=60.0),
+                            tokenizer=get_tokenizer(), run_root=root / "runs", get_capacity=no_capacity,
+                            configure_sut=lambda setting, value: False)
+
+
+@pytest.fixture(scope="module")
+def outcome(tmp_path_factory):
+    proc = get_procedure("5.5")
+    params = proc.make_params("standard", {
+        "workload": "fixed", "workload_params": {"input_tokens": IN}, "output_tokens": OUT,
+        "initial_concurrency": 4, "max_concurrency": 16, "resolution": 1, "ttft_p99_threshold_s": THRESHOLD_S,
+        "min_level_s": 1.5, "min_completions_per_slot": 5, "warmup_requests": 8, "warmup_tokens": 200,
+    })
+    root = tmp_path_factory.mktemp("p55")
+    with start_simulator(CONFIG) as sim:
+        result = asyncio.run(proc.run(make_ctx(sim, root), params))
+    return result
+
+
+def test_model_derivation_holds():
+    """The premises of the expected value, on the simulator's own virtual-clock engine."""
+    k = CONFIG.kv_capacity_requests(IN, OUT)
+    assert k == 12
+    at_k = simulate_closed_loop(CONFIG, k, IN, OUT, duration_s=5, warmup_s=1)
+    above = simulate_closed_loop(CONFIG, k + 1, IN, OUT, duration_s=5, warmup_s=1)
+    assert at_k.num_preemptions == above.num_preemptions == 0
+    assert at_k.mean_running == pytest.approx(k, rel=0.02)
+    assert above.mean_running <= k + 1e-9  # KV-bound: the 13th request waits
+    wait_s = OUT * CONFIG.predicted_itl_s(k)  # one whole request
+    assert wait_s > 2 * THRESHOLD_S > 4 * CONFIG.predicted_ttft_s(IN * k)
+
+
+def test_capacity_matches_kv_budget(outcome):
+    k = CONFIG.kv_capacity_requests(IN, OUT)
+    cap = outcome.capacity
+    assert cap is not None and cap.source == "measured by 5.5 in this session"
+    assert abs(cap.concurrency - k) <= 1, outcome.tables[0].rows
+    assert outcome.measurements["max_concurrency"] == cap.concurrency
+    assert outcome.measurements["search_converged"] is True
+    lo, hi = outcome.measurements["search_bracket"]
+    assert lo == cap.concurrency and hi - lo <= 1
+
+
+def test_throughput_at_capacity_matches_model(outcome):
+    """Output tok/s at the maximum vs the virtual-clock engine at the same concurrency (ratio)."""
+    cap = outcome.capacity
+    predicted = simulate_closed_loop(CONFIG, cap.concurrency, IN, OUT, duration_s=5, warmup_s=1)
+    ratio = cap.output_throughput / predicted.output_tokens_per_s
+    assert 0.6 <= ratio <= 1.15, (cap.output_throughput, predicted.output_tokens_per_s)
+    # tokens in flight ≈ concurrency × (input + half the output on average)
+    tif = outcome.measurements["tokens_in_flight_at_max"]
+    assert 0.7 <= tif / (cap.concurrency * (IN + OUT / 2)) <= 1.2
+
+
+def test_table7_and_search_log(outcome):
+    table = outcome.tables[0]
+    assert table.columns == ["Concurrency", "Completion", "TTFT P99", "TPOT P99", "Errors", "Status"]
+    levels = [int(r[0]) for r in table.rows]
+    assert levels == sorted(levels)
+    status = {int(r[0]): r[-1] for r in table.rows}
+    n = outcome.capacity.concurrency
+    assert status[n] == "Pass" and all(s == "Fail" for c, s in status.items() if c > n)
+    assert all(s == "Pass" for c, s in status.items() if c <= n)
+    assert f"Maximum concurrent requests meeting criteria: {n}" in table.notes
+    search = outcome.plots["search"]
+    assert [s["level"] for s in search][:3] == [4, 8, 16]  # doubling from the initial level
+    assert all(isinstance(s["passed"], bool) for s in search)
+    for s in search:
+        assert s["passed"] == (s["value"] <= THRESHOLD_S)  # only the TTFT criterion can fail here
+    checks = outcome.checks
+    assert checks["5.5.2-PARAM-1"].status.value == "met"  # every output was exactly 48 tokens
+    assert checks["5.5.3-PARAM-3"].status.value == "unmet"  # 1.5 s levels < 60 s: never silent
+    assert checks["7.4-SHOULD-3"].status.value == "met"  # the simulator's /metrics were sampled
+
+
+def test_level_stream_runs_for_the_longer_of_count_and_time():
+    specs = list(range(5))
+    stats: dict[str, int] = {}
+    assert len(list(closed_level_stream(specs, 12, 0.0, stats))) == 12  # type: ignore[arg-type]
+    assert stats["repeats"] == 7
+    import time
+
+    t0 = time.perf_counter()
+    n = sum(1 for _ in closed_level_stream(specs, 1, 0.05, {}))  # type: ignore[arg-type]
+    assert n > 1 and time.perf_counter() - t0 >= 0.05
+
+
+@settings(deadline=None, max_examples=300)
+@given(initial=st.integers(1, 64), maximum=st.integers(1, 600), true_cap=st.integers(0, 700),
+       resolution=st.integers(1, 32))
+def test_search_converges_on_a_monotone_criterion(initial, maximum, true_cap, resolution):
+    """Pass iff c <= true_cap: the search ends with lo <= true_cap < hi and hi - lo <= resolution."""
+    initial = min(initial, maximum)
+    lo, hi, c, seen = 0, None, initial, []
+    while c is not None:
+        assert c not in seen and 1 <= c <= maximum
+        seen.append(c)
+        if c <= true_cap:
+            lo = max(lo, c)
+        else:
+            hi = c if hi is None else min(hi, c)
+        c = next_level(lo, hi, maximum, resolution)
+    assert len(seen) <= 2 * 11
+    assert lo <= true_cap
+    if hi is None:
+        assert lo == maximum
+    else:
+        assert hi > true_cap
+        assert (lo == 0 and hi == 1) or (lo > 0 and hi - lo <= resolution)
+        if resolution == 1 and lo:
+            assert lo == min(true_cap, maximum)
+
+
+def _rec(**kw) -> RequestRecord:
+    return RequestRecord(index=0, workload="w", spec_input_tokens=1, max_tokens=1, **kw)
+
+
+def test_capacity_errors_are_recognised():
+    assert capacity_error(_rec(status=429, error_type=ErrorType.RATE_LIMITED, error_message="queue_full"))
+    assert capacity_error(_rec(status=503, error_type=ErrorType.HTTP_5XX, error_message="busy"))
+    assert capacity_error(_rec(status=500, error_type=ErrorType.HTTP_5XX,
+                               error_message="CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert capacity_error(_rec(status=400, error_type=ErrorType.HTTP_4XX, error_message="kv_capacity_exceeded"))
+    assert not capacity_error(_rec(status=400, error_type=ErrorType.HTTP_4XX, error_message="bad temperature"))
+    assert not capacity_error(_rec(status=200))

@@ -1,0 +1,132 @@
+"""§5.6 Scheduling Fairness against the simulator (FCFS, no chunked prefill): long prompts stall
+short requests in the mixed run, so the short class's TTFT is inflated relative to isolation;
+the reported statistics agree with a recomputation from the records on disk."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pytest_llmbench import closed, poisson
+from pytest_llmbench.procedures.base import Capacity, ProcedureContext, ProcedureError, get_procedure
+from pytest_llmbench.procedures.p5_6_fairness import FairnessParams, _mixed_count
+from pytest_llmbench.settings import Settings
+from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.storage import iter_records
+from pytest_llmbench.sut import SUT
+from pytest_llmbench.tokenizer import get_tokenizer
+from pytest_llmbench.workloads.standard import _mix_counts
+
+PROC = get_procedure("5.6")
+
+
+@contextlib.contextmanager
+def harness(tmp_path: Path, config: SimConfig, rate: float) -> Iterator[tuple[Any, ProcedureContext]]:
+    with start_simulator(config) as sim:
+        info = sim.get_config()
+        sut = SUT(base_url=sim.base_url, model=info["model_name"], embedded=True, server_info=info)
+
+        async def capacity(kind: str) -> Capacity:
+            assert kind == "rate"
+            return Capacity(rate=rate, source="declared by the test")
+
+        def configure(setting: str, value: Any) -> bool:
+            sut.server_info = sim.set_config(**{setting: value})
+            return True
+
+        ctx = ProcedureContext(sut=sut, settings=Settings(profile="smoke", report=tmp_path, seed=4),
+                               tokenizer=get_tokenizer(), run_root=tmp_path / "runs", get_capacity=capacity,
+                               configure_sut=configure)
+        yield sim, ctx
+
+
+def _ttft_by_class(run: Any) -> dict[str, np.ndarray]:
+    out: dict[str, list[float]] = {}
+    for r in iter_records(run.run_dir):
+        if r.phase == "measure" and r.ok:
+            out.setdefault(r.request_class, []).append((r.first_token_ns - r.sent_ns) / 1e9)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def test_long_prompts_inflate_short_ttft(tmp_path: Path) -> None:
+    cfg = SimConfig(time_scale=0.5, seed=2)  # FCFS, chunked_prefill off: a long prefill stalls everyone
+    assert not cfg.chunked_prefill
+    params = PROC.make_params("smoke", {"requests_per_class": 20, "duration_s": 3.0, "max_output_tokens": 32,
+                                        "warmup_requests": 10, "warmup_tokens": 200})
+    with harness(tmp_path, cfg, rate=20.0) as (_, ctx):
+        result = asyncio.run(PROC.run(ctx, params))
+    iso_short, iso_long, mixed = result.runs
+    assert [r.label for r in result.runs] == ["isolated-short", "isolated-long", "mixed"]
+    m = result.measurements
+    assert m["mixed_rate_rps"] == pytest.approx(16.0)  # 80 % of the declared 20 req/s
+    assert m["short_isolated_rate_rps"] == pytest.approx(12.8) and m["long_isolated_rate_rps"] == pytest.approx(3.2)
+
+    mixed_t = _ttft_by_class(mixed)
+    iso = {"short": _ttft_by_class(iso_short)["short"], "long": _ttft_by_class(iso_long)["long"]}
+    assert set(mixed_t) == {"short", "long"} and len(mixed_t["long"]) >= 20 and len(mixed_t["short"]) >= 80
+    # the isolated runs replay exactly the class's requests of the mixed run
+    idx = {c: sorted(r.index for r in iter_records(run.run_dir) if r.phase == "measure")
+           for c, run in (("short", iso_short), ("long", iso_long))}
+    mixed_idx = {c: sorted(r.index for r in iter_records(mixed.run_dir) if r.phase == "measure"
+                           and r.request_class == c) for c in ("short", "long")}
+    assert idx == mixed_idx
+
+    # head-of-line blocking: short requests wait behind long prefills in the mixed run
+    infl50 = np.percentile(mixed_t["short"], 50) / np.percentile(iso["short"], 50)
+    infl99 = np.percentile(mixed_t["short"], 99) / np.percentile(iso["short"], 99)
+    assert infl99 > 1.5 and infl50 > 1.0
+    # a long stall costs at least one long prefill: the short P99 in the mixed run reaches it
+    long_prefill = cfg.predicted_prefill_s(1024)
+    assert np.percentile(mixed_t["short"], 99) > long_prefill
+    # the procedure reports the same numbers (same records, same percentile definition)
+    assert m["short_inflation_p50"] == pytest.approx(infl50, rel=0.02)
+    assert m["short_inflation_p99"] == pytest.approx(infl99, rel=0.02)
+    # Jain's index over the classes' P50 inflations, in [1/n, 1]
+    x = np.array([m["short_inflation_p50"], m["long_inflation_p50"]])
+    assert m["jain_index"] == pytest.approx(x.sum() ** 2 / (2 * (x ** 2).sum()), rel=1e-3)
+    assert 0.5 <= m["jain_index"] <= 1.0 and 0.0 < m["jain_index_per_request"] <= 1.0
+    # starvation: TTFT > 5x the class median in the mixed run
+    for c in ("short", "long"):
+        t = mixed_t[c]
+        assert m[f"{c}_starvation_rate"] == pytest.approx(np.mean(t > 5 * np.median(t)), abs=1e-4)
+
+    t8, t9 = result.tables[0], result.tables[1]
+    assert t8.columns == ["Class", "Count", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99"]
+    assert [r[0] for r in t8.rows] == ["Short", "Long"]
+    assert [r[1] for r in t8.rows] == [str(len(mixed_t["short"])), str(len(mixed_t["long"]))]
+    assert [r[0] for r in t9.rows] == ["Jain's Fairness Index", "Short Class Starvation", "Long Class Starvation"]
+    assert set(result.plots["classes"]) == {"short", "long"}
+    assert m["mixed_queue_growing"] is False  # 80 % of this capacity is below saturation for this mix
+    assert result.checks["5.6.2-SHOULD-1"].status.value == "met"  # 80 % of saturation
+    assert not any("flushed" in n for n in result.notes)  # the mixed run did not find its prompts cached
+    assert result.checks["5.6.2-PARAM-3"].status.value == "unmet"  # 20 per class < 500
+    assert result.checks["5.6.3-PARAM-3"].status.value == "unmet"  # a few seconds < 300 s
+
+
+@settings(deadline=None, max_examples=200)
+@given(short=st.floats(0.05, 20), long=st.floats(0.05, 20), per_class=st.integers(1, 600),
+       rate=st.floats(0.1, 500), duration=st.floats(0.5, 400))
+def test_mixed_count_meets_both_minimums(short: float, long: float, per_class: int, rate: float,
+                                         duration: float) -> None:
+    p = FairnessParams(mix={"short": short, "long": long}, requests_per_class=per_class, duration_s=duration)
+    n = _mixed_count(p, rate)
+    assert min(_mix_counts(n, p.mix).values()) >= per_class  # >= 500 per class in the standard profile
+    assert n >= rate * duration  # enough Poisson arrivals to span the duration (plus a 3-sigma margin)
+    assert n <= math.ceil(per_class / min(short, long) * (short + long)) + rate * duration + 3 * math.sqrt(
+        rate * duration) + 3  # and not wildly more
+
+
+@pytest.mark.parametrize("bad", [{"load": closed(8)}, {"workload": "synthetic-uniform"}, {"mix": {"short": 1.0}}, {"mix": {"short": 0.5, "huge": 0.5}},
+                                 {"isolation": "alone"}, {"load": poisson(capacity_fraction=0.8), "requests_per_class": 0}])
+def test_bad_parameters_are_rejected(bad: dict[str, Any]) -> None:
+    with pytest.raises(ProcedureError):
+        PROC.make_params("standard", bad)

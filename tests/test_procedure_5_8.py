@@ -1,0 +1,125 @@
+"""§5.8 Memory Pressure Behavior against a simulator whose KV budget is known.
+
+Configuration: 224-token prompts with 64 forced output tokens = 288 tokens = 18 blocks of 16, and a
+cache of 12 × 18 = 216 blocks, so ``K = kv_capacity_requests(224, 64) = 12`` requests fit whole.
+The capacity is declared as K (what 5.5 measures on such a KV-bound engine, see
+test_procedure_5_5). At 50 % (6 concurrent, 108 blocks at most) every sequence fits from prompt
+to last token: the engine can never preempt. At 150 % (18 concurrent) the engine admits a request
+once its 14 prompt blocks are free (15 fit by prompt alone), the running sequences then grow into
+their last 4 blocks and run out, and the newest is preempted by recompute; the simulator's
+virtual-clock engine (``simulate_closed_loop``) confirms both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import numpy as np
+import pytest
+
+from pytest_llmbench.metrics import summarize
+from pytest_llmbench.procedures.base import Capacity, ProcedureContext, RunSummary, get_procedure
+from pytest_llmbench.procedures.common import Measured
+from pytest_llmbench.procedures.p5_8_memory_pressure import NOT_MEASURABLE, _assess, level_concurrency
+from pytest_llmbench.settings import Settings
+from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator.predict import simulate_closed_loop
+from pytest_llmbench.storage import iter_records
+from pytest_llmbench.sut import SUT
+from pytest_llmbench.tokenizer import get_tokenizer
+
+IN, OUT = 224, 64
+CONFIG = SimConfig(time_scale=0.5, kv_capacity_tokens=12 * 288, prefix_cache=False, seed=5)
+K = CONFIG.kv_capacity_requests(IN, OUT)
+
+
+def make_ctx(sim, root: Path) -> ProcedureContext:
+    info = httpx.get(sim.admin_url, timeout=10).json()
+    sut = SUT(base_url=sim.base_url, model=info["model_name"], embedded=True, server_info=info)
+
+    async def capacity(kind: str) -> Capacity:
+        assert kind == "concurrency"
+        return Capacity(concurrency=K, source="test: kv_capacity_requests")
+
+    return ProcedureContext(sut=sut, settings=Settings(profile="standard", seed=13, report=root, timeout=60.0),
+                            tokenizer=get_tokenizer(), run_root=root / "runs", get_capacity=capacity,
+                            configure_sut=lambda setting, value: False)
+
+
+@pytest.fixture(scope="module")
+def outcome(tmp_path_factory):
+    proc = get_procedure("5.8")
+    params = proc.make_params("standard", {
+        "workload": "fixed", "workload_params": {"input_tokens": IN}, "output_tokens": OUT,
+        "levels": (0.5, 1.5), "level_s": 3.0, "warmup_requests": 8, "warmup_tokens": 300,
+    })
+    root = tmp_path_factory.mktemp("p58")
+    with start_simulator(CONFIG) as sim:
+        result = asyncio.run(proc.run(make_ctx(sim, root), params))
+    return result
+
+
+def test_model_predicts_preemption_only_above_kv_capacity():
+    assert K == 12
+    assert simulate_closed_loop(CONFIG, level_concurrency(0.5, K), IN, OUT, duration_s=5).num_preemptions == 0
+    assert simulate_closed_loop(CONFIG, level_concurrency(1.5, K), IN, OUT, duration_s=5).num_preemptions > 0
+
+
+def test_preemptions_above_capacity_none_below(outcome):
+    low, high = outcome.measurements["levels"]
+    assert (low["level"], low["concurrency"]) == (0.5, 6)
+    assert (high["level"], high["concurrency"]) == (1.5, 18)
+    # well below: nothing preempted, by the per-request timing and by the /metrics counters
+    assert low["preemption_rate"] == 0 and low["preemption_events"] == 0 and low["preempted_requests"] == 0
+    # above: preemption, every preempted request recovered (drained fully: none cancelled)
+    assert high["preemption_events"] > 0 and high["preempted_requests"] > 0
+    assert 0 < high["preemption_rate"] <= 1
+    assert high["cancelled"] == 0 and high["recovery_rate"] == 1.0
+    # a preemption discards the prompt plus the tokens generated so far: within (prompt, prompt + output]
+    assert IN < high["tokens_lost_per_preemption"] <= IN + OUT
+    assert low["completion"] == high["completion"] == 1.0 and high["fail_rate"] == 0
+    assert high["source"].startswith("server per-request timing")
+
+
+def test_table11_and_checks(outcome):
+    table = outcome.tables[0]
+    assert table.columns == ["Oversub Level", "Complete", "Preempt", "Fail Rate", "TTFT P99"]
+    assert [r[0] for r in table.rows] == ["50%", "150%"]
+    assert table.rows[0][2] == "0.0%" and table.rows[1][2] != "0.0%"
+    assert outcome.facts.exceeds_capacity is True
+    c = outcome.checks
+    assert c["7.4-SHOULD-3"].status.value == "met"
+    assert c["5.8.3-PARAM-4"].status.value == "unmet"  # 3 s levels < 120 s, never silent
+    assert c["5.8.2-SHOULD-1"].status.value == "unmet"  # workload "fixed", not Long Context
+    assert c["5.8.4-REPORT-2"].status.value == "met"
+    assert outcome.plots["curve"]["offered"] == [6, 18]
+
+
+def test_without_server_data_preemption_is_not_measurable(outcome):
+    """A SUT without server timing or /metrics: the table says so instead of reporting 0 %."""
+    run_dir = outcome.runs[-1].run_dir
+    records = [dataclasses.replace(r, server_timing=None, server_token_ns=None) for r in iter_records(run_dir)]
+    assert records and any(r.server_timing is None for r in records)
+    metrics = summarize(records)
+    summary = RunSummary(label="x", run_dir=run_dir, load={}, metrics=metrics)
+    fake = Measured(load=SimpleNamespace(records=records), summary=summary)  # type: ignore[arg-type]
+    lp = _assess(1.5, 18, fake, 0)
+    assert lp.source == NOT_MEASURABLE
+    assert lp.preemption_rate is None and lp.recovery_rate is None and lp.preemption_events is None
+    assert lp.completion == 1.0
+
+
+@pytest.mark.parametrize("level,cap,expected", [(1.0, 12, 12), (1.1, 12, 13), (1.1, 4, 5), (1.25, 40, 50),
+                                                (0.5, 1, 1), (1.5, 1, 2)])
+def test_level_concurrency(level, cap, expected):
+    assert level_concurrency(level, cap) == expected
+
+
+def test_default_workload_is_long_context_that_fits_the_window():
+    p = get_procedure("5.8").make_params("standard", {})
+    assert p.workload == "long-context" and max(p.workload_params["lengths"]) + p.output_tokens <= 32768
+    assert np.allclose(p.levels, (1.0, 1.1, 1.25, 1.5)) and p.level_s == 120.0

@@ -302,7 +302,7 @@ class AiohttpTransport:
         connector = aiohttp.TCPConnector(
             limit=max_connections or 0,
             limit_per_host=0,
-            ssl=None if config.verify_tls else False,
+            ssl=bool(config.verify_tls),  # True: verify certificates (the default)
             ttl_dns_cache=300,
         )
         self._session = aiohttp.ClientSession(
@@ -348,6 +348,8 @@ def _httpx_error(exc: BaseException, *, mid_stream: bool) -> TransportError:
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.DecodingError)):
         if mid_stream:
             return TransportError(ErrorType.PROTOCOL, f"response body broken: {text}")
+        if isinstance(exc, httpx.RemoteProtocolError):  # same wording as the aiohttp transport
+            return TransportError(ErrorType.PROTOCOL, f"server closed the connection before responding: {text}")
         return TransportError(ErrorType.PROTOCOL, text)
     if isinstance(exc, httpx.TransportError):
         return TransportError(ErrorType.PROTOCOL if mid_stream else ErrorType.CONNECT, text)

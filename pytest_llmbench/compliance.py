@@ -1327,10 +1327,16 @@ def _prefix_warm(ctx: _Ctx, rid: str) -> Check:
     return Check.met(rid, "warm-up sent the workload's shared prefixes (cache state itself needs server metrics)")
 
 
-def _probe_variation(probes: tuple[float, ...]) -> float | None:
-    if len(probes) < 3:
+def _probe_variation(probes: tuple[float, ...], window: int = 3) -> float | None:
+    """Largest relative change between the last ``window`` consecutive probes (§4.5.2).
+
+    The warm-up keeps probing until ``window`` consecutive probes agree; earlier probes are the
+    ones that had not stabilised yet, so only the final window is judged.
+    """
+    if len(probes) < window:
         return None
-    return max(abs(b - a) / a for a, b in zip(probes, probes[1:]) if a > 0)
+    last = probes[-window:]
+    return max(abs(b - a) / a for a, b in zip(last, last[1:]) if a > 0)
 
 
 @evaluator("4.5.2-SHOULD-1")

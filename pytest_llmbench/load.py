@@ -366,13 +366,19 @@ class _Runner:
         while True:
             await self.wake.wait()
             self.wake.clear()
-            self._drain_queue()
+            while self.queue:
+                self._drain_queue(limit=1)
+                # one record per loop turn: a burst of completions must not hold the loop while a
+                # send is due (finalize tokenizes, the sink writes to disk)
+                await asyncio.sleep(0)
             if self.stopped and not self.queue:
                 return
 
-    def _drain_queue(self) -> None:
+    def _drain_queue(self, limit: int | None = None) -> None:
         p = self.progress
-        while self.queue:
+        done = 0
+        while self.queue and (limit is None or done < limit):
+            done += 1
             rec = self.queue.popleft()
             self.client.finalize(rec)
             p.completed += 1
@@ -488,9 +494,11 @@ class _Runner:
                 if not t.cancelled() and t.exception() is not None:
                     raise t.exception()  # type: ignore[misc]
         finally:
-            for t in list(running):  # the run itself was cancelled: stop its requests too
-                if not t.done():
-                    t.cancel()
+            leftover = [t for t in running if not t.done()]
+            for t in leftover:  # the run itself was cancelled (Ctrl-C): stop its requests too ...
+                t.cancel()
+            if leftover:  # ... and let each hand its record (marked cancelled) to the collector
+                await asyncio.gather(*leftover, return_exceptions=True)
             monitor.cancel()
             self.stopped = True
             self.wake.set()

@@ -354,6 +354,13 @@ def test_warmup_below_minimum_and_probe_stability() -> None:
                                           "2000 output tokens < 10000")
     assert res["4.5.2-SHOULD-2"].status is Status.UNMET and "30.0%" in res["4.5.2-SHOULD-2"].reason
     assert "Warm-up reduced below the §4.5.1 minimum by the profile" in res.notes
+    # the warm-up probes until 3 consecutive agree: only that final window is judged (§4.5.2)
+    settled = dataclasses.replace(w, probes_after=(0.40, 0.20, 0.100, 0.105, 0.101))
+    res = evaluate_test("5.2", {}, good_facts("5.2", warmup=settled), GOOD_DECLARATIONS)
+    assert res["4.5.2-SHOULD-2"].holds and "5.0%" in res["4.5.2-SHOULD-2"].reason
+    unsettled = dataclasses.replace(w, probes_after=(0.100, 0.101, 0.100, 0.150))
+    res = evaluate_test("5.2", {}, good_facts("5.2", warmup=unsettled), GOOD_DECLARATIONS)
+    assert res["4.5.2-SHOULD-2"].status is Status.UNMET and "50.0%" in res["4.5.2-SHOULD-2"].reason
     cold = WarmupFacts(cold_start=True)
     res = evaluate_test("5.2", {}, good_facts("5.2", warmup=cold), GOOD_DECLARATIONS)
     assert res["4.5.1-MUST-2"].status is Status.NOT_APPLICABLE

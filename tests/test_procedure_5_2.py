@@ -139,8 +139,10 @@ def test_capacity_agrees_with_the_engine_model(result) -> None:  # type: ignore[
     cap = result.capacity
     assert cap is not None and cap.source == "measured by 5.2 in this session"
     # an open loop cannot sustain more than the engine completes with a full batch; the search
-    # (15% tolerance, 3 s levels, the TTFT-tail rule) lands within a factor of it
-    assert 0.4 * model <= cap.rate <= 1.1 * model, (cap.rate, model)
+    # (15% tolerance, 3 s levels, the TTFT-tail rule) lands within a factor of it. Just above the
+    # maximum a 3 s level queues only a few requests (10% over 13 req/s: ~4), below what the
+    # saturation rules can call significant, so the upper bound allows 20%.
+    assert 0.4 * model <= cap.rate <= 1.2 * model, (cap.rate, model)
     steps = result.plots["search"]["steps"]
     assert len(steps) == result.measurements["levels_tested"] >= 3
     for s in steps:  # far above the model's capacity is always saturated, far below never

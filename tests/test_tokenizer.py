@@ -186,3 +186,19 @@ def test_malformed_tokenize_answer_is_an_error() -> None:
     with pytest.raises(TokenizerError, match="not JSON"):
         c.count("hello")
     assert c.probe() is not None
+
+
+@settings(deadline=None, max_examples=200)
+@given(st.text(max_size=200))
+def test_token_starts_equal_tiktokens_own_offsets(text: str) -> None:
+    tok = get_tokenizer()
+    ids = tok.encode(text)
+    if ids:
+        _, expected = tok._enc.decode_with_offsets(ids)  # the reference implementation
+        assert tok.token_starts(text) == list(expected)
+
+
+def test_token_starts_multibyte_split_across_tokens() -> None:
+    text = "héllo 日本語 🎉🎉 ok"
+    tok = get_tokenizer()
+    assert tok.token_starts(text) == list(tok._enc.decode_with_offsets(tok.encode(text))[1])

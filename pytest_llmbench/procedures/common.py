@@ -122,6 +122,7 @@ async def warm_up(
         cold_start=cold_start,
         probe_count=probes,
         probe_max=max(10, probes),
+        probe_max_tokens=64,  # long enough that timer jitter stays well below the 10 % band (§4.5.2)
         max_duration_s=max(60.0, ctx.settings.timeout),
     )
     with RunWriter(ctx.run_dir(label), keep_text=not ctx.settings.drop_text) as writer:

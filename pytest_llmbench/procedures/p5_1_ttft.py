@@ -77,7 +77,7 @@ async def run(ctx: ProcedureContext, p: TTFTParams) -> ProcedureResult:
     # closed loop: a pool of at least N connections (and of the warm-up's concurrency, 8)
     conc = max(p.load.concurrency, 8) if p.load.model == "closed" and p.load.concurrency else None
     async with client_for(ctx, max_connections=conc) as client:
-        wu = await warm_up(ctx, client, specs, min_requests=p.warmup_requests, min_output_tokens=p.warmup_tokens,
+        wu = await warm_up(ctx, client, wl.specs, min_requests=p.warmup_requests, min_output_tokens=p.warmup_tokens,
                            probes=p.warmup_probes)
         m = await measure(ctx, client, "measure", specs, load, extra={"load_spec": load_desc})
     metrics = m.metrics

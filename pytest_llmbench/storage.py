@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -92,14 +92,18 @@ class RunMetadata:
         return meta
 
 
-def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically (temp file in the same directory + replace)."""
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``.
+
+    The file gets the usual permissions (0666 less the umask) and is fsync'd before the rename,
+    so a reader sees the old file or the new one, never half of one.
+    """
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, ensure_ascii=False, indent=2, default=_default)
-            f.write("\n")
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -109,6 +113,11 @@ def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically (see :func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(obj, ensure_ascii=False, indent=2, default=_default) + "\n")
 
 
 def _default(o: Any) -> Any:

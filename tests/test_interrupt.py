@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from faultserver import FaultServer, start_fault_server
 
-from pytest_llmbench.report import _write_atomic
+from pytest_llmbench.storage import write_text_atomic
 from pytest_llmbench.storage import (
     RECORDS_FILE,
     iter_records,
@@ -206,7 +206,7 @@ def test_report_files_are_replaced_atomically(tmp_path: Path, writer: str) -> No
 
     def write(doc: dict) -> None:
         if writer == "report":
-            _write_atomic(target, json.dumps(doc))
+            write_text_atomic(target, json.dumps(doc))
         else:
             write_json_atomic(target, doc)
 
@@ -237,7 +237,7 @@ def test_report_files_are_replaced_atomically(tmp_path: Path, writer: str) -> No
     # a write that fails half-way (unencodable text / an unserialisable value): the old file survives
     with pytest.raises((UnicodeEncodeError, TypeError)):
         if writer == "report":
-            _write_atomic(target, "x" * 200_000 + "\ud800")
+            write_text_atomic(target, "x" * 200_000 + "\ud800")
         else:
             write_json_atomic(target, {"payload": ["x" * 100] * 2000, "bad": object()})
     assert json.loads(target.read_text())["version"] == 39

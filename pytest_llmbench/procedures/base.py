@@ -237,6 +237,14 @@ def get_procedure(proc_id: str) -> Procedure:
     return _REGISTRY[key]
 
 
+def params_json(params: Any) -> dict[str, Any]:
+    """A procedure's parameters as JSON (``to_json`` values expanded, tuples as lists)."""
+    def plain(v: Any) -> Any:
+        return v.to_json() if hasattr(v, "to_json") else (list(v) if isinstance(v, tuple) else v)
+
+    return {f.name: plain(getattr(params, f.name)) for f in dataclasses.fields(params)}
+
+
 def params_key(proc_id: str, params: Any) -> str:
     """A stable cache key for (procedure, parameters): one run per key per session."""
     data = dataclasses.asdict(params) if dataclasses.is_dataclass(params) else dict(params)

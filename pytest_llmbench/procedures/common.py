@@ -26,7 +26,7 @@ from ..compliance import (
     WarmupFacts,
     evaluate_test,
 )
-from ..load import ClosedLoop, LoadProgress, LoadResult, OpenLoop, run_load
+from ..load import ClosedLoop, LoadResult, OpenLoop, run_load
 from ..metrics import RunMetrics, summarize
 from ..records import ClockAnchor, RequestRecord, RequestSpec
 from ..storage import RunMetadata, RunWriter

@@ -28,7 +28,7 @@ from ..compliance import Check
 from ..load import ClosedLoop
 from ..records import ErrorType
 from ..workloads import build_workload
-from .base import LoadSpec, Procedure, ProcedureContext, ProcedureResult, SkipProcedure, Table, register
+from .base import params_json, LoadSpec, Procedure, ProcedureContext, ProcedureResult, SkipProcedure, Table, register
 from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, resolve_load, run_facts, warm_up
 
 GUARDRAIL_CONFIGS = ("none", "input", "output", "full")
@@ -336,7 +336,7 @@ async def run(ctx: ProcedureContext, p: GuardrailParams) -> ProcedureResult:
     facts.session_tests = tuple(sorted(set(facts.session_tests) | {"5.10"}))  # this is the on/off comparison
     primary = runs[(cfgs[-1], rl)]
     result = ProcedureResult(
-        procedure="5.10", title="Guardrail Overhead", params=_params_json(p), profile=ctx.settings.profile,
+        procedure="5.10", title="Guardrail Overhead", params=params_json(p), profile=ctx.settings.profile,
         metrics=primary.metrics, runs=[m.summary for m in measured], tables=tables, measurements=meas,
         notes=notes, plots=plots, started=started,
         finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
@@ -384,13 +384,6 @@ def _checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes:
         "5.10.5-REPORT-2": Check.met("5.10.5-REPORT-2", "Table 14"),
     }
 
-
-def _params_json(p: Any) -> dict[str, Any]:
-    d = {}
-    for f in dataclasses.fields(p):
-        v = getattr(p, f.name)
-        d[f.name] = v.to_json() if hasattr(v, "to_json") else (list(v) if isinstance(v, tuple) else v)
-    return d
 
 
 register(Procedure("5.10", "Guardrail Overhead", GuardrailParams, run, PROFILES, plan))

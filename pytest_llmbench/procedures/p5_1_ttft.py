@@ -15,7 +15,7 @@ from typing import Any
 
 from ..compliance import Check
 from ..workloads import build_workload
-from .base import LoadSpec, Procedure, ProcedureContext, ProcedureResult, Table, poisson, register
+from .base import params_json, LoadSpec, Procedure, ProcedureContext, ProcedureResult, Table, poisson, register
 from .common import (
     client_for,
     finish,
@@ -151,7 +151,7 @@ async def run(ctx: ProcedureContext, p: TTFTParams) -> ProcedureResult:
         checks[rid] = (Check.met(rid, f"{key}: {value}") if value else Check.unmet(rid, f"{key} missing"))
     facts = run_facts(ctx, workload=wl.declaration.to_json(), warmup=wu, measured=[m])
     result = ProcedureResult(
-        procedure="5.1", title="Time to First Token", params=_params_json(p), profile=ctx.settings.profile,
+        procedure="5.1", title="Time to First Token", params=params_json(p), profile=ctx.settings.profile,
         metrics=metrics, runs=[m.summary], tables=tables,
         measurements={
             "requests": len(m.records), "ttft_n": n_ok,
@@ -171,13 +171,6 @@ async def run(ctx: ProcedureContext, p: TTFTParams) -> ProcedureResult:
     finish(ctx, result, facts, checks)
     return result
 
-
-def _params_json(p: Any) -> dict[str, Any]:
-    d = {}
-    for f in dataclasses.fields(p):
-        v = getattr(p, f.name)
-        d[f.name] = v.to_json() if hasattr(v, "to_json") else v
-    return d
 
 
 register(Procedure("5.1", "Time to First Token", TTFTParams, run, PROFILES, plan))

@@ -50,6 +50,7 @@ from ..records import RequestSpec
 from ..stats import completion_rate_saturated, queue_growing, tail_blowup
 from ..workloads import build_workload
 from .base import (
+    params_json,
     Capacity,
     Procedure,
     ProcedureContext,
@@ -612,7 +613,7 @@ async def run(ctx: ProcedureContext, p: ThroughputParams) -> ProcedureResult:
                               "label": f"{phase}: {a.verdict}" + (f" ({'; '.join(a.reasons)})" if a.reasons else "")}
                              for _, a, phase in levels]}
     result = ProcedureResult(
-        procedure="5.2", title="Output Token Throughput", params=_params_json(p), profile=ctx.settings.profile,
+        procedure="5.2", title="Output Token Throughput", params=params_json(p), profile=ctx.settings.profile,
         metrics=metrics, runs=[m.summary for m in measured], tables=tables, measurements=measurements,
         notes=notes, plots={"search": search_plot}, capacity=capacity, started=started,
         finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
@@ -748,13 +749,6 @@ def _report_checks(ctx: ProcedureContext, best: tuple[Measured, LevelAssessment,
         if "Table 4: Latency at Maximum Throughput" in titles else Check.unmet("5.2.5-REPORT-2", "Table 4 missing")
     return c
 
-
-def _params_json(p: Any) -> dict[str, Any]:
-    d = {}
-    for f in dataclasses.fields(p):
-        v = getattr(p, f.name)
-        d[f.name] = v.to_json() if hasattr(v, "to_json") else v
-    return d
 
 
 register(Procedure("5.2", "Output Token Throughput", ThroughputParams, run, PROFILES, plan))

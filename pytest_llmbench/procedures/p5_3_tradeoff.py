@@ -31,7 +31,7 @@ from typing import Any
 from ..compliance import Check
 from ..load import ArrivalProcess, OpenLoop
 from ..stats import knee_point, optimal_operating_point, saturation_point
-from .base import Procedure, ProcedureContext, ProcedureResult, Table, register
+from .base import params_json, Procedure, ProcedureContext, ProcedureResult, Table, register
 from .common import (
     Measured,
     client_for,
@@ -42,7 +42,7 @@ from .common import (
     run_facts,
     warm_up,
 )
-from .p5_2_throughput import WARMUP_SEED_OFFSET, _params_json, level_specs, queue_trend
+from .p5_2_throughput import WARMUP_SEED_OFFSET, level_specs, queue_trend
 
 DRAFT_MIN_DURATION_S = 60.0  # §5.3.2
 DRAFT_LEVELS = tuple(round(0.1 * k, 1) for k in range(1, 13))  # §5.3.3 step 2: 10% ... 120%
@@ -241,7 +241,7 @@ async def run(ctx: ProcedureContext, p: TradeoffParams) -> ProcedureResult:
              "tpot_p99_s": [pt.tpot[2] if pt.tpot[2] is not None else math.nan for pt in points],
              "knee_index": knee, "saturation_index": sat, "offered_unit": "req/s"}
     result = ProcedureResult(
-        procedure="5.3", title="Throughput-Latency Tradeoff", params=_params_json(p), profile=ctx.settings.profile,
+        procedure="5.3", title="Throughput-Latency Tradeoff", params=params_json(p), profile=ctx.settings.profile,
         metrics=runs[primary].metrics, runs=[m.summary for m in runs], tables=[table5, detail],
         measurements=measurements, plots={"curve": curve},
         started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))

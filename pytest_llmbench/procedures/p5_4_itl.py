@@ -34,7 +34,7 @@ from ..load import ArrivalProcess, OpenLoop
 from ..metrics import ITL_OPTIONS, RunMetrics
 from ..records import RequestRecord, RequestSpec
 from ..workloads import build_workload
-from .base import Procedure, ProcedureContext, ProcedureResult, Table, register
+from .base import params_json, Procedure, ProcedureContext, ProcedureResult, Table, register
 from .common import (
     Measured,
     client_for,
@@ -46,7 +46,7 @@ from .common import (
     sample_list,
     warm_up,
 )
-from .p5_2_throughput import WARMUP_SEED_OFFSET, _params_json, cap_output
+from .p5_2_throughput import WARMUP_SEED_OFFSET, cap_output
 
 DRAFT_MIN_OUTPUT = 50  # §5.4.2 MUST
 DRAFT_MIN_REQUESTS = 100  # §5.4.2
@@ -265,7 +265,7 @@ async def run(ctx: ProcedureContext, p: ITLParams) -> ProcedureResult:
     facts = run_facts(ctx, workload=declaration or {"name": p.workload}, warmup=wu, measured=runs,
                       itl_reported=True, exceeds_capacity=max(fractions) > 1.0)
     result = ProcedureResult(
-        procedure="5.4", title="Inter-Token Latency Distribution", params=_params_json(p),
+        procedure="5.4", title="Inter-Token Latency Distribution", params=params_json(p),
         profile=ctx.settings.profile, metrics=pm, runs=[m.summary for m in runs], tables=tables,
         measurements=measurements, notes=notes,
         plots={"itl_samples_s": sample_list(pm.distributions["itl"].samples

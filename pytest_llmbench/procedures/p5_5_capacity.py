@@ -35,7 +35,7 @@ from ..compliance import Check
 from ..load import ClosedLoop
 from ..records import ErrorType, RequestRecord, RequestSpec
 from ..workloads import build_workload
-from .base import Capacity, Procedure, ProcedureContext, ProcedureResult, Table, register
+from .base import params_json, Capacity, Procedure, ProcedureContext, ProcedureResult, Table, register
 from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, run_facts, warm_up
 
 __all__ = [
@@ -353,7 +353,7 @@ def _result(ctx: ProcedureContext, p: CapacityParams, started: str, threshold: f
     facts = run_facts(ctx, workload=declaration, warmup=wu, measured=measured, itl_reported=False,
                       exceeds_capacity=hi is not None)
     result = ProcedureResult(
-        procedure="5.5", title="Concurrent Request Capacity", params=_params_json(p), profile=ctx.settings.profile,
+        procedure="5.5", title="Concurrent Request Capacity", params=params_json(p), profile=ctx.settings.profile,
         metrics=primary.metrics, runs=[m.summary for m in measured], tables=tables, measurements=measurements,
         notes=notes, capacity=capacity,
         plots={"search": [{"level": c, "passed": outcomes[c].passed, "value": outcomes[c].ttft_p99_s,
@@ -409,10 +409,6 @@ def _checks(p: CapacityParams, outcomes: dict[int, LevelOutcome], order: list[in
     }
     return checks
 
-
-def _params_json(p: Any) -> dict[str, Any]:
-    return {f.name: (v.to_json() if hasattr(v := getattr(p, f.name), "to_json") else v)
-            for f in dataclasses.fields(p)}
 
 
 register(Procedure("5.5", "Concurrent Request Capacity", CapacityParams, run, PROFILES, plan))

@@ -34,7 +34,7 @@ from ..metrics import RunMetrics, summarize
 from ..stats import jain_index, latency_inflation, queue_growing, slowdown, starvation_rate
 from ..workloads import FAIRNESS_CLASSES, build_workload
 from ..workloads.standard import _mix_counts  # the workload's own class-count rule
-from .base import LoadSpec, Procedure, ProcedureContext, ProcedureResult, Table, poisson, register
+from .base import params_json, LoadSpec, Procedure, ProcedureContext, ProcedureResult, Table, poisson, register
 from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, resolve_load, run_facts, warm_up
 
 MIN_PER_CLASS = 500  # §5.6.2
@@ -297,7 +297,7 @@ async def run(ctx: ProcedureContext, p: FairnessParams) -> ProcedureResult:
     facts = run_facts(ctx, workload=wl.declaration.to_json(), warmup=wu, measured=[mixed, *isolated.values()],
                       itl_reported=True)
     result = ProcedureResult(
-        procedure="5.6", title="Scheduling Fairness", params=_params_json(p), profile=ctx.settings.profile,
+        procedure="5.6", title="Scheduling Fairness", params=params_json(p), profile=ctx.settings.profile,
         metrics=mixed.metrics, runs=[isolated[c].summary for c in classes] + [mixed.summary],
         tables=[table8, table9, table_inf], measurements=meas, notes=notes, plots={"classes": plots_cls},
         started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
@@ -369,13 +369,6 @@ def _checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mix
         "5.6.5-REPORT-2": Check.met("5.6.5-REPORT-2", "Table 9 with Jain's index and per-class starvation"),
     }
 
-
-def _params_json(p: Any) -> dict[str, Any]:
-    d = {}
-    for f in dataclasses.fields(p):
-        v = getattr(p, f.name)
-        d[f.name] = v.to_json() if hasattr(v, "to_json") else v
-    return d
 
 
 register(Procedure("5.6", "Scheduling Fairness", FairnessParams, run, PROFILES, plan))

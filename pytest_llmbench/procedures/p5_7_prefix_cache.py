@@ -26,7 +26,7 @@ from typing import Any
 from ..compliance import Check
 from ..records import RequestSpec
 from ..workloads import build_workload, completion_prompt_ids, sequence_sha256
-from .base import LoadSpec, Procedure, ProcedureContext, ProcedureResult, SkipProcedure, Table, closed, register
+from .base import params_json, LoadSpec, Procedure, ProcedureContext, ProcedureResult, SkipProcedure, Table, closed, register
 from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, resolve_load, run_facts, warm_up
 
 P99_MIN = 1000  # §5.1.4.3
@@ -288,7 +288,7 @@ async def run(ctx: ProcedureContext, p: PrefixCacheParams) -> ProcedureResult:
     facts.warmup = dataclasses.replace(facts.warmup, prefix_populated=bool(population and population.prefix_requests))
     primary = runs.get("warm") or runs["cold"]
     result = ProcedureResult(
-        procedure="5.7", title="Prefix Cache Effectiveness", params=_params_json(p), profile=ctx.settings.profile,
+        procedure="5.7", title="Prefix Cache Effectiveness", params=params_json(p), profile=ctx.settings.profile,
         metrics=primary.metrics, runs=[m.summary for m in runs.values()], tables=[table10, table_fx],
         measurements=meas, notes=notes, plots={"configs": configs_plot},
         started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
@@ -357,13 +357,6 @@ def _checks(p: PrefixCacheParams, runs: dict[str, Measured], stats: dict[str, Ca
         "5.7.5-REPORT-1": Check.met("5.7.5-REPORT-1", "Table 10 with rows " + ", ".join(ROW_NAMES[k] for k in runs)),
     }
 
-
-def _params_json(p: Any) -> dict[str, Any]:
-    d = {}
-    for f in dataclasses.fields(p):
-        v = getattr(p, f.name)
-        d[f.name] = v.to_json() if hasattr(v, "to_json") else v
-    return d
 
 
 register(Procedure("5.7", "Prefix Cache Effectiveness", PrefixCacheParams, run, PROFILES, plan))

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..compliance import Check
 from ..load import ClosedLoop
-from .base import Procedure, ProcedureContext, ProcedureResult, Table, register
+from .base import params_json, Procedure, ProcedureContext, ProcedureResult, Table, register
 from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, run_facts, warm_up
 from .p5_5_capacity import build_level_specs, capacity_error, closed_level_stream
 
@@ -301,7 +301,7 @@ def _result(ctx: ProcedureContext, p: MemoryPressureParams, started: str, cap_n:
     facts = run_facts(ctx, workload=declaration, warmup=wu, measured=measured, exceeds_capacity=True)
     primary = outcomes[-1].measured
     result = ProcedureResult(
-        procedure="5.8", title="Memory Pressure Behavior", params=_params_json(p), profile=ctx.settings.profile,
+        procedure="5.8", title="Memory Pressure Behavior", params=params_json(p), profile=ctx.settings.profile,
         metrics=primary.metrics, runs=[m.summary for m in measured], tables=[table11, detail],
         measurements=measurements,
         notes=[degradation] + ([aborted] if aborted else [])
@@ -384,9 +384,6 @@ def _checks(p: MemoryPressureParams, cap_n: int, cap_src: str, outcomes: list[Le
                                      "cascading failures watched through client-side errors only")),
     }
 
-
-def _params_json(p: Any) -> dict[str, Any]:
-    return {f.name: (list(v) if isinstance(v := getattr(p, f.name), tuple) else v) for f in dataclasses.fields(p)}
 
 
 register(Procedure("5.8", "Memory Pressure Behavior", MemoryPressureParams, run, PROFILES, plan))

@@ -33,7 +33,7 @@ from ..compliance import Check
 from ..load import ClosedLoop
 from ..stats import ScalingFit, scaling_fit
 from ..workloads import build_workload
-from .base import Procedure, ProcedureContext, ProcedureResult, Table, register
+from .base import params_json, Procedure, ProcedureContext, ProcedureResult, Table, register
 from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, run_facts, warm_up
 
 __all__ = ["PROFILES", "LongContextParams", "best_fit_statement", "effective_lengths"]
@@ -208,7 +208,7 @@ def _result(ctx: ProcedureContext, p: LongContextParams, started: str, lengths: 
     measured = [runs[L] for L in lengths]
     facts = run_facts(ctx, workload=declaration, warmup=wu, measured=measured)
     result = ProcedureResult(
-        procedure="5.9", title="Long Context Scaling", params=_params_json(p), profile=ctx.settings.profile,
+        procedure="5.9", title="Long Context Scaling", params=params_json(p), profile=ctx.settings.profile,
         metrics=runs[lengths[-1]].metrics, runs=[m.summary for m in measured], tables=[table12, detail],
         measurements=measurements, notes=[fit_line, "primary metrics (SLO assertions) = the longest context"]
         + length_notes,
@@ -252,9 +252,6 @@ def _checks(p: LongContextParams, lengths: list[int], out_tokens: int, n_min: in
         "5.9.5-REPORT-1": Check.met("5.9.5-REPORT-1", "Table 12 and the best-fit statement"),
     }
 
-
-def _params_json(p: Any) -> dict[str, Any]:
-    return {f.name: (list(v) if isinstance(v := getattr(p, f.name), tuple) else v) for f in dataclasses.fields(p)}
 
 
 register(Procedure("5.9", "Long Context Scaling", LongContextParams, run, PROFILES, plan))

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import weakref
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..storage import write_text_atomic
 from .document import SCHEMA_VERSION, build_document
 from .render import render_html, render_markdown, render_summary
 from .terminal import rows_from_document
@@ -62,32 +62,10 @@ def dumps_document(doc: Mapping[str, Any]) -> str:
     return json.dumps(doc, ensure_ascii=False, indent=1, allow_nan=False) + "\n"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``.
-
-    The file gets the usual permissions (0666 less the umask), fsync'd before the rename, so a
-    reader sees the old file or the new one, never half of one.
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def _render_all(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
     paths = {"markdown": out_dir / MARKDOWN_FILE, "html": out_dir / HTML_FILE}
-    _write_atomic(paths["markdown"], render_markdown(doc))
-    _write_atomic(paths["html"], render_html(doc))
+    write_text_atomic(paths["markdown"], render_markdown(doc))
+    write_text_atomic(paths["html"], render_html(doc))
     return paths
 
 
@@ -102,7 +80,7 @@ def write_reports(session: Any, complete: bool = True, *, environ: Mapping[str, 
     out_dir = Path(getattr(getattr(session, "settings", None), "report", "llmbench-report"))
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"json": out_dir / RESULTS_FILE}
-    _write_atomic(paths["json"], dumps_document(doc))
+    write_text_atomic(paths["json"], dumps_document(doc))
     paths.update(_render_all(doc, out_dir))
     report_path = paths["html"].as_posix()
     try:

@@ -53,6 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", "llmbench: added by pytest-llmbench to every llm_procedure test")
     settings = resolve(config.getoption, config.getini)
+    settings.rootdir = config.rootpath
     if not settings.timeout > 0:  # a zero timeout would fail every request, not the configuration
         raise pytest.UsageError(f"{settings.sources.get('timeout', '--llm-timeout')}: invalid value "
                                 f"{settings.timeout!r} for timeout: must be > 0 seconds")

@@ -118,6 +118,7 @@ class Settings:
     drop_text: bool = False
     dry_run: bool = False
     sources: dict[str, str] = field(default_factory=dict)
+    rootdir: Path | None = None  # pytest's rootdir: where [tool.llmbench.declarations] is looked up
 
     @property
     def embedded(self) -> bool:
@@ -129,6 +130,7 @@ class Settings:
         d["report"] = str(self.report)
         d["declarations"] = str(self.declarations) if self.declarations else None
         d["sim_config"] = str(self.sim_config) if self.sim_config else None
+        d["rootdir"] = str(self.rootdir) if self.rootdir else None
         return d
 
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import httpx
 
-__all__ = ["SUT", "EndpointError", "check_endpoint", "BOUNDARY_NAMES"]
+__all__ = ["SUT", "EndpointError", "check_endpoint", "effective_declarations", "BOUNDARY_NAMES",
+           "SIMULATOR_DECLARATIONS"]
 
 #: Report names of the boundaries of §4.1.
 BOUNDARY_NAMES = {
@@ -95,3 +96,42 @@ def check_endpoint(base_url: str, model: str | None, *, headers: dict[str, str] 
     if listed and model not in listed:
         raise EndpointError(f"model {model!r} is not served by {base_url}; it offers: {', '.join(listed)}")
     return model, listed
+
+
+#: What the embedded simulator is, declared by the plugin itself because it knows (§5.1.2 model and
+#: hardware, §4.7 single host). A user's declarations override these.
+SIMULATOR_DECLARATIONS: dict[str, Any] = {
+    "model": {"name": "llmbench-sim", "version": "pytest-llmbench embedded simulator", "quantization": "none"},
+    "hardware": {"accelerator": "none (embedded simulator: a modelled engine on this host's CPU)", "count": 0,
+                 "memory": "simulated KV cache, kv_capacity_tokens in server_info"},
+    "engine": {"name": "pytest-llmbench embedded simulator", "version": "the plugin's version"},
+    "model_loaded": "the simulator has no weights to load; it serves from its first request",
+    "clock_sync": {"method": "single-host", "accuracy_ms": 0},
+}
+
+
+def effective_declarations(settings: Any, sut: SUT | None) -> Any:
+    """The tester declarations in force: the simulator's own (when it is the SUT), then the user's
+    file (``--llm-declarations``) or ``[tool.llmbench.declarations]`` in pyproject.toml.
+
+    Returns a :class:`compliance.Declarations`; one function for the compliance engine and reports.
+    """
+    from .compliance import Declarations
+
+    data: dict[str, Any] = {}
+    source = []
+    if sut is not None and sut.embedded:
+        data.update(SIMULATOR_DECLARATIONS)
+        data["model"] = {**SIMULATOR_DECLARATIONS["model"], "name": sut.model or "llmbench-sim"}
+        guard = sut.server_info.get("guardrails", "none")
+        data["guardrails"] = {
+            "input_filter": "on" if guard in ("input", "full") else "off",
+            "output_filter": "on" if guard in ("output", "full") else "off",
+            "systems": "none" if guard == "none" else f"embedded simulator guardrail model ({guard})",
+        }
+        source.append("embedded simulator")
+    user = Declarations.load(getattr(settings, "declarations", None), rootdir=getattr(settings, "rootdir", None))
+    if len(user):
+        data.update(dict(user))
+        source.append(user.source)
+    return Declarations(data, source=" + ".join(source) or "(none)")

@@ -30,6 +30,7 @@ from ..load import ClosedLoop, LoadResult, OpenLoop, run_load
 from ..metrics import RunMetrics, summarize
 from ..records import ClockAnchor, RequestRecord, RequestSpec
 from ..storage import RunMetadata, RunWriter
+from ..sut import effective_declarations
 from ..warmup import WarmupPolicy, WarmupResult, run_warmup, sample_server_metrics
 from .base import ProcedureContext, ProcedureResult, RunSummary
 
@@ -42,7 +43,6 @@ __all__ = [
     "measure",
     "run_facts",
     "warm_up",
-    "SIMULATOR_DECLARATIONS",
 ]
 
 DRAFT_WARMUP_REQUESTS = 100  # §4.5.1
@@ -199,7 +199,7 @@ async def measure(
     summary = RunSummary(
         label=label,
         run_dir=str(run_dir),
-        load=result.to_json(),
+        load=_load_summary(result),  # the full LoadResult is in the run's run.json
         metrics=metrics,
         valid=result.valid,
         invalid_reason=result.invalid_reason,
@@ -209,32 +209,26 @@ async def measure(
                     server_before=server_before, server_after=server_after)
 
 
-#: What the embedded simulator is, declared by the plugin itself (it knows): §5.1.2 model/hardware.
-SIMULATOR_DECLARATIONS: dict[str, Any] = {
-    "model": {"name": "llmbench-sim", "version": "pytest-llmbench simulator", "quantization": "none"},
-    "hardware": {"accelerator": "none (simulated engine on the load generator's host)", "count": 0,
-                 "memory": "simulated KV cache (see server_info.kv_capacity_tokens)"},
-    "engine": {"name": "pytest-llmbench embedded simulator", "version": "see plugin version"},
-    "model_loaded": "the simulator has no weights to load; it serves from its first request",
-    "clock_sync": {"method": "single-host", "accuracy_ms": 0},
-}
+def _load_summary(result: LoadResult) -> dict[str, Any]:
+    """The few load figures a report table shows for one run (§4.2.3–§4.2.5)."""
+    arrival = result.parameters.get("arrival") or {}
+    d: dict[str, Any] = {"model": result.load_model}
+    if result.load_model == "open":
+        d.update(arrival=arrival.get("kind"), rate=round(result.requested_rate or 0.0, 3),
+                 achieved_rate=round(result.achieved_rate or 0.0, 3))
+    else:
+        d.update(concurrency=result.concurrency_target, held=round(result.concurrency_mean, 2))
+    d.update(sent=result.sent, ok=result.ok, duration_s=round(result.duration_s, 2),
+             send_lag_p99_ms=round(result.send_lag.p99_ms, 3) if result.send_lag.p99_ms is not None else None)
+    return d
 
 
 def _declarations(ctx: ProcedureContext) -> Declarations:
-    data: dict[str, Any] = {}
-    if ctx.sut.embedded:
-        data.update(SIMULATOR_DECLARATIONS)
-        info = ctx.sut.server_info
-        data["guardrails"] = {
-            "input_filter": "on" if info.get("guardrails") in ("input", "full") else "off",
-            "output_filter": "on" if info.get("guardrails") in ("output", "full") else "off",
-            "systems": ["simulator guardrail model"] if info.get("guardrails", "none") != "none" else [],
-        }
-    loaded = Declarations.load(ctx.settings.declarations) if ctx.settings.declarations else None
-    if loaded is not None:
-        data.update(dict(loaded))
-    data.update(ctx.declarations)
-    return Declarations(data, source=str(ctx.settings.declarations or "(embedded simulator)"))
+    """The declarations in force (sut.effective_declarations) plus the procedure's own ones."""
+    decl = effective_declarations(ctx.settings, ctx.sut)
+    if not ctx.declarations:
+        return decl
+    return Declarations({**dict(decl), **ctx.declarations}, source=decl.source)
 
 
 def run_facts(

@@ -166,15 +166,16 @@ def _plugin_version() -> str:
 
 def _declarations(session: Any, notes: list[str]) -> dict[str, Any]:
     settings = getattr(session, "settings", None)
-    path = getattr(settings, "declarations", None)
-    config = getattr(session, "config", None)
-    rootdir = getattr(config, "rootpath", None)
-    if path is None and rootdir is None:
+    if settings is None:
         return {}
+    if getattr(settings, "rootdir", None) is None:  # e.g. a session built outside pytest
+        config = getattr(session, "config", None)
+        settings = dataclasses.replace(settings, rootdir=getattr(config, "rootpath", None)) \
+            if dataclasses.is_dataclass(settings) else settings
     try:
-        from ..compliance import Declarations
+        from ..sut import effective_declarations
 
-        decl = Declarations.load(path, rootdir=rootdir)
+        decl = effective_declarations(settings, getattr(session, "sut", None))
     except Exception as exc:  # a bad file must not lose the report
         notes.append(f"declarations could not be read: {exc}")
         return {}

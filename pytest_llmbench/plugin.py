@@ -379,8 +379,10 @@ class LLMBenchSession:
                 # selected llmbench tests that never ran (pytest -x, a pytest.exit) make it incomplete
                 not_run = [item.nodeid for item in getattr(session, "items", ())
                            if ITEM_KEY in item.stash and item.nodeid not in self.ran]
-                write_reports(self, complete=not self.interrupted and not not_run and exitstatus
-                              not in (pytest.ExitCode.INTERRUPTED,))
+                # ... and so does a procedure cut short by a crash (its partial result is incomplete)
+                crashed = [r.procedure for r in self.results.values() if not r.complete]
+                write_reports(self, complete=not self.interrupted and not not_run and not crashed
+                              and exitstatus not in (pytest.ExitCode.INTERRUPTED,))
         finally:
             if self.simulator is not None:
                 self.simulator.stop()

@@ -184,6 +184,7 @@ def test_crash(llm_result):
     assert by_id["5.1"]["complete"] is True and by_id["5.1"]["configuration"]["requests"] == 40
     crashed = by_id["5.97"]
     assert crashed["complete"] is False and crashed["configuration"]["requests"] == 25
+    assert doc["complete"] is False  # a session with a crashed procedure is not a complete run
     assert any("crashed: RuntimeError: analysis step failed" in n for n in crashed["result"]["notes"])
     # its 25 measured records were summarised from disk, errors by type included
     metrics = crashed["result"]["metrics"]

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from procedure_harness import procedure_context
 from pytest_llmbench.procedures.base import Capacity, ProcedureContext, ProcedureError, SkipProcedure, get_procedure
 from pytest_llmbench.records import ErrorType
 from pytest_llmbench.settings import Settings
@@ -27,21 +28,7 @@ PROC = get_procedure("5.10")
 def harness(tmp_path: Path, config: SimConfig, rate: float) -> Iterator[tuple[Any, ProcedureContext]]:
     """A simulator and a hand-built ProcedureContext with a declared request-rate capacity."""
     with start_simulator(config) as sim:
-        info = sim.get_config()
-        sut = SUT(base_url=sim.base_url, model=info["model_name"], embedded=True, server_info=info)
-
-        async def capacity(kind: str) -> Capacity:
-            assert kind == "rate"
-            return Capacity(rate=rate, source="declared by the test")
-
-        def configure(setting: str, value: Any) -> bool:
-            sut.server_info = sim.set_config(**{setting: value})
-            return True
-
-        ctx = ProcedureContext(sut=sut, settings=Settings(profile="smoke", report=tmp_path, seed=5),
-                               tokenizer=get_tokenizer(), run_root=tmp_path / "runs", get_capacity=capacity,
-                               configure_sut=configure)
-        yield sim, ctx
+        yield sim, procedure_context(sim, tmp_path, capacity=Capacity(rate=rate, source="declared by the test"), profile="smoke", seed=5)
 
 
 def _per_request(run: Any, name: str) -> dict[int, float]:

@@ -9,13 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from procedure_harness import procedure_context
 from pytest_llmbench.procedures.base import (
-    Capacity,
     ProcedureContext,
     ProcedureError,
     get_procedure,
@@ -25,25 +24,14 @@ from pytest_llmbench.procedures.p5_2_throughput import (
     _Search,
     completion_deficit,
 )
-from pytest_llmbench.settings import Settings
 from pytest_llmbench.simulator import SimConfig, start_simulator
 from pytest_llmbench.simulator.predict import simulate_closed_loop
-from pytest_llmbench.sut import SUT
-from pytest_llmbench.tokenizer import get_tokenizer
 
 
 @contextlib.contextmanager
 def harness(cfg: SimConfig, root: Path) -> Iterator[ProcedureContext]:
-    with start_simulator(cfg) as sim:
-        sut = SUT(base_url=sim.base_url, model=cfg.model_name, api="completions", embedded=True)
-        sut.server_info = httpx.get(sut.root_url + "/admin/config", timeout=10).json()
-
-        async def get_capacity(kind: str) -> Capacity:
-            raise AssertionError("5.2 must not ask for a capacity")
-
-        yield ProcedureContext(sut=sut, settings=Settings(profile="smoke", report=root, time_scale=cfg.time_scale),
-                               tokenizer=get_tokenizer(), run_root=root, get_capacity=get_capacity,
-                               configure_sut=lambda s, v: False)
+    with start_simulator(cfg) as sim:  # 5.2 measures capacity itself: none declared
+        yield procedure_context(sim, root, run_root=root, profile="smoke", time_scale=cfg.time_scale)
 
 
 # ----------------------------------------------------------------------------- the search

@@ -21,10 +21,10 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 
+from procedure_harness import procedure_context
 from pytest_llmbench.procedures.base import (
     Capacity,
     ProcedureContext,
@@ -32,13 +32,10 @@ from pytest_llmbench.procedures.base import (
     get_procedure,
 )
 from pytest_llmbench.records import RequestRecord
-from pytest_llmbench.settings import Settings
 from pytest_llmbench.simulator import SimConfig, start_simulator
 from pytest_llmbench.simulator.engine import Engine, Sequence, run_virtual
 from pytest_llmbench.simulator.predict import simulate_closed_loop
 from pytest_llmbench.stats import knee_point
-from pytest_llmbench.sut import SUT
-from pytest_llmbench.tokenizer import get_tokenizer
 
 CFG = SimConfig(time_scale=0.5, seed=42)
 
@@ -47,17 +44,8 @@ CFG = SimConfig(time_scale=0.5, seed=42)
 def harness(cfg: SimConfig, root: Path, capacity: Capacity | None) -> Iterator[ProcedureContext]:
     """A ProcedureContext over a fresh simulator, with a declared capacity (no 5.2 run)."""
     with start_simulator(cfg) as sim:
-        sut = SUT(base_url=sim.base_url, model=cfg.model_name, api="completions", embedded=True)
-        sut.server_info = httpx.get(sut.root_url + "/admin/config", timeout=10).json()
-
-        async def get_capacity(kind: str) -> Capacity:
-            assert kind == "rate"
-            assert capacity is not None
-            return capacity
-
-        yield ProcedureContext(sut=sut, settings=Settings(profile="smoke", report=root, time_scale=cfg.time_scale),
-                               tokenizer=get_tokenizer(), run_root=root, get_capacity=get_capacity,
-                               configure_sut=lambda s, v: False)
+        yield procedure_context(sim, root, capacity=capacity, run_root=root, profile="smoke",
+                                time_scale=cfg.time_scale)
 
 
 def replay_ttft(cfg: SimConfig, records: list[RequestRecord]) -> np.ndarray:

@@ -9,12 +9,12 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from procedure_harness import procedure_context
 from pytest_llmbench.metrics import summarize
 from pytest_llmbench.procedures.base import (
     Capacity,
@@ -24,11 +24,8 @@ from pytest_llmbench.procedures.base import (
 )
 from pytest_llmbench.procedures.p5_4_itl import audit_itl, force_min_output
 from pytest_llmbench.records import RequestRecord, RequestSpec
-from pytest_llmbench.settings import Settings
 from pytest_llmbench.simulator import SimConfig, start_simulator
 from pytest_llmbench.simulator.predict import simulate_closed_loop
-from pytest_llmbench.sut import SUT
-from pytest_llmbench.tokenizer import get_tokenizer
 
 # time_scale 1: an 8 ms iteration, far above the event loop's ~1 ms timer resolution
 CFG = SimConfig(time_scale=1.0, seed=3)
@@ -38,16 +35,8 @@ OUT = 64
 @contextlib.contextmanager
 def harness(cfg: SimConfig, root: Path, capacity: Capacity) -> Iterator[ProcedureContext]:
     with start_simulator(cfg) as sim:
-        sut = SUT(base_url=sim.base_url, model=cfg.model_name, api="completions", embedded=True)
-        sut.server_info = httpx.get(sut.root_url + "/admin/config", timeout=10).json()
-
-        async def get_capacity(kind: str) -> Capacity:
-            assert kind == "rate"
-            return capacity
-
-        yield ProcedureContext(sut=sut, settings=Settings(profile="smoke", report=root, time_scale=cfg.time_scale),
-                               tokenizer=get_tokenizer(), run_root=root, get_capacity=get_capacity,
-                               configure_sut=lambda s, v: False)
+        yield procedure_context(sim, root, capacity=capacity, run_root=root, profile="smoke",
+                                time_scale=cfg.time_scale)
 
 
 @pytest.fixture(scope="module")

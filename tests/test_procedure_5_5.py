@@ -25,19 +25,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench.procedures.base import Capacity, ProcedureContext, get_procedure
+from procedure_harness import procedure_context
+from pytest_llmbench.procedures.base import ProcedureContext, get_procedure
 from pytest_llmbench.procedures.p5_5_capacity import capacity_error, closed_level_stream, next_level
 from pytest_llmbench.records import ErrorType, RequestRecord
-from pytest_llmbench.settings import Settings
 from pytest_llmbench.simulator import SimConfig, start_simulator
 from pytest_llmbench.simulator.predict import simulate_closed_loop
-from pytest_llmbench.sut import SUT
-from pytest_llmbench.tokenizer import get_tokenizer
 
 IN, OUT = 100, 48
 THRESHOLD_S = 0.2
@@ -46,15 +43,7 @@ CONFIG = SimConfig(time_scale=1.0, block_size=256, kv_capacity_tokens=12 * 256, 
 
 
 def make_ctx(sim, root: Path, *, profile: str = "standard") -> ProcedureContext:
-    info = httpx.get(sim.admin_url, timeout=10).json()
-    sut = SUT(base_url=sim.base_url, model=info["model_name"], embedded=True, server_info=info)
-
-    async def no_capacity(kind: str) -> Capacity:
-        raise AssertionError("5.5 must not ask for a capacity")
-
-    return ProcedureContext(sut=sut, settings=Settings(profile=profile, seed=11, report=root, timeout=60.0),
-                            tokenizer=get_tokenizer(), run_root=root / "runs", get_capacity=no_capacity,
-                            configure_sut=lambda setting, value: False)
+    return procedure_context(sim, root, profile=profile, seed=11, timeout=60.0)
 
 
 @pytest.fixture(scope="module")

@@ -16,14 +16,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from procedure_harness import procedure_context
 from pytest_llmbench import closed, poisson
 from pytest_llmbench.procedures.base import Capacity, ProcedureContext, ProcedureError, get_procedure
 from pytest_llmbench.procedures.p5_6_fairness import FairnessParams, _mixed_count
-from pytest_llmbench.settings import Settings
 from pytest_llmbench.simulator import SimConfig, start_simulator
 from pytest_llmbench.storage import iter_records
-from pytest_llmbench.sut import SUT
-from pytest_llmbench.tokenizer import get_tokenizer
 from pytest_llmbench.workloads.standard import _mix_counts
 
 PROC = get_procedure("5.6")
@@ -31,22 +29,9 @@ PROC = get_procedure("5.6")
 
 @contextlib.contextmanager
 def harness(tmp_path: Path, config: SimConfig, rate: float) -> Iterator[tuple[Any, ProcedureContext]]:
+    """A simulator and a hand-built ProcedureContext with a declared request-rate capacity."""
     with start_simulator(config) as sim:
-        info = sim.get_config()
-        sut = SUT(base_url=sim.base_url, model=info["model_name"], embedded=True, server_info=info)
-
-        async def capacity(kind: str) -> Capacity:
-            assert kind == "rate"
-            return Capacity(rate=rate, source="declared by the test")
-
-        def configure(setting: str, value: Any) -> bool:
-            sut.server_info = sim.set_config(**{setting: value})
-            return True
-
-        ctx = ProcedureContext(sut=sut, settings=Settings(profile="smoke", report=tmp_path, seed=4),
-                               tokenizer=get_tokenizer(), run_root=tmp_path / "runs", get_capacity=capacity,
-                               configure_sut=configure)
-        yield sim, ctx
+        yield sim, procedure_context(sim, tmp_path, capacity=Capacity(rate=rate, source="declared by the test"), profile="smoke", seed=4)
 
 
 def _ttft_by_class(run: Any) -> dict[str, np.ndarray]:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from procedure_harness import procedure_context
 from pytest_llmbench import closed
 from pytest_llmbench.procedures.base import Capacity, ProcedureContext, SkipProcedure, get_procedure
 from pytest_llmbench.procedures.p5_7_prefix_cache import prefix_specs
@@ -30,20 +31,7 @@ PROC = get_procedure("5.7")
 @contextlib.contextmanager
 def harness(tmp_path: Path, config: SimConfig) -> Iterator[tuple[Any, ProcedureContext]]:
     with start_simulator(config) as sim:
-        info = sim.get_config()
-        sut = SUT(base_url=sim.base_url, model=info["model_name"], embedded=True, server_info=info)
-
-        async def capacity(kind: str) -> Capacity:
-            raise AssertionError("5.7 with a closed loop needs no capacity")
-
-        def configure(setting: str, value: Any) -> bool:
-            sut.server_info = sim.set_config(**{setting: value})
-            return True
-
-        ctx = ProcedureContext(sut=sut, settings=Settings(profile="smoke", report=tmp_path, seed=9),
-                               tokenizer=get_tokenizer(), run_root=tmp_path / "runs", get_capacity=capacity,
-                               configure_sut=configure)
-        yield sim, ctx
+        yield sim, procedure_context(sim, tmp_path, profile="smoke", seed=9)
 
 
 def _records(run: Any) -> list[Any]:

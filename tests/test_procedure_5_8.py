@@ -17,20 +17,17 @@ import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
-import httpx
 import numpy as np
 import pytest
 
+from procedure_harness import procedure_context
 from pytest_llmbench.metrics import summarize
 from pytest_llmbench.procedures.base import Capacity, ProcedureContext, RunSummary, get_procedure
 from pytest_llmbench.procedures.common import Measured
 from pytest_llmbench.procedures.p5_8_memory_pressure import NOT_MEASURABLE, _assess, level_concurrency
-from pytest_llmbench.settings import Settings
 from pytest_llmbench.simulator import SimConfig, start_simulator
 from pytest_llmbench.simulator.predict import simulate_closed_loop
 from pytest_llmbench.storage import iter_records
-from pytest_llmbench.sut import SUT
-from pytest_llmbench.tokenizer import get_tokenizer
 
 IN, OUT = 224, 64
 CONFIG = SimConfig(time_scale=0.5, kv_capacity_tokens=12 * 288, prefix_cache=False, seed=5)
@@ -38,16 +35,8 @@ K = CONFIG.kv_capacity_requests(IN, OUT)
 
 
 def make_ctx(sim, root: Path) -> ProcedureContext:
-    info = httpx.get(sim.admin_url, timeout=10).json()
-    sut = SUT(base_url=sim.base_url, model=info["model_name"], embedded=True, server_info=info)
-
-    async def capacity(kind: str) -> Capacity:
-        assert kind == "concurrency"
-        return Capacity(concurrency=K, source="test: kv_capacity_requests")
-
-    return ProcedureContext(sut=sut, settings=Settings(profile="standard", seed=13, report=root, timeout=60.0),
-                            tokenizer=get_tokenizer(), run_root=root / "runs", get_capacity=capacity,
-                            configure_sut=lambda setting, value: False)
+    return procedure_context(sim, root, capacity=Capacity(concurrency=K, source="test: kv_capacity_requests"),
+                             profile="standard", seed=13, timeout=60.0)
 
 
 @pytest.fixture(scope="module")

@@ -12,33 +12,22 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench.procedures.base import Capacity, ProcedureContext, get_procedure
+from procedure_harness import procedure_context
+from pytest_llmbench.procedures.base import ProcedureContext, get_procedure
 from pytest_llmbench.procedures.p5_9_long_context import effective_lengths
-from pytest_llmbench.settings import Settings
 from pytest_llmbench.simulator import SimConfig, start_simulator
-from pytest_llmbench.sut import SUT
-from pytest_llmbench.tokenizer import get_tokenizer
 
 LENGTHS = (1024, 2048, 4096, 8192, 16384)
 CONFIG = SimConfig(time_scale=0.5, prefill_per_token2_ms=1e-5, context_window=16384 + 8, seed=9)
 
 
 def make_ctx(sim, root: Path) -> ProcedureContext:
-    info = httpx.get(sim.admin_url, timeout=10).json()
-    sut = SUT(base_url=sim.base_url, model=info["model_name"], embedded=True, server_info=info)
-
-    async def no_capacity(kind: str) -> Capacity:
-        raise AssertionError("5.9 needs no capacity")
-
-    return ProcedureContext(sut=sut, settings=Settings(profile="standard", seed=21, report=root, timeout=60.0),
-                            tokenizer=get_tokenizer(), run_root=root / "runs", get_capacity=no_capacity,
-                            configure_sut=lambda setting, value: False)
+    return procedure_context(sim, root, profile="standard", seed=21, timeout=60.0)
 
 
 @pytest.fixture(scope="module")

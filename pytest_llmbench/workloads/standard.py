@@ -165,6 +165,13 @@ def _random_content(
     raise WorkloadError(f"id_pool must be 'round-trip' or 'full', got {id_pool!r}")
 
 
+def _random_content_fields(id_pool: str, factory: TextFactory) -> dict[str, Any]:
+    """The §4.3.1 content fields of a random-token workload (no system prompt, no semantics)."""
+    return {"domain": "synthetic (no semantic meaning)", "language": "none (random tokens)",
+            "system_prompt": False, "system_prompt_tokens": 0,
+            "generation": _random_content_note(id_pool, factory)}
+
+
 def _random_content_note(id_pool: str, factory: TextFactory) -> str:
     if id_pool == "full":
         return (
@@ -222,13 +229,7 @@ def synthetic_uniform(
         input_length=din,
         output_length=dout,
         output_control=_output_control(force_output),
-        content={
-            "domain": "synthetic (no semantic meaning)",
-            "language": "none (random tokens)",
-            "system_prompt": False,
-            "system_prompt_tokens": 0,
-            "generation": _random_content_note(id_pool, factory),
-        },
+        content=_random_content_fields(id_pool, factory),
         prefix_sharing=_NO_SHARING,
         tokenizer=tok.declaration.to_json(),
         params={"input_min": input_min, "input_max": input_max, "output_min": output_min,
@@ -341,13 +342,7 @@ def synthetic_skewed(
         input_length=din,
         output_length=dout,
         output_control=_output_control(force_output),
-        content={
-            "domain": "synthetic (no semantic meaning)",
-            "language": "none (random tokens)",
-            "system_prompt": False,
-            "system_prompt_tokens": 0,
-            "generation": _random_content_note(id_pool, factory),
-        },
+        content=_random_content_fields(id_pool, factory),
         prefix_sharing=_NO_SHARING,
         tokenizer=tok.declaration.to_json(),
         classes=class_decl,
@@ -746,9 +741,7 @@ def fixed_length(
         input_length=LengthDistribution("fixed", {"value": input_tokens}, tokenizer=tname),
         output_length=LengthDistribution("fixed", {"value": output_tokens}, tokenizer=tname),
         output_control=_output_control(force_output),
-        content={"domain": "synthetic (no semantic meaning)", "language": "none (random tokens)",
-                 "system_prompt": False, "system_prompt_tokens": 0,
-                 "generation": _random_content_note(id_pool, factory)},
+        content=_random_content_fields(id_pool, factory),
         prefix_sharing=_NO_SHARING,
         tokenizer=tok.declaration.to_json(),
         params={"input_tokens": input_tokens, "output_tokens": output_tokens, "force_output": force_output,

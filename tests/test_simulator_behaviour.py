@@ -117,7 +117,9 @@ def test_ttft_grows_with_prompt_length_as_prefill_model_predicts(sim: SimulatorP
     server = {L: min((s.timing["queue_ns"] + s.timing["prefill_ns"]) / 1e9 for s in ss) for L, ss in res.items()}
     pred = {L: CFG.predicted_ttft_s(L) for L in lengths}
     for L in lengths:
-        assert pred[L] * 0.97 - 0.001 <= server[L] <= pred[L] * 1.05 + 0.003, (L, server[L], pred[L])
+        # the engine makes up an iteration that woke < 2 ms late by shortening the next one
+        # (docs/simulator.md "Driver"), so a TTFT can come in up to ~2 ms under the model
+        assert pred[L] * 0.97 - 0.0025 <= server[L] <= pred[L] * 1.05 + 0.003, (L, server[L], pred[L])
         assert pred[L] * 0.95 - 0.001 <= client[L] <= pred[L] * 1.3 + 0.010, (L, client[L], pred[L])
     # super-linear shape: the growth from 2k to 4k vs 1k to 2k matches a*L + b*L^2
     shape = (client[4096] - client[2048]) / (client[2048] - client[1024])

@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the checkout, not an installed copy
 
@@ -113,7 +115,11 @@ async def closed(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Nam
     print(f"    client CPU {cpu:.2f} s = {cpu / n_chunks * 1000 * 1000:.2f} ms per 1000 chunks "
           f"({cpu / res.duration_s * 100:.0f} % of one core)  loop-delay p99 {res.loop_delay.p99_ms:.1f} ms  "
           f"valid={res.valid}")
-
+    # how soon a completion is replaced (tests/test_load.py checks the logic on a virtual clock)
+    gaps = np.array([r.sent_ns - r.intended_ns for r in res.records[args.concurrency:]]) / 1e6
+    if gaps.size:
+        print(f"    resubmit gap p50 {np.percentile(gaps, 50):.3f} ms  p99 {np.percentile(gaps, 99):.3f} ms  "
+              f"max {gaps.max():.2f} ms")
 
 
 async def open_loop(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> None:

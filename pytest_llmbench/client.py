@@ -330,7 +330,7 @@ def classify_transport_error(exc: BaseException, *, mid_stream: bool) -> Transpo
     return rule.classify(exc, mid_stream=mid_stream)
 
 
-class map_transport_errors:  # noqa: N801 - used like a function: ``with map_transport_errors(...)``
+class map_transport_errors:  # lower case: used like httpx's map_httpcore_exceptions()
     """Context manager: an ``Exception`` raised inside becomes :func:`classify_transport_error`'s
     :class:`TransportError`, chained ``from`` the original. Cancellation (a ``BaseException``)
     and an already classified :class:`TransportError` pass through. Stateless, so one instance

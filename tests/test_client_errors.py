@@ -115,9 +115,8 @@ def test_every_entry_has_a_case() -> None:
 )
 def test_map_entry_raises_the_mapped_type_chained(case: Case, mid: bool) -> None:
     original = case.make()
-    with pytest.raises(TransportError) as info:
-        with map_transport_errors(mid_stream=mid):
-            raise original
+    with pytest.raises(TransportError) as info, map_transport_errors(mid_stream=mid):
+        raise original
     err = info.value
     assert err.error_type is (case.mid if mid else case.before)
     assert err.__cause__ is original
@@ -126,13 +125,11 @@ def test_map_entry_raises_the_mapped_type_chained(case: Case, mid: bool) -> None
 
 
 def test_cancellation_and_classified_errors_pass_through() -> None:
-    with pytest.raises(asyncio.CancelledError):
-        with map_transport_errors(mid_stream=True):
-            raise asyncio.CancelledError
+    with pytest.raises(asyncio.CancelledError), map_transport_errors(mid_stream=True):
+        raise asyncio.CancelledError
     already = TransportError(ErrorType.PARSE, "x")
-    with pytest.raises(TransportError) as info:
-        with map_transport_errors(mid_stream=False):
-            raise already
+    with pytest.raises(TransportError) as info, map_transport_errors(mid_stream=False):
+        raise already
     assert info.value is already and info.value.__cause__ is None
 
 

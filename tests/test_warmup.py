@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -105,7 +106,7 @@ async def test_full_warmup_meets_the_draft_minimum_and_waits_for_the_queue(serve
     policy = WarmupPolicy()
     e2e = [p.e2e_s for p in res.probes_after]
     k = policy.probe_count
-    variation = [max(abs(b - a) / a for a, b in zip(w, w[1:])) for w in (e2e[i:i + k] for i in range(len(e2e) - k + 1))]
+    variation = [max(abs(b - a) / a for a, b in itertools.pairwise(w)) for w in (e2e[i:i + k] for i in range(len(e2e) - k + 1))]
     assert res.max_variation == variation[-1]
     assert res.stable is (variation[-1] < policy.probe_tolerance)
     assert all(v >= policy.probe_tolerance for v in variation[:-1])  # no earlier stable window

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench.gate import (Comparison, RuleError, across_runs, compare, list_runs, load_run, parse_rule,
+from pytest_llmbench.gate import (RuleError, StoredRun, across_runs, compare, list_runs, load_run, parse_rule,
                                   save, summarize_runs)
 from pytest_llmbench.gate.cli import compare_main, history_main
 from pytest_llmbench.gate.compare import IncomparableRunsError, check_comparable, load_as_written
@@ -213,6 +213,9 @@ def test_slower_run_fails_with_the_figures_and_rerun_passes(store: Path):
     assert not ok.failed and ok.violations == []
     assert {o.verdict for o in ok.pairs[0].outcomes[:3]} <= {"pass", "pass (not significant)"}
     assert ok.pairs[0].load == "poisson(capacity_fraction=0.5)" and ok.pairs[0].rate_baseline == [10.0]
+    mem = StoredRun.in_memory(slow.document, samples=slow.samples)
+    assert [o.message for o in compare(base, mem, ["tpot.p50:10%"]).violations] == [
+        o.message for o in bad.violations]
     tests = ok.pairs[0].tests
     assert tests and ok.outcomes_for_test(tests[0])
 

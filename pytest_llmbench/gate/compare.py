@@ -112,7 +112,7 @@ def comparability_key(run: StoredRun, proc: Mapping[str, Any]) -> dict[str, Any]
     return key
 
 
-def _records_format(run: StoredRun, proc: Mapping[str, Any]) -> str | None:
+def _records_format(run: StoredRun, proc: Mapping[str, Any]) -> str:
     from ..storage import SCHEMA
 
     base = run.path if run.path.is_dir() else run.path.parent
@@ -123,7 +123,7 @@ def _records_format(run: StoredRun, proc: Mapping[str, Any]) -> str | None:
                 return str(json.loads(p.read_text(encoding="utf-8")).get("schema") or SCHEMA)
             except (OSError, json.JSONDecodeError):
                 break
-    return SCHEMA if run.meta.get("samples") is not None else None
+    return SCHEMA  # no run.json to read: records of this plugin version
 
 
 def differences(baseline: Mapping[str, Any], new: Mapping[str, Any]) -> list[Difference]:

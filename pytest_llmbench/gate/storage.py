@@ -229,9 +229,12 @@ class StoredRun:
                 self._samples = collect_samples(self.document, base)
         return self._samples
 
-    def label(self) -> str:
-        """``0003_main`` style label used in tables and messages."""
-        return self.id
+    @classmethod
+    def in_memory(cls, doc: Mapping[str, Any], *, report_dir: str | os.PathLike[str] = ".",
+                  samples: Mapping[SampleKey, np.ndarray] | None = None, id: str = "this session") -> StoredRun:
+        """The current session as a run to compare, without storing it (samples recomputed from
+        ``report_dir/runs/`` on first use unless given)."""
+        return cls(Path(report_dir), {"id": id}, dict(doc), dict(samples) if samples is not None else None)
 
     def to_ref(self) -> dict[str, Any]:
         return {"id": self.id, "path": self.path.as_posix(), "commit": self.commit, "name": self.name,
@@ -308,10 +311,26 @@ def save(report: str | os.PathLike[str] | Mapping[str, Any], storage: str | os.P
         "sut": sut_fingerprint(doc),
         "argv": list(sys.argv),
         "samples": index,
+        "records_format": _records_format_of(doc, base),
         "extra": dict(extra or {}),
     }
     write_json_atomic(target / META, meta)
     return StoredRun(target, meta, doc, {k: np.asarray(samples[k], dtype=np.float32) for k in keys})
+
+
+def _records_format_of(doc: Mapping[str, Any], base: Path | None) -> str:
+    """The ``run.json`` schema of the session's run records (this plugin's when none can be read)."""
+    from ..storage import SCHEMA
+
+    for proc in doc.get("procedures") or []:
+        for rel in proc.get("run_dirs") or []:
+            p = base / rel / "run.json" if base is not None else None
+            if p is not None and p.is_file():
+                try:
+                    return str(json.loads(p.read_text(encoding="utf-8")).get("schema") or SCHEMA)
+                except (OSError, json.JSONDecodeError):
+                    return SCHEMA
+    return SCHEMA
 
 
 def _read_meta(d: Path) -> dict[str, Any]:

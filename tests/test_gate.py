@@ -206,7 +206,7 @@ def test_slower_run_fails_with_the_figures_and_rerun_passes(store: Path):
     bad = compare(base, slow, ["tpot.p50:10%"])
     assert bad.failed and len(bad.violations) == 1
     msg = bad.violations[0].message
-    for part in ("tpot.p50", "baseline 2.316 ms", "new 2.838 ms", "n=299", "change +22.", "95% CI",
+    for part in ("tpot.p50", "baseline 2.316 ms", "new 2.838 ms", "n=299", "change +22.", "95% CI", "p(no change)=",
                  "rule tpot.p50:10%", "method: percentile bootstrap", "0001_base"):
         assert part in msg, (part, msg)
     ok = compare(base, rerun, ["tpot.p50:10%", "ttft.p99:10%", "output_throughput:5%"])
@@ -312,3 +312,34 @@ def test_change_points_and_history(store: Path, capsys):
     text = capsys.readouterr().out
     assert "change point" in text and "PELT" in text
     assert history_main(["--metric", "nope.p5", "--storage", str(store)]) == 2
+
+
+def test_save_from_a_report_directory_recomputes_samples_from_records(tmp_path: Path, store: Path):
+    from pytest_llmbench.records import RequestRecord
+    from pytest_llmbench.storage import RunWriter
+
+    def rec(i: int, ttft_ms: float) -> RequestRecord:
+        r = RequestRecord(index=i, workload="fake", spec_input_tokens=10, max_tokens=4)
+        r.sent_ns = 1_000_000_000 * i
+        r.first_chunk_ns = r.first_token_ns = r.sent_ns + int(ttft_ms * 1e6)
+        r.chunk_ns = [r.first_token_ns, r.first_token_ns + 1_000_000]
+        r.chunk_text, r.chunk_reasoning, r.chunk_tokens = [" a", " b"], ["", ""], [1, 1]
+        r.end_ns = r.chunk_ns[-1]
+        r.output_tokens_client, r.input_tokens_client, r.status = 2, 10, 200
+        return r
+
+    report = tmp_path / "llmbench-report"
+    doc = json.loads(json.dumps(load_run("base", store).document))
+    run_dir = doc["procedures"][0]["result"]["runs"][0]["run_dir"]
+    with RunWriter(report / run_dir) as w:
+        for i in range(50):
+            w.write(rec(i, 10.0 + i))
+    (report / "results.json").write_text(json.dumps(doc))
+    saved = save(report, tmp_path / "st", commit="c0ffee")
+    key = (doc["procedures"][0]["key"], "measure", "ttft")
+    assert saved.samples[key].dtype == np.float32 and saved.samples[key].size == 50
+    assert saved.samples[key][0] == pytest.approx(0.010) and saved.samples[key][-1] == pytest.approx(0.059)
+    assert load_run("latest", tmp_path / "st").meta["records_format"] == "pytest-llmbench/run/1"
+    (report / run_dir / "records.jsonl").unlink()
+    with pytest.raises(GateStorageError, match="run records missing"):
+        save(report, tmp_path / "st")

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..slo import format_quantity
+from ..stats import mean_estimate, percentile_estimate
 from .metricinfo import metric_info
 from .rules import Rule, parse_rule
 from .significance import (DEFAULT_SEED, Change, across_runs_change, mean_change, percentile_change,
@@ -183,11 +184,11 @@ def figure_value(run: StoredRun, proc: Mapping[str, Any], rule: Rule) -> dict[st
     samples = figure_samples(run, proc, rule)
     if rule.statistic == "mean":
         if samples is not None:
-            return {"value": float(samples.mean()), "n": int(samples.size)}
+            return mean_estimate(samples, unit=str((dist or {}).get("unit") or "")).to_json()
         return dist.get("mean") if dist else None
     p = rule.percentile
     if samples is not None and p is not None:
-        return {"value": float(np.percentile(samples, p)), "n": int(samples.size)}
+        return percentile_estimate(samples, p, unit=str((dist or {}).get("unit") or ""), assume_sorted=True).to_json()
     if dist:
         return (dist.get("percentiles") or {}).get(f"p{p:g}")
     return None
@@ -343,7 +344,8 @@ def _message(pair_title: str, rule: Rule, level: str | None, c: Change, verdict:
     where = f"{pair_title}" + (f", run {level}" if level else "")
     head = {"FAIL": "REGRESSION", "worse": "worse"}.get(verdict, verdict)
     text = (f"{head}: {rule.figure} [{where}]: baseline {_fmt(c.baseline, info.unit)} ({base_label}, n={c.n_baseline}) "
-            f"→ new {_fmt(c.new, info.unit)} (n={c.n_new}); change {change} ({c.confidence:.0%} CI {ci})")
+            f"→ new {_fmt(c.new, info.unit)} (n={c.n_new}); change {change} ({c.confidence:.0%} CI {ci}, "
+            f"p(no change)={c.p_value:.3g})")
     if has_threshold:
         text += (f"; rule {rule.text} ({info.worse} is worse: fails only when the whole CI lies beyond "
                  f"{'+' if not info.higher_is_better else '-'}{rule.threshold_text()})")

@@ -67,6 +67,7 @@ class Change:
     n_new: int
     confidence: float
     method: str
+    p_value: float = math.nan  # two-sided test of "no change" by the same method (§6.3: name the test and p)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -116,7 +117,9 @@ def _from_draws(base: float, new: float, db: np.ndarray, dn: np.ndarray, nb: int
     rel = rel[np.isfinite(rel)]
     r_lo, r_hi = (float(v) for v in np.percentile(rel, qs)) if rel.size else (math.nan, math.nan)
     r = new / base - 1.0 if base != 0 else math.nan
-    return Change(base, new, new - base, (d_lo, d_hi), r, (r_lo, r_hi), nb, nn, confidence, method)
+    # bootstrap p-value of "no change": twice the smaller tail of the difference's distribution at 0
+    p = min(1.0, 2.0 * min(float(np.mean(diff <= 0)), float(np.mean(diff >= 0))) + 1.0 / diff.size)
+    return Change(base, new, new - base, (d_lo, d_hi), r, (r_lo, r_hi), nb, nn, confidence, method, p)
 
 
 def percentile_change(baseline: ArrayLike, new: ArrayLike, p: float, *, confidence: float = 0.95,
@@ -204,4 +207,7 @@ def across_runs_change(baseline: Sequence[float], new: Sequence[float], *, confi
     rel = d / ma if ma != 0 else math.nan
     rel_half = half / abs(ma) if ma != 0 else math.nan
     method = f"Student-t CI across runs ({na} vs {nb} runs, {how}, df={df}), {confidence:.0%} CI"
-    return Change(ma, mb, d, (d - half, d + half), rel, (rel - rel_half, rel + rel_half), na, nb, confidence, method)
+    se = s * math.sqrt(1 / na + 1 / nb)
+    p = float(2 * sps.t.sf(abs(d) / se, df)) if se > 0 else (1.0 if d == 0 else 0.0)
+    return Change(ma, mb, d, (d - half, d + half), rel, (rel - rel_half, rel + rel_half), na, nb, confidence,
+                  method, p)

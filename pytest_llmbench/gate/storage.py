@@ -145,7 +145,10 @@ def samples_from_metrics(metrics: Any) -> dict[str, np.ndarray]:
 def _samples_from_run_dir(run_dir: Path, itl_option: str) -> dict[str, np.ndarray]:
     from ..metrics import summarize
 
-    return samples_from_metrics(summarize(iter_records(run_dir), itl_option=itl_option))
+    try:
+        return samples_from_metrics(summarize(iter_records(run_dir), itl_option=itl_option))
+    except ValueError:  # the records cannot give that ITL option (§4.6.3): the best they can
+        return samples_from_metrics(summarize(iter_records(run_dir), itl_option="auto"))
 
 
 def collect_samples(doc: Mapping[str, Any], report_dir: str | os.PathLike[str]) -> dict[SampleKey, np.ndarray]:

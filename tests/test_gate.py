@@ -133,6 +133,12 @@ def test_bootstrap_is_deterministic():
     assert "seed" in percentile_change(a, b, 99).method
 
 
+def test_mean_change_of_large_samples_uses_the_normal_approximation():
+    rng = np.random.default_rng(5)
+    c = mean_change(rng.exponential(1.0, 60_000), rng.exponential(1.1, 60_000))
+    assert "normal approximation" in c.method and c.rel_ci[0] < 0.1 < c.rel_ci[1]
+
+
 def test_scalar_change_reads_the_cis():
     base = {"value": 100.0, "ci_low": 98.0, "ci_high": 102.0, "n": 10, "confidence": 0.95}
     new = {"value": 80.0, "ci_low": 78.0, "ci_high": 82.0, "n": 10, "confidence": 0.95}

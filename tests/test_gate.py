@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench.gate import (RuleError, StoredRun, across_runs, compare, list_runs, load_run, parse_rule,
+from pytest_llmbench.gate import (RuleError, StoredRun, junit_properties, render_comparison_markdown, across_runs, compare, list_runs, load_run, parse_rule,
                                   save, summarize_runs)
 from pytest_llmbench.gate.cli import compare_main, history_main
 from pytest_llmbench.gate.compare import IncomparableRunsError, check_comparable, load_as_written
@@ -224,6 +224,10 @@ def test_slower_run_fails_with_the_figures_and_rerun_passes(store: Path):
         o.message for o in bad.violations]
     tests = ok.pairs[0].tests
     assert tests and ok.outcomes_for_test(tests[0])
+    md = render_comparison_markdown(bad)
+    assert "| tpot.p50 | 2.316 ms (n=299) | 2.838 ms (n=299) | +22.6% |" in md and "| FAIL |" in md
+    props = dict(junit_properties(bad, tests[0]))
+    assert props["llmbench_baseline"] == "0001_base" and props["llmbench_change_tpot.p50"].endswith("FAIL")
 
 
 def test_throughput_drop_fails_a_throughput_rule(store: Path):

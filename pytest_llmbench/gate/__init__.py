@@ -10,6 +10,7 @@
 """
 
 from .compare import Comparison, Difference, FigureOutcome, IncomparableRunsError, check_comparable, compare
+from .present import junit_properties, render_comparison, render_comparison_markdown
 from .repeated import RunsSummary, across_runs, summarize_runs
 from .rules import Rule, RuleError, parse_rule, parse_rules
 from .significance import Change
@@ -18,5 +19,5 @@ from .storage import DEFAULT_STORAGE, GateStorageError, StoredRun, list_runs, lo
 __all__ = [
     "Change", "Comparison", "DEFAULT_STORAGE", "Difference", "FigureOutcome", "GateStorageError",
     "IncomparableRunsError", "Rule", "RuleError", "RunsSummary", "StoredRun", "across_runs", "check_comparable",
-    "compare", "list_runs", "load_run", "parse_rule", "parse_rules", "save", "summarize_runs",
+    "compare", "junit_properties", "list_runs", "load_run", "parse_rule", "parse_rules", "render_comparison", "render_comparison_markdown", "save", "summarize_runs",
 ]

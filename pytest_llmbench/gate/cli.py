@@ -13,13 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..storage import write_text_atomic
-from .compare import Comparison, compare
+from .compare import compare
 from .history import history, render_history
+from .present import render_comparison
 from .rules import RuleError, parse_rules
 from .storage import DEFAULT_STORAGE, GateStorageError, list_runs, load_run
 from .systems import compare_systems, render_html, render_markdown, render_text
 
-__all__ = ["compare_main", "history_main", "main", "render_comparison"]
+__all__ = ["compare_main", "history_main", "main"]
 
 
 def _kv(items: Sequence[str] | None, what: str) -> dict[str, float]:
@@ -33,27 +34,6 @@ def _kv(items: Sequence[str] | None, what: str) -> dict[str, float]:
         except ValueError:
             raise SystemExit(f"error: {what} {item!r}: expected RUN=NUMBER (RUN as shown in the table)") from None
     return out
-
-
-def render_comparison(comp: Comparison) -> str:
-    """The "compared with baseline" section as plain text (one line per figure; messages for verdicts)."""
-    out = [f"compared with baseline {'+'.join(r.id for r in comp.baseline)}; new {'+'.join(r.id for r in comp.new)}"
-           + (" (FORCED: incomparable differences overridden)" if any(p.forced for p in comp.pairs) else "")]
-    for p in comp.pairs:
-        rates = lambda rs: ", ".join("n/a" if r is None else f"{r:g} req/s" for r in rs)  # noqa: E731
-        out.append(f"- {p.title}: load {p.load} (resolved: baseline {rates(p.rate_baseline)}; new {rates(p.rate_new)})")
-        if p.note:
-            out.append(f"    {p.note}")
-        if p.forced:
-            out.append("    forced despite: " + "; ".join(str(d) for d in p.differences))
-        for o in p.outcomes:
-            out.append(f"    [{o.verdict}] {o.message}")
-    for u in comp.unmatched:
-        out.append(f"- {u}")
-    n_fail = len(comp.violations)
-    out.append(f"result: {n_fail} rule violation(s), {len(comp.refused)} refused comparison(s)"
-               if comp.rules else "result: no --fail rules given (report only)")
-    return "\n".join(out)
 
 
 def _side(ref: str, storage: str) -> list:

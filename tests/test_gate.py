@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench.gate import (RuleError, StoredRun, junit_properties, render_comparison_markdown, across_runs, compare, list_runs, load_run, parse_rule,
-                                  save, summarize_runs)
+from pytest_llmbench.gate import (RuleError, StoredRun, across_runs, compare, junit_properties, list_runs, load_run,
+                                  parse_rule, render_comparison_markdown, save, summarize_runs)
 from pytest_llmbench.gate.cli import compare_main, history_main
 from pytest_llmbench.gate.compare import IncomparableRunsError, check_comparable, load_as_written
 from pytest_llmbench.gate.history import change_points, history

@@ -1,5 +1,5 @@
 """Helpers shared by the procedures (§5.1–§5.10): request lists, queue trend, capacity errors,
-table formatting and declared checks. Pure functions; procedures never import each other.
+table formatting and declared checks. No I/O here; procedures import this, never each other.
 """
 
 from __future__ import annotations

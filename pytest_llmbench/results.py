@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .plotdata import normalise
+from .registry import FIGURES, METRICS, lookup
 from .report import SCHEMA_VERSION
 from .session import SessionResult
 
@@ -41,12 +42,11 @@ SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL)", re.I
 MIN_SECRET_LEN = 6
 REDACTED = "***REDACTED***"
 
-#: Key figures of a run: (figure name, distribution, percentile) and (figure name, scalar).
-DIST_FIGURES = (("ttft_p50", "ttft", 50.0), ("ttft_p99", "ttft", 99.0), ("tpot_p50", "tpot", 50.0),
-                ("tpot_p99", "tpot", 99.0), ("e2e_p50", "e2e", 50.0), ("e2e_p99", "e2e", 99.0),
-                ("itl_p50", "itl", 50.0), ("itl_p99", "itl", 99.0))
-SCALAR_FIGURES = ("output_throughput", "request_throughput", "input_throughput", "success_rate",
-                  "request_count", "benchmark_duration")
+#: Key figures of a run (registry.FIGURES): (figure name, distribution, percentile) and scalar names.
+DIST_FIGURES = tuple((f.name, f.metric, f.percentile) for f in FIGURES.values() if f.percentile is not None)
+SCALAR_FIGURES = tuple(f.name for f in FIGURES.values() if f.statistic is None)
+#: Units of the App. C.1 key results that are plain numbers (the rest are Estimates with their unit).
+KEY_RESULT_UNITS = {"max_throughput_tps": "tokens/s", "throughput_at_ttft_p99_500ms_tps": "tokens/s"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -395,6 +395,7 @@ def _mvr(doc: dict[str, Any], procs: list[tuple[dict[str, Any], Any]], decl: Map
             thr = m.scalars.get("output_throughput")
             if thr is not None and math.isfinite(thr.value) and (best is None or thr.value > best[0]):
                 best = (float(thr.value), f"{p['procedure']} {label}")
+    key["units"] = dict(KEY_RESULT_UNITS)
     key["max_throughput_tps"] = best[0] if best else None
     key["max_throughput_source"] = best[1] if best else None
     usable = []
@@ -545,6 +546,9 @@ def build_document(result: SessionResult, *, environ: Mapping[str, str] | None =
     for p, _ in procs:
         p["tests"] = [t["nodeid"] for t in doc["tests"] if t["result_key"] == p["key"]]
     doc["summary"] = _mvr(doc, procs, decl, notes)
+    shown = {FIGURES[name].metric for p, _ in procs for name in p["figures"]}
+    shown.update(lookup(f).name for f in ("ttft", "tpot", "output_throughput"))  # the key results
+    doc["metrics"] = {name: METRICS[name].to_json() for name in sorted(shown)}
     doc["records"] = _record_files(report_dir)
     doc["reproduction"] = {
         "seed": settings.seed,

@@ -77,13 +77,15 @@ class Metric:
 
 
 def _d(name: str, title: str, unit: str, direction: Direction, definition: str, section: str = "",
-       aggregation: str = PERCENTILES, **kw: object) -> Metric:
-    return Metric(name, title, unit, direction, "distribution", definition, section, aggregation, **kw)  # type: ignore[arg-type]
+       aggregation: str = PERCENTILES, *, aliases: tuple[str, ...] = (), slo: bool = False,
+       per_token: bool = False) -> Metric:
+    return Metric(name, title, unit, direction, "distribution", definition, section, aggregation, aliases, slo,
+                  per_token)
 
 
 def _s(name: str, title: str, unit: str, direction: Direction, definition: str, section: str = "",
-       aggregation: str = PER_RUN, **kw: object) -> Metric:
-    return Metric(name, title, unit, direction, "scalar", definition, section, aggregation, **kw)  # type: ignore[arg-type]
+       aggregation: str = PER_RUN, *, aliases: tuple[str, ...] = (), slo: bool = False) -> Metric:
+    return Metric(name, title, unit, direction, "scalar", definition, section, aggregation, aliases, slo)
 
 
 def _c(name: str, title: str, unit: str, definition: str) -> Metric:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 
 from ..compliance import Check
+from ..metrics import STEADY_STATE_FRACTION, steady_state_window
 from ..records import ErrorType, RequestRecord, RequestSpec
 from ..stats import queue_growing
 from ..workloads import build_workload
@@ -42,7 +43,7 @@ __all__ = [
     "steady_window_ns",
 ]
 
-RAMP_UP_FRACTION = 0.1  # §5.2.3.2
+RAMP_UP_FRACTION = STEADY_STATE_FRACTION  # §5.2.3.2 (metrics.steady_state_window)
 
 
 #: Error text that reveals memory or capacity exhaustion (§5.5.2 "no out-of-memory errors"):
@@ -87,8 +88,8 @@ class QueueTrend:
 
 def steady_window_ns(m: Measured) -> tuple[int, int]:
     """The level's steady window: its send window minus the first 10% (§5.2.3.2)."""
-    lo = m.load.start_ns + int((m.load.send_end_ns - m.load.start_ns) * RAMP_UP_FRACTION)
-    return lo, m.load.send_end_ns
+    lo, hi = steady_state_window(m.load.start_ns, m.load.send_end_ns, RAMP_UP_FRACTION)
+    return m.load.start_ns + int(lo - m.load.start_ns), hi
 
 
 def queue_trend(m: Measured, *, closed: bool = False, arrivals: int = 0) -> QueueTrend:

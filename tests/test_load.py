@@ -335,10 +335,18 @@ async def test_steady_state_window_excludes_first_ten_percent(client: LLMClient)
     lo, hi = steady_state_window(res)
     assert lo - res.start_ns == pytest.approx(0.1 * (res.send_end_ns - res.start_ns), abs=1)
     kept = steady_state_records(res)
-    assert all(lo <= r.sent_ns <= hi for r in kept)
-    assert 80 <= len(kept) <= 92  # ~90 % of an evenly spaced schedule
+    assert kept == [r for r in res.records if lo <= r.sent_ns <= hi]  # how many: virtual clock below
     with pytest.raises(ValueError):
         steady_state_window(res, 1.0)
+
+
+@pytest.mark.looptime
+async def test_steady_state_window_virtual_clock(virtual_clock: None) -> None:
+    res = await run_open_loop(VirtualClient(0.002), specs(["x"] * 100), ArrivalProcess("uniform", 200.0), spin_ms=0)
+    lo, hi = steady_state_window(res)
+    assert (lo - res.start_ns, hi - res.start_ns) == (pytest.approx(49.5e6, abs=2), pytest.approx(495e6, abs=2))
+    # sends at 0, 5, ..., 495 ms; the first 10 % of the window (to 49.5 ms) is left out: 10 sends
+    assert sorted(r.index for r in steady_state_records(res)) == list(range(10, 100))
 
 
 async def test_self_check_flags_a_saturated_client(client: LLMClient) -> None:

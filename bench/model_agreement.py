@@ -57,8 +57,9 @@ def itl_5_4(root: Path) -> None:
     for lv, run in zip(res.measurements["levels"], res.runs):
         conc = run.metrics.scalar("concurrency").value
         p50 = run.metrics.percentile("itl", 50).value
+        hi = cfg.predicted_itl_s(max(2, int(np.ceil(2 * conc))))
         print(f"5.4 ITL P50 at {lv['fraction']:.0%}: {p50 * 1000:.2f} ms; model {cfg.predicted_itl_s(1) * 1000:.2f}"
-              f"-{cfg.predicted_itl_s(max(2, int(np.ceil(2 * conc)))) * 1000:.2f} ms (batch 1..2x concurrency {conc:.2f})")
+              f"-{hi * 1000:.2f} ms (batch 1..2x concurrency {conc:.2f})")
 
 
 def saving_5_7(root: Path) -> None:

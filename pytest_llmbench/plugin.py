@@ -29,7 +29,7 @@ from .procedures.base import (
     params_key,
 )
 from .settings import Settings, add_options, parse_capacity, resolve
-from .sut import SUT, EndpointError, check_endpoint
+from .sut import SUT, EndpointError, check_endpoint, identify_server
 
 MARKER = "llm_procedure"
 SESSION_KEY = pytest.StashKey["LLMBenchSession"]()
@@ -169,6 +169,10 @@ def _validate_slos(slos: list[str], where: str) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_llmbench_configure_sut(sut: SUT, setting: str, value: Any) -> bool | None:
     """Default implementation: the embedded simulator switches through its admin endpoint."""
+    if setting == "restart":  # servers this process started (the simulator: a process restart)
+        from .adapters import configure
+
+        return configure(sut, setting, value)
     if not sut.embedded:
         return None
     import httpx
@@ -246,6 +250,10 @@ class LLMBenchSession:
             import httpx
 
             sut.server_info = httpx.get(sut.root_url + "/admin/config", timeout=10.0).json()
+            from .adapters import register_restart
+
+            register_restart(sut.root_url, self.simulator.restart)
+        identify_server(sut, s.server_kind)
         self.sut = sut
         return sut
 

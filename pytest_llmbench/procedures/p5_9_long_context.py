@@ -123,7 +123,7 @@ def _short_warmup_specs(ctx: ProcedureContext, p: LongContextParams) -> list[Any
 async def run(ctx: ProcedureContext, p: LongContextParams) -> ProcedureResult:
     started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
     window = p.context_window
-    if window is None and ctx.sut.embedded:
+    if window is None:  # the simulator's, or what the server adapter read (llama.cpp: per-slot n_ctx)
         window = int(ctx.sut.server_info.get("context_window") or 0) or None
     out_tokens = p.output_tokens if p.max_output_tokens is None else min(p.output_tokens, p.max_output_tokens)
     lengths, length_notes = effective_lengths(p.lengths, window, p.output_tokens)

@@ -96,10 +96,10 @@ class Installation:
 
 
 @contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    """Exclusive lock on the cache (parallel pytest workers / CI jobs install once)."""
+def _locked(root: Path, what: str) -> Iterator[None]:
+    """Exclusive lock on one artefact of the cache (parallel pytest workers / CI jobs install once)."""
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as fh:
+    with open(root / f".lock-{what}", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -110,7 +110,7 @@ def _locked(root: Path) -> Iterator[None]:
 def _run(cmd: list[str], what: str, log: Path | None = None, env: dict[str, str] | None = None) -> None:
     """Run a command; on failure raise :class:`InstallError` with the tail of its output."""
     print(f"[llama-server install] {what}: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    out = open(log, "w") if log else tempfile.TemporaryFile("w+")
+    out = open(log, "a") if log else tempfile.TemporaryFile("w+")
     with out:
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, check=False)
         if proc.returncode != 0:
@@ -130,7 +130,7 @@ def install_model(root: Path | None = None) -> Path:
     model = root / "models" / f"{MODEL_VERSION}" / MODEL_FILE
     if model.is_file():
         return model
-    with _locked(root):
+    with _locked(root, "model"):
         if model.is_file():
             return model
         model.parent.mkdir(parents=True, exist_ok=True)
@@ -184,7 +184,7 @@ def install_server(root: Path | None = None, jobs: int | None = None) -> Path:
     target = server_path(root)
     if target.is_file():
         return target
-    with _locked(root):
+    with _locked(root, "server"):
         if target.is_file():
             return target
         for compiler in ("cc", "c++"):
@@ -218,6 +218,7 @@ def install_server(root: Path | None = None, jobs: int | None = None) -> Path:
             shutil.rmtree(dl, ignore_errors=True)
         build = root / "build-tmp"
         log = root / "build.log"
+        log.write_text("")  # configure and build append to it
         _run([cmake, "-S", str(tree), "-B", str(build), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
               *CMAKE_FLAGS], "cmake configure", log=log, env=env)
         _run([cmake, "--build", str(build), "--target", "llama-server", "-j", str(jobs or os.cpu_count() or 2)],

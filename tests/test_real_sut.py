@@ -87,9 +87,11 @@ def test_sse_parser_on_live_streams(llama_server: LlamaServer) -> None:
     objs = [json.loads(e.data) for e in events[:-1]]
     final = [o for o in objs if o.get("usage")]
     assert len(final) == 1 and "timings" in final[0]
-    text_chunks = [o for o in objs if o.get("choices") and o["choices"][0].get("text")]
-    print(f"\n{len(events)} SSE events, {len(text_chunks)} with text, usage {final[0]['usage']}")
-    assert len(text_chunks) == final[0]["usage"]["completion_tokens"] == 24  # one token per chunk
+    token_chunks = [o for o in objs if o.get("choices") and o["choices"][0].get("finish_reason") is None]
+    print(f"\n{len(events)} SSE events, {len(token_chunks)} token chunks, usage {final[0]['usage']}, "
+          f"timings {final[0]['timings']}")
+    assert len(token_chunks) == final[0]["usage"]["completion_tokens"] == 24  # one token per chunk
+    assert final[0]["choices"][0]["finish_reason"] == "length"
     chat = _send(llama_server.endpoint, [_spec(0, PROMPT, 16)], api="chat")[0]
     comp = _send(llama_server.endpoint, [_spec(1, PROMPT, 16)])[0]
     for rec in (chat, comp):
@@ -211,11 +213,12 @@ def test_procedures_on_llama_server(pytester: pytest.Pytester, llama_server: Lla
                              "--llm-capacity", "rate=0.6", "-p", "no:randomly", "-p", "no:cacheprovider", "-rs")
     doc = json.loads((Path(str(pytester.path)) / "llmbench-report" / "results.json").read_text())
     print(f"\nserver kind in results.json: {doc['sut']['server_kind']} ({doc['sut']['server_kind_source']})")
-    for proc in doc.get("procedures", doc.get("results", [])):
-        if isinstance(proc, dict):
-            meas = proc.get("measurements", {})
-            keep = {k: v for k, v in meas.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            print(f"  {proc.get('procedure')}: {json.dumps(dict(list(keep.items())[:14]))}")
+    for proc in doc["procedures"]:
+        meas = (proc.get("result") or {}).get("measurements") or {}
+        keep = {k: v for k, v in meas.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        print(f"  {proc['procedure']} ({proc['configuration']['duration_s']:.0f} s): "
+              f"{json.dumps(dict(list(keep.items())[:16]))}")
+        print(f"    figures: {json.dumps(proc['figures'])[:600]}")
     report = (Path(str(pytester.path)) / "llmbench-report" / "report.md").read_text()
     assert "llama.cpp" in report
     assert doc["sut"]["server_kind"] == "llama.cpp"

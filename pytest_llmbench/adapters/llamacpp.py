@@ -35,6 +35,9 @@ class LlamaCppAdapter(ServerAdapter):
             info["total_slots"] = props.get("total_slots")
             if props.get("model_path"):
                 info["model_file"] = os.path.basename(str(props["model_path"]))  # not the host's path
+            params = gen.get("params") if isinstance(gen, dict) else None
+            if isinstance(params, dict) and isinstance(params.get("cache_prompt"), bool):
+                info["prefix_cache"] = params["cache_prompt"]  # the default a request without the field gets
             if isinstance(gen, dict) and isinstance(gen.get("n_ctx"), int):
                 info["context_window"] = gen["n_ctx"]
                 info["context_window_source"] = "/props default_generation_settings.n_ctx (per slot)"

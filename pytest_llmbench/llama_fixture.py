@@ -41,6 +41,16 @@ def pytest_llmbench_configure_sut(sut: Any, setting: str, value: Any) -> bool | 
     return adapters.configure(sut, setting, value)
 
 
+def default_threads() -> int:
+    """``LLMBENCH_LLAMA_THREADS``, else all cores, but 1 on a machine already busier than its cores:
+    llama.cpp's threads spin at barriers, and oversubscribed they measured ~1 tok/s instead of ~13."""
+    env = os.environ.get("LLMBENCH_LLAMA_THREADS")
+    if env:
+        return max(1, int(env))
+    cores = os.cpu_count() or 1
+    return 1 if os.getloadavg()[0] >= cores else cores
+
+
 @pytest.fixture(scope="session")
 def llama_server(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     """A running llama-server (Gemma 3 270M, 4 slots, 16K unified KV cache, /metrics, slot erase)."""
@@ -54,7 +64,7 @@ def llama_server(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathF
         pytestconfig.stash[_INSTALL_FAILED] = reason
         pytest.skip(reason)
     tmp = tmp_path_factory.mktemp("llama-server")
-    server = LlamaServer(inst, threads=int(os.environ.get("LLMBENCH_LLAMA_THREADS", "2")),
+    server = LlamaServer(inst, threads=default_threads(),
                          slot_save_path=tmp / "slots", log_path=tmp / "server.log")
     server.start()  # a built server that does not start is a failure, not an outage
     adapters.register_restart(server.base_url, server.restart)

@@ -386,6 +386,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"server": str(inst.server), "model": str(inst.model), "cache": str(cache_dir())}, indent=1))
         return 0
     server = LlamaServer(inst, port=args.port, threads=args.threads, ctx_size=args.ctx_size, parallel=args.parallel)
+
+    def _terminate(signum: int, frame: object) -> None:  # SIGTERM: stop the server too, never orphan it
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminate)
     with server:
         print(f"llama-server ready: --llm-endpoint {server.endpoint}  (log: {server.log_path}); Ctrl-C to stop",
               flush=True)

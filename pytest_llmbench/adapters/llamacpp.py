@@ -41,6 +41,7 @@ class LlamaCppAdapter(ServerAdapter):
             if isinstance(gen, dict) and isinstance(gen.get("n_ctx"), int):
                 info["context_window"] = gen["n_ctx"]
                 info["context_window_source"] = "/props default_generation_settings.n_ctx (per slot)"
+        info.setdefault("prefix_cache", True)  # llama.cpp's documented default: cache_prompt true
         status, slots = fetch("/slots")
         if status == 200 and isinstance(slots, list) and slots:
             ctx = [s.get("n_ctx") for s in slots if isinstance(s, dict) and isinstance(s.get("n_ctx"), int)]

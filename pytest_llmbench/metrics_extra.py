@@ -433,17 +433,19 @@ AIPERF_EQUIVALENTS: dict[str, tuple[str, str]] = {
 _TEXT = "text-only client: no image, video or audio is sent or received"
 _GPU = ("GPU telemetry (DCGM/pynvml) is not visible to a client; absent unless the server "
         "exports power/energy counters")
-_VENDOR = "vendor usage field for audio/tool-use/predicted outputs, not produced by text chat/completions"
+_AUDIO = "audio usage field: the client sends and receives text only"
+_VENDOR = ("the procedures send no tool declarations (Gemini tool-use count) and no predicted outputs "
+           "(OpenAI `prediction`), so no server fills this usage field")
 
 #: AIPerf tags deliberately absent, with the reason.
 AIPERF_NOT_APPLICABLE: dict[str, str] = {
     **{t: _TEXT for t in ("num_images", "image_throughput", "image_latency", "video_inference_time",
                           "video_peak_memory", "audio_duration", "rtfx")},
-    **{t: _VENDOR for t in ("usage_prompt_audio_tokens", "usage_completion_audio_tokens",
-                            "usage_prompt_audio_seconds", "usage_tool_use_prompt_tokens",
-                            "usage_accepted_prediction_tokens", "usage_rejected_prediction_tokens",
-                            "total_usage_prompt_audio_tokens", "total_usage_completion_audio_tokens",
-                            "total_usage_prompt_audio_seconds", "total_usage_tool_use_prompt_tokens",
+    **{t: _AUDIO for t in ("usage_prompt_audio_tokens", "usage_completion_audio_tokens",
+                           "usage_prompt_audio_seconds", "total_usage_prompt_audio_tokens",
+                           "total_usage_completion_audio_tokens", "total_usage_prompt_audio_seconds")},
+    **{t: _VENDOR for t in ("usage_tool_use_prompt_tokens", "usage_accepted_prediction_tokens",
+                            "usage_rejected_prediction_tokens", "total_usage_tool_use_prompt_tokens",
                             "total_usage_accepted_prediction_tokens",
                             "total_usage_rejected_prediction_tokens")},
     **{t: _GPU for t in ("total_gpu_power", "total_gpu_energy", "output_tokens_per_joule", "energy_per_user")},

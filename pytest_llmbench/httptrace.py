@@ -186,15 +186,10 @@ class TracedResponse:
         return data
 
     async def read_body(self, limit: int) -> bytes:
-        parts: list[bytes] = []
-        n = 0
-        while n < limit:
-            b = await self.read_chunk()
-            if not b:
-                break
-            parts.append(b)
-            n += len(b)
-        return b"".join(parts)[:limit]
+        from .client import _AiohttpResponse  # the same loop over read_chunk (client imports us)
+
+        body: bytes = await _AiohttpResponse.read_body(self, limit)  # type: ignore[arg-type]
+        return body
 
     async def release(self) -> None:
         t = self._trace

@@ -44,6 +44,7 @@ class LoopbackServer:
         self.received: list[int] = []
         self.sent: list[int] = []
         self.port = 0
+        self.error_body: bytes | None = None  # set: answer 500 with this JSON body
 
     async def __aenter__(self) -> LoopbackServer:
         self._sock = socket.socket()
@@ -94,6 +95,13 @@ class LoopbackServer:
                 body = await reader.readexactly(length)
                 self.received.append(len(head) + len(body))
                 await asyncio.sleep(HEADER_DELAY)
+                if self.error_body is not None:
+                    head_out = (b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                                b"Content-Length: " + str(len(self.error_body)).encode() + b"\r\n\r\n")
+                    writer.write(head_out + self.error_body)
+                    await writer.drain()
+                    self.sent.append(len(head_out) + len(self.error_body))
+                    continue
                 part1 = _sse("Hello")
                 part2 = _sse(" world", finish=True) + b"data: [DONE]\n\n"
                 headers = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -176,6 +184,18 @@ async def test_new_connection_then_reuse_reflects_injected_delays() -> None:
     # the trace rides in the record's JSON and back
     back = RequestRecord.from_json(json.loads(first.dumps()))
     assert httptrace.phases(back.http_trace) == p1
+
+
+async def test_error_response_body_is_counted() -> None:
+    async with LoopbackServer() as srv:
+        srv.error_body = b'{"error": {"message": "boom"}}'
+        async with LLMClient(_config(srv.port)) as client:
+            rec = await client.send(_spec(0))
+    assert rec.status == 500 and rec.error_message == "HTTP 500: boom"
+    p = httptrace.phases(rec.http_trace)
+    assert p["data_received"] == srv.sent[0] and p["chunks_received"] >= 1
+    assert p["waiting"] >= HEADER_DELAY
+    _check_sums(p)
 
 
 async def test_pool_wait_shows_as_blocked() -> None:

@@ -158,15 +158,17 @@ def make_trace_config() -> Any:
 
 
 class TracedResponse:
-    """Wraps a transport response: counts body reads and bytes, stamps the first and last one.
+    """Wraps the aiohttp transport's response: counts body reads and bytes, stamps the first
+    and last one (a clock read per socket read, as the client's own read loop already does).
 
     Used only when tracing is on; ``release`` stores the counts in the trace dict.
     """
 
-    __slots__ = ("_inner", "_trace", "_reads", "_bytes", "_first", "_last", "status", "content_type")
+    __slots__ = ("_inner", "_readany", "_trace", "_reads", "_bytes", "_first", "_last", "status", "content_type")
 
     def __init__(self, inner: Any, trace: HttpTraceData) -> None:
         self._inner = inner
+        self._readany = inner._content.readany  # the aiohttp stream itself: no extra await layer
         self._trace = trace
         self._reads = 0
         self._bytes = 0
@@ -176,7 +178,12 @@ class TracedResponse:
         self.content_type: str = inner.content_type
 
     async def read_chunk(self) -> bytes:
-        data: bytes = await self._inner.read_chunk()
+        try:
+            data: bytes = await self._readany()
+        except Exception as exc:
+            from .client import _aiohttp_error
+
+            raise _aiohttp_error(exc, mid_stream=True) from None
         if data:
             self._last = _clock()
             if not self._reads:

@@ -19,7 +19,7 @@ import pytest
 
 from pytest_llmbench import httptrace
 from pytest_llmbench.client import ClientConfig, LLMClient
-from pytest_llmbench.records import RequestRecord, RequestSpec
+from pytest_llmbench.records import ErrorType, RequestRecord, RequestSpec
 
 trustme = pytest.importorskip("trustme")
 
@@ -45,6 +45,7 @@ class LoopbackServer:
         self.sent: list[int] = []
         self.port = 0
         self.error_body: bytes | None = None  # set: answer 500 with this JSON body
+        self.truncate = False  # set: close the connection after the first SSE event
 
     async def __aenter__(self) -> LoopbackServer:
         self._sock = socket.socket()
@@ -110,6 +111,8 @@ class LoopbackServer:
                 await writer.drain()
                 writer.write(part1)
                 await writer.drain()
+                if self.truncate:
+                    return
                 await asyncio.sleep(BODY_GAP)
                 writer.write(part2)
                 await writer.drain()
@@ -196,6 +199,16 @@ async def test_error_response_body_is_counted() -> None:
     assert p["data_received"] == srv.sent[0] and p["chunks_received"] >= 1
     assert p["waiting"] >= HEADER_DELAY
     _check_sums(p)
+
+
+async def test_broken_body_is_classified_with_the_trace_kept() -> None:
+    async with LoopbackServer() as srv:
+        srv.truncate = True
+        async with LLMClient(_config(srv.port)) as client:
+            rec = await client.send(_spec(0))
+    assert rec.error_type is ErrorType.PROTOCOL, rec.error_message
+    p = httptrace.phases(rec.http_trace)
+    assert p["chunks_received"] >= 1 and p["waiting"] >= HEADER_DELAY
 
 
 async def test_pool_wait_shows_as_blocked() -> None:

@@ -78,12 +78,14 @@ def new_trace() -> HttpTraceData:
 
 
 def _header_block_bytes(first_line: str, items: Any) -> int:
-    """Bytes of an HTTP/1.1 header block: first line, ``Name: value\\r\\n`` each, blank line."""
-    n = len(first_line.encode("latin-1", "replace")) + 2 + 2
+    """Bytes of an HTTP/1.1 header block: first line, ``Name: value\r\n`` each, blank line.
+
+    Header text is latin-1 on the wire (one byte per character), so ``len`` of the str or
+    bytes is the byte count; no encoding pass is needed.
+    """
+    n = len(first_line) + 4
     for k, v in items:
-        kb = k if isinstance(k, bytes) else str(k).encode("latin-1", "replace")
-        vb = v if isinstance(v, bytes) else str(v).encode("latin-1", "replace")
-        n += len(kb) + 2 + len(vb) + 2
+        n += len(k) + len(v) + 4
     return n
 
 

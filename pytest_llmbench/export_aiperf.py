@@ -125,7 +125,7 @@ def _record_metrics(r: RequestRecord, row: int, run: Any, tokenizer: Any) -> dic
     """tag -> (value, unit) for one successful record; undefined metrics are left out."""
     pr = run.per_request
     col = lambda name: float(pr[name][row])  # noqa: E731
-    first = mx._first_output_ns(r)
+    first = mx.first_output_ns(r)
     v: dict[str, Any] = {
         "time_to_first_token": None if first is None else (first - r.sent_ns) / 1e6,
         "time_to_second_token": col("ttst") * 1e3,

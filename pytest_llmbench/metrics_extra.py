@@ -39,6 +39,7 @@ __all__ = [
     "RUN",
     "aiperf_inter_token_latency",
     "error_isl",
+    "first_output_ns",
     "fluid_token_generation_rate",
     "output_token_count",
     "output_token_throughput_per_user",
@@ -82,7 +83,7 @@ class MetricDecl:
 # --------------------------------------------------------------------------------------------
 
 
-def _first_output_ns(rec: RequestRecord) -> int | None:
+def first_output_ns(rec: RequestRecord) -> int | None:
     """First chunk with non-whitespace content *or* reasoning (AIPerf's TTFT point)."""
     first = rec.first_token_ns
     for t, txt in zip(rec.chunk_ns, rec.chunk_reasoning):
@@ -97,7 +98,7 @@ def aiperf_inter_token_latency(rec: RequestRecord) -> float | None:
     TTFT here includes reasoning (AIPerf's), unlike our §5.1.3.1 ``ttft``; request latency ends
     at the last byte/[DONE] (AIPerf: last content response). ``None`` below 2 tokens.
     """
-    first = _first_output_ns(rec)
+    first = first_output_ns(rec)
     osl = rec.output_tokens
     if not rec.ok or first is None or rec.end_ns is None or osl is None or osl < 2:
         return None

@@ -6,7 +6,7 @@
     python bench/loadgen.py --http-trace          # with per-request HTTP-trace timings
     python bench/loadgen.py --url http://127.0.0.1:8000/v1   # use a server already running
 
-Starts /work/shared/tools/mock_openai_server.py in its own process
+Starts the reference mock ``shared/tools/mock_openai_server.py`` in its own process
 (``--ttft-ms 0 --itl-ms 0 --tokens 50 --no-stats``) unless ``--url`` is given, then measures:
 
 * closed loop, concurrency 64, 50-token streams: sustained req/s, chunks/s, concurrency held;
@@ -15,6 +15,10 @@ Starts /work/shared/tools/mock_openai_server.py in its own process
 * which transport and event loop ran.
 
 Goals: >= 1300 req/s holding 64 in flight; 1000 req/s open loop with send-lag p99 < 1 ms.
+
+The mock is found relative to the checkout: ``../shared/tools/mock_openai_server.py`` beside the
+repository (looked for beside the repository root, then beside each directory above it, so a git
+worktree nested one level deeper finds it too), or given with ``--mock PATH``.
 """
 
 from __future__ import annotations
@@ -28,13 +32,35 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the checkout, not an installed copy
 
 from pytest_llmbench.client import TRANSPORTS, ClientConfig, LLMClient  # noqa: E402
 from pytest_llmbench.load import ArrivalProcess, LoadResult, run_closed_loop, run_open_loop  # noqa: E402
 from pytest_llmbench.records import RequestSpec  # noqa: E402
 
-MOCK = Path("/work/shared/tools/mock_openai_server.py")
+MOCK_RELATIVE = Path("shared/tools/mock_openai_server.py")
+
+
+def find_mock(explicit: Path | None) -> Path:
+    """The reference mock: ``explicit`` if given, else ``<dir>/shared/tools/mock_openai_server.py``
+    for the repository root's parent and each directory above it. Exits with a clear message
+    naming every place looked at when it is not there."""
+    if explicit is not None:
+        if not explicit.is_file():
+            raise SystemExit(f"--mock {explicit}: no such file")
+        return explicit
+    looked = [d / MOCK_RELATIVE for d in REPO.parents]
+    for candidate in looked:
+        if candidate.is_file():
+            return candidate
+    raise SystemExit(
+        "reference mock server not found; looked for ../" + str(MOCK_RELATIVE) + " beside the checkout:\n  "
+        + "\n  ".join(map(str, looked))
+        + "\npass --mock PATH/TO/mock_openai_server.py, or --url URL of a server already running"
+    )
 
 
 def free_port() -> int:
@@ -90,7 +116,11 @@ async def closed(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Nam
     print(f"    client CPU {cpu:.2f} s = {cpu / n_chunks * 1000 * 1000:.2f} ms per 1000 chunks "
           f"({cpu / res.duration_s * 100:.0f} % of one core)  loop-delay p99 {res.loop_delay.p99_ms:.1f} ms  "
           f"valid={res.valid}")
-
+    # how soon a completion is replaced (tests/test_load.py checks the logic on a virtual clock)
+    gaps = np.array([r.sent_ns - r.intended_ns for r in res.records[args.concurrency:]]) / 1e6
+    if gaps.size:
+        print(f"    resubmit gap p50 {np.percentile(gaps, 50):.3f} ms  p99 {np.percentile(gaps, 99):.3f} ms  "
+              f"max {gaps.max():.2f} ms")
 
 
 async def open_loop(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> None:
@@ -110,7 +140,8 @@ async def open_loop(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", help="an OpenAI-compatible base URL already running (skips the mock)")
-    ap.add_argument("--mock", type=Path, default=MOCK, help="path of mock_openai_server.py")
+    ap.add_argument("--mock", type=Path, default=None,
+                    help="path of mock_openai_server.py (default: ../shared/tools/ beside the checkout)")
     ap.add_argument("--transport", default="aiohttp", choices=[*TRANSPORTS, "all"])
     ap.add_argument("--loop", default="uvloop", choices=["uvloop", "asyncio"])
     ap.add_argument("--concurrency", type=int, default=64)
@@ -132,7 +163,7 @@ def main() -> None:
     proc = None
     url = args.url
     if url is None:
-        proc, url = start_mock(args.mock, args.tokens)
+        proc, url = start_mock(find_mock(args.mock), args.tokens)
     print(f"pytest-llmbench load generator bench: server {url} ({'mock, own process' if proc else 'external'}), "
           f"event loop {loop}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (shared machine: figures are noisy)")

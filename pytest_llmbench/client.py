@@ -243,43 +243,129 @@ class Transport(Protocol):
     async def aclose(self) -> None: ...
 
 
-def _aiohttp_error(exc: BaseException, *, mid_stream: bool) -> TransportError:
-    import aiohttp
+# One error map for every transport (like httpx's ``HTTPCORE_EXC_MAP`` with
+# ``map_httpcore_exceptions()``): an exception class -> how it is classified before the response
+# arrives and while its body is read. The most specific class wins (first hit in the exception's
+# MRO); an exception with no entry is a PROTOCOL error "unexpected client error".
 
+
+@dataclass(frozen=True)
+class ErrorRule:
+    """How one exception class is classified: ``before`` the response (connect, send, headers)
+    and ``mid`` stream (reading the body); a note, if any, prefixes the message."""
+
+    before: ErrorType
+    mid: ErrorType
+    before_note: str = ""
+    mid_note: str = ""
+
+    def classify(self, exc: BaseException, *, mid_stream: bool) -> TransportError:
+        note = self.mid_note if mid_stream else self.before_note
+        text = _describe(exc)
+        return TransportError(self.mid if mid_stream else self.before, f"{note}: {text}" if note else text)
+
+
+def _describe(exc: BaseException) -> str:
     name = type(exc).__name__
-    text = f"{name}: {exc}" if str(exc) else name
-    if isinstance(exc, (asyncio.TimeoutError, aiohttp.ServerTimeoutError)):
-        return TransportError(ErrorType.TIMEOUT, text)
-    if isinstance(exc, aiohttp.ClientConnectorError):  # includes TLS handshake / certificate errors
-        return TransportError(ErrorType.CONNECT, text)
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        return TransportError(ErrorType.PROTOCOL, f"response body broken: {text}")
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        where = "mid-stream" if mid_stream else "before responding"
-        return TransportError(ErrorType.PROTOCOL, f"server closed the connection {where}: {text}")
-    if isinstance(exc, (aiohttp.ClientOSError, ConnectionError)):
-        return TransportError(ErrorType.PROTOCOL if mid_stream else ErrorType.CONNECT, text)
-    if isinstance(exc, aiohttp.ClientResponseError):  # malformed HTTP response
-        return TransportError(ErrorType.PROTOCOL, text)
-    if isinstance(exc, aiohttp.ClientError):
-        return TransportError(ErrorType.PROTOCOL if mid_stream else ErrorType.CONNECT, text)
-    return TransportError(ErrorType.PROTOCOL, f"unexpected client error {text}")
+    return f"{name}: {exc}" if str(exc) else name
 
 
-class _AiohttpResponse:
-    __slots__ = ("_resp", "_content", "status", "content_type")
+_BODY_BROKEN = "response body broken"
+_CLOSED_BEFORE = "server closed the connection before responding"
+_CLOSED_MID = "server closed the connection mid-stream"
+ERROR_MAP: dict[type[BaseException], ErrorRule] = {}  # filled on first use (lazy library imports)
+#: Exceptions that wrap another library's (httpx-aiohttp raises httpx errors ``from`` aiohttp's).
+_WRAPPERS: list[type[BaseException]] = []
 
-    def __init__(self, resp: Any) -> None:
-        self._resp = resp
-        self._content = resp.content
-        self.status: int = resp.status
-        self.content_type: str = resp.headers.get("Content-Type", "")
+
+def _load_error_map() -> dict[type[BaseException], ErrorRule]:
+    import aiohttp
+    import httpx
+
+    _WRAPPERS[:] = [httpx.HTTPError]
+    t, c, p = ErrorType.TIMEOUT, ErrorType.CONNECT, ErrorType.PROTOCOL
+    return {
+        # any transport (asyncio.TimeoutError is TimeoutError from Python 3.11 on)
+        asyncio.TimeoutError: ErrorRule(t, t),
+        TimeoutError: ErrorRule(t, t),
+        ConnectionError: ErrorRule(c, p),
+        # aiohttp (also what httpx-aiohttp wraps)
+        aiohttp.ServerTimeoutError: ErrorRule(t, t),
+        aiohttp.ClientConnectorError: ErrorRule(c, c),  # includes TLS handshake / certificate errors
+        aiohttp.ClientPayloadError: ErrorRule(p, p, _BODY_BROKEN, _BODY_BROKEN),
+        aiohttp.ServerDisconnectedError: ErrorRule(p, p, _CLOSED_BEFORE, _CLOSED_MID),
+        aiohttp.ClientOSError: ErrorRule(c, p),
+        aiohttp.ClientResponseError: ErrorRule(p, p),  # malformed HTTP response
+        aiohttp.ClientError: ErrorRule(c, p),
+        # httpx default transport
+        httpx.TimeoutException: ErrorRule(t, t),
+        httpx.ConnectError: ErrorRule(c, c),
+        httpx.RemoteProtocolError: ErrorRule(p, p, _CLOSED_BEFORE, _BODY_BROKEN),
+        httpx.ReadError: ErrorRule(p, p, "", _BODY_BROKEN),
+        httpx.DecodingError: ErrorRule(p, p, "", _BODY_BROKEN),
+        httpx.TransportError: ErrorRule(c, p),
+    }
+
+
+def _lookup(exc: BaseException) -> ErrorRule | None:
+    for cls in type(exc).__mro__:  # most specific first
+        rule = ERROR_MAP.get(cls)
+        if rule is not None:
+            return rule
+    return None
+
+
+def classify_transport_error(exc: BaseException, *, mid_stream: bool) -> TransportError:
+    """``exc`` from an HTTP library -> a classified :class:`TransportError` by :data:`ERROR_MAP`.
+
+    httpx-aiohttp re-raises aiohttp errors as loosely chosen httpx errors (a dropped connection
+    becomes ``ConnectTimeout``) ``from`` the original; when the direct cause has its own entry,
+    the cause is classified instead.
+    """
+    if not ERROR_MAP:
+        ERROR_MAP.update(_load_error_map())
+    cause = exc.__cause__
+    if cause is not None and isinstance(exc, tuple(_WRAPPERS)):
+        rule = _lookup(cause)
+        if rule is not None:
+            return rule.classify(cause, mid_stream=mid_stream)
+    rule = _lookup(exc)
+    if rule is None:
+        return TransportError(ErrorType.PROTOCOL, f"unexpected client error {_describe(exc)}")
+    return rule.classify(exc, mid_stream=mid_stream)
+
+
+class map_transport_errors:  # lower case: used like httpx's map_httpcore_exceptions()
+    """Context manager: an ``Exception`` raised inside becomes :func:`classify_transport_error`'s
+    :class:`TransportError`, chained ``from`` the original. Cancellation (a ``BaseException``)
+    and an already classified :class:`TransportError` pass through. Stateless, so one instance
+    per phase is shared (:data:`_BEFORE`, :data:`_MID`) and the hot read path allocates nothing."""
+
+    __slots__ = ("mid_stream",)
+
+    def __init__(self, *, mid_stream: bool) -> None:
+        self.mid_stream = mid_stream
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: object) -> bool:
+        if exc is None or not isinstance(exc, Exception) or isinstance(exc, TransportError):
+            return False
+        raise classify_transport_error(exc, mid_stream=self.mid_stream) from exc
+
+
+_BEFORE = map_transport_errors(mid_stream=False)
+_MID = map_transport_errors(mid_stream=True)
+
+
+class _ReadBody:
+    """``read_body`` for any response with ``read_chunk`` (error bodies, non-streaming answers)."""
+
+    __slots__ = ()
 
     async def read_chunk(self) -> bytes:
-        try:
-            return await self._content.readany()
-        except Exception as exc:
-            raise _aiohttp_error(exc, mid_stream=True) from None
+        raise NotImplementedError
 
     async def read_body(self, limit: int) -> bytes:
         parts: list[bytes] = []
@@ -291,6 +377,20 @@ class _AiohttpResponse:
             parts.append(b)
             n += len(b)
         return b"".join(parts)[:limit]
+
+
+class _AiohttpResponse(_ReadBody):
+    __slots__ = ("_resp", "_content", "status", "content_type")
+
+    def __init__(self, resp: Any) -> None:
+        self._resp = resp
+        self._content = resp.content
+        self.status: int = resp.status
+        self.content_type: str = resp.headers.get("Content-Type", "")
+
+    async def read_chunk(self) -> bytes:
+        with _MID:
+            return await self._content.readany()
 
     async def release(self) -> None:
         self._resp.release()
@@ -323,51 +423,22 @@ class AiohttpTransport:
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str],
                    trace: httptrace.HttpTraceData | None = None) -> Response:
-        try:
+        with _BEFORE:
             resp = await self._session.post(url, data=body, headers=headers, trace_request_ctx=trace)
-        except Exception as exc:
-            raise _aiohttp_error(exc, mid_stream=False) from None
         if trace is not None:
-            return httptrace.TracedResponse(_AiohttpResponse(resp), trace)
+            return httptrace.TracedResponse(_AiohttpResponse(resp), trace, _MID)
         return _AiohttpResponse(resp)
 
     async def get(self, url: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
-        try:
+        with _BEFORE:
             async with self._session.get(url, headers=headers) as resp:
                 return resp.status, await resp.read()
-        except Exception as exc:
-            raise _aiohttp_error(exc, mid_stream=False) from None
 
     async def aclose(self) -> None:
         await self._session.close()
 
 
-def _httpx_error(exc: BaseException, *, mid_stream: bool) -> TransportError:
-    import httpx
-
-    cause = exc.__cause__
-    if cause is not None and type(cause).__module__.startswith("aiohttp"):
-        # httpx-aiohttp maps aiohttp errors loosely (a dropped connection becomes ConnectTimeout)
-        return _aiohttp_error(cause, mid_stream=mid_stream)
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    if isinstance(exc, httpx.TimeoutException):
-        return TransportError(ErrorType.TIMEOUT, text)
-    if isinstance(exc, httpx.ConnectError):
-        return TransportError(ErrorType.CONNECT, text)
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.DecodingError)):
-        if mid_stream:
-            return TransportError(ErrorType.PROTOCOL, f"response body broken: {text}")
-        if isinstance(exc, httpx.RemoteProtocolError):  # same wording as the aiohttp transport
-            return TransportError(ErrorType.PROTOCOL, f"server closed the connection before responding: {text}")
-        return TransportError(ErrorType.PROTOCOL, text)
-    if isinstance(exc, httpx.TransportError):
-        return TransportError(ErrorType.PROTOCOL if mid_stream else ErrorType.CONNECT, text)
-    if isinstance(exc, asyncio.TimeoutError):
-        return TransportError(ErrorType.TIMEOUT, text)
-    return TransportError(ErrorType.PROTOCOL, f"unexpected client error {text}")
-
-
-class _HttpxResponse:
+class _HttpxResponse(_ReadBody):
     __slots__ = ("_resp", "_it", "status", "content_type")
 
     def __init__(self, resp: Any) -> None:
@@ -377,14 +448,11 @@ class _HttpxResponse:
         self.content_type = resp.headers.get("content-type", "")
 
     async def read_chunk(self) -> bytes:
-        try:
-            return await self._it.__anext__()
-        except StopAsyncIteration:
-            return b""
-        except Exception as exc:
-            raise _httpx_error(exc, mid_stream=True) from None
-
-    read_body = _AiohttpResponse.read_body
+        with _MID:
+            try:
+                return await self._it.__anext__()
+            except StopAsyncIteration:  # an Exception: must not reach the error map
+                return b""
 
     async def release(self) -> None:
         await self._resp.aclose()
@@ -414,18 +482,14 @@ class HttpxTransport:
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str],
                    trace: httptrace.HttpTraceData | None = None) -> _HttpxResponse:
-        try:
+        with _BEFORE:
             req = self._client.build_request("POST", url, content=body, headers=headers)
             resp = await self._client.send(req, stream=True)
-        except Exception as exc:
-            raise _httpx_error(exc, mid_stream=False) from None
         return _HttpxResponse(resp)
 
     async def get(self, url: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
-        try:
+        with _BEFORE:
             resp = await self._client.get(url, headers=headers)
-        except Exception as exc:
-            raise _httpx_error(exc, mid_stream=False) from None
         return resp.status_code, resp.content
 
     async def aclose(self) -> None:
@@ -443,13 +507,9 @@ def make_transport(config: ClientConfig, max_connections: int | None) -> Transpo
 # --------------------------------------------------------------------------------------------
 
 
-class _Fail(Exception):
-    """Internal: a classified failure detected while reading a response."""
-
-    def __init__(self, error_type: ErrorType, message: str) -> None:
-        super().__init__(message)
-        self.error_type = error_type
-        self.message = message
+class _Fail(TransportError):
+    """Internal: a classified failure found in the response itself (status, content type, SSE
+    framing, JSON shape) rather than raised by the HTTP library."""
 
 
 def _error_message(body: bytes) -> str:
@@ -607,9 +667,7 @@ class LLMClient:
             async with _timeout(self.config.total_timeout_s):
                 rec.sent_ns = time.perf_counter_ns()
                 await self._exchange(transport, body, rec)
-        except _Fail as f:
-            self._fail(rec, f.error_type, f.message)
-        except TransportError as e:
+        except TransportError as e:  # includes _Fail
             self._fail(rec, e.error_type, e.message)
         except TimeoutError:  # our total timeout (asyncio.timeout converts the cancellation)
             self._fail(rec, ErrorType.TIMEOUT, f"total timeout of {self.config.total_timeout_s} s expired")

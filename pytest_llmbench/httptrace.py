@@ -22,7 +22,8 @@ tracing is on, so the untraced per-chunk path is unchanged.
   + body bytes, the header blocks reconstructed from the header lists as HTTP/1.1 serialises
   them; body bytes received are after chunked-transfer decoding (framing not counted)
 * ``chunks_sent`` = body writes (``on_request_chunk_sent``); ``chunks_received`` = non-empty
-  reads of the response body stream (aiohttp's buffer may merge socket reads)
+  reads of the response body stream (aiohttp's buffer may merge socket reads; a body read
+  whole, non-streaming or an error, counts once)
 * ``connection_reused`` = 1 when a pooled connection was taken, else 0
 """
 
@@ -166,11 +167,12 @@ class TracedResponse:
     Used only when tracing is on; ``release`` stores the counts in the trace dict.
     """
 
-    __slots__ = ("_inner", "_readany", "_trace", "_reads", "_bytes", "_first", "_last", "status", "content_type")
+    __slots__ = ("_inner", "_readany", "_mid", "_trace", "_reads", "_bytes", "_first", "_last", "status", "content_type")
 
-    def __init__(self, inner: Any, trace: HttpTraceData) -> None:
+    def __init__(self, inner: Any, trace: HttpTraceData, error_map: Any) -> None:
         self._inner = inner
         self._readany = inner._content.readany  # the aiohttp stream itself: no extra await layer
+        self._mid = error_map  # the client's mid-stream transport error mapping (a context manager)
         self._trace = trace
         self._reads = 0
         self._bytes = 0
@@ -180,12 +182,8 @@ class TracedResponse:
         self.content_type: str = inner.content_type
 
     async def read_chunk(self) -> bytes:
-        try:
+        with self._mid:
             data: bytes = await self._readany()
-        except Exception as exc:
-            from .client import _aiohttp_error
-
-            raise _aiohttp_error(exc, mid_stream=True) from None
         if data:
             self._last = _clock()
             if not self._reads:
@@ -195,9 +193,15 @@ class TracedResponse:
         return data
 
     async def read_body(self, limit: int) -> bytes:
-        from .client import _AiohttpResponse  # the same loop over read_chunk (client imports us)
-
-        body: bytes = await _AiohttpResponse.read_body(self, limit)  # type: ignore[arg-type]
+        """Whole body (non-streaming answers, error bodies): counted as one read, stamped when
+        complete (such a body arrives at once, so first ≈ last byte)."""
+        body: bytes = await self._inner.read_body(limit)
+        if body:
+            self._last = _clock()
+            if not self._reads:
+                self._first = self._last
+            self._reads += 1
+            self._bytes += len(body)
         return body
 
     async def release(self) -> None:

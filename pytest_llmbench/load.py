@@ -261,10 +261,10 @@ class LoadResult:
 def steady_state_window(result: LoadResult, exclude_fraction: float = 0.1) -> tuple[int, int]:
     """(start_ns, end_ns) of the steady-state part of the send window: the first
     ``exclude_fraction`` (10 %, §5.2.3.2) of the run is ramp-up and left out."""
-    if not 0 <= exclude_fraction < 1:
-        raise ValueError(f"exclude_fraction must be in [0, 1), got {exclude_fraction}")
-    span = result.send_end_ns - result.start_ns
-    return result.start_ns + int(span * exclude_fraction), result.send_end_ns
+    from .metrics import steady_state_window as window  # the one §5.2.3.2 definition
+
+    lo, hi = window(result.start_ns, result.send_end_ns, exclude_fraction)
+    return result.start_ns + int(lo - result.start_ns), hi
 
 
 def steady_state_records(result: LoadResult, exclude_fraction: float = 0.1) -> list[RequestRecord]:

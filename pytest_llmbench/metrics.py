@@ -34,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from . import experience as ux
+from . import registry
 from .records import ErrorType, RequestRecord
 from .stats import (
     DEFAULT_PERCENTILES,
@@ -73,89 +74,36 @@ ITL_OPTIONS: dict[str, str] = {
 INPUT_LENGTH_BUCKETS: tuple[tuple[int, float], ...] = (
     (0, 256), (256, 512), (512, 1024), (1024, 2048), (2048, 4096), (4096, math.inf))
 
+#: §5.2.3.2: the first 10% of the test duration is ramp-up, excluded from steady-state figures.
+STEADY_STATE_FRACTION = 0.1
+
+
+def steady_state_window(start: float, end: float, fraction: float = STEADY_STATE_FRACTION) -> tuple[float, float]:
+    """The §5.2.3.2 steady-state window of a test running from ``start`` to ``end`` (any one time unit).
+
+    Throughput is the tokens in the window divided by its length (§5.2.3 step 3c, §5.2.4); the
+    first ``fraction`` of the test duration is ramp-up. The one definition: ``summarize`` applies
+    it to the run's span, ``load.steady_state_window`` and procedure 5.2 to the send window.
+    """
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"steady_state_fraction must be in [0, 1), got {fraction}")
+    return start + fraction * (end - start), end
+
+
+#: Definitions of every metric (from the metric registry, registry.py) and of the statistics used.
 DEFINITIONS: dict[str, str] = {
-    "ttft": "first content token (§5.1.3.1: first non-whitespace content; reasoning, role-only and "
-    "empty chunks excluded) - submission (sent_ns)",
-    "ttft_any_chunk": "first SSE data chunk of any kind - submission",
-    "ttft_incl_reasoning": "first chunk with non-whitespace content or reasoning - submission "
-    "(AIPerf's TTFT for reasoning models); only when reasoning was streamed",
-    "ttfo": "time to first output token: first content token - submission, defined only when "
-    "reasoning content preceded the output",
-    "ttst": "time to second token: first content chunk to the next content chunk (AIPerf "
-    "definition); NaN with fewer than 2 content chunks",
-    "e2e": "end (last byte / [DONE]) - submission",
-    "tpot": "(E2E - TTFT) / (output tokens - 1); NaN for single-token responses (no decode "
-    "interval exists)",
-    "itl": "consecutive token arrival gaps after the first content token (§5.4.3), pooled over "
-    "requests; the submission-to-first-token interval is never a sample",
-    "inter_chunk": "gaps between consecutive content chunks after the first content token "
-    "(§4.6.3 option A, 'time between chunks')",
-    "itl_distributed": "option B samples: every token of an N-token chunk gets the chunk's time, "
-    "so the chunk adds one gap and N-1 zeros (draft text, see requirements note 15)",
-    "itl_server": "option C samples: gaps between server_token_ns (CLOCK_MONOTONIC)",
-    "chunk_size": "tokens per content chunk (§4.6.3 option A asks for it)",
-    "jitter": "per-request sample standard deviation (ddof=1) of its ITL samples; NaN below 2 "
-    "samples (§5.4.3 e)",
-    "max_pause": "per-request largest ITL sample (§5.4.3 f)",
-    "isl": "input tokens: server usage, else client count, else the spec's length (§4.4.2)",
-    "osl": "output tokens: server usage, else client count, else the chunk token sum",
-    "output_tps_per_request": "OSL / E2E (AIPerf 'E2E output token throughput')",
-    "prefill_tps_per_request": "ISL / TTFT",
-    "normalized_latency": "E2E / OSL",
-    "send_lag": "sent - intended (open loop schedule lag, §4.2.5); every sent request",
-    "schedule_latency": "end - intended (open loop latency from the schedule, free of "
-    "coordinated omission)",
-    "input_usage_diff_pct": "(server prompt tokens - client count) / client count x 100 (signed)",
-    "output_usage_diff_pct": "(server completion tokens - client count) / client count x 100 "
-    "(signed)",
-    "osl_mismatch_pct": "(OSL - max_tokens) / max_tokens x 100 (signed; negative = stopped early)",
-    "osl_mismatch_count": "requests with |OSL - max_tokens| > min(5% of max_tokens, 50 tokens) "
-    "(AIPerf rule)",
-    "usage_discrepancy_count": "requests whose |input or output usage diff| > 10% (AIPerf rule)",
-    "queue_wait": "server_timing.queue_ns (§5.1.4.2)",
-    "prefill": "server_timing.prefill_ns (§5.1.4.2)",
-    "benchmark_duration": "first submission to last response",
-    "steady_state_window": "[first submission + f x duration, last response], f = "
-    "steady_state_fraction (default 0.1, §5.2.3.2)",
-    "request_throughput": "successful requests completing inside the window / window length",
-    "output_throughput": "output tokens of successful requests arriving inside the window / "
-    "window length; a chunk's tokens are scaled so a request's total equals its OSL",
-    "input_throughput": "input tokens of successful requests, counted at their first token, "
-    "inside the window / window length",
-    "total_token_throughput": "input + output throughput",
-    "tokens_per_gpu_second": "output throughput / GPU count (§5.2.4.2)",
-    "success_rate": "successful / (successful + failed); cancelled excluded",
-    "error_rate": "failed / (successful + failed)",
-    "refusal_rate": "refused (content filter, §4.8.1) / (successful + failed)",
-    "goodput": "requests meeting every per-request SLO, completing inside the window, per "
-    "second; failed requests are never good; an SLO whose metric is undefined (NaN) for a "
-    "successful request does not apply to it",
-    "good_fraction": "good / (successful + failed) over the whole run",
-    "tokens_in_flight": "time average over the window of Σ (input tokens + output tokens received "
-    "so far) over requests in flight (§5.5.4); every request, failed ones included",
-    "concurrency": "time average of requests in flight over the window",
-    "preemption_rate": "requests with server_timing.preemptions > 0 / requests whose server "
-    "reported preemptions (§5.8.4)",
-    "preemption_recovery_rate": "preempted requests that completed successfully / preempted",
-    "tokens_lost_per_preemption": "Σ preempted_tokens / Σ preemptions",
-    "itl_tail_ratio": "P99 / P50 of the ITL samples (§5.4.4.3); NaN when P50 is 0",
-    "single_token_chunk_fraction": "share of content chunks carrying exactly one token "
-    "(App. B.2.1)",
+    **registry.definitions(),
     **{f"ux_{k}": v for k, v in ux.DEFINITIONS.items()},
     **{f"stats_{k}": v for k, v in STATS_DEFINITIONS.items()},
 }
 
-#: Units of the per-request columns.
-UNITS: dict[str, str] = {
-    "sent": "s", "end": "s", "ttft": "s", "ttft_any_chunk": "s", "ttft_incl_reasoning": "s",
-    "ttfo": "s", "ttst": "s", "e2e": "s", "tpot": "s", "itl_mean": "s", "jitter": "s",
-    "max_pause": "s", "itl_count": "samples", "isl": "tokens", "osl": "tokens",
-    "output_tps_per_request": "tokens/s", "prefill_tps_per_request": "tokens/s",
-    "normalized_latency": "s/token", "send_lag": "s", "schedule_latency": "s",
-    "input_usage_diff_pct": "%", "output_usage_diff_pct": "%", "osl_mismatch_pct": "%",
-    "queue_wait": "s", "prefill": "s", "preemptions": "events", "preempted_tokens": "tokens",
-    "fluidity": "fraction", "user_idle_latency": "s", "max_tokens": "tokens",
-}
+#: Units of the per-request columns (registry.py).
+UNITS: dict[str, str] = {m.name: m.unit for m in registry.METRICS.values() if m.kind != "scalar"}
+
+#: Scalars measured over the steady-state window (§5.2.3.2); the rest cover the whole run or no window.
+_STEADY_SCALARS = frozenset({m.name for m in registry.METRICS.values()
+                             if m.aggregation in (registry.WINDOW_RATE, registry.TIME_AVERAGE)}
+                            | {"steady_state_duration"})
 
 # per-request columns summarised as distributions: always present / present when defined
 _CORE = ("ttft", "ttft_any_chunk", "ttst", "e2e", "tpot", "jitter", "max_pause",
@@ -364,7 +312,7 @@ def summarize(
     *,
     slos: Sequence[RequestSLO] = (),
     itl_option: str = "B",
-    steady_state_fraction: float = 0.1,
+    steady_state_fraction: float = STEADY_STATE_FRACTION,
     gpu_count: int | None = None,
     phase: str | None = "measure",
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
@@ -599,8 +547,7 @@ def summarize(
 
     # ---- scalars ---------------------------------------------------------------------------
     duration = (t_end - t0) * ns
-    w0 = steady_state_fraction * duration
-    w1 = duration
+    w0, w1 = steady_state_window(0.0, duration, steady_state_fraction)
     scalars: dict[str, Estimate] = {}
 
     def count(name: str, k: int, unit: str = "requests") -> None:
@@ -715,9 +662,7 @@ def summarize(
     for k in scalars:
         if k.endswith("_full") or k in ("benchmark_duration", "smooth_goodput"):
             windows[k] = whole
-        elif k in ("request_throughput", "output_throughput", "input_throughput",
-                   "total_token_throughput", "tokens_per_gpu_second", "goodput",
-                   "tokens_in_flight", "concurrency", "steady_state_duration"):
+        elif k in _STEADY_SCALARS:
             windows[k] = steady
         else:
             windows[k] = "all measured requests (no time window)"

@@ -1,38 +1,38 @@
-"""pytest glue only: options, ini keys, markers, fixtures and report hooks (shared/DESIGN.md).
+"""pytest glue only: options, markers, fixtures and hooks (shared/DESIGN.md).
 
-Everything that measures lives below this module and knows nothing about pytest. The session
-state is one :class:`LLMBenchSession` registered as a plugin (like pytest-benchmark's
-``BenchmarkSession``); it owns the SUT, the result cache (one run per procedure and parameters
-per session) and the capacity shared between procedures.
+The session itself (SUT, result cache, capacity hand-off, recovery) is a pytest-free
+:class:`~.session.Session`; this module builds it from the options, hands it a progress reporter
+and the ``pytest_llmbench_configure_sut`` hook as callables, records each test's outcome, writes
+the reports from the :class:`~.session.SessionResult`, and turns library errors into pytest
+outcomes (``UsageError``, skip, fail, exit).
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from . import hookspecs
+from .options import add_options, settings_from_config
 from .procedures.base import (
     Capacity,
     Procedure,
-    ProcedureContext,
     ProcedureError,
     ProcedureResult,
     SkipProcedure,
     get_procedure,
     params_key,
 )
-from .settings import Settings, add_options, parse_capacity, resolve
-from .sut import SUT, EndpointError, check_endpoint
+from .session import Session, configure_embedded
+from .settings import LLMBenchConfigError, Settings
+from .sut import SUT, EndpointError
 
 MARKER = "llm_procedure"
-SESSION_KEY = pytest.StashKey["LLMBenchSession"]()
+SESSION_KEY = pytest.StashKey["LLMBenchPlugin"]()
 ITEM_KEY = pytest.StashKey[tuple[Procedure, Any, list[str]]]()
 
 
@@ -52,14 +52,14 @@ def pytest_configure(config: pytest.Config) -> None:
         "parameters; `slo` is a list of SLO expressions asserted on the result, e.g. ['ttft.p99<=500ms']",
     )
     config.addinivalue_line("markers", "llmbench: added by pytest-llmbench to every llm_procedure test")
-    settings = resolve(config.getoption, config.getini)
-    settings.rootdir = config.rootpath
-    if not settings.timeout > 0:  # a zero timeout would fail every request, not the configuration
-        raise pytest.UsageError(f"{settings.sources.get('timeout', '--llm-timeout')}: invalid value "
-                                f"{settings.timeout!r} for timeout: must be > 0 seconds")
-    session = LLMBenchSession(config, settings)
-    config.stash[SESSION_KEY] = session
-    config.pluginmanager.register(session, "llmbench-session")
+    settings = settings_from_config(config)
+    try:
+        bench = Session(settings, configure_sut=_hook_configure(config), progress=_progress_factory(config))
+    except LLMBenchConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    plugin = LLMBenchPlugin(config, bench)
+    config.stash[SESSION_KEY] = plugin
+    config.pluginmanager.register(plugin, "llmbench-session")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -78,7 +78,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
     """Validate every llm_procedure marker at collection: unknown ids/parameters are usage errors."""
-    bench: LLMBenchSession = config.stash[SESSION_KEY]
+    bench: LLMBenchPlugin = config.stash[SESSION_KEY]
     selected = []
     for item in items:
         marker = item.get_closest_marker(MARKER)
@@ -108,7 +108,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         from .tokenizer import TokenizerError
 
         try:  # a bad --llm-tokenizer is one message now, not an error inside every procedure
-            _ = bench.tokenizer
+            _ = bench.session.tokenizer
         except TokenizerError as exc:
             source = bench.settings.sources.get("tokenizer", "--llm-tokenizer")
             raise pytest.UsageError(f"{source}: {exc}") from None
@@ -169,41 +169,55 @@ def _validate_slos(slos: list[str], where: str) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_llmbench_configure_sut(sut: SUT, setting: str, value: Any) -> bool | None:
     """Default implementation: the embedded simulator switches through its admin endpoint."""
-    if not sut.embedded:
-        return None
-    import httpx
-
-    body = {setting: value}
-    resp = httpx.post(sut.root_url + "/admin/config", json=body, timeout=10.0)
-    resp.raise_for_status()
-    sut.server_info = resp.json()
-    return True
+    return configure_embedded(sut, setting, value)
 
 
-class LLMBenchSession:
-    """Session state: settings, SUT, result cache, capacity, what each test produced."""
+def _hook_configure(config: pytest.Config) -> Callable[[SUT, str, Any], bool]:
+    def configure(sut: SUT, setting: str, value: Any) -> bool:
+        return bool(config.hook.pytest_llmbench_configure_sut(sut=sut, setting=setting, value=value))
 
-    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+    return configure
+
+
+def _progress_factory(config: pytest.Config) -> Callable[[str], Callable[[str], None]]:
+    """Progress lines on the terminal: rewritten in place on a tty, every 15 s otherwise."""
+
+    def for_procedure(proc_id: str) -> Callable[[str], None]:
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        verbose = config.get_verbosity() >= 0
+        isatty = bool(tr is not None and getattr(tr, "isatty", False))
+        state = {"last": 0.0}
+        interval = 0.25 if isatty else 15.0
+
+        def progress(line: str) -> None:
+            now = time.monotonic()
+            if tr is None or not verbose or now - state["last"] < interval:
+                return
+            state["last"] = now
+            text = f"[llmbench {proc_id}] {line}"
+            if isatty:
+                tr.rewrite(text[: tr._tw.fullwidth - 1], erase=True)
+            else:
+                tr.write_line(text)
+
+        return progress
+
+    return for_procedure
+
+
+class LLMBenchPlugin:
+    """The session's pytest side: the :class:`Session`, each test's outcome, the reports at the end."""
+
+    def __init__(self, config: pytest.Config, session: Session) -> None:
         self.config = config
-        self.settings = settings
-        self.sut: SUT | None = None
-        self.simulator: Any = None
-        self.results: dict[str, ProcedureResult] = {}
+        self.session = session
+        self.settings: Settings = session.settings
         self.test_outcomes: dict[str, dict[str, Any]] = {}
-        self.capacity: dict[str, Capacity] = {}
-        self.workloads_used: set[str] = set()  # shared with every ProcedureContext (§4.3.2-MUST-1)
-        self._declared_capacity = (
-            parse_capacity(settings.capacity, settings.sources.get("capacity", "capacity"))
-            if settings.capacity else None
-        )
-        self.started = time.time()
-        self._tokenizer: Any = None
         self.interrupted = False
-        # procedures cut short by Ctrl-C or a crash: reported (complete=False), never cached as results
-        self.partial: dict[str, ProcedureResult] = {}
         self.ran: set[str] = set()  # nodeids that reported, to tell a -x stop from a complete session
+        self.document: dict[str, Any] | None = None
+        self.report_path: Path | None = None
 
-    # --- planning ----------------------------------------------------------------------------
     def print_plan(self, items: list[pytest.Item]) -> None:
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         write = (lambda s: tr.write_line(s)) if tr is not None else print
@@ -214,132 +228,6 @@ class LLMBenchSession:
             write(f"  {item.nodeid}: {proc.id} {proc.title}: ~{plan.get('requests', '?')} requests, "
                   f">= {plan.get('min_duration_s', 0):.0f} s")
 
-    # --- the SUT -----------------------------------------------------------------------------
-    def get_sut(self) -> SUT:
-        if self.sut is not None:
-            return self.sut
-        s = self.settings
-        if s.embedded:
-            from .simulator.config import SimConfig
-            from .simulator.process import start_simulator
-
-            sim_config = SimConfig.from_file(s.sim_config) if s.sim_config else SimConfig()
-            sim_config = sim_config.replace(time_scale=s.time_scale, seed=s.seed)
-            self.simulator = start_simulator(sim_config)
-            base_url, boundary = self.simulator.base_url, "model-engine"
-        else:
-            assert s.endpoint is not None
-            if s.boundary is None:
-                raise EndpointError(
-                    "the SUT boundary must be declared before benchmarking a real endpoint (§4.1): pass "
-                    "--llm-boundary model-engine|gateway|compound (or ini llm_boundary)"
-                )
-            base_url, boundary = s.endpoint, s.boundary
-        if s.api_key_env and not os.environ.get(s.api_key_env):
-            raise EndpointError(f"{s.sources.get('api_key_env', '--llm-api-key-env')}: environment variable "
-                                f"{s.api_key_env!r} (named as the API key holder) is empty")
-        sut = SUT(base_url=base_url, model=s.model or "", api=s.api, boundary=s.boundary or boundary,
-                  api_key_env=s.api_key_env, verify_tls=not s.insecure, embedded=s.embedded)
-        sut.model, sut.models_listed = check_endpoint(base_url, s.model, headers=sut.headers(),
-                                                      verify=sut.verify_tls)
-        if self.simulator is not None:
-            import httpx
-
-            sut.server_info = httpx.get(sut.root_url + "/admin/config", timeout=10.0).json()
-        self.sut = sut
-        return sut
-
-    @property
-    def tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            from .tokenizer import get_tokenizer
-
-            self._tokenizer = get_tokenizer(self.settings.tokenizer)
-        return self._tokenizer
-
-    def configure_sut(self, setting: str, value: Any) -> bool:
-        assert self.sut is not None
-        done = self.config.hook.pytest_llmbench_configure_sut(sut=self.sut, setting=setting, value=value)
-        return bool(done)
-
-    # --- procedures ----------------------------------------------------------------------------
-    def run(self, proc: Procedure, params: Any) -> ProcedureResult:
-        """Run a procedure once per (procedure, parameters) per session; later calls get the cache."""
-        key = params_key(proc.id, params)
-        if key in self.results:
-            return self.results[key]
-        return _run_coroutine(self._run_async(proc, params))
-
-    async def _run_async(self, proc: Procedure, params: Any) -> ProcedureResult:
-        key = params_key(proc.id, params)
-        if key in self.results:
-            return self.results[key]
-        sut = self.get_sut()
-        run_root = self.settings.report / "runs" / f"{proc.id.replace('.', '_')}-{len(self.results):02d}"
-        run_root.mkdir(parents=True, exist_ok=True)
-        ctx = ProcedureContext(
-            sut=sut,
-            settings=self.settings,
-            tokenizer=self.tokenizer,
-            run_root=run_root,
-            get_capacity=self.get_capacity,
-            configure_sut=self.configure_sut,
-            progress=self._progress_line(proc),
-            session_workloads=self.workloads_used,
-        )
-        t0 = time.perf_counter()
-        try:
-            result = await proc.run(ctx, params)
-        except BaseException as exc:  # Ctrl-C (cancellation) or a crash: report what reached the disk
-            if not isinstance(exc, SkipProcedure):
-                partial = _partial_result(proc, params, run_root, self.settings.profile, exc)
-                partial.duration_s = time.perf_counter() - t0
-                self.partial[key] = partial
-            raise
-        result.duration_s = time.perf_counter() - t0
-        self.results[key] = result
-        return result
-
-    async def get_capacity(self, kind: str) -> Capacity:
-        """Capacity by precedence: declared value, else a 5.2/5.5 run in this session (§5.3.3)."""
-        if kind in self.capacity:
-            return self.capacity[kind]
-        if self._declared_capacity is not None and self._declared_capacity[0] == kind:
-            value = self._declared_capacity[1]
-            cap = (Capacity(rate=value, source="declared (--llm-capacity)") if kind == "rate"
-                   else Capacity(concurrency=int(value), source="declared (--llm-capacity)"))
-        else:
-            proc = get_procedure("5.2" if kind == "rate" else "5.5")
-            params = proc.make_params(self.settings.profile, {})
-            result = await self._run_async(proc, params)
-            if result.capacity is None:
-                raise RuntimeError(f"procedure {proc.id} did not determine a capacity")
-            cap = result.capacity
-            cap.source = cap.source or f"measured by {proc.id} in this session"
-        self.capacity[kind] = cap
-        return cap
-
-    def _progress_line(self, proc: Procedure) -> Any:
-        tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        verbose = self.config.get_verbosity() >= 0
-        isatty = bool(tr is not None and getattr(tr, "isatty", False))
-        state = {"last": 0.0}
-        interval = 0.25 if isatty else 15.0
-
-        def progress(line: str) -> None:
-            now = time.monotonic()
-            if tr is None or not verbose or now - state["last"] < interval:
-                return
-            state["last"] = now
-            text = f"[llmbench {proc.id}] {line}"
-            if isatty:
-                tr.rewrite(text[: tr._tw.fullwidth - 1], erase=True)
-            else:
-                tr.write_line(text)
-
-        return progress
-
-    # --- hooks of the session plugin -------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         """After the test body: assert the marker's and the command line's SLOs on the result."""
@@ -371,70 +259,30 @@ class LLMBenchSession:
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         try:
-            for key, partial in self.partial.items():  # what an interrupted/crashed procedure measured
-                self.results.setdefault(key, partial)
-            if self.results:
+            if self.session.results or self.session.partial:
                 from .report import write_reports
+                from .results import build_document
 
                 # selected llmbench tests that never ran (pytest -x, a pytest.exit) make it incomplete
                 not_run = [item.nodeid for item in getattr(session, "items", ())
                            if ITEM_KEY in item.stash and item.nodeid not in self.ran]
-                # ... and so does a procedure cut short by a crash (its partial result is incomplete)
-                crashed = [r.procedure for r in self.results.values() if not r.complete]
-                write_reports(self, complete=not self.interrupted and not not_run and not crashed
-                              and exitstatus not in (pytest.ExitCode.INTERRUPTED,))
+                interrupted = self.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED
+                result = self.session.result(complete=not not_run, interrupted=interrupted,
+                                             test_outcomes=self.test_outcomes,
+                                             command_line=list(self.config.invocation_params.args))
+                self.document = build_document(result)
+                self.report_path = write_reports(self.document)["html"]
         finally:
-            if self.simulator is not None:
-                self.simulator.stop()
-                self.simulator = None
+            self.session.close()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.results:
+        if self.document is None:
             return
         from .report import terminal_rows
 
         terminalreporter.section("llmbench")
-        for line in terminal_rows(self):
+        for line in terminal_rows(self.document, self.report_path):
             terminalreporter.write_line(line)
-
-
-def _partial_result(proc: Procedure, params: Any, run_root: Path, profile: str,
-                    exc: BaseException) -> ProcedureResult:
-    """A procedure cut short: its measured records read back from disk, marked incomplete.
-
-    Every run directory under ``run_root`` is summarised from its ``records.jsonl`` (measure
-    phase only; warm-up and probes never count); the note says why the procedure stopped.
-    """
-    import dataclasses
-
-    from .metrics import summarize
-    from .procedures.base import RunSummary
-    from .storage import StorageError, iter_records
-
-    if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
-        why = "interrupted (Ctrl-C) before the procedure finished"
-    else:
-        why = f"the procedure crashed: {type(exc).__name__}: {str(exc)[:300]}"
-    runs: list[RunSummary] = []
-    notes = [f"INCOMPLETE: {why}; figures cover only the requests measured before that"]
-    for path in sorted(run_root.glob("*/records.jsonl")):
-        try:
-            records = [r for r in iter_records(path.parent) if r.phase == "measure"]
-        except (StorageError, OSError) as err:  # pragma: no cover - a damaged file must not lose the report
-            notes.append(f"{path}: not read ({err})")
-            continue
-        if records:
-            runs.append(RunSummary(label=path.parent.name, run_dir=str(path.parent),
-                                   load={"sent": len(records), "interrupted": True},
-                                   metrics=summarize(records), valid=False, invalid_reason=why))
-    try:
-        params_json = dataclasses.asdict(params)
-    except TypeError:  # pragma: no cover - params are dataclasses
-        params_json = {}
-    return ProcedureResult(procedure=proc.id, title=proc.title, params=params_json, profile=profile,
-                           metrics=runs[0].metrics if runs else None, runs=runs,
-                           measurements={"requests": sum(r.load["sent"] for r in runs)},
-                           notes=notes, complete=False)
 
 
 def _short_message(report: pytest.TestReport) -> str:
@@ -448,31 +296,21 @@ def _short_message(report: pytest.TestReport) -> str:
     return str(report.longrepr)[-500:]
 
 
-def _run_coroutine(coro: Any) -> Any:
-    """Run a procedure in a fresh event loop (uvloop when available), off pytest's own loops."""
-    try:
-        import uvloop
-
-        return uvloop.run(coro)
-    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
-        return asyncio.run(coro)
-
-
 # --- fixtures ----------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def llm_session(pytestconfig: pytest.Config) -> LLMBenchSession:
-    """The session state (settings, SUT, result cache)."""
-    return pytestconfig.stash[SESSION_KEY]
+def llm_session(pytestconfig: pytest.Config) -> Session:
+    """The session (settings, SUT, result cache, capacity): a pytest-free :class:`Session`."""
+    return pytestconfig.stash[SESSION_KEY].session
 
 
 @pytest.fixture(scope="session")
-def llm_settings(llm_session: LLMBenchSession) -> Settings:
+def llm_settings(llm_session: Session) -> Settings:
     """Effective settings (CLI > environment > ini > default)."""
     return llm_session.settings
 
 
 @pytest.fixture(scope="session")
-def llm_sut(llm_session: LLMBenchSession, pytestconfig: pytest.Config) -> SUT:
+def llm_sut(llm_session: Session, pytestconfig: pytest.Config) -> SUT:
     """The system under test: the --llm-endpoint, or the embedded simulator started on loopback."""
     if hasattr(pytestconfig, "workerinput"):
         pytest.fail("pytest-llmbench: load tests cannot run in parallel under pytest-xdist (-n); "
@@ -484,13 +322,14 @@ def llm_sut(llm_session: LLMBenchSession, pytestconfig: pytest.Config) -> SUT:
 
 
 @pytest.fixture
-def llm_result(request: pytest.FixtureRequest, llm_session: LLMBenchSession, llm_sut: SUT) -> ProcedureResult:
+def llm_result(request: pytest.FixtureRequest, llm_session: Session, llm_sut: SUT) -> ProcedureResult:
     """The result of this test's ``@pytest.mark.llm_procedure`` (run once per session and parameters)."""
     entry = request.node.stash.get(ITEM_KEY, None)
     if entry is None:
         pytest.fail(f"llm_result needs @pytest.mark.{MARKER}(...) on the test", pytrace=False)
     proc, params, slos = entry
-    llm_session.test_outcomes.setdefault(request.node.nodeid, {}).update(
+    plugin: LLMBenchPlugin = request.config.stash[SESSION_KEY]
+    plugin.test_outcomes.setdefault(request.node.nodeid, {}).update(
         result_key=params_key(proc.id, params), procedure=proc.id, slos=list(slos) + list(llm_session.settings.slo))
     from .workloads import WorkloadError
 
@@ -517,13 +356,6 @@ def _junit_properties(result: ProcedureResult) -> list[tuple[str, Any]]:
 
 
 @pytest.fixture(scope="session")
-def llm_capacity(llm_session: LLMBenchSession, llm_sut: SUT) -> Capacity:
+def llm_capacity(llm_session: Session, llm_sut: SUT) -> Capacity:
     """The SUT's capacity (declared, or measured once per session by 5.5 and 5.2)."""
-    conc = _run_coroutine(llm_session.get_capacity("concurrency"))
-    rate = _run_coroutine(llm_session.get_capacity("rate"))
-    return Capacity(rate=rate.rate, concurrency=conc.concurrency, output_throughput=rate.output_throughput,
-                    source=f"rate: {rate.source}; concurrency: {conc.source}")
-
-
-def report_dir(settings: Settings) -> Path:
-    return settings.report
+    return llm_session.combined_capacity()

@@ -56,6 +56,13 @@ class ErrorType(str, enum.Enum):
 FAILURE_TYPES = frozenset(e for e in ErrorType if e is not ErrorType.CANCELLED)
 
 
+#: Version of the record format (``RequestRecord`` and records.jsonl), stored in each ``run.json``.
+#: MAJOR.MINOR: a minor version only adds optional fields, so a reader accepts every file of its
+#: major version (missing fields take their defaults, unknown ones are ignored). Files written
+#: before the version was recorded are format 1.0.
+RECORDS_FORMAT = "1.0"
+
+
 @dataclass(frozen=True, slots=True)
 class RequestSpec:
     """One request to send, as a seeded workload generator produced it (§4.3, App. A).

@@ -1,8 +1,10 @@
 """Effective run settings: command-line options, environment variables and ini keys, validated.
 
 Precedence (like pytest-timeout): marker > command line > environment > ini > default. A bad value
-raises ``pytest.UsageError`` naming where it came from (e.g. ``--llm-profile``, ``LLMBENCH_PROFILE``
-environment variable, ``ini llm_profile``). Markers override per test (procedures/base.py).
+raises :class:`LLMBenchConfigError` naming where it came from (e.g. ``--llm-profile``,
+``LLMBENCH_PROFILE`` environment variable, ``ini llm_profile``); the plugin turns it into a
+``LLMBenchConfigError``. Markers override per test (procedures/base.py). Option registration with
+pytest lives in the glue (options.py); nothing here imports pytest.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-__all__ = ["OPTIONS", "Option", "Settings", "BOUNDARIES", "PROFILES", "APIS", "add_options", "resolve"]
+__all__ = ["APIS", "BOUNDARIES", "LLMBenchConfigError", "OPTIONS", "Option", "PROFILES", "Settings",
+           "parse_capacity", "resolve"]
 
 BOUNDARIES = ("model-engine", "gateway", "compound")
 PROFILES = ("smoke", "standard", "full")
 APIS = ("completions", "chat")
+
+
+class LLMBenchConfigError(ValueError):
+    """A bad setting; the message starts with where the value came from (``--llm-timeout: ...``)."""
 
 
 @dataclass(frozen=True)
@@ -76,22 +81,6 @@ OPTIONS: tuple[Option, ...] = (
     Option("dry-run", "print each selected procedure's planned request count and minimum duration, send "
            "nothing", False, "bool"),
 )
-
-
-def add_options(parser: pytest.Parser) -> None:
-    """Register every option as a CLI flag and an ini key (pytest_addoption)."""
-    group = parser.getgroup("llmbench", "LLM serving benchmarks (draft-gaikwad-llm-benchmarking-methodology)")
-    for opt in OPTIONS:
-        help_text = f"{opt.help} [env {opt.env}, ini {opt.ini}]"
-        if opt.kind == "bool":
-            group.addoption(opt.flag, action="store_true", default=None, dest=opt.dest, help=help_text)
-            parser.addini(opt.ini, opt.help, type="bool", default=opt.default)
-        elif opt.kind == "list":
-            group.addoption(opt.flag, action="append", default=None, dest=opt.dest, help=help_text)
-            parser.addini(opt.ini, opt.help, type="linelist", default=[])
-        else:
-            group.addoption(opt.flag, action="store", default=None, dest=opt.dest, help=help_text)
-            parser.addini(opt.ini, opt.help, default=None)
 
 
 @dataclass
@@ -167,7 +156,7 @@ def _convert(opt: Option, raw: Any, where: str) -> Any:
             return text
         return str(raw)
     except (TypeError, ValueError) as exc:
-        raise pytest.UsageError(f"{where}: invalid value {raw!r} for {opt.name}: {exc}") from None
+        raise LLMBenchConfigError(f"{where}: invalid value {raw!r} for {opt.name}: {exc}") from None
 
 
 def resolve(
@@ -202,23 +191,26 @@ def resolve(
 
 
 def _validate(s: Settings) -> None:
+    if not s.timeout > 0:  # a zero timeout would fail every request, not the configuration
+        raise LLMBenchConfigError(f"{s.sources.get('timeout', '--llm-timeout')}: invalid value {s.timeout!r} "
+                                  "for timeout: must be > 0 seconds")
     if s.endpoint is not None:
         if not s.endpoint.startswith(("http://", "https://")):
-            raise pytest.UsageError(
+            raise LLMBenchConfigError(
                 f"{s.sources['endpoint']}: endpoint {s.endpoint!r} must start with http:// or https://"
             )
         s.endpoint = s.endpoint.rstrip("/")
     if s.api_key_env is not None and s.api_key_env not in os.environ:
-        raise pytest.UsageError(
+        raise LLMBenchConfigError(
             f"{s.sources['api_key_env']}: environment variable {s.api_key_env!r} (named as the API key "
             "holder) is not set"
         )
     if s.capacity is not None:
         parse_capacity(s.capacity, s.sources.get("capacity", "capacity"))
     if s.declarations is not None and not s.declarations.is_file():
-        raise pytest.UsageError(f"{s.sources['declarations']}: declarations file {s.declarations} not found")
+        raise LLMBenchConfigError(f"{s.sources['declarations']}: declarations file {s.declarations} not found")
     if s.sim_config is not None and not s.sim_config.is_file():
-        raise pytest.UsageError(f"{s.sources['sim_config']}: simulator config {s.sim_config} not found")
+        raise LLMBenchConfigError(f"{s.sources['sim_config']}: simulator config {s.sim_config} not found")
 
 
 def parse_capacity(text: str, where: str) -> tuple[str, float]:
@@ -230,5 +222,5 @@ def parse_capacity(text: str, where: str) -> tuple[str, float]:
     except ValueError:
         number = -1.0
     if not sep or key not in ("concurrency", "rate") or number <= 0:
-        raise pytest.UsageError(f"{where}: capacity {text!r} must be 'concurrency=N' or 'rate=R' with N, R > 0")
+        raise LLMBenchConfigError(f"{where}: capacity {text!r} must be 'concurrency=N' or 'rate=R' with N, R > 0")
     return key, number

@@ -25,7 +25,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from . import registry
 from .stats import MIN_SAMPLES, Estimate
+from .units import compact_num as _num
+from .units import format_value
 
 __all__ = [
     "METRICS",
@@ -67,18 +70,17 @@ class SLOUndersampledWarning(UserWarning):
 # Metric catalogue
 # --------------------------------------------------------------------------------------------
 
-#: Unit families. ``time`` values are seconds; ``token_rate`` tok/s; ``request_rate`` req/s;
-#: ``fraction`` 0..1 printed as a percentage; ``ratio`` 0..1 printed plainly; ``tokens`` a count.
+#: Unit families of the SLO parser (units.FAMILIES restricted to what an SLO can name).
 UNIT_FAMILIES = ("time", "token_rate", "request_rate", "fraction", "ratio", "tokens")
 
 
 @dataclass(frozen=True)
 class MetricInfo:
-    """One metric an SLO can name: what it is, its unit family and which direction is better."""
+    """One metric an SLO can name, derived from the metric registry: kind, unit family, direction."""
 
     name: str
     kind: str  # "distribution" (per-request samples) | "scalar" (one figure per run)
-    unit: str  # one of UNIT_FAMILIES
+    unit: str  # one of UNIT_FAMILIES (the family of the registry's unit)
     higher_is_better: bool
     title: str
     description: str = ""
@@ -94,58 +96,27 @@ class MetricInfo:
     def direction(self) -> str:
         return "higher" if self.higher_is_better else "lower"
 
+    @classmethod
+    def from_registry(cls, m: registry.Metric) -> MetricInfo:
+        return cls(m.name, m.kind, m.family, m.higher_is_better, m.title, f"{m.definition} [{m.section}]"
+                   if m.section else m.definition, per_token=m.per_token)
 
+
+#: SLO name (a metric or one of its aliases) -> MetricInfo; built from registry.slo_metrics().
 METRICS: dict[str, MetricInfo] = {}
+#: alias -> canonical metric name
+_ALIASES: dict[str, str] = {}
 
 
 def register_metric(info: MetricInfo) -> MetricInfo:
-    """Add (or replace) a metric in the catalogue; metrics.py may register its own extras."""
+    """Add (or replace) a metric in the SLO catalogue (extensions; built-ins come from the registry)."""
     METRICS[info.name] = info
     return info
 
 
-for _m in (
-    # distributions: per-request samples (or pooled per-gap samples for ITL / inter-chunk)
-    MetricInfo("ttft", "distribution", "time", False, "TTFT", "time to first content token (§5.1.3.1)"),
-    MetricInfo("ttft_any_chunk", "distribution", "time", False, "TTFT (any chunk)",
-               "time to the first chunk of any kind (§5.1.3.1 'time-to-any-token')"),
-    MetricInfo("ttst", "distribution", "time", False, "TTST", "time from first to second token"),
-    MetricInfo("e2e", "distribution", "time", False, "E2E", "end-to-end request latency"),
-    MetricInfo("tpot", "distribution", "time", False, "TPOT", "time per output token after the first",
-               per_token=True),
-    MetricInfo("itl", "distribution", "time", False, "ITL", "inter-token latency, pooled (§5.4)"),
-    MetricInfo("inter_chunk", "distribution", "time", False, "Time between chunks",
-               "gap between consecutive chunks (§4.6.3 option A)"),
-    MetricInfo("queue_wait", "distribution", "time", False, "Queue wait", "server-side queue wait (§5.1.4.2)"),
-    MetricInfo("prefill", "distribution", "time", False, "Prefill", "server-side prefill time (§5.1.4.2)"),
-    MetricInfo("send_lag", "distribution", "time", False, "Send lag",
-               "actual minus planned send time, open loop (§4.2.5)"),
-    MetricInfo("schedule_latency", "distribution", "time", False, "Schedule latency",
-               "delay between a request becoming due and being handed to the transport"),
-    MetricInfo("normalized_latency", "distribution", "time", False, "Normalized latency",
-               "E2E latency divided by output tokens", per_token=True),
-    MetricInfo("output_tps_per_request", "distribution", "token_rate", True, "Per-request output rate",
-               "output tokens / (E2E - TTFT) of one request"),
-    MetricInfo("fluidity", "distribution", "ratio", True, "Fluidity index",
-               "Etalon fluidity-index: share of token deadlines met per request"),
-    # scalars: one figure per run
-    MetricInfo("request_throughput", "scalar", "request_rate", True, "Request throughput",
-               "completed requests per second"),
-    MetricInfo("output_throughput", "scalar", "token_rate", True, "Output throughput",
-               "output tokens per second (§5.2.3)"),
-    MetricInfo("input_throughput", "scalar", "token_rate", True, "Input throughput", "input tokens per second"),
-    MetricInfo("total_token_throughput", "scalar", "token_rate", True, "Total token throughput",
-               "input + output tokens per second"),
-    MetricInfo("success_rate", "scalar", "fraction", True, "Success rate", "successful / measured requests"),
-    MetricInfo("error_rate", "scalar", "fraction", False, "Error rate", "failed / measured requests"),
-    MetricInfo("goodput", "scalar", "request_rate", True, "Goodput",
-               "requests per second meeting every per-request SLO"),
-    MetricInfo("good_fraction", "scalar", "fraction", True, "Good fraction",
-               "share of requests meeting every per-request SLO"),
-    MetricInfo("tokens_in_flight", "scalar", "tokens", True, "Tokens in flight",
-               "input + output-so-far tokens summed over concurrent requests (§5.5.4)"),
-):
-    register_metric(_m)
+for _m in registry.slo_metrics():
+    register_metric(MetricInfo.from_registry(_m))
+    _ALIASES.update({a: _m.name for a in _m.aliases})
 
 # --------------------------------------------------------------------------------------------
 # Units
@@ -203,46 +174,13 @@ def _expected_units(info: MetricInfo) -> str:
     }[info.unit]
 
 
-def _num(x: float) -> str:
-    """A compact number: 612.3, 500, 2000, 0.9, 1.25."""
-    if x == 0 or not math.isfinite(x):
-        return "0" if x == 0 else str(x)
-    if abs(x) >= 1000:
-        return f"{x:.0f}"
-    if abs(x) >= 1e-3:
-        s = f"{x:.4g}"
-        return s if "e" not in s else f"{x:.0f}"
-    return f"{x:.3e}"
-
-
-def _time_unit(seconds: float) -> tuple[str, float]:
-    a = abs(seconds)
-    if a >= 1.0:
-        return "s", 1.0
-    if a >= 1e-3 or a == 0:
-        return "ms", 1e3
-    return "µs", 1e6
-
-
 def format_quantity(value: float, unit_family: str, *, like: float | None = None) -> str:
     """Print ``value`` (base units) naturally: ``612.3 ms``, ``2.5 s``, ``2000 tok/s``, ``99.5%``.
 
-    ``like`` picks the unit from another value (to print a CI's bounds in the value's unit).
+    ``like`` picks the unit from another value (to print a CI's bounds in the value's unit). The
+    formatter is ``units.format_value`` (compact style), the same one the reports use.
     """
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    if unit_family == "time":
-        name, factor = _time_unit(value if like is None else like)
-        return f"{_num(value * factor)} {name}"
-    if unit_family == "token_rate":
-        return f"{_num(value)} tok/s"
-    if unit_family == "request_rate":
-        return f"{_num(value)} req/s"
-    if unit_family == "fraction":
-        return f"{_num(value * 100)}%"
-    if unit_family == "tokens":
-        return f"{_num(value)} tokens"
-    return _num(value)
+    return format_value(value, unit_family, style="compact", like=like)
 
 
 def _format_range(lo: float, hi: float, unit_family: str, like: float) -> str:
@@ -388,6 +326,7 @@ def parse_slo(text: str | SLO, *, allow_reversed: bool = False) -> SLO:
         raise SLOError(f"{src!r}: cannot parse; expected '<metric>[.<statistic>] <op> <number>[unit]', "
                        f"e.g. 'ttft.p99 <= 500ms', 'success_rate >= 99%', 'output_throughput >= 2000 tok/s'")
     metric = m.group("metric").lower()
+    metric = _ALIASES.get(metric, metric)
     if metric not in METRICS:
         raise SLOError(_unknown_metric(metric, src))
     info = METRICS[metric]

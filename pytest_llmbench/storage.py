@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .records import ClockAnchor, RequestRecord
+from .records import RECORDS_FORMAT, ClockAnchor, RequestRecord
 
 __all__ = [
     "RECORDS_FILE",
@@ -74,6 +74,7 @@ class RunMetadata:
     plugin_version: str = field(default_factory=_plugin_version)
     extra: dict[str, Any] = field(default_factory=dict)
     schema: str = SCHEMA
+    records_format: str = RECORDS_FORMAT  # records.jsonl format (records.RECORDS_FORMAT)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -83,6 +84,7 @@ class RunMetadata:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RunMetadata:
         d = dict(d)
+        d.setdefault("records_format", "1.0")  # written before the format was recorded
         if d.get("clock_anchor") is not None:
             d["clock_anchor"] = ClockAnchor(**d["clock_anchor"])
         names = set(cls.__dataclass_fields__)
@@ -242,6 +244,9 @@ def load_run(directory: str | os.PathLike[str]) -> Run:
         meta = RunMetadata.from_json(json.loads(meta_path.read_text(encoding="utf-8")))
     except (json.JSONDecodeError, TypeError) as exc:
         raise StorageError(f"{meta_path}: malformed run metadata ({exc})") from None
+    if str(meta.records_format).split(".")[0] != RECORDS_FORMAT.split(".")[0]:
+        raise StorageError(f"{meta_path}: records format {meta.records_format} is not supported "
+                           f"(this version reads {RECORDS_FORMAT.split('.')[0]}.x)")
     stats: dict[str, int] = {}
     records = list(iter_records(directory, stats=stats))
     return Run(directory, meta, records, stats.get("torn_lines", 0))

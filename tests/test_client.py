@@ -477,7 +477,7 @@ async def test_arrival_after_server_send_time(server_process: str) -> None:
     both are CLOCK_MONOTONIC on Linux, so they compare directly (§4.7.1)."""
     config = ClientConfig(base_url=server_process, model="m", request_server_timing=True)
     async with LLMClient(config) as c:
-        for gap in ("", "0.002"):
+        for gap in ("", "0.005"):
             r = await c.send(spec(f"stamped:40,{gap}" if gap else "stamped:40"))
             assert r.ok, r.error_message
             tok_chunks = [i for i, t in enumerate(r.chunk_text) if t]
@@ -485,10 +485,11 @@ async def test_arrival_after_server_send_time(server_process: str) -> None:
             for i, server_ns in zip(tok_chunks, r.server_token_ns):
                 assert r.chunk_ns[i] > server_ns
             assert r.sent_ns < r.server_token_ns[0]
-            if gap:  # with gaps between writes, arrivals follow the server's pacing
-                client_span = r.chunk_ns[tok_chunks[-1]] - r.chunk_ns[tok_chunks[0]]
-                server_span = r.server_token_ns[-1] - r.server_token_ns[0]
-                assert client_span > 0.5 * server_span
+            if gap:  # with gaps between writes, chunks are timed as they arrive, not at the end:
+                # by order, not by duration, some arrive before the server wrote its last one
+                # (a client that read the whole body first would time none of them before it)
+                early = sum(r.chunk_ns[i] < r.server_token_ns[-1] for i in tok_chunks)
+                assert early >= 1, early
 
 
 if __name__ == "__main__":

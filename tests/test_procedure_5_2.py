@@ -126,11 +126,15 @@ def test_capacity_agrees_with_the_engine_model(result) -> None:  # type: ignore[
     model = simulate_closed_loop(CFG, CFG.max_num_seqs, 320, OUT).requests_per_s  # the engine's maximum
     cap = result.capacity
     assert cap is not None and cap.source == "measured by 5.2 in this session"
-    # an open loop cannot sustain more than the engine completes with a full batch; the search
-    # (15% tolerance, 3 s levels, the TTFT-tail rule) lands within a factor of it. Just above the
-    # maximum a 3 s level queues only a few requests (10% over 13 req/s: ~4), below what the
-    # saturation rules can call significant, so the upper bound allows 20%.
-    assert 0.4 * model <= cap.rate <= 1.2 * model, (cap.rate, model)
+    # an open loop cannot sustain more than the engine completes with a full batch, and a busy
+    # machine only slows the engine down, so the model is an upper bound noise cannot break. Just
+    # above the maximum a 3 s level queues only a few requests (10% over 13 req/s: ~4), below what
+    # the saturation rules can call significant, so the upper bound allows 20%.
+    assert cap.rate <= 1.2 * model, (cap.rate, model)
+    # from below, a ratio within this run: the search starts at half the closed-loop probe's
+    # throughput, measured minutes earlier on the same machine (not against the model, which a
+    # busy machine cannot reach); the capacity found is at least that first level
+    assert cap.rate >= result.measurements["search_start"] > 0, (cap.rate, result.measurements["search_start"])
     steps = result.plots["search"]["steps"]
     assert len(steps) == result.measurements["levels_tested"] >= 3
     for s in steps:  # far above the model's capacity is always saturated, far below never

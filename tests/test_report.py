@@ -1,9 +1,9 @@
 """Reports (App. C): results.json + schema, rebuild, report.md, report.html with SVG plots,
 terminal rows, GitHub step summary, secrets.
 
-The session is a stand-in with the plugin's attributes, holding real ProcedureResults: metrics
-from ``metrics.summarize`` over hand-made RequestRecords and compliance from
-``compliance.evaluate_test``.
+The session is a :class:`SessionResult` holding real ProcedureResults: metrics from
+``metrics.summarize`` over hand-made RequestRecords and compliance from
+``compliance.evaluate_test``; ``results.build_document`` turns it into the document the report renders.
 """
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import jsonschema
@@ -33,19 +31,19 @@ from pytest_llmbench.compliance import (
 from pytest_llmbench.metrics import summarize
 from pytest_llmbench.procedures.base import Capacity, ProcedureResult, RunSummary, Table
 from pytest_llmbench.records import ErrorType, RequestRecord
+from pytest_llmbench.report import terminal_rows as doc_terminal_rows
+from pytest_llmbench.report import write_reports as doc_write_reports
 from pytest_llmbench.report import (
     ReportError,
-    build_document,
     dumps_document,
     load_document,
     rebuild,
     render_html,
     render_markdown,
     schema,
-    terminal_rows,
-    write_reports,
 )
-from pytest_llmbench.report.document import REDACTED, iso_ms
+from pytest_llmbench.results import REDACTED, build_document, iso_ms
+from pytest_llmbench.session import SessionResult
 from pytest_llmbench.settings import Settings
 from pytest_llmbench.sut import SUT
 
@@ -127,20 +125,23 @@ def result(proc: str, title: str, metrics: Any, facts: RunFacts, *, checks: dict
 # ------------------------------------------------------------------------------------ session
 
 
-@dataclass
-class FakeSession:
-    """The attributes of plugin.LLMBenchSession that the reports read."""
+FakeSession = SessionResult
 
-    settings: Settings
-    sut: SUT | None
-    results: dict[str, ProcedureResult] = field(default_factory=dict)
-    test_outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
-    capacity: dict[str, Capacity] = field(default_factory=dict)
-    started: float = 1_769_000_000.0
-    interrupted: bool = False
-    config: Any = None
 
-    __hash__ = object.__hash__
+def doc_of(s: SessionResult, complete: bool = True) -> dict[str, Any]:
+    """The document of ``s`` as the plugin builds it at session end."""
+    s.complete = complete
+    return build_document(s)
+
+
+def write_reports(s: SessionResult, complete: bool = True) -> dict[str, Path]:
+    return doc_write_reports(doc_of(s, complete))
+
+
+def terminal_rows(s: SessionResult) -> list[str]:
+    """Rows as the plugin prints them: the report path only when the report was written."""
+    html = s.settings.report / "report.html"
+    return doc_terminal_rows(doc_of(s, s.complete), html if html.is_file() else None)
 
 
 def make_session(tmp_path: Path, *, interrupted: bool = False) -> FakeSession:
@@ -149,10 +150,9 @@ def make_session(tmp_path: Path, *, interrupted: bool = False) -> FakeSession:
                         sources={"report": "default"})
     sut = SUT(base_url="http://127.0.0.1:8123/v1", model="sim-model", api_key_env=KEY_ENV, embedded=True,
               models_listed=["sim-model"], server_info={"engine": "simulator"})
-    config = SimpleNamespace(invocation_params=SimpleNamespace(
-        args=("suites", "--llm-profile", "smoke", f"--api-token={PLANTED_KEY}", "--llm-api-key-env", KEY_ENV)),
-        rootpath=None)
-    s = FakeSession(settings=settings, sut=sut, config=config, interrupted=interrupted)
+    args = ["suites", "--llm-profile", "smoke", f"--api-token={PLANTED_KEY}", "--llm-api-key-env", KEY_ENV]
+    s = SessionResult(settings=settings, sut=sut, command_line=args, interrupted=interrupted,
+                      started=1_769_000_000.0)
 
     # 5.1 TTFT: 30 requests (1 failed), TTFT 80..140 ms
     recs = make_records(30, ttft_ms=80, spread_ms=60, itl_ms=12, tokens=8, failed=1)
@@ -231,7 +231,7 @@ def test_results_json_validates_against_schema(written: tuple[FakeSession, dict[
     doc = json.loads(paths["json"].read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator.check_schema(schema())
     jsonschema.validate(doc, schema(), cls=jsonschema.Draft202012Validator)
-    assert doc["schema_version"] == "1.0"
+    assert doc["schema_version"] == "1.1"
     assert doc["complete"] is True
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", doc["started"])  # §4.7.4
     assert doc["started"] == "2026-01-21T12:53:20.000Z"
@@ -251,7 +251,7 @@ def test_schema_rejects_broken_documents(written: tuple[FakeSession, dict[str, P
 
 
 def test_document_carries_procedure_results_and_test_outcomes(session: FakeSession) -> None:
-    doc = build_document(session, True)
+    doc = doc_of(session)
     p51 = doc["procedures"][0]
     res = session.results["5.1:{}"]
     raw = json.loads(json.dumps(res.to_json(), default=str))
@@ -282,7 +282,7 @@ def test_document_carries_procedure_results_and_test_outcomes(session: FakeSessi
 
 
 def test_mvr_key_results_are_computed_from_the_runs(session: FakeSession) -> None:
-    doc = build_document(session, True)
+    doc = doc_of(session)
     key = doc["summary"]["key_results"]
     m51 = session.results["5.1:{}"].metrics
     assert key["source"] == "5.1 Time to First Token"
@@ -404,7 +404,7 @@ def test_interrupted_document_says_incomplete_everywhere(tmp_path: Path, monkeyp
     assert terminal_rows(s)[0].startswith("INCOMPLETE")
     # complete=True but the session saw an interrupt: still incomplete
     s2 = make_session(tmp_path / "b", interrupted=True)
-    assert build_document(s2, True)["complete"] is False
+    assert doc_of(s2)["complete"] is False
 
 
 # ------------------------------------------------------------------------------------ HTML
@@ -506,7 +506,7 @@ def test_html_svg_plots_have_labelled_axes_and_data_points(written: tuple[FakeSe
 
 def test_bad_plot_data_is_reported_not_fatal(session: FakeSession) -> None:
     session.results["5.3:{}"].plots["curve"] = {"offered": [1, 2], "achieved_tps": [3.0], "ttft_p99_s": [0.1, 0.2]}
-    doc = build_document(session, True)
+    doc = doc_of(session)
     p = doc["procedures"][1]
     assert "curve" not in p["result"]["plots"]
     assert p["plot_notes"] == ["plot 'curve' not drawn: curve: achieved_tps has 1 entries, offered has 2"]
@@ -573,7 +573,7 @@ def test_hostile_text_is_escaped_in_html_and_markdown(session: FakeSession) -> N
     res = session.results["5.1:{}"]
     res.notes.append("<script>alert(1)</script>")
     res.tables.append(Table("Evil | table", ["a|b", "c"], [["<img src=x onerror=alert(1)>", "x\ny"]]))
-    doc = build_document(session, True)
+    doc = doc_of(session)
     html = render_html(doc)
     c = _Collector()
     c.feed(html)

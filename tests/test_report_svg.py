@@ -14,7 +14,7 @@ from pytest_llmbench.metrics import summarize
 from pytest_llmbench.records import RequestRecord
 from pytest_llmbench.report.figures import figures_for
 from pytest_llmbench.report.fmt import fmt_duration, fmt_est, fmt_num, fmt_time, fmt_value, md_cell
-from pytest_llmbench.report.plotdata import CDF_POINTS, normalise, samples_summary
+from pytest_llmbench.plotdata import CDF_POINTS, normalise, samples_summary
 from pytest_llmbench.report.svg import Chart, Scale, grouped_bars, log_ticks, nice_ticks
 from pytest_llmbench.stats import scaling_fit
 

@@ -64,3 +64,20 @@ def test_api_key_value_never_in_settings(monkeypatch: pytest.MonkeyPatch) -> Non
     s = resolve(lambda name: {"llm_api_key_env": "MY_KEY"}.get(name), lambda name: None)
     assert s.api_key_env == "MY_KEY"
     assert "sk-planted-secret" not in repr(s.to_json())
+
+
+@pytest.mark.parametrize(("cli", "env", "fragment"), [
+    ({"llm_profile": "huge"}, {}, "--llm-profile: invalid value 'huge' for profile"),
+    ({}, {"LLMBENCH_TIMEOUT": "0"}, "LLMBENCH_TIMEOUT environment variable: invalid value 0.0 for timeout"),
+    ({"llm_capacity": "lots"}, {}, "--llm-capacity: capacity 'lots' must be"),
+])
+def test_resolution_raises_the_library_error_naming_the_source(cli: dict[str, str], env: dict[str, str],
+                                                               fragment: str) -> None:
+    """Below the glue a bad value is an LLMBenchConfigError (a ValueError, no pytest); the plugin makes it a
+    UsageError with the same message."""
+    from pytest_llmbench.settings import LLMBenchConfigError, resolve
+
+    with pytest.raises(LLMBenchConfigError) as exc:
+        resolve(cli.get, lambda name: None, environ=env)
+    assert fragment in str(exc.value)
+    assert isinstance(exc.value, ValueError) and not isinstance(exc.value, pytest.UsageError)

@@ -115,3 +115,28 @@ def test_missing_run_directory_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / RUN_FILE).write_text("{}")
     with pytest.raises(StorageError, match="no such records file"):
         load_run(tmp_path)
+
+
+def test_run_json_carries_the_records_format_and_older_files_are_read(tmp_path: Path) -> None:
+    from pytest_llmbench.records import RECORDS_FORMAT
+
+    with RunWriter(tmp_path / "run", metadata=RunMetadata(profile="smoke")) as w:
+        w.write(make_record(0))
+    meta_path = tmp_path / "run" / RUN_FILE
+    stored = json.loads(meta_path.read_text(encoding="utf-8"))
+    assert stored["records_format"] == RECORDS_FORMAT
+    # an older run: no records_format in run.json, a record line missing later optional fields
+    del stored["records_format"]
+    meta_path.write_text(json.dumps(stored), encoding="utf-8")
+    line = json.loads((tmp_path / "run" / RECORDS_FILE).read_text(encoding="utf-8").splitlines()[0])
+    for optional in ("server_token_ns", "server_timing", "usage", "request_class"):
+        line.pop(optional, None)
+    (tmp_path / "run" / RECORDS_FILE).write_text(json.dumps(line) + "\n", encoding="utf-8")
+    run = load_run(tmp_path / "run")
+    assert run.metadata.records_format == "1.0" and run.records[0].index == 0
+    assert run.records[0].request_class is None
+    # a future major version is named, not misread
+    stored["records_format"] = "2.0"
+    meta_path.write_text(json.dumps(stored), encoding="utf-8")
+    with pytest.raises(StorageError, match="records format 2.0 is not supported"):
+        load_run(tmp_path / "run")

@@ -45,7 +45,7 @@ import numpy as np
 
 from ..compliance import Check
 from ..load import ArrivalProcess, ClosedLoop, OpenLoop
-from ..metrics import RunMetrics
+from ..metrics import STEADY_STATE_FRACTION, RunMetrics, steady_state_window
 from ..records import RequestSpec
 from ..stats import completion_rate_saturated, queue_growing, tail_blowup
 from ..workloads import build_workload
@@ -73,7 +73,7 @@ from .common import (
 
 DRAFT_MIN_DURATION_S = 60.0  # §5.2.2.1
 DRAFT_RECOMMENDED_DURATION_S = 300.0  # §5.2.2.1
-RAMP_UP_FRACTION = 0.1  # §5.2.3.2
+RAMP_UP_FRACTION = STEADY_STATE_FRACTION  # §5.2.3.2 (metrics.steady_state_window)
 WARMUP_SEED_OFFSET = 10_000  # warm-up prompts differ from measured ones (no prefix-cache help)
 
 
@@ -225,8 +225,8 @@ class LevelAssessment:
 
 def steady_window_ns(m: Measured) -> tuple[int, int]:
     """The level's steady window: its send window minus the first 10% (§5.2.3.2)."""
-    lo = m.load.start_ns + int((m.load.send_end_ns - m.load.start_ns) * RAMP_UP_FRACTION)
-    return lo, m.load.send_end_ns
+    lo, hi = steady_state_window(m.load.start_ns, m.load.send_end_ns, RAMP_UP_FRACTION)
+    return m.load.start_ns + int(lo - m.load.start_ns), hi
 
 
 def queue_trend(m: Measured, *, closed: bool = False, arrivals: int = 0) -> QueueTrend:

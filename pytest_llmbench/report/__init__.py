@@ -1,23 +1,23 @@
-"""Reports (App. C): ``results.json`` (versioned, ``schema.json``), ``report.md``, ``report.html``.
+"""Reports (App. C): render ``results.json`` (versioned, ``schema.json``) as ``report.md`` and ``report.html``.
 
-The plugin calls :func:`write_reports` at session end and prints :func:`terminal_rows`. Every
-format is rendered from one JSON document (:func:`build_document`), which is what
-``results.json`` holds; :func:`rebuild` renders ``report.md`` and ``report.html`` again from it,
-byte for byte. Files are written atomically (temporary file + ``os.replace``).
+This package only renders a document: ``results.build_document`` computes every figure before,
+and nothing here imports what measures (import-linter contract in pyproject.toml). The plugin
+calls :func:`write_reports` with the document at session end and prints :func:`terminal_rows`;
+:func:`rebuild` (``python -m pytest_llmbench report``) renders ``report.md`` and ``report.html``
+again from a stored ``results.json``, byte for byte. Files are written atomically (temporary
+file + ``os.replace``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import weakref
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ..storage import write_text_atomic
-from .document import SCHEMA_VERSION, build_document
 from .render import render_html, render_markdown, render_summary
 from .terminal import rows_from_document
 
@@ -25,7 +25,6 @@ __all__ = [
     "REPORT_FILES",
     "ReportError",
     "SCHEMA_VERSION",
-    "build_document",
     "dumps_document",
     "load_document",
     "rebuild",
@@ -43,8 +42,9 @@ HTML_FILE = "report.html"
 REPORT_FILES = (RESULTS_FILE, MARKDOWN_FILE, HTML_FILE)
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
-# the last document written per session, so the terminal summary shows what the files show
-_LAST: weakref.WeakKeyDictionary[Any, tuple[dict[str, Any], str]] = weakref.WeakKeyDictionary()
+#: Version of the results.json layout; a reader renders every document of the same major version.
+#: 1.1: figures carry units in ``metrics`` (the metric registry's entries for every figure shown).
+SCHEMA_VERSION = "1.1"
 
 
 class ReportError(ValueError):
@@ -69,52 +69,30 @@ def _render_all(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
     return paths
 
 
-def write_reports(session: Any, complete: bool = True, *, environ: Mapping[str, str] | None = None) -> dict[str, Path]:
-    """Build the document and write results.json, report.md and report.html to the report directory.
+def write_reports(doc: Mapping[str, Any], out_dir: str | os.PathLike[str] | None = None, *,
+                  environ: Mapping[str, str] | None = None) -> dict[str, Path]:
+    """Write results.json, report.md and report.html of ``doc`` (default: its ``report_dir``).
 
     When ``$GITHUB_STEP_SUMMARY`` names a file, a short Markdown summary is appended to it.
     Returns the paths written (keys ``json``, ``markdown``, ``html`` and maybe ``step_summary``).
     """
     env = os.environ if environ is None else environ
-    doc = build_document(session, complete, environ=env)
-    out_dir = Path(getattr(getattr(session, "settings", None), "report", "llmbench-report"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out_dir / RESULTS_FILE}
+    target = Path(out_dir) if out_dir is not None else Path(str(doc.get("report_dir") or "llmbench-report"))
+    target.mkdir(parents=True, exist_ok=True)
+    paths = {"json": target / RESULTS_FILE}
     write_text_atomic(paths["json"], dumps_document(doc))
-    paths.update(_render_all(doc, out_dir))
-    report_path = paths["html"].as_posix()
-    try:
-        _LAST[session] = (doc, report_path)
-    except TypeError:  # pragma: no cover - an object that cannot be weakly referenced
-        pass
+    paths.update(_render_all(doc, target))
     summary = env.get(SUMMARY_ENV)
     if summary:
         with open(summary, "a", encoding="utf-8", newline="") as f:
-            f.write(render_summary(doc, report_path))
+            f.write(render_summary(doc, paths["html"].as_posix()))
         paths["step_summary"] = Path(summary)
     return paths
 
 
-def terminal_rows(session: Any) -> list[str]:
-    """The terminal summary: one row per procedure run, verdicts, and the report path."""
-    cached = _LAST.get(session) if _safe_hashable(session) else None
-    path: str | None
-    if cached is not None:
-        doc, path = cached
-    else:
-        doc = build_document(session, not getattr(session, "interrupted", False))
-        report = Path(getattr(getattr(session, "settings", None), "report", "llmbench-report")) / HTML_FILE
-        path = report.as_posix() if report.is_file() else None
-    return rows_from_document(doc, path)
-
-
-def _safe_hashable(obj: Any) -> bool:
-    try:
-        weakref.ref(obj)
-        hash(obj)
-    except TypeError:
-        return False
-    return True
+def terminal_rows(doc: Mapping[str, Any], report_path: str | os.PathLike[str] | None = None) -> list[str]:
+    """The terminal summary of a document: one row per procedure run, verdicts, and the report path."""
+    return rows_from_document(doc, Path(report_path).as_posix() if report_path is not None else None)
 
 
 def load_document(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Figures for the HTML report, drawn from the report form of the plot data (plotdata.py).
+"""Figures for the HTML report, drawn from the report form of the plot data (pytest_llmbench/plotdata.py).
 
 One function per plot kind; each returns :class:`Figure` objects (title, caption, SVG text).
 Times are plotted in ms. Nothing here reads anything but the document, so a report rebuilt from

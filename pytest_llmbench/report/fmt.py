@@ -1,6 +1,7 @@
 """Number formatting shared by the Markdown, HTML, terminal and step-summary renderers.
 
-Everything here reads the plain JSON of ``results.json`` (an Estimate is a dict with ``value``,
+Numbers and units come from ``units.py`` (the one formatter and unit vocabulary, shared with the
+SLO messages). Everything here reads the plain JSON of ``results.json`` (an Estimate is a dict with ``value``,
 ``n``, ``unit``, ``ci_low``, ``ci_high``, ``confidence``, ``undersampled``), so a report rebuilt
 from disk formats exactly like the original. Times are stored in seconds and shown in ms (§4.7).
 """
@@ -13,6 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..units import fmt_num, fmt_pct, fmt_time, format_value
+
 __all__ = ["fmt_ci", "fmt_duration", "fmt_est", "fmt_num", "fmt_pct", "fmt_time", "fmt_value", "is_estimate",
            "md_cell", "md_text"]
 
@@ -23,66 +26,9 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def fmt_num(v: Any, digits: int = 4) -> str:
-    """A number with ``digits`` significant digits, thousands separators, no exponent below 1e9."""
-    if v is None:
-        return "n/a"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if not _finite(v):
-        return str(v)
-    if isinstance(v, int):
-        return f"{v:,}"
-    if v == 0:
-        return "0"
-    v = float(f"{v:.{digits}g}")  # round first: 9.9999999 -> 10.00, not 10.000
-    a = abs(v)
-    if a >= 1e9 or a < 1e-4:
-        return f"{v:.{digits - 1}e}"
-    decimals = max(0, digits - 1 - math.floor(math.log10(a)))
-    return f"{v:,.{decimals}f}"
-
-
-def fmt_time(seconds: Any) -> str:
-    """Seconds shown as ms below 10 s (``123.4 ms``), else as s (``12.35 s``)."""
-    if not _finite(seconds):
-        return "n/a"
-    if abs(seconds) < 1e-9:  # below 1 ns: floating-point noise of a constant series
-        return "0 ms"
-    if abs(seconds) >= 10:
-        return f"{fmt_num(float(seconds))} s"
-    return f"{fmt_num(float(seconds) * 1000.0)} ms"
-
-
-def fmt_pct(fraction: Any, digits: int = 4) -> str:
-    if not _finite(fraction):
-        return "n/a"
-    return f"{fmt_num(float(fraction) * 100.0, digits)}%"
-
-
-_UNIT_NAMES = {"tokens/s": "tok/s", "requests/s": "req/s"}
-
-
 def fmt_value(v: Any, unit: str = "") -> str:
-    """A value in its unit: s -> ms/s, fraction -> %, tokens/s -> tok/s, counts as integers."""
-    if v is None:
-        return "n/a"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, str):
-        return v
-    if not _finite(v):
-        return "n/a"
-    if unit == "s":
-        return fmt_time(v)
-    if unit == "fraction":
-        return fmt_pct(v)
-    if unit in ("requests", "tokens", "events", "samples") and float(v).is_integer():
-        return f"{int(v):,} {unit}"
-    if unit == "%":
-        return f"{fmt_num(float(v))}%"
-    name = _UNIT_NAMES.get(unit, unit)
-    return f"{fmt_num(float(v))} {name}".rstrip()
+    """A value in its unit (units.UNITS): s -> ms/s, fraction -> %, tokens/s -> tok/s, counts as integers."""
+    return format_value(v, unit)
 
 
 def is_estimate(d: Any) -> bool:

@@ -1,4 +1,4 @@
-"""Render the report document (document.py) as Markdown, self-contained HTML and a step summary.
+"""Render the report document (built by results.py) as Markdown, self-contained HTML and a step summary.
 
 One view model (:func:`view`) turns the document into labelled rows and preformatted text; the
 jinja2 templates in ``templates/`` only lay it out, so ``report.md`` and ``report.html`` always

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..registry import TERMINAL_COLUMNS
 from .fmt import fmt_est
 
 __all__ = ["SHORT_VERDICT", "rows_from_document"]
@@ -14,7 +15,8 @@ SHORT_VERDICT = {
     "conditionally compliant": "conditional",
     "not compliant": "NOT compliant",
 }
-HEADER = ("procedure", "requests", "TTFT P50", "TTFT P99", "TPOT P99", "output tok/s", "SLO", "compliance (§2)")
+#: figure columns from the metric registry, between the request count and the verdicts
+HEADER = ("procedure", "requests", *(title for title, _ in TERMINAL_COLUMNS), "SLO", "compliance (§2)")
 
 
 def _fig(p: Mapping[str, Any], name: str) -> str:
@@ -41,11 +43,11 @@ def rows_from_document(doc: Mapping[str, Any], report_path: str | None = None) -
             name = name[:33] + "…"
         if not p["complete"]:
             name += " (INCOMPLETE)"
-        table.append((name, f"{p['configuration']['requests']:,}", _fig(p, "ttft_p50"), _fig(p, "ttft_p99"),
-                      _fig(p, "tpot_p99"), _throughput(p), slo,
+        figures = [_throughput(p) if fig == "output_throughput" else _fig(p, fig) for _, fig in TERMINAL_COLUMNS]
+        table.append((name, f"{p['configuration']['requests']:,}", *figures, slo,
                       SHORT_VERDICT.get(p["compliance"]["verdict"], p["compliance"]["verdict"])))
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
-    right = {1, 2, 3, 4, 5}
+    right = set(range(1, 2 + len(TERMINAL_COLUMNS)))
     lines = []
     if not doc["complete"]:
         lines.append("INCOMPLETE: the session was interrupted; the reports cover only what finished")

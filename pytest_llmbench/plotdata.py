@@ -166,11 +166,11 @@ def _scaling(v: Any) -> dict[str, Any]:
     elif fit is None:
         pairs = [(a, b) for a, b in zip(length, ttft) if a and b and a > 0 and b > 0]
         if len({a for a, _ in pairs}) >= 2:
-            from ..stats import scaling_fit
+            from .stats import scaling_fit
 
             f = scaling_fit([a for a, _ in pairs], [b for _, b in pairs])
             out_fit = {"k": f.exponent, "c": f.power_coefficient, "r2": f.r2_loglog,
-                       "source": "least squares on log-log, computed by the report (stats.scaling_fit)"}
+                       "source": "least squares on log-log, computed for the document (stats.scaling_fit)"}
     else:
         raise PlotDataError("scaling.fit: expected {'k', 'c', 'r2'} or null")
     return {"kind": "scaling", "length": length, "ttft_s": ttft, "fit": out_fit}

@@ -1,9 +1,11 @@
-"""The report document: one JSON-ready dict built from the session (App. C.1, App. C.2).
+"""The results document: one JSON-ready dict built from a :class:`~.session.SessionResult` (App. C).
 
-Every report format (``report.md``, ``report.html``, the terminal rows, the GitHub step summary)
-is rendered from this dict alone, and the dict is what ``results.json`` holds, so a report can
-be rebuilt from disk byte for byte (:func:`pytest_llmbench.report.rebuild`). The layout is
-versioned (:data:`SCHEMA_VERSION`) and described by ``report/schema.json``.
+This is the one boundary between measuring and showing (shared/DESIGN.md). Every figure a
+report, the terminal table, the JUnit properties or the step summary shows is computed here or
+before (key results, throughput at TTFT P99 < 500 ms, plot quantiles, histograms and fits) and
+stored with its unit; ``report/`` only renders the dict, which is what ``results.json`` holds, so
+a report can be rebuilt from disk byte for byte (``python -m pytest_llmbench report``). The layout
+is versioned (:data:`~.report.SCHEMA_VERSION`) and described by ``report/schema.json``.
 
 Secrets never reach the document: the API key is only named (``sut.api_key_env``), and as a
 second line of defence every string is scrubbed of the values of that variable and of any
@@ -19,7 +21,6 @@ import math
 import os
 import platform
 import re
-import sys
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
@@ -27,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from .plotdata import normalise
+from .registry import FIGURES, METRICS, lookup
+from .report import SCHEMA_VERSION
+from .session import SessionResult
 
 __all__ = ["DRAFT", "SCHEMA_VERSION", "build_document", "iso_ms", "jsonable", "secret_values"]
 
-SCHEMA_VERSION = "1.0"
 DRAFT = "draft-gaikwad-llm-benchmarking-methodology-00"
 #: The App. C.1 latency bound for "Throughput at P99 TTFT < 500ms".
 C1_TTFT_P99_BOUND_S = 0.5
@@ -39,12 +42,11 @@ SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL)", re.I
 MIN_SECRET_LEN = 6
 REDACTED = "***REDACTED***"
 
-#: Key figures of a run: (figure name, distribution, percentile) and (figure name, scalar).
-DIST_FIGURES = (("ttft_p50", "ttft", 50.0), ("ttft_p99", "ttft", 99.0), ("tpot_p50", "tpot", 50.0),
-                ("tpot_p99", "tpot", 99.0), ("e2e_p50", "e2e", 50.0), ("e2e_p99", "e2e", 99.0),
-                ("itl_p50", "itl", 50.0), ("itl_p99", "itl", 99.0))
-SCALAR_FIGURES = ("output_throughput", "request_throughput", "input_throughput", "success_rate",
-                  "request_count", "benchmark_duration")
+#: Key figures of a run (registry.FIGURES): (figure name, distribution, percentile) and scalar names.
+DIST_FIGURES = tuple((f.name, f.metric, f.percentile) for f in FIGURES.values() if f.percentile is not None)
+SCALAR_FIGURES = tuple(f.name for f in FIGURES.values() if f.statistic is None)
+#: Units of the App. C.1 key results that are plain numbers (the rest are Estimates with their unit).
+KEY_RESULT_UNITS = {"max_throughput_tps": "tokens/s", "throughput_at_ttft_p99_500ms_tps": "tokens/s"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -90,11 +92,11 @@ def jsonable(x: Any) -> Any:
     return str(x)
 
 
-def secret_values(session: Any, environ: Mapping[str, str] | None = None) -> list[str]:
+def secret_values(result: SessionResult, environ: Mapping[str, str] | None = None) -> list[str]:
     """Values that must not appear in any report: the named API key variable and key-like variables."""
     env = os.environ if environ is None else environ
     names: set[str] = set()
-    for obj in (getattr(session, "sut", None), getattr(session, "settings", None)):
+    for obj in (result.sut, result.settings):
         name = getattr(obj, "api_key_env", None)
         if name:
             names.add(str(name))
@@ -130,11 +132,8 @@ def _redact_arg(arg: str) -> str:
     return arg
 
 
-def command_line(session: Any) -> list[str]:
+def command_line(args: list[str]) -> list[str]:
     """The pytest command line with anything secret-looking redacted (§7)."""
-    config = getattr(session, "config", None)
-    params = getattr(config, "invocation_params", None)
-    args = list(getattr(params, "args", ()) or ()) if params is not None else list(sys.argv[1:])
     out = ["pytest"]
     redact_next = False
     for a in (str(x) for x in args):
@@ -151,12 +150,12 @@ def command_line(session: Any) -> list[str]:
 
 
 def _plugin_version() -> str:
-    try:
-        from .. import __version__
+    from importlib.metadata import PackageNotFoundError, version
 
-        return str(__version__)
-    except Exception:  # pragma: no cover
-        return "unknown"
+    try:
+        return version("pytest-llmbench")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+        return "0.0.0+unknown"
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,18 +163,11 @@ def _plugin_version() -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _declarations(session: Any, notes: list[str]) -> dict[str, Any]:
-    settings = getattr(session, "settings", None)
-    if settings is None:
-        return {}
-    if getattr(settings, "rootdir", None) is None:  # e.g. a session built outside pytest
-        config = getattr(session, "config", None)
-        settings = dataclasses.replace(settings, rootdir=getattr(config, "rootpath", None)) \
-            if dataclasses.is_dataclass(settings) else settings
+def _declarations(result: SessionResult, notes: list[str]) -> dict[str, Any]:
     try:
-        from ..sut import effective_declarations
+        from .sut import effective_declarations
 
-        decl = effective_declarations(settings, getattr(session, "sut", None))
+        decl = effective_declarations(result.settings, result.sut)
     except Exception as exc:  # a bad file must not lose the report
         notes.append(f"declarations could not be read: {exc}")
         return {}
@@ -362,7 +354,7 @@ def _pick_primary(procs: list[tuple[dict[str, Any], Any]]) -> tuple[dict[str, An
 
 def _mvr(doc: dict[str, Any], procs: list[tuple[dict[str, Any], Any]], decl: Mapping[str, Any],
          notes: list[str]) -> dict[str, Any]:
-    from ..metrics import throughput_at_ttft_p99
+    from .metrics import throughput_at_ttft_p99
 
     sut = doc.get("sut")
     version = doc["tool"]["version"]
@@ -403,6 +395,7 @@ def _mvr(doc: dict[str, Any], procs: list[tuple[dict[str, Any], Any]], decl: Map
             thr = m.scalars.get("output_throughput")
             if thr is not None and math.isfinite(thr.value) and (best is None or thr.value > best[0]):
                 best = (float(thr.value), f"{p['procedure']} {label}")
+    key["units"] = dict(KEY_RESULT_UNITS)
     key["max_throughput_tps"] = best[0] if best else None
     key["max_throughput_source"] = best[1] if best else None
     usable = []
@@ -467,9 +460,9 @@ def _mvr(doc: dict[str, Any], procs: list[tuple[dict[str, Any], Any]], decl: Map
 _VERDICTS = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}
 
 
-def _tests(session: Any, procs_by_key: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _tests(result: SessionResult, procs_by_key: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
-    for nodeid, entry in (getattr(session, "test_outcomes", None) or {}).items():
+    for nodeid, entry in result.test_outcomes.items():
         outcome = entry.get("outcome") if entry.get("outcome") in _VERDICTS else None
         proc = procs_by_key.get(entry.get("result_key", ""))
         out.append({
@@ -515,57 +508,59 @@ def _record_files(report_dir: Path) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------
 
 
-def build_document(session: Any, complete: bool, *, finished: float | None = None,
-                   environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def build_document(result: SessionResult, *, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Everything the reports show, as plain JSON (see ``report/schema.json``)."""
-    settings = getattr(session, "settings", None)
-    report_dir = Path(getattr(settings, "report", "llmbench-report"))
-    started = float(getattr(session, "started", time.time()))
-    finished = time.time() if finished is None else finished
-    interrupted = bool(getattr(session, "interrupted", False))
+    settings = result.settings
+    report_dir = Path(settings.report)
+    started = float(result.started)
+    finished = time.time() if result.finished is None else float(result.finished)
+    interrupted = bool(result.interrupted)
+    complete = bool(result.complete)
     notes: list[str] = []
-    sut = getattr(session, "sut", None)
+    sut = result.sut
     version = _plugin_version()
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "pytest-llmbench", "version": version, "draft": DRAFT,
                  "python": platform.python_version(), "platform": platform.platform(terse=True)},
-        "command_line": command_line(session),
+        "command_line": command_line(result.command_line),
         "started": iso_ms(started),
         "finished": iso_ms(finished),
         "duration_s": round(finished - started, 3),
         "complete": bool(complete and not interrupted),
         "interrupted": interrupted or not complete,
         "report_dir": report_dir.as_posix(),
-        "settings": jsonable(settings.to_json()) if settings is not None else {},
+        "settings": jsonable(settings.to_json()),
         "sut": jsonable(sut.to_json()) if sut is not None else None,
     }
-    decl_doc = _declarations(session, notes)
+    decl_doc = _declarations(result, notes)
     doc["declarations"] = decl_doc
     decl = decl_doc.get("values", {}) if decl_doc else {}
-    capacity = getattr(session, "capacity", None) or {}
-    doc["capacity"] = {str(k): jsonable(v) for k, v in capacity.items()}
+    doc["capacity"] = {str(k): jsonable(v) for k, v in result.capacity.items()}
     procs: list[tuple[dict[str, Any], Any]] = []
-    for i, (key, result) in enumerate((getattr(session, "results", None) or {}).items()):
-        procs.append((_procedure(i, str(key), result, report_dir), result))
+    for i, (key, proc_result) in enumerate(result.results.items()):
+        procs.append((_procedure(i, str(key), proc_result, report_dir), proc_result))
     doc["procedures"] = [p for p, _ in procs]
     by_key = {p["key"]: p for p, _ in procs}
-    doc["tests"] = _tests(session, by_key)
+    doc["tests"] = _tests(result, by_key)
     for p, _ in procs:
         p["tests"] = [t["nodeid"] for t in doc["tests"] if t["result_key"] == p["key"]]
     doc["summary"] = _mvr(doc, procs, decl, notes)
+    shown = {FIGURES[name].metric for p, _ in procs for name in p["figures"]}
+    shown.update(lookup(f).name for f in ("ttft", "tpot", "output_throughput"))  # the key results
+    doc["metrics"] = {name: METRICS[name].to_json() for name in sorted(shown)}
     doc["records"] = _record_files(report_dir)
     doc["reproduction"] = {
-        "seed": getattr(settings, "seed", None),
+        "seed": settings.seed,
         "plugin_version": version,
         "command_line": doc["command_line"],
         "workloads": sorted({str(p["configuration"]["workload"]) for p, _ in procs if p["configuration"]["workload"]}),
         "sequence_hashes": {p["key"]: p["configuration"]["sequence_hash"] for p, _ in procs
                             if p["configuration"]["sequence_hash"]},
         "request_sequence_files": [r["path"] for r in doc["records"] if r["kind"] == "request-sequence"],
-        "tokenizer": getattr(settings, "tokenizer", None),
+        "tokenizer": settings.tokenizer,
     }
-    doc = _scrub(jsonable(doc), secret_values(session, environ))
+    doc = _scrub(jsonable(doc), secret_values(result, environ))
     # a JSON round trip so the in-memory document equals what results.json reloads to
     return json.loads(json.dumps(doc, allow_nan=False))
 

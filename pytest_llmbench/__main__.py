@@ -1,0 +1,61 @@
+"""``python -m pytest_llmbench <command>``: work on stored results documents without pytest.
+
+Commands (shared/DESIGN.md, "pytest shape"):
+
+* ``report RESULTS_JSON [--output DIR]``: render report.md and report.html again from a stored
+  ``results.json`` (byte for byte what the session wrote; default: next to the file).
+
+A command is one entry of :data:`COMMANDS`: ``name: (help, add_arguments, run)``, where
+``add_arguments(parser)`` declares its arguments and ``run(args)`` returns the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+__all__ = ["COMMANDS", "main"]
+
+#: name -> (one-line help, add_arguments(parser), run(args) -> exit status)
+Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+
+
+def _report_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results_json", metavar="RESULTS_JSON", help="a results.json written by a session")
+    parser.add_argument("--output", "-o", metavar="DIR", default=None,
+                        help="directory for report.md and report.html (default: next to RESULTS_JSON)")
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .report import ReportError, rebuild
+
+    try:
+        paths = rebuild(args.results_json, args.output)
+    except (ReportError, OSError) as exc:
+        print(f"pytest_llmbench report: {exc}", file=sys.stderr)
+        return 2
+    for path in paths.values():
+        print(path.as_posix())
+    return 0
+
+
+COMMANDS: dict[str, Command] = {
+    "report": ("render report.md and report.html from a stored results.json", _report_arguments, _report),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_llmbench",
+                                     description="pytest-llmbench: work on stored results documents")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (help_text, add_arguments, run) in COMMANDS.items():
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        add_arguments(cmd)
+        cmd.set_defaults(run=run)
+    args = parser.parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,291 @@
+"""The metric registry: every metric declared once, computing nothing (shared/DESIGN.md).
+
+Like AIPerf's metric classes, each :class:`Metric` states its name, the aliases an SLO may use,
+its unit (a name from :mod:`.units`, the one unit vocabulary), its direction (lower or higher is
+better, or neutral for descriptive figures), its definition with the draft or paper section, and
+how a run aggregates it. ``metrics.py`` computes the figures; ``slo.py`` (parsing, messages),
+``results.py`` (key figures), ``report/`` (formatting, terminal columns) and the regression gate
+read this table: :func:`lookup` resolves a name or alias, :func:`higher_is_better` gives the
+direction a comparison needs.
+
+A *figure* (:data:`FIGURES`) is a metric with a statistic, e.g. ``ttft_p99`` = TTFT at P99; the
+terminal table's columns and the App. C.1 key results are figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from . import units
+
+__all__ = ["DIRECTIONS", "FIGURES", "METRICS", "TERMS", "TERMINAL_COLUMNS", "Figure", "Metric", "definitions",
+           "higher_is_better", "lookup", "slo_metrics"]
+
+Direction = Literal["lower", "higher", "neutral"]
+Kind = Literal["distribution", "scalar", "column"]
+DIRECTIONS = ("lower", "higher", "neutral")
+
+#: Aggregations (how one run turns the metric into figures).
+PERCENTILES = "percentiles of per-request values over successful requests (CI per §5.1.4.3)"
+POOLED = "percentiles of per-gap samples pooled over successful requests"
+WINDOW_RATE = "events in the steady-state window / window length, batch-means CI (§5.2.3.2)"
+PROPORTION = "proportion with a Wilson CI"
+COUNT = "count over the run"
+TIME_AVERAGE = "time average over the steady-state window"
+PER_RUN = "one value per run"
+PER_REQUEST = "per-request column (records table), not summarised"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric: what it is, its unit and direction, where it is defined and how it aggregates."""
+
+    name: str
+    title: str
+    unit: str
+    direction: Direction
+    kind: Kind
+    definition: str
+    section: str = ""
+    aggregation: str = PERCENTILES
+    aliases: tuple[str, ...] = ()
+    slo: bool = False  # may be named in an SLO expression
+    per_token: bool = False  # a time per token: an SLO also accepts "ms/tok"
+
+    def __post_init__(self) -> None:
+        if self.unit not in units.UNITS:
+            raise ValueError(f"metric {self.name}: unit {self.unit!r} is not in units.UNITS")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"metric {self.name}: direction must be one of {DIRECTIONS}")
+        if self.slo and self.direction == "neutral":
+            raise ValueError(f"metric {self.name}: an SLO metric needs a direction")
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.direction == "higher"
+
+    @property
+    def family(self) -> str:
+        return units.UNITS[self.unit].family
+
+    def to_json(self) -> dict[str, object]:
+        """The registry entry as stored in results.json (``metrics``)."""
+        return {"name": self.name, "title": self.title, "unit": self.unit, "direction": self.direction,
+                "kind": self.kind, "definition": self.definition, "section": self.section,
+                "aggregation": self.aggregation}
+
+
+def _d(name: str, title: str, unit: str, direction: Direction, definition: str, section: str = "",
+       aggregation: str = PERCENTILES, *, aliases: tuple[str, ...] = (), slo: bool = False,
+       per_token: bool = False) -> Metric:
+    return Metric(name, title, unit, direction, "distribution", definition, section, aggregation, aliases, slo,
+                  per_token)
+
+
+def _s(name: str, title: str, unit: str, direction: Direction, definition: str, section: str = "",
+       aggregation: str = PER_RUN, *, aliases: tuple[str, ...] = (), slo: bool = False) -> Metric:
+    return Metric(name, title, unit, direction, "scalar", definition, section, aggregation, aliases, slo)
+
+
+def _c(name: str, title: str, unit: str, definition: str) -> Metric:
+    return Metric(name, title, unit, "neutral", "column", definition, aggregation=PER_REQUEST)
+
+
+_ALL: tuple[Metric, ...] = (
+    # ---- per-request latencies (distributions) --------------------------------------------------
+    _d("ttft", "TTFT", "s", "lower", "first content token (§5.1.3.1: first non-whitespace content; reasoning, "
+       "role-only and empty chunks excluded) - submission (sent_ns)", "§5.1.3.1", slo=True,
+       aliases=("time_to_first_token",)),
+    _d("ttft_any_chunk", "TTFT (any chunk)", "s", "lower", "first SSE data chunk of any kind - submission",
+       "§5.1.3.1 'time-to-any-token'", slo=True),
+    _d("ttft_incl_reasoning", "TTFT (incl. reasoning)", "s", "lower", "first chunk with non-whitespace content "
+       "or reasoning - submission (AIPerf's TTFT for reasoning models); only when reasoning was streamed",
+       "AIPerf"),
+    _d("ttfo", "TTFO", "s", "lower", "time to first output token: first content token - submission, defined "
+       "only when reasoning content preceded the output", "AIPerf"),
+    _d("ttst", "TTST", "s", "lower", "time to second token: first content chunk to the next content chunk "
+       "(AIPerf definition); NaN with fewer than 2 content chunks", "AIPerf", slo=True),
+    _d("e2e", "E2E", "s", "lower", "end (last byte / [DONE]) - submission", "§5.1.4.2", slo=True,
+       aliases=("e2e_latency", "request_latency")),
+    _d("tpot", "TPOT", "s", "lower", "(E2E - TTFT) / (output tokens - 1); NaN for single-token responses (no "
+       "decode interval exists)", "§5.4.3", slo=True, per_token=True, aliases=("time_per_output_token",)),
+    _d("itl", "ITL", "s", "lower", "consecutive token arrival gaps after the first content token (§5.4.3), "
+       "pooled over requests; the submission-to-first-token interval is never a sample", "§5.4.3",
+       POOLED, slo=True, aliases=("inter_token_latency",)),
+    _d("inter_chunk", "Time between chunks", "s", "lower", "gaps between consecutive content chunks after the "
+       "first content token (§4.6.3 option A, 'time between chunks')", "§4.6.3", POOLED, slo=True),
+    _d("itl_distributed", "ITL (option B)", "s", "lower", "option B samples: every token of an N-token chunk "
+       "gets the chunk's time, so the chunk adds one gap and N-1 zeros (draft text, see requirements note 15)",
+       "§4.6.3", POOLED),
+    _d("itl_server", "ITL (option C)", "s", "lower", "option C samples: gaps between server_token_ns "
+       "(CLOCK_MONOTONIC)", "§4.6.3", POOLED),
+    _d("chunk_size", "Chunk size", "tokens", "neutral", "tokens per content chunk (§4.6.3 option A asks for it)",
+       "§4.6.3", POOLED),
+    _d("jitter", "Jitter", "s", "lower", "per-request sample standard deviation (ddof=1) of its ITL samples; "
+       "NaN below 2 samples (§5.4.3 e)", "§5.4.3"),
+    _d("max_pause", "Max pause", "s", "lower", "per-request largest ITL sample (§5.4.3 f)", "§5.4.3"),
+    _d("isl", "Input length", "tokens", "neutral", "input tokens: server usage, else client count, else the "
+       "spec's length (§4.4.2)", "§4.4.2"),
+    _d("osl", "Output length", "tokens", "neutral", "output tokens: server usage, else client count, else the "
+       "chunk token sum", "§4.4.2"),
+    _d("output_tps_per_request", "Per-request output rate", "tokens/s", "higher",
+       "OSL / E2E of one request (AIPerf 'E2E output token throughput')", "AIPerf", slo=True),
+    _d("prefill_tps_per_request", "Per-request prefill rate", "tokens/s", "higher", "ISL / TTFT", "AIPerf"),
+    _d("normalized_latency", "Normalized latency", "s/token", "lower", "E2E / OSL", "§5.6.4", slo=True,
+       per_token=True),
+    _d("send_lag", "Send lag", "s", "lower", "sent - intended (open loop schedule lag, §4.2.5); every sent "
+       "request", "§4.2.5", slo=True),
+    _d("schedule_latency", "Schedule latency", "s", "lower", "end - intended (open loop latency from the "
+       "schedule, free of coordinated omission)", "§4.2.5", slo=True),
+    _d("input_usage_diff_pct", "Input usage difference", "%", "neutral", "(server prompt tokens - client "
+       "count) / client count x 100 (signed)", "§4.4.2"),
+    _d("output_usage_diff_pct", "Output usage difference", "%", "neutral", "(server completion tokens - client "
+       "count) / client count x 100 (signed)", "§4.4.2"),
+    _d("osl_mismatch_pct", "OSL mismatch", "%", "neutral", "(OSL - max_tokens) / max_tokens x 100 (signed; "
+       "negative = stopped early)", "AIPerf"),
+    _d("queue_wait", "Queue wait", "s", "lower", "server_timing.queue_ns (§5.1.4.2)", "§5.1.4.2", slo=True),
+    _d("prefill", "Prefill", "s", "lower", "server_timing.prefill_ns (§5.1.4.2)", "§5.1.4.2", slo=True),
+    _d("fluidity", "Fluidity index", "fraction", "higher", "Etalon fluidity-index: share of token deadlines met "
+       "per request", "Etalon", slo=True),
+    _d("user_idle_latency", "User idle latency", "s", "lower", "time a reader waits for tokens beyond the "
+       "reading pace (smooth goodput paper)", "Smooth goodput"),
+    # ---- per-request columns that are not summarised ---------------------------------------------
+    _c("sent", "Sent", "s", "submission time after the first submission"),
+    _c("end", "End", "s", "end time after the first submission"),
+    _c("itl_mean", "Mean ITL", "s", "per-request mean of its ITL samples"),
+    _c("itl_count", "ITL samples", "samples", "per-request number of ITL samples"),
+    _c("max_tokens", "max_tokens", "tokens", "the request's max_tokens"),
+    _c("preemptions", "Preemptions", "events", "server_timing.preemptions (§5.8.4)"),
+    _c("preempted_tokens", "Preempted tokens", "tokens", "server_timing.preempted_tokens (§5.8.4)"),
+    # ---- run-level figures (scalars) --------------------------------------------------------------
+    _s("request_count", "Requests", "requests", "neutral", "measured requests", "§5.1.4.3", COUNT),
+    _s("completed_count", "Completed", "requests", "neutral", "successful requests", "", COUNT),
+    _s("error_count", "Errors", "requests", "lower", "failed requests", "", COUNT),
+    _s("cancelled_count", "Cancelled", "requests", "neutral", "cancelled requests (excluded from rates)", "",
+       COUNT),
+    _s("refusals", "Refusals", "requests", "neutral", "requests refused by a content filter (§4.8.1)", "§4.8.1",
+       COUNT),
+    _s("success_rate", "Success rate", "fraction", "higher", "successful / (successful + failed); cancelled "
+       "excluded", "", PROPORTION, slo=True),
+    _s("error_rate", "Error rate", "fraction", "lower", "failed / (successful + failed)", "", PROPORTION,
+       slo=True),
+    _s("refusal_rate", "Refusal rate", "fraction", "neutral", "refused (content filter, §4.8.1) / (successful + "
+       "failed)", "§4.8.1", PROPORTION),
+    _s("benchmark_duration", "Benchmark duration", "s", "neutral", "first submission to last response",
+       "§5.2.3"),
+    _s("steady_state_duration", "Steady-state duration", "s", "neutral", "length of the steady-state window",
+       "§5.2.3.2"),
+    _s("request_throughput", "Request throughput", "requests/s", "higher", "successful requests completing "
+       "inside the window / window length", "§5.2.4.1", WINDOW_RATE, slo=True),
+    _s("output_throughput", "Output throughput", "tokens/s", "higher", "output tokens of successful requests "
+       "arriving inside the window / window length; a chunk's tokens are scaled so a request's total equals "
+       "its OSL", "§5.2.3", WINDOW_RATE, slo=True, aliases=("output_token_throughput",)),
+    _s("input_throughput", "Input throughput", "tokens/s", "higher", "input tokens of successful requests, "
+       "counted at their first token, inside the window / window length", "§5.2.4.1", WINDOW_RATE, slo=True),
+    _s("total_token_throughput", "Total token throughput", "tokens/s", "higher", "input + output throughput",
+       "§5.2.4.1", WINDOW_RATE, slo=True),
+    _s("tokens_per_gpu_second", "Tokens per GPU-second", "tokens/s/GPU", "higher", "output throughput / GPU "
+       "count (§5.2.4.2)", "§5.2.4.2", WINDOW_RATE),
+    _s("good_count", "Good requests", "requests", "higher", "requests meeting every per-request SLO", "§5.2.2.3",
+       COUNT),
+    _s("goodput", "Goodput", "requests/s", "higher", "requests meeting every per-request SLO, completing inside "
+       "the window, per second; failed requests are never good; an SLO whose metric is undefined (NaN) for a "
+       "successful request does not apply to it", "§5.2.2.3", WINDOW_RATE, slo=True),
+    _s("good_fraction", "Good fraction", "fraction", "higher", "good / (successful + failed) over the whole run",
+       "§5.2.2.3", PROPORTION, slo=True),
+    _s("tokens_in_flight", "Tokens in flight", "tokens", "higher", "time average over the window of Σ (input "
+       "tokens + output tokens received so far) over requests in flight (§5.5.4); every request, failed ones "
+       "included", "§5.5.4", TIME_AVERAGE, slo=True),
+    _s("concurrency", "Concurrency", "requests", "neutral", "time average of requests in flight over the window",
+       "§5.5.4", TIME_AVERAGE),
+    _s("preemption_rate", "Preemption rate", "fraction", "lower", "requests with server_timing.preemptions > 0 / "
+       "requests whose server reported preemptions (§5.8.4)", "§5.8.4", PROPORTION),
+    _s("preemption_recovery_rate", "Preemption recovery rate", "fraction", "higher", "preempted requests that "
+       "completed successfully / preempted", "§5.8.4", PROPORTION),
+    _s("tokens_lost_per_preemption", "Tokens lost per preemption", "tokens/preemption", "lower",
+       "Σ preempted_tokens / Σ preemptions", "§5.8.4"),
+    _s("itl_tail_ratio", "ITL tail ratio", "ratio", "lower", "P99 / P50 of the ITL samples (§5.4.4.3); NaN when "
+       "P50 is 0", "§5.4.4.3"),
+    _s("single_token_chunk_fraction", "Single-token chunk fraction", "fraction", "neutral", "share of content "
+       "chunks carrying exactly one token (App. B.2.1)", "App. B.2.1", PROPORTION),
+    _s("osl_mismatch_count", "OSL mismatches", "requests", "lower", "requests with |OSL - max_tokens| > min(5% "
+       "of max_tokens, 50 tokens) (AIPerf rule)", "AIPerf", COUNT),
+    _s("usage_discrepancy_count", "Usage discrepancies", "requests", "lower", "requests whose |input or output "
+       "usage diff| > 10% (AIPerf rule)", "AIPerf", COUNT),
+    _s("smooth_goodput", "Smooth goodput", "tokens/s", "higher", "output tokens of judged requests discounted by "
+       "the user idle latency, over the whole run", "Smooth goodput"),
+)
+
+METRICS: dict[str, Metric] = {}
+_BY_NAME: dict[str, Metric] = {}
+for _m in _ALL:
+    for _name in (_m.name, *_m.aliases):
+        if _name in _BY_NAME:
+            raise ValueError(f"metric name or alias {_name!r} declared twice")
+        _BY_NAME[_name] = _m
+    METRICS[_m.name] = _m
+
+#: Whole-run variants of the window rates: ``<name>_full`` (same metric, window = whole run).
+WHOLE_RUN_SUFFIX = "_full"
+
+#: Definitions of terms that are not metrics.
+TERMS: dict[str, str] = {
+    "steady_state_window": "[start + f x test duration, start + test duration], f = steady_state_fraction "
+    "(default 0.1: the first 10% of the duration is ramp-up, §5.2.3.2); metrics.steady_state_window",
+}
+
+
+def lookup(name: str) -> Metric:
+    """The metric named ``name`` (or one of its aliases, or a ``<rate>_full`` whole-run variant)."""
+    m = _BY_NAME.get(name)
+    if m is None and name.endswith(WHOLE_RUN_SUFFIX):
+        m = _BY_NAME.get(name[: -len(WHOLE_RUN_SUFFIX)])
+    if m is None:
+        raise KeyError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))}")
+    return m
+
+
+def higher_is_better(name: str) -> bool:
+    """True when a larger value of ``name`` is better (a regression is a fall), else False."""
+    return lookup(name).higher_is_better
+
+
+def slo_metrics() -> list[Metric]:
+    """The metrics an SLO expression may name."""
+    return [m for m in METRICS.values() if m.slo]
+
+
+def definitions() -> dict[str, str]:
+    """Metric name -> definition, plus the terms (what ``RunMetrics.definitions`` starts from)."""
+    out = {m.name: m.definition for m in METRICS.values() if m.kind != "column"}
+    out.update(TERMS)
+    return out
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure shown by the reports: a metric, a statistic (``p50``..., None for a scalar) and a label."""
+
+    name: str
+    metric: str
+    statistic: str | None
+    label: str
+
+    @property
+    def percentile(self) -> float | None:
+        return float(self.statistic[1:]) if self.statistic and self.statistic.startswith("p") else None
+
+
+FIGURES: dict[str, Figure] = {f.name: f for f in (
+    *(Figure(f"{m}_{p}", m, p, f"{lookup(m).title} {p.upper()}")
+      for m in ("ttft", "tpot", "e2e", "itl") for p in ("p50", "p99")),
+    *(Figure(m, m, None, lookup(m).title) for m in ("output_throughput", "request_throughput", "input_throughput",
+                                                    "success_rate", "request_count", "benchmark_duration")),
+)}
+
+#: The terminal table's figure columns: (header, figure name).
+TERMINAL_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("TTFT P50", "ttft_p50"), ("TTFT P99", "ttft_p99"), ("TPOT P99", "tpot_p99"),
+    ("output tok/s", "output_throughput"),
+)

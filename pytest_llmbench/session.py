@@ -1,0 +1,286 @@
+"""The run of a whole benchmark session, without pytest (shared/DESIGN.md, "session.py").
+
+A :class:`Session` is built from plain :class:`~.settings.Settings` and two callables (the
+progress reporter and the SUT-configuration callback), so the same session can be driven by the
+pytest plugin or by any other caller. It owns the SUT (the embedded simulator is started on first
+use and stopped by :meth:`Session.close`), the endpoint check (§4.1), the result cache (one run
+per procedure and parameters), the capacity hand-off between procedures (§5.3.3) and the recovery
+of a procedure cut short (its records read back from disk, marked incomplete). :meth:`Session.result`
+returns the plain :class:`SessionResult` that ``results.py`` turns into ``results.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .procedures.base import (
+    Capacity,
+    Procedure,
+    ProcedureContext,
+    ProcedureResult,
+    RunSummary,
+    SkipProcedure,
+    get_procedure,
+    params_key,
+)
+from .settings import Settings, parse_capacity
+from .sut import SUT, EndpointError, check_endpoint
+
+__all__ = ["ConfigureSUT", "ProgressFactory", "Session", "SessionResult", "configure_embedded",
+           "partial_result", "run_coroutine"]
+
+T = TypeVar("T")
+
+#: ``configure_sut(sut, setting, value) -> bool``: True when the switch was made (hookspecs.py).
+ConfigureSUT = Callable[[SUT, str, Any], bool]
+#: ``progress(procedure_id) -> report(line)``: a reporter of one procedure's progress lines.
+ProgressFactory = Callable[[str], Callable[[str], None]]
+ADMIN_TIMEOUT_S = 10.0
+
+
+@dataclass
+class SessionResult:
+    """What a session produced, as plain data: the input of ``results.build_document``.
+
+    ``test_outcomes`` maps a test id to its procedure, result key, SLOs and outcome (filled by the
+    caller, e.g. the pytest plugin); ``command_line`` is the invocation as given (the document
+    redacts anything secret-looking).
+    """
+
+    settings: Settings
+    sut: SUT | None = None
+    results: dict[str, ProcedureResult] = field(default_factory=dict)
+    capacity: dict[str, Capacity] = field(default_factory=dict)
+    test_outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+    complete: bool = True
+    interrupted: bool = False
+    command_line: list[str] = field(default_factory=list)
+
+
+def configure_embedded(sut: SUT, setting: str, value: Any) -> bool | None:
+    """Switch the embedded simulator through its admin endpoint; None for any other SUT."""
+    if not sut.embedded:
+        return None
+    import httpx
+
+    resp = httpx.post(sut.root_url + "/admin/config", json={setting: value}, timeout=ADMIN_TIMEOUT_S)
+    resp.raise_for_status()
+    sut.server_info = resp.json()
+    return True
+
+
+def _no_progress(proc_id: str) -> Callable[[str], None]:
+    return lambda line: None
+
+
+class Session:
+    """Session state: settings, SUT, result cache, capacity, partial results of cut-short procedures."""
+
+    def __init__(self, settings: Settings, *, configure_sut: ConfigureSUT = configure_embedded,
+                 progress: ProgressFactory = _no_progress) -> None:
+        self.settings = settings
+        self._configure = configure_sut
+        self._progress = progress
+        self.sut: SUT | None = None
+        self.simulator: Any = None
+        self.results: dict[str, ProcedureResult] = {}
+        self.capacity: dict[str, Capacity] = {}
+        self.workloads_used: set[str] = set()  # shared with every ProcedureContext (§4.3.2-MUST-1)
+        self._declared_capacity = (
+            parse_capacity(settings.capacity, settings.sources.get("capacity", "capacity"))
+            if settings.capacity else None
+        )
+        self.started = time.time()
+        self._tokenizer: Any = None
+        # procedures cut short by Ctrl-C or a crash: reported (complete=False), never cached as results
+        self.partial: dict[str, ProcedureResult] = {}
+
+    # --- the SUT -----------------------------------------------------------------------------
+    def get_sut(self) -> SUT:
+        """The SUT, started (embedded simulator) and checked (§4.1 boundary, model list) once."""
+        if self.sut is not None:
+            return self.sut
+        s = self.settings
+        if s.embedded:
+            from .simulator.config import SimConfig
+            from .simulator.process import start_simulator
+
+            sim_config = SimConfig.from_file(s.sim_config) if s.sim_config else SimConfig()
+            sim_config = sim_config.replace(time_scale=s.time_scale, seed=s.seed)
+            self.simulator = start_simulator(sim_config)
+            base_url, boundary = self.simulator.base_url, "model-engine"
+        else:
+            assert s.endpoint is not None
+            if s.boundary is None:
+                raise EndpointError(
+                    "the SUT boundary must be declared before benchmarking a real endpoint (§4.1): pass "
+                    "--llm-boundary model-engine|gateway|compound (or ini llm_boundary)"
+                )
+            base_url, boundary = s.endpoint, s.boundary
+        if s.api_key_env and not os.environ.get(s.api_key_env):
+            raise EndpointError(f"{s.sources.get('api_key_env', '--llm-api-key-env')}: environment variable "
+                                f"{s.api_key_env!r} (named as the API key holder) is empty")
+        sut = SUT(base_url=base_url, model=s.model or "", api=s.api, boundary=s.boundary or boundary,
+                  api_key_env=s.api_key_env, verify_tls=not s.insecure, embedded=s.embedded)
+        sut.model, sut.models_listed = check_endpoint(base_url, s.model, headers=sut.headers(),
+                                                      verify=sut.verify_tls)
+        if self.simulator is not None:
+            import httpx
+
+            sut.server_info = httpx.get(sut.root_url + "/admin/config", timeout=ADMIN_TIMEOUT_S).json()
+        self.sut = sut
+        return sut
+
+    @property
+    def tokenizer(self) -> Any:
+        """The reference tokenizer (§4.4), loaded once; raises ``TokenizerError`` when it cannot be."""
+        if self._tokenizer is None:
+            from .tokenizer import get_tokenizer
+
+            self._tokenizer = get_tokenizer(self.settings.tokenizer)
+        return self._tokenizer
+
+    def configure_sut(self, setting: str, value: Any) -> bool:
+        assert self.sut is not None
+        return bool(self._configure(self.sut, setting, value))
+
+    def close(self) -> None:
+        """Stop the embedded simulator, if this session started it."""
+        if self.simulator is not None:
+            self.simulator.stop()
+            self.simulator = None
+
+    # --- procedures ----------------------------------------------------------------------------
+    def run(self, proc: Procedure, params: Any) -> ProcedureResult:
+        """Run a procedure once per (procedure, parameters) per session; later calls get the cache."""
+        key = params_key(proc.id, params)
+        if key in self.results:
+            return self.results[key]
+        return run_coroutine(self._run_async(proc, params))
+
+    async def _run_async(self, proc: Procedure, params: Any) -> ProcedureResult:
+        key = params_key(proc.id, params)
+        if key in self.results:
+            return self.results[key]
+        sut = self.get_sut()
+        run_root = self.settings.report / "runs" / f"{proc.id.replace('.', '_')}-{len(self.results):02d}"
+        run_root.mkdir(parents=True, exist_ok=True)
+        ctx = ProcedureContext(
+            sut=sut,
+            settings=self.settings,
+            tokenizer=self.tokenizer,
+            run_root=run_root,
+            get_capacity=self.get_capacity,
+            configure_sut=self.configure_sut,
+            progress=self._progress(proc.id),
+            session_workloads=self.workloads_used,
+        )
+        t0 = time.perf_counter()
+        try:
+            result = await proc.run(ctx, params)
+        except BaseException as exc:  # Ctrl-C (cancellation) or a crash: report what reached the disk
+            if not isinstance(exc, SkipProcedure):
+                partial = partial_result(proc, params, run_root, self.settings.profile, exc)
+                partial.duration_s = time.perf_counter() - t0
+                self.partial[key] = partial
+            raise
+        result.duration_s = time.perf_counter() - t0
+        self.results[key] = result
+        return result
+
+    async def get_capacity(self, kind: str) -> Capacity:
+        """Capacity by precedence: declared value, else a 5.2/5.5 run in this session (§5.3.3)."""
+        if kind in self.capacity:
+            return self.capacity[kind]
+        if self._declared_capacity is not None and self._declared_capacity[0] == kind:
+            value = self._declared_capacity[1]
+            cap = (Capacity(rate=value, source="declared (--llm-capacity)") if kind == "rate"
+                   else Capacity(concurrency=int(value), source="declared (--llm-capacity)"))
+        else:
+            proc = get_procedure("5.2" if kind == "rate" else "5.5")
+            params = proc.make_params(self.settings.profile, {})
+            result = await self._run_async(proc, params)
+            if result.capacity is None:
+                raise RuntimeError(f"procedure {proc.id} did not determine a capacity")
+            cap = result.capacity
+            cap.source = cap.source or f"measured by {proc.id} in this session"
+        self.capacity[kind] = cap
+        return cap
+
+    def combined_capacity(self) -> Capacity:
+        """Both capacities (concurrency from 5.5, rate from 5.2, or declared) in one object."""
+        conc = run_coroutine(self.get_capacity("concurrency"))
+        rate = run_coroutine(self.get_capacity("rate"))
+        return Capacity(rate=rate.rate, concurrency=conc.concurrency, output_throughput=rate.output_throughput,
+                        source=f"rate: {rate.source}; concurrency: {conc.source}")
+
+    # --- the result ------------------------------------------------------------------------------
+    def result(self, *, complete: bool, interrupted: bool = False, test_outcomes: dict[str, dict[str, Any]] | None
+               = None, command_line: list[str] | None = None) -> SessionResult:
+        """The session's :class:`SessionResult`; partial results of cut-short procedures are included.
+
+        A session with a crashed procedure (an incomplete partial result) is never complete.
+        """
+        for key, partial in self.partial.items():
+            self.results.setdefault(key, partial)
+        crashed = any(not r.complete for r in self.results.values())
+        return SessionResult(settings=self.settings, sut=self.sut, results=dict(self.results),
+                             capacity=dict(self.capacity), test_outcomes=dict(test_outcomes or {}),
+                             started=self.started, finished=time.time(),
+                             complete=complete and not interrupted and not crashed, interrupted=interrupted,
+                             command_line=list(command_line or []))
+
+
+def partial_result(proc: Procedure, params: Any, run_root: Path, profile: str,
+                   exc: BaseException) -> ProcedureResult:
+    """A procedure cut short: its measured records read back from disk, marked incomplete.
+
+    Every run directory under ``run_root`` is summarised from its ``records.jsonl`` (measure
+    phase only; warm-up and probes never count); the note says why the procedure stopped.
+    """
+    from .metrics import summarize
+    from .storage import StorageError, iter_records
+
+    if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
+        why = "interrupted (Ctrl-C) before the procedure finished"
+    else:
+        why = f"the procedure crashed: {type(exc).__name__}: {str(exc)[:300]}"
+    runs: list[RunSummary] = []
+    notes = [f"INCOMPLETE: {why}; figures cover only the requests measured before that"]
+    for path in sorted(run_root.glob("*/records.jsonl")):
+        try:
+            records = [r for r in iter_records(path.parent) if r.phase == "measure"]
+        except (StorageError, OSError) as err:  # pragma: no cover - a damaged file must not lose the report
+            notes.append(f"{path}: not read ({err})")
+            continue
+        if records:
+            runs.append(RunSummary(label=path.parent.name, run_dir=str(path.parent),
+                                   load={"sent": len(records), "interrupted": True},
+                                   metrics=summarize(records), valid=False, invalid_reason=why))
+    try:
+        params_json = dataclasses.asdict(params)
+    except TypeError:  # pragma: no cover - params are dataclasses
+        params_json = {}
+    return ProcedureResult(procedure=proc.id, title=proc.title, params=params_json, profile=profile,
+                           metrics=runs[0].metrics if runs else None, runs=runs,
+                           measurements={"requests": sum(r.load["sent"] for r in runs)},
+                           notes=notes, complete=False)
+
+
+def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a procedure in a fresh event loop (uvloop when available), off any caller's own loop."""
+    try:
+        import uvloop
+
+        return uvloop.run(coro)
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux/macOS
+        return asyncio.run(coro)

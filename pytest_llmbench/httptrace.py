@@ -185,23 +185,22 @@ class TracedResponse:
         with self._mid:
             data: bytes = await self._readany()
         if data:
-            self._last = _clock()
-            if not self._reads:
-                self._first = self._last
-            self._reads += 1
-            self._bytes += len(data)
+            self._count(len(data))
         return data
+
+    def _count(self, n: int) -> None:
+        self._last = _clock()
+        if not self._reads:
+            self._first = self._last
+        self._reads += 1
+        self._bytes += n
 
     async def read_body(self, limit: int) -> bytes:
         """Whole body (non-streaming answers, error bodies): counted as one read, stamped when
         complete (such a body arrives at once, so first ≈ last byte)."""
         body: bytes = await self._inner.read_body(limit)
         if body:
-            self._last = _clock()
-            if not self._reads:
-                self._first = self._last
-            self._reads += 1
-            self._bytes += len(body)
+            self._count(len(body))
         return body
 
     async def release(self) -> None:

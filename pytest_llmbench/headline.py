@@ -345,6 +345,53 @@ def _busy_time(procs: list[Mapping[str, Any]]) -> tuple[float, list[str]]:
     return round(total, 3), nested
 
 
+def _p99(run: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    d = ((run.get("metrics") or {}).get("distributions") or {}).get("ttft") or {}
+    return (d.get("percentiles") or {}).get("p99")
+
+
+def enrich_curve(p: Mapping[str, Any], capacity: Mapping[str, Any]) -> None:
+    """Add P50s, the capacity and a knee-within-noise note to a ``curve`` plot (§5.3.4), in place.
+
+    The draft's knee rule (first level whose TTFT P99 exceeds 2x the minimum P99) can fire on
+    under-sampled P99s; when the knee level's P99 interval reaches below 2x the upper bound of the
+    minimum's, the marker is flagged as within the noise.
+    """
+    res = p.get("result") or {}
+    curve = (res.get("plots") or {}).get("curve")
+    if not isinstance(curve, dict):
+        return
+    n = len(curve.get("offered") or [])
+    levels = _meas(p).get("levels")
+    if isinstance(levels, list) and len(levels) == n and all(isinstance(lv, Mapping) for lv in levels):
+        p50 = [lv.get("ttft_p50_ms") for lv in levels]
+        if all(isinstance(v, (int, float)) for v in p50):
+            curve.setdefault("ttft_p50_s", [float(v) / 1000.0 for v in p50])
+    cap = next((c.get("output_throughput") for c in capacity.values()
+                if isinstance(c, Mapping) and c.get("rate") is not None and c.get("output_throughput")), None)
+    if cap is not None and curve.get("offered_unit") == "req/s":
+        curve.setdefault("capacity_tps", float(cap))
+    knee = curve.get("knee_index")
+    runs = res.get("runs") or []
+    p99s = curve.get("ttft_p99_s") or []
+    if knee is None or len(runs) != n or not p99s:
+        return
+    finite = [(v, i) for i, v in enumerate(p99s) if isinstance(v, (int, float))]
+    if not finite:
+        return
+    lo_i = min(finite)[1]
+    k, m = _p99(runs[knee]), _p99(runs[lo_i])
+    if not k or not m:
+        return
+    if m.get("ci_high") is None or k.get("ci_low") is None:  # too few samples for a bounded interval
+        curve["knee_note"] = (f"knee rule fired within the noise: with {m.get('n')} and {k.get('n')} samples the "
+                              "P99 confidence intervals are unbounded, so the 2x rule cannot separate the levels")
+    elif k["ci_low"] <= 2.0 * m["ci_high"]:
+        curve["knee_note"] = (f"knee rule fired within the noise: the knee level's P99 95% CI starts at "
+                              f"{k['ci_low'] * 1000:.1f} ms, below 2x the upper CI bound of the minimum P99 "
+                              f"({2 * m['ci_high'] * 1000:.1f} ms)")
+
+
 def annotate(doc: dict[str, Any], titles: Mapping[str, tuple[str, str]]) -> None:
     """Add ``headline``, ``compliance_overview`` and per-test/per-procedure labels to ``doc`` in place."""
     procs = doc["procedures"]
@@ -353,6 +400,7 @@ def annotate(doc: dict[str, Any], titles: Mapping[str, tuple[str, str]]) -> None
         p["order"] = list(draft_order(p["procedure"]))
         p["warnings"] = procedure_warnings(p)
         p["sweep"] = sweep(p)
+        enrich_curve(p, doc.get("capacity") or {})
         p["summary_level"] = p["sweep"]["primary"] if p["sweep"] else _primary_level(p)
     for t in doc["tests"]:
         t["label"] = test_label(t)

@@ -33,7 +33,7 @@ from .registry import FIGURES, METRICS, lookup
 from .report import SCHEMA_VERSION
 from .session import SessionResult
 
-__all__ = ["DRAFT", "SCHEMA_VERSION", "build_document", "iso_ms", "jsonable", "secret_values"]
+__all__ = ["DRAFT", "SCHEMA_VERSION", "build_document", "iso_ms", "jsonable", "secret_values", "write_exports"]
 
 DRAFT = "draft-gaikwad-llm-benchmarking-methodology-00"
 #: The App. C.1 latency bound for "Throughput at P99 TTFT < 500ms".
@@ -522,6 +522,82 @@ def _record_files(report_dir: Path) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------
 
 
+LEVELS_CSV = "levels.csv"
+REQUESTS_CSV = "requests.csv"
+#: per-level summary columns: (header with unit, figure path in a run's metrics, scale)
+_LEVEL_COLUMNS = (("ttft_p50_ms", ("distributions", "ttft", "percentiles", "p50"), 1000.0),
+                  ("ttft_p99_ms", ("distributions", "ttft", "percentiles", "p99"), 1000.0),
+                  ("tpot_p50_ms", ("distributions", "tpot", "percentiles", "p50"), 1000.0),
+                  ("tpot_p99_ms", ("distributions", "tpot", "percentiles", "p99"), 1000.0),
+                  ("e2e_p99_ms", ("distributions", "e2e", "percentiles", "p99"), 1000.0),
+                  ("output_throughput_tok_s", ("scalars", "output_throughput"), 1.0),
+                  ("request_throughput_req_s", ("scalars", "request_throughput"), 1.0),
+                  ("success_rate", ("scalars", "success_rate"), 1.0),
+                  ("request_count", ("scalars", "request_count"), 1.0))
+
+
+def _dig(d: Any, path: tuple[str, ...]) -> Any:
+    for k in path:
+        d = d.get(k) if isinstance(d, Mapping) else None
+    return d.get("value") if isinstance(d, Mapping) else d
+
+
+def write_exports(doc: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> dict[str, Path]:
+    """CSV exports next to the reports: one row per run (load level / configuration) and one per request.
+
+    ``levels.csv`` comes from the document; ``requests.csv`` flattens the scalar fields of every
+    ``runs/*/records.jsonl`` (times in ns as recorded; lists such as chunk times are left out).
+    """
+    import csv
+    import io
+
+    from .storage import write_text_atomic
+
+    out = Path(out_dir)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["procedure", "run", "valid", "load_model", "offered_rate_req_s", "concurrency", "sent", "ok",
+                *(c for c, _, _ in _LEVEL_COLUMNS), "run_dir"])
+    for p in doc["procedures"]:
+        for r in (p.get("result") or {}).get("runs") or []:
+            load = r.get("load") or {}
+            vals = []
+            for _, path, scale in _LEVEL_COLUMNS:
+                v = _dig(r.get("metrics") or {}, path)
+                vals.append("" if v is None else round(float(v) * scale, 6))
+            w.writerow([p["procedure"], r.get("label"), r.get("valid", True), load.get("model", ""),
+                        load.get("rate", ""), load.get("concurrency", ""), load.get("sent", ""), load.get("ok", ""),
+                        *vals, r.get("run_dir", "")])
+    paths = {"levels": out / LEVELS_CSV, "requests": out / REQUESTS_CSV}
+    write_text_atomic(paths["levels"], buf.getvalue())
+    rows: list[dict[str, Any]] = []
+    fields: list[str] = ["run_file"]
+    for rec in doc.get("records") or []:
+        if rec.get("kind") != "records":
+            continue
+        f = out / rec["path"]
+        if not f.is_file():
+            continue
+        for line in f.read_text(encoding="utf-8").splitlines():
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            row = {"run_file": rec["path"]}
+            for k, v in obj.items():
+                if isinstance(v, (str, int, float, bool)) or v is None:
+                    row[k] = v
+                    if k not in fields:
+                        fields.append(k)
+            rows.append(row)
+    buf = io.StringIO()
+    dw = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+    dw.writeheader()
+    dw.writerows(rows)
+    write_text_atomic(paths["requests"], buf.getvalue())
+    return paths
+
+
 def build_document(result: SessionResult, *, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Everything the reports show, as plain JSON (see ``report/schema.json``)."""
     settings = result.settings
@@ -566,6 +642,7 @@ def build_document(result: SessionResult, *, environ: Mapping[str, str] | None =
     doc["metrics"] = {name: METRICS[name].to_json() for name in sorted(shown)}
     doc["records"] = _record_files(report_dir)
     annotate(doc, _item_titles())
+    doc["exports"] = {"levels_csv": LEVELS_CSV, "requests_csv": REQUESTS_CSV}
     # procedures can run inside one another (5.2 inside 5.10): the test duration is their wall time
     doc["summary"]["configuration"]["test_duration_s"] = doc["headline"]["durations"]["procedures_s"]
     doc["reproduction"] = {

@@ -215,17 +215,18 @@ def _groups(key: str, d: Mapping[str, Any], proc: str) -> list[Figure]:
 
 
 def figures_for(proc: str, plots: Mapping[str, Any]) -> list[Figure]:
-    """All figures of one procedure, in a fixed order (samples, curve, search, scaling, groups)."""
+    """All figures of one procedure: the plot that answers its question first (curve, search, scaling,
+    classes/configurations), then the sample distributions of the run behind its summary row."""
     order = {"ttft_samples_s": 0, "itl_samples_s": 1}
     out: list[Figure] = []
-    sample_keys = sorted((k for k, v in plots.items() if v.get("kind") == "samples"),
-                         key=lambda k: (order.get(k, 2), k))
-    for k in sample_keys:
-        out.extend(_samples(k, plots[k], proc))
     for k, fn in (("curve", _curve), ("search", _search), ("scaling", _scaling)):
         if k in plots:
             out.extend(fn(plots[k], proc))
     for k in ("classes", "configs"):
         if k in plots and plots[k]["groups"]:
             out.extend(_groups(k, plots[k], proc))
+    sample_keys = sorted((k for k, v in plots.items() if v.get("kind") == "samples"),
+                         key=lambda k: (order.get(k, 2), k))
+    for k in sample_keys:
+        out.extend(_samples(k, plots[k], proc))
     return out

@@ -278,6 +278,7 @@ def view(doc: Mapping[str, Any], *, with_figures: bool = False) -> dict[str, Any
         "command_line": " ".join(_shell_quote(a) for a in doc["command_line"]),
         "record_rows": [[r["path"], r["kind"], f"{r['bytes']:,}"] for r in doc["records"]],
         "records": doc["records"],
+        "exports": doc.get("exports"),
         "record_links": [[f"[{r['path']}]({r['path']})", r["kind"], f"{r['bytes']:,}"] for r in doc["records"]],
         "definitions": definitions,
         "capacity_rows": [[k, _capacity(v)] for k, v in (doc.get("capacity") or {}).items()],
@@ -332,6 +333,11 @@ def headline_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
             "ok": t["failed"] == 0 and doc["complete"]}
 
 
+def _signed_pct(v: Any) -> str:
+    """A change already in percent: ``+12.0%``."""
+    return "n/a" if not isinstance(v, (int, float)) else f"{v:+.1f}%"
+
+
 def comparison_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     """The regression comparison (``comparison`` key, when a baseline was given), as rows."""
     cmp = doc.get("comparison")
@@ -340,10 +346,10 @@ def comparison_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     rows = []
     for r in cmp.get("rows") or []:
         unit = r.get("unit", "")
-        ci = (f"[{fmt_pct(r.get('ci_low_pct'))}, {fmt_pct(r.get('ci_high_pct'))}]"
+        ci = (f"[{_signed_pct(r.get('ci_low_pct'))}, {_signed_pct(r.get('ci_high_pct'))}]"
               if r.get("ci_low_pct") is not None and r.get("ci_high_pct") is not None else "n/a")
         rows.append([str(r.get("procedure", "")), str(r.get("metric", "")), fmt_value(r.get("baseline"), unit),
-                     fmt_value(r.get("new"), unit), fmt_pct(r.get("change_pct")), ci, str(r.get("verdict", ""))])
+                     fmt_value(r.get("new"), unit), _signed_pct(r.get("change_pct")), ci, str(r.get("verdict", ""))])
     base = cmp.get("baseline") or {}
     return {"baseline": str(base.get("label") or base.get("source") or "baseline"), "verdict": str(cmp.get("verdict", "")),
             "header": ["Procedure", "Metric", "Baseline", "New", "Change", "CI of change", "Verdict"], "rows": rows,

@@ -189,7 +189,9 @@ def _describe_model(sut: Mapping[str, Any] | None, decl: Mapping[str, Any]) -> s
 def _describe_hardware(sut: Mapping[str, Any] | None, decl: Mapping[str, Any]) -> str:
     h = decl.get("hardware")
     if isinstance(h, Mapping):
-        text = f"{h.get('accelerator') or 'accelerator not declared'} x {h.get('count') or 'count not declared'}"
+        text = str(h.get("accelerator") or "accelerator not declared")
+        if h.get("count"):
+            text += f" x {h['count']}"
         if h.get("memory"):
             text += f" ({h['memory']})"
         return text
@@ -427,7 +429,7 @@ def _mvr(doc: dict[str, Any], procs: list[tuple[dict[str, Any], Any]], decl: Map
         should = sum(1 for u in c["unmet"] if u["level"] == "SHOULD")
         if must or should:
             deviations.append(f"{p['procedure']}: {c['verdict']} ({must} MUST and {should} SHOULD items unmet; "
-                              f"see Methodology compliance)")
+                              f"see Compliance with the draft)")
         for n in c["notes"]:
             shared.setdefault(n, []).append(p["procedure"])
         if not p["complete"]:

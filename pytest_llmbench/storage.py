@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .records import RECORDS_FORMAT, ClockAnchor, RequestRecord
+from .seeds import WORKLOAD_GENERATOR_VERSION
 
 __all__ = [
     "RECORDS_FILE",
@@ -72,6 +73,7 @@ class RunMetadata:
     cold_start: bool = False
     keep_text: bool = True
     plugin_version: str = field(default_factory=_plugin_version)
+    workload_generator_version: int = WORKLOAD_GENERATOR_VERSION  # seeds.py: runs compare only within one
     extra: dict[str, Any] = field(default_factory=dict)
     schema: str = SCHEMA
     records_format: str = RECORDS_FORMAT  # records.jsonl format (records.RECORDS_FORMAT)

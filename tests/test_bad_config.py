@@ -13,7 +13,7 @@ import pytest
 from faultserver import FaultServer, start_fault_server
 
 # imported here so that in-process pytester runs reuse them (numpy cannot be imported twice)
-import pytest_llmbench.procedures._all
+import pytest_llmbench.procedures
 import pytest_llmbench.slo
 import pytest_llmbench.workloads  # noqa: F401
 

@@ -111,18 +111,21 @@ async def test_unbounded_iterator_needs_a_stop_and_pool_must_fit(client: LLMClie
 # ---------------------------------------------------------------------------------------------
 # open loop
 # ---------------------------------------------------------------------------------------------
-async def test_poisson_actual_send_gaps_are_exponential(client: LLMClient) -> None:
+async def test_poisson_sends_follow_the_seeded_exponential_schedule(client: LLMClient) -> None:
+    """The intended send times are exactly the seeded schedule, whose gaps pass a KS test against
+    the exponential (seeded, so the p-value is fixed: false-failure rate 0). Real sends are checked
+    by order (in schedule order, never early); how late they are is bench/loadgen.py's send lag,
+    and on-time sending is checked on the virtual clock below."""
     rate, n = 60.0, 240
     res = await run_open_loop(client, specs(["fast"] * n), ArrivalProcess("poisson", rate, seed=11))
     assert res.sent == res.ok == len(res.records) == n
-    sent = np.sort([r.sent_ns for r in res.records])
-    gaps = np.diff(sent) / 1e9
-    ks = stats.kstest(gaps, "expon", args=(0, 1 / rate))
-    assert ks.pvalue > 0.01, (ks, res.send_lag)
-    # intended times are exactly the seeded schedule
-    intended = np.sort([r.intended_ns for r in res.records]) - res.start_ns
+    by_intent = sorted(res.records, key=lambda r: r.intended_ns)
+    intended = np.array([r.intended_ns for r in by_intent]) - res.start_ns
     assert np.array_equal(intended, ArrivalProcess("poisson", rate, seed=11).schedule_ns(n))
-    assert 0.8 < res.achieved_rate / rate < 1.25
+    ks = stats.kstest(np.diff(intended) / 1e9, "expon", args=(0, 1 / rate))
+    assert ks.pvalue > 0.01, ks
+    sent = [r.sent_ns for r in by_intent]
+    assert sent == sorted(sent) and all(r.sent_ns >= r.intended_ns for r in by_intent)
     assert res.load_model == "open" and res.requested_rate == rate and res.phase == "measure"
 
 

@@ -2,8 +2,9 @@
 
 A procedure module defines a parameters dataclass whose defaults are the draft's values (the
 ``standard`` profile), profile overrides (``smoke`` reduces, ``full`` uses the draft's
-RECOMMENDED values) and an ``async run(ctx, params) -> ProcedureResult``; it registers itself with
-:func:`register`. Marker values win over the profile, the profile over the dataclass defaults.
+RECOMMENDED values) and a ``pipeline.ProcedureRun`` subclass, which registers itself through
+:func:`register`; ``procedures/__init__.py`` imports every procedure module, and nothing in this
+module imports them (no import cycle). Marker values win over the profile, the profile over the dataclass defaults.
 Anything below a draft minimum is recorded as a compliance check, never silently.
 """
 
@@ -15,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ..seeds import Seeds
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..compliance import Check, RunFacts
@@ -161,6 +164,10 @@ class ProcedureContext:
     declarations: dict[str, Any] = field(default_factory=dict)
     session_workloads: set[str] = field(default_factory=set)  # workloads run so far this session (§4.3.2)
 
+    def seeds(self, procedure: str) -> Seeds:
+        """The procedure's named seed streams under the session seed (seeds.py, §4.3.3)."""
+        return Seeds(self.settings.seed, procedure)
+
     def run_dir(self, label: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)
         path = self.run_root / safe
@@ -218,17 +225,12 @@ def register(procedure: Procedure) -> Procedure:
     return procedure
 
 
-def _load_all() -> None:
-    from . import _all  # noqa: F401  (imports every procedure module, which register themselves)
-
-
 def procedure_ids() -> list[str]:
-    _load_all()
+    """Registered procedure ids in draft order (the package ``__init__`` imports every procedure)."""
     return sorted(_REGISTRY, key=lambda s: tuple(int(x) for x in s.split(".")))
 
 
 def get_procedure(proc_id: str) -> Procedure:
-    _load_all()
     key = str(proc_id).strip()
     if key not in _REGISTRY:
         raise ProcedureError(

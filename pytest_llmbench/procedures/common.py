@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..adapters import metric_names
 from ..client import ClientConfig, LLMClient
 from ..compliance import (
     Check,
@@ -37,8 +37,6 @@ from .base import ProcedureContext, ProcedureResult, RunSummary
 __all__ = [
     "Measured",
     "client_for",
-    "fmt_ms",
-    "fmt_num",
     "finish",
     "measure",
     "run_facts",
@@ -48,7 +46,7 @@ __all__ = [
 DRAFT_WARMUP_REQUESTS = 100  # §4.5.1
 DRAFT_WARMUP_TOKENS = 10_000  # §4.5.1
 QUEUE_GAUGE = "llmbench:num_requests_waiting"
-QUEUE_GAUGES = (QUEUE_GAUGE, "vllm:num_requests_waiting")
+QUEUE_GAUGES = (QUEUE_GAUGE, *metric_names("waiting"))
 
 
 @dataclass
@@ -92,6 +90,9 @@ def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> 
         token_id_prompts=sut.api == "completions",
         request_server_timing=sut.embedded,
         tokenizer=None,
+        extra_body=sut.extra_body,  # the SUT's live mapping: adapter fields and configuration switches
+        send_extra_fields=sut.send_extra_fields,
+        reuse_connections=sut.reuse_connections,
     )
     return LLMClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer)
 
@@ -329,33 +330,18 @@ def finish(ctx: ProcedureContext, result: ProcedureResult, facts: RunFacts, chec
     result.measurements["compliance_verdict"] = result.compliance.verdict.value
 
 
-def fmt_ms(seconds: float | None) -> str:
-    """A latency for a draft table: ``127 ms`` below 10 s, ``12.3 s`` above; ``n/a`` when undefined."""
-    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
-        return "n/a"
-    if seconds >= 10:
-        return f"{seconds:.1f} s"
-    ms = seconds * 1000
-    return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
-
-
-def fmt_num(value: float | None, unit: str = "", digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{value:.{digits}f}{(' ' + unit) if unit else ''}"
-
-
 async def resolve_load(
     ctx: ProcedureContext,
     spec: Any,
     *,
     max_requests: int | None = None,
     duration_s: float | None = None,
-    seed_offset: int = 0,
+    seed: int,
 ) -> tuple[OpenLoop | ClosedLoop, dict[str, Any]]:
     """A LoadSpec -> the load generator's OpenLoop/ClosedLoop, resolving capacity fractions.
 
-    Returns the load and a JSON description (with the capacity source when one was used).
+    ``seed`` drives the arrival gaps (one stream from ``ctx.seeds(...)``). Returns the load and a
+    JSON description (with the capacity source when one was used).
     """
     from ..load import ArrivalProcess
 
@@ -369,31 +355,7 @@ async def resolve_load(
             raise RuntimeError("no request-rate capacity available to scale the load by")
         rate = spec.capacity_fraction * cap.rate
         desc.update(resolved_rate=rate, capacity_rate=cap.rate, capacity_source=cap.source)
-    arrival = ArrivalProcess(spec.arrival, rate, seed=ctx.settings.seed + seed_offset, cv=spec.cv)
+    arrival = ArrivalProcess(spec.arrival, rate, seed=seed, cv=spec.cv)
     return OpenLoop(arrival, max_requests=max_requests, duration_s=duration_s), desc
 
 
-def percentile_row(metrics: RunMetrics, name: str, ps: Sequence[float] = (50, 95, 99)) -> list[str]:
-    """Formatted percentiles of a distribution for a draft table ("n/a" when absent)."""
-    if name not in metrics.distributions or metrics.distributions[name].n == 0:
-        return ["n/a" for _ in ps]
-    return [fmt_ms(metrics.percentile(name, p).value) for p in ps]
-
-
-def pvalue(metrics: RunMetrics, name: str, p: float) -> float | None:
-    """A percentile's value in seconds, or None when the distribution is empty."""
-    if name not in metrics.distributions or metrics.distributions[name].n == 0:
-        return None
-    v = metrics.percentile(name, p).value
-    return None if v is None or math.isnan(v) else float(v)
-
-
-def sample_list(values: Any, limit: int = 20_000) -> list[float]:
-    """Finite samples as a plain list for plots (evenly thinned above ``limit``)."""
-    import numpy as np
-
-    arr = np.asarray(values, dtype=float)
-    arr = arr[np.isfinite(arr)]
-    if arr.size > limit:
-        arr = np.sort(arr)[np.linspace(0, arr.size - 1, limit).astype(int)]
-    return [float(x) for x in arr]

@@ -17,19 +17,21 @@ skips the probe and reports the 75 % level's achieved throughput instead, labell
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
-from ..compliance import Check
+from ..client import LLMClient
+from ..compliance import Check, RunFacts
 from ..load import ClosedLoop
 from ..records import ErrorType
+from ..warmup import WarmupResult
 from ..workloads import build_workload
-from .base import params_json, LoadSpec, Procedure, ProcedureContext, ProcedureResult, SkipProcedure, Table, register
-from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, resolve_load, run_facts, warm_up
+from .base import LoadSpec, ProcedureContext, SkipProcedure, Table
+from .common import Measured, resolve_load
+from .helpers import cap_output, fmt_ms, pvalue
+from .pipeline import Outcome, ProcedureRun
 
 GUARDRAIL_CONFIGS = ("none", "input", "output", "full")
 LABELS = {"none": "Baseline", "input": "Input Filter", "output": "Output Filter", "full": "Full Filter"}
@@ -90,20 +92,6 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
-def plan(p: GuardrailParams) -> dict[str, Any]:
-    probe = p.throughput_probe_requests if p.throughput_probe_concurrency else 0
-    n = len(p.configurations) * (len(p.load_fractions) * p.requests_per_level + probe)
-    return {"requests": n + p.warmup_requests, "min_duration_s": 0.0}
-
-
-def _cap_output(specs: list[Any], cap: int | None) -> list[Any]:
-    if cap is None:
-        return specs
-    return [dataclasses.replace(s, max_tokens=min(s.max_tokens, cap),
-                                min_tokens=None if s.min_tokens is None else min(s.min_tokens, cap))
-            for s in specs]
-
-
 def saturated_throughput(m: Measured, skip_fraction: float = 0.1) -> float | None:
     """Output tok/s of successful requests delivered while the closed loop kept every slot busy.
 
@@ -156,193 +144,223 @@ def _switch(ctx: ProcedureContext, mode: str) -> None:
                             "implementation can switch the SUT's guardrails (see docs/guardrails.md)")
 
 
-async def run(ctx: ProcedureContext, p: GuardrailParams) -> ProcedureResult:
-    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    wl = build_workload(p.workload, n=p.requests_per_level, seed=ctx.settings.seed, tokenizer=ctx.tokenizer,
-                        **p.workload_params)
-    specs = _cap_output(wl.specs, p.max_output_tokens)
-    # capacity first, with the SUT as configured (5.2 may run now)
-    loads = [await resolve_load(ctx, LoadSpec("open", p.arrival, capacity_fraction=f),
-                                max_requests=len(specs), seed_offset=i)
-             for i, f in enumerate(p.load_fractions)]
-    info = ctx.sut.server_info
-    original = info.get("guardrails") if "guardrails" in info else None
-    runs: dict[tuple[str, float], Measured] = {}
-    probes: dict[str, Measured] = {}
-    states: dict[str, Any] = {}
-    # warm-up on other prompts of the same workload, and a flushed prefix cache before every run:
-    # each configuration replays the same requests, which must not find the previous run's prompts cached
-    wu_specs = _cap_output(build_workload(p.workload, n=max(p.warmup_requests, 10), seed=ctx.settings.seed + 7919,
-                                          tokenizer=ctx.tokenizer, **p.workload_params).specs, p.max_output_tokens)
-    flushed: list[bool] = []
-    _switch(ctx, p.configurations[0])  # step 1: baseline (or the first configuration asked for)
-    try:
-        async with client_for(ctx) as client:
-            wu = await warm_up(ctx, client, wu_specs, min_requests=p.warmup_requests,
-                               min_output_tokens=p.warmup_tokens)
-            for k, cfg in enumerate(p.configurations):
-                if k:
-                    _switch(ctx, cfg)  # step 3
-                states[cfg] = ctx.sut.server_info.get("guardrails")
-                for frac, (load, desc) in zip(p.load_fractions, loads):  # step 2
-                    flushed.append(ctx.configure_sut("flush_prefix_cache", True))
-                    runs[(cfg, frac)] = await measure(
-                        ctx, client, f"{KEYS[cfg]}-{frac * 100:g}pct", specs, load,
-                        extra={"guardrails": cfg, "capacity_fraction": frac, "load_spec": desc})
-                if p.throughput_probe_concurrency:
-                    flushed.append(ctx.configure_sut("flush_prefix_cache", True))
-                    probes[cfg] = await measure(
-                        ctx, client, f"{KEYS[cfg]}-throughput-probe", itertools.cycle(specs),
-                        ClosedLoop(p.throughput_probe_concurrency, max_requests=p.throughput_probe_requests),
-                        extra={"guardrails": cfg, "throughput_probe": True})
-    finally:
-        ctx.configure_sut("guardrails", "none" if original is None else original)
+class Guardrails(ProcedureRun[GuardrailParams]):
+    """§5.10.3: every guardrail configuration at every load level, same requests and schedule."""
 
-    cfgs, levels = p.configurations, p.load_fractions
-    base_cfg = "none" if "none" in cfgs else None
-    notes: list[str] = []
-    if original is None:
-        notes.append("the SUT's original guardrail setting is unknown; guardrails were left at 'none'")
-    if base_cfg is None:
-        notes.append("no Baseline configuration ('none') was run: overheads and reductions are not defined")
-    if "none" in cfgs:
-        notes.append("safety systems were disabled in the Baseline configuration (§4.8.2)")
-    if p.max_output_tokens is not None:
-        notes.append(f"output capped at {p.max_output_tokens} tokens by the profile")
-    if not all(flushed):
-        notes.append("the prefix cache could not be flushed before each run (no hook for flush_prefix_cache): "
-                     "later configurations may find the prompts of earlier runs cached, which favours them")
-    notes.append("warm-up once, with the first configuration; no new warm-up after each switch (the draft does "
-                 "not ask for one)")
-    for (cfg, frac), m in runs.items():
-        if not m.summary.valid:
-            notes.append(f"{LABELS[cfg]} at {frac:.0%}: run invalid: {m.summary.invalid_reason}")
-    cap_desc = loads[0][1]
-    cap_rate = cap_desc.get("capacity_rate")
+    id, title, params_type, profiles = "5.10", "Guardrail Overhead", GuardrailParams, PROFILES
 
-    # Table 13 at the report level; detail for every level
-    def q(cfg: str, frac: float, name: str, pq: float) -> float | None:
-        m = runs.get((cfg, frac))
+    @staticmethod
+    def plan(p: GuardrailParams) -> dict[str, Any]:
+        probe = p.throughput_probe_requests if p.throughput_probe_concurrency else 0
+        n = len(p.configurations) * (len(p.load_fractions) * p.requests_per_level + probe)
+        return {"requests": n + p.warmup_requests, "min_duration_s": 0.0}
+
+    async def prepare(self) -> None:
+        p, ctx = self.p, self.ctx
+        self.wl = build_workload(p.workload, n=p.requests_per_level, seed=self.seeds.derive("measure"),
+                                 tokenizer=ctx.tokenizer, **p.workload_params)
+        self.specs = cap_output(self.wl.specs, p.max_output_tokens)
+        # capacity first, with the SUT as configured (5.2 may run now)
+        self.loads = [await resolve_load(ctx, LoadSpec("open", p.arrival, capacity_fraction=f),
+                                         max_requests=len(self.specs), seed=self.seeds.derive("arrivals", i))
+                      for i, f in enumerate(p.load_fractions)]
+        info = ctx.sut.server_info
+        self.original = info.get("guardrails") if "guardrails" in info else None
+        self.runs: dict[tuple[str, float], Measured] = {}
+        self.probes: dict[str, Measured] = {}
+        self.states: dict[str, Any] = {}
+        self.flushed: list[bool] = []
+        _switch(ctx, p.configurations[0])  # step 1: baseline (or the first configuration asked for)
+
+    async def warm_up(self, client: LLMClient) -> WarmupResult:
+        # other prompts of the same workload (own stream); a flushed prefix cache before every run:
+        # each configuration replays the same requests, which must not find the previous run's prompts cached
+        p = self.p
+        wu = build_workload(p.workload, n=max(p.warmup_requests, 10), seed=self.seeds.derive("warmup"),
+                            tokenizer=self.ctx.tokenizer, **p.workload_params)
+        return await self.warm_up_with(client, cap_output(wu.specs, p.max_output_tokens))
+
+    async def run_loads(self, client: LLMClient) -> None:
+        p, ctx, specs = self.p, self.ctx, self.specs
+        for k, cfg in enumerate(p.configurations):
+            if k:
+                _switch(ctx, cfg)  # step 3
+            self.states[cfg] = ctx.sut.server_info.get("guardrails")
+            for frac, (load, desc) in zip(p.load_fractions, self.loads):  # step 2
+                self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
+                self.runs[(cfg, frac)] = await self.measure(
+                    client, f"{KEYS[cfg]}-{frac * 100:g}pct", specs, load,
+                    extra={"guardrails": cfg, "capacity_fraction": frac, "load_spec": desc})
+            if p.throughput_probe_concurrency:
+                self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
+                self.probes[cfg] = await self.measure(
+                    client, f"{KEYS[cfg]}-throughput-probe", itertools.cycle(specs),
+                    ClosedLoop(p.throughput_probe_concurrency, max_requests=p.throughput_probe_requests),
+                    extra={"guardrails": cfg, "throughput_probe": True})
+
+    def restore(self) -> None:
+        self.ctx.configure_sut("guardrails", "none" if self.original is None else self.original)
+
+    def q(self, cfg: str, frac: float, name: str, pq: float) -> float | None:
+        m = self.runs.get((cfg, frac))
         return None if m is None else pvalue(m.metrics, name, pq)
 
-    rl = p.report_level
-    table13 = Table("Table 13: Guardrail Overhead", ["Configuration", "TTFT P50", "TTFT P99", "E2E P50", "E2E P99"],
-                    [[LABELS[c], fmt_ms(q(c, rl, "ttft", 50)), fmt_ms(q(c, rl, "ttft", 99)),
-                      fmt_ms(q(c, rl, "e2e", 50)), fmt_ms(q(c, rl, "e2e", 99))] for c in cfgs],
-                    notes=[f"at {rl:.0%} of capacity ({rl * cap_rate:.2f} req/s)" if cap_rate else f"at {rl:.0%} of capacity",
-                           "successful requests only: refused requests are failures (see the refusal table)",
-                           (f"identical request sequence ({len(specs)} requests, {wl.declaration.name}) and arrival "
-                           "schedule in every configuration")])
-    detail_rows, over_rows = [], []
-    meas: dict[str, Any] = {"requests_per_level": len(specs), "capacity_rate_rps": cap_rate,
-                            "report_level": rl, "levels": list(levels)}
-    for frac in levels:
-        pct = f"{frac * 100:g}pct"
-        for c in cfgs:
-            m = runs[(c, frac)]
-            mt = m.metrics
-            detail_rows.append([LABELS[c], f"{frac:.0%}", str(len(m.records)), str(_refused(m)),
-                                *(fmt_ms(pvalue(mt, "ttft", x)) for x in (50, 95, 99)),
-                                fmt_ms(pvalue(mt, "e2e", 50)), fmt_ms(pvalue(mt, "e2e", 99))])
-            for x in (50, 95, 99):
-                meas[f"{KEYS[c]}_{pct}_ttft_p{x}_ms"] = _ms(pvalue(mt, "ttft", x))
-            for x in (50, 99):
-                meas[f"{KEYS[c]}_{pct}_e2e_p{x}_ms"] = _ms(pvalue(mt, "e2e", x))
-            meas[f"{KEYS[c]}_{pct}_refused"] = _refused(m)
-            meas[f"{KEYS[c]}_{pct}_successful"] = mt.distributions["ttft"].n
-        if base_cfg:
-            row = [f"{frac:.0%}"]
-            for cfg, name in (("input", "ttft"), ("full", "e2e"), ("output", "e2e")):
+    def summarize(self) -> Outcome:
+        p, runs, probes = self.p, self.runs, self.probes
+        cfgs, levels, rl, q = p.configurations, p.load_fractions, p.report_level, self.q
+        meas: dict[str, Any] = {"requests_per_level": len(self.specs), "capacity_rate_rps": self.cap_rate,
+                                "report_level": rl, "levels": list(levels)}
+        table13, by_level = self._table13(), self._level_tables(meas)  # measurement keys in report order
+        tables = [table13, self._table14(meas), *by_level, self._refusals(meas)]
+        plots = {"configs": {LABELS[c]: {"ttft_p50_s": q(c, rl, "ttft", 50), "ttft_p99_s": q(c, rl, "ttft", 99),
+                                         "e2e_p50_s": q(c, rl, "e2e", 50), "e2e_p99_s": q(c, rl, "e2e", 99)}
+                             for c in cfgs}}
+        measured = [runs[(c, f)] for c in cfgs for f in levels] + [probes[c] for c in cfgs if c in probes]
+        return Outcome(metrics=runs[(cfgs[-1], rl)].metrics, tables=tables, measurements=meas,
+                       workload=self.wl.declaration.to_json(), notes=self._notes(), plots=plots, runs=measured)
+
+    @property
+    def cap_rate(self) -> float | None:
+        return self.loads[0][1].get("capacity_rate")
+
+    def _notes(self) -> list[str]:
+        p, cfgs = self.p, self.p.configurations
+        notes: list[str] = []
+        if self.original is None:
+            notes.append("the SUT's original guardrail setting is unknown; guardrails were left at 'none'")
+        if "none" not in cfgs:
+            notes.append("no Baseline configuration ('none') was run: overheads and reductions are not defined")
+        if "none" in cfgs:
+            notes.append("safety systems were disabled in the Baseline configuration (§4.8.2)")
+        if p.max_output_tokens is not None:
+            notes.append(f"output capped at {p.max_output_tokens} tokens by the profile")
+        if not all(self.flushed):
+            notes.append("the prefix cache could not be flushed before each run (no hook for flush_prefix_cache): "
+                         "later configurations may find the prompts of earlier runs cached, which favours them")
+        notes.append("warm-up once, with the first configuration; no new warm-up after each switch (the draft does "
+                     "not ask for one)")
+        for (cfg, frac), m in self.runs.items():
+            if not m.summary.valid:
+                notes.append(f"{LABELS[cfg]} at {frac:.0%}: run invalid: {m.summary.invalid_reason}")
+        return notes
+
+    def _table13(self) -> Table:
+        cfgs, rl, q, cap_rate = self.p.configurations, self.p.report_level, self.q, self.cap_rate
+        return Table("Table 13: Guardrail Overhead", ["Configuration", "TTFT P50", "TTFT P99", "E2E P50", "E2E P99"],
+                     [[LABELS[c], fmt_ms(q(c, rl, "ttft", 50)), fmt_ms(q(c, rl, "ttft", 99)),
+                       fmt_ms(q(c, rl, "e2e", 50)), fmt_ms(q(c, rl, "e2e", 99))] for c in cfgs],
+                     notes=[f"at {rl:.0%} of capacity ({rl * cap_rate:.2f} req/s)" if cap_rate
+                            else f"at {rl:.0%} of capacity",
+                            "successful requests only: refused requests are failures (see the refusal table)",
+                            (f"identical request sequence ({len(self.specs)} requests, {self.wl.declaration.name}) "
+                             "and arrival schedule in every configuration")])
+
+    def _level_tables(self, meas: dict[str, Any]) -> list[Table]:
+        """Overheads per level (when a Baseline ran) and every configuration at every level (§5.10.4)."""
+        cfgs, levels, q, cap_rate = self.p.configurations, self.p.load_fractions, self.q, self.cap_rate
+        detail_rows, over_rows = [], []
+        for frac in levels:
+            pct = f"{frac * 100:g}pct"
+            for c in cfgs:
+                m = self.runs[(c, frac)]
+                mt = m.metrics
+                detail_rows.append([LABELS[c], f"{frac:.0%}", str(len(m.records)), str(_refused(m)),
+                                    *(fmt_ms(pvalue(mt, "ttft", x)) for x in (50, 95, 99)),
+                                    fmt_ms(pvalue(mt, "e2e", 50)), fmt_ms(pvalue(mt, "e2e", 99))])
+                for x in (50, 95, 99):
+                    meas[f"{KEYS[c]}_{pct}_ttft_p{x}_ms"] = _ms(pvalue(mt, "ttft", x))
                 for x in (50, 99):
-                    d = _diff(q(cfg, frac, name, x), q("none", frac, name, x)) if cfg in cfgs else None
-                    row.append(_fmt_delta(d))
-                    label = {"input": "input_filter_overhead_ttft", "full": "total_overhead_e2e",
-                             "output": "output_filter_overhead_e2e"}[cfg]
-                    meas[f"{label}_p{x}_ms_{pct}"] = _ms(d)
-            over_rows.append(row)
-    table_detail = Table("Guardrail latency by configuration and load (§5.10.4)",
-                         ["Configuration", "Load", "Requests", "Refused", "TTFT P50", "TTFT P95", "TTFT P99",
-                          "E2E P50", "E2E P99"], detail_rows,
-                         notes=["Load = fraction of the request-rate capacity"
-                                + (f" {cap_rate:.2f} req/s ({cap_desc.get('capacity_source', '')})" if cap_rate else "")])
-    tables = [table13]
-    if base_cfg:
-        tables.append(Table("Guardrail overhead (§5.10.4)",
-                            ["Load", "Input Filter Overhead P50", "Input Filter Overhead P99", "Total Overhead P50",
-                             "Total Overhead P99", "Output Filter Overhead P50", "Output Filter Overhead P99"],
-                            over_rows,
-                            notes=[("input filter overhead = TTFT(Input Filter) - TTFT(Baseline); total overhead = "
-                                   "E2E(Full Filter) - E2E(Baseline); output filter overhead = E2E(Output Filter) - "
-                                   "E2E(Baseline) (not defined by the draft; added for completeness)"),
-                                   "differences of percentiles of two runs, not percentiles of differences"]))
-    tables.append(table_detail)
+                    meas[f"{KEYS[c]}_{pct}_e2e_p{x}_ms"] = _ms(pvalue(mt, "e2e", x))
+                meas[f"{KEYS[c]}_{pct}_refused"] = _refused(m)
+                meas[f"{KEYS[c]}_{pct}_successful"] = mt.distributions["ttft"].n
+            if "none" in cfgs:
+                row = [f"{frac:.0%}"]
+                for cfg, name in (("input", "ttft"), ("full", "e2e"), ("output", "e2e")):
+                    for x in (50, 99):
+                        d = _diff(q(cfg, frac, name, x), q("none", frac, name, x)) if cfg in cfgs else None
+                        row.append(_fmt_delta(d))
+                        label = {"input": "input_filter_overhead_ttft", "full": "total_overhead_e2e",
+                                 "output": "output_filter_overhead_e2e"}[cfg]
+                        meas[f"{label}_p{x}_ms_{pct}"] = _ms(d)
+                over_rows.append(row)
+        table_detail = Table("Guardrail latency by configuration and load (§5.10.4)",
+                             ["Configuration", "Load", "Requests", "Refused", "TTFT P50", "TTFT P95", "TTFT P99",
+                              "E2E P50", "E2E P99"], detail_rows,
+                             notes=["Load = fraction of the request-rate capacity"
+                                    + (f" {cap_rate:.2f} req/s ({self.loads[0][1].get('capacity_source', '')})"
+                                       if cap_rate else "")])
+        tables = []
+        if "none" in cfgs:
+            tables.append(Table("Guardrail overhead (§5.10.4)",
+                                ["Load", "Input Filter Overhead P50", "Input Filter Overhead P99", "Total Overhead P50",
+                                 "Total Overhead P99", "Output Filter Overhead P50", "Output Filter Overhead P99"],
+                                over_rows,
+                                notes=[("input filter overhead = TTFT(Input Filter) - TTFT(Baseline); total overhead = "
+                                       "E2E(Full Filter) - E2E(Baseline); output filter overhead = E2E(Output Filter) - "
+                                       "E2E(Baseline) (not defined by the draft; added for completeness)"),
+                                       "differences of percentiles of two runs, not percentiles of differences"]))
+        tables.append(table_detail)
+        return tables
 
-    # Table 14: max throughput per configuration
-    tput: dict[str, float | None] = {}
-    if probes:
+    def _table14(self, meas: dict[str, Any]) -> Table:
+        """Max throughput per configuration: the saturation probe, or the top level's (Table 14)."""
+        p, cfgs, levels = self.p, self.p.configurations, self.p.load_fractions
+        tput: dict[str, float | None] = {}
+        if self.probes:
+            for c in cfgs:
+                tput[c] = saturated_throughput(self.probes[c])
+            how = (f"closed-loop saturation probe per configuration: {p.throughput_probe_concurrency} requests in "
+                   f"flight, {p.throughput_probe_requests} requests; output tok/s of successful requests while every "
+                   "slot was busy")
+        else:
+            top = max(levels)
+            for c in cfgs:
+                v = self.runs[(c, top)].metrics.scalar("output_throughput").value
+                tput[c] = None if v is None or math.isnan(v) else float(v)
+            how = (f"no saturation probe: achieved output tok/s at the highest level ({top:.0%} of capacity), which "
+                   "is the offered load, not a maximum")
+        rows14 = []
+        base_t = tput.get("none") if "none" in cfgs else None
         for c in cfgs:
-            tput[c] = saturated_throughput(probes[c])
-        how = (f"closed-loop saturation probe per configuration: {p.throughput_probe_concurrency} requests in "
-               f"flight, {p.throughput_probe_requests} requests; output tok/s of successful requests while every "
-               "slot was busy")
-    else:
-        top = max(levels)
+            t = tput[c]
+            red = None if t is None or not base_t or c == "none" else (t - base_t) / base_t * 100.0
+            rows14.append([LABELS[c], "n/a" if t is None else f"{t:.0f} tok/s",
+                           "-" if c == "none" else ("n/a" if red is None else f"{red:+.1f}%")])
+            meas[f"{KEYS[c]}_max_throughput_tps"] = None if t is None else round(t, 2)
+            if c != "none":
+                meas[f"{KEYS[c]}_throughput_reduction_pct"] = None if red is None else round(red, 2)
+        return Table("Table 14: Throughput Impact", ["Configuration", "Max Throughput", "Reduction"], rows14,
+                     notes=[how, "Reduction = (throughput_config - throughput_baseline) / throughput_baseline"])
+
+    def _refusals(self, meas: dict[str, Any]) -> Table:
+        """Refusals per configuration (§4.8.1): failures, never successes."""
+        cfgs, levels = self.p.configurations, self.p.load_fractions
+        ref_rows = []
         for c in cfgs:
-            v = runs[(c, top)].metrics.scalar("output_throughput").value
-            tput[c] = None if v is None or math.isnan(v) else float(v)
-        how = (f"no saturation probe: achieved output tok/s at the highest level ({top:.0%} of capacity), which "
-               "is the offered load, not a maximum")
-    rows14 = []
-    base_t = tput.get("none") if base_cfg else None
-    for c in cfgs:
-        t = tput[c]
-        red = None if t is None or not base_t or c == "none" else (t - base_t) / base_t * 100.0
-        rows14.append([LABELS[c], "n/a" if t is None else f"{t:.0f} tok/s",
-                       "-" if c == "none" else ("n/a" if red is None else f"{red:+.1f}%")])
-        meas[f"{KEYS[c]}_max_throughput_tps"] = None if t is None else round(t, 2)
-        if c != "none":
-            meas[f"{KEYS[c]}_throughput_reduction_pct"] = None if red is None else round(red, 2)
-    table14 = Table("Table 14: Throughput Impact", ["Configuration", "Max Throughput", "Reduction"], rows14,
-                    notes=[how, "Reduction = (throughput_config - throughput_baseline) / throughput_baseline"])
-    tables.insert(1, table14)
+            ms = [self.runs[(c, f)] for f in levels] + ([self.probes[c]] if c in self.probes else [])
+            n = sum(len(m.records) for m in ms)
+            refused = sum(_refused(m) for m in ms)
+            server = [_server_refused(m) for m in ms]
+            srv = None if any(s is None for s in server) else int(sum(server))  # type: ignore[arg-type]
+            ref_rows.append([LABELS[c], str(n), str(refused), f"{refused / n * 100:.1f}%" if n else "n/a",
+                             "n/a" if srv is None else str(srv)])
+            meas[f"{KEYS[c]}_refusals"] = refused
+            meas[f"{KEYS[c]}_refusals_server"] = srv
+            meas[f"{KEYS[c]}_requests"] = n
+        return Table("Refusals by configuration (§4.8.1)",
+                     ["Configuration", "Requests", "Refused", "Refusal Rate", "Refused (server count)"], ref_rows,
+                     notes=[("refused = finish_reason content_filter or a policy error; counted as failures, "
+                             "excluded from the latency distributions")])
 
-    # refusals (§4.8.1)
-    ref_rows = []
-    for c in cfgs:
-        ms = [runs[(c, f)] for f in levels] + ([probes[c]] if c in probes else [])
-        n = sum(len(m.records) for m in ms)
-        refused = sum(_refused(m) for m in ms)
-        server = [_server_refused(m) for m in ms]
-        srv = None if any(s is None for s in server) else int(sum(server))  # type: ignore[arg-type]
-        ref_rows.append([LABELS[c], str(n), str(refused), f"{refused / n * 100:.1f}%" if n else "n/a",
-                         "n/a" if srv is None else str(srv)])
-        meas[f"{KEYS[c]}_refusals"] = refused
-        meas[f"{KEYS[c]}_refusals_server"] = srv
-        meas[f"{KEYS[c]}_requests"] = n
-    tables.append(Table("Refusals by configuration (§4.8.1)",
-                        ["Configuration", "Requests", "Refused", "Refusal Rate", "Refused (server count)"], ref_rows,
-                        notes=[("refused = finish_reason content_filter or a policy error; counted as failures, "
-                               "excluded from the latency distributions")]))
+    def checks(self, out: Outcome) -> dict[str, Check]:
+        return _checks(self.p, self.runs, self.probes, self.wl.declaration.to_json(), self.states)
 
-    plots = {"configs": {LABELS[c]: {"ttft_p50_s": q(c, rl, "ttft", 50), "ttft_p99_s": q(c, rl, "ttft", 99),
-                                     "e2e_p50_s": q(c, rl, "e2e", 50), "e2e_p99_s": q(c, rl, "e2e", 99)}
-                         for c in cfgs}}
-    checks = _checks(p, runs, probes, wl.declaration.to_json(), states)
-    measured = [runs[(c, f)] for c in cfgs for f in levels] + [probes[c] for c in cfgs if c in probes]
-    facts = run_facts(ctx, workload=wl.declaration.to_json(), warmup=wu, measured=measured)
-    if ctx.sut.embedded:  # the filters that were on in any compared configuration
-        facts.guardrails = {"input_filter": "on" if {"input", "full"} & set(cfgs) else "off",
-                            "output_filter": "on" if {"output", "full"} & set(cfgs) else "off"}
-    facts.session_tests = tuple(sorted(set(facts.session_tests) | {"5.10"}))  # this is the on/off comparison
-    primary = runs[(cfgs[-1], rl)]
-    result = ProcedureResult(
-        procedure="5.10", title="Guardrail Overhead", params=params_json(p), profile=ctx.settings.profile,
-        metrics=primary.metrics, runs=[m.summary for m in measured], tables=tables, measurements=meas,
-        notes=notes, plots=plots, started=started,
-        finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-    )
-    finish(ctx, result, facts, checks)
-    return result
+    def adjust_facts(self, facts: RunFacts) -> None:
+        cfgs = self.p.configurations
+        if self.ctx.sut.embedded:  # the filters that were on in any compared configuration
+            facts.guardrails = {"input_filter": "on" if {"input", "full"} & set(cfgs) else "off",
+                                "output_filter": "on" if {"output", "full"} & set(cfgs) else "off"}
+        facts.session_tests = tuple(sorted(set(facts.session_tests) | {"5.10"}))  # this is the on/off comparison
 
 
 def _checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes: dict[str, Measured],
@@ -385,5 +403,3 @@ def _checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes:
     }
 
 
-
-register(Procedure("5.10", "Guardrail Overhead", GuardrailParams, run, PROFILES, plan))

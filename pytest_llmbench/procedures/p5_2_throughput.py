@@ -36,45 +36,35 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
+from ..client import LLMClient
 from ..compliance import Check
 from ..load import ArrivalProcess, ClosedLoop, OpenLoop
-from ..metrics import STEADY_STATE_FRACTION, RunMetrics, steady_state_window
-from ..records import RequestSpec
-from ..stats import completion_rate_saturated, queue_growing, tail_blowup
-from ..workloads import build_workload
-from .base import (
-    params_json,
-    Capacity,
-    Procedure,
-    ProcedureContext,
-    ProcedureResult,
-    Table,
-    register,
-)
-from .common import (
-    Measured,
-    client_for,
-    finish,
+from ..metrics import RunMetrics
+from ..seeds import Seeds
+from ..stats import completion_rate_saturated, tail_blowup
+from ..warmup import WarmupResult
+from .base import Capacity, ProcedureContext, Table
+from .common import Measured, measure
+from .helpers import (
+    RAMP_UP_FRACTION,
+    QueueTrend,
     fmt_ms,
     fmt_num,
-    measure,
+    level_specs,
     percentile_row,
     pvalue,
-    run_facts,
-    warm_up,
+    queue_trend,
+    steady_window_ns,
 )
+from .pipeline import Outcome, ProcedureRun
 
 DRAFT_MIN_DURATION_S = 60.0  # §5.2.2.1
 DRAFT_RECOMMENDED_DURATION_S = 300.0  # §5.2.2.1
-RAMP_UP_FRACTION = STEADY_STATE_FRACTION  # §5.2.3.2 (metrics.steady_state_window)
-WARMUP_SEED_OFFSET = 10_000  # warm-up prompts differ from measured ones (no prefix-cache help)
 
 
 @dataclass
@@ -137,46 +127,9 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
-def plan(p: ThroughputParams) -> dict[str, Any]:
-    levels = min(p.max_levels, 8)
-    return {"requests": p.warmup_requests, "min_duration_s": levels * p.level_duration_s + p.probe_duration_s}
-
-
 # --------------------------------------------------------------------------------------------
 # one load level: workload, run, assessment (also used by 5.3 for its queue-growth indicator)
 # --------------------------------------------------------------------------------------------
-
-
-def cap_output(specs: Sequence[RequestSpec], cap: int | None) -> list[RequestSpec]:
-    """Cap every request's ``max_tokens`` (and ``min_tokens``) at ``cap`` (profiles shorten runs)."""
-    if cap is None:
-        return list(specs)
-    return [dataclasses.replace(s, max_tokens=min(s.max_tokens, cap),
-                                min_tokens=None if s.min_tokens is None else min(s.min_tokens, cap))
-            for s in specs]
-
-
-def level_specs(ctx: ProcedureContext, workload: str, n: int, seed_offset: int, cap: int | None,
-                **wl_params: Any) -> tuple[list[RequestSpec], Any]:
-    """``n`` fresh requests for one level: its own seed, so no prompt repeats between levels."""
-    wl = build_workload(workload, n=max(n, 1), seed=ctx.settings.seed + seed_offset, tokenizer=ctx.tokenizer,
-                        **wl_params)
-    return cap_output(wl.specs, cap), wl
-
-
-@dataclass
-class QueueTrend:
-    """Queue-depth trend over a level's steady window (§5.2.3.1 rule 1, §5.2.3.2)."""
-
-    source: str  # "server /metrics waiting gauge" | "client in-flight count" | "none"
-    growing: bool
-    slope_per_s: float | None
-    rise: float | None  # fitted increase over the window (requests)
-    samples: int
-
-    @property
-    def label(self) -> str:
-        return "growing" if self.growing else ("stable" if self.samples else "n/a")
 
 
 @dataclass
@@ -221,35 +174,6 @@ class LevelAssessment:
         d = dataclasses.asdict(self)
         d["saturated"], d["passed"], d["verdict"] = self.saturated, self.passed, self.verdict
         return d
-
-
-def steady_window_ns(m: Measured) -> tuple[int, int]:
-    """The level's steady window: its send window minus the first 10% (§5.2.3.2)."""
-    lo, hi = steady_state_window(m.load.start_ns, m.load.send_end_ns, RAMP_UP_FRACTION)
-    return m.load.start_ns + int(lo - m.load.start_ns), hi
-
-
-def queue_trend(m: Measured, *, closed: bool = False, arrivals: int = 0) -> QueueTrend:
-    """Queue growth over the steady window, from the server gauge or the client in-flight count."""
-    send_s = m.load.send_window_s
-    t0, t1 = RAMP_UP_FRACTION * send_s, send_s
-    if m.queue_samples:
-        source = "server /metrics waiting gauge"
-        pts = [(t, d) for t, d in m.queue_samples if t0 <= t <= t1]
-    else:
-        source = "client in-flight count"
-        pts = [(t / 1e9, float(d)) for t, d in m.load.concurrency_samples if t0 <= t / 1e9 <= t1]
-    if len(pts) < 3:
-        return QueueTrend("none" if not pts else source, False, None, None, len(pts))
-    t = np.array([p[0] for p in pts])
-    d = np.array([p[1] for p in pts])
-    slope = float(np.polyfit(t, d, 1)[0]) if np.ptp(t) > 0 else 0.0
-    rise = slope * (t1 - t0)
-    if closed:
-        growing = bool(m.queue_samples) and float(np.median(d)) > 0
-    else:
-        growing = queue_growing(t, d) and rise >= max(2.0, 0.02 * arrivals)
-    return QueueTrend(source, growing, slope, rise, len(pts))
 
 
 def completion_vs_arrival(m: Measured) -> tuple[float, float, int, int]:
@@ -379,6 +303,7 @@ class _Search:
     ctx: ProcedureContext
     p: ThroughputParams
     client: Any
+    seeds: Seeds | None = None  # the procedure's seed streams (seeds.py); tests without runs pass none
     levels: list[tuple[Measured, LevelAssessment, str]] = field(default_factory=list)  # (run, assessment, phase)
     workloads: list[Any] = field(default_factory=list)  # each level's Workload (own seed)
     retried: list[str] = field(default_factory=list)  # levels repeated after an invalid run
@@ -392,7 +317,8 @@ class _Search:
         return min(lower)[1] if lower else None
 
     async def run_level(self, level: float, phase: str) -> LevelAssessment:
-        p, ctx = self.p, self.ctx
+        p, ctx, seeds = self.p, self.ctx, self.seeds
+        assert seeds is not None
         idx = len(self.levels)
         closed = self.closed
         if closed:
@@ -403,23 +329,23 @@ class _Search:
         else:
             n = math.ceil(level * p.level_duration_s * 1.3) + 20
             label = f"L{idx:02d}-{level:.3g}rps"
-            load = OpenLoop(ArrivalProcess(p.arrival, level, seed=ctx.settings.seed + idx),
+            load = OpenLoop(ArrivalProcess(p.arrival, level, seed=seeds.derive("arrivals", idx)),
                             duration_s=p.level_duration_s)
-        specs, wl = level_specs(ctx, p.workload, n, idx + 1, p.max_output_tokens)
+        specs, wl = level_specs(ctx, p.workload, n, seeds.derive("level", idx), p.max_output_tokens)
         self.workloads.append(wl)
         ctx.progress(f"5.2 {phase} level {idx + 1}: {label}")
         m = await measure(ctx, self.client, label, specs, load,
                           drain_timeout_s=max(10.0, p.level_duration_s / 2),
                           extra={"search_phase": phase, "level": level,
-                                 "workload_seed": ctx.settings.seed + idx + 1})
+                                 "workload_seed": seeds.derive("level", idx)})
         if not m.load.valid:  # the load generator, not the SUT, failed: run the level once more
             self.retried.append(f"{label} ({m.load.invalid_reason})")
             ctx.progress(f"5.2 {label}: load generator self-check failed, repeating the level")
-            specs, wl = level_specs(ctx, p.workload, n, idx + 5001, p.max_output_tokens)  # fresh prompts
+            specs, wl = level_specs(ctx, p.workload, n, seeds.derive("retry", idx), p.max_output_tokens)  # fresh
             m = await measure(ctx, self.client, label + "-retry", specs, load,
                               drain_timeout_s=max(10.0, p.level_duration_s / 2),
                               extra={"search_phase": phase, "level": level, "retry": True,
-                                     "workload_seed": ctx.settings.seed + idx + 5001})
+                                     "workload_seed": seeds.derive("retry", idx)})
         a = assess_level(m, level=level, offered_rate=None if closed else level, closed=closed,
                          reference_ttft_p50=self.reference_p50(level), tail_factor=p.tail_factor,
                          completion_threshold=p.completion_threshold, ttft_slo=p.ttft_p99_slo_s,
@@ -474,10 +400,10 @@ class _Search:
         return lo, hi
 
 
-async def _probe_capacity(ctx: ProcedureContext, client: Any, p: ThroughputParams) -> Measured:
+async def _probe_capacity(ctx: ProcedureContext, client: Any, p: ThroughputParams, seed: int) -> Measured:
     """A short closed-loop run at ``probe_concurrency``: the preliminary capacity estimate."""
     c = p.probe_concurrency
-    specs, _ = level_specs(ctx, p.workload, int(c * 4 + 80 * p.probe_duration_s) + 50, 999, p.max_output_tokens)
+    specs, _ = level_specs(ctx, p.workload, int(c * 4 + 80 * p.probe_duration_s) + 50, seed, p.max_output_tokens)
     ctx.progress(f"5.2 capacity probe: closed loop, concurrency {c}, {p.probe_duration_s:g} s")
     return await measure(ctx, client, f"probe-c{c}", specs, ClosedLoop(c, duration_s=p.probe_duration_s),
                          drain_timeout_s=30.0, extra={"search_phase": "probe"})
@@ -496,58 +422,105 @@ def _gpu_count(ctx: ProcedureContext) -> int | None:
     return int(count) if isinstance(count, (int, float)) and count > 0 else None
 
 
-async def run(ctx: ProcedureContext, p: ThroughputParams) -> ProcedureResult:
-    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    closed = p.load_model == "closed"
-    warm_specs, _ = level_specs(ctx, p.workload, max(p.warmup_requests, 1), WARMUP_SEED_OFFSET, p.max_output_tokens)
-    probe: Measured | None = None
-    estimate: float | None = None
-    async with client_for(ctx, max_connections=None) as client:
-        wu = await warm_up(ctx, client, warm_specs, min_requests=p.warmup_requests,
-                           min_output_tokens=p.warmup_tokens)
-        search = _Search(ctx, p, client)
-        step: float | None
-        if closed:
-            start, stop = float(p.concurrency_min), float(p.concurrency_max)
+class Throughput(ProcedureRun[ThroughputParams]):
+    """§5.2.3: warm-up, a capacity probe when no range is given, then the saturation search."""
+
+    id, title, params_type, profiles = "5.2", "Output Token Throughput", ThroughputParams, PROFILES
+
+    @staticmethod
+    def plan(p: ThroughputParams) -> dict[str, Any]:
+        levels = min(p.max_levels, 8)
+        return {"requests": p.warmup_requests, "min_duration_s": levels * p.level_duration_s + p.probe_duration_s}
+
+    async def warm_up(self, client: LLMClient) -> WarmupResult:
+        p = self.p
+        specs, _ = level_specs(self.ctx, p.workload, max(p.warmup_requests, 1), self.seeds.derive("warmup"),
+                               p.max_output_tokens)
+        return await self.warm_up_with(client, specs)
+
+    async def run_loads(self, client: LLMClient) -> None:
+        self.probe: Measured | None = None
+        self.estimate: float | None = None
+        self.start, self.step, self.stop, self.range_source = await self._range(client)
+        self.search = _Search(self.ctx, self.p, client, self.seeds)
+        self.lo, self.hi = await self.search.search(self.start, self.step, self.stop)
+
+    async def _range(self, client: LLMClient) -> tuple[float, float | None, float, str]:
+        """The search range: declared, or derived from a closed-loop probe (5.2.2-MUST-4)."""
+        p = self.p
+        if p.load_model == "closed":
             step = None if p.concurrency_step is None else float(p.concurrency_step)
-            range_source = "declared"
+            return float(p.concurrency_min), step, float(p.concurrency_max), "declared"
+        if p.rate_min is None or p.rate_max is None or p.rate_step is None:
+            self.probe = await _probe_capacity(self.ctx, client, p, self.seeds.derive("probe"))
+            self.estimate = self.probe.metrics.scalar("request_throughput").value
+            if not self.estimate or not math.isfinite(self.estimate):
+                raise RuntimeError("5.2: the capacity probe completed no request; cannot derive a rate range "
+                                   "(give rate_min, rate_max and rate_step)")
+        est = self.estimate or 0.0  # set whenever one of the three is missing
+        start = p.rate_min if p.rate_min is not None else 0.5 * est
+        stop = p.rate_max if p.rate_max is not None else max(2.0 * est, start)
+        step = p.rate_step if p.rate_step is not None else 0.25 * est
+        source = "declared" if self.estimate is None else (
+            f"derived from a closed-loop probe (concurrency {p.probe_concurrency}, {self.estimate:.2f} req/s completed)")
+        return start, step, stop, source
+
+    @property
+    def best(self) -> tuple[Measured, LevelAssessment, str] | None:
+        """The highest sustainable level (requirements note 26)."""
+        if self.lo is None:
+            return None
+        return next(x for x in reversed(self.search.levels) if x[1].level == self.lo and x[1].passed)
+
+    def summarize(self) -> Outcome:
+        p, levels, best, closed = self.p, self.search.levels, self.best, self.p.load_model == "closed"
+        unit = "concurrency" if closed else "req/s"
+        self.slo_given = p.ttft_p99_slo_s is not None or p.tpot_p99_slo_s is not None
+        self.gpus = _gpu_count(self.ctx)
+        notes: list[str] = []
+        self.measurements = measurements = {
+            "load_model": p.load_model, "levels_tested": len(levels), "slo_applied": self.slo_given,
+            "ttft_p99_slo_ms": None if p.ttft_p99_slo_s is None else p.ttft_p99_slo_s * 1000,
+            "tpot_p99_slo_ms": None if p.tpot_p99_slo_s is None else p.tpot_p99_slo_s * 1000,
+            "level_duration_s": p.level_duration_s, "range_source": self.range_source,
+            "search_start": self.start, "search_step": self.step, "search_stop": self.stop,
+            "capacity_estimate_req_s": self.estimate,
+            "lowest_saturated_level": self.hi,
+        }
+        capacity: Capacity | None = None
+        self.table3: Table | None = None
+        self.table4: Table | None = None
+        metrics = None
+        if best is None:
+            notes.append(f"no sustainable load level found in {len(levels)} levels (lowest tried "
+                         f"{min(a.level for _, a, _ in levels):g} {unit}); no capacity determined")
         else:
-            if p.rate_min is None or p.rate_max is None or p.rate_step is None:
-                probe = await _probe_capacity(ctx, client, p)
-                estimate = probe.metrics.scalar("request_throughput").value
-                if not estimate or not math.isfinite(estimate):
-                    raise RuntimeError("5.2: the capacity probe completed no request; cannot derive a rate range "
-                                       "(give rate_min, rate_max and rate_step)")
-            est = estimate or 0.0  # set whenever one of the three is missing
-            start = p.rate_min if p.rate_min is not None else 0.5 * est
-            stop = p.rate_max if p.rate_max is not None else max(2.0 * est, start)
-            step = p.rate_step if p.rate_step is not None else 0.25 * est
-            range_source = "declared" if estimate is None else (
-                f"derived from a closed-loop probe (concurrency {p.probe_concurrency}, "
-                f"{estimate:.2f} req/s completed)")
-        lo, hi = await search.search(start, step, stop)
-    levels = search.levels
-    best = None if lo is None else next(x for x in reversed(levels) if x[1].level == lo and x[1].passed)
-    unit = "concurrency" if closed else "req/s"
-    slo_given = p.ttft_p99_slo_s is not None or p.tpot_p99_slo_s is not None
-    gpus = _gpu_count(ctx)
-    notes: list[str] = []
-    measurements: dict[str, Any] = {
-        "load_model": p.load_model, "levels_tested": len(levels), "slo_applied": slo_given,
-        "ttft_p99_slo_ms": None if p.ttft_p99_slo_s is None else p.ttft_p99_slo_s * 1000,
-        "tpot_p99_slo_ms": None if p.tpot_p99_slo_s is None else p.tpot_p99_slo_s * 1000,
-        "level_duration_s": p.level_duration_s, "range_source": range_source,
-        "search_start": start, "search_step": step, "search_stop": stop,
-        "capacity_estimate_req_s": estimate,
-        "lowest_saturated_level": hi,
-    }
-    capacity: Capacity | None = None
-    tables: list[Table] = []
-    metrics = None
-    if best is None:
-        notes.append(f"no sustainable load level found in {len(levels)} levels (lowest tried "
-                     f"{min(a.level for _, a, _ in levels):g} {unit}); no capacity determined")
-    else:
+            metrics, capacity = best[0].metrics, self._at_maximum(best, notes)
+        tables = [t for t in (self.table3, self.table4) if t is not None] + [_search_table(levels, unit)]
+        if self.search.retried:
+            notes.append("load generator self-check failed, level repeated: " + "; ".join(self.search.retried))
+        invalid = [a.label for _, a, _ in levels if not a.valid]
+        if invalid:
+            notes.append(f"load generator self-check failed again at {', '.join(invalid)}: judged on their "
+                         "measurements, but the client (not only the SUT) may have set their latencies")
+        search_plot = {"level_label": "offered load (req/s)" if not closed else "concurrency",
+                       "value_label": "achieved output throughput (tok/s)",
+                       "steps": [{"level": a.level, "passed": a.passed, "value": a.output_tps,
+                                  "label": f"{phase}: {a.verdict}" + (f" ({'; '.join(a.reasons)})" if a.reasons
+                                                                       else "")}
+                                 for _, a, phase in levels]}
+        decl = self.search.workloads[0].declaration.to_json() if self.search.workloads else {"name": p.workload}
+        return Outcome(metrics=metrics, tables=tables, measurements=measurements, workload=decl, notes=notes,
+                       plots={"search": search_plot}, capacity=capacity,
+                       runs=[m for m, _, _ in levels] + ([self.probe] if self.probe is not None else []),
+                       facts={"itl_reported": False, "exceeds_capacity": self.hi is not None})
+
+    def _at_maximum(self, best: tuple[Measured, LevelAssessment, str], notes: list[str]) -> Capacity:
+        """Tables 3 and 4 and the measurements at the maximum sustainable load (§5.2.4)."""
+        p, ctx, closed, hi, stop = self.p, self.ctx, self.p.load_model == "closed", self.hi, self.stop
+        unit = "concurrency" if closed else "req/s"
+        measurements, gpus, slo_given, search, levels = (self.measurements, self.gpus, self.slo_given, self.search,
+                                                         self.search.levels)
         bm, ba, _ = best
         metrics = bm.metrics
         sustained_rate = ba.level if not closed else ba.request_rate
@@ -560,7 +533,7 @@ async def run(ctx: ProcedureContext, p: ThroughputParams) -> ProcedureResult:
         tpg = ba.output_tps / gpus if gpus else None
         sustain_txt = (f"{ba.level:.2f} req/s" if not closed
                        else f"concurrency {int(ba.level)} ({ba.request_rate:.2f} req/s)")
-        tables.append(Table(
+        self.table3 = (Table(
             "Table 3: Throughput Summary", ["Metric", "Value"],
             [["Max Output Throughput", fmt_num(ba.output_tps, "tok/s", 0)],
              ["Max Request Throughput", fmt_num(ba.request_rate, "req/s", 1)],
@@ -578,7 +551,7 @@ async def run(ctx: ProcedureContext, p: ThroughputParams) -> ProcedureResult:
                    f"level duration {p.level_duration_s:g} s; search converged to within "
                    f"{p.tolerance:.0%}" if hi is not None and search.converged(ba.level, hi) else
                    f"level duration {p.level_duration_s:g} s; search stopped after {len(levels)} levels"]))
-        tables.append(Table(
+        self.table4 = (Table(
             "Table 4: Latency at Maximum Throughput", ["Metric", "P50", "P95", "P99"],
             [["TTFT", *percentile_row(metrics, "ttft")], ["TPOT", *percentile_row(metrics, "tpot")],
              ["End-to-End", *percentile_row(metrics, "e2e")]],
@@ -594,31 +567,14 @@ async def run(ctx: ProcedureContext, p: ThroughputParams) -> ProcedureResult:
             **{f"{name}_p{q}_ms": _ms(pvalue(metrics, name, q))
                for name in ("ttft", "tpot", "e2e") for q in (50, 95, 99)},
         })
-    tables.append(_search_table(levels, unit))
-    if search.retried:
-        notes.append("load generator self-check failed, level repeated: " + "; ".join(search.retried))
-    invalid = [a.label for _, a, _ in levels if not a.valid]
-    if invalid:
-        notes.append(f"load generator self-check failed again at {', '.join(invalid)}: judged on their "
-                     "measurements, but the client (not only the SUT) may have set their latencies")
-    checks = _checks(p, levels, best, wu, slo_given, start, step, stop, range_source)
-    checks.update(_report_checks(ctx, best, gpus, measurements, tables))
-    measured = [m for m, _, _ in levels] + ([probe] if probe is not None else [])
-    decl = search.workloads[0].declaration.to_json() if search.workloads else {"name": p.workload}
-    facts = run_facts(ctx, workload=decl, warmup=wu, measured=measured,
-                      itl_reported=False, exceeds_capacity=hi is not None)
-    search_plot = {"level_label": "offered load (req/s)" if not closed else "concurrency",
-                   "value_label": "achieved output throughput (tok/s)",
-                   "steps": [{"level": a.level, "passed": a.passed, "value": a.output_tps,
-                              "label": f"{phase}: {a.verdict}" + (f" ({'; '.join(a.reasons)})" if a.reasons else "")}
-                             for _, a, phase in levels]}
-    result = ProcedureResult(
-        procedure="5.2", title="Output Token Throughput", params=params_json(p), profile=ctx.settings.profile,
-        metrics=metrics, runs=[m.summary for m in measured], tables=tables, measurements=measurements,
-        notes=notes, plots={"search": search_plot}, capacity=capacity, started=started,
-        finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
-    finish(ctx, result, facts, checks)
-    return result
+        return capacity
+
+    def checks(self, out: Outcome) -> dict[str, Check]:
+        checks = _checks(self.p, self.search.levels, self.best, self.warmup, self.slo_given, self.start, self.step,
+                         self.stop, self.range_source)
+        checks.update(_report_checks(self.ctx, self.best, self.gpus, self.measurements,
+                                     {"5.2.5-REPORT-1": self.table3, "5.2.5-REPORT-2": self.table4}, out.tables))
+        return checks
 
 
 def _ms(v: float | None) -> float | None:
@@ -711,8 +667,12 @@ def _checks(p: ThroughputParams, levels: list[tuple[Measured, LevelAssessment, s
 
 
 def _report_checks(ctx: ProcedureContext, best: tuple[Measured, LevelAssessment, str] | None, gpus: int | None,
-                   meas: dict[str, Any], tables: list[Table]) -> dict[str, Check]:
-    """5.2.3-PARAM-3/4 and the 5.2.4/5.2.5 REPORT items: what the result carries."""
+                   meas: dict[str, Any], required: dict[str, Table | None], tables: list[Table]) -> dict[str, Check]:
+    """5.2.3-PARAM-3/4 and the 5.2.4/5.2.5 REPORT items: what the result carries.
+
+    ``required`` maps a REPORT item to the table that satisfies it; the item is met when that very
+    table object is among the result's ``tables`` (identity, not title).
+    """
     c: dict[str, Check] = {
         "5.2.3-PARAM-3": Check.met("5.2.3-PARAM-3", "throughput = output tokens arriving in the level's steady "
                                    "window / window length (first 10% excluded)"),
@@ -742,13 +702,9 @@ def _report_checks(ctx: ProcedureContext, best: tuple[Measured, LevelAssessment,
         vals = [meas.get(f"{name}_p{q}_ms") for q in (50, 95, 99)]
         c[rid] = (Check.met(rid, f"{name.upper()} P50/P95/P99 at max load: " + "/".join(f"{v:.1f}" for v in vals) + " ms")
                   if all(v is not None for v in vals) else Check.unmet(rid, f"{name.upper()} percentiles undefined"))
-    titles = {t.title for t in tables}
-    c["5.2.5-REPORT-1"] = Check.met("5.2.5-REPORT-1", "Table 3 in the report") if "Table 3: Throughput Summary" in titles \
-        else Check.unmet("5.2.5-REPORT-1", "Table 3 missing")
-    c["5.2.5-REPORT-2"] = Check.met("5.2.5-REPORT-2", "Table 4 in the report") \
-        if "Table 4: Latency at Maximum Throughput" in titles else Check.unmet("5.2.5-REPORT-2", "Table 4 missing")
+    for rid, table in required.items():
+        name = rid.replace("5.2.5-REPORT-1", "Table 3").replace("5.2.5-REPORT-2", "Table 4")
+        present = table is not None and bool(table.rows) and any(t is table for t in tables)
+        c[rid] = Check.met(rid, f"{name} in the report") if present else Check.unmet(rid, f"{name} missing")
     return c
 
-
-
-register(Procedure("5.2", "Output Token Throughput", ThroughputParams, run, PROFILES, plan))

@@ -25,28 +25,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
+from ..client import LLMClient
 from ..compliance import Check
 from ..load import ArrivalProcess, OpenLoop
 from ..stats import knee_point, optimal_operating_point, saturation_point
-from .base import params_json, Procedure, ProcedureContext, ProcedureResult, Table, register
-from .common import (
-    Measured,
-    client_for,
-    finish,
-    fmt_ms,
-    measure,
-    pvalue,
-    run_facts,
-    warm_up,
-)
-from .p5_2_throughput import WARMUP_SEED_OFFSET, level_specs, queue_trend
+from ..warmup import WarmupResult
+from .base import Table
+from .common import Measured
+from .helpers import fmt_ms, level_specs, pvalue, queue_trend
+from .pipeline import Outcome, ProcedureRun
 
 DRAFT_MIN_DURATION_S = 60.0  # §5.3.2
 DRAFT_LEVELS = tuple(round(0.1 * k, 1) for k in range(1, 13))  # §5.3.3 step 2: 10% ... 120%
-SEED_OFFSET = 300  # 5.3's levels get prompts of their own (no prefix-cache hits from 5.2's)
 
 
 @dataclass
@@ -88,10 +80,6 @@ PROFILES: dict[str, dict[str, Any]] = {
     "standard": {},
     "full": {"level_duration_s": 300.0},
 }
-
-
-def plan(p: TradeoffParams) -> dict[str, Any]:
-    return {"requests": p.warmup_requests, "min_duration_s": len(p.levels) * p.level_duration_s}
 
 
 @dataclass
@@ -144,109 +132,119 @@ def _point(m: Measured, fraction: float, offered: float, p: TradeoffParams) -> L
     return pt
 
 
-async def run(ctx: ProcedureContext, p: TradeoffParams) -> ProcedureResult:
-    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    cap = await ctx.get_capacity("rate")
-    if not cap.rate or not cap.rate > 0:
-        raise RuntimeError("5.3 needs a request-rate capacity estimate (§5.3.3 step 1); none is available")
-    fractions = sorted(p.levels)
-    warm_specs, _ = level_specs(ctx, p.workload, max(p.warmup_requests, 1), WARMUP_SEED_OFFSET + SEED_OFFSET,
-                                p.max_output_tokens)
-    runs: list[Measured] = []
-    points: list[LevelPoint] = []
-    declaration: dict[str, Any] | None = None
-    async with client_for(ctx, max_connections=None) as client:
-        wu = await warm_up(ctx, client, warm_specs, min_requests=p.warmup_requests,
-                           min_output_tokens=p.warmup_tokens)
+class Tradeoff(ProcedureRun[TradeoffParams]):
+    """§5.3.3: open-loop levels as fractions of capacity, ascending; the curve, knee and saturation."""
+
+    id, title, params_type, profiles = "5.3", "Throughput-Latency Tradeoff", TradeoffParams, PROFILES
+
+    @staticmethod
+    def plan(p: TradeoffParams) -> dict[str, Any]:
+        return {"requests": p.warmup_requests, "min_duration_s": len(p.levels) * p.level_duration_s}
+
+    async def prepare(self) -> None:
+        self.cap = await self.ctx.get_capacity("rate")
+        if not self.cap.rate or not self.cap.rate > 0:
+            raise RuntimeError("5.3 needs a request-rate capacity estimate (§5.3.3 step 1); none is available")
+        self.fractions = sorted(self.p.levels)
+        self.points: list[LevelPoint] = []
+        self.declaration: dict[str, Any] | None = None
+
+    async def warm_up(self, client: LLMClient) -> WarmupResult:
+        p = self.p
+        specs, _ = level_specs(self.ctx, p.workload, max(p.warmup_requests, 1), self.seeds.derive("warmup"),
+                               p.max_output_tokens)
+        return await self.warm_up_with(client, specs)
+
+    async def run_loads(self, client: LLMClient) -> None:
+        p, ctx, fractions = self.p, self.ctx, self.fractions
+        assert self.cap.rate is not None
+        # common random numbers: every level uses the same arrival stream, so its arrival times are
+        # one unit-rate sequence scaled by 1/rate and levels differ by their rate, not by chance
+        arrival_seed = self.seeds.derive("arrivals")
         for k, frac in enumerate(fractions):
-            rate = frac * cap.rate
+            rate = frac * self.cap.rate
             n = math.ceil(rate * p.level_duration_s * 1.3) + 20
-            specs, wl = level_specs(ctx, p.workload, n, SEED_OFFSET + k, p.max_output_tokens)
-            declaration = declaration or wl.declaration.to_json()
+            workload_seed = self.seeds.derive("level", k)
+            specs, wl = level_specs(ctx, p.workload, n, workload_seed, p.max_output_tokens)
+            self.declaration = self.declaration or wl.declaration.to_json()
             label = f"L{k:02d}-{frac:.0%}-{rate:.3g}rps"
             ctx.progress(f"5.3 level {k + 1}/{len(fractions)}: {frac:.0%} of capacity = {rate:.2f} req/s")
-            # common random numbers: every level uses the same seed, so its arrival times are one
-            # unit-rate sequence scaled by 1/rate and levels differ by their rate, not by chance
-            load = OpenLoop(ArrivalProcess(p.arrival, rate, seed=ctx.settings.seed + SEED_OFFSET),
-                            duration_s=p.level_duration_s)
-            m = await measure(ctx, client, label, specs, load, drain_timeout_s=max(10.0, p.level_duration_s),
-                              extra={"capacity_fraction": frac, "offered_rate": rate,
-                                     "workload_seed": ctx.settings.seed + SEED_OFFSET + k,
-                                     "arrival_seed": ctx.settings.seed + SEED_OFFSET})
-            runs.append(m)
-            points.append(_point(m, frac, rate, p))
-    offered = [pt.offered for pt in points]
-    achieved = [pt.achieved_tps for pt in points]
-    p99 = [pt.ttft[2] if pt.ttft[2] is not None else math.nan for pt in points]
-    knee = knee_point(offered, p99, factor=p.knee_factor)
-    sat = saturation_point(offered, achieved)
-    slo_given = p.ttft_p99_slo_s is not None or p.tpot_p99_slo_s is not None
-    opt = optimal_operating_point(achieved, [bool(pt.meets_slo) for pt in points]) if slo_given else None
-    if opt is not None:
-        primary = opt
-    elif knee is None:
-        primary = len(points) - 1
-    else:
-        primary = max(knee - 1, 0)
-    min_p99 = min((x for x in p99 if not math.isnan(x)), default=None)
+            load = OpenLoop(ArrivalProcess(p.arrival, rate, seed=arrival_seed), duration_s=p.level_duration_s)
+            m = await self.measure(client, label, specs, load, drain_timeout_s=max(10.0, p.level_duration_s),
+                                   extra={"capacity_fraction": frac, "offered_rate": rate,
+                                          "workload_seed": workload_seed, "arrival_seed": arrival_seed})
+            self.points.append(_point(m, frac, rate, p))
 
-    def rate_txt(i: int | None) -> str:
-        return "not reached" if i is None else f"{points[i].offered:.2f} req/s ({points[i].fraction:.0%} of capacity)"
+    def summarize(self) -> Outcome:
+        p, points, cap, runs = self.p, self.points, self.cap, self.measured
+        offered = [pt.offered for pt in points]
+        achieved = [pt.achieved_tps for pt in points]
+        p99 = [pt.ttft[2] if pt.ttft[2] is not None else math.nan for pt in points]
+        self.knee = knee = knee_point(offered, p99, factor=p.knee_factor)
+        self.sat = sat = saturation_point(offered, achieved)
+        self.slo_given = slo_given = p.ttft_p99_slo_s is not None or p.tpot_p99_slo_s is not None
+        self.opt = opt = optimal_operating_point(achieved, [bool(pt.meets_slo) for pt in points]) if slo_given else None
+        if opt is not None:
+            primary = opt
+        elif knee is None:
+            primary = len(points) - 1
+        else:
+            primary = max(knee - 1, 0)
+        min_p99 = min((x for x in p99 if not math.isnan(x)), default=None)
 
-    knee_line = (f"Knee point: {rate_txt(knee)} (TTFT P99 {fmt_ms(p99[knee])} exceeds {p.knee_factor:g}x the "
-                 f"minimum {fmt_ms(min_p99)})" if knee is not None else
-                 f"Knee point: not reached (TTFT P99 stays within {p.knee_factor:g}x the minimum {fmt_ms(min_p99)})")
-    sat_line = (f"Saturation point: {rate_txt(sat)} (achieved throughput {achieved[sat]:.0f} tok/s < "
-                f"{achieved[sat - 1]:.0f} tok/s at the previous level)" if sat is not None else
-                "Saturation point: not reached (achieved throughput never decreased from one level to the next)")
-    if slo_given:
-        slo_txt = ", ".join(x for x in (f"TTFT P99 <= {fmt_ms(p.ttft_p99_slo_s)}" if p.ttft_p99_slo_s else "",
-                                        f"TPOT P99 <= {fmt_ms(p.tpot_p99_slo_s)}" if p.tpot_p99_slo_s else "") if x)
-        opt_line = (f"Optimal operating point: {rate_txt(opt)}, {achieved[opt]:.0f} tok/s ({slo_txt})"
-                    if opt is not None else f"Optimal operating point: none (no level meets {slo_txt})")
-    else:
-        opt_line = "Optimal operating point: no SLO given (set ttft_p99_slo_s / tpot_p99_slo_s)"
-    growing = [pt for pt in points if pt.queue == "growing"]
-    table5 = Table(
-        "Table 5: Throughput-Latency Table",
-        ["Offered (r/s)", "Achieved (tok/s)", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "Success"],
-        [[f"{pt.offered:.2f}", f"{pt.achieved_tps:.0f}", fmt_ms(pt.ttft[0]), fmt_ms(pt.ttft[2]), fmt_ms(pt.tpot[0]),
-          fmt_ms(pt.tpot[2]), f"{pt.success:.1%}"] for pt in points],
-        notes=[knee_line, sat_line, opt_line,
-               (f"capacity estimate {cap.rate:.2f} req/s ({cap.source or 'unknown source'}); open-loop "
-                f"{p.arrival} arrivals, {p.level_duration_s:g} s per level, ascending"),
-               "achieved throughput over each level's steady window (first 10% excluded, §5.2.3.2)"])
-    detail = Table(
-        "Per-level detail (§5.3.4)",
-        ["Load", "Offered (r/s)", "TTFT P95", "TPOT P95", "E2E P50", "E2E P95", "E2E P99", "Success", "Queue"],
-        [[f"{pt.fraction:.0%}", f"{pt.offered:.2f}", fmt_ms(pt.ttft[1]), fmt_ms(pt.tpot[1]),
-          *(fmt_ms(v) for v in pt.e2e), f"{pt.success:.1%}", pt.queue] for pt in points],
-        notes=[("queue growth: OLS slope of the server's waiting gauge (client in-flight count without /metrics) "
-                "significant and >= max(2, 2% of arrivals) over the steady window")])
-    measurements: dict[str, Any] = {
-        "capacity_rate_req_s": cap.rate, "capacity_source": cap.source, "levels": [pt.to_json() for pt in points],
-        "level_count": len(points), "level_duration_s": p.level_duration_s,
-        "knee_index": knee, "knee_rate_req_s": None if knee is None else points[knee].offered,
-        "saturation_index": sat, "saturation_rate_req_s": None if sat is None else points[sat].offered,
-        "optimal_index": opt, "optimal_rate_req_s": None if opt is None else points[opt].offered,
-        "optimal_output_tok_s": None if opt is None else achieved[opt],
-        "max_achieved_tok_s": max(achieved) if achieved else None,
-        "min_ttft_p99_ms": None if min_p99 is None else round(min_p99 * 1000, 3),
-        "queue_growing_levels": [pt.offered for pt in growing], "slo_applied": slo_given,
-    }
-    checks = _checks(p, points, cap, knee, sat, opt, slo_given, runs)
-    facts = run_facts(ctx, workload=declaration or {"name": p.workload}, warmup=wu, measured=runs,
-                      itl_reported=False, exceeds_capacity=max(fractions) > 1.0)
-    curve = {"offered": offered, "achieved_tps": achieved, "ttft_p99_s": p99,
-             "tpot_p99_s": [pt.tpot[2] if pt.tpot[2] is not None else math.nan for pt in points],
-             "knee_index": knee, "saturation_index": sat, "offered_unit": "req/s"}
-    result = ProcedureResult(
-        procedure="5.3", title="Throughput-Latency Tradeoff", params=params_json(p), profile=ctx.settings.profile,
-        metrics=runs[primary].metrics, runs=[m.summary for m in runs], tables=[table5, detail],
-        measurements=measurements, plots={"curve": curve},
-        started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
-    finish(ctx, result, facts, checks)
-    return result
+        def rate_txt(i: int | None) -> str:
+            return "not reached" if i is None else f"{points[i].offered:.2f} req/s ({points[i].fraction:.0%} of capacity)"
+
+        knee_line = (f"Knee point: {rate_txt(knee)} (TTFT P99 {fmt_ms(p99[knee])} exceeds {p.knee_factor:g}x the "
+                     f"minimum {fmt_ms(min_p99)})" if knee is not None else
+                     f"Knee point: not reached (TTFT P99 stays within {p.knee_factor:g}x the minimum {fmt_ms(min_p99)})")
+        sat_line = (f"Saturation point: {rate_txt(sat)} (achieved throughput {achieved[sat]:.0f} tok/s < "
+                    f"{achieved[sat - 1]:.0f} tok/s at the previous level)" if sat is not None else
+                    "Saturation point: not reached (achieved throughput never decreased from one level to the next)")
+        if slo_given:
+            slo_txt = ", ".join(x for x in (f"TTFT P99 <= {fmt_ms(p.ttft_p99_slo_s)}" if p.ttft_p99_slo_s else "",
+                                            f"TPOT P99 <= {fmt_ms(p.tpot_p99_slo_s)}" if p.tpot_p99_slo_s else "") if x)
+            opt_line = (f"Optimal operating point: {rate_txt(opt)}, {achieved[opt]:.0f} tok/s ({slo_txt})"
+                        if opt is not None else f"Optimal operating point: none (no level meets {slo_txt})")
+        else:
+            opt_line = "Optimal operating point: no SLO given (set ttft_p99_slo_s / tpot_p99_slo_s)"
+        growing = [pt for pt in points if pt.queue == "growing"]
+        table5 = Table(
+            "Table 5: Throughput-Latency Table",
+            ["Offered (r/s)", "Achieved (tok/s)", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "Success"],
+            [[f"{pt.offered:.2f}", f"{pt.achieved_tps:.0f}", fmt_ms(pt.ttft[0]), fmt_ms(pt.ttft[2]), fmt_ms(pt.tpot[0]),
+              fmt_ms(pt.tpot[2]), f"{pt.success:.1%}"] for pt in points],
+            notes=[knee_line, sat_line, opt_line,
+                   (f"capacity estimate {cap.rate:.2f} req/s ({cap.source or 'unknown source'}); open-loop "
+                    f"{p.arrival} arrivals, {p.level_duration_s:g} s per level, ascending"),
+                   "achieved throughput over each level's steady window (first 10% excluded, §5.2.3.2)"])
+        detail = Table(
+            "Per-level detail (§5.3.4)",
+            ["Load", "Offered (r/s)", "TTFT P95", "TPOT P95", "E2E P50", "E2E P95", "E2E P99", "Success", "Queue"],
+            [[f"{pt.fraction:.0%}", f"{pt.offered:.2f}", fmt_ms(pt.ttft[1]), fmt_ms(pt.tpot[1]),
+              *(fmt_ms(v) for v in pt.e2e), f"{pt.success:.1%}", pt.queue] for pt in points],
+            notes=[("queue growth: OLS slope of the server's waiting gauge (client in-flight count without /metrics) "
+                    "significant and >= max(2, 2% of arrivals) over the steady window")])
+        measurements: dict[str, Any] = {
+            "capacity_rate_req_s": cap.rate, "capacity_source": cap.source, "levels": [pt.to_json() for pt in points],
+            "level_count": len(points), "level_duration_s": p.level_duration_s,
+            "knee_index": knee, "knee_rate_req_s": None if knee is None else points[knee].offered,
+            "saturation_index": sat, "saturation_rate_req_s": None if sat is None else points[sat].offered,
+            "optimal_index": opt, "optimal_rate_req_s": None if opt is None else points[opt].offered,
+            "optimal_output_tok_s": None if opt is None else achieved[opt],
+            "max_achieved_tok_s": max(achieved) if achieved else None,
+            "min_ttft_p99_ms": None if min_p99 is None else round(min_p99 * 1000, 3),
+            "queue_growing_levels": [pt.offered for pt in growing], "slo_applied": slo_given,
+        }
+        curve = {"offered": offered, "achieved_tps": achieved, "ttft_p99_s": p99,
+                 "tpot_p99_s": [pt.tpot[2] if pt.tpot[2] is not None else math.nan for pt in points],
+                 "knee_index": knee, "saturation_index": sat, "offered_unit": "req/s"}
+        return Outcome(metrics=runs[primary].metrics, tables=[table5, detail], measurements=measurements,
+                       workload=self.declaration or {"name": p.workload}, plots={"curve": curve},
+                       facts={"itl_reported": False, "exceeds_capacity": max(self.fractions) > 1.0})
+
+    def checks(self, out: Outcome) -> dict[str, Check]:
+        return _checks(self.p, self.points, self.cap, self.knee, self.sat, self.opt, self.slo_given, self.measured)
 
 
 def _checks(p: TradeoffParams, points: list[LevelPoint], cap: Any, knee: int | None, sat: int | None,
@@ -291,5 +289,3 @@ def _checks(p: TradeoffParams, points: list[LevelPoint], cap: Any, knee: int | N
     c["5.3.5-REPORT-1"] = Check.met("5.3.5-REPORT-1", "Table 5 with knee and saturation lines")
     return c
 
-
-register(Procedure("5.3", "Throughput-Latency Tradeoff", TradeoffParams, run, PROFILES, plan))

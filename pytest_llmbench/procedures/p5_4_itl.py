@@ -24,35 +24,26 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
+from ..client import LLMClient
 from ..compliance import Check
 from ..load import ArrivalProcess, OpenLoop
 from ..metrics import ITL_OPTIONS, RunMetrics
 from ..records import RequestRecord, RequestSpec
 from ..workloads import build_workload
-from .base import params_json, Procedure, ProcedureContext, ProcedureResult, Table, register
-from .common import (
-    Measured,
-    client_for,
-    finish,
-    fmt_ms,
-    measure,
-    pvalue,
-    run_facts,
-    sample_list,
-    warm_up,
-)
-from .p5_2_throughput import WARMUP_SEED_OFFSET, cap_output
+from ..warmup import WarmupResult
+from .base import Table
+from .common import Measured
+from .helpers import cap_output, fmt_ms, pvalue, sample_list
+from .pipeline import Outcome, ProcedureRun
 
 DRAFT_MIN_OUTPUT = 50  # §5.4.2 MUST
 DRAFT_MIN_REQUESTS = 100  # §5.4.2
 DRAFT_MIN_SAMPLES = 5000  # §5.4.2 "yielding 5000+ ITL samples"
 DRAFT_LEVELS = (0.25, 0.5, 0.75, 0.9)  # §5.4.2 RECOMMENDED, fractions of saturation
-SEED_OFFSET = 400  # 5.4's prompts differ from every other procedure's (no prefix-cache reuse)
 
 
 @dataclass
@@ -91,10 +82,6 @@ PROFILES: dict[str, dict[str, Any]] = {
     "standard": {},
     "full": {"requests": 1000},
 }
-
-
-def plan(p: ITLParams) -> dict[str, Any]:
-    return {"requests": p.warmup_requests + p.requests * len(p.levels), "min_duration_s": 0.0}
 
 
 def force_min_output(specs: list[RequestSpec], min_tokens: int, cap: int | None) -> tuple[list[RequestSpec], int]:
@@ -175,104 +162,122 @@ def _table6(metrics: RunMetrics, title: str) -> Table:
                         "the submission-to-first-token interval is never an ITL sample (§5.4.3)"])
 
 
-async def run(ctx: ProcedureContext, p: ITLParams) -> ProcedureResult:
-    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    cap = await ctx.get_capacity("rate")
-    if not cap.rate or not cap.rate > 0:
-        raise RuntimeError("5.4 needs a request-rate capacity (§5.4.2: load as a percentage of maximum "
-                           "throughput); none is available")
-    fractions = sorted(p.levels)
-    warm_wl = build_workload(p.workload, n=max(p.warmup_requests, 1), seed=ctx.settings.seed + WARMUP_SEED_OFFSET
-                             + SEED_OFFSET, tokenizer=ctx.tokenizer, force_output=True)
-    warm_specs, _ = force_min_output(list(warm_wl.specs), p.min_output_tokens, p.max_output_tokens)
-    runs: list[Measured] = []
-    audits: list[ItlAudit] = []
-    raised_total = 0
-    declaration: dict[str, Any] | None = None
-    async with client_for(ctx, max_connections=None) as client:
-        wu = await warm_up(ctx, client, warm_specs, min_requests=p.warmup_requests,
-                           min_output_tokens=p.warmup_tokens)
+class ITL(ProcedureRun[ITLParams]):
+    """§5.4.3: each load level's requests with a forced minimum output; Table 6 per level."""
+
+    id, title, params_type, profiles = "5.4", "Inter-Token Latency Distribution", ITLParams, PROFILES
+
+    @staticmethod
+    def plan(p: ITLParams) -> dict[str, Any]:
+        return {"requests": p.warmup_requests + p.requests * len(p.levels), "min_duration_s": 0.0}
+
+    async def prepare(self) -> None:
+        self.cap = await self.ctx.get_capacity("rate")
+        if not self.cap.rate or not self.cap.rate > 0:
+            raise RuntimeError("5.4 needs a request-rate capacity (§5.4.2: load as a percentage of maximum "
+                               "throughput); none is available")
+        self.fractions = sorted(self.p.levels)
+        self.audits: list[ItlAudit] = []
+        self.raised_total = 0
+        self.declaration: dict[str, Any] | None = None
+
+    async def warm_up(self, client: LLMClient) -> WarmupResult:
+        p = self.p
+        wl = build_workload(p.workload, n=max(p.warmup_requests, 1), seed=self.seeds.derive("warmup"),
+                            tokenizer=self.ctx.tokenizer, force_output=True)
+        specs, _ = force_min_output(list(wl.specs), p.min_output_tokens, p.max_output_tokens)
+        return await self.warm_up_with(client, specs)
+
+    async def run_loads(self, client: LLMClient) -> None:
+        p, ctx, fractions = self.p, self.ctx, self.fractions
+        assert self.cap.rate is not None
         for k, frac in enumerate(fractions):
-            rate = frac * cap.rate
-            wl = build_workload(p.workload, n=p.requests, seed=ctx.settings.seed + SEED_OFFSET + k,
-                                tokenizer=ctx.tokenizer, force_output=True)
-            declaration = declaration or wl.declaration.to_json()
+            rate = frac * self.cap.rate
+            workload_seed = self.seeds.derive("level", k)
+            wl = build_workload(p.workload, n=p.requests, seed=workload_seed, tokenizer=ctx.tokenizer,
+                                force_output=True)
+            self.declaration = self.declaration or wl.declaration.to_json()
             specs, raised = force_min_output(list(wl.specs), p.min_output_tokens, p.max_output_tokens)
-            raised_total += raised
+            self.raised_total += raised
             label = f"L{k:02d}-{frac:.0%}-{rate:.3g}rps"
             ctx.progress(f"5.4 level {k + 1}/{len(fractions)}: {frac:.0%} of capacity = {rate:.2f} req/s, "
                          f"{p.requests} requests")
-            load = OpenLoop(ArrivalProcess(p.arrival, rate, seed=ctx.settings.seed + SEED_OFFSET + k),
+            load = OpenLoop(ArrivalProcess(p.arrival, rate, seed=self.seeds.derive("arrivals", k)),
                             max_requests=len(specs))
-            m = await measure(ctx, client, label, specs, load,
-                              extra={"capacity_fraction": frac, "offered_rate": rate,
-                                     "workload_seed": ctx.settings.seed + SEED_OFFSET + k})
-            runs.append(m)
-            audits.append(audit_itl(m.metrics, m.records, p.min_output_tokens))
-    primary = int(np.argmin([abs(f - 0.5) for f in fractions]))
-    tables: list[Table] = []
-    for frac, m in zip(fractions, runs):
-        rate = frac * cap.rate
-        tables.append(_table6(m.metrics, f"Table 6: ITL Results ({frac:.0%} of capacity, {rate:.2f} req/s)"))
-    per_req_rows = []
-    level_meas = []
-    for frac, m, a in zip(fractions, runs, audits):
-        mt = m.metrics
-        mod, tail = mt.itl_modality, mt.itl_tail
-        row = [f"{frac:.0%}", f"{frac * cap.rate:.2f}",
-               *(fmt_ms(pvalue(mt, "jitter", q)) for q in (50, 95, 99)),
-               *(fmt_ms(pvalue(mt, "max_pause", q)) for q in (50, 95, 99)),
-               mod.verdict if mod else "n/a", tail.verdict if tail else "n/a",
-               f"{mt.scalar('itl_tail_ratio').value:.2f}", f"{a.short_requests}/{a.ok_requests}"]
-        per_req_rows.append(row)
-        level_meas.append({
-            "fraction": frac, "offered_req_s": frac * cap.rate, "itl_samples": a.samples,
-            **{f"itl_p{q:g}_ms": _ms(pvalue(mt, "itl", q)) for q in (50, 90, 95, 99, 99.9)},
-            "itl_mean_ms": _ms(mt.distributions["itl"].mean.value if a.samples else None),
-            "itl_std_ms": _ms(mt.distributions["itl"].std if a.samples else None),
-            **{f"jitter_p{q}_ms": _ms(pvalue(mt, "jitter", q)) for q in (50, 95, 99)},
-            **{f"max_pause_p{q}_ms": _ms(pvalue(mt, "max_pause", q)) for q in (50, 95, 99)},
-            "p99_p50_ratio": _num(mt.scalar("itl_tail_ratio").value),
-            "modality": mod.verdict if mod else None, "dip_p_value": _num(mod.p_value) if mod else None,
-            "tail": tail.verdict if tail else None, "tail_xi": _num(tail.xi) if tail else None,
-            "short_requests": a.short_requests, "ok_requests": a.ok_requests,
-            "concurrency_mean": _num(mt.scalar("concurrency").value),
-        })
-    tables.append(Table(
-        "Per-request ITL statistics and distribution shape (§5.4.4.2, §5.4.4.3)",
-        ["Load", "Offered (r/s)", "Jitter P50", "Jitter P95", "Jitter P99", "Max Pause P50", "Max Pause P95",
-         "Max Pause P99", "Modality", "Tail", "P99/P50", f"< {p.min_output_tokens} tokens"], per_req_rows,
-        notes=["jitter = per-request standard deviation of its ITLs; max pause = its largest ITL",
-               ("modality: Hartigan's dip test (p < 0.05 = multimodal); tail: GPD shape xi of the excesses over "
-                "P90 (xi > 0.1 heavy-tailed, |xi| <= 0.1 exponential, xi < -0.1 light)")]))
-    short = sum(a.short_requests for a in audits)
-    ok_reqs = sum(a.ok_requests for a in audits)
-    notes = []
-    if short:
-        notes.append(f"{short} of {ok_reqs} successful requests produced fewer than {p.min_output_tokens} output "
-                     "tokens: the server did not honour min_tokens/ignore_eos (§5.4.2)")
-    if raised_total:
-        notes.append(f"{raised_total} requests' max_tokens raised to {p.min_output_tokens} (§5.4.2 minimum)")
-    pm = runs[primary].metrics
-    measurements: dict[str, Any] = {
-        "capacity_rate_req_s": cap.rate, "capacity_source": cap.source,
-        "itl_option": pm.itl_option, "itl_method": ITL_OPTIONS[pm.itl_option],
-        "primary_level_fraction": fractions[primary], "levels": level_meas,
-        "requests_below_min_output": short, "requests_ok": ok_reqs, "min_output_tokens": p.min_output_tokens,
-        **{k: v for k, v in level_meas[primary].items() if k not in ("fraction", "offered_req_s")},
-    }
-    checks = _checks(p, fractions, audits, runs, declaration or {})
-    facts = run_facts(ctx, workload=declaration or {"name": p.workload}, warmup=wu, measured=runs,
-                      itl_reported=True, exceeds_capacity=max(fractions) > 1.0)
-    result = ProcedureResult(
-        procedure="5.4", title="Inter-Token Latency Distribution", params=params_json(p),
-        profile=ctx.settings.profile, metrics=pm, runs=[m.summary for m in runs], tables=tables,
-        measurements=measurements, notes=notes,
-        plots={"itl_samples_s": sample_list(pm.distributions["itl"].samples
-                                            if pm.distributions["itl"].samples is not None else [])},
-        started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
-    finish(ctx, result, facts, checks)
-    return result
+            m = await self.measure(client, label, specs, load,
+                                   extra={"capacity_fraction": frac, "offered_rate": rate,
+                                          "workload_seed": workload_seed})
+            self.audits.append(audit_itl(m.metrics, m.records, p.min_output_tokens))
+
+    def summarize(self) -> Outcome:
+        p, fractions, runs, audits, cap = self.p, self.fractions, self.measured, self.audits, self.cap
+        assert cap.rate is not None
+        primary = int(np.argmin([abs(f - 0.5) for f in fractions]))
+        tables = [_table6(m.metrics, f"Table 6: ITL Results ({frac:.0%} of capacity, {frac * cap.rate:.2f} req/s)")
+                  for frac, m in zip(fractions, runs)]
+        level_meas = self._shape(tables)
+        raised_total = self.raised_total
+        short = sum(a.short_requests for a in audits)
+        ok_reqs = sum(a.ok_requests for a in audits)
+        notes = []
+        if short:
+            notes.append(f"{short} of {ok_reqs} successful requests produced fewer than {p.min_output_tokens} output "
+                         "tokens: the server did not honour min_tokens/ignore_eos (§5.4.2)")
+        if raised_total:
+            notes.append(f"{raised_total} requests' max_tokens raised to {p.min_output_tokens} (§5.4.2 minimum)")
+        pm = runs[primary].metrics
+        measurements: dict[str, Any] = {
+            "capacity_rate_req_s": cap.rate, "capacity_source": cap.source,
+            "itl_option": pm.itl_option, "itl_method": ITL_OPTIONS[pm.itl_option],
+            "primary_level_fraction": fractions[primary], "levels": level_meas,
+            "requests_below_min_output": short, "requests_ok": ok_reqs, "min_output_tokens": p.min_output_tokens,
+            **{k: v for k, v in level_meas[primary].items() if k not in ("fraction", "offered_req_s")},
+        }
+        return Outcome(metrics=pm, tables=tables, measurements=measurements,
+                       workload=self.declaration or {"name": p.workload}, notes=notes,
+                       plots={"itl_samples_s": sample_list(pm.distributions["itl"].samples
+                                                           if pm.distributions["itl"].samples is not None else [])},
+                       facts={"itl_reported": True, "exceeds_capacity": max(fractions) > 1.0})
+
+    def _shape(self, tables: list[Table]) -> list[dict[str, Any]]:
+        """Per-request ITL statistics and distribution shape per level (§5.4.4.2, §5.4.4.3)."""
+        p, fractions, runs, audits, cap = self.p, self.fractions, self.measured, self.audits, self.cap
+        assert cap.rate is not None
+        per_req_rows = []
+        level_meas = []
+        for frac, m, a in zip(fractions, runs, audits):
+            mt = m.metrics
+            mod, tail = mt.itl_modality, mt.itl_tail
+            row = [f"{frac:.0%}", f"{frac * cap.rate:.2f}",
+                   *(fmt_ms(pvalue(mt, "jitter", q)) for q in (50, 95, 99)),
+                   *(fmt_ms(pvalue(mt, "max_pause", q)) for q in (50, 95, 99)),
+                   mod.verdict if mod else "n/a", tail.verdict if tail else "n/a",
+                   f"{mt.scalar('itl_tail_ratio').value:.2f}", f"{a.short_requests}/{a.ok_requests}"]
+            per_req_rows.append(row)
+            level_meas.append({
+                "fraction": frac, "offered_req_s": frac * cap.rate, "itl_samples": a.samples,
+                **{f"itl_p{q:g}_ms": _ms(pvalue(mt, "itl", q)) for q in (50, 90, 95, 99, 99.9)},
+                "itl_mean_ms": _ms(mt.distributions["itl"].mean.value if a.samples else None),
+                "itl_std_ms": _ms(mt.distributions["itl"].std if a.samples else None),
+                **{f"jitter_p{q}_ms": _ms(pvalue(mt, "jitter", q)) for q in (50, 95, 99)},
+                **{f"max_pause_p{q}_ms": _ms(pvalue(mt, "max_pause", q)) for q in (50, 95, 99)},
+                "p99_p50_ratio": _num(mt.scalar("itl_tail_ratio").value),
+                "modality": mod.verdict if mod else None, "dip_p_value": _num(mod.p_value) if mod else None,
+                "tail": tail.verdict if tail else None, "tail_xi": _num(tail.xi) if tail else None,
+                "short_requests": a.short_requests, "ok_requests": a.ok_requests,
+                "concurrency_mean": _num(mt.scalar("concurrency").value),
+            })
+        tables.append(Table(
+            "Per-request ITL statistics and distribution shape (§5.4.4.2, §5.4.4.3)",
+            ["Load", "Offered (r/s)", "Jitter P50", "Jitter P95", "Jitter P99", "Max Pause P50", "Max Pause P95",
+             "Max Pause P99", "Modality", "Tail", "P99/P50", f"< {p.min_output_tokens} tokens"], per_req_rows,
+            notes=["jitter = per-request standard deviation of its ITLs; max pause = its largest ITL",
+                   ("modality: Hartigan's dip test (p < 0.05 = multimodal); tail: GPD shape xi of the excesses over "
+                    "P90 (xi > 0.1 heavy-tailed, |xi| <= 0.1 exponential, xi < -0.1 light)")]))
+        return level_meas
+
+    def checks(self, out: Outcome) -> dict[str, Check]:
+        return _checks(self.p, self.fractions, self.audits, self.measured, self.declaration or {})
 
 
 def _ms(v: float | None) -> float | None:
@@ -342,5 +347,3 @@ def _checks(p: ITLParams, fractions: list[float], audits: list[ItlAudit], runs: 
         c["B.2.1-PARAM-1"] = Check.met("B.2.1-PARAM-1", f"single-token chunk share {min(fracs):.1%} (lowest level)")
     return c
 
-
-register(Procedure("5.4", "Inter-Token Latency Distribution", ITLParams, run, PROFILES, plan))

@@ -24,19 +24,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
-import time
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
+from ..client import LLMClient
 from ..compliance import Check
 from ..load import ClosedLoop
-from ..records import ErrorType, RequestRecord, RequestSpec
-from ..workloads import build_workload
-from .base import params_json, Capacity, Procedure, ProcedureContext, ProcedureResult, Table, register
-from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, run_facts, warm_up
+from ..warmup import WarmupResult
+from .base import Capacity, ProcedureContext, Table
+from .common import Measured
+from .helpers import build_level_specs, capacity_error, closed_level_stream, fmt_ms, pvalue
+from .pipeline import Outcome, ProcedureRun
 
 __all__ = [
     "DEFAULT_TTFT_P99_S",
@@ -53,14 +51,6 @@ __all__ = [
 DEFAULT_TTFT_P99_S = 2.0  # at time_scale 1 (real endpoints); × time_scale on the simulator
 MIN_LEVEL_S, MIN_COMPLETIONS_PER_SLOT = 60.0, 100  # §5.5.3 step 3c
 MIN_COMPLETION = 0.99  # §5.5.2
-
-#: Error text that reveals memory or capacity exhaustion (§5.5.2 "no out-of-memory errors"):
-#: CUDA / torch OOM, vLLM/TGI KV-cache messages, the simulator's kv_capacity_exceeded / queue_full.
-_CAPACITY_TEXT = re.compile(
-    r"out of memory|\boom\b|cuda error|insufficient (gpu )?memory|kv[ _-]?cache|kv_capacity|"
-    r"no available (memory|blocks)|queue[ _]full|capacity|resource(s)? exhausted|overloaded",
-    re.IGNORECASE,
-)
 
 
 @dataclass
@@ -110,13 +100,6 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
-def plan(p: CapacityParams) -> dict[str, Any]:
-    levels = max(1, math.ceil(math.log2(p.max_concurrency / p.initial_concurrency))) + \
-        max(0, math.ceil(math.log2(max(p.max_concurrency / 2 / p.resolution, 1))))
-    return {"requests": p.warmup_requests + p.min_completions_per_slot * p.initial_concurrency * (2 ** min(levels, 6)),
-            "min_duration_s": levels * p.min_level_s}
-
-
 # ---------------------------------------------------------------------------------------------
 # helpers shared with 5.8
 # ---------------------------------------------------------------------------------------------
@@ -130,49 +113,6 @@ def ttft_threshold(ctx: ProcedureContext, declared: float | None) -> tuple[float
         scale = float(ctx.sut.server_info.get("time_scale", 1.0) or 1.0)
         return DEFAULT_TTFT_P99_S * scale, f"default {DEFAULT_TTFT_P99_S:g} s x simulator time_scale {scale:g}"
     return DEFAULT_TTFT_P99_S, f"default {DEFAULT_TTFT_P99_S:g} s"
-
-
-def capacity_error(rec: RequestRecord) -> bool:
-    """A failed request whose status or error text shows memory/capacity exhaustion (§5.5.2)."""
-    if not rec.failed:
-        return False
-    if rec.error_type is ErrorType.RATE_LIMITED or rec.status in (503, 507):
-        return True
-    return bool(rec.error_message and _CAPACITY_TEXT.search(rec.error_message))
-
-
-def build_level_specs(ctx: ProcedureContext, workload: str, n: int, seed: int, output_tokens: int,
-                      workload_params: dict[str, Any]) -> tuple[list[RequestSpec], dict[str, Any]]:
-    """``n`` requests of ``workload`` with a fixed, forced output length (§5.5.2)."""
-    try:
-        wl = build_workload(workload, n=n, seed=seed, tokenizer=ctx.tokenizer, output_tokens=output_tokens,
-                            force_output=True, **workload_params)
-    except TypeError as exc:
-        raise ValueError(f"workload {workload!r} cannot fix the output length ({exc}); use synthetic-uniform, "
-                         "fixed or long-context") from None
-    return list(wl.specs), wl.declaration.to_json()
-
-
-def closed_level_stream(specs: Sequence[RequestSpec], need: int, min_s: float,
-                        stats: dict[str, int]) -> Iterator[RequestSpec]:
-    """Specs for one closed-loop level: stop once ``need`` were sent *and* ``min_s`` passed.
-
-    The level therefore runs for the longer of the two (§5.5.3 step 3c, §5.8.3 step 3b). Past the
-    end of ``specs`` the list is cycled (counted in ``stats["repeats"]``); a prompt then recurs only
-    after ``len(specs)`` others, long evicted from any prefix cache a level this size fills.
-    """
-    t0: float | None = None
-    i = 0
-    while True:
-        now = time.perf_counter()
-        if t0 is None:
-            t0 = now
-        if i >= need and now - t0 >= min_s:
-            return
-        if i >= len(specs):
-            stats["repeats"] = stats.get("repeats", 0) + 1
-        yield specs[i % len(specs)]
-        i += 1
 
 
 def next_level(lo: int, hi: int | None, maximum: int, resolution: int) -> int | None:
@@ -223,47 +163,141 @@ def _pct(x: float | None) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-async def run(ctx: ProcedureContext, p: CapacityParams) -> ProcedureResult:
-    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    threshold, threshold_src = ttft_threshold(ctx, p.ttft_p99_threshold_s)
-    seed = ctx.settings.seed
-    wu_specs, _ = build_level_specs(ctx, p.workload, max(p.warmup_requests, 8), seed, p.output_tokens,
-                                    p.workload_params)
-    # forced min_tokens would exceed the warm-up probe's capped max_tokens: warm-up needs no forcing
-    wu_specs = [dataclasses.replace(s, min_tokens=None) for s in wu_specs]
-    outcomes: dict[int, LevelOutcome] = {}
-    order: list[int] = []
-    declaration: dict[str, Any] | None = None
-    lo, hi = 0, None
-    async with client_for(ctx, max_connections=p.max_concurrency) as client:
-        wu = await warm_up(ctx, client, wu_specs, min_requests=p.warmup_requests,
-                           min_output_tokens=p.warmup_tokens, concurrency=min(p.initial_concurrency, 16))
+class ConcurrentCapacity(ProcedureRun[CapacityParams]):
+    """§5.5.3: closed-loop levels searched for the highest concurrency meeting the criteria; Table 7."""
+
+    id, title, params_type, profiles = "5.5", "Concurrent Request Capacity", CapacityParams, PROFILES
+
+    @staticmethod
+    def plan(p: CapacityParams) -> dict[str, Any]:
+        levels = max(1, math.ceil(math.log2(p.max_concurrency / p.initial_concurrency))) + \
+            max(0, math.ceil(math.log2(max(p.max_concurrency / 2 / p.resolution, 1))))
+        return {"requests": p.warmup_requests
+                + p.min_completions_per_slot * p.initial_concurrency * (2 ** min(levels, 6)),
+                "min_duration_s": levels * p.min_level_s}
+
+    async def prepare(self) -> None:
+        self.threshold, self.threshold_src = ttft_threshold(self.ctx, self.p.ttft_p99_threshold_s)
+        self.outcomes: dict[int, LevelOutcome] = {}
+        self.order: list[int] = []
+        self.declaration: dict[str, Any] | None = None
+        self.lo: int = 0
+        self.hi: int | None = None
+
+    def connections(self) -> int | None:
+        return self.p.max_concurrency
+
+    async def warm_up(self, client: LLMClient) -> WarmupResult:
+        p = self.p
+        specs, _ = build_level_specs(self.ctx, p.workload, max(p.warmup_requests, 8), self.seeds.derive("warmup"),
+                                     p.output_tokens, p.workload_params)
+        # forced min_tokens would exceed the warm-up probe's capped max_tokens: warm-up needs no forcing
+        specs = [dataclasses.replace(s, min_tokens=None) for s in specs]
+        return await self.warm_up_with(client, specs, concurrency=min(p.initial_concurrency, 16))
+
+    async def run_loads(self, client: LLMClient) -> None:
+        p, ctx, threshold = self.p, self.ctx, self.threshold
+        lo, hi = self.lo, self.hi
         c: int | None = p.initial_concurrency
         rate_per_slot: float | None = None  # completions/s per slot at the last level: sizes the next list
         while c is not None:
             need = p.min_completions_per_slot * c
             n = need if rate_per_slot is None else max(need, math.ceil(1.25 * rate_per_slot * c * p.min_level_s))
-            specs, decl = build_level_specs(ctx, p.workload, n, seed + 1000 * c, p.output_tokens,
-                                            p.workload_params)
-            declaration = declaration or decl
+            level_seed = self.seeds.derive("level", c)
+            specs, decl = build_level_specs(ctx, p.workload, n, level_seed, p.output_tokens, p.workload_params)
+            self.declaration = self.declaration or decl
             stats: dict[str, int] = {}
             ctx.progress(f"level {c}: closed loop, >= {p.min_level_s:g} s and >= {need} completions")
-            m = await measure(ctx, client, f"c{c:04d}", closed_level_stream(specs, need, p.min_level_s, stats),
-                              ClosedLoop(c, duration_s=p.level_timeout_s), drain_timeout_s=ctx.settings.timeout,
-                              extra={"concurrency": c, "level_seed": seed + 1000 * c})
+            m = await self.measure(client, f"c{c:04d}", closed_level_stream(specs, need, p.min_level_s, stats),
+                                   ClosedLoop(c, duration_s=p.level_timeout_s), drain_timeout_s=ctx.settings.timeout,
+                                   extra={"concurrency": c, "level_seed": level_seed})
             out = _judge(c, m, threshold, p.min_completion, stats.get("repeats", 0))
-            outcomes[c] = out
+            self.outcomes[c] = out
             if out.completions and m.load.duration_s > 0:
                 rate_per_slot = out.completions / m.load.duration_s / c
-            order.append(c)
+            self.order.append(c)
             if out.passed:
-                lo = max(lo, c)
+                self.lo = lo = max(lo, c)
             else:
-                hi = c if hi is None else min(hi, c)
+                self.hi = hi = c if hi is None else min(hi, c)
             c = next_level(lo, hi, p.max_concurrency, p.resolution)
-            if c is not None and c in outcomes:  # cannot happen with a monotone bracket; never loop
+            if c is not None and c in self.outcomes:  # cannot happen with a monotone bracket; never loop
                 break
-    return _result(ctx, p, started, threshold, threshold_src, outcomes, order, lo, hi, wu, declaration or {})
+
+    def summarize(self) -> Outcome:
+        p, threshold, threshold_src = self.p, self.threshold, self.threshold_src
+        outcomes, order, lo, hi = self.outcomes, self.order, self.lo, self.hi
+        rows = []
+        for c in sorted(outcomes):
+            o = outcomes[c]
+            rows.append([str(c), _pct(o.completion), fmt_ms(o.ttft_p99_s), fmt_ms(o.tpot_p99_s), str(o.errors),
+                         "Pass" if o.passed else "Fail"])
+        best = outcomes.get(lo) if lo else None
+        self.converged = converged = (hi is not None and lo and hi - lo <= p.resolution) or (hi is None and lo >= p.max_concurrency) \
+            or (lo == 0 and hi == 1)
+        table7 = Table(
+            "Table 7: Capacity Search Results",
+            ["Concurrency", "Completion", "TTFT P99", "TPOT P99", "Errors", "Status"], rows,
+            notes=[f"Maximum concurrent requests meeting criteria: {lo if lo else 'none (no level passed)'}",
+                   (f"criteria: completion >= {p.min_completion:.0%}, TTFT P99 <= {fmt_ms(threshold)} "
+                   f"({threshold_src}), no out-of-memory/capacity errors (§5.5.2)"),
+                   f"search order: {', '.join(map(str, order))}; bracket [{lo}, {hi if hi is not None else '-'}] "
+                   f"resolution {p.resolution}" + ("" if converged else " (NOT converged)"),
+                   (f"fixed output {p.output_tokens} tokens (forced), closed loop, each level >= {p.min_level_s:g} s "
+                   f"and >= {p.min_completions_per_slot} completions per slot")],
+        )
+        for c in order:
+            o = outcomes[c]
+            if o.reasons:
+                table7.notes.append(f"{c}: Fail: {'; '.join(o.reasons)}")
+            if not o.measured.summary.valid:
+                table7.notes.append(f"{c}: load generator self-check: {o.measured.summary.invalid_reason}")
+        tables = [table7]
+        measurements: dict[str, Any] = {
+            "max_concurrency": lo or None,
+            "ttft_p99_threshold_ms": round(threshold * 1000, 3),
+            "ttft_p99_threshold_source": threshold_src,
+            "levels_tested": order,
+            "search_converged": bool(converged),
+            "search_bracket": [lo, hi],
+            "levels": {str(c): outcomes[c].to_json() for c in order},
+        }
+        capacity = None
+        primary = best.measured if best is not None else outcomes[order[0]].measured
+        if best is not None:
+            met = best.measured.metrics
+            tps = met.scalar("output_throughput").value
+            tif = met.scalar("tokens_in_flight").value
+            conc = met.scalar("concurrency").value
+            measurements.update(output_throughput_at_max_tps=round(tps, 3), tokens_in_flight_at_max=round(tif, 1),
+                                concurrency_held_at_max=round(conc, 3),
+                                ttft_p99_at_max_ms=round(best.ttft_p99_s * 1000, 3) if best.ttft_p99_s else None)
+            tables.append(Table("Capacity at the maximum (§5.5.4)", ["Metric", "Value"], [
+                ["Maximum concurrent requests", str(lo)],
+                ["Output throughput at maximum", f"{tps:.1f} tok/s"],
+                ["Tokens in flight at maximum", f"{tif:,.0f} tokens"],
+                ["Requests in flight (time average)", f"{conc:.2f}"],
+            ], notes=[("tokens in flight: time average over the steady-state window of Σ (input + output "
+                      "received so far) over requests in flight (§5.5.4, approximate)")]))
+            capacity = Capacity(concurrency=lo, output_throughput=tps, source="measured by 5.5 in this session")
+        notes = [f"Maximum concurrent requests meeting criteria: {lo}" if lo else
+                 "no concurrency level met the success criteria: no capacity determined"]
+        if any(o.repeats for o in outcomes.values()):
+            notes.append("levels that outlasted their request list cycled it (see levels[*].repeats)")
+        self.server_sampled = all(o.measured.server_before is not None for o in outcomes.values())
+        preempt = {str(c): outcomes[c].measured.server_delta("llmbench:num_preemptions_total") for c in order}
+        if any(v is not None for v in preempt.values()):
+            measurements["server_preemptions_by_level"] = preempt
+        return Outcome(
+            metrics=primary.metrics, tables=tables, measurements=measurements, workload=self.declaration or {},
+            notes=notes, capacity=capacity, runs=[outcomes[c].measured for c in order],
+            plots={"search": [{"level": c, "passed": outcomes[c].passed, "value": outcomes[c].ttft_p99_s,
+                               "label": f"concurrency {c}: TTFT P99"} for c in order]},
+            facts={"itl_reported": False, "exceeds_capacity": hi is not None})
+
+    def checks(self, out: Outcome) -> dict[str, Check]:
+        return _checks(self.p, self.outcomes, self.order, self.lo, bool(self.converged), self.threshold,
+                       self.threshold_src, self.server_sampled)
 
 
 def _judge(c: int, m: Measured, threshold: float, min_completion: float, repeats: int) -> LevelOutcome:
@@ -282,86 +316,6 @@ def _judge(c: int, m: Measured, threshold: float, min_completion: float, repeats
         reasons.append(f"{cap_err} out-of-memory/capacity errors")
     return LevelOutcome(c, m, completion, ttft99, tpot99, n_failed, cap_err, not reasons, reasons, n_ok,
                         m.load.send_window_s, repeats)
-
-
-def _result(ctx: ProcedureContext, p: CapacityParams, started: str, threshold: float, threshold_src: str,
-            outcomes: dict[int, LevelOutcome], order: list[int], lo: int, hi: int | None, wu: Any,
-            declaration: dict[str, Any]) -> ProcedureResult:
-    rows = []
-    for c in sorted(outcomes):
-        o = outcomes[c]
-        rows.append([str(c), _pct(o.completion), fmt_ms(o.ttft_p99_s), fmt_ms(o.tpot_p99_s), str(o.errors),
-                     "Pass" if o.passed else "Fail"])
-    best = outcomes.get(lo) if lo else None
-    converged = (hi is not None and lo and hi - lo <= p.resolution) or (hi is None and lo >= p.max_concurrency) \
-        or (lo == 0 and hi == 1)
-    table7 = Table(
-        "Table 7: Capacity Search Results",
-        ["Concurrency", "Completion", "TTFT P99", "TPOT P99", "Errors", "Status"], rows,
-        notes=[f"Maximum concurrent requests meeting criteria: {lo if lo else 'none (no level passed)'}",
-               (f"criteria: completion >= {p.min_completion:.0%}, TTFT P99 <= {fmt_ms(threshold)} "
-               f"({threshold_src}), no out-of-memory/capacity errors (§5.5.2)"),
-               f"search order: {', '.join(map(str, order))}; bracket [{lo}, {hi if hi is not None else '-'}] "
-               f"resolution {p.resolution}" + ("" if converged else " (NOT converged)"),
-               (f"fixed output {p.output_tokens} tokens (forced), closed loop, each level >= {p.min_level_s:g} s "
-               f"and >= {p.min_completions_per_slot} completions per slot")],
-    )
-    for c in order:
-        o = outcomes[c]
-        if o.reasons:
-            table7.notes.append(f"{c}: Fail: {'; '.join(o.reasons)}")
-        if not o.measured.summary.valid:
-            table7.notes.append(f"{c}: load generator self-check: {o.measured.summary.invalid_reason}")
-    tables = [table7]
-    measurements: dict[str, Any] = {
-        "max_concurrency": lo or None,
-        "ttft_p99_threshold_ms": round(threshold * 1000, 3),
-        "ttft_p99_threshold_source": threshold_src,
-        "levels_tested": order,
-        "search_converged": bool(converged),
-        "search_bracket": [lo, hi],
-        "levels": {str(c): outcomes[c].to_json() for c in order},
-    }
-    capacity = None
-    primary = best.measured if best is not None else outcomes[order[0]].measured
-    if best is not None:
-        met = best.measured.metrics
-        tps = met.scalar("output_throughput").value
-        tif = met.scalar("tokens_in_flight").value
-        conc = met.scalar("concurrency").value
-        measurements.update(output_throughput_at_max_tps=round(tps, 3), tokens_in_flight_at_max=round(tif, 1),
-                            concurrency_held_at_max=round(conc, 3),
-                            ttft_p99_at_max_ms=round(best.ttft_p99_s * 1000, 3) if best.ttft_p99_s else None)
-        tables.append(Table("Capacity at the maximum (§5.5.4)", ["Metric", "Value"], [
-            ["Maximum concurrent requests", str(lo)],
-            ["Output throughput at maximum", f"{tps:.1f} tok/s"],
-            ["Tokens in flight at maximum", f"{tif:,.0f} tokens"],
-            ["Requests in flight (time average)", f"{conc:.2f}"],
-        ], notes=[("tokens in flight: time average over the steady-state window of Σ (input + output "
-                  "received so far) over requests in flight (§5.5.4, approximate)")]))
-        capacity = Capacity(concurrency=lo, output_throughput=tps, source="measured by 5.5 in this session")
-    notes = [f"Maximum concurrent requests meeting criteria: {lo}" if lo else
-             "no concurrency level met the success criteria: no capacity determined"]
-    if any(o.repeats for o in outcomes.values()):
-        notes.append("levels that outlasted their request list cycled it (see levels[*].repeats)")
-    server_sampled = all(o.measured.server_before is not None for o in outcomes.values())
-    preempt = {str(c): outcomes[c].measured.server_delta("llmbench:num_preemptions_total") for c in order}
-    if any(v is not None for v in preempt.values()):
-        measurements["server_preemptions_by_level"] = preempt
-    checks = _checks(p, outcomes, order, lo, bool(converged), threshold, threshold_src, server_sampled)
-    measured = [outcomes[c].measured for c in order]
-    facts = run_facts(ctx, workload=declaration, warmup=wu, measured=measured, itl_reported=False,
-                      exceeds_capacity=hi is not None)
-    result = ProcedureResult(
-        procedure="5.5", title="Concurrent Request Capacity", params=params_json(p), profile=ctx.settings.profile,
-        metrics=primary.metrics, runs=[m.summary for m in measured], tables=tables, measurements=measurements,
-        notes=notes, capacity=capacity,
-        plots={"search": [{"level": c, "passed": outcomes[c].passed, "value": outcomes[c].ttft_p99_s,
-                           "label": f"concurrency {c}: TTFT P99"} for c in order]},
-        started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-    )
-    finish(ctx, result, facts, checks)
-    return result
 
 
 def _checks(p: CapacityParams, outcomes: dict[int, LevelOutcome], order: list[int], lo: int, converged: bool,
@@ -409,6 +363,3 @@ def _checks(p: CapacityParams, outcomes: dict[int, LevelOutcome], order: list[in
     }
     return checks
 
-
-
-register(Procedure("5.5", "Concurrent Request Capacity", CapacityParams, run, PROFILES, plan))

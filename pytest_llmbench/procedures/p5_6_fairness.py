@@ -24,18 +24,21 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
+from ..client import LLMClient
 from ..compliance import Check
 from ..metrics import RunMetrics, summarize
 from ..stats import jain_index, latency_inflation, queue_growing, slowdown, starvation_rate
 from ..workloads import FAIRNESS_CLASSES, build_workload
 from ..workloads.standard import _mix_counts  # the workload's own class-count rule
-from .base import params_json, LoadSpec, Procedure, ProcedureContext, ProcedureResult, Table, poisson, register
-from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, resolve_load, run_facts, warm_up
+from ..warmup import WarmupResult
+from .base import LoadSpec, Table, poisson
+from .common import Measured, resolve_load
+from .helpers import cap_output, fmt_ms, pvalue
+from .pipeline import Outcome, ProcedureRun
 
 MIN_PER_CLASS = 500  # §5.6.2
 MIN_DURATION_S = 300.0  # §5.6.3 step 4
@@ -92,12 +95,6 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
-def plan(p: FairnessParams) -> dict[str, Any]:
-    shares = _shares(p.mix)
-    n = math.ceil(p.requests_per_class / min(shares.values()))
-    return {"requests": 2 * n + p.warmup_requests, "min_duration_s": 3 * p.duration_s}
-
-
 def _shares(mix: dict[str, float]) -> dict[str, float]:
     total = float(sum(mix.values()))
     return {k: v / total for k, v in mix.items()}
@@ -113,14 +110,6 @@ def _mixed_count(p: FairnessParams, rate: float) -> int:
     spread = (p.load.cv or 1.0) if p.load.arrival != "uniform" else 0.0
     by_time = math.ceil(expected + 3.0 * spread * math.sqrt(expected)) + 1  # Poisson margin: window >= duration
     return max(by_class, by_time)
-
-
-def _cap_output(specs: list[Any], cap: int | None) -> list[Any]:
-    if cap is None:
-        return specs
-    return [dataclasses.replace(s, max_tokens=min(s.max_tokens, cap),
-                                min_tokens=None if s.min_tokens is None else min(s.min_tokens, cap))
-            for s in specs]
 
 
 def _class_metrics(m: Measured, cls: str) -> RunMetrics | None:
@@ -141,169 +130,204 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x * 100:.1f}%"
 
 
-async def run(ctx: ProcedureContext, p: FairnessParams) -> ProcedureResult:
-    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    classes = sorted(p.mix, key=lambda c: (-p.mix[c], c))  # largest share first ("short" before "long")
-    shares = _shares(p.mix)
-    probe_load, load_desc = await resolve_load(ctx, p.load, max_requests=1)
-    rate = probe_load.arrival.rate  # type: ignore[union-attr]
-    n = _mixed_count(p, rate)
-    wl = build_workload(p.workload, n=n, seed=ctx.settings.seed, tokenizer=ctx.tokenizer,
-                        classes=FAIRNESS_CLASSES, mix=dict(p.mix))
-    specs = _cap_output(wl.specs, p.max_output_tokens)
-    by_class = {c: [s for s in specs if s.request_class == c] for c in classes}
-    fixed = dataclasses.replace(p.load, rate=rate, capacity_fraction=None)
-    mixed_load, _ = await resolve_load(ctx, fixed, max_requests=len(specs))
-    iso_rates = {c: rate * (shares[c] if p.isolation == "class-share" else 1.0) for c in classes}
+class Fairness(ProcedureRun[FairnessParams]):
+    """§5.6.3: each class in isolation, then the mixed run replaying the same requests; Tables 8, 9."""
 
-    # warm-up requests of the same shape but other prompts: the measured prompts must not be
-    # in a prefix cache before their run
-    wu_specs = _cap_output(build_workload(p.workload, n=max(p.warmup_requests, 10), seed=ctx.settings.seed + 7919,
-                                          tokenizer=ctx.tokenizer, classes=FAIRNESS_CLASSES, mix=dict(p.mix)).specs,
-                           p.max_output_tokens)
-    flushed: list[bool] = []
-    async with client_for(ctx) as client:
-        # step 1: warm-up (§4.5)
-        wu = await warm_up(ctx, client, wu_specs, min_requests=p.warmup_requests, min_output_tokens=p.warmup_tokens)
+    id, title, params_type, profiles = "5.6", "Scheduling Fairness", FairnessParams, PROFILES
+
+    @staticmethod
+    def plan(p: FairnessParams) -> dict[str, Any]:
+        shares = _shares(p.mix)
+        n = math.ceil(p.requests_per_class / min(shares.values()))
+        return {"requests": 2 * n + p.warmup_requests, "min_duration_s": 3 * p.duration_s}
+
+    async def prepare(self) -> None:
+        p, ctx = self.p, self.ctx
+        self.classes = classes = sorted(p.mix, key=lambda c: (-p.mix[c], c))  # largest share first
+        self.shares = shares = _shares(p.mix)
+        probe_load, self.load_desc = await resolve_load(ctx, p.load, max_requests=1, seed=self.seeds.derive("arrivals"))
+        self.rate = rate = probe_load.arrival.rate  # type: ignore[union-attr]
+        self.wl = build_workload(p.workload, n=_mixed_count(p, rate), seed=self.seeds.derive("measure"),
+                                 tokenizer=ctx.tokenizer, classes=FAIRNESS_CLASSES, mix=dict(p.mix))
+        self.specs = cap_output(self.wl.specs, p.max_output_tokens)
+        self.by_class = {c: [s for s in self.specs if s.request_class == c] for c in classes}
+        self.fixed = dataclasses.replace(p.load, rate=rate, capacity_fraction=None)
+        self.mixed_load, _ = await resolve_load(ctx, self.fixed, max_requests=len(self.specs),
+                                                seed=self.seeds.derive("arrivals"))
+        self.iso_rates = {c: rate * (shares[c] if p.isolation == "class-share" else 1.0) for c in classes}
+        self.flushed: list[bool] = []
+        self.isolated: dict[str, Measured] = {}
+
+    async def warm_up(self, client: LLMClient) -> WarmupResult:
+        """Step 1 (§4.5): requests of the same shape, other prompts (own stream): the measured prompts
+        must not be in a prefix cache before their run."""
+        p = self.p
+        wu = build_workload(p.workload, n=max(p.warmup_requests, 10), seed=self.seeds.derive("warmup"),
+                            tokenizer=self.ctx.tokenizer, classes=FAIRNESS_CLASSES, mix=dict(p.mix))
+        return await self.warm_up_with(client, cap_output(wu.specs, p.max_output_tokens))
+
+    async def run_loads(self, client: LLMClient) -> None:
+        p, ctx = self.p, self.ctx
         # step 2: each class in isolation (the class's own requests of the mixed run)
-        isolated: dict[str, Measured] = {}
-        for k, c in enumerate(classes, start=1):
-            iso_load, _ = await resolve_load(ctx, dataclasses.replace(fixed, rate=iso_rates[c]),
-                                             max_requests=len(by_class[c]), seed_offset=k)
-            flushed.append(ctx.configure_sut("flush_prefix_cache", True))
-            isolated[c] = await measure(ctx, client, f"isolated-{c}", by_class[c], iso_load,
-                                        extra={"class": c, "rate": iso_rates[c], "isolation": p.isolation})
+        for k, c in enumerate(self.classes, start=1):
+            iso_load, _ = await resolve_load(ctx, dataclasses.replace(self.fixed, rate=self.iso_rates[c]),
+                                             max_requests=len(self.by_class[c]),
+                                             seed=self.seeds.derive("isolated-arrivals", k))
+            self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
+            self.isolated[c] = await self.measure(client, f"isolated-{c}", self.by_class[c], iso_load,
+                                                  extra={"class": c, "rate": self.iso_rates[c],
+                                                         "isolation": p.isolation})
         # steps 3-5: the mixed run, replaying the same requests: flush what the isolated runs cached
-        flushed.append(ctx.configure_sut("flush_prefix_cache", True))
-        mixed = await measure(ctx, client, "mixed", specs, mixed_load,
-                              extra={"load_spec": load_desc, "rate": rate, "mix": dict(p.mix)})
+        self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
+        self.mixed = await self.measure(client, "mixed", self.specs, self.mixed_load,
+                                        extra={"load_spec": self.load_desc, "rate": self.rate,
+                                               "mix": dict(p.mix)})
 
-    # step 6: per-class statistics and fairness
-    mixed_cls = {c: _class_metrics(mixed, c) for c in classes}
-    iso_cls = {c: isolated[c].metrics for c in classes}
-    mixed_ttft = {c: _ttft(mixed_cls[c]) for c in classes}
-    iso_ttft = {c: _ttft(iso_cls[c]) for c in classes}
-    have = [c for c in classes if mixed_ttft[c].size and iso_ttft[c].size]
-    infl50 = latency_inflation({c: mixed_ttft[c] for c in have}, {c: iso_ttft[c] for c in have}, p=50) if have else {}
-    infl99 = latency_inflation({c: mixed_ttft[c] for c in have}, {c: iso_ttft[c] for c in have}, p=99) if have else {}
-    jain = jain_index([infl50[c] for c in have]) if len(have) == len(classes) else math.nan
-    ok_rows = mixed.metrics.per_request
-    row_cls = ok_rows["request_class"]
-    row_ttft = ok_rows["ttft"]
-    sel = np.isfinite(row_ttft.astype(np.float64)) & np.isin(row_cls, have)
-    base50 = {c: float(np.percentile(iso_ttft[c], 50)) for c in have}
-    if sel.any() and all(v > 0 for v in base50.values()):
-        jain_req = jain_index(slowdown(row_ttft[sel].astype(np.float64), list(row_cls[sel]), base50))
-    else:
-        jain_req = math.nan
-    waits = [v for c in classes for v in mixed_ttft[c]]
-    labels = [c for c in classes for _ in mixed_ttft[c]]
-    starve = starvation_rate(waits, labels, factor=p.starvation_factor) if waits else {}
+    def summarize(self) -> Outcome:
+        """Step 6: per-class statistics and fairness (§5.6.4)."""
+        classes, mixed, isolated = self.classes, self.mixed, self.isolated
+        self._fairness()
+        meas = self._measurements()
+        plots_cls = {c: {"ttft_p50_s": pvalue(mc, "ttft", 50) if mc else None,
+                         "ttft_p99_s": pvalue(mc, "ttft", 99) if mc else None,
+                         "isolated_ttft_p50_s": pvalue(ic, "ttft", 50),
+                         "isolated_ttft_p99_s": pvalue(ic, "ttft", 99),
+                         "tpot_p50_s": pvalue(mc, "tpot", 50) if mc else None}
+                     for c in classes for mc, ic in [(self.mixed_cls[c], self.iso_cls[c])]}
+        notes = self._notes(meas)
+        return Outcome(metrics=mixed.metrics, tables=[*self._tables8_9(), self._table_inflation()],
+                       measurements=meas, workload=self.wl.declaration.to_json(), notes=notes,
+                       plots={"classes": plots_cls}, runs=[isolated[c] for c in classes] + [mixed],
+                       fact_runs=[mixed, *isolated.values()], facts={"itl_reported": True})
 
-    # tables
-    t8_rows = []
-    for c in classes:
-        mc = mixed_cls[c]
-        t8_rows.append([c.capitalize(), str(0 if mc is None else mc.distributions["ttft"].n),
-                        fmt_ms(pvalue(mc, "ttft", 50)) if mc else "n/a", fmt_ms(pvalue(mc, "ttft", 99)) if mc else "n/a",
-                        fmt_ms(pvalue(mc, "tpot", 50)) if mc else "n/a", fmt_ms(pvalue(mc, "tpot", 99)) if mc else "n/a"])
-    table8 = Table("Table 8: Per-Class Results", ["Class", "Count", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99"],
-                   t8_rows, notes=[
-                       "mixed run; Count = successful requests of the class; TPOT = (E2E - TTFT) / (output tokens - 1)",
-                       *(f"{c}: input [{FAIRNESS_CLASSES[c].input_min}, {FAIRNESS_CLASSES[c].input_max}], output "
-                         f"[{FAIRNESS_CLASSES[c].output_min}, {FAIRNESS_CLASSES[c].output_max}] tokens, "
-                         f"{shares[c]:.0%} of requests" for c in classes)])
-    table9 = Table("Table 9: Fairness Metrics", ["Metric", "Value"],
-                   [["Jain's Fairness Index", "n/a" if math.isnan(jain) else f"{jain:.2f}"]]
-                   + [[f"{c.capitalize()} Class Starvation", _pct(starve[c].value if c in starve else None)]
-                      for c in classes],
-                   notes=[(f"Jain's index over the {len(classes)} classes: x_c = TTFT P50 in the mixed run / TTFT "
-                          "P50 of the class in isolation (latency inflation); J = (sum x_c)^2 / (n * sum x_c^2), "
-                          f"in [1/{len(classes)}, 1]; J < 0.9 = significant unfairness (§5.6.4)"),
-                          (f"starvation: fraction of a class's requests whose TTFT exceeds {p.starvation_factor:g}x "
-                          "the class's median TTFT in the mixed run ('wait' read as TTFT)")])
-    if not math.isnan(jain) and jain < 0.9:
-        table9.notes.append(f"J = {jain:.2f} < 0.9: significant unfairness (§5.6.4)")
-    iso_desc = ("each class alone at its share of the mixed request rate" if p.isolation == "class-share"
-                else "each class alone at the mixed run's total request rate")
-    rows_inf = []
-    for c in classes:
-        mc, ic = mixed_cls[c], iso_cls[c]
-        rows_inf.append([c.capitalize(),
-                         *(fmt_ms(pvalue(mc, "ttft", q)) if mc else "n/a" for q in (50, 95, 99)),
-                         *(fmt_ms(pvalue(ic, "ttft", q)) for q in (50, 95, 99)),
-                         "n/a" if c not in infl50 else f"{infl50[c]:.2f}x",
-                         "n/a" if c not in infl99 else f"{infl99[c]:.2f}x"])
-    table_inf = Table("Per-class TTFT, mixed vs isolated, and latency inflation (§5.6.4)",
-                      ["Class", "Mixed P50", "Mixed P95", "Mixed P99", "Isolated P50", "Isolated P95",
-                       "Isolated P99", "Inflation P50", "Inflation P99"], rows_inf,
-                      notes=[(f"isolation baseline: {iso_desc} ({', '.join(f'{c} {iso_rates[c]:.2f} req/s' for c in classes)}"
-                             f"; mixed {rate:.2f} req/s), replaying exactly the class's requests of the mixed run"),
-                             "inflation = mixed-run TTFT / isolated TTFT at the same percentile"])
+    def _fairness(self) -> None:
+        p, classes, mixed, isolated = self.p, self.classes, self.mixed, self.isolated
+        self.mixed_cls = mixed_cls = {c: _class_metrics(mixed, c) for c in classes}
+        self.iso_cls = iso_cls = {c: isolated[c].metrics for c in classes}
+        mixed_ttft = {c: _ttft(mixed_cls[c]) for c in classes}
+        iso_ttft = {c: _ttft(iso_cls[c]) for c in classes}
+        have = [c for c in classes if mixed_ttft[c].size and iso_ttft[c].size]
+        infl50 = latency_inflation({c: mixed_ttft[c] for c in have}, {c: iso_ttft[c] for c in have}, p=50) if have else {}
+        infl99 = latency_inflation({c: mixed_ttft[c] for c in have}, {c: iso_ttft[c] for c in have}, p=99) if have else {}
+        jain = jain_index([infl50[c] for c in have]) if len(have) == len(classes) else math.nan
+        ok_rows = mixed.metrics.per_request
+        row_cls = ok_rows["request_class"]
+        row_ttft = ok_rows["ttft"]
+        sel = np.isfinite(row_ttft.astype(np.float64)) & np.isin(row_cls, have)
+        base50 = {c: float(np.percentile(iso_ttft[c], 50)) for c in have}
+        if sel.any() and all(v > 0 for v in base50.values()):
+            jain_req = jain_index(slowdown(row_ttft[sel].astype(np.float64), list(row_cls[sel]), base50))
+        else:
+            jain_req = math.nan
+        waits = [v for c in classes for v in mixed_ttft[c]]
+        labels = [c for c in classes for _ in mixed_ttft[c]]
+        starve = starvation_rate(waits, labels, factor=p.starvation_factor) if waits else {}
+        self.infl50, self.infl99, self.jain, self.jain_req, self.starve = infl50, infl99, jain, jain_req, starve
 
-    # measurements and plots
-    meas: dict[str, Any] = {"mixed_rate_rps": round(rate, 4), "requests": len(mixed.records),
-                            "mixed_window_s": round(mixed.load.send_window_s, 3), "isolation": p.isolation,
-                            "jain_index": None if math.isnan(jain) else round(jain, 4),
-                            "jain_index_per_request": None if math.isnan(jain_req) else round(jain_req, 4),
-                            "errors": sum(mixed.metrics.errors_by_type.values())}
-    plots_cls: dict[str, dict[str, float | None]] = {}
-    for c in classes:
-        mc, ic = mixed_cls[c], iso_cls[c]
-        meas[f"{c}_count"] = 0 if mc is None else mc.distributions["ttft"].n
-        meas[f"{c}_isolated_rate_rps"] = round(iso_rates[c], 4)
-        for q in (50, 95, 99):
-            v, vi = (pvalue(mc, "ttft", q) if mc else None), pvalue(ic, "ttft", q)
-            meas[f"{c}_ttft_p{q}_ms"] = None if v is None else round(v * 1000, 3)
-            meas[f"{c}_isolated_ttft_p{q}_ms"] = None if vi is None else round(vi * 1000, 3)
-        for q in (50, 99):
-            v = pvalue(mc, "tpot", q) if mc else None
-            meas[f"{c}_tpot_p{q}_ms"] = None if v is None else round(v * 1000, 3)
-        meas[f"{c}_inflation_p50"] = round(infl50[c], 4) if c in infl50 else None
-        meas[f"{c}_inflation_p99"] = round(infl99[c], 4) if c in infl99 else None
-        meas[f"{c}_starvation_rate"] = round(starve[c].value, 5) if c in starve else None
-        plots_cls[c] = {"ttft_p50_s": pvalue(mc, "ttft", 50) if mc else None,
-                        "ttft_p99_s": pvalue(mc, "ttft", 99) if mc else None,
-                        "isolated_ttft_p50_s": pvalue(ic, "ttft", 50),
-                        "isolated_ttft_p99_s": pvalue(ic, "ttft", 99),
-                        "tpot_p50_s": pvalue(mc, "tpot", 50) if mc else None}
+    def _tables8_9(self) -> list[Table]:
+        p, classes, shares, mixed_cls = self.p, self.classes, self.shares, self.mixed_cls
+        jain, starve = self.jain, self.starve
+        t8_rows = []
+        for c in classes:
+            mc = mixed_cls[c]
+            t8_rows.append([c.capitalize(), str(0 if mc is None else mc.distributions["ttft"].n),
+                            fmt_ms(pvalue(mc, "ttft", 50)) if mc else "n/a", fmt_ms(pvalue(mc, "ttft", 99)) if mc else "n/a",
+                            fmt_ms(pvalue(mc, "tpot", 50)) if mc else "n/a", fmt_ms(pvalue(mc, "tpot", 99)) if mc else "n/a"])
+        table8 = Table("Table 8: Per-Class Results", ["Class", "Count", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99"],
+                       t8_rows, notes=[
+                           "mixed run; Count = successful requests of the class; TPOT = (E2E - TTFT) / (output tokens - 1)",
+                           *(f"{c}: input [{FAIRNESS_CLASSES[c].input_min}, {FAIRNESS_CLASSES[c].input_max}], output "
+                             f"[{FAIRNESS_CLASSES[c].output_min}, {FAIRNESS_CLASSES[c].output_max}] tokens, "
+                             f"{shares[c]:.0%} of requests" for c in classes)])
+        table9 = Table("Table 9: Fairness Metrics", ["Metric", "Value"],
+                       [["Jain's Fairness Index", "n/a" if math.isnan(jain) else f"{jain:.2f}"]]
+                       + [[f"{c.capitalize()} Class Starvation", _pct(starve[c].value if c in starve else None)]
+                          for c in classes],
+                       notes=[(f"Jain's index over the {len(classes)} classes: x_c = TTFT P50 in the mixed run / TTFT "
+                              "P50 of the class in isolation (latency inflation); J = (sum x_c)^2 / (n * sum x_c^2), "
+                              f"in [1/{len(classes)}, 1]; J < 0.9 = significant unfairness (§5.6.4)"),
+                              (f"starvation: fraction of a class's requests whose TTFT exceeds {p.starvation_factor:g}x "
+                              "the class's median TTFT in the mixed run ('wait' read as TTFT)")])
+        if not math.isnan(jain) and jain < 0.9:
+            table9.notes.append(f"J = {jain:.2f} < 0.9: significant unfairness (§5.6.4)")
+        return [table8, table9]
 
-    # compliance
-    fraction = load_desc.get("capacity_fraction") if p.load.rate is None else None
-    window = mixed.load.send_window_s
-    qs = [(t, d) for t, d in mixed.queue_samples if t <= window]
-    overloaded = queue_growing([t for t, _ in qs], [d for _, d in qs]) if len(qs) >= 3 else None
-    meas["mixed_queue_growing"] = overloaded
-    notes: list[str] = []
-    if overloaded:
-        notes.append("the SUT's waiting queue grew during the mixed run: this class mix at this rate is above "
-                     "the SUT's saturation, and the fairness figures include unbounded queueing (lower "
-                     "capacity_fraction or declare the capacity of this mix)")
-    if not all(flushed):
-        notes.append("the prefix cache could not be flushed before each run (no hook for flush_prefix_cache): "
-                     "the mixed run replays prompts the isolated runs may have left in the cache")
-    for run in [*isolated.values(), mixed]:
-        if not run.summary.valid:
-            notes.append(f"run {run.summary.label} invalid: {run.summary.invalid_reason}")
-    if p.max_output_tokens is not None:
-        notes.append(f"output capped at {p.max_output_tokens} tokens by the profile: classes whose output range "
-                     "exceeds it are shortened")
-    if "capacity_rate" in load_desc:
-        notes.append(f"load = {p.load.capacity_fraction:.0%} of the request-rate capacity {load_desc['capacity_rate']:.2f} "
-                     f"req/s ({load_desc.get('capacity_source', '')}); that capacity was measured on its own workload, "
-                     "not on this class mix")
-    checks = _checks(p, classes, shares, mixed, isolated, mixed_cls, fraction, wu, wl.declaration.to_json(),
-                     overloaded)
-    facts = run_facts(ctx, workload=wl.declaration.to_json(), warmup=wu, measured=[mixed, *isolated.values()],
-                      itl_reported=True)
-    result = ProcedureResult(
-        procedure="5.6", title="Scheduling Fairness", params=params_json(p), profile=ctx.settings.profile,
-        metrics=mixed.metrics, runs=[isolated[c].summary for c in classes] + [mixed.summary],
-        tables=[table8, table9, table_inf], measurements=meas, notes=notes, plots={"classes": plots_cls},
-        started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-    )
-    finish(ctx, result, facts, checks)
-    return result
+    def _table_inflation(self) -> Table:
+        p, classes, rate, iso_rates = self.p, self.classes, self.rate, self.iso_rates
+        mixed_cls, iso_cls, infl50, infl99 = self.mixed_cls, self.iso_cls, self.infl50, self.infl99
+        iso_desc = ("each class alone at its share of the mixed request rate" if p.isolation == "class-share"
+                    else "each class alone at the mixed run's total request rate")
+        rows_inf = []
+        for c in classes:
+            mc, ic = mixed_cls[c], iso_cls[c]
+            rows_inf.append([c.capitalize(),
+                             *(fmt_ms(pvalue(mc, "ttft", q)) if mc else "n/a" for q in (50, 95, 99)),
+                             *(fmt_ms(pvalue(ic, "ttft", q)) for q in (50, 95, 99)),
+                             "n/a" if c not in infl50 else f"{infl50[c]:.2f}x",
+                             "n/a" if c not in infl99 else f"{infl99[c]:.2f}x"])
+        return Table("Per-class TTFT, mixed vs isolated, and latency inflation (§5.6.4)",
+                          ["Class", "Mixed P50", "Mixed P95", "Mixed P99", "Isolated P50", "Isolated P95",
+                           "Isolated P99", "Inflation P50", "Inflation P99"], rows_inf,
+                          notes=[(f"isolation baseline: {iso_desc} ({', '.join(f'{c} {iso_rates[c]:.2f} req/s' for c in classes)}"
+                                 f"; mixed {rate:.2f} req/s), replaying exactly the class's requests of the mixed run"),
+                                 "inflation = mixed-run TTFT / isolated TTFT at the same percentile"])
+
+    def _measurements(self) -> dict[str, Any]:
+        p, classes, mixed, rate, iso_rates = self.p, self.classes, self.mixed, self.rate, self.iso_rates
+        mixed_cls, iso_cls, infl50, infl99 = self.mixed_cls, self.iso_cls, self.infl50, self.infl99
+        jain, jain_req, starve = self.jain, self.jain_req, self.starve
+        meas: dict[str, Any] = {"mixed_rate_rps": round(rate, 4), "requests": len(mixed.records),
+                                "mixed_window_s": round(mixed.load.send_window_s, 3), "isolation": p.isolation,
+                                "jain_index": None if math.isnan(jain) else round(jain, 4),
+                                "jain_index_per_request": None if math.isnan(jain_req) else round(jain_req, 4),
+                                "errors": sum(mixed.metrics.errors_by_type.values())}
+        for c in classes:
+            mc, ic = mixed_cls[c], iso_cls[c]
+            meas[f"{c}_count"] = 0 if mc is None else mc.distributions["ttft"].n
+            meas[f"{c}_isolated_rate_rps"] = round(iso_rates[c], 4)
+            for q in (50, 95, 99):
+                v, vi = (pvalue(mc, "ttft", q) if mc else None), pvalue(ic, "ttft", q)
+                meas[f"{c}_ttft_p{q}_ms"] = None if v is None else round(v * 1000, 3)
+                meas[f"{c}_isolated_ttft_p{q}_ms"] = None if vi is None else round(vi * 1000, 3)
+            for q in (50, 99):
+                v = pvalue(mc, "tpot", q) if mc else None
+                meas[f"{c}_tpot_p{q}_ms"] = None if v is None else round(v * 1000, 3)
+            meas[f"{c}_inflation_p50"] = round(infl50[c], 4) if c in infl50 else None
+            meas[f"{c}_inflation_p99"] = round(infl99[c], 4) if c in infl99 else None
+            meas[f"{c}_starvation_rate"] = round(starve[c].value, 5) if c in starve else None
+        return meas
+
+    def _notes(self, meas: dict[str, Any]) -> list[str]:
+        p, mixed, isolated, load_desc = self.p, self.mixed, self.isolated, self.load_desc
+        window = mixed.load.send_window_s
+        qs = [(t, d) for t, d in mixed.queue_samples if t <= window]
+        self.overloaded = overloaded = queue_growing([t for t, _ in qs], [d for _, d in qs]) if len(qs) >= 3 else None
+        meas["mixed_queue_growing"] = overloaded
+        notes: list[str] = []
+        if overloaded:
+            notes.append("the SUT's waiting queue grew during the mixed run: this class mix at this rate is above "
+                         "the SUT's saturation, and the fairness figures include unbounded queueing (lower "
+                         "capacity_fraction or declare the capacity of this mix)")
+        if not all(self.flushed):
+            notes.append("the prefix cache could not be flushed before each run (no hook for flush_prefix_cache): "
+                         "the mixed run replays prompts the isolated runs may have left in the cache")
+        for m in [*isolated.values(), mixed]:
+            if not m.summary.valid:
+                notes.append(f"run {m.summary.label} invalid: {m.summary.invalid_reason}")
+        if p.max_output_tokens is not None:
+            notes.append(f"output capped at {p.max_output_tokens} tokens by the profile: classes whose output range "
+                         "exceeds it are shortened")
+        if "capacity_rate" in load_desc:
+            notes.append(f"load = {p.load.capacity_fraction:.0%} of the request-rate capacity {load_desc['capacity_rate']:.2f} "
+                         f"req/s ({load_desc.get('capacity_source', '')}); that capacity was measured on its own workload, "
+                         "not on this class mix")
+        return notes
+
+    def checks(self, out: Outcome) -> dict[str, Check]:
+        p = self.p
+        fraction = self.load_desc.get("capacity_fraction") if p.load.rate is None else None
+        return _checks(p, self.classes, self.shares, self.mixed, self.isolated, self.mixed_cls, fraction,
+                       self.warmup, self.wl.declaration.to_json(), self.overloaded)
 
 
 def _checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mixed: Measured,
@@ -370,5 +394,3 @@ def _checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mix
     }
 
 
-
-register(Procedure("5.6", "Scheduling Fairness", FairnessParams, run, PROFILES, plan))

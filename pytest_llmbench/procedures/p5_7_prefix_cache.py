@@ -20,14 +20,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
-from ..compliance import Check
+from ..client import LLMClient
+from ..compliance import Check, RunFacts
 from ..records import RequestSpec
+from ..warmup import WarmupResult
 from ..workloads import build_workload, completion_prompt_ids, sequence_sha256
-from .base import params_json, LoadSpec, Procedure, ProcedureContext, ProcedureResult, SkipProcedure, Table, closed, register
-from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, resolve_load, run_facts, warm_up
+from .base import LoadSpec, ProcedureContext, SkipProcedure, Table, closed
+from .common import Measured, resolve_load
+from .helpers import cap_output, fmt_ms, pvalue
+from .pipeline import Outcome, ProcedureRun
 
 P99_MIN = 1000  # §5.1.4.3
 #: (hit tokens, queried tokens) counter pairs of known servers, first match wins.
@@ -70,19 +73,6 @@ PROFILES: dict[str, dict[str, Any]] = {
     "standard": {},
     "full": {},  # the draft RECOMMENDS only the workload (Code Completion), already the default
 }
-
-
-def plan(p: PrefixCacheParams) -> dict[str, Any]:
-    runs = 3 if p.warm_run else 2
-    return {"requests": runs * p.requests + p.warmup_requests, "min_duration_s": 0.0}
-
-
-def _cap_output(specs: list[RequestSpec], cap: int | None) -> list[RequestSpec]:
-    if cap is None:
-        return specs
-    return [dataclasses.replace(s, max_tokens=min(s.max_tokens, cap),
-                                min_tokens=None if s.min_tokens is None else min(s.min_tokens, cap))
-            for s in specs]
 
 
 def prefix_specs(specs: list[RequestSpec], tokenizer: Any) -> list[RequestSpec]:
@@ -162,139 +152,169 @@ def _switch(ctx: ProcedureContext, setting: str, value: Any) -> None:
                             "implementation can switch the SUT's prefix cache (see docs/prefix-cache.md)")
 
 
-async def run(ctx: ProcedureContext, p: PrefixCacheParams) -> ProcedureResult:
-    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    wl = build_workload(p.workload, n=p.requests, seed=ctx.settings.seed, tokenizer=ctx.tokenizer,
-                        **p.workload_params)
-    specs = _cap_output(wl.specs, p.max_output_tokens)
-    prefix_len = {s.index: s.prefix_tokens if s.prefix_id is not None else 0 for s in specs}
-    populate = prefix_specs(specs, ctx.tokenizer)
-    # warm-up without the workload's prefixes (§5.7.3 step 2): another workload, another seed
-    wu_specs = build_workload("synthetic-uniform", n=max(p.warmup_requests, 1), seed=ctx.settings.seed + 7919,
-                              tokenizer=ctx.tokenizer).specs
-    wu_specs = _cap_output(wu_specs, p.max_output_tokens)
-    load, load_desc = await resolve_load(ctx, p.load, max_requests=len(specs))
-    # the pool must hold the closed loop and the warm-up's 8 concurrent requests
-    conc = max(p.load.concurrency or 1, 8) if p.load.model == "closed" else None
-    info = ctx.sut.server_info
-    original = info.get("prefix_cache") if "prefix_cache" in info else None
-    runs: dict[str, Measured] = {}
-    flushed: dict[str, bool] = {}
-    notes: list[str] = []
-    _switch(ctx, "prefix_cache", False)  # step 1
-    try:
-        state_off = ctx.sut.server_info.get("prefix_cache")
-        async with client_for(ctx, max_connections=conc) as client:
-            wu = await warm_up(ctx, client, wu_specs, min_requests=p.warmup_requests,
-                               min_output_tokens=p.warmup_tokens)
-            runs["disabled"] = await measure(ctx, client, "cache-disabled", specs, load,  # step 3
-                                             extra={"prefix_cache": "disabled", "load_spec": load_desc})
-            _switch(ctx, "prefix_cache", True)  # step 4
-            state_on = ctx.sut.server_info.get("prefix_cache")
-            flushed["cold"] = ctx.configure_sut("flush_prefix_cache", True)
-            runs["cold"] = await measure(ctx, client, "cache-cold", specs, load,
-                                         extra={"prefix_cache": "enabled", "prepopulated": False,
-                                                "flushed": flushed["cold"], "load_spec": load_desc})
-            population = None
-            if p.warm_run:
-                flushed["warm"] = ctx.configure_sut("flush_prefix_cache", True)
-                if populate:  # step 5: one request per shared prefix, nothing else of the workload
-                    population = await warm_up(ctx, client, populate, min_requests=0, min_output_tokens=0,
-                                               prefix_specs=populate, label="prefix-population")
-                runs["warm"] = await measure(ctx, client, "cache-warm", specs, load,  # step 6
-                                             extra={"prefix_cache": "enabled", "prepopulated": bool(populate),
-                                                    "flushed": flushed["warm"], "load_spec": load_desc})
-    finally:
-        ctx.configure_sut("prefix_cache", True if original is None else bool(original))
-    if original is None:
-        notes.append("the SUT's original prefix-cache setting is unknown; it was left enabled")
-    for k, f in flushed.items():
-        if not f:
-            notes.append(f"the cache could not be flushed before the {k} run (no hook for flush_prefix_cache): "
-                         "it may hold prefixes from the previous run")
-    if p.warm_run and not populate:
-        notes.append("the workload has no shared prefix: nothing to pre-populate for the warm run")
-    if p.max_output_tokens is not None:
-        notes.append(f"output capped at {p.max_output_tokens} tokens by the profile")
-    notes.append("Cache (Cold): cache enabled and flushed, not pre-populated (departs from §4.5.1 item 4 on "
-                 "purpose, as Table 10 asks); Cache (Warm): flushed, then one request per shared prefix")
-    for k, m in runs.items():
-        if not m.summary.valid:
-            notes.append(f"{ROW_NAMES[k]} run invalid: {m.summary.invalid_reason}")
+class PrefixCache(ProcedureRun[PrefixCacheParams]):
+    """§5.7.3: the same requests with the cache disabled, enabled cold and enabled warm; Table 10."""
 
-    # measurements
-    base = runs["disabled"].metrics
-    stats = {k: cache_stats(m, prefix_len) for k, m in runs.items()}
-    rows10, rows_fx = [], []
-    meas: dict[str, Any] = {"requests": len(specs), "shared_prefixes": len(populate),
-                            "load": p.load.describe(), "request_sequence_sha256": sequence_sha256(specs)}
-    configs_plot: dict[str, dict[str, float | None]] = {}
-    tps_base = _tps(base)
-    for k, m in runs.items():
-        mt = m.metrics
-        q = {pq: pvalue(mt, "ttft", pq) for pq in (50, 95, 99)}
-        rows10.append([ROW_NAMES[k], *(fmt_ms(q[pq]) for pq in (50, 95, 99))])
-        for pq, v in q.items():
-            meas[f"{k}_ttft_p{pq}_ms"] = None if v is None else round(v * 1000, 3)
-        st = stats[k]
-        tps = _tps(mt)
-        rps = _rps(mt)
-        meas[f"{k}_output_throughput_tps"] = None if tps is None else round(tps, 3)
-        meas[f"{k}_request_throughput_rps"] = None if rps is None else round(rps, 4)
-        meas[f"{k}_prefix_hit_rate"] = _round(st.prefix_hit_rate)
-        meas[f"{k}_prompt_cached_fraction"] = _round(st.prompt_cached_fraction)
-        meas[f"{k}_server_hit_rate"] = _round(st.server_hit_rate)
-        meas[f"{k}_cached_tokens"] = st.cached_tokens
-        meas[f"{k}_server_hit_tokens"] = st.server_hit
-        configs_plot[ROW_NAMES[k]] = {f"ttft_p{pq}_s": q[pq] for pq in (50, 95, 99)}
-        if k == "disabled":
-            continue
-        red = {pq: _reduction(pvalue(base, "ttft", pq), q[pq]) for pq in (50, 95, 99)}
-        for pq in (50, 95, 99):
-            meas[f"{k}_ttft_reduction_p{pq}_pct"] = _round(red[pq], 2)
-        thr = _reduction(tps_base, tps)
-        meas[f"{k}_throughput_improvement_pct"] = None if thr is None else round(-thr, 2)
-        rps_b = _rps(base)
-        rthr = _reduction(rps_b, rps)
-        meas[f"{k}_request_throughput_improvement_pct"] = None if rthr is None else round(-rthr, 2)
-        rows_fx.append([ROW_NAMES[k], *(_fmt_pct(red[pq]) for pq in (50, 95, 99)),
-                        _fmt_pct(None if st.prefix_hit_rate is None else st.prefix_hit_rate * 100),
-                        _fmt_pct(None if st.server_hit_rate is None else st.server_hit_rate * 100),
-                        "n/a" if tps is None else f"{tps:.1f} tok/s",
-                        _fmt_pct(None if thr is None else -thr, signed=True)])
-    table10 = Table("Table 10: Cache Effectiveness", ["Configuration", "TTFT P50", "TTFT P95", "TTFT P99"], rows10,
-                    notes=[(f"identical request sequence in every configuration (sha256 {meas['request_sequence_sha256'][:16]}…), "
-                           f"{len(specs)} requests, {p.load.describe()}"),
-                           *(f"{ROW_NAMES[k]}: n={m.metrics.distributions['ttft'].n} successful of {len(m.records)}"
-                             for k, m in runs.items())])
-    decl = wl.declaration.to_json()
-    share = decl.get("prefix_sharing") or {}
-    table_fx = Table("Prefix cache effect (§5.7.4)",
-                     ["Configuration", "TTFT Reduction P50", "TTFT Reduction P95", "TTFT Reduction P99",
-                      "Prefix Hit Rate (usage)", "Hit Rate (server)", "Output Throughput", "Throughput Change"],
-                     rows_fx,
-                     notes=["TTFT reduction = (TTFT_disabled - TTFT_cache) / TTFT_disabled at each percentile",
-                            ("prefix hit rate = sum(min(cached_tokens, prefix tokens)) / sum(prefix tokens) over "
-                            "successful requests that carry a shared prefix (usage.prompt_tokens_details.cached_tokens)"),
-                            "server hit rate = hit tokens / queried tokens counter deltas over the run (all prompts)",
-                            f"throughput = steady-state output tok/s of the run ({p.load.describe()}); Cache Disabled: "
-                            + ("n/a" if tps_base is None else f"{tps_base:.1f} tok/s"),
-                            (f"shared prefixes: {len(populate)} ({share.get('selection', 'n/a')}), lengths "
-                            f"{share.get('prefix_lengths', 'n/a')} tokens, sharing fraction "
-                            f"{share.get('fraction', 'n/a')}")])
-    checks = _checks(p, runs, stats, state_off, state_on, bool(population), specs, decl, wu)
-    facts = run_facts(ctx, workload=decl, warmup=wu, measured=list(runs.values()), prefix_caching="enabled",
-                      prefix_cache_under_test=True)
-    facts.warmup = dataclasses.replace(facts.warmup, prefix_populated=bool(population and population.prefix_requests))
-    primary = runs.get("warm") or runs["cold"]
-    result = ProcedureResult(
-        procedure="5.7", title="Prefix Cache Effectiveness", params=params_json(p), profile=ctx.settings.profile,
-        metrics=primary.metrics, runs=[m.summary for m in runs.values()], tables=[table10, table_fx],
-        measurements=meas, notes=notes, plots={"configs": configs_plot},
-        started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-    )
-    finish(ctx, result, facts, checks)
-    return result
+    id, title, params_type, profiles = "5.7", "Prefix Cache Effectiveness", PrefixCacheParams, PROFILES
+
+    @staticmethod
+    def plan(p: PrefixCacheParams) -> dict[str, Any]:
+        runs = 3 if p.warm_run else 2
+        return {"requests": runs * p.requests + p.warmup_requests, "min_duration_s": 0.0}
+
+    async def prepare(self) -> None:
+        p, ctx = self.p, self.ctx
+        self.wl = build_workload(p.workload, n=p.requests, seed=self.seeds.derive("measure"),
+                                 tokenizer=ctx.tokenizer, **p.workload_params)
+        self.specs = specs = cap_output(self.wl.specs, p.max_output_tokens)
+        self.prefix_len = {s.index: s.prefix_tokens if s.prefix_id is not None else 0 for s in specs}
+        self.populate = prefix_specs(specs, ctx.tokenizer)
+        self.load, self.load_desc = await resolve_load(ctx, p.load, max_requests=len(specs),
+                                                       seed=self.seeds.derive("arrivals"))
+        info = ctx.sut.server_info
+        self.original = info.get("prefix_cache") if "prefix_cache" in info else None
+        self.runs: dict[str, Measured] = {}
+        self.flushed: dict[str, bool] = {}
+        self.population: WarmupResult | None = None
+        _switch(ctx, "prefix_cache", False)  # step 1
+        self.state_off = ctx.sut.server_info.get("prefix_cache")
+        self.state_on: Any = None
+
+    def connections(self) -> int | None:
+        # the pool must hold the closed loop and the warm-up's 8 concurrent requests
+        return max(self.p.load.concurrency or 1, 8) if self.p.load.model == "closed" else None
+
+    async def warm_up(self, client: LLMClient) -> WarmupResult:
+        """Step 2: without the workload's prefixes: another workload, prompts from its own stream."""
+        p = self.p
+        wu = build_workload("synthetic-uniform", n=max(p.warmup_requests, 1), seed=self.seeds.derive("warmup"),
+                            tokenizer=self.ctx.tokenizer)
+        return await self.warm_up_with(client, cap_output(wu.specs, p.max_output_tokens))
+
+    async def run_loads(self, client: LLMClient) -> None:
+        p, ctx, specs, load, desc = self.p, self.ctx, self.specs, self.load, self.load_desc
+        self.runs["disabled"] = await self.measure(client, "cache-disabled", specs, load,  # step 3
+                                                   extra={"prefix_cache": "disabled", "load_spec": desc})
+        _switch(ctx, "prefix_cache", True)  # step 4
+        self.state_on = ctx.sut.server_info.get("prefix_cache")
+        self.flushed["cold"] = ctx.configure_sut("flush_prefix_cache", True)
+        self.runs["cold"] = await self.measure(client, "cache-cold", specs, load,
+                                               extra={"prefix_cache": "enabled", "prepopulated": False,
+                                                      "flushed": self.flushed["cold"], "load_spec": desc})
+        if p.warm_run:
+            self.flushed["warm"] = ctx.configure_sut("flush_prefix_cache", True)
+            if self.populate:  # step 5: one request per shared prefix, nothing else of the workload
+                self.population = await self.warm_up_with(client, self.populate, min_requests=0,
+                                                          min_output_tokens=0, prefix_specs=self.populate,
+                                                          label="prefix-population")
+            self.runs["warm"] = await self.measure(client, "cache-warm", specs, load,  # step 6
+                                                   extra={"prefix_cache": "enabled",
+                                                          "prepopulated": bool(self.populate),
+                                                          "flushed": self.flushed["warm"], "load_spec": desc})
+
+    def restore(self) -> None:
+        self.ctx.configure_sut("prefix_cache", True if self.original is None else bool(self.original))
+
+    def summarize(self) -> Outcome:
+        runs = self.runs
+        meas, configs_plot, tables = self._effect()
+        primary = runs.get("warm") or runs["cold"]
+        return Outcome(metrics=primary.metrics, tables=tables, measurements=meas,
+                       workload=self.wl.declaration.to_json(), notes=self._notes(), plots={"configs": configs_plot},
+                       runs=list(runs.values()),
+                       facts={"prefix_caching": "enabled", "prefix_cache_under_test": True})
+
+    def _notes(self) -> list[str]:
+        p, runs, populate = self.p, self.runs, self.populate
+        notes: list[str] = []
+        if self.original is None:
+            notes.append("the SUT's original prefix-cache setting is unknown; it was left enabled")
+        for k, f in self.flushed.items():
+            if not f:
+                notes.append(f"the cache could not be flushed before the {k} run (no hook for flush_prefix_cache): "
+                             "it may hold prefixes from the previous run")
+        if p.warm_run and not populate:
+            notes.append("the workload has no shared prefix: nothing to pre-populate for the warm run")
+        if p.max_output_tokens is not None:
+            notes.append(f"output capped at {p.max_output_tokens} tokens by the profile")
+        notes.append("Cache (Cold): cache enabled and flushed, not pre-populated (departs from §4.5.1 item 4 on "
+                     "purpose, as Table 10 asks); Cache (Warm): flushed, then one request per shared prefix")
+        for k, m in runs.items():
+            if not m.summary.valid:
+                notes.append(f"{ROW_NAMES[k]} run invalid: {m.summary.invalid_reason}")
+        return notes
+
+    def _effect(self) -> tuple[dict[str, Any], dict[str, dict[str, float | None]], list[Table]]:
+        """Measurements, plot data and Table 10 with its effect table (§5.7.4)."""
+        p, runs, specs, populate = self.p, self.runs, self.specs, self.populate
+        base = runs["disabled"].metrics
+        self.stats = stats = {k: cache_stats(m, self.prefix_len) for k, m in runs.items()}
+        rows10, rows_fx = [], []
+        meas: dict[str, Any] = {"requests": len(specs), "shared_prefixes": len(populate),
+                                "load": p.load.describe(), "request_sequence_sha256": sequence_sha256(specs)}
+        configs_plot: dict[str, dict[str, float | None]] = {}
+        tps_base = _tps(base)
+        for k, m in runs.items():
+            mt = m.metrics
+            q = {pq: pvalue(mt, "ttft", pq) for pq in (50, 95, 99)}
+            rows10.append([ROW_NAMES[k], *(fmt_ms(q[pq]) for pq in (50, 95, 99))])
+            for pq, v in q.items():
+                meas[f"{k}_ttft_p{pq}_ms"] = None if v is None else round(v * 1000, 3)
+            st = stats[k]
+            tps = _tps(mt)
+            rps = _rps(mt)
+            meas[f"{k}_output_throughput_tps"] = None if tps is None else round(tps, 3)
+            meas[f"{k}_request_throughput_rps"] = None if rps is None else round(rps, 4)
+            meas[f"{k}_prefix_hit_rate"] = _round(st.prefix_hit_rate)
+            meas[f"{k}_prompt_cached_fraction"] = _round(st.prompt_cached_fraction)
+            meas[f"{k}_server_hit_rate"] = _round(st.server_hit_rate)
+            meas[f"{k}_cached_tokens"] = st.cached_tokens
+            meas[f"{k}_server_hit_tokens"] = st.server_hit
+            configs_plot[ROW_NAMES[k]] = {f"ttft_p{pq}_s": q[pq] for pq in (50, 95, 99)}
+            if k == "disabled":
+                continue
+            red = {pq: _reduction(pvalue(base, "ttft", pq), q[pq]) for pq in (50, 95, 99)}
+            for pq in (50, 95, 99):
+                meas[f"{k}_ttft_reduction_p{pq}_pct"] = _round(red[pq], 2)
+            thr = _reduction(tps_base, tps)
+            meas[f"{k}_throughput_improvement_pct"] = None if thr is None else round(-thr, 2)
+            rps_b = _rps(base)
+            rthr = _reduction(rps_b, rps)
+            meas[f"{k}_request_throughput_improvement_pct"] = None if rthr is None else round(-rthr, 2)
+            rows_fx.append([ROW_NAMES[k], *(_fmt_pct(red[pq]) for pq in (50, 95, 99)),
+                            _fmt_pct(None if st.prefix_hit_rate is None else st.prefix_hit_rate * 100),
+                            _fmt_pct(None if st.server_hit_rate is None else st.server_hit_rate * 100),
+                            "n/a" if tps is None else f"{tps:.1f} tok/s",
+                            _fmt_pct(None if thr is None else -thr, signed=True)])
+        table10 = Table("Table 10: Cache Effectiveness", ["Configuration", "TTFT P50", "TTFT P95", "TTFT P99"], rows10,
+                        notes=[(f"identical request sequence in every configuration (sha256 {meas['request_sequence_sha256'][:16]}…), "
+                               f"{len(specs)} requests, {p.load.describe()}"),
+                               *(f"{ROW_NAMES[k]}: n={m.metrics.distributions['ttft'].n} successful of {len(m.records)}"
+                                 for k, m in runs.items())])
+        decl = self.wl.declaration.to_json()
+        share = decl.get("prefix_sharing") or {}
+        table_fx = Table("Prefix cache effect (§5.7.4)",
+                         ["Configuration", "TTFT Reduction P50", "TTFT Reduction P95", "TTFT Reduction P99",
+                          "Prefix Hit Rate (usage)", "Hit Rate (server)", "Output Throughput", "Throughput Change"],
+                         rows_fx,
+                         notes=["TTFT reduction = (TTFT_disabled - TTFT_cache) / TTFT_disabled at each percentile",
+                                ("prefix hit rate = sum(min(cached_tokens, prefix tokens)) / sum(prefix tokens) over "
+                                "successful requests that carry a shared prefix (usage.prompt_tokens_details.cached_tokens)"),
+                                "server hit rate = hit tokens / queried tokens counter deltas over the run (all prompts)",
+                                f"throughput = steady-state output tok/s of the run ({p.load.describe()}); Cache Disabled: "
+                                + ("n/a" if tps_base is None else f"{tps_base:.1f} tok/s"),
+                                (f"shared prefixes: {len(populate)} ({share.get('selection', 'n/a')}), lengths "
+                                f"{share.get('prefix_lengths', 'n/a')} tokens, sharing fraction "
+                                f"{share.get('fraction', 'n/a')}")])
+        return meas, configs_plot, [table10, table_fx]
+
+    def checks(self, out: Outcome) -> dict[str, Check]:
+        return _checks(self.p, self.runs, self.stats, self.state_off, self.state_on, bool(self.population),
+                       self.specs, self.wl.declaration.to_json(), self.warmup)
+
+    def adjust_facts(self, facts: RunFacts) -> None:
+        pop = self.population
+        facts.warmup = dataclasses.replace(facts.warmup, prefix_populated=bool(pop and pop.prefix_requests))
 
 
 def _tps(m: Any) -> float | None:
@@ -358,5 +378,3 @@ def _checks(p: PrefixCacheParams, runs: dict[str, Measured], stats: dict[str, Ca
     }
 
 
-
-register(Procedure("5.7", "Prefix Cache Effectiveness", PrefixCacheParams, run, PROFILES, plan))

@@ -32,23 +32,26 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
+from ..adapters import metric_names
+from ..client import LLMClient
 from ..compliance import Check
 from ..load import ClosedLoop
-from .base import params_json, Procedure, ProcedureContext, ProcedureResult, Table, register
-from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, run_facts, warm_up
-from .p5_5_capacity import build_level_specs, capacity_error, closed_level_stream
+from ..warmup import WarmupResult
+from .base import Table
+from .common import Measured
+from .helpers import build_level_specs, capacity_error, closed_level_stream, fmt_ms, pvalue
+from .pipeline import Outcome, ProcedureRun
 
 __all__ = ["PROFILES", "LevelPressure", "MemoryPressureParams", "level_concurrency"]
 
 MIN_LEVEL_S = 120.0  # §5.8.3 step 3b
 
 #: /metrics counters, first present name wins (the simulator's, then vLLM's).
-PREEMPTION_EVENTS = ("llmbench:num_preemptions_total", "vllm:num_preemptions_total")
+PREEMPTION_EVENTS = ("llmbench:num_preemptions_total", *metric_names("preemptions"))
 PREEMPTED_REQUESTS = ("llmbench:requests_preempted_total",)
 PREEMPTED_TOKENS = ("llmbench:preempted_tokens_total",)
 NOT_MEASURABLE = "not measurable client-side"
@@ -96,10 +99,6 @@ PROFILES: dict[str, dict[str, Any]] = {
     "standard": {},
     "full": {},
 }
-
-
-def plan(p: MemoryPressureParams) -> dict[str, Any]:
-    return {"requests": p.warmup_requests, "min_duration_s": len(p.levels) * p.level_s}
 
 
 def level_concurrency(level: float, capacity: int) -> int:
@@ -204,117 +203,124 @@ def _pct(x: float | None, na: str = "n/a") -> str:
     return na if x is None else f"{x * 100:.1f}%"
 
 
-async def run(ctx: ProcedureContext, p: MemoryPressureParams) -> ProcedureResult:
-    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    if p.capacity_concurrency is not None:
-        cap_n, cap_src, cap_tps = p.capacity_concurrency, "declared (capacity_concurrency)", None
-    else:
-        cap = await ctx.get_capacity("concurrency")
-        if not cap.concurrency:
-            raise RuntimeError("5.8 needs the maximum concurrency from 5.5 (§5.8.3 step 1), and none is available")
-        cap_n, cap_src, cap_tps = int(cap.concurrency), cap.source or "5.5", cap.output_throughput
-    levels = sorted(p.levels)
-    seed = ctx.settings.seed
-    wu_specs, _ = build_level_specs(ctx, p.workload, max(p.warmup_requests, 8), seed + 77, p.output_tokens,
-                                    p.workload_params)
-    declaration: dict[str, Any] = {}
-    wu_specs = [dataclasses.replace(s, min_tokens=None) for s in wu_specs]
-    outcomes: list[LevelPressure] = []
-    aborted: str | None = None
-    max_c = max(level_concurrency(x, cap_n) for x in levels)
-    async with client_for(ctx, max_connections=max_c) as client:
-        wu = await warm_up(ctx, client, wu_specs, min_requests=p.warmup_requests,
-                           min_output_tokens=p.warmup_tokens, concurrency=min(cap_n, 16))
+class MemoryPressure(ProcedureRun[MemoryPressureParams]):
+    """§5.8.3: closed-loop levels beyond 5.5's capacity; preemption, recovery and failures; Table 11."""
+
+    id, title, params_type, profiles = "5.8", "Memory Pressure Behavior", MemoryPressureParams, PROFILES
+
+    @staticmethod
+    def plan(p: MemoryPressureParams) -> dict[str, Any]:
+        return {"requests": p.warmup_requests, "min_duration_s": len(p.levels) * p.level_s}
+
+    async def prepare(self) -> None:
+        p = self.p
+        if p.capacity_concurrency is not None:
+            self.cap_n, self.cap_src, self.cap_tps = p.capacity_concurrency, "declared (capacity_concurrency)", None
+        else:
+            cap = await self.ctx.get_capacity("concurrency")
+            if not cap.concurrency:
+                raise RuntimeError("5.8 needs the maximum concurrency from 5.5 (§5.8.3 step 1), and none is available")
+            self.cap_n, self.cap_src, self.cap_tps = int(cap.concurrency), cap.source or "5.5", cap.output_throughput
+        self.levels = sorted(p.levels)
+        self.declaration: dict[str, Any] = {}
+        self.outcomes: list[LevelPressure] = []
+        self.aborted: str | None = None
+
+    def connections(self) -> int | None:
+        return max(level_concurrency(x, self.cap_n) for x in self.levels)
+
+    async def warm_up(self, client: LLMClient) -> WarmupResult:
+        p = self.p
+        specs, _ = build_level_specs(self.ctx, p.workload, max(p.warmup_requests, 8), self.seeds.derive("warmup"),
+                                     p.output_tokens, p.workload_params)
+        specs = [dataclasses.replace(s, min_tokens=None) for s in specs]
+        return await self.warm_up_with(client, specs, concurrency=min(self.cap_n, 16))
+
+    async def run_loads(self, client: LLMClient) -> None:
+        p, ctx, levels, cap_n, cap_tps = self.p, self.ctx, self.levels, self.cap_n, self.cap_tps
         rate = (cap_tps / p.output_tokens) if cap_tps else None  # req/s; refined by every level
         for i, level in enumerate(levels):
             c = level_concurrency(level, cap_n)
             # enough distinct requests for the level (cycled beyond that, counted as repeats)
             n = min(MAX_LEVEL_SPECS, math.ceil(1.2 * rate * p.level_s) + c if rate else 30 * c)
-            specs, decl = build_level_specs(ctx, p.workload, max(n, 2 * c), seed + 5000 + 1000 * i,
+            specs, decl = build_level_specs(ctx, p.workload, max(n, 2 * c), self.seeds.derive("level", i),
                                             p.output_tokens, p.workload_params)
-            declaration = declaration or decl
+            self.declaration = self.declaration or decl
             stats: dict[str, int] = {}
             ctx.progress(f"{_label(level)} of capacity {cap_n}: {c} concurrent for {p.level_s:g} s")
-            m = await measure(ctx, client, f"oversub_{round(level * 100)}",
-                              closed_level_stream(specs, 0, p.level_s, stats),
-                              ClosedLoop(c, duration_s=p.level_s),
-                              drain_timeout_s=ctx.settings.timeout if p.drain_s is None else p.drain_s,
-                              extra={"level": level, "concurrency": c, "capacity": cap_n})
+            m = await self.measure(client, f"oversub_{round(level * 100)}",
+                                   closed_level_stream(specs, 0, p.level_s, stats),
+                                   ClosedLoop(c, duration_s=p.level_s),
+                                   drain_timeout_s=ctx.settings.timeout if p.drain_s is None else p.drain_s,
+                                   extra={"level": level, "concurrency": c, "capacity": cap_n})
             lp = _assess(level, c, m, stats.get("repeats", 0))
-            outcomes.append(lp)
+            self.outcomes.append(lp)
             if lp.requests and m.load.duration_s > 0:
                 rate = lp.requests / m.load.duration_s * 1.25  # next level: more in flight, maybe faster
             if lp.fail_rate is not None and lp.fail_rate > p.abort_fail_rate and i + 1 < len(levels):
-                aborted = (f"stopped after {_label(level)}: failure rate {_pct(lp.fail_rate)} > "
-                           f"{p.abort_fail_rate:.0%} (cascading-failure guard, §7.4); levels "
-                           f"{', '.join(_label(x) for x in levels[i + 1:])} not run")
+                self.aborted = (f"stopped after {_label(level)}: failure rate {_pct(lp.fail_rate)} > "
+                                f"{p.abort_fail_rate:.0%} (cascading-failure guard, §7.4); levels "
+                                f"{', '.join(_label(x) for x in levels[i + 1:])} not run")
                 break
-    return _result(ctx, p, started, cap_n, cap_src, levels, outcomes, aborted, wu, declaration)
 
+    def summarize(self) -> Outcome:
+        p, cap_n, cap_src, levels = self.p, self.cap_n, self.cap_src, self.levels
+        outcomes, aborted = self.outcomes, self.aborted
+        rows = []
+        for o in outcomes:
+            rows.append([_label(o.level), _pct(o.completion), _pct(o.preemption_rate, NOT_MEASURABLE),
+                         _pct(o.fail_rate), fmt_ms(o.ttft_p99_s)])
+        for x in levels[len(outcomes):]:
+            rows.append([_label(x), "not run", "not run", "not run", "not run"])
+        drain = self.ctx.settings.timeout if p.drain_s is None else p.drain_s
+        notes11 = [f"capacity {cap_n} concurrent requests ({cap_src}); level = concurrency / capacity",
+                   ("Complete = successful / (successful + failed); Preempt = requests preempted at least once / "
+                   "requests (§5.8.4)")]
+        notes11 += [aborted] if aborted else []
+        notes11 += [f"{_label(o.level)}: {o.cancelled} requests still queued after the {drain:g} s drain were "
+                    "cancelled (neither complete nor failed)" for o in outcomes if o.cancelled]
+        table11 = Table("Table 11: Memory Pressure Degradation",
+                        ["Oversub Level", "Complete", "Preempt", "Fail Rate", "TTFT P99"], rows, notes=notes11)
+        detail = Table(
+            "Preemption detail (§5.8.4)",
+            ["Oversub Level", "Concurrency", "Requests", "Preempted requests", "Recovery rate",
+             "Tokens lost / preemption", "Preemption events", "OOM/capacity errors", "Source"],
+            [[_label(o.level), str(o.concurrency), str(o.requests),
+              NOT_MEASURABLE if o.preempted_requests is None else f"{o.preempted_requests:.0f}",
+              _pct(o.recovery_rate, "n/a (none preempted)" if o.preempted_requests == 0 else NOT_MEASURABLE),
+              "n/a" if o.tokens_lost_per_preemption is None else f"{o.tokens_lost_per_preemption:.1f}",
+              NOT_MEASURABLE if o.preemption_events is None else f"{o.preemption_events:.0f}",
+              str(o.capacity_errors), o.source] for o in outcomes],
+            notes=[("recovery rate = preempted requests that completed / preempted requests; tokens lost = "
+                   "discarded (to be recomputed) tokens per preemption event")],
+        )
+        self.degradation = degradation = _degradation(outcomes)
+        measurements: dict[str, Any] = {
+            "capacity_concurrency": cap_n, "capacity_source": cap_src,
+            "levels": [o.to_json() for o in outcomes],
+            "degradation": degradation,
+            "aborted": aborted,
+        }
+        for o in outcomes:
+            key = f"l{round(o.level * 100)}"
+            for name, value, scale in (("completion_pct", o.completion, 100),
+                                       ("preemption_rate_pct", o.preemption_rate, 100),
+                                       ("fail_rate_pct", o.fail_rate, 100), ("ttft_p99_ms", o.ttft_p99_s, 1000)):
+                measurements[f"{key}_{name}"] = None if value is None else round(value * scale, 3)
+        return Outcome(
+            metrics=outcomes[-1].measured.metrics, tables=[table11, detail], measurements=measurements,
+            workload=self.declaration,
+            notes=[degradation] + ([aborted] if aborted else [])
+            + [f"primary metrics (SLO assertions) = the highest level run, {_label(outcomes[-1].level)}"],
+            plots={"curve": {
+                "offered": [o.concurrency for o in outcomes], "offered_unit": "concurrent requests",
+                "achieved_tps": [o.measured.metrics.scalar("output_throughput").value for o in outcomes],
+                "ttft_p99_s": [o.ttft_p99_s for o in outcomes], "knee_index": None, "saturation_index": None,
+            }},
+            runs=[o.measured for o in outcomes], facts={"exceeds_capacity": True})
 
-def _result(ctx: ProcedureContext, p: MemoryPressureParams, started: str, cap_n: int, cap_src: str,
-            levels: list[float], outcomes: list[LevelPressure], aborted: str | None, wu: Any,
-            declaration: dict[str, Any]) -> ProcedureResult:
-    rows = []
-    for o in outcomes:
-        rows.append([_label(o.level), _pct(o.completion), _pct(o.preemption_rate, NOT_MEASURABLE),
-                     _pct(o.fail_rate), fmt_ms(o.ttft_p99_s)])
-    for x in levels[len(outcomes):]:
-        rows.append([_label(x), "not run", "not run", "not run", "not run"])
-    drain = ctx.settings.timeout if p.drain_s is None else p.drain_s
-    notes11 = [f"capacity {cap_n} concurrent requests ({cap_src}); level = concurrency / capacity",
-               ("Complete = successful / (successful + failed); Preempt = requests preempted at least once / "
-               "requests (§5.8.4)")]
-    notes11 += [aborted] if aborted else []
-    notes11 += [f"{_label(o.level)}: {o.cancelled} requests still queued after the {drain:g} s drain were "
-                "cancelled (neither complete nor failed)" for o in outcomes if o.cancelled]
-    table11 = Table("Table 11: Memory Pressure Degradation",
-                    ["Oversub Level", "Complete", "Preempt", "Fail Rate", "TTFT P99"], rows, notes=notes11)
-    detail = Table(
-        "Preemption detail (§5.8.4)",
-        ["Oversub Level", "Concurrency", "Requests", "Preempted requests", "Recovery rate",
-         "Tokens lost / preemption", "Preemption events", "OOM/capacity errors", "Source"],
-        [[_label(o.level), str(o.concurrency), str(o.requests),
-          NOT_MEASURABLE if o.preempted_requests is None else f"{o.preempted_requests:.0f}",
-          _pct(o.recovery_rate, "n/a (none preempted)" if o.preempted_requests == 0 else NOT_MEASURABLE),
-          "n/a" if o.tokens_lost_per_preemption is None else f"{o.tokens_lost_per_preemption:.1f}",
-          NOT_MEASURABLE if o.preemption_events is None else f"{o.preemption_events:.0f}",
-          str(o.capacity_errors), o.source] for o in outcomes],
-        notes=[("recovery rate = preempted requests that completed / preempted requests; tokens lost = "
-               "discarded (to be recomputed) tokens per preemption event")],
-    )
-    degradation = _degradation(outcomes)
-    measurements: dict[str, Any] = {
-        "capacity_concurrency": cap_n, "capacity_source": cap_src,
-        "levels": [o.to_json() for o in outcomes],
-        "degradation": degradation,
-        "aborted": aborted,
-    }
-    for o in outcomes:
-        key = f"l{round(o.level * 100)}"
-        for name, value, scale in (("completion_pct", o.completion, 100),
-                                   ("preemption_rate_pct", o.preemption_rate, 100),
-                                   ("fail_rate_pct", o.fail_rate, 100), ("ttft_p99_ms", o.ttft_p99_s, 1000)):
-            measurements[f"{key}_{name}"] = None if value is None else round(value * scale, 3)
-    measured = [o.measured for o in outcomes]
-    checks = _checks(p, cap_n, cap_src, outcomes, levels, degradation)
-    facts = run_facts(ctx, workload=declaration, warmup=wu, measured=measured, exceeds_capacity=True)
-    primary = outcomes[-1].measured
-    result = ProcedureResult(
-        procedure="5.8", title="Memory Pressure Behavior", params=params_json(p), profile=ctx.settings.profile,
-        metrics=primary.metrics, runs=[m.summary for m in measured], tables=[table11, detail],
-        measurements=measurements,
-        notes=[degradation] + ([aborted] if aborted else [])
-        + [f"primary metrics (SLO assertions) = the highest level run, {_label(outcomes[-1].level)}"],
-        plots={"curve": {
-            "offered": [o.concurrency for o in outcomes], "offered_unit": "concurrent requests",
-            "achieved_tps": [o.measured.metrics.scalar("output_throughput").value for o in outcomes],
-            "ttft_p99_s": [o.ttft_p99_s for o in outcomes], "knee_index": None, "saturation_index": None,
-        }},
-        started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-    )
-    finish(ctx, result, facts, checks)
-    return result
+    def checks(self, out: Outcome) -> dict[str, Check]:
+        return _checks(self.p, self.cap_n, self.cap_src, self.outcomes, self.levels, self.degradation)
 
 
 def _degradation(outcomes: list[LevelPressure]) -> str:
@@ -385,5 +391,3 @@ def _checks(p: MemoryPressureParams, cap_n: int, cap_src: str, outcomes: list[Le
     }
 
 
-
-register(Procedure("5.8", "Memory Pressure Behavior", MemoryPressureParams, run, PROFILES, plan))

@@ -24,17 +24,20 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
+from ..client import LLMClient
 from ..compliance import Check
 from ..load import ClosedLoop
 from ..stats import ScalingFit, scaling_fit
+from ..warmup import WarmupResult
 from ..workloads import build_workload
-from .base import params_json, Procedure, ProcedureContext, ProcedureResult, Table, register
-from .common import Measured, client_for, finish, fmt_ms, measure, pvalue, run_facts, warm_up
+from .base import Table
+from .common import Measured
+from .pipeline import Outcome, ProcedureRun
+from .helpers import fmt_ms, pvalue
 
 __all__ = ["PROFILES", "LongContextParams", "best_fit_statement", "effective_lengths"]
 
@@ -79,10 +82,6 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
-def plan(p: LongContextParams) -> dict[str, Any]:
-    return {"requests": p.warmup_requests + p.requests_per_length * len(set(p.lengths)), "min_duration_s": 0.0}
-
-
 def effective_lengths(lengths: tuple[int, ...], window: int | None, output_tokens: int) -> tuple[list[int], list[str]]:
     """Ascending distinct lengths, each lowered to fit ``window`` with ``output_tokens``; notes on changes."""
     out: list[int] = []
@@ -112,113 +111,124 @@ def best_fit_statement(fit: ScalingFit) -> str:
     return f"{head}; scaling exponent k = {fit.exponent:.3f}{ci} (log-log R^2 = {fit.r2_loglog:.4f}); {tail}"
 
 
-def _short_warmup_specs(ctx: ProcedureContext, p: LongContextParams) -> list[Any]:
-    out_tokens = max(16, min(256, math.ceil(p.warmup_tokens / max(p.warmup_requests, 1))))
-    wl = build_workload("fixed", n=max(p.warmup_requests, 8), seed=ctx.settings.seed + 31, tokenizer=ctx.tokenizer,
-                        input_tokens=p.warmup_input_tokens, output_tokens=out_tokens, force_output=True)
-    # a forced min_tokens would exceed the warm-up probe's capped max_tokens
-    return [dataclasses.replace(s, min_tokens=None) for s in wl.specs]
+class LongContext(ProcedureRun[LongContextParams]):
+    """§5.9.3: short-context warm-up, then each length ascending at low concurrency; Table 12."""
 
+    id, title, params_type, profiles = "5.9", "Long Context Scaling", LongContextParams, PROFILES
 
-async def run(ctx: ProcedureContext, p: LongContextParams) -> ProcedureResult:
-    started = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-    window = p.context_window
-    if window is None and ctx.sut.embedded:
-        window = int(ctx.sut.server_info.get("context_window") or 0) or None
-    out_tokens = p.output_tokens if p.max_output_tokens is None else min(p.output_tokens, p.max_output_tokens)
-    lengths, length_notes = effective_lengths(p.lengths, window, p.output_tokens)
-    wl = build_workload("long-context", n=p.requests_per_length * len(lengths), seed=ctx.settings.seed,
-                        tokenizer=ctx.tokenizer, lengths=lengths, order="ascending", output_tokens=out_tokens,
-                        force_output=True)
-    by_length: dict[int, list[Any]] = {L: [] for L in lengths}
-    for s in wl.specs:
-        by_length[s.input_tokens].append(s)
-    runs: dict[int, Measured] = {}
-    wu_conc = max(p.concurrency, 8)
-    async with client_for(ctx, max_connections=wu_conc) as client:
-        wu = await warm_up(ctx, client, _short_warmup_specs(ctx, p), min_requests=p.warmup_requests,
-                           min_output_tokens=p.warmup_tokens, concurrency=wu_conc)
-        for L in lengths:  # ascending (§5.9.3 step 2)
-            specs = by_length[L]
-            ctx.progress(f"context {L}: {len(specs)} requests at concurrency {p.concurrency}")
-            runs[L] = await measure(ctx, client, f"ctx{L:06d}", specs,
-                                    ClosedLoop(p.concurrency, max_requests=len(specs)),
-                                    drain_timeout_s=ctx.settings.timeout, extra={"context_length": L})
-    return _result(ctx, p, started, lengths, length_notes, out_tokens, runs, wu, wl.declaration.to_json())
+    @staticmethod
+    def plan(p: LongContextParams) -> dict[str, Any]:
+        return {"requests": p.warmup_requests + p.requests_per_length * len(set(p.lengths)), "min_duration_s": 0.0}
 
+    async def prepare(self) -> None:
+        p, ctx = self.p, self.ctx
+        window = p.context_window
+        if window is None:  # the simulator's, or what the server adapter read (llama.cpp: per-slot n_ctx)
+            window = int(ctx.sut.server_info.get("context_window") or 0) or None
+        self.out_tokens = p.output_tokens if p.max_output_tokens is None else min(p.output_tokens, p.max_output_tokens)
+        self.lengths, self.length_notes = effective_lengths(p.lengths, window, p.output_tokens)
+        wl = build_workload("long-context", n=p.requests_per_length * len(self.lengths),
+                            seed=self.seeds.derive("measure"), tokenizer=ctx.tokenizer, lengths=self.lengths,
+                            order="ascending", output_tokens=self.out_tokens, force_output=True)
+        self.declaration = wl.declaration.to_json()
+        self.by_length: dict[int, list[Any]] = {L: [] for L in self.lengths}
+        for s in wl.specs:
+            self.by_length[s.input_tokens].append(s)
+        self.runs: dict[int, Measured] = {}
 
-def _result(ctx: ProcedureContext, p: LongContextParams, started: str, lengths: list[int], length_notes: list[str],
-            out_tokens: int, runs: dict[int, Measured], wu: Any, declaration: dict[str, Any]) -> ProcedureResult:
-    rows12, rows_detail = [], []
-    pts_L: list[float] = []
-    pts_t: list[float] = []
-    per_length: dict[str, Any] = {}
-    for L in lengths:
-        met = runs[L].metrics
-        d = met.distributions.get("ttft")
-        n = d.n if d is not None else 0
-        mean = float(d.mean.value) if d is not None and n else None
-        p50, p95 = pvalue(met, "ttft", 50), pvalue(met, "ttft", 95)
-        e2e = met.distributions.get("e2e")
-        e2e_mean = float(e2e.mean.value) if e2e is not None and e2e.n else None
-        per_1k = mean * 1000 / (L / 1000) if mean is not None else None
-        tps = met.scalar("output_throughput").value
-        rows12.append([str(L), fmt_ms(mean), fmt_ms(p95), "n/a" if per_1k is None else f"{per_1k:.1f}"])
-        rows_detail.append([str(L), str(n), fmt_ms(mean), fmt_ms(p50), fmt_ms(p95), fmt_ms(e2e_mean),
-                            "n/a" if math.isnan(tps) else f"{tps:.1f}", str(sum(met.errors_by_type.values()))])
-        per_length[str(L)] = {"n": n, "ttft_mean_s": mean, "ttft_p50_s": p50, "ttft_p95_s": p95,
-                              "e2e_mean_s": e2e_mean, "ms_per_1k_tokens": per_1k,
-                              "output_tps_at_concurrency": tps, "errors": dict(met.errors_by_type)}
-        pr = met.per_request
-        ok = np.asarray(pr["ok"], dtype=bool)
-        ttft = np.asarray(pr["ttft"], dtype=float)[ok]
-        isl = np.asarray(pr["isl"], dtype=float)[ok]
-        keep = np.isfinite(ttft) & np.isfinite(isl) & (ttft > 0) & (isl > 0)
-        pts_L.extend(isl[keep].tolist())
-        pts_t.extend(ttft[keep].tolist())
-    fit: ScalingFit | None = None
-    fit_line = "no fit: fewer than two context lengths with successful requests"
-    if len(set(pts_L)) >= 2:
-        fit = scaling_fit(pts_L, pts_t)
-        fit_line = best_fit_statement(fit)
-    table12 = Table("Table 12: Long Context Scaling", ["Context (tokens)", "TTFT Mean", "TTFT P95", "ms/1K tokens"],
-                    rows12, notes=[fit_line, "ms/1K tokens = mean TTFT (ms) / (context length / 1000) (§5.9.4)"]
-                    + length_notes)
-    detail = Table("Per-length latency (§5.9.4)",
-                   ["Context (tokens)", "n", "TTFT Mean", "TTFT P50", "TTFT P95", "E2E Mean",
-                    f"Output tok/s at concurrency {p.concurrency}", "Errors"], rows_detail,
-                   notes=[("maximum throughput per length is not measured: 5.9.3 runs at low concurrency only; the "
-                          "output throughput shown is at the test's concurrency")])
-    n_min = min((per_length[str(L)]["n"] for L in lengths), default=0)
-    measurements: dict[str, Any] = {
-        "lengths": lengths, "per_length": per_length, "best_fit": fit_line,
-        "output_tokens": out_tokens, "concurrency": p.concurrency,
-    }
-    if fit is not None:
-        measurements.update(scaling_exponent=fit.exponent, scaling_exponent_ci=fit.exponent_ci,
-                            r2_loglog=fit.r2_loglog, r2_linear=fit.r2_linear,
-                            r2_power=fit.r2_power_linear_space, best_model=fit.better,
-                            per_token_cost_us=fit.linear_slope * 1e6, linear_intercept_ms=fit.linear_intercept * 1e3,
-                            power_coefficient=fit.power_coefficient)
-    for L in lengths:
-        v = per_length[str(L)]
-        if v["ttft_mean_s"] is not None:
-            measurements[f"ttft_mean_ms_{L}"] = round(v["ttft_mean_s"] * 1000, 3)
-    checks = _checks(p, lengths, out_tokens, n_min, fit, declaration)
-    measured = [runs[L] for L in lengths]
-    facts = run_facts(ctx, workload=declaration, warmup=wu, measured=measured)
-    result = ProcedureResult(
-        procedure="5.9", title="Long Context Scaling", params=params_json(p), profile=ctx.settings.profile,
-        metrics=runs[lengths[-1]].metrics, runs=[m.summary for m in measured], tables=[table12, detail],
-        measurements=measurements, notes=[fit_line, "primary metrics (SLO assertions) = the longest context"]
-        + length_notes,
-        plots={"scaling": {"length": pts_L, "ttft_s": pts_t,
-                           "fit": None if fit is None else {"k": fit.exponent, "c": fit.power_coefficient,
-                                                            "r2": fit.r2_loglog}}},
-        started=started, finished=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-    )
-    finish(ctx, result, facts, checks)
-    return result
+    def connections(self) -> int | None:
+        return max(self.p.concurrency, 8)
+
+    async def warm_up(self, client: LLMClient) -> WarmupResult:
+        """Short-context warm-up (§5.9.3 step 1), on prompts of its own stream."""
+        p = self.p
+        out_tokens = max(16, min(256, math.ceil(p.warmup_tokens / max(p.warmup_requests, 1))))
+        wl = build_workload("fixed", n=max(p.warmup_requests, 8), seed=self.seeds.derive("warmup"),
+                            tokenizer=self.ctx.tokenizer, input_tokens=p.warmup_input_tokens,
+                            output_tokens=out_tokens, force_output=True)
+        # a forced min_tokens would exceed the warm-up probe's capped max_tokens
+        specs = [dataclasses.replace(s, min_tokens=None) for s in wl.specs]
+        return await self.warm_up_with(client, specs, concurrency=max(p.concurrency, 8))
+
+    async def run_loads(self, client: LLMClient) -> None:
+        p = self.p
+        for L in self.lengths:  # ascending (§5.9.3 step 2)
+            specs = self.by_length[L]
+            self.ctx.progress(f"context {L}: {len(specs)} requests at concurrency {p.concurrency}")
+            self.runs[L] = await self.measure(client, f"ctx{L:06d}", specs,
+                                              ClosedLoop(p.concurrency, max_requests=len(specs)),
+                                              drain_timeout_s=self.ctx.settings.timeout,
+                                              extra={"context_length": L})
+
+    def summarize(self) -> Outcome:
+        p, lengths, runs = self.p, self.lengths, self.runs
+        rows12, rows_detail = [], []
+        pts_L: list[float] = []
+        pts_t: list[float] = []
+        per_length: dict[str, Any] = {}
+        for L in lengths:
+            met = runs[L].metrics
+            d = met.distributions.get("ttft")
+            n = d.n if d is not None else 0
+            mean = float(d.mean.value) if d is not None and n else None
+            p50, p95 = pvalue(met, "ttft", 50), pvalue(met, "ttft", 95)
+            e2e = met.distributions.get("e2e")
+            e2e_mean = float(e2e.mean.value) if e2e is not None and e2e.n else None
+            per_1k = mean * 1000 / (L / 1000) if mean is not None else None
+            tps = met.scalar("output_throughput").value
+            rows12.append([str(L), fmt_ms(mean), fmt_ms(p95), "n/a" if per_1k is None else f"{per_1k:.1f}"])
+            rows_detail.append([str(L), str(n), fmt_ms(mean), fmt_ms(p50), fmt_ms(p95), fmt_ms(e2e_mean),
+                                "n/a" if math.isnan(tps) else f"{tps:.1f}", str(sum(met.errors_by_type.values()))])
+            per_length[str(L)] = {"n": n, "ttft_mean_s": mean, "ttft_p50_s": p50, "ttft_p95_s": p95,
+                                  "e2e_mean_s": e2e_mean, "ms_per_1k_tokens": per_1k,
+                                  "output_tps_at_concurrency": tps, "errors": dict(met.errors_by_type)}
+            pr = met.per_request
+            ok = np.asarray(pr["ok"], dtype=bool)
+            ttft = np.asarray(pr["ttft"], dtype=float)[ok]
+            isl = np.asarray(pr["isl"], dtype=float)[ok]
+            keep = np.isfinite(ttft) & np.isfinite(isl) & (ttft > 0) & (isl > 0)
+            pts_L.extend(isl[keep].tolist())
+            pts_t.extend(ttft[keep].tolist())
+        fit: ScalingFit | None = None
+        fit_line = "no fit: fewer than two context lengths with successful requests"
+        if len(set(pts_L)) >= 2:
+            fit = scaling_fit(pts_L, pts_t)
+            fit_line = best_fit_statement(fit)
+        table12 = Table("Table 12: Long Context Scaling", ["Context (tokens)", "TTFT Mean", "TTFT P95", "ms/1K tokens"],
+                        rows12, notes=[fit_line, "ms/1K tokens = mean TTFT (ms) / (context length / 1000) (§5.9.4)"]
+                        + self.length_notes)
+        detail = Table("Per-length latency (§5.9.4)",
+                       ["Context (tokens)", "n", "TTFT Mean", "TTFT P50", "TTFT P95", "E2E Mean",
+                        f"Output tok/s at concurrency {p.concurrency}", "Errors"], rows_detail,
+                       notes=[("maximum throughput per length is not measured: 5.9.3 runs at low concurrency only; the "
+                              "output throughput shown is at the test's concurrency")])
+        n_min = min((per_length[str(L)]["n"] for L in lengths), default=0)
+        measurements: dict[str, Any] = {
+            "lengths": lengths, "per_length": per_length, "best_fit": fit_line,
+            "output_tokens": self.out_tokens, "concurrency": p.concurrency,
+        }
+        if fit is not None:
+            measurements.update(scaling_exponent=fit.exponent, scaling_exponent_ci=fit.exponent_ci,
+                                r2_loglog=fit.r2_loglog, r2_linear=fit.r2_linear,
+                                r2_power=fit.r2_power_linear_space, best_model=fit.better,
+                                per_token_cost_us=fit.linear_slope * 1e6, linear_intercept_ms=fit.linear_intercept * 1e3,
+                                power_coefficient=fit.power_coefficient)
+        for L in lengths:
+            v = per_length[str(L)]
+            if v["ttft_mean_s"] is not None:
+                measurements[f"ttft_mean_ms_{L}"] = round(v["ttft_mean_s"] * 1000, 3)
+        self.n_min, self.fit = n_min, fit
+        return Outcome(
+            metrics=runs[lengths[-1]].metrics, tables=[table12, detail], measurements=measurements,
+            workload=self.declaration, runs=[runs[L] for L in lengths],
+            notes=[fit_line, "primary metrics (SLO assertions) = the longest context"] + self.length_notes,
+            plots={"scaling": {"length": pts_L, "ttft_s": pts_t,
+                               "fit": None if fit is None else {"k": fit.exponent, "c": fit.power_coefficient,
+                                                                "r2": fit.r2_loglog}}},
+        )
+
+    def checks(self, out: Outcome) -> dict[str, Check]:
+        return _checks(self.p, self.lengths, self.out_tokens, self.n_min, self.fit, self.declaration)
 
 
 def _checks(p: LongContextParams, lengths: list[int], out_tokens: int, n_min: int, fit: ScalingFit | None,
@@ -253,5 +263,3 @@ def _checks(p: LongContextParams, lengths: list[int], out_tokens: int, n_min: in
     }
 
 
-
-register(Procedure("5.9", "Long Context Scaling", LongContextParams, run, PROFILES, plan))

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..records import RequestSpec
+from ..seeds import WORKLOAD_GENERATOR_VERSION
 from ..tokenizer import Tokenizer, get_tokenizer
 from .distributions import LengthDistribution, WorkloadError
 
@@ -201,7 +202,8 @@ def _generator_version() -> str:
         own = metadata.version("pytest-llmbench")
     except metadata.PackageNotFoundError:  # pragma: no cover
         own = "unknown"
-    return f"pytest-llmbench {own}; numpy {np.__version__} PCG64 (SeedSequence)"
+    return (f"pytest-llmbench {own}; workload generator v{WORKLOAD_GENERATOR_VERSION}; "
+            f"numpy {np.__version__} PCG64 (SeedSequence)")
 
 
 @dataclass

@@ -1,0 +1,223 @@
+"""Helpers shared by the procedures (§5.1–§5.10): request lists, queue trend, capacity errors,
+table formatting and declared checks. No I/O here; procedures import this, never each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union
+
+import numpy as np
+
+from ..compliance import Check
+from ..metrics import STEADY_STATE_FRACTION, steady_state_window
+from ..records import ErrorType, RequestRecord, RequestSpec
+from ..stats import queue_growing
+from ..workloads import build_workload
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..metrics import RunMetrics
+    from .base import ProcedureContext
+    from .common import Measured
+
+__all__ = [
+    "RAMP_UP_FRACTION",
+    "QueueTrend",
+    "build_level_specs",
+    "cap_output",
+    "capacity_error",
+    "closed_level_stream",
+    "declared_checks",
+    "fmt_ms",
+    "fmt_num",
+    "level_specs",
+    "percentile_row",
+    "pvalue",
+    "queue_trend",
+    "sample_list",
+    "steady_window_ns",
+]
+
+RAMP_UP_FRACTION = STEADY_STATE_FRACTION  # §5.2.3.2 (metrics.steady_state_window)
+
+
+#: Error text that reveals memory or capacity exhaustion (§5.5.2 "no out-of-memory errors"):
+#: CUDA / torch OOM, vLLM/TGI KV-cache messages, the simulator's kv_capacity_exceeded / queue_full.
+_CAPACITY_TEXT = re.compile(
+    r"out of memory|\boom\b|cuda error|insufficient (gpu )?memory|kv[ _-]?cache|kv_capacity|"
+    r"no available (memory|blocks)|queue[ _]full|capacity|resource(s)? exhausted|overloaded",
+    re.IGNORECASE,
+)
+
+
+def cap_output(specs: Sequence[RequestSpec], cap: int | None) -> list[RequestSpec]:
+    """Cap every request's ``max_tokens`` (and ``min_tokens``) at ``cap`` (profiles shorten runs)."""
+    if cap is None:
+        return list(specs)
+    return [dataclasses.replace(s, max_tokens=min(s.max_tokens, cap),
+                                min_tokens=None if s.min_tokens is None else min(s.min_tokens, cap))
+            for s in specs]
+
+
+def level_specs(ctx: ProcedureContext, workload: str, n: int, seed: int, cap: int | None,
+                **wl_params: Any) -> tuple[list[RequestSpec], Any]:
+    """``n`` requests for one level from its own seed stream (seeds.py), capped at ``cap`` output tokens."""
+    wl = build_workload(workload, n=max(n, 1), seed=seed, tokenizer=ctx.tokenizer, **wl_params)
+    return cap_output(wl.specs, cap), wl
+
+
+@dataclass
+class QueueTrend:
+    """Queue-depth trend over a level's steady window (§5.2.3.1 rule 1, §5.2.3.2)."""
+
+    source: str  # "server /metrics waiting gauge" | "client in-flight count" | "none"
+    growing: bool
+    slope_per_s: float | None
+    rise: float | None  # fitted increase over the window (requests)
+    samples: int
+
+    @property
+    def label(self) -> str:
+        return "growing" if self.growing else ("stable" if self.samples else "n/a")
+
+
+def steady_window_ns(m: Measured) -> tuple[int, int]:
+    """The level's steady window: its send window minus the first 10% (§5.2.3.2)."""
+    lo, hi = steady_state_window(m.load.start_ns, m.load.send_end_ns, RAMP_UP_FRACTION)
+    return m.load.start_ns + int(lo - m.load.start_ns), hi
+
+
+def queue_trend(m: Measured, *, closed: bool = False, arrivals: int = 0) -> QueueTrend:
+    """Queue growth over the steady window, from the server gauge or the client in-flight count."""
+    send_s = m.load.send_window_s
+    t0, t1 = RAMP_UP_FRACTION * send_s, send_s
+    if m.queue_samples:
+        source = "server /metrics waiting gauge"
+        pts = [(t, d) for t, d in m.queue_samples if t0 <= t <= t1]
+    else:
+        source = "client in-flight count"
+        pts = [(t / 1e9, float(d)) for t, d in m.load.concurrency_samples if t0 <= t / 1e9 <= t1]
+    if len(pts) < 3:
+        return QueueTrend("none" if not pts else source, False, None, None, len(pts))
+    t = np.array([p[0] for p in pts])
+    d = np.array([p[1] for p in pts])
+    slope = float(np.polyfit(t, d, 1)[0]) if np.ptp(t) > 0 else 0.0
+    rise = slope * (t1 - t0)
+    if closed:
+        growing = bool(m.queue_samples) and float(np.median(d)) > 0
+    else:
+        growing = queue_growing(t, d) and rise >= max(2.0, 0.02 * arrivals)
+    return QueueTrend(source, growing, slope, rise, len(pts))
+
+
+def capacity_error(rec: RequestRecord) -> bool:
+    """A failed request whose status or error text shows memory/capacity exhaustion (§5.5.2)."""
+    if not rec.failed:
+        return False
+    if rec.error_type is ErrorType.RATE_LIMITED or rec.status in (503, 507):
+        return True
+    return bool(rec.error_message and _CAPACITY_TEXT.search(rec.error_message))
+
+
+def build_level_specs(ctx: ProcedureContext, workload: str, n: int, seed: int, output_tokens: int,
+                      workload_params: dict[str, Any]) -> tuple[list[RequestSpec], dict[str, Any]]:
+    """``n`` requests of ``workload`` with a fixed, forced output length (§5.5.2)."""
+    try:
+        wl = build_workload(workload, n=n, seed=seed, tokenizer=ctx.tokenizer, output_tokens=output_tokens,
+                            force_output=True, **workload_params)
+    except TypeError as exc:
+        raise ValueError(f"workload {workload!r} cannot fix the output length ({exc}); use synthetic-uniform, "
+                         "fixed or long-context") from None
+    return list(wl.specs), wl.declaration.to_json()
+
+
+def closed_level_stream(specs: Sequence[RequestSpec], need: int, min_s: float,
+                        stats: dict[str, int]) -> Iterator[RequestSpec]:
+    """Specs for one closed-loop level: stop once ``need`` were sent *and* ``min_s`` passed.
+
+    The level therefore runs for the longer of the two (§5.5.3 step 3c, §5.8.3 step 3b). Past the
+    end of ``specs`` the list is cycled (counted in ``stats["repeats"]``); a prompt then recurs only
+    after ``len(specs)`` others, long evicted from any prefix cache a level this size fills.
+    """
+    t0: float | None = None
+    i = 0
+    while True:
+        now = time.perf_counter()
+        if t0 is None:
+            t0 = now
+        if i >= need and now - t0 >= min_s:
+            return
+        if i >= len(specs):
+            stats["repeats"] = stats.get("repeats", 0) + 1
+        yield specs[i % len(specs)]
+        i += 1
+
+
+def fmt_ms(seconds: float | None) -> str:
+    """A latency for a draft table: ``127 ms`` below 10 s, ``12.3 s`` above; ``n/a`` when undefined."""
+    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+        return "n/a"
+    if seconds >= 10:
+        return f"{seconds:.1f} s"
+    ms = seconds * 1000
+    return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
+
+
+def fmt_num(value: float | None, unit: str = "", digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.{digits}f}{(' ' + unit) if unit else ''}"
+
+
+def percentile_row(metrics: RunMetrics, name: str, ps: Sequence[float] = (50, 95, 99)) -> list[str]:
+    """Formatted percentiles of a distribution for a draft table ("n/a" when absent)."""
+    if name not in metrics.distributions or metrics.distributions[name].n == 0:
+        return ["n/a" for _ in ps]
+    return [fmt_ms(metrics.percentile(name, p).value) for p in ps]
+
+
+def pvalue(metrics: RunMetrics, name: str, p: float) -> float | None:
+    """A percentile's value in seconds, or None when the distribution is empty."""
+    if name not in metrics.distributions or metrics.distributions[name].n == 0:
+        return None
+    v = metrics.percentile(name, p).value
+    return None if v is None or math.isnan(v) else float(v)
+
+
+def sample_list(values: Any, limit: int = 20_000) -> list[float]:
+    """Finite samples as a plain list for plots (evenly thinned above ``limit``)."""
+    import numpy as np
+
+    arr = np.asarray(values, dtype=float)
+    arr = arr[np.isfinite(arr)]
+    if arr.size > limit:
+        arr = np.sort(arr)[np.linspace(0, arr.size - 1, limit).astype(int)]
+    return [float(x) for x in arr]
+
+
+#: A declared check: ``(met, reason)`` or ``(met, reason_if_met, reason_if_unmet)``, optionally
+#: followed by an evidence dict. ``met`` may be a bool or a zero-argument predicate.
+CheckSpec = Union[tuple[Any, str], tuple[Any, str, Any], tuple[Any, str, str, Mapping[str, Any]]]
+
+
+def declared_checks(spec: Mapping[str, CheckSpec]) -> dict[str, Check]:
+    """``{requirement_id: (predicate, reason[, unmet_reason][, evidence])}`` -> ``{id: Check}`` (§2).
+
+    The requirement id is written once; the verdict follows the predicate, so a declared check
+    can always fail.
+    """
+    out: dict[str, Check] = {}
+    for rid, item in spec.items():
+        if not isinstance(item, tuple) or len(item) < 2:
+            raise ValueError(f"check {rid}: expected (predicate, reason[, unmet_reason][, evidence]), got {item!r}")
+        pred, met_reason, *rest = item
+        evidence = rest.pop() if rest and isinstance(rest[-1], Mapping) else {}
+        unmet_reason = rest[0] if rest else met_reason
+        ok = pred() if callable(pred) else pred
+        out[rid] = (Check.met(rid, met_reason, **evidence) if ok else Check.unmet(rid, unmet_reason, **evidence))
+    return out

@@ -1,0 +1,155 @@
+"""The pipeline every procedure (§5.1–§5.10) runs, with the steps that differ left to subclasses.
+
+``ProcedureRun.execute`` does, in order: the start stamp, ``prepare`` (workloads and loads,
+capacity look-ups), a client for the SUT, ``warm_up`` (§4.5), ``run_loads`` (the procedure's
+load levels or search; every run recorded through :meth:`ProcedureRun.measure`), ``restore``
+(undo SUT configuration switches, always), ``summarize`` (tables, measurements, notes, plots),
+the run facts, ``checks`` (declared, see :func:`helpers.declared_checks`), the result and its
+compliance verdict (``common.finish``).
+
+A subclass that sets ``id`` registers itself (``__init_subclass__``): parameters still come from
+the dataclass defaults < profile < marker (``base.Procedure.make_params``). Seeds come from one
+allocator (``self.seeds``, seeds.py), one named stream per purpose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, ClassVar, Generic, TypeVar
+
+from ..client import LLMClient
+from ..compliance import Check, RunFacts
+from ..load import ClosedLoop, OpenLoop
+from ..metrics import RunMetrics
+from ..records import RequestSpec
+from ..warmup import WarmupResult
+from .base import Capacity, Procedure, ProcedureContext, ProcedureResult, Table, params_json, register
+from .common import Measured, client_for, finish, measure, run_facts, warm_up
+
+__all__ = ["Outcome", "ProcedureRun", "now_iso"]
+
+P = TypeVar("P")
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class Outcome:
+    """What a procedure's summaries produced; the pipeline adds parameters, runs, facts, verdict."""
+
+    metrics: RunMetrics | None  # the primary run's metrics (what SLO assertions evaluate)
+    tables: list[Table]
+    measurements: dict[str, Any]
+    workload: dict[str, Any]  # the workload declaration the facts describe (§4.3)
+    notes: list[str] = field(default_factory=list)
+    plots: dict[str, Any] = field(default_factory=dict)
+    capacity: Capacity | None = None
+    runs: list[Measured] | None = None  # the runs reported, in order; None = every measured run
+    fact_runs: list[Measured] | None = None  # the runs the facts describe, primary first; None = runs
+    facts: dict[str, Any] = field(default_factory=dict)  # run_facts options (itl_reported=..., ...)
+
+
+class ProcedureRun(Generic[P]):
+    """One execution of a procedure. Subclasses set the class attributes and the step methods."""
+
+    id: ClassVar[str]
+    title: ClassVar[str]
+    params_type: ClassVar[type]
+    profiles: ClassVar[Mapping[str, dict[str, Any]]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "id" in cls.__dict__:
+            register(Procedure(cls.id, cls.title, cls.params_type, cls.entry, dict(cls.profiles), cls.plan))
+
+    @classmethod
+    async def entry(cls, ctx: ProcedureContext, p: Any) -> ProcedureResult:
+        return await cls(ctx, p).execute()
+
+    @staticmethod
+    def plan(p: Any) -> dict[str, Any]:  # pragma: no cover - every procedure overrides it
+        """params -> {"requests": int, "min_duration_s": float} for --collect-only / dry runs."""
+        raise NotImplementedError
+
+    def __init__(self, ctx: ProcedureContext, p: P) -> None:
+        self.ctx = ctx
+        self.p = p
+        self.seeds = ctx.seeds(self.id)
+        self.started = now_iso()
+        self.warmup: WarmupResult | None = None
+        self.measured: list[Measured] = []
+
+    # ---- the pipeline -------------------------------------------------------------------------
+
+    async def execute(self) -> ProcedureResult:
+        await self.prepare()
+        try:
+            async with client_for(self.ctx, max_connections=self.connections()) as client:
+                self.warmup = await self.warm_up(client)
+                await self.run_loads(client)
+        finally:
+            self.restore()
+        out = self.summarize()
+        runs = self.measured if out.runs is None else out.runs
+        facts = run_facts(self.ctx, workload=out.workload, warmup=self.warmup,
+                          measured=runs if out.fact_runs is None else out.fact_runs, **out.facts)
+        self.adjust_facts(facts)
+        checks = self.checks(out)
+        result = ProcedureResult(
+            procedure=self.id, title=self.title, params=params_json(self.p), profile=self.ctx.settings.profile,
+            metrics=out.metrics, runs=[m.summary for m in runs],
+            measurements=out.measurements, tables=out.tables, notes=out.notes, plots=out.plots,
+            capacity=out.capacity, started=self.started, finished=now_iso(),
+        )
+        finish(self.ctx, result, facts, checks)
+        return result
+
+    # ---- steps a procedure supplies -----------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Build workloads and loads (may resolve capacity, switch the SUT or raise SkipProcedure)."""
+
+    def connections(self) -> int | None:
+        """The client's connection pool size (None: the client's default)."""
+        return None
+
+    async def warm_up(self, client: LLMClient) -> WarmupResult | None:
+        """§4.5 warm-up before the measured runs (None: the procedure warms up inside run_loads)."""
+        return None
+
+    async def run_loads(self, client: LLMClient) -> None:
+        """The measured runs: fixed levels, a search or configurations, each via :meth:`measure`."""
+        raise NotImplementedError
+
+    def restore(self) -> None:
+        """Undo configuration switches (runs even when a load run failed)."""
+
+    def summarize(self) -> Outcome:
+        """Summaries and tables from ``self.measured`` and what run_loads kept."""
+        raise NotImplementedError
+
+    def checks(self, out: Outcome) -> dict[str, Check]:
+        """The procedure's requirement checks (helpers.declared_checks)."""
+        raise NotImplementedError
+
+    def adjust_facts(self, facts: RunFacts) -> None:
+        """Facts only this procedure knows (e.g. the guardrail states it compared)."""
+
+    # ---- shared step implementations ----------------------------------------------------------
+
+    async def warm_up_with(self, client: LLMClient, specs: Iterable[RequestSpec], **kw: Any) -> WarmupResult:
+        """§4.5 warm-up with the procedure's ``warmup_requests`` / ``warmup_tokens`` parameters."""
+        kw.setdefault("min_requests", getattr(self.p, "warmup_requests"))
+        kw.setdefault("min_output_tokens", getattr(self.p, "warmup_tokens"))
+        return await warm_up(self.ctx, client, list(specs), **kw)
+
+    async def measure(self, client: LLMClient, label: str, specs: Iterable[RequestSpec],
+                      load: OpenLoop | ClosedLoop, **kw: Any) -> Measured:
+        """One measured run (common.measure), kept in ``self.measured`` in run order."""
+        m = await measure(self.ctx, client, label, specs, load, **kw)
+        self.measured.append(m)
+        return m

@@ -1,0 +1,121 @@
+"""The procedure skeleton (procedures/pipeline.py), its registry and shared helpers (helpers.py)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import pytest_llmbench.procedures as procedures
+from pytest_llmbench.compliance import Status
+from pytest_llmbench.procedures import base
+from pytest_llmbench.procedures.base import Table, get_procedure, procedure_ids
+from pytest_llmbench.procedures.helpers import cap_output, declared_checks
+from pytest_llmbench.procedures.p5_2_throughput import _report_checks
+from pytest_llmbench.procedures.pipeline import ProcedureRun
+from pytest_llmbench.records import RequestSpec
+
+PKG = Path(procedures.__file__).parent
+
+
+def _relative_imports(path: Path) -> set[str]:
+    """Modules of the procedures package that ``path`` imports (``from .x import`` / ``from . import x``)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                out.add(node.module.split(".")[0])
+            else:
+                out.update(a.name for a in node.names)
+    return out
+
+
+def test_every_procedure_registers_through_its_pipeline_subclass() -> None:
+    assert procedure_ids() == [f"5.{k}" for k in range(1, 11)]
+    for pid in procedure_ids():
+        proc = get_procedure(pid)
+        owner = proc.run.__self__  # the classmethod ProcedureRun.entry bound to the subclass
+        assert issubclass(owner, ProcedureRun) and owner.id == pid and owner.params_type is proc.params_type
+        assert set(proc.plan(proc.make_params("smoke", {}))) == {"requests", "min_duration_s"}
+
+
+def test_no_import_cycle_and_no_procedure_imports_another() -> None:
+    graph = {p.stem: _relative_imports(p) for p in PKG.glob("*.py") if p.stem != "__init__"}
+    for name, deps in graph.items():
+        if name.startswith("p5_"):
+            assert not {d for d in deps if d.startswith("p5_")}, f"{name} imports another procedure: {deps}"
+    assert not any(d.startswith("p5_") for d in graph["base"] | graph["common"] | graph["helpers"]
+                   | graph["pipeline"])
+
+    def visit(node: str, path: tuple[str, ...]) -> None:
+        assert node not in path, f"import cycle: {' -> '.join(path + (node,))}"
+        for dep in graph.get(node, ()):
+            visit(dep, path + (node,))
+
+    for name in graph:
+        visit(name, ())
+
+
+def test_a_subclass_with_an_id_registers_itself_and_one_without_does_not() -> None:
+    class Abstract(ProcedureRun[Any]):
+        pass
+
+    class Dummy(Abstract):
+        id, title, params_type, profiles = "9.9", "Dummy", dict, {"smoke": {}}
+
+    try:
+        assert get_procedure("9.9").run.__self__ is Dummy
+        assert "Abstract" not in {p.title for p in base._REGISTRY.values()}
+    finally:
+        base._REGISTRY.pop("9.9", None)
+
+
+def test_declared_checks_follow_their_predicate() -> None:
+    calls: list[int] = []
+    checks = declared_checks({
+        "A-MUST-1": (True, "fine"),
+        "A-MUST-2": (False, "fine", "broken"),
+        "A-MUST-3": (lambda: calls.append(1) or True, "lazy", {"n": 3}),
+        "A-MUST-4": (0, "zero is false", "zero", {"n": 0}),
+    })
+    assert [c.status for c in checks.values()] == [Status.MET, Status.UNMET, Status.MET, Status.UNMET]
+    assert checks["A-MUST-2"].reason == "broken" and checks["A-MUST-1"].reason == "fine"
+    assert checks["A-MUST-3"].evidence == {"n": 3} and calls == [1]
+    assert checks["A-MUST-4"].reason == "zero" and checks["A-MUST-4"].evidence == {"n": 0}
+    with pytest.raises(ValueError, match="A-MUST-5"):
+        declared_checks({"A-MUST-5": (True,)})  # type: ignore[dict-item]
+
+
+def test_report_items_refer_to_the_table_object_not_its_title() -> None:
+    """5.2.5-REPORT-1: a table with Table 3's title that is not the one 5.2 built does not count."""
+    meas = {"slo_applied": False, "max_output_throughput_tok_s": 1.0, "max_request_throughput_req_s": 1.0,
+            "max_input_throughput_tok_s": 1.0, "tokens_per_gpu_second": None, "batch_utilization": None,
+            **{f"{n}_p{q}_ms": 1.0 for n in ("ttft", "tpot", "e2e") for q in (50, 95, 99)}}
+    ctx = SimpleNamespace(sut=SimpleNamespace(embedded=True))
+    t3 = Table("Table 3: Throughput Summary", ["Metric", "Value"], [["x", "1"]])
+    t4 = Table("Table 4: Latency at Maximum Throughput", ["Metric", "P50"], [["TTFT", "1 ms"]])
+    look_alike = Table(t3.title, t3.columns, [r[:] for r in t3.rows])
+    best: Any = object()
+    ok = _report_checks(ctx, best, None, meas, {"5.2.5-REPORT-1": t3, "5.2.5-REPORT-2": t4}, [t3, t4])  # type: ignore[arg-type]
+    assert ok["5.2.5-REPORT-1"].status is Status.MET and ok["5.2.5-REPORT-2"].status is Status.MET
+    bad = _report_checks(ctx, best, None, meas, {"5.2.5-REPORT-1": t3, "5.2.5-REPORT-2": None},  # type: ignore[arg-type]
+                         [look_alike])
+    assert bad["5.2.5-REPORT-1"].status is Status.UNMET and bad["5.2.5-REPORT-2"].status is Status.UNMET
+
+
+def test_one_cap_output_caps_max_and_min_tokens() -> None:
+    specs = [RequestSpec(index=0, workload="w", input_tokens=4, max_tokens=100, prompt_text="a b", min_tokens=100),
+             RequestSpec(index=1, workload="w", input_tokens=4, max_tokens=10, prompt_text="c d")]
+    capped = cap_output(specs, 32)
+    assert [(s.max_tokens, s.min_tokens) for s in capped] == [(32, 32), (10, None)]
+    assert cap_output(specs, None) == specs
+
+
+def test_each_procedure_draws_warmup_and_measured_prompts_from_different_streams() -> None:
+    ctx = SimpleNamespace(settings=SimpleNamespace(seed=42))
+    seeds = {pid: base.ProcedureContext.seeds(ctx, pid) for pid in procedure_ids()}  # type: ignore[arg-type]
+    values = [s.derive(purpose, 0) for s in seeds.values() for purpose in ("warmup", "measure", "level", "arrivals")]
+    assert len(set(values)) == len(values)

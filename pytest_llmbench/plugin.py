@@ -261,7 +261,7 @@ class LLMBenchPlugin:
         try:
             if self.session.results or self.session.partial:
                 from .report import write_reports
-                from .results import build_document
+                from .results import build_document, write_exports
 
                 # selected llmbench tests that never ran (pytest -x, a pytest.exit) make it incomplete
                 not_run = [item.nodeid for item in getattr(session, "items", ())
@@ -272,6 +272,7 @@ class LLMBenchPlugin:
                                              command_line=list(self.config.invocation_params.args))
                 self.document = build_document(result)
                 self.report_path = write_reports(self.document)["html"]
+                write_exports(self.document, self.report_path.parent)  # levels.csv, requests.csv
         finally:
             self.session.close()
 

@@ -27,12 +27,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .headline import annotate, draft_order
 from .plotdata import normalise
 from .registry import FIGURES, METRICS, lookup
 from .report import SCHEMA_VERSION
 from .session import SessionResult
 
-__all__ = ["DRAFT", "SCHEMA_VERSION", "build_document", "iso_ms", "jsonable", "secret_values"]
+__all__ = ["DRAFT", "SCHEMA_VERSION", "build_document", "iso_ms", "jsonable", "secret_values", "write_exports"]
 
 DRAFT = "draft-gaikwad-llm-benchmarking-methodology-00"
 #: The App. C.1 latency bound for "Throughput at P99 TTFT < 500ms".
@@ -188,7 +189,9 @@ def _describe_model(sut: Mapping[str, Any] | None, decl: Mapping[str, Any]) -> s
 def _describe_hardware(sut: Mapping[str, Any] | None, decl: Mapping[str, Any]) -> str:
     h = decl.get("hardware")
     if isinstance(h, Mapping):
-        text = f"{h.get('accelerator', '?')} x {h.get('count', '?')}"
+        text = str(h.get("accelerator") or "accelerator not declared")
+        if h.get("count"):
+            text += f" x {h['count']}"
         if h.get("memory"):
             text += f" ({h['memory']})"
         return text
@@ -200,7 +203,9 @@ def _describe_hardware(sut: Mapping[str, Any] | None, decl: Mapping[str, Any]) -
 def _describe_engine(sut: Mapping[str, Any] | None, decl: Mapping[str, Any], version: str) -> str:
     e = decl.get("engine")
     if isinstance(e, Mapping):
-        return " ".join(str(e[k]) for k in ("name", "version") if e.get(k)) or "not declared"
+        vals = [version if (k == "version" and "plugin's version" in str(e.get(k))) else e.get(k)
+                for k in ("name", "version")]  # sut.py's default names the plugin version in words
+        return " ".join(str(v) for v in vals if v) or "not declared"
     if (sut or {}).get("embedded_simulator"):
         return f"pytest-llmbench embedded simulator {version}"
     return "not declared"
@@ -395,6 +400,10 @@ def _mvr(doc: dict[str, Any], procs: list[tuple[dict[str, Any], Any]], decl: Map
             thr = m.scalars.get("output_throughput")
             if thr is not None and math.isfinite(thr.value) and (best is None or thr.value > best[0]):
                 best = (float(thr.value), f"{p['procedure']} {label}")
+    for p, r in procs:  # one definition: the sustainable maximum of §5.2 when it ran (not a capacity probe)
+        mx = (getattr(r, "measurements", None) or {}).get("max_output_throughput_tok_s")
+        if p["procedure"] == "5.2" and isinstance(mx, (int, float)) and math.isfinite(mx):
+            best = (float(mx), f"5.2 {p['title']}, best level of its sweep")
     key["units"] = dict(KEY_RESULT_UNITS)
     key["max_throughput_tps"] = best[0] if best else None
     key["max_throughput_source"] = best[1] if best else None
@@ -420,7 +429,7 @@ def _mvr(doc: dict[str, Any], procs: list[tuple[dict[str, Any], Any]], decl: Map
         should = sum(1 for u in c["unmet"] if u["level"] == "SHOULD")
         if must or should:
             deviations.append(f"{p['procedure']}: {c['verdict']} ({must} MUST and {should} SHOULD items unmet; "
-                              f"see Methodology compliance)")
+                              f"see Compliance with the draft)")
         for n in c["notes"]:
             shared.setdefault(n, []).append(p["procedure"])
         if not p["complete"]:
@@ -450,6 +459,13 @@ def _mvr(doc: dict[str, Any], procs: list[tuple[dict[str, Any], Any]], decl: Map
         guard_text = "not declared (§4.8.1: declare input_filter, output_filter and systems)"
     return {"system": system, "configuration": configuration, "key_results": jsonable(key),
             "notes": {"deviations": deviations, "guardrails": guard_text}}
+
+
+def _item_titles() -> dict[str, tuple[str, str]]:
+    """id -> (readable title, applies_to) of every compliance item (data/requirements.yaml)."""
+    from .compliance import registry
+
+    return {r.id: (r.summary, r.applies_to) for r in registry()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -508,6 +524,82 @@ def _record_files(report_dir: Path) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------
 
 
+LEVELS_CSV = "levels.csv"
+REQUESTS_CSV = "requests.csv"
+#: per-level summary columns: (header with unit, figure path in a run's metrics, scale)
+_LEVEL_COLUMNS = (("ttft_p50_ms", ("distributions", "ttft", "percentiles", "p50"), 1000.0),
+                  ("ttft_p99_ms", ("distributions", "ttft", "percentiles", "p99"), 1000.0),
+                  ("tpot_p50_ms", ("distributions", "tpot", "percentiles", "p50"), 1000.0),
+                  ("tpot_p99_ms", ("distributions", "tpot", "percentiles", "p99"), 1000.0),
+                  ("e2e_p99_ms", ("distributions", "e2e", "percentiles", "p99"), 1000.0),
+                  ("output_throughput_tok_s", ("scalars", "output_throughput"), 1.0),
+                  ("request_throughput_req_s", ("scalars", "request_throughput"), 1.0),
+                  ("success_rate", ("scalars", "success_rate"), 1.0),
+                  ("request_count", ("scalars", "request_count"), 1.0))
+
+
+def _dig(d: Any, path: tuple[str, ...]) -> Any:
+    for k in path:
+        d = d.get(k) if isinstance(d, Mapping) else None
+    return d.get("value") if isinstance(d, Mapping) else d
+
+
+def write_exports(doc: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> dict[str, Path]:
+    """CSV exports next to the reports: one row per run (load level / configuration) and one per request.
+
+    ``levels.csv`` comes from the document; ``requests.csv`` flattens the scalar fields of every
+    ``runs/*/records.jsonl`` (times in ns as recorded; lists such as chunk times are left out).
+    """
+    import csv
+    import io
+
+    from .storage import write_text_atomic
+
+    out = Path(out_dir)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["procedure", "run", "valid", "load_model", "offered_rate_req_s", "concurrency", "sent", "ok",
+                *(c for c, _, _ in _LEVEL_COLUMNS), "run_dir"])
+    for p in doc["procedures"]:
+        for r in (p.get("result") or {}).get("runs") or []:
+            load = r.get("load") or {}
+            vals = []
+            for _, path, scale in _LEVEL_COLUMNS:
+                v = _dig(r.get("metrics") or {}, path)
+                vals.append("" if v is None else round(float(v) * scale, 6))
+            w.writerow([p["procedure"], r.get("label"), r.get("valid", True), load.get("model", ""),
+                        load.get("rate", ""), load.get("concurrency", ""), load.get("sent", ""), load.get("ok", ""),
+                        *vals, r.get("run_dir", "")])
+    paths = {"levels": out / LEVELS_CSV, "requests": out / REQUESTS_CSV}
+    write_text_atomic(paths["levels"], buf.getvalue())
+    rows: list[dict[str, Any]] = []
+    fields: list[str] = ["run_file"]
+    for rec in doc.get("records") or []:
+        if rec.get("kind") != "records":
+            continue
+        f = out / rec["path"]
+        if not f.is_file():
+            continue
+        for line in f.read_text(encoding="utf-8").splitlines():
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            row = {"run_file": rec["path"]}
+            for k, v in obj.items():
+                if isinstance(v, (str, int, float, bool)) or v is None:
+                    row[k] = v
+                    if k not in fields:
+                        fields.append(k)
+            rows.append(row)
+    buf = io.StringIO()
+    dw = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+    dw.writeheader()
+    dw.writerows(rows)
+    write_text_atomic(paths["requests"], buf.getvalue())
+    return paths
+
+
 def build_document(result: SessionResult, *, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Everything the reports show, as plain JSON (see ``report/schema.json``)."""
     settings = result.settings
@@ -538,7 +630,8 @@ def build_document(result: SessionResult, *, environ: Mapping[str, str] | None =
     decl = decl_doc.get("values", {}) if decl_doc else {}
     doc["capacity"] = {str(k): jsonable(v) for k, v in result.capacity.items()}
     procs: list[tuple[dict[str, Any], Any]] = []
-    for i, (key, proc_result) in enumerate(result.results.items()):
+    ordered = sorted(result.results.items(), key=lambda kv: draft_order(kv[1].procedure))  # draft order, stable
+    for i, (key, proc_result) in enumerate(ordered):
         procs.append((_procedure(i, str(key), proc_result, report_dir), proc_result))
     doc["procedures"] = [p for p, _ in procs]
     by_key = {p["key"]: p for p, _ in procs}
@@ -550,6 +643,10 @@ def build_document(result: SessionResult, *, environ: Mapping[str, str] | None =
     shown.update(lookup(f).name for f in ("ttft", "tpot", "output_throughput"))  # the key results
     doc["metrics"] = {name: METRICS[name].to_json() for name in sorted(shown)}
     doc["records"] = _record_files(report_dir)
+    annotate(doc, _item_titles())
+    doc["exports"] = {"levels_csv": LEVELS_CSV, "requests_csv": REQUESTS_CSV}
+    # procedures can run inside one another (5.2 inside 5.10): the test duration is their wall time
+    doc["summary"]["configuration"]["test_duration_s"] = doc["headline"]["durations"]["procedures_s"]
     doc["reproduction"] = {
         "seed": settings.seed,
         "plugin_version": version,

@@ -39,12 +39,17 @@ __all__ = [
 RESULTS_FILE = "results.json"
 MARKDOWN_FILE = "report.md"
 HTML_FILE = "report.html"
-REPORT_FILES = (RESULTS_FILE, MARKDOWN_FILE, HTML_FILE)
+SUMMARY_FILE = "summary.md"
+REPORT_FILES = (RESULTS_FILE, MARKDOWN_FILE, HTML_FILE, SUMMARY_FILE)
+#: GitHub's PR-comment limit is 65,536 characters; summary.md stays below this.
+SUMMARY_LIMIT = 60_000
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 #: Version of the results.json layout; a reader renders every document of the same major version.
 #: 1.1: figures carry units in ``metrics`` (the metric registry's entries for every figure shown).
-SCHEMA_VERSION = "1.1"
+#: 1.2: ``headline``, ``compliance_overview``, optional ``comparison``; per procedure ``order``, ``warnings``,
+#: ``sweep``, ``summary_level``; per test ``label`` and ``warnings``; procedures in draft order.
+SCHEMA_VERSION = "1.2"
 
 
 class ReportError(ValueError):
@@ -63,18 +68,19 @@ def dumps_document(doc: Mapping[str, Any]) -> str:
 
 
 def _render_all(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
-    paths = {"markdown": out_dir / MARKDOWN_FILE, "html": out_dir / HTML_FILE}
+    paths = {"markdown": out_dir / MARKDOWN_FILE, "html": out_dir / HTML_FILE, "summary": out_dir / SUMMARY_FILE}
     write_text_atomic(paths["markdown"], render_markdown(doc))
     write_text_atomic(paths["html"], render_html(doc))
+    write_text_atomic(paths["summary"], render_summary(doc, HTML_FILE, limit=SUMMARY_LIMIT))
     return paths
 
 
 def write_reports(doc: Mapping[str, Any], out_dir: str | os.PathLike[str] | None = None, *,
                   environ: Mapping[str, str] | None = None) -> dict[str, Path]:
-    """Write results.json, report.md and report.html of ``doc`` (default: its ``report_dir``).
+    """Write results.json, report.md, report.html and summary.md of ``doc`` (default: its ``report_dir``).
 
-    When ``$GITHUB_STEP_SUMMARY`` names a file, a short Markdown summary is appended to it.
-    Returns the paths written (keys ``json``, ``markdown``, ``html`` and maybe ``step_summary``).
+    When ``$GITHUB_STEP_SUMMARY`` names a file, summary.md (< 60,000 characters) is appended to it.
+    Returns the paths written (keys ``json``, ``markdown``, ``html``, ``summary``, maybe ``step_summary``).
     """
     env = os.environ if environ is None else environ
     target = Path(out_dir) if out_dir is not None else Path(str(doc.get("report_dir") or "llmbench-report"))
@@ -85,7 +91,7 @@ def write_reports(doc: Mapping[str, Any], out_dir: str | os.PathLike[str] | None
     summary = env.get(SUMMARY_ENV)
     if summary:
         with open(summary, "a", encoding="utf-8", newline="") as f:
-            f.write(render_summary(doc, paths["html"].as_posix()))
+            f.write(paths["summary"].read_text(encoding="utf-8"))
         paths["step_summary"] = Path(summary)
     return paths
 
@@ -114,7 +120,7 @@ def load_document(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def rebuild(results_json: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None) -> dict[str, Path]:
-    """Render report.md and report.html again from a results.json (default: next to it)."""
+    """Render report.md, report.html and summary.md again from a results.json (default: next to it)."""
     src = Path(results_json)
     doc = load_document(src)
     target = Path(out_dir) if out_dir is not None else src.parent

@@ -28,7 +28,7 @@ DIST_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E latency"), ("itl",
              ("send_lag", "Send lag (schedule)"), ("isl", "Input tokens"), ("osl", "Output tokens"))
 PCTS = ("p50", "p90", "p95", "p99", "p99.9")
 VERDICT_CLASS = {"unconditionally compliant": "ok", "conditionally compliant": "warn", "not compliant": "bad"}
-SLO_CLASS = {"PASS": "ok", "FAIL": "bad", "SKIP": "warn", "NOT RUN": "warn"}
+LABEL_CLASS = {"PASS": "ok", "FAIL": "bad", "INFORMATIONAL": "info", "SKIP": "warn", "NOT RUN": "warn"}
 
 
 def _ms(est: Any) -> str:
@@ -155,6 +155,9 @@ def _proc_view(p: Mapping[str, Any], with_figures: bool) -> dict[str, Any]:
         "errors": (res.get("metrics") or {}).get("errors_by_type") or {},
         "notes": list(res.get("notes") or []),
         "plot_notes": list(p.get("plot_notes") or []),
+        "warnings": list(p.get("warnings") or []),
+        "sweep": p.get("sweep"),
+        "primary_label": (p.get("sweep") or {}).get("primary", ""),
         "verdict": c["verdict"],
         "verdict_class": VERDICT_CLASS.get(c["verdict"], "warn"),
         "unmet_rows": [[u["id"], u["level"], u["status"], u["reason"]] for u in c["unmet"]],
@@ -214,8 +217,10 @@ def view(doc: Mapping[str, Any], *, with_figures: bool = False) -> dict[str, Any
     for p in doc["procedures"]:
         f = p["figures"]
         tests = [t for t in doc["tests"] if t["result_key"] == p["key"]]
-        slo = ", ".join(sorted({t["verdict"] for t in tests})) or "no test"
-        summary_rows.append([p["procedure"], p["title"], _fig(f, "ttft_p50"), _fig(f, "ttft_p99"),
+        slo = ", ".join(sorted({t.get("label", t["verdict"]) for t in tests})) or "no test"
+        if p.get("warnings"):
+            slo += " ⚠ " + "; ".join(p["warnings"])
+        summary_rows.append([p["procedure"], p["title"], p.get("summary_level", ""), _fig(f, "ttft_p50"), _fig(f, "ttft_p99"),
                              _fig(f, "tpot_p50"), _fig(f, "tpot_p99"), _fig(f, "output_throughput"),
                              _fig(f, "success_rate"), slo, p["compliance"]["verdict"]])
     first_metrics = next((p["result"]["metrics"] for p in doc["procedures"] if p["result"].get("metrics")), None)
@@ -250,12 +255,18 @@ def view(doc: Mapping[str, Any], *, with_figures: bool = False) -> dict[str, Any
         "test_header": ["Test", "Procedure", "SLOs (marker + --llm-slo)", "SLO / test verdict", "Message",
                         "Compliance (separate)"],
         "test_rows": [{"cells": [t["nodeid"], t["procedure"] or "", "; ".join(t["slos"]) or "none",
-                                 t["verdict"], t["message"], t["compliance_verdict"]],
-                       "verdict_class": SLO_CLASS.get(t["verdict"], "warn"),
+                                 t.get("label", t["verdict"]), t["message"], t["compliance_verdict"]],
+                       "warnings": "; ".join(t.get("warnings") or []),
+                       "verdict_class": LABEL_CLASS.get(t.get("label", t["verdict"]), "warn"),
                        "compliance_class": VERDICT_CLASS.get(t["compliance_verdict"], "warn"),
                        "anchor": t.get("anchor")} for t in doc["tests"]],
-        "test_short_rows": [[t["nodeid"], t["verdict"], t["compliance_verdict"]] for t in doc["tests"]],
-        "summary_header": ["Procedure", "Title", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "Output throughput",
+        "test_short_rows": [[t["nodeid"], t.get("label", t["verdict"])
+                             + (" ⚠ " + "; ".join(t["warnings"]) if t.get("warnings") else ""),
+                             t["compliance_verdict"]] for t in doc["tests"]],
+        "headline": headline_view(doc),
+        "comparison": comparison_view(doc),
+        "compliance": compliance_view(doc),
+        "summary_header": ["Procedure", "Title", "Level behind the row", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "Output throughput",
                            "Success", "SLO verdicts", "Compliance"],
         "summary_rows": summary_rows,
         "dist_header": ["Metric", "n", "Mean", "P50", "P90", "P95", "P99", "P99.9", "Min", "Max", "Std"],
@@ -267,10 +278,109 @@ def view(doc: Mapping[str, Any], *, with_figures: bool = False) -> dict[str, Any
         "repro_rows": repro_rows,
         "command_line": " ".join(_shell_quote(a) for a in doc["command_line"]),
         "record_rows": [[r["path"], r["kind"], f"{r['bytes']:,}"] for r in doc["records"]],
+        "records": doc["records"],
+        "exports": doc.get("exports"),
+        "record_links": [[f"[{r['path']}]({r['path']})", r["kind"], f"{r['bytes']:,}"] for r in doc["records"]],
         "definitions": definitions,
         "capacity_rows": [[k, _capacity(v)] for k, v in (doc.get("capacity") or {}).items()],
         "any_undersampled": "†" in json.dumps(summary_rows, ensure_ascii=False) or any(
             "†" in c for p in procs for row in p["dist_rows"] for c in row),
+    }
+
+
+def _fig_value(f: Mapping[str, Any]) -> str:
+    if f["unit"] == "requests":
+        text = f"{f['value']:,.0f} concurrent"
+    else:
+        text = fmt_value(f["value"], {"tok/s": "tokens/s"}.get(f["unit"], f["unit"]))
+        if f["unit"] == "req/s" and not text.endswith("req/s"):
+            text = f"{fmt_num(f['value'])} req/s"
+    return text + ("†" if f.get("undersampled") else "")
+
+
+def headline_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The headline (headline.py computed it): counts, key figures with their source, warnings."""
+    h = doc.get("headline")
+    if not h:
+        return None
+    t, c, d = h["tests"], h["compliance"], h["durations"]
+    tests = f"{t['total']} tests: {t['passed']} passed, {t['failed']} failed"
+    if t["informational"]:
+        tests += f", {t['informational']} informational (no SLO set)"
+    if t["skipped"] or t["not_run"]:
+        tests += f", {t['skipped']} skipped, {t['not_run']} not run"
+    tests += f"; {t['with_slos']} had SLOs"
+    counts = c["counts"]
+    comp = (f"{counts['unconditionally compliant']} unconditionally, {counts['conditionally compliant']} "
+            f"conditionally, {counts['not compliant']} not compliant")
+    if c.get("not_evaluated"):
+        comp += f", {c['not_evaluated']} not evaluated"
+    dur = (f"{fmt_duration(d['session_s'])} session = {fmt_duration(d['procedures_s'])} in procedures + "
+           f"{fmt_duration(d['other_s'])} {d['other']}")
+    if d.get("nested"):
+        dur += f" ({'; '.join(d['nested'])}, counted once)"
+    figures = [{"title": f["title"], "value": _fig_value(f), "procedure": f"{f['procedure']} {f['procedure_title']}",
+                "anchor": f["anchor"], "level": f["level"], "workload": f["workload"], "definition": f["definition"]}
+               for f in h["figures"]]
+    warn: dict[str, list[str]] = {}
+    anchors: dict[str, str] = {}
+    for w in h["warnings"]:
+        warn.setdefault(w["procedure"], []).append(w["text"])
+        anchors[w["procedure"]] = w["anchor"]
+    return {"sut": h["sut"], "profile": h["profile"], "tests": tests, "compliance": comp,
+            "main_reason": c["main_reason"], "duration": dur, "figures": figures,
+            "figure_rows": [[f["title"], f["value"], f["procedure"], f["level"], f["workload"]] for f in figures],
+            "warnings": [{"procedure": k, "anchor": anchors[k], "text": "; ".join(v)} for k, v in warn.items()],
+            "ok": t["failed"] == 0 and doc["complete"]}
+
+
+def _signed_pct(v: Any) -> str:
+    """A change already in percent: ``+12.0%``."""
+    return "n/a" if not isinstance(v, (int, float)) else f"{v:+.1f}%"
+
+
+def comparison_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The regression comparison (``comparison`` key, when a baseline was given), as rows."""
+    cmp = doc.get("comparison")
+    if not cmp:
+        return None
+    rows = []
+    for r in cmp.get("rows") or []:
+        unit = r.get("unit", "")
+        ci = (f"[{_signed_pct(r.get('ci_low_pct'))}, {_signed_pct(r.get('ci_high_pct'))}]"
+              if r.get("ci_low_pct") is not None and r.get("ci_high_pct") is not None else "n/a")
+        rows.append([str(r.get("procedure", "")), str(r.get("metric", "")), fmt_value(r.get("baseline"), unit),
+                     fmt_value(r.get("new"), unit), _signed_pct(r.get("change_pct")), ci, str(r.get("verdict", ""))])
+    base = cmp.get("baseline") or {}
+    return {"baseline": str(base.get("label") or base.get("source") or "baseline"), "verdict": str(cmp.get("verdict", "")),
+            "header": ["Procedure", "Metric", "Baseline", "New", "Change", "CI of change", "Verdict"], "rows": rows,
+            "regressions": [r for r in rows if r[6] == "regression"], "notes": list(cmp.get("notes") or [])}
+
+
+def compliance_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    co = doc.get("compliance_overview")
+    if not co:
+        return None
+
+    def row(i: Mapping[str, Any]) -> list[str]:
+        ev = i.get("evidence") or {}
+        ev_text = "; ".join(f"{k}: {fmt_any(v, 60)}" for k, v in ev.items()) if isinstance(ev, Mapping) else ""
+        return [i["id"], i.get("title", ""), i.get("level", ""), i.get("status", ""),
+                i.get("reason", "") + (f" (evidence: {ev_text})" if ev_text else "")]
+
+    failing = [i for i in co["session_items"] if i["status"] in ("unmet", "needs-declaration")
+               and i.get("level") in ("MUST", "SHOULD")]
+    return {
+        "grid_header": ["Procedure", *VERDICT_CLASS, "MUST unmet", "SHOULD unmet"],
+        "grid": [{"anchor": g["anchor"], "name": f"{g['procedure']} {g['title']}",
+                  "marks": ["●" if g["verdict"] == v else "" for v in VERDICT_CLASS],
+                  "verdict_class": VERDICT_CLASS.get(g["verdict"], "warn"),
+                  "must": g["must_unmet"], "should": g["should_unmet"]} for g in co["grid"]],
+        "by_fix": [{"fix": g["fix"], "rows": [[i["id"], i["title"], i["level"], ", ".join(i["procedures"])]
+                                             for i in g["items"]]} for g in co["by_fix"]],
+        "session_failing": [row(i) for i in failing],
+        "session_other": [row(i) for i in co["session_items"] if i not in failing],
+        "procedure_items": {k: [row(i) for i in v] for k, v in co["procedure_items"].items()},
     }
 
 
@@ -294,6 +404,8 @@ def _env(kind: str) -> jinja2.Environment:
     env.filters["text"] = md_text
     env.filters["pct"] = fmt_pct
     env.filters["num"] = fmt_num
+    env.filters["zip_grid"] = lambda names, grid: [[n, *g["marks"], str(g["must"]), str(g["should"])]
+                                                    for n, g in zip(names, grid)]
     env.filters["slug"] = lambda s: "".join(c if c.isalnum() else "-" for c in str(s)).strip("-").lower()
     return env
 
@@ -312,6 +424,16 @@ def render_html(doc: Mapping[str, Any]) -> str:
     return _env("html").get_template("report.html.j2").render(v=v)
 
 
-def render_summary(doc: Mapping[str, Any], report_path: str | None = None) -> str:
-    """A short Markdown summary (GitHub step summary)."""
-    return _env("md").get_template("summary.md.j2").render(v=view(doc), report_path=report_path)
+def render_summary(doc: Mapping[str, Any], report_path: str | None = None, *, limit: int | None = None) -> str:
+    """``summary.md``: headline, per-procedure table, regressions, link (PR comment / step summary).
+
+    With ``limit``, parts are dropped (the per-test table, then the C.1 block, then the findings) until
+    the text fits, so it stays below GitHub's 65,536-character comment limit.
+    """
+    template = _env("md").get_template("summary.md.j2")
+    text = ""
+    for level in range(4):
+        text = template.render(v=view(doc), report_path=report_path, trim=level)
+        if limit is None or len(text) < limit:
+            return text
+    return text[: max(0, (limit or 0) - 200)] + "\n\n… cut to fit; the full report is in report.md / report.html\n"

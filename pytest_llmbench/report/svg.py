@@ -17,7 +17,8 @@ from typing import Any
 __all__ = ["PALETTE", "Chart", "Scale", "grouped_bars", "nice_ticks", "log_ticks"]
 
 #: Colour-blind-safe palette (Okabe–Ito), used in series order.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+#: Okabe-Ito hues darkened where needed so every graphic colour has >= 3:1 contrast on white (WCAG 1.4.11).
+PALETTE = ("#0072B2", "#A35C00", "#00785A", "#D55E00", "#A8467F", "#3F7FA8", "#7A6A00", "#000000")
 PASS_COLOUR = "#009E73"
 FAIL_COLOUR = "#D55E00"
 MARK_COLOUR = "#CC0000"
@@ -226,7 +227,7 @@ class Chart:
                        f'data-y="{_d(b)}"{_attrs(extra)}/>')
             if labels and labels[i]:
                 right = cx > self.width * 0.72
-                out.append(f'<text x="{_n(cx - 6 if right else cx + 6)}" y="{_n(cy - 7)}" font-size="10" '
+                out.append(f'<text x="{_n(cx - 6 if right else cx + 6)}" y="{_n(cy - 7)}" font-size="11" '
                            f'text-anchor="{"end" if right else "start"}" fill="{AXIS_COLOUR}" {HALO} '
                            f'{FONT}>{escape(str(labels[i]))}</text>')
         self.parts.extend(out)
@@ -359,7 +360,7 @@ def grouped_bars(*, kind: str, title: str, groups: Sequence[str], series: Sequen
             body.append(f'<rect class="bar" x="{_n(bx)}" y="{_n(min(py, base))}" width="{_n(bw - 2)}" '
                         f'height="{_n(abs(base - py))}" fill="{PALETTE[si % len(PALETTE)]}" '
                         f'data-group="{_d(g)}" data-series="{_d(s)}" data-y="{_d(float(v))}"/>')  # type: ignore[arg-type]
-            body.append(f'<text x="{_n(bx + (bw - 2) / 2)}" y="{_n(min(py, base) - 3)}" font-size="9" '
+            body.append(f'<text x="{_n(bx + (bw - 2) / 2)}" y="{_n(min(py, base) - 3)}" font-size="11" '
                         f'text-anchor="middle" fill="{AXIS_COLOUR}" {FONT}>{escape(_short(float(v)))}</text>')  # type: ignore[arg-type]
     chart.legend_items = [(s, PALETTE[i % len(PALETTE)], "bar") for i, s in enumerate(series)]
     return _svg(kind, title, width, height, axes + body + chart._legend())

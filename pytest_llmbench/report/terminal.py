@@ -8,7 +8,7 @@ from typing import Any
 from ..registry import TERMINAL_COLUMNS
 from .fmt import fmt_est
 
-__all__ = ["SHORT_VERDICT", "rows_from_document"]
+__all__ = ["SHORT_VERDICT", "headline_lines", "rows_from_document"]
 
 SHORT_VERDICT = {
     "unconditionally compliant": "compliant",
@@ -31,12 +31,31 @@ def _throughput(p: Mapping[str, Any]) -> str:
     return f"{e['value']:,.1f}" + ("†" if e.get("undersampled") else "")
 
 
+def headline_lines(doc: Mapping[str, Any]) -> list[str]:
+    """The headline (headline.py) in a few lines: SUT, tests, compliance, key figures with their source."""
+    from .render import headline_view
+
+    h = headline_view(doc)
+    if h is None:
+        return []
+    lines = [f"SUT: {h['sut']} | profile {h['profile']}", f"tests: {h['tests']}",
+             f"compliance (§2): {h['compliance']}; main reason: {h['main_reason']}"]
+    for f in h["figures"]:
+        lines.append(f"  {f['title']}: {f['value']} ({f['procedure']}, {f['level']}, workload {f['workload']})")
+    for w in h["warnings"]:
+        lines.append(f"  ⚠ {w['procedure']}: {w['text']}")
+    lines.append("")
+    return lines
+
+
 def rows_from_document(doc: Mapping[str, Any], report_path: str | None = None) -> list[str]:
     """Aligned text lines: a header, a row per procedure, the report path."""
     table: list[tuple[str, ...]] = [HEADER]
     for p in doc["procedures"]:
         tests = [t for t in doc["tests"] if t["result_key"] == p["key"]]
-        verdicts = sorted({t["verdict"] for t in tests})
+        verdicts = sorted({t.get("label", t["verdict"]) for t in tests})
+        if p.get("warnings"):
+            verdicts.append("⚠")
         slo = "/".join(verdicts) if verdicts else "-"
         name = f"{p['procedure']} {p['title']}"
         if len(name) > 34:
@@ -51,6 +70,7 @@ def rows_from_document(doc: Mapping[str, Any], report_path: str | None = None) -
     lines = []
     if not doc["complete"]:
         lines.append("INCOMPLETE: the session was interrupted; the reports cover only what finished")
+    lines.extend(headline_lines(doc))
     for n, r in enumerate(table):
         cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]
         lines.append("  ".join(cells).rstrip())

@@ -1,0 +1,150 @@
+"""The headline a reader sees first, rendered from a stored results document (a default smoke run).
+
+``tests/data/results-smoke.json.gz`` is the ``results.json`` of ``pytest suites`` against the
+embedded simulator (runs' per-run distributions trimmed to keep the file small; the rendering
+paths for them are covered by test_report.py). Nothing here measures: it renders the document.
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_llmbench.report import SUMMARY_LIMIT, render_html, render_markdown, render_summary, terminal_rows
+
+DATA = Path(__file__).parent / "data" / "results-smoke.json.gz"
+DRAFT_ORDER = ["5.1", "5.2", "5.3", "5.4", "5.5", "5.6", "5.7", "5.8", "5.9", "5.10"]
+PLACEHOLDERS = ("the plugin's version", " x ?", "x 0", "TODO", "| None |", "| nan |", "{{", "}}")
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    return json.loads(gzip.decompress(DATA.read_bytes()).decode("utf-8"))
+
+
+@pytest.fixture(scope="module")
+def md(doc: dict[str, Any]) -> str:
+    return render_markdown(doc)
+
+
+@pytest.fixture(scope="module")
+def html(doc: dict[str, Any]) -> str:
+    return render_html(doc)
+
+
+def test_headline_is_first_and_says_what_happened(doc: dict[str, Any], md: str, html: str) -> None:
+    head = md.split("## Headline", 1)[1].split("## Minimum Viable Report", 1)[0]
+    assert md.index("## Headline") < md.index("## Minimum Viable Report") < md.index("## 1. System")
+    assert "embedded simulator" in head and "profile:** smoke" in head
+    # no SLOs were set: every test is informational, none is a green PASS
+    assert "20 tests: 0 passed, 0 failed, 20 informational (no SLO set); 0 had SLOs" in head
+    assert "| PASS |" not in md and "INFORMATIONAL" in md
+    assert re.search(r"0 unconditionally, 0 conditionally, 10 not compliant\. Main reason: \S+-MUST-\d+", head)
+    # 4-6 key figures, each naming its procedure, level and workload, each defined once
+    rows = [r for r in head.splitlines() if r.startswith("| ") and not r.startswith("| Key figure")]
+    assert 4 <= len(rows) <= 6
+    for r in rows:
+        cells = [c.strip() for c in r.strip("|").split("|")]
+        assert re.match(r"^5\.\d+ ", cells[2]) and cells[3] and cells[4] and cells[4] != "not recorded", r
+    titles = [f["title"] for f in doc["headline"]["figures"]]
+    assert len(titles) == len(set(titles))
+    for t in titles:
+        assert head.count(f"- *{t}*: ") == 1
+    # the procedure warnings the issue names are in the headline and in the verdict column
+    assert "5.10: success rate 89" in head or "5.10: success rate" in head
+    assert "5.6: unfair: Jain index per request" in head
+    assert "cancelled (count as not completed)" in head
+    assert 'id="headline"' in html and html.index('id="headline"') < html.index('id="mvr"')
+
+
+def test_headline_figures_agree_with_the_tables(doc: dict[str, Any], md: str) -> None:
+    figs = {f["name"]: f for f in doc["headline"]["figures"]}
+    p52 = next(p for p in doc["procedures"] if p["procedure"] == "5.2")
+    assert figs["max_output_throughput"]["value"] == p52["result"]["measurements"]["max_output_throughput_tok_s"]
+    # C.1's max throughput is the same 5.2 figure, not a capacity probe of another procedure
+    assert doc["summary"]["key_results"]["max_throughput_tps"] == figs["max_output_throughput"]["value"]
+    p51 = next(p for p in doc["procedures"] if p["procedure"] == "5.1")
+    assert figs["ttft_p50"]["value"] == p51["figures"]["ttft_p50"]["value"]
+
+
+def test_durations_add_up(doc: dict[str, Any]) -> None:
+    d = doc["headline"]["durations"]
+    assert d["procedures_s"] <= d["session_s"] + 1e-6
+    assert d["session_s"] == pytest.approx(d["procedures_s"] + d["other_s"], abs=0.01)
+    assert doc["summary"]["configuration"]["test_duration_s"] == d["procedures_s"]
+
+
+def test_no_placeholder_text(md: str, html: str, doc: dict[str, Any]) -> None:
+    text = md + "\n".join(terminal_rows(doc)) + render_summary(doc, "report.html")
+    for bad in PLACEHOLDERS:
+        assert bad not in text, bad
+    assert "the plugin's version" not in html
+
+
+def test_procedures_in_draft_order_everywhere(doc: dict[str, Any], md: str, html: str) -> None:
+    assert [p["procedure"] for p in doc["procedures"]] == DRAFT_ORDER
+    detailed = md.split("## 4. Detailed results", 1)[1].split("\n## 5. ", 1)[0]
+    found = re.findall(r"^### (5\.\d+) ", detailed, flags=re.M)
+    assert found == DRAFT_ORDER
+    assert re.findall(r'data-procedure="(5\.\d+)"', html) == DRAFT_ORDER
+    body = [r.split()[0] for r in terminal_rows(doc) if re.match(r"^5\.\d+ [A-Z]", r)]
+    assert body == DRAFT_ORDER
+
+
+def test_sweeps_name_range_result_and_level(doc: dict[str, Any], md: str) -> None:
+    p53 = md.split("### 5.3 ", 1)[1].split("### 5.4 ", 1)[0]
+    assert re.search(r"\*\*Tested:\*\* [\d.]+–[\d.]+ req/s offered \(\d+ runs\)\. \*\*Result:\*\* knee", p53)
+    summary = md.split("### Summary per procedure", 1)[1].split("## 4.", 1)[0]
+    assert "| Level behind the row |" in summary
+    assert re.search(r"\| 5\.5 \| [^|]+ \| c\d+ \(concurrency \d+\) \|", summary)
+
+
+def test_compliance_grouped_once_with_titles(md: str) -> None:
+    comp = md.split("## 5. Compliance with the draft (§2)", 1)[1].split("## 6.", 1)[0]
+    assert "### Unmet items grouped by what would fix them" in comp
+    assert "### Session-wide items (apply to every procedure; listed once)" in comp
+    # a session-wide item appears once in the session table, not once per procedure
+    session = comp.split("### Session-wide items", 1)[1].split("### Compliance:", 1)[0]
+    ids = re.findall(r"^\| ([\w.]+-(?:MUST|SHOULD)-\d+) \| ([^|]+) \|", session, flags=re.M)
+    assert ids and len({i for i, _ in ids}) == len(ids)
+    assert all(len(title.strip()) > 10 for _, title in ids)  # a readable title next to the ID
+    per_proc = comp.split("### Compliance:", 1)[1]
+    assert not any(f"| {i} |" in per_proc for i, _ in ids)
+
+
+def test_summary_md_is_pr_comment_sized(doc: dict[str, Any]) -> None:
+    text = render_summary(doc, "report.html", limit=SUMMARY_LIMIT)
+    assert len(text) < SUMMARY_LIMIT
+    assert "20 informational" in text and "| 5.10 | Guardrail Overhead |" in text
+    assert "[report.html](report.html)" in text
+    # a document too big for the limit loses optional parts, never the headline
+    big = copy.deepcopy(doc)
+    big["tests"] = big["tests"] * 200
+    for t in big["tests"]:
+        t["message"] = "x" * 50
+    text = render_summary(big, "report.html", limit=SUMMARY_LIMIT)
+    assert len(text) < SUMMARY_LIMIT and "Key figure" in text
+
+
+def test_comparison_is_rendered_with_its_interval(doc: dict[str, Any]) -> None:
+    cmp_doc = copy.deepcopy(doc)
+    cmp_doc["comparison"] = {
+        "baseline": {"label": "main@abc123", "source": "baseline/results.json"}, "verdict": "regression",
+        "notes": ["bootstrap 95% CI of the relative change"],
+        "rows": [{"procedure": "5.1", "metric": "TTFT P99", "unit": "s", "baseline": 0.040, "new": 0.052,
+                  "change_pct": 30.0, "ci_low_pct": 12.0, "ci_high_pct": 41.0, "verdict": "regression"},
+                 {"procedure": "5.2", "metric": "Max output throughput", "unit": "tokens/s", "baseline": 3200.0,
+                  "new": 3278.0, "change_pct": 2.4, "ci_low_pct": -3.0, "ci_high_pct": 7.5,
+                  "verdict": "within noise"}]}
+    summary = render_summary(cmp_doc, "report.html", limit=SUMMARY_LIMIT)
+    assert "### Comparison with main@abc123: regression" in summary
+    reg = summary.split("**Regressions:**", 1)[1].split("<details>", 1)[0]
+    assert "TTFT P99" in reg and "Max output throughput" not in reg and "[+12.0%, +41.0%]" in reg
+    assert 'id="comparison"' in render_html(cmp_doc)
+    assert "### Comparison with main@abc123" in render_markdown(cmp_doc)

@@ -134,7 +134,8 @@ def test_merged_send_times_follow_the_requested_poisson_schedule(ttft_runs: dict
     recs = sorted(iter_records(Path(result.runs[0].run_dir)), key=lambda r: r.intended_ns)
     intended = np.array([r.intended_ns for r in recs]) - load["start_ns"]
     expected = ArrivalProcess(arrival["kind"], arrival["rate"], seed=arrival["seed"]).schedule_ns(len(recs))
-    assert np.array_equal(intended, expected)
+    # each process converts the common wall-clock start to the shared monotonic clock itself: µs apart
+    assert np.max(np.abs(intended - expected)) < 200_000
     sent = np.sort([r.sent_ns for r in recs])
     assert all(r.sent_ns >= r.intended_ns for r in recs)
     ks = stats.kstest(np.diff(sent) / 1e9, "expon", args=(0, 1 / arrival["rate"]))

@@ -200,13 +200,14 @@ def hello(index: int, node: str | None = None) -> ShardHello:
     return ShardHello(index=index, host=socket.gethostname(), pid=os.getpid(), anchor=ClockAnchor.now(), node=node)
 
 
-async def _sleep_until_unix(start_unix_ns: int) -> None:
-    """Sleep until the wall clock reads ``start_unix_ns``; the wait itself runs on the monotonic clock."""
+async def _sleep_until_unix(start_unix_ns: int) -> int:
+    """Sleep until the wall clock reads ``start_unix_ns``; the wait itself runs on the monotonic clock.
+    Returns that moment as a ``perf_counter_ns`` reading (this host's monotonic clock)."""
     target = time.perf_counter_ns() + (start_unix_ns - time.time_ns())
     while True:
         wait = target - time.perf_counter_ns()
         if wait <= 0:
-            return
+            return target
         await asyncio.sleep((wait - 2_000_000) / 1e9 if wait > 2_000_000 else 0)
 
 
@@ -259,9 +260,10 @@ async def run_shard(task: ShardTask, client: LLMClient, start_unix_ns: int, emit
             await flush()
 
     async def go() -> LoadResult:
-        await _sleep_until_unix(start_unix_ns)
+        start = await _sleep_until_unix(start_unix_ns)
         return await run_load(client, task.specs, task.load, phase=task.phase, sink=sink,
-                              drain_timeout_s=task.drain_timeout_s, self_check=task.self_check, keep_records=False)
+                              drain_timeout_s=task.drain_timeout_s, self_check=task.self_check, keep_records=False,
+                              start_ns=start)
 
     fl = asyncio.create_task(flusher())
     runner = asyncio.create_task(go())

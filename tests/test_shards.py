@@ -25,6 +25,7 @@ from pytest_llmbench.load import ArrivalProcess, ClosedLoop, OpenLoop
 from pytest_llmbench.procedures.base import ProcedureResult, get_procedure
 from pytest_llmbench.procedures.helpers import closed_level_stream
 from pytest_llmbench.records import RequestSpec
+from pytest_llmbench.results import build_document
 from pytest_llmbench.session import Session
 from pytest_llmbench.settings import LLMBenchConfigError, Settings, resolve
 from pytest_llmbench.shards import NotShardable, parse_workers, plan_shards
@@ -81,11 +82,16 @@ def test_workers_option_is_validated() -> None:
 # ---------------------------------------------------------------------------------------------
 # against the simulator
 # ---------------------------------------------------------------------------------------------
+DOCS: dict[Path, dict[str, Any]] = {}  # report dir -> its results document
+
+
 def _run(root: Path, proc_id: str, workers: str, overrides: dict[str, Any], **settings: Any) -> ProcedureResult:
     session = Session(Settings(report=root, profile="smoke", workers=workers, time_scale=0.1, **settings))
     try:
         proc = get_procedure(proc_id)
-        return session.run(proc, proc.make_params("smoke", overrides))
+        result = session.run(proc, proc.make_params("smoke", overrides))
+        DOCS[root] = build_document(session.result(complete=True))
+        return result
     finally:
         session.close()
 
@@ -116,6 +122,8 @@ def test_two_workers_give_the_same_accounting_as_one(ttft_runs: dict[str, Proced
     recs = list(iter_records(Path(ttft_runs["2"].runs[0].run_dir)))
     assert {r.shard for r in recs} == {0, 1} and all(r.phase == "measure" for r in recs)
     assert {r.shard for r in iter_records(Path(ttft_runs["1"].runs[0].run_dir))} == {None}
+    gen = next(d for root, d in DOCS.items() if root.name == "w2")["load_generation"]
+    assert gen["backend"] == "local" and [s["sent"] for s in gen["runs"][0]["shards"]] == [75, 75]
     sharding = ttft_runs["2"].runs[0].load["sharding"]
     assert sharding["backend"] == "local" and sharding["workers"] == 2
     assert [s["sent"] for s in sharding["shards"]] == [75, 75]
@@ -186,6 +194,7 @@ def test_sigint_stops_the_shards_and_still_reports(pytester: pytest.Pytester, sl
     assert all(r.ok or r.error_type.value == "cancelled" for r in recs)
     assert any(r.error_type is not None and r.error_type.value == "cancelled" for r in recs)  # in flight at stop
     assert doc["procedures"][0]["configuration"]["requests"] == len(recs) < 5000
+    assert doc["load_generation"]["workers"] == "2"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,6 +229,9 @@ def test_ray_two_nodes_one_shard_each(ray_cluster: Any, tmp_path: Path) -> None:
     assert all(abs(n["clock_offset_ms"]) < 1000 and n["clock_rtt_ms"] > 0 for n in nodes)
     recs = list(iter_records(Path(result.runs[0].run_dir)))
     assert {r.shard for r in recs} == {0, 1}
+    gen = DOCS[tmp_path]["load_generation"]  # the results document names backend, nodes, clock offsets
+    assert gen["backend"] == "ray" and len(gen["nodes"]) == 2
+    assert all(s["clock_offset_ms"] is not None for s in gen["runs"][0]["shards"])
     rate = sharding["shards"][0]["sent"] and json.loads(
         (Path(result.runs[0].run_dir) / "run.json").read_text())["loads"][0]["parameters"]["arrival"]["rate"]
     # one host: the merged send times are tested (across hosts each shard's own would be)

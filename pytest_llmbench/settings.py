@@ -21,6 +21,7 @@ __all__ = ["APIS", "BOUNDARIES", "LLMBenchConfigError", "OPTIONS", "Option", "PR
 BOUNDARIES = ("model-engine", "gateway", "compound")
 PROFILES = ("smoke", "standard", "full")
 APIS = ("completions", "chat")
+SERVER_KINDS = ("llama.cpp", "vllm", "sglang", "openai", "openai-compatible")  # = adapters.KINDS
 
 
 class LLMBenchConfigError(ValueError):
@@ -82,6 +83,8 @@ OPTIONS: tuple[Option, ...] = (
            "(shards/, README 'When one machine is not enough')", "1"),
     Option("ray-address", "run load-generator shards as Ray actors: auto (running cluster), local (start one "
            "here) or a cluster address; needs pytest-llmbench[ray]"),
+    Option("server-kind", "server kind instead of detecting it (adapters/): llama.cpp, vllm, sglang, openai or "
+           "openai-compatible (no extensions)", None, "choice", SERVER_KINDS),
     Option("dry-run", "print each selected procedure's planned request count and minimum duration, send "
            "nothing", False, "bool"),
 )
@@ -112,6 +115,7 @@ class Settings:
     workers: str = "1"
     ray_address: str | None = None
     dry_run: bool = False
+    server_kind: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
     rootdir: Path | None = None  # pytest's rootdir: where [tool.llmbench.declarations] is looked up
 

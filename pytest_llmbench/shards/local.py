@@ -1,13 +1,15 @@
 """Local backend: one standard-library process per shard (``--llm-workers N``), spawn start method.
 
 Each child ignores SIGINT (a terminal Ctrl-C reaches the whole process group); the parent stops
-shards through an event, and their in-flight requests come back as ``cancelled`` records.
+shards through an event, and their in-flight requests come back as ``cancelled`` records. A
+child whose parent has died stops by itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+import os
 import queue
 import signal
 import time
@@ -39,15 +41,20 @@ def _child(task: ShardTask, q: Any, go: Any, stop: Any, start: Any) -> None:
 
 async def _child_async(task: ShardTask, q: Any, go: Any, stop: Any, start: Any) -> None:
     me = hello(task.index)
+    parent = os.getppid()
+
+    def should_stop() -> bool:  # stopped by the parent, or the parent is gone (killed by SIGKILL/SIGTERM)
+        return stop.is_set() or os.getppid() != parent
+
     async with make_client(task) as client:
         q.put(("hello", task.index, me))
         loop = asyncio.get_running_loop()
         while not await loop.run_in_executor(None, go.wait, 0.1):
-            if stop.is_set():
+            if should_stop():
                 q.put(("report", task.index, None))
                 return
         report = await run_shard(task, client, start.value, lambda b: q.put(("records", task.index, b)),
-                                 stop.is_set, me)
+                                 should_stop, me)
         q.put(("report", task.index, report))
 
 

@@ -5,6 +5,7 @@
     python bench/loadgen.py --transport all       # compare every transport
     python bench/loadgen.py --http-trace          # with per-request HTTP-trace timings
     python bench/loadgen.py --url http://127.0.0.1:8000/v1   # use a server already running
+    python bench/loadgen.py --workers 1,2         # closed loop over 1 and 2 load-generator processes
 
 Starts the reference mock ``shared/tools/mock_openai_server.py`` in its own process
 (``--ttft-ms 0 --itl-ms 0 --tokens 50 --no-stats``) unless ``--url`` is given, then measures:
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -39,7 +41,10 @@ sys.path.insert(0, str(REPO))  # the checkout, not an installed copy
 
 from pytest_llmbench.client import TRANSPORTS, ClientConfig, LLMClient  # noqa: E402
 from pytest_llmbench.load import ArrivalProcess, LoadResult, run_closed_loop, run_open_loop  # noqa: E402
+from pytest_llmbench.load import ClosedLoop  # noqa: E402
 from pytest_llmbench.records import RequestSpec  # noqa: E402
+from pytest_llmbench.shards import run_sharded  # noqa: E402
+from pytest_llmbench.shards.local import LocalBackend  # noqa: E402
 
 MOCK_RELATIVE = Path("shared/tools/mock_openai_server.py")
 
@@ -137,6 +142,46 @@ async def open_loop(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.
           f"CPU {cpu / max(chunks(res), 1) * 1e6:.2f} ms/1000 chunks  errors {res.errors or 0}  valid={res.valid}")
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process plus its reaped children (the shard processes, once joined)."""
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + ch.ru_utime + ch.ru_stime
+
+
+async def workers_bench(url: str, args: argparse.Namespace) -> None:
+    """Closed loop at ``--concurrency`` over 1, 2, ... load-generator processes, side by side.
+
+    One worker is today's in-process path; N > 1 splits the concurrency over N spawned shard
+    processes (shards/local.py) and merges their records. CPU is every load-generator process's
+    (parent + shards, start-up included), per 1000 chunks received.
+    """
+    specs = [RequestSpec(index=i, workload="bench", input_tokens=8, max_tokens=args.tokens,
+                         prompt_text="benchmark the benchmarker please") for i in range(args.requests)]
+    cfg = ClientConfig(base_url=url, model="mock-model", transport=args.transport)
+    rows = []
+    for w in args.workers:
+        async with LLMClient(cfg, max_connections=args.concurrency) as c:
+            if w == 1:
+                await run_closed_loop(c, specs[:500], args.concurrency)  # connections + caches warm
+            cpu0 = _cpu_s()
+            if w == 1:
+                res = await run_closed_loop(c, specs, args.concurrency)
+            else:
+                res = await run_sharded(LocalBackend(w), c, specs, ClosedLoop(args.concurrency),
+                                        tokenizer=cfg.tokenizer or "cl100k_base")
+            cpu = _cpu_s() - cpu0
+        n = chunks(res)
+        shards = res.parameters.get("sharding", {}).get("shards", [])
+        lag = max((s["loop_delay"]["p99_ms"] or 0.0 for s in shards), default=res.loop_delay.p99_ms or 0.0)
+        rows.append((w, res.ok / res.duration_s, n / res.duration_s, cpu / max(n, 1) * 1e6, lag, res.valid,
+                     res.ok, res.sent))
+    print(f"  closed loop c={args.concurrency}, {args.requests} requests, {args.tokens}-token streams:")
+    print(f"  {'workers':>7} {'req/s':>8} {'chunks/s':>9} {'CPU ms/1000 chunks':>19} {'loop p99 ms':>12} "
+          f"{'valid':>6} {'ok/sent':>12}")
+    for w, rps, cps, cpu_k, lag, valid, ok, sent in rows:
+        print(f"  {w:>7} {rps:8.0f} {cps:9.0f} {cpu_k:19.2f} {lag:12.1f} {str(valid):>6} {ok:>6}/{sent:<6}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", help="an OpenAI-compatible base URL already running (skips the mock)")
@@ -152,6 +197,8 @@ def main() -> None:
     ap.add_argument("--only", choices=["closed", "open"], help="run one of the two measurements")
     ap.add_argument("--spin-ms", type=float, default=1.5, help="open loop: yield-spin this close to a send")
     ap.add_argument("--http-trace", action="store_true", help="record per-request HTTP timings (httptrace.py)")
+    ap.add_argument("--workers", type=lambda t: [int(x) for x in t.split(",")], default=None,
+                    help="comma-separated load-generator process counts to compare, e.g. 1,2 (closed loop)")
     args = ap.parse_args()
 
     loop = args.loop
@@ -168,6 +215,9 @@ def main() -> None:
           f"event loop {loop}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (shared machine: figures are noisy)")
     try:
+        if args.workers:
+            (uvloop.run if loop == "uvloop" else asyncio.run)(workers_bench(url, args))
+            return
         for t in (TRANSPORTS if args.transport == "all" else (args.transport,)):
             print(f"transport: {t}")
             coro = bench(url, t, args)

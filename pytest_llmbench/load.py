@@ -463,10 +463,11 @@ class _Runner:
             await self._one(spec, free_ns)
             free_ns = time.perf_counter_ns()
 
-    async def run(self, load: OpenLoop | ClosedLoop, *, spin_ms: float = 1.5, gc_freeze: bool = True) -> LoadResult:
+    async def run(self, load: OpenLoop | ClosedLoop, *, spin_ms: float = 1.5, gc_freeze: bool = True,
+                  start_ns: int | None = None) -> LoadResult:
         loop_tasks: set[asyncio.Task[None]] = set()
         anchor = ClockAnchor.now()
-        self.start_ns = self.last_change = time.perf_counter_ns()
+        self.start_ns = self.last_change = start_ns if start_ns is not None else time.perf_counter_ns()
         collector = asyncio.create_task(self._collect())
         if gc_freeze:
             gc.freeze()
@@ -596,6 +597,7 @@ async def run_load(
     keep_records: bool = True,
     spin_ms: float = 1.5,
     gc_freeze: bool = True,
+    start_ns: int | None = None,
 ) -> LoadResult:
     """Run ``load`` over ``specs`` through ``client`` and return the :class:`LoadResult`.
 
@@ -608,7 +610,9 @@ async def run_load(
     still completes and the exception is raised at the end. ``gc_freeze`` keeps the cyclic
     garbage collector from walking the growing set of live records during the run (full
     collections otherwise stall the loop for tens of ms and show up as send lag); cyclic
-    garbage made during the run is collected after it.
+    garbage made during the run is collected after it. ``start_ns`` (a ``perf_counter_ns``
+    reading, default now): the time the open-loop schedule is anchored to, so that load-generator
+    shards (shards/) started at one common moment send on one schedule.
     """
     if isinstance(load, ClosedLoop) and client.max_connections is not None and client.max_connections < load.concurrency:
         raise ValueError(
@@ -628,7 +632,7 @@ async def run_load(
         sink=sink,
         keep_records=keep_records,
     )
-    result = await runner.run(load, spin_ms=spin_ms, gc_freeze=gc_freeze)
+    result = await runner.run(load, spin_ms=spin_ms, gc_freeze=gc_freeze, start_ns=start_ns)
     if runner.callback_error is not None:
         raise runner.callback_error
     return result

@@ -155,6 +155,8 @@ class RequestRecord:
     status: int | None = None  # HTTP status, None when no response arrived
     error_type: ErrorType | None = None
     error_message: str | None = None
+    # --- provenance ----------------------------------------------------------------------------
+    shard: int | None = None  # load-generator shard that sent it (shards/); None: unsharded run
 
     @property
     def ok(self) -> bool:

@@ -600,6 +600,34 @@ def write_exports(doc: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> di
     return paths
 
 
+def _load_generation(settings: Any, procs: list[tuple[dict[str, Any], Any]]) -> dict[str, Any]:
+    """How the load was generated: in process, or sharded (shards/) with per-shard figures per run
+    (host, requests, send lag, event-loop delay, self-check) and, for Ray, each node's clock offset."""
+    runs: list[dict[str, Any]] = []
+    backend, nodes, hosts = "in-process", [], set()
+    for p, _ in procs:
+        for run in p["result"].get("runs") or []:
+            sh = (run.get("load") or {}).get("sharding")
+            if not sh:
+                continue
+            backend = sh.get("backend", backend)
+            hosts.update(sh.get("hosts") or [])
+            nodes = sh.get("nodes") or nodes
+            runs.append({"procedure": p["key"], "run": run.get("label"), "workers": sh.get("workers"),
+                         "shards": [{"shard": s["index"], "host": s["host"], "node": s.get("node"),
+                                     "sent": s["sent"], "ok": s["ok"], "cancelled": s["cancelled"],
+                                     "send_lag_p99_ms": (s.get("send_lag") or {}).get("p99_ms"),
+                                     "loop_delay_p99_ms": (s.get("loop_delay") or {}).get("p99_ms"),
+                                     "valid": s["valid"], "invalid_reason": s.get("invalid_reason"),
+                                     "clock_offset_ms": s.get("clock_offset_ms")}
+                                    for s in sh.get("shards") or []]})
+    return {"backend": backend, "workers": str(getattr(settings, "workers", "1")),
+            "ray_address": getattr(settings, "ray_address", None), "hosts": sorted(hosts), "nodes": nodes,
+            "runs": runs,
+            "clock_note": "intervals are measured on each host's monotonic clock and never combined across "
+                          "hosts (§4.7.2); shards start at one wall-clock time"}
+
+
 def build_document(result: SessionResult, *, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Everything the reports show, as plain JSON (see ``report/schema.json``)."""
     settings = result.settings
@@ -647,6 +675,7 @@ def build_document(result: SessionResult, *, environ: Mapping[str, str] | None =
     doc["exports"] = {"levels_csv": LEVELS_CSV, "requests_csv": REQUESTS_CSV}
     # procedures can run inside one another (5.2 inside 5.10): the test duration is their wall time
     doc["summary"]["configuration"]["test_duration_s"] = doc["headline"]["durations"]["procedures_s"]
+    doc["load_generation"] = _load_generation(settings, procs)
     doc["reproduction"] = {
         "seed": settings.seed,
         "plugin_version": version,

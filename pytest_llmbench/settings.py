@@ -79,6 +79,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("sim-config", "embedded simulator: TOML/JSON configuration file", None, "path"),
     Option("strict-sampling", "fail SLOs on under-sampled percentiles (§5.1.4.3)", False, "bool"),
     Option("drop-text", "do not keep prompt/completion text in stored records", False, "bool"),
+    Option("workers", "load-generator processes per measured run: N, or auto (cores - 1); 1 = in-process "
+           "(shards/, README 'When one machine is not enough')", "1"),
+    Option("ray-address", "run load-generator shards as Ray actors: auto (running cluster), local (start one "
+           "here) or a cluster address; needs pytest-llmbench[ray]"),
     Option("server-kind", "server kind instead of detecting it (adapters/): llama.cpp, vllm, sglang, openai or "
            "openai-compatible (no extensions)", None, "choice", SERVER_KINDS),
     Option("dry-run", "print each selected procedure's planned request count and minimum duration, send "
@@ -108,6 +112,8 @@ class Settings:
     sim_config: Path | None = None
     strict_sampling: bool = False
     drop_text: bool = False
+    workers: str = "1"
+    ray_address: str | None = None
     dry_run: bool = False
     server_kind: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
@@ -209,6 +215,10 @@ def _validate(s: Settings) -> None:
             f"{s.sources['api_key_env']}: environment variable {s.api_key_env!r} (named as the API key "
             "holder) is not set"
         )
+    text = str(s.workers).strip().lower()
+    if text != "auto" and not (text.isdigit() and int(text) >= 1):
+        raise LLMBenchConfigError(f"{s.sources.get('workers', '--llm-workers')}: invalid value {s.workers!r} for "
+                                  "workers: must be a positive integer or 'auto'")
     if s.capacity is not None:
         parse_capacity(s.capacity, s.sources.get("capacity", "capacity"))
     if s.declarations is not None and not s.declarations.is_file():

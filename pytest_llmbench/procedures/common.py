@@ -181,8 +181,7 @@ async def measure(
     anchor = ClockAnchor.now()
     try:
         with RunWriter(run_dir, keep_text=not ctx.settings.drop_text) as writer:
-            result = await run_load(client, specs, load, phase="measure", sink=writer, on_record=on_record,
-                                    drain_timeout_s=drain_timeout_s)
+            result = await _run_measured(ctx, client, specs, load, writer, on_record, drain_timeout_s)
             writer.write_metadata(RunMetadata(
                 parameters={"phase": "measure", "label": label, **(extra or {})}, profile=ctx.settings.profile,
                 seed=ctx.settings.seed, tokenizer=ctx.tokenizer.declaration.to_json(), clock_anchor=anchor,
@@ -210,6 +209,25 @@ async def measure(
                     server_before=server_before, server_after=server_after)
 
 
+async def _run_measured(ctx: ProcedureContext, client: LLMClient, specs: Iterable[RequestSpec],
+                        load: OpenLoop | ClosedLoop, writer: RunWriter, on_record: Any,
+                        drain_timeout_s: float | None) -> LoadResult:
+    """The load generator in process, or over shards when ``--llm-workers``/``--llm-ray-address`` ask."""
+    s = ctx.settings
+    if str(s.workers).strip() not in ("", "1") or s.ray_address:
+        from ..shards import NotShardable, backend_for, run_sharded
+
+        backend = backend_for(s.workers, s.ray_address)
+        if backend is not None:
+            try:
+                return await run_sharded(backend, client, specs, load, tokenizer=s.tokenizer, sink=writer,
+                                         on_record=on_record, drain_timeout_s=drain_timeout_s)
+            except NotShardable as exc:
+                ctx.progress(f"not sharded ({exc}): running in process")
+    return await run_load(client, specs, load, phase="measure", sink=writer, on_record=on_record,
+                          drain_timeout_s=drain_timeout_s)
+
+
 def _load_summary(result: LoadResult) -> dict[str, Any]:
     """The few load figures a report table shows for one run (§4.2.3–§4.2.5)."""
     arrival = result.parameters.get("arrival") or {}
@@ -221,6 +239,9 @@ def _load_summary(result: LoadResult) -> dict[str, Any]:
         d.update(concurrency=result.concurrency_target, held=round(result.concurrency_mean, 2))
     d.update(sent=result.sent, ok=result.ok, duration_s=round(result.duration_s, 2),
              send_lag_p99_ms=round(result.send_lag.p99_ms, 3) if result.send_lag.p99_ms is not None else None)
+    sharding = result.parameters.get("sharding")
+    if sharding:  # per-shard figures for the results document (shards/)
+        d["sharding"] = sharding
     return d
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "build_level_specs",
     "cap_output",
     "capacity_error",
+    "LevelStream",
     "closed_level_stream",
     "declared_checks",
     "fmt_ms",
@@ -137,25 +138,50 @@ def build_level_specs(ctx: ProcedureContext, workload: str, n: int, seed: int, o
 
 
 def closed_level_stream(specs: Sequence[RequestSpec], need: int, min_s: float,
-                        stats: dict[str, int]) -> Iterator[RequestSpec]:
+                        stats: dict[str, int]) -> LevelStream:
     """Specs for one closed-loop level: stop once ``need`` were sent *and* ``min_s`` passed.
 
     The level therefore runs for the longer of the two (§5.5.3 step 3c, §5.8.3 step 3b). Past the
     end of ``specs`` the list is cycled (counted in ``stats["repeats"]``); a prompt then recurs only
     after ``len(specs)`` others, long evicted from any prefix cache a level this size fills.
     """
-    t0: float | None = None
-    i = 0
-    while True:
-        now = time.perf_counter()
-        if t0 is None:
-            t0 = now
-        if i >= need and now - t0 >= min_s:
-            return
-        if i >= len(specs):
-            stats["repeats"] = stats.get("repeats", 0) + 1
-        yield specs[i % len(specs)]
-        i += 1
+    return LevelStream(list(specs), need, min_s, stats)
+
+
+@dataclass
+class LevelStream:
+    """The iterable :func:`closed_level_stream` returns; ``split`` deals it over load-generator
+    shards (each its share of ``need``, the same ``min_s``), ``absorb`` adds their stats back."""
+
+    specs: list[RequestSpec]
+    need: int
+    min_s: float
+    stats: dict[str, int]
+
+    def __iter__(self) -> Iterator[RequestSpec]:
+        specs, stats = self.specs, self.stats
+        t0: float | None = None
+        i = 0
+        while True:
+            now = time.perf_counter()
+            if t0 is None:
+                t0 = now
+            if i >= self.need and now - t0 >= self.min_s:
+                return
+            if i >= len(specs):
+                stats["repeats"] = stats.get("repeats", 0) + 1
+            yield specs[i % len(specs)]
+            i += 1
+
+    def split(self, concurrency: Sequence[int]) -> list[LevelStream]:
+        n, total = len(concurrency), sum(concurrency)
+        return [LevelStream(self.specs[i::n] or self.specs, math.ceil(self.need * c / total), self.min_s, {})
+                for i, c in enumerate(concurrency)]
+
+    def absorb(self, stats: Sequence[dict[str, int]]) -> None:
+        for st in stats:
+            for k, v in st.items():
+                self.stats[k] = self.stats.get(k, 0) + v
 
 
 def fmt_ms(seconds: float | None) -> str:

@@ -1,0 +1,133 @@
+"""Load generation beyond one core and one host: a measured run split into shards.
+
+``--llm-workers N`` (local processes) or ``--llm-ray-address`` (Ray actors across nodes) makes
+:func:`run_sharded` take the place of ``load.run_load`` for each measured run; warm-up stays in
+the parent. Records stream back as they finish, into the one records file, each with its
+``shard``; the merged :class:`~..load.LoadResult` keeps per-shard figures (send lag, loop delay,
+self-check, host, clock offset) in ``parameters["sharding"]``. See core.py for the dealing rules.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from ..client import LLMClient
+from ..load import ClosedLoop, LoadResult, OpenLoop, RecordSink, SelfCheck
+from ..records import ClockAnchor, RequestRecord, RequestSpec
+from .core import NotShardable, ShardHello, ShardReport, ShardTask, clock_shift_ns, merge, plan_shards, shift_record
+
+__all__ = ["Backend", "NotShardable", "ShardError", "backend_for", "parse_workers", "run_sharded"]
+
+
+class ShardError(RuntimeError):
+    """A shard failed (its traceback is in the message)."""
+
+
+class Backend(Protocol):
+    name: str
+    info: dict[str, Any]
+
+    def shard_count(self) -> int: ...
+
+    async def run(self, tasks: list[ShardTask], on_hello: Callable[[ShardHello], None],
+                  on_records: Callable[[int, list[RequestRecord]], None]) -> tuple[int, list[ShardReport]]: ...
+
+
+def parse_workers(value: str | int | None) -> int:
+    """``--llm-workers``: a positive integer, or ``auto`` (cores − 1, at least 1)."""
+    if value is None:
+        return 1
+    text = str(value).strip().lower()
+    if text == "auto":
+        return max(1, (os.cpu_count() or 2) - 1)
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"workers must be a positive integer or 'auto', got {value!r}")
+    return n
+
+
+def backend_for(workers: str | int | None, ray_address: str | None) -> Backend | None:
+    """The backend the settings ask for; None = today's in-process load generator."""
+    n = parse_workers(workers)
+    if ray_address:
+        from .ray_backend import RayBackend
+
+        return RayBackend(ray_address, n if n > 1 else None)
+    if n > 1:
+        from .local import LocalBackend
+
+        return LocalBackend(n)
+    return None
+
+
+async def run_sharded(
+    backend: Backend,
+    client: LLMClient,
+    specs: Iterable[RequestSpec],
+    load: OpenLoop | ClosedLoop,
+    *,
+    tokenizer: str,
+    phase: str = "measure",
+    sink: RecordSink | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    drain_timeout_s: float | None = 60.0,
+    self_check: SelfCheck | None = None,
+) -> LoadResult:
+    """:func:`~..load.run_load` over the backend's shards; same contract (records to ``sink`` and
+    ``on_record`` as they finish, cancellation stops every shard and keeps what finished)."""
+    check = self_check or SelfCheck()
+    parts = plan_shards(specs, load, backend.shard_count())
+    tasks = [
+        ShardTask(index=i, count=len(parts), config=client.config,
+                  max_connections=part_load.concurrency if isinstance(part_load, ClosedLoop) else client.max_connections,
+                  tokenizer=tokenizer, specs=part_specs, load=part_load, phase=phase,
+                  drain_timeout_s=drain_timeout_s, self_check=check)
+        for i, (part_specs, part_load) in enumerate(parts)
+    ]
+    anchor, host = ClockAnchor.now(), socket.gethostname()
+    shifts: dict[int, int] = {}
+    hellos: dict[int, ShardHello] = {}
+    records: list[RequestRecord] = []
+    callback_error: list[BaseException] = []
+
+    def on_hello(h: ShardHello) -> None:
+        hellos[h.index] = h
+        shifts[h.index] = clock_shift_ns(h, anchor, host)
+
+    def on_records(idx: int, batch: list[RequestRecord]) -> None:
+        for rec in batch:
+            shift_record(rec, shifts.get(idx, 0))
+            if sink is not None:
+                sink.write(rec)
+            records.append(rec)
+            if on_record is not None and not callback_error:
+                try:
+                    on_record(rec)
+                except Exception as exc:  # reported after the run, as run_load does
+                    callback_error.append(exc)
+
+    start_unix, reports = await backend.run(tasks, on_hello, on_records)
+    failed = [r for r in reports if r.error]
+    if failed:
+        raise ShardError(f"load-generator shard {failed[0].index} failed:\n{failed[0].error}")
+    for rep in reports:
+        s = shifts.get(rep.index, 0)
+        rep.start_ns, rep.send_end_ns, rep.end_ns = rep.start_ns + s, rep.send_end_ns + s, rep.end_ns + s
+    absorb = getattr(specs, "absorb", None)
+    if callable(absorb):
+        absorb([r.spec_stats for r in reports])
+    start_ns = anchor.perf_ns + (start_unix - anchor.unix_ns)
+    sharding = {"backend": backend.name, "workers": len(tasks),
+                "hosts": sorted({h.host for h in hellos.values()}), "parent_host": host,
+                "start_iso": anchor.iso(start_ns), **backend.info}
+    result = merge(load, reports, records, anchor=anchor, start_ns=start_ns, transport=client.transport_name,
+                   drain_timeout_s=drain_timeout_s, self_check=check, sharding=sharding)
+    if callback_error:
+        raise callback_error[0]
+    return result

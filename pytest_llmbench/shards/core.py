@@ -1,0 +1,398 @@
+"""One measured run split into shards: the plan, the shard's own run, and the merge.
+
+The parent deals the run out (:func:`plan_shards`); each shard runs the unchanged load generator
+(``load.run_load``) in its own process with its own event loop and connection pool
+(:func:`run_shard`), and the parent merges the shards' records and reports into one
+:class:`~..load.LoadResult` (:func:`merge`).
+
+* Open loop: the global arrival schedule is generated once from the run's (kind, rate, seed)
+  (§4.3.3) and dealt round-robin (request ``k`` to shard ``k mod N``) with its spec, so the
+  union of the shards' schedules is exactly the unsharded schedule.
+* Closed loop: the concurrency is split (``c // N``, the remainder to the first shards) and the
+  spec list dealt the same way; a level stream (``procedures.helpers.LevelStream``) splits its
+  completion target in proportion.
+* Every shard starts at one absolute wall-clock time chosen by the parent once all shards are
+  ready; from there each measures on its own host's monotonic clock (§4.7.2). Records from a
+  shard on another host are moved onto the parent's clock by the two wall-clock anchors (a
+  constant shift: every interval inside a record stays one host's monotonic difference).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import os
+import socket
+import time
+import traceback
+from collections.abc import Awaitable, Callable, Iterable, Sized
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..client import ClientConfig, LLMClient
+from ..load import ArrivalProcess, ClosedLoop, LagStats, LoadResult, OpenLoop, SelfCheck, run_load
+from ..records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
+
+__all__ = [
+    "DealtArrival",
+    "NotShardable",
+    "ShardHello",
+    "ShardReport",
+    "ShardTask",
+    "merge",
+    "plan_shards",
+    "run_shard",
+    "shift_record",
+]
+
+#: Record fields on the sending host's monotonic clock (``server_token_ns`` is the server's).
+_CLIENT_TIME_FIELDS = ("intended_ns", "sent_ns", "first_chunk_ns", "first_token_ns", "end_ns")
+
+
+class NotShardable(ValueError):
+    """The run cannot be dealt out (e.g. a stop predicate over the whole run's progress)."""
+
+
+@dataclass(frozen=True)
+class DealtArrival(ArrivalProcess):
+    """A shard's share of a global arrival schedule: ``offsets`` (ns from the common start).
+
+    ``kind``/``rate``/``seed`` describe the global process the offsets were dealt from.
+    """
+
+    offsets: tuple[int, ...] = ()
+
+    def offsets_ns(self) -> Any:
+        return iter(self.offsets)
+
+
+@dataclass
+class ShardTask:
+    """Everything one shard needs, picklable (sent to a process or a Ray actor)."""
+
+    index: int
+    count: int
+    config: ClientConfig
+    max_connections: int | None
+    tokenizer: str
+    specs: Any  # list[RequestSpec] or a splittable level stream
+    load: OpenLoop | ClosedLoop
+    phase: str = "measure"
+    drain_timeout_s: float | None = 60.0
+    self_check: SelfCheck = field(default_factory=SelfCheck)
+
+
+@dataclass
+class ShardHello:
+    """A shard ready to start: where it runs and its clock anchor (perf <-> wall)."""
+
+    index: int
+    host: str
+    pid: int
+    anchor: ClockAnchor
+    node: str | None = None
+
+
+@dataclass
+class ShardReport:
+    """One shard's own load figures (§4.2.5 self-check per shard)."""
+
+    index: int
+    host: str
+    pid: int
+    node: str | None
+    start_ns: int
+    send_end_ns: int
+    end_ns: int
+    sent: int
+    ok: int
+    cancelled: int
+    errors: dict[str, int]
+    output_tokens: int
+    achieved_rate: float | None
+    concurrency_target: int | None
+    concurrency_mean: float
+    concurrency_max: int
+    concurrency_samples: list[tuple[int, int]]
+    send_lag: LagStats
+    loop_delay: LagStats
+    valid: bool
+    invalid_reason: str | None
+    interrupted: bool = False
+    error: str | None = None
+    spec_stats: dict[str, int] = field(default_factory=dict)
+    clock_offset_ms: float | None = None  # node wall clock - driver wall clock (Ray backend)
+    clock_rtt_ms: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("concurrency_samples")
+        return d
+
+
+# --------------------------------------------------------------------------------------------
+# planning (parent)
+# --------------------------------------------------------------------------------------------
+
+
+def _global_offsets(arrival: ArrivalProcess, max_requests: int | None, duration_s: float | None,
+                    cap: int | None) -> list[int]:
+    limits = [x for x in (max_requests, cap) if x is not None]
+    n_max = min(limits) if limits else None
+    duration_ns = int(duration_s * 1e9) if duration_s is not None else None
+    if n_max is None and duration_ns is None:
+        raise NotShardable("an open-loop run without a request count or duration cannot be dealt out")
+    out: list[int] = []
+    for off in arrival.offsets_ns():
+        if (n_max is not None and len(out) >= n_max) or (duration_ns is not None and off >= duration_ns):
+            break
+        out.append(off)
+    return out
+
+
+def plan_shards(specs: Iterable[RequestSpec], load: OpenLoop | ClosedLoop, n: int
+                ) -> list[tuple[Any, OpenLoop | ClosedLoop]]:
+    """Deal one run over ``n`` shards: a (specs, load) pair per shard (fewer if there is less work).
+
+    Raises :class:`NotShardable` when the run's stop rule depends on the whole run in a way
+    that cannot be split (an unbounded iterator with no count, duration or split method).
+    """
+    if n < 1:
+        raise ValueError(f"shard count must be >= 1, got {n}")
+    if isinstance(load, OpenLoop):
+        cap = len(specs) if isinstance(specs, Sized) else None
+        offsets = _global_offsets(load.arrival, load.max_requests, load.duration_s, cap)
+        spec_list = list(itertools.islice(iter(specs), len(offsets)))
+        offsets = offsets[: len(spec_list)]
+        n = max(1, min(n, len(spec_list)))
+        a = load.arrival
+        out: list[tuple[Any, OpenLoop | ClosedLoop]] = []
+        for i in range(n):
+            dealt = DealtArrival(a.kind, a.rate, a.seed, a.cv, offsets=tuple(offsets[i::n]))
+            out.append((spec_list[i::n], OpenLoop(dealt, max_requests=None, duration_s=load.duration_s)))
+        return out
+    n = max(1, min(n, load.concurrency))
+    conc = [load.concurrency // n + (1 if i < load.concurrency % n else 0) for i in range(n)]
+    split = getattr(specs, "split", None)
+    if callable(split):  # a level stream: split its completion target with the concurrency
+        parts = split(conc)
+        return [(parts[i], ClosedLoop(conc[i], max_requests=None, duration_s=load.duration_s)) for i in range(n)]
+    if isinstance(specs, Sized):
+        spec_list = list(itertools.islice(iter(specs), load.max_requests)) if load.max_requests is not None \
+            else list(specs)
+    elif load.max_requests is not None:
+        spec_list = list(itertools.islice(iter(specs), load.max_requests))
+    else:
+        raise NotShardable("a closed-loop run over an unbounded spec iterator cannot be dealt out")
+    return [(spec_list[i::n], ClosedLoop(conc[i], max_requests=len(spec_list[i::n]), duration_s=load.duration_s))
+            for i in range(n)]
+
+
+# --------------------------------------------------------------------------------------------
+# one shard (child process or Ray actor)
+# --------------------------------------------------------------------------------------------
+
+
+def hello(index: int, node: str | None = None) -> ShardHello:
+    return ShardHello(index=index, host=socket.gethostname(), pid=os.getpid(), anchor=ClockAnchor.now(), node=node)
+
+
+async def _sleep_until_unix(start_unix_ns: int) -> int:
+    """Sleep until the wall clock reads ``start_unix_ns``; the wait itself runs on the monotonic clock.
+    Returns that moment as a ``perf_counter_ns`` reading (this host's monotonic clock)."""
+    target = time.perf_counter_ns() + (start_unix_ns - time.time_ns())
+    while True:
+        wait = target - time.perf_counter_ns()
+        if wait <= 0:
+            return target
+        await asyncio.sleep((wait - 2_000_000) / 1e9 if wait > 2_000_000 else 0)
+
+
+class _BatchSink:
+    """Collects finished records (tagged with the shard) for the flusher to send back in batches."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.batch: list[RequestRecord] = []
+        self.n = 0
+        self.ok = 0
+        self.cancelled = 0
+
+    def write(self, record: RequestRecord) -> None:
+        record.shard = self.index
+        self.n += 1
+        if record.error_type is None:
+            self.ok += 1
+        elif record.error_type is ErrorType.CANCELLED:
+            self.cancelled += 1
+        self.batch.append(record)
+
+    def take(self) -> list[RequestRecord]:
+        b, self.batch = self.batch, []
+        return b
+
+
+Emit = Callable[[list[RequestRecord]], "Awaitable[None] | None"]
+
+
+async def run_shard(task: ShardTask, client: LLMClient, start_unix_ns: int, emit: Emit,
+                    should_stop: Callable[[], bool], me: ShardHello, flush_s: float = 0.02) -> ShardReport:
+    """Run this shard's load at the common start; stream records through ``emit`` as they finish.
+
+    ``should_stop`` is polled; when it turns true the run is cancelled and its in-flight requests
+    come back marked ``cancelled`` (as in an unsharded interrupted run).
+    """
+    sink = _BatchSink(task.index)
+
+    async def flush() -> None:
+        b = sink.take()
+        if b:
+            r = emit(b)
+            if r is not None:
+                await r
+
+    async def flusher() -> None:
+        while True:
+            await asyncio.sleep(flush_s)
+            await flush()
+
+    async def go() -> LoadResult:
+        start = await _sleep_until_unix(start_unix_ns)
+        return await run_load(client, task.specs, task.load, phase=task.phase, sink=sink,
+                              drain_timeout_s=task.drain_timeout_s, self_check=task.self_check, keep_records=False,
+                              start_ns=start)
+
+    fl = asyncio.create_task(flusher())
+    runner = asyncio.create_task(go())
+    interrupted = False
+    error = None
+    result: LoadResult | None = None
+    try:
+        while not runner.done():
+            if should_stop():
+                runner.cancel()
+                break
+            await asyncio.wait({runner}, timeout=0.05)
+        try:
+            result = await runner
+        except asyncio.CancelledError:
+            interrupted = True
+        except Exception:  # reported to the parent, which raises it
+            error = traceback.format_exc()
+    finally:
+        fl.cancel()
+        await asyncio.gather(fl, return_exceptions=True)
+        await flush()
+    stats = dict(getattr(task.specs, "stats", None) or {})
+    if result is None:
+        now = time.perf_counter_ns()
+        return ShardReport(task.index, me.host, me.pid, me.node, now, now, now, sink.n, sink.ok, sink.cancelled, {},
+                           0, None, None, 0.0, 0, [], LagStats.of_ns([]), LagStats.of_ns([]), False,
+                           "interrupted" if interrupted else "shard failed", interrupted=interrupted, error=error,
+                           spec_stats=stats)
+    r = result
+    return ShardReport(task.index, me.host, me.pid, me.node, r.start_ns, r.send_end_ns, r.end_ns, r.sent, r.ok,
+                       r.cancelled, dict(r.errors), r.output_tokens, r.achieved_rate, r.concurrency_target,
+                       r.concurrency_mean, r.concurrency_max, list(r.concurrency_samples), r.send_lag, r.loop_delay,
+                       r.valid, r.invalid_reason, spec_stats=stats)
+
+
+def make_client(task: ShardTask) -> LLMClient:
+    from ..tokenizer import get_tokenizer
+
+    return LLMClient(task.config, max_connections=task.max_connections, tokenizer=get_tokenizer(task.tokenizer))
+
+
+# --------------------------------------------------------------------------------------------
+# merging (parent)
+# --------------------------------------------------------------------------------------------
+
+
+def clock_shift_ns(shard: ShardHello, parent: ClockAnchor, parent_host: str) -> int:
+    """ns to add to a shard's monotonic readings to place them on the parent's clock (0 on one host:
+    CLOCK_MONOTONIC is shared by every process of a host)."""
+    if shard.host == parent_host:
+        return 0
+    return (shard.anchor.unix_ns - shard.anchor.perf_ns) - (parent.unix_ns - parent.perf_ns)
+
+
+def shift_record(rec: RequestRecord, shift: int) -> None:
+    """Move a record's client-side times by a constant (intervals inside it are unchanged)."""
+    if not shift:
+        return
+    for name in _CLIENT_TIME_FIELDS:
+        v = getattr(rec, name)
+        if v:
+            setattr(rec, name, v + shift)
+    rec.chunk_ns = [t + shift for t in rec.chunk_ns]
+
+
+def merge(load: OpenLoop | ClosedLoop, reports: list[ShardReport], records: list[RequestRecord], *,
+          anchor: ClockAnchor, start_ns: int, transport: str, drain_timeout_s: float | None,
+          self_check: SelfCheck, sharding: dict[str, Any]) -> LoadResult:
+    """One :class:`LoadResult` for the whole run from the shards' reports and the merged records.
+
+    Send lag is pooled over every record (exact); loop delay is the worst shard's (each event loop
+    is checked on its own); the run is valid only when every shard is. Concurrency mean is the sum
+    of the shards' means; concurrency max the sum of their maxima (an upper bound). Per-shard figures go to
+    ``parameters["sharding"]["shards"]``.
+    """
+    sent_times = sorted(r.sent_ns for r in records if r.sent_ns)
+    achieved = None
+    if len(sent_times) >= 2 and sent_times[-1] > sent_times[0]:
+        achieved = (len(sent_times) - 1) / ((sent_times[-1] - sent_times[0]) / 1e9)
+    send_end = max((r.send_end_ns for r in reports), default=start_ns)
+    if load.duration_s is not None and isinstance(load, OpenLoop):
+        send_end = max(send_end, start_ns + int(load.duration_s * 1e9))
+    end = max((r.end_ns for r in reports), default=start_ns)
+    end = max(end, max((r.end_ns or 0 for r in records), default=0))
+    errors: dict[str, int] = {}
+    for r in records:
+        if r.error_type is not None:
+            errors[r.error_type.value] = errors.get(r.error_type.value, 0) + 1
+    ok = sum(1 for r in records if r.error_type is None)
+    cancelled = errors.get(ErrorType.CANCELLED.value, 0)
+    lags = [r.sent_ns - r.intended_ns for r in records if r.intended_ns is not None and r.sent_ns]
+    send_lag = LagStats.of_ns(lags)
+    worst = max(reports, key=lambda r: r.loop_delay.p99_ms or 0.0) if reports else None
+    loop_delay = worst.loop_delay if worst is not None else LagStats.of_ns([])
+    reasons = [f"shard {r.index}: {r.invalid_reason}" for r in reports if not r.valid and r.invalid_reason]
+    if isinstance(load, OpenLoop) and send_lag.n >= self_check.min_samples and send_lag.p99_ms is not None \
+            and send_lag.p99_ms > self_check.max_send_lag_p99_ms:
+        reasons.append(f"client saturated: merged send-lag p99 {send_lag.p99_ms:.2f} ms > "
+                       f"{self_check.max_send_lag_p99_ms} ms (§4.2.5)")
+    n_samples = max((len(r.concurrency_samples) for r in reports), default=0)
+    samples = []
+    for i in range(n_samples):
+        at = [r.concurrency_samples[i] for r in reports if i < len(r.concurrency_samples)]
+        samples.append((max(t for t, _ in at), sum(c for _, c in at)))
+    if isinstance(load, OpenLoop):
+        params: dict[str, Any] = {"arrival": {"kind": load.arrival.kind, "rate": load.arrival.rate,
+                                              "seed": load.arrival.seed, "cv": load.arrival.cv}}
+        requested, target = load.arrival.rate, None
+    else:
+        params, requested, target = {"concurrency": load.concurrency}, None, load.concurrency
+    params.update(max_requests=load.max_requests, duration_s=load.duration_s, drain_timeout_s=drain_timeout_s,
+                  stop_predicate=False, sharding={**sharding, "shards": [r.to_json() for r in reports]})
+    return LoadResult(
+        phase=records[0].phase if records else "measure",
+        load_model="open" if isinstance(load, OpenLoop) else "closed",
+        parameters=params, records=records, transport=transport, clock_anchor=anchor,
+        start_ns=start_ns, send_end_ns=send_end, end_ns=max(end, send_end),
+        sent=len(records), completed=len(records) - cancelled, ok=ok, cancelled=cancelled, errors=errors,
+        output_tokens=sum(r.output_tokens or 0 for r in records), requested_rate=requested,
+        achieved_rate=achieved, completion_rate=ok / ((end - start_ns) / 1e9) if end > start_ns else None,
+        concurrency_target=target, concurrency_mean=float(sum(r.concurrency_mean for r in reports)),
+        concurrency_max=int(sum(r.concurrency_max for r in reports)), concurrency_samples=samples,
+        send_lag=send_lag, loop_delay=loop_delay, valid=not reasons, invalid_reason="; ".join(reasons) or None,
+        self_check=self_check,
+    )
+
+
+def lag_p99_ms(records: list[RequestRecord]) -> float | None:
+    """p99 send lag of some records in ms (per-shard figure from the merged records)."""
+    lags = [r.sent_ns - r.intended_ns for r in records if r.intended_ns is not None and r.sent_ns]
+    return float(np.percentile(lags, 99)) / 1e6 if lags else None

@@ -273,10 +273,34 @@ class Comparison:
         """Every outcome of the procedure a test used (to fail that test with the messages)."""
         return [o for p in self.pairs if nodeid in p.tests for o in p.outcomes]
 
+    def section6_facts(self) -> dict[str, dict[str, Any]]:
+        """§6.3 items as data for the compliance evaluators: per requirement id, ``met`` and the evidence.
+
+        6.3-PARAM-1: at least 3 runs on each side; 6.3-REPORT-1: a CI for every compared figure;
+        6.3-PARAM-2: every compared figure names its test and p-value.
+        """
+        from .repeated import MIN_RUNS
+
+        outcomes = [o for p in self.pairs for o in p.outcomes]
+        with_change = [o for o in outcomes if o.change is not None]
+        nb, nn = len(self.baseline), len(self.new)
+        return {
+            "6.3-PARAM-1": {"met": nb >= MIN_RUNS and nn >= MIN_RUNS,
+                            "evidence": f"{nb} baseline run(s), {nn} new run(s) (--llm-runs; §6.3 asks >= {MIN_RUNS})"},
+            "6.3-REPORT-1": {"met": bool(outcomes) and len(with_change) == len(outcomes),
+                             "evidence": f"{len(with_change)} of {len(outcomes)} compared figures have a "
+                                         f"{self.confidence:.0%} CI of the change"},
+            "6.3-PARAM-2": {"met": bool(with_change) and all(o.change.method and math.isfinite(o.change.p_value)
+                                                              for o in with_change if o.change),
+                            "evidence": "; ".join(sorted({o.change.method for o in with_change if o.change}))
+                                        or "no figure compared"},
+        }
+
     def to_json(self) -> dict[str, Any]:
         return {"baseline": [r.to_ref() for r in self.baseline], "new": [r.to_ref() for r in self.new],
                 "rules": [r.text for r in self.rules], "confidence": self.confidence, "forced": self.forced,
-                "failed": self.failed, "unmatched": self.unmatched, "pairs": [p.to_json() for p in self.pairs]}
+                "failed": self.failed, "unmatched": self.unmatched, "pairs": [p.to_json() for p in self.pairs],
+                "section6": self.section6_facts()}
 
 
 def _fmt(v: float | None, unit: str, like: float | None = None) -> str:

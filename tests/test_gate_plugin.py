@@ -1,13 +1,20 @@
 """The regression gate through the plugin (§6): --llm-save/--llm-compare/--llm-compare-fail/--llm-runs.
 
+Measured (2026-11-23, shared 2-core host, load average 3-13): the TPOT P50 ratio between
+``--llm-time-scale 0.30`` and ``0.25`` at ``--llm-capacity rate=20`` is about 1.10, not 1.20
+(3 vs 3 repetitions: 1.101 with a 40 ms engine step, 1.096 and 1.100 with 100 ms; 1.04-1.13 with
+the default 8 ms step). A ``tpot.p50:10%`` rule therefore sits on the true change at 0.30 and
+goes either way by design (the whole CI must lie beyond +10 %: "+9.6 %, CI +8.1 … +11.2 %" passed);
+under load average 12 even a 5 % rule did not fail it ("+10.0 %, CI +4.0 … +16.0 %"). So the
+slowdown this test must catch is a time scale of 0.40 (+60 % model time), under ``tpot.p50:10%``.
+
 False-failure reasoning for ``test_slowdown_fails_and_identical_rerun_passes``: each side is three
 repetitions (``--llm-runs 3``) and the gate uses the across-run Student-t CI (df=4), so host-load
-drift *between repetitions* is in the interval. The simulator's engine step is made 100 ms (sim
-config) so TPOT is dominated by modelled time: a 0.25 -> 0.30 time scale is a +20 % TPOT change,
-while the host's scheduling jitter (sub-millisecond to a few ms) is a few percent of a 10 ms
-token time. The identical rerun is flagged only if its mean TPOT P50 drifts by more than
-10 % + 2.3 SD of the repetitions, i.e. a sustained host-load change of well over 10 % of a
-10 ms token time between sessions of a few seconds each.
+drift *between repetitions* is in the interval. The engine step is made 100 ms (sim config) so
+TPOT (~35 ms) is dominated by modelled time, and host jitter is a few percent of it (the widest
+3-vs-3 CI seen, at load average 12, was ±6 %). The identical rerun is flagged only if its mean
+TPOT P50 drifts by more than 10 % + that CI between two sessions a minute apart; the 0.40 run
+(expected well above +25 %) fails unless its lower CI bound falls below +10 %.
 """
 
 from __future__ import annotations
@@ -51,20 +58,20 @@ def test_slowdown_fails_and_identical_rerun_passes(pytester: pytest.Pytester) ->
     summary = reps["across_runs"]["tpot.p50"]
     assert summary["n"] == 3 and summary["ci_low"] < summary["mean"] < summary["ci_high"]
 
-    slow = _run(pytester, *common, "--llm-time-scale", "0.30", "--llm-compare", "base",
-                "--llm-compare-fail", "tpot.p50:5%")
+    slow = _run(pytester, *common, "--llm-time-scale", "0.40", "--llm-compare", "base",
+                "--llm-compare-fail", "tpot.p50:10%")
     slow.assert_outcomes(failed=1)
     out = slow.stdout.str()
-    assert "REGRESSION: tpot.p50" in out and "rule tpot.p50:5%" in out and "Student-t CI across runs" in out
+    assert "REGRESSION: tpot.p50" in out and "rule tpot.p50:10%" in out and "Student-t CI across runs" in out
     assert "baseline" in out and "n=3" in out and "95% CI" in out
     comp = _doc(pytester)["comparison"]
-    assert comp["failed"] and comp["rules"] == ["tpot.p50:5%"]
+    assert comp["failed"] and comp["rules"] == ["tpot.p50:10%"]
     fail = [o for o in comp["pairs"][0]["outcomes"] if o["verdict"] == "FAIL"]
-    assert [o["figure"] for o in fail] == ["tpot.p50"] and fail[0]["change"]["rel_ci"][0] > 0.05
+    assert [o["figure"] for o in fail] == ["tpot.p50"] and fail[0]["change"]["rel_ci"][0] > 0.10
     assert "compared with baseline" in (pytester.path / "llmbench-report" / "report.md").read_text()
 
     same = _run(pytester, *common, "--llm-time-scale", "0.25", "--llm-compare", "base",
-                "--llm-compare-fail", "tpot.p50:5%")
+                "--llm-compare-fail", "tpot.p50:10%")
     same.assert_outcomes(passed=1)
     comp = _doc(pytester)["comparison"]
     assert not comp["failed"]

@@ -171,7 +171,8 @@ class ProcedureContext:
         """The procedure's named seed streams under the session seed (seeds.py, §4.3.3); repetition
         ``k > 0`` of ``--llm-runs`` without a cache flush draws from its own streams
         (``<procedure>/repetition-<k>``), so its prompts share no prefix with earlier repetitions."""
-        return Seeds(self.settings.seed, procedure if self.repetition == 0 else f"{procedure}/repetition-{self.repetition}")
+        k = getattr(self, "repetition", 0)  # duck-typed contexts (tests) have no repetition
+        return Seeds(self.settings.seed, procedure if k == 0 else f"{procedure}/repetition-{k}")
 
     def run_dir(self, label: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)

@@ -13,6 +13,9 @@ pinned capacity ``--llm-capacity rate=R``) on the embedded simulator, in its own
    bound on the false-alarm rate (0 of 20 only shows <= 14 %);
 3. for each slowdown (5, 10, 20 % of model time: time scale S·(1+x)), ``--detect-runs`` runs
    compared with the same baseline: detection rate and the measured TPOT P50 change;
+   With ``--baseline-runs K > 1`` each run is also judged against the K baseline runs (across-run
+   Student-t) and against the first one with the CI widened by the K runs' between-run SD
+   (``compare(..., history=...)``, the plugin's default when the storage holds >= 3 runs of the test);
 4. the TPOT P50 ratio between time scale S·1.2 (0.30) and S (0.25): the median over the 20 %
    runs divided by the baseline (20 % is model time; unscaled overheads may shrink it).
 
@@ -104,6 +107,7 @@ def main() -> None:
         conds = [("rerun", 0.0, args.reruns)] + [(f"slow{pct:g}", pct, args.detect_runs) for pct in slowdowns]
         flagged: dict[str, list[bool]] = {c: [] for c, _, _ in conds}
         flagged_multi: dict[str, list[bool]] = {c: [] for c, _, _ in conds}
+        flagged_hist: dict[str, list[bool]] = {c: [] for c, _, _ in conds}
         tpots: dict[str, list[float]] = {c: [] for c, _, _ in conds}
         for i in range(max(n for _, _, n in conds)):
             for cond, pct, n in conds:
@@ -115,6 +119,8 @@ def main() -> None:
                 tpots[cond].append(tpot(r))
                 if multi:
                     flagged_multi[cond].append(bool(compare(bases, r, [rule]).violations))
+                    # one run per side, CI widened by the between-run SD of the K stored baseline runs
+                    flagged_hist[cond].append(bool(compare(base, r, [rule], history=bases).violations))
                 print(f"    TPOT P50 {tpots[cond][-1] * 1e3:.3f} ms, load average {os.getloadavg()[0]:.1f}"
                       + ("  FLAGGED" if c.violations else ""), flush=True)
         print()
@@ -131,6 +137,8 @@ def main() -> None:
         if multi:
             print(f"against {len(bases)} baseline runs (across-run Student-t, §6.3): "
                   + "; ".join(f"{cond}: {sum(flagged_multi[cond])} of {n}" for cond, _, n in conds))
+            print(f"against one baseline run, CI widened by the between-run SD of the {len(bases)} stored baseline "
+                  "runs (history): " + "; ".join(f"{cond}: {sum(flagged_hist[cond])} of {n}" for cond, _, n in conds))
         if 20.0 in slowdowns:
             ratio = statistics.median(tpots["slow20"]) / statistics.median(same)
             print(f"TPOT P50 ratio, time scale {args.scale * 1.2:g} / {args.scale:g} at rate={args.rate:g}: "

@@ -4,6 +4,9 @@ Commands (shared/DESIGN.md, "pytest shape"):
 
 * ``report RESULTS_JSON [--output DIR]``: render report.md and report.html again from a stored
   ``results.json`` (byte for byte what the session wrote; default: next to the file).
+* ``compare A B [C …] [--fail RULE …]``: stored runs side by side and against the first (§6;
+  docs/regression-gate.md); non-zero exit on a violated rule.
+* ``history [--metric ttft.p99]``: a test's stored runs over time with change points.
 
 A command is one entry of :data:`COMMANDS`: ``name: (help, add_arguments, run)``, where
 ``add_arguments(parser)`` declares its arguments and ``run(args)`` returns the exit status.
@@ -40,12 +43,34 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _passthrough(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments of the command (see its --help)")
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from .gate.cli import compare_main
+
+    return compare_main(args.args)
+
+
+def _history(args: argparse.Namespace) -> int:
+    from .gate.cli import history_main
+
+    return history_main(args.args)
+
+
 COMMANDS: dict[str, Command] = {
     "report": ("render report.md and report.html from a stored results.json", _report_arguments, _report),
+    "compare": ("compare stored runs (the first is the baseline), §6; exit 1 on a violated --fail rule",
+                _passthrough, _compare),
+    "history": ("list a test's stored runs over time and mark change points", _passthrough, _history),
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in COMMANDS and COMMANDS[argv[0]][1] is _passthrough:  # it parses its own arguments
+        return int(COMMANDS[argv[0]][2](argparse.Namespace(args=argv[1:])))
     parser = argparse.ArgumentParser(prog="python -m pytest_llmbench",
                                      description="pytest-llmbench: work on stored results documents")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

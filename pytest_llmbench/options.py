@@ -13,13 +13,17 @@ def add_options(parser: pytest.Parser) -> None:
     """Register every option as a CLI flag and an ini key (pytest_addoption)."""
     group = parser.getgroup("llmbench", "LLM serving benchmarks (draft-gaikwad-llm-benchmarking-methodology)")
     for opt in OPTIONS:
-        help_text = f"{opt.help} [env {opt.env}, ini {opt.ini}]"
+        help_text = f"{opt.help} [env {opt.env}, ini {opt.ini}]".replace("%", "%%")  # argparse %-formats help
         if opt.kind == "bool":
             group.addoption(opt.flag, action="store_true", default=None, dest=opt.dest, help=help_text)
             parser.addini(opt.ini, opt.help, type="bool", default=opt.default)
         elif opt.kind == "list":
             group.addoption(opt.flag, action="append", default=None, dest=opt.dest, help=help_text)
             parser.addini(opt.ini, opt.help, type="linelist", default=[])
+        elif opt.kind == "optional":  # --llm-compare [REF]: without a value, "latest"
+            group.addoption(opt.flag, action="store", nargs="?", const="latest", default=None, dest=opt.dest,
+                            help=help_text)
+            parser.addini(opt.ini, opt.help, default=None)
         else:
             group.addoption(opt.flag, action="store", default=None, dest=opt.dest, help=help_text)
             parser.addini(opt.ini, opt.help, default=None)

@@ -57,7 +57,14 @@ def pytest_configure(config: pytest.Config) -> None:
         bench = Session(settings, configure_sut=_hook_configure(config), progress=_progress_factory(config))
     except LLMBenchConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
-    plugin = LLMBenchPlugin(config, bench)
+    from .gate import GateStorageError, RuleError
+    from .gate.sessiongate import SessionGate
+
+    try:
+        gate = SessionGate(settings)
+    except (RuleError, GateStorageError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+    plugin = LLMBenchPlugin(config, bench, gate)
     config.stash[SESSION_KEY] = plugin
     config.pluginmanager.register(plugin, "llmbench-session")
 
@@ -208,15 +215,17 @@ def _progress_factory(config: pytest.Config) -> Callable[[str], Callable[[str], 
 class LLMBenchPlugin:
     """The session's pytest side: the :class:`Session`, each test's outcome, the reports at the end."""
 
-    def __init__(self, config: pytest.Config, session: Session) -> None:
+    def __init__(self, config: pytest.Config, session: Session, gate: Any = None) -> None:
         self.config = config
         self.session = session
+        self.gate = gate  # gate.sessiongate.SessionGate: --llm-compare / --llm-save (§6)
         self.settings: Settings = session.settings
         self.test_outcomes: dict[str, dict[str, Any]] = {}
         self.interrupted = False
         self.ran: set[str] = set()  # nodeids that reported, to tell a -x stop from a complete session
         self.document: dict[str, Any] | None = None
         self.report_path: Path | None = None
+        self.saved: Any = None  # gate.StoredRun when --llm-save/--llm-autosave stored the session
 
     def print_plan(self, items: list[pytest.Item]) -> None:
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -230,18 +239,38 @@ class LLMBenchPlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
-        """After the test body: assert the marker's and the command line's SLOs on the result."""
+        """After the test body: assert the marker's and the command line's SLOs on the result, and
+        compare it with the baseline (--llm-compare, §6): a violated fail rule fails the test."""
         __tracebackhide__ = True
         outcome = yield
         entry = item.stash.get(ITEM_KEY, None)
         result = getattr(item, "funcargs", {}).get("llm_result")
         if entry is not None and isinstance(result, ProcedureResult):
+            failures = self._compare_test(item)
             slos = list(entry[2]) + list(self.settings.slo)
-            if slos and result.metrics is not None:
-                from .slo import assert_slo
+            try:
+                if slos and result.metrics is not None:
+                    from .slo import assert_slo
 
-                assert_slo(result.metrics, *slos, strict=self.settings.strict_sampling)
+                    assert_slo(result.metrics, *slos, strict=self.settings.strict_sampling)
+            except AssertionError as exc:
+                if not failures:
+                    raise
+                failures.append(str(exc))
+            if failures:
+                pytest.fail("\n".join(failures), pytrace=False)
         return outcome
+
+    def _compare_test(self, item: pytest.Item) -> list[str]:
+        """The gate's failure messages for this test (and its JUnit properties), [] when not comparing."""
+        if self.gate is None or not self.gate.comparing:
+            return []
+        from .results import build_document
+
+        doc = build_document(self.session.result(complete=False, test_outcomes=self.test_outcomes))
+        verdict = self.gate.check_test(doc, item.nodeid)
+        item.user_properties.extend(verdict.properties)
+        return verdict.failures
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Keep each llmbench test's SLO verdict (its pytest outcome) for the reports."""
@@ -271,8 +300,12 @@ class LLMBenchPlugin:
                                              test_outcomes=self.test_outcomes,
                                              command_line=list(self.config.invocation_params.args))
                 self.document = build_document(result)
+                if self.gate is not None and self.gate.comparing:
+                    self.document["comparison"] = self.gate.comparison(self.document)
                 self.report_path = write_reports(self.document)["html"]
                 write_exports(self.document, self.report_path.parent)  # levels.csv, requests.csv
+                if self.gate is not None and self.gate.saving:
+                    self.saved = self.gate.save()
         finally:
             self.session.close()
 
@@ -284,6 +317,15 @@ class LLMBenchPlugin:
         terminalreporter.section("llmbench")
         for line in terminal_rows(self.document, self.report_path):
             terminalreporter.write_line(line)
+        if self.gate is not None and self.gate.last is not None:
+            from .gate import render_comparison
+
+            terminalreporter.section("llmbench: compared with baseline")
+            for line in render_comparison(self.gate.last).splitlines():
+                terminalreporter.write_line(line)
+        if self.saved is not None:
+            terminalreporter.write_line(f"llmbench: stored as {self.saved.path.as_posix()} "
+                                        "(compare with --llm-compare " + (self.saved.name or str(self.saved.number)) + ")")
 
 
 def _short_message(report: pytest.TestReport) -> str:

@@ -496,6 +496,35 @@ def _tests(result: SessionResult, procs_by_key: Mapping[str, dict[str, Any]]) ->
     return out
 
 
+def _repetitions(index: int, entry: Mapping[str, Any], reps: list[Any], isolation: str,
+                 report_dir: Path) -> dict[str, Any]:
+    """``--llm-runs N`` (§6.3): every repetition's result and, per key figure, the across-run mean,
+    SD, CV and Student-t CI (``gate.summarize_runs``), read from each repetition's summaries."""
+    from .gate.compare import DEFAULT_FIGURES, _summary_value
+    from .gate.repeated import summarize_runs
+    from .gate.rules import parse_rule
+    from .gate.storage import primary_label
+
+    runs = []
+    for rep in reps:
+        e = _procedure(index, str(entry["key"]), rep, report_dir)
+        runs.append({"result": e["result"], "run_dirs": e["run_dirs"], "figures": e["figures"],
+                     "sequence_hash": e["configuration"]["sequence_hash"]})
+    across: dict[str, Any] = {}
+    for fig in DEFAULT_FIGURES:
+        rule = parse_rule(f"{fig}:0%")
+        vals = []
+        for r in runs:
+            label = primary_label(r["result"])
+            metrics = next((x.get("metrics") for x in r["result"].get("runs") or [] if str(x.get("label")) == label),
+                           r["result"].get("metrics"))
+            vals.append(_summary_value(jsonable(metrics), rule))
+        if sum(v is not None for v in vals) >= 2:
+            across[fig] = summarize_runs(fig, vals).to_json()
+    return {"n": len(runs), "isolation": isolation, "runs": runs, "across_runs": across,
+            "note": "each repetition runs the whole procedure, its own warm-up included (§4.5, §6.3)"}
+
+
 def _record_files(report_dir: Path) -> list[dict[str, Any]]:
     runs = report_dir / "runs"
     if not runs.is_dir():
@@ -662,6 +691,10 @@ def build_document(result: SessionResult, *, environ: Mapping[str, str] | None =
     for i, (key, proc_result) in enumerate(ordered):
         procs.append((_procedure(i, str(key), proc_result, report_dir), proc_result))
     doc["procedures"] = [p for p, _ in procs]
+    for i, (p, _) in enumerate(procs):
+        reps = result.repetitions.get(p["key"])
+        if reps and len(reps) > 1:
+            p["repetitions"] = _repetitions(i, p, reps, result.repetition_isolation.get(p["key"], ""), report_dir)
     by_key = {p["key"]: p for p, _ in procs}
     doc["tests"] = _tests(result, by_key)
     for p, _ in procs:

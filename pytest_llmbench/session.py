@@ -64,6 +64,10 @@ class SessionResult:
     complete: bool = True
     interrupted: bool = False
     command_line: list[str] = field(default_factory=list)
+    #: --llm-runs N (§6.3): per result key, every repetition (the first is ``results[key]``) and how
+    #: the prefix cache was kept from serving one repetition from the previous one
+    repetitions: dict[str, list[ProcedureResult]] = field(default_factory=dict)
+    repetition_isolation: dict[str, str] = field(default_factory=dict)
 
 
 def configure_embedded(sut: SUT, setting: str, value: Any) -> bool | None:
@@ -109,6 +113,8 @@ class Session:
         self._tokenizer: Any = None
         # procedures cut short by Ctrl-C or a crash: reported (complete=False), never cached as results
         self.partial: dict[str, ProcedureResult] = {}
+        self.repetitions: dict[str, list[ProcedureResult]] = {}  # --llm-runs N (§6.3)
+        self.repetition_isolation: dict[str, str] = {}
 
     # --- the SUT -----------------------------------------------------------------------------
     def get_sut(self) -> SUT:
@@ -181,8 +187,48 @@ class Session:
         key = params_key(proc.id, params)
         if key in self.results:
             return self.results[key]
+        index = len(self.results)
+        result = await self._run_once(proc, params, key, f"{proc.id.replace('.', '_')}-{index:02d}", 0)
+        if self.settings.runs > 1:
+            await self._repeat(proc, params, key, index, result)
+        self.results[key] = result
+        return result
+
+    async def _repeat(self, proc: Procedure, params: Any, key: str, index: int, first: ProcedureResult) -> None:
+        """Repetitions 2..N of ``--llm-runs N`` (§6.3), each after an optional cooldown.
+
+        Each repetition runs the procedure whole (its own warm-up included). It must not be served
+        from the prefix cache the previous one filled: the cache is flushed through the
+        ``flush_prefix_cache`` hook where the SUT supports it, otherwise the repetition draws its
+        prompts from its own seed streams (``<procedure>/repetition-<k>``).
+        """
+        reps = [first]
+        ways: list[str] = []
+        for k in range(1, self.settings.runs):
+            if self.settings.runs_cooldown > 0:
+                await asyncio.sleep(self.settings.runs_cooldown)
+            try:
+                flushed = self.configure_sut("flush_prefix_cache", True)
+            except Exception:  # noqa: BLE001 - a SUT that refuses the switch: fall back to fresh prompts
+                flushed = False
+            ways.append("flush" if flushed else "stream")
+            reps.append(await self._run_once(proc, params, key, f"{proc.id.replace('.', '_')}-{index:02d}-rep{k + 1}",
+                                             0 if flushed else k))
+        self.repetitions[key] = reps
+        if all(w == "flush" for w in ways):
+            how = "prefix cache flushed before each repetition (flush_prefix_cache hook)"
+        elif all(w == "stream" for w in ways):
+            how = ("the SUT could not flush its prefix cache: each repetition used its own prompt stream "
+                   "(seed streams '<procedure>/repetition-<k>'), so no repetition hit a prefix cached by another")
+        else:
+            how = "prefix cache flushed where the hook succeeded, own prompt stream otherwise: " + ", ".join(ways)
+        self.repetition_isolation[key] = how
+        first.notes.append(f"--llm-runs {self.settings.runs} (§6.3): {how}; across-run statistics in 'repetitions'")
+
+    async def _run_once(self, proc: Procedure, params: Any, key: str, dirname: str, repetition: int
+                        ) -> ProcedureResult:
         sut = self.get_sut()
-        run_root = self.settings.report / "runs" / f"{proc.id.replace('.', '_')}-{len(self.results):02d}"
+        run_root = self.settings.report / "runs" / dirname
         run_root.mkdir(parents=True, exist_ok=True)
         ctx = ProcedureContext(
             sut=sut,
@@ -193,6 +239,7 @@ class Session:
             configure_sut=self.configure_sut,
             progress=self._progress(proc.id),
             session_workloads=self.workloads_used,
+            repetition=repetition,
         )
         t0 = time.perf_counter()
         try:
@@ -204,7 +251,6 @@ class Session:
                 self.partial[key] = partial
             raise
         result.duration_s = time.perf_counter() - t0
-        self.results[key] = result
         return result
 
     async def get_capacity(self, kind: str) -> Capacity:
@@ -247,7 +293,8 @@ class Session:
                              capacity=dict(self.capacity), test_outcomes=dict(test_outcomes or {}),
                              started=self.started, finished=time.time(),
                              complete=complete and not interrupted and not crashed, interrupted=interrupted,
-                             command_line=list(command_line or []))
+                             command_line=list(command_line or []), repetitions=dict(self.repetitions),
+                             repetition_isolation=dict(self.repetition_isolation))
 
 
 def partial_result(proc: Procedure, params: Any, run_root: Path, profile: str,

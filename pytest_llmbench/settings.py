@@ -35,7 +35,7 @@ class Option:
     name: str
     help: str
     default: Any = None
-    kind: str = "str"  # str | int | float | bool | path | list | choice
+    kind: str = "str"  # str | int | float | bool | path | list | choice | optional (flag with optional value)
     choices: tuple[str, ...] = ()
 
     @property
@@ -87,6 +87,18 @@ OPTIONS: tuple[Option, ...] = (
            "openai-compatible (no extensions)", None, "choice", SERVER_KINDS),
     Option("dry-run", "print each selected procedure's planned request count and minimum duration, send "
            "nothing", False, "bool"),
+    # regression gate (§6, docs/regression-gate.md)
+    Option("autosave", "store this session's results under --llm-storage (counter_commit_time)", False, "bool"),
+    Option("save", "store this session's results under --llm-storage as NAME (0001_NAME)"),
+    Option("storage", "directory of stored runs for --llm-save/--llm-autosave/--llm-compare", ".llmbench", "path"),
+    Option("compare", "compare each test's procedure with the same test in a stored run: counter, NAME, PATH "
+           "or 'latest' (the default when given without a value)", None, "optional"),
+    Option("compare-fail", "fail rule for --llm-compare, e.g. 'tpot.p50:10%' or 'e2e.p99:50ms' (repeatable; ini: "
+           "one per line)", None, "list"),
+    Option("compare-force", "compare runs that were not measured the same way (§6.1; recorded in the report)",
+           False, "bool"),
+    Option("runs", "repeat each procedure N times in the session (§6.3: at least 3 for across-run CIs)", 1, "int"),
+    Option("runs-cooldown", "seconds of idle time between repetitions of --llm-runs", 0.0, "float"),
 )
 
 
@@ -116,6 +128,14 @@ class Settings:
     ray_address: str | None = None
     dry_run: bool = False
     server_kind: str | None = None
+    autosave: bool = False
+    save: str | None = None
+    storage: Path = Path(".llmbench")
+    compare: str | None = None
+    compare_fail: list[str] = field(default_factory=list)
+    compare_force: bool = False
+    runs: int = 1
+    runs_cooldown: float = 0.0
     sources: dict[str, str] = field(default_factory=dict)
     rootdir: Path | None = None  # pytest's rootdir: where [tool.llmbench.declarations] is looked up
 
@@ -130,6 +150,7 @@ class Settings:
         d["declarations"] = str(self.declarations) if self.declarations else None
         d["sim_config"] = str(self.sim_config) if self.sim_config else None
         d["rootdir"] = str(self.rootdir) if self.rootdir else None
+        d["storage"] = str(self.storage)
         return d
 
 
@@ -219,6 +240,11 @@ def _validate(s: Settings) -> None:
     if text != "auto" and not (text.isdigit() and int(text) >= 1):
         raise LLMBenchConfigError(f"{s.sources.get('workers', '--llm-workers')}: invalid value {s.workers!r} for "
                                   "workers: must be a positive integer or 'auto'")
+    if s.runs < 1:
+        raise LLMBenchConfigError(f"{s.sources.get('runs', '--llm-runs')}: invalid value {s.runs!r} for runs: "
+                                  "must be >= 1")
+    if s.compare is not None and not s.compare.strip():
+        s.compare = "latest"
     if s.capacity is not None:
         parse_capacity(s.capacity, s.sources.get("capacity", "capacity"))
     if s.declarations is not None and not s.declarations.is_file():

@@ -353,3 +353,85 @@ def test_save_from_a_report_directory_recomputes_samples_from_records(tmp_path: 
     (report / run_dir / "records.jsonl").unlink()
     with pytest.raises(GateStorageError, match="run records missing"):
         save(report, tmp_path / "st")
+
+
+# ---------------------------------------------------------------------------------------------- variance (issue 14)
+
+
+def _scaled(doc: dict, metric: str, factor: float) -> dict:
+    """A copy of a results document with every stored percentile of ``metric`` multiplied by ``factor``."""
+    doc = json.loads(json.dumps(doc))
+    for p in doc["procedures"]:
+        for m in [p["result"]["metrics"]] + [r["metrics"] for r in p["result"]["runs"]]:
+            for e in (m["distributions"][metric]["percentiles"] or {}).values():
+                e["value"] *= factor
+    return doc
+
+
+def test_widen_by_history_on_known_numbers():
+    from pytest_llmbench.gate.compare import widen_by_history
+    from pytest_llmbench.gate.significance import Change
+
+    c = Change(10.0, 11.0, 1.0, (0.9, 1.1), 0.1, (0.09, 0.11), 100, 100, 0.95, "bootstrap", 0.001)
+    w = widen_by_history(c, [10.0, 11.0, 12.0])  # s = 1, t(0.975, 2) = 4.3027
+    half = 4.302653 * math.sqrt(2)
+    assert w.diff_ci == pytest.approx((1 - half, 1 + half), rel=1e-5)
+    assert w.rel_ci == pytest.approx((0.1 - half / 10, 0.1 + half / 10), rel=1e-5)
+    assert "between-run SD 1 of 3 stored runs" in w.method and w.p_value > 0.5
+    narrow = widen_by_history(c, [10.0, 10.001, 10.002])  # history tighter than the bootstrap: unchanged CI
+    assert narrow.diff_ci == (0.9, 1.1)
+
+
+def test_single_runs_use_the_stored_history_and_say_which_variance(store: Path):
+    base, slow = load_run("base", store), load_run("slow", store)
+    alone = compare(base, slow, ["tpot.p50:10%"], history=[base])
+    assert alone.failed and "within-run sampling only" in alone.violations[0].message
+    noisy = [save(_scaled(base.document, "tpot", f), store, samples=base.samples, name=f"h{i}", commit="x")
+             for i, f in enumerate((0.7, 1.0, 1.4))]
+    widened = compare(base, slow, ["tpot.p50:10%"], history=[base, *noisy])
+    o = widened.pairs[0].outcomes[0]
+    assert not widened.failed and "widened by the between-run SD" in o.message and "of 4 stored runs" in o.message
+    steady = [save(_scaled(base.document, "tpot", f), store, samples=base.samples, name=f"s{i}", commit="x")
+              for i, f in enumerate((0.999, 1.0, 1.001))]
+    still = compare(base, slow, ["tpot.p50:10%"], history=[base, *steady])
+    assert still.failed and "widened" in still.violations[0].message
+
+
+def test_a_run_of_llm_runs_counts_as_its_repetitions(store: Path):
+    from pytest_llmbench.gate.storage import repetition_views
+
+    base, slow = load_run("base", store), load_run("slow", store)
+    doc = json.loads(json.dumps(base.document))
+    p = doc["procedures"][0]
+    reps = [{"result": q["procedures"][0]["result"], "run_dirs": []}
+            for q in (base.document, _scaled(base.document, "tpot", 1.01), _scaled(base.document, "tpot", 0.99))]
+    p["repetitions"] = {"n": 3, "runs": reps}
+    three = save(doc, store, samples=base.samples, name="three", commit="x")
+    views = repetition_views(load_run("three", store))
+    assert [v.id for v in views] == [f"{three.id}#{k}" for k in (1, 2, 3)]
+    comp = compare(three, slow, ["tpot.p50:10%"])
+    o = comp.pairs[0].outcomes[0]
+    assert "3 vs 1 runs" in o.message and o.change.n_baseline == 3
+    facts = comp.to_json()["section6"]
+    assert facts["6.3-PARAM-1"]["met"] is False and "3 baseline run(s), 1 new run(s)" in facts["6.3-PARAM-1"]["evidence"]
+    assert compare(three, three).to_json()["section6"]["6.3-PARAM-1"]["met"] is True
+    assert facts["6.3-REPORT-1"]["met"] and facts["6.3-PARAM-2"]["met"]
+
+
+def test_a_metric_without_direction_cannot_be_gated():
+    from pytest_llmbench.registry import METRICS
+
+    neutral = next(k for k, v in METRICS.items() if v.direction == "neutral" and v.kind != "column")
+    with pytest.raises(RuleError, match=neutral):
+        parse_rule(f"{neutral}.p50:10%" if METRICS[neutral].kind == "distribution" else f"{neutral}:10%")
+    assert metric_info("tpot").higher_is_better is False and metric_info("output_throughput").higher_is_better
+
+
+def test_gate_settings_resolve_and_validate():
+    from pytest_llmbench.settings import LLMBenchConfigError, resolve
+
+    cli = {"llm_compare": "latest", "llm_compare_fail": ["tpot.p50:10%"], "llm_runs": "3"}
+    s = resolve(lambda k: cli.get(k), lambda k: None, environ={"LLMBENCH_STORAGE": "/tmp/st"})
+    assert (s.compare, s.compare_fail, s.runs, str(s.storage)) == ("latest", ["tpot.p50:10%"], 3, "/tmp/st")
+    with pytest.raises(LLMBenchConfigError, match="--llm-runs.*>= 1"):
+        resolve(lambda k: {"llm_runs": "0"}.get(k), lambda k: None, environ={})

@@ -134,17 +134,21 @@ def test_summary_md_is_pr_comment_sized(doc: dict[str, Any]) -> None:
 
 def test_comparison_is_rendered_with_its_interval(doc: dict[str, Any]) -> None:
     cmp_doc = copy.deepcopy(doc)
+    # the shape the gate writes (gate.compare.Comparison.to_json)
+    def outcome(fig, base, new, rel, ci, verdict):  # type: ignore[no-untyped-def]
+        return {"figure": fig, "rule": f"{fig}:10%", "level": None, "verdict": verdict, "message": f"{fig} {verdict}",
+                "change": {"baseline": base, "new": new, "n_baseline": 300, "n_new": 300, "rel": rel,
+                           "rel_ci": ci, "method": "bootstrap 95% CI of the relative change"}}
     cmp_doc["comparison"] = {
-        "baseline": {"label": "main@abc123", "source": "baseline/results.json"}, "verdict": "regression",
-        "notes": ["bootstrap 95% CI of the relative change"],
-        "rows": [{"procedure": "5.1", "metric": "TTFT P99", "unit": "s", "baseline": 0.040, "new": 0.052,
-                  "change_pct": 30.0, "ci_low_pct": 12.0, "ci_high_pct": 41.0, "verdict": "regression"},
-                 {"procedure": "5.2", "metric": "Max output throughput", "unit": "tokens/s", "baseline": 3200.0,
-                  "new": 3278.0, "change_pct": 2.4, "ci_low_pct": -3.0, "ci_high_pct": 7.5,
-                  "verdict": "within noise"}]}
+        "baseline": [{"id": "0001_main"}], "new": [], "rules": ["ttft.p99:10%"], "confidence": 0.95,
+        "forced": False, "failed": True, "unmatched": [],
+        "pairs": [{"key": "5.1", "procedure": "5.1", "title": "5.1 TTFT", "tests": [], "load": "poisson(rate=4)",
+                   "differences": [], "refused": False, "forced": False, "note": "",
+                   "outcomes": [outcome("ttft.p99", 0.040, 0.052, 0.30, [0.12, 0.41], "FAIL"),
+                                outcome("output_throughput", 3200.0, 3278.0, 0.024, [-0.03, 0.075], "pass")]}]}
     summary = render_summary(cmp_doc, "report.html", limit=SUMMARY_LIMIT)
-    assert "### Comparison with main@abc123: regression" in summary
+    assert "### Comparison with 0001_main: FAIL" in summary
     reg = summary.split("**Regressions:**", 1)[1].split("<details>", 1)[0]
-    assert "TTFT P99" in reg and "Max output throughput" not in reg and "[+12.0%, +41.0%]" in reg
+    assert "ttft.p99" in reg and "output_throughput" not in reg and "+12.0% … +41.0%" in reg
     assert 'id="comparison"' in render_html(cmp_doc)
-    assert "### Comparison with main@abc123" in render_markdown(cmp_doc)
+    assert "### Comparison with 0001_main" in render_markdown(cmp_doc)

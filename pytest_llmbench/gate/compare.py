@@ -23,7 +23,7 @@ from .metricinfo import metric_info
 from .rules import Rule, parse_rule
 from .significance import (DEFAULT_SEED, Change, across_runs_change, mean_change, percentile_change,
                            scalar_change)
-from .storage import StoredRun, primary_label
+from .storage import StoredRun, primary_label, repetition_views
 
 __all__ = [
     "Comparison",
@@ -273,10 +273,34 @@ class Comparison:
         """Every outcome of the procedure a test used (to fail that test with the messages)."""
         return [o for p in self.pairs if nodeid in p.tests for o in p.outcomes]
 
+    def section6_facts(self) -> dict[str, dict[str, Any]]:
+        """§6.3 items as data for the compliance evaluators: per requirement id, ``met`` and the evidence.
+
+        6.3-PARAM-1: at least 3 runs on each side; 6.3-REPORT-1: a CI for every compared figure;
+        6.3-PARAM-2: every compared figure names its test and p-value.
+        """
+        from .repeated import MIN_RUNS
+
+        outcomes = [o for p in self.pairs for o in p.outcomes]
+        with_change = [o for o in outcomes if o.change is not None]
+        nb, nn = len(self.baseline), len(self.new)
+        return {
+            "6.3-PARAM-1": {"met": nb >= MIN_RUNS and nn >= MIN_RUNS,
+                            "evidence": f"{nb} baseline run(s), {nn} new run(s) (--llm-runs; §6.3 asks >= {MIN_RUNS})"},
+            "6.3-REPORT-1": {"met": bool(outcomes) and len(with_change) == len(outcomes),
+                             "evidence": f"{len(with_change)} of {len(outcomes)} compared figures have a "
+                                         f"{self.confidence:.0%} CI of the change"},
+            "6.3-PARAM-2": {"met": bool(with_change) and all(o.change.method and math.isfinite(o.change.p_value)
+                                                              for o in with_change if o.change),
+                            "evidence": "; ".join(sorted({o.change.method for o in with_change if o.change}))
+                                        or "no figure compared"},
+        }
+
     def to_json(self) -> dict[str, Any]:
         return {"baseline": [r.to_ref() for r in self.baseline], "new": [r.to_ref() for r in self.new],
                 "rules": [r.text for r in self.rules], "confidence": self.confidence, "forced": self.forced,
-                "failed": self.failed, "unmatched": self.unmatched, "pairs": [p.to_json() for p in self.pairs]}
+                "failed": self.failed, "unmatched": self.unmatched, "pairs": [p.to_json() for p in self.pairs],
+                "section6": self.section6_facts()}
 
 
 def _fmt(v: float | None, unit: str, like: float | None = None) -> str:
@@ -315,6 +339,71 @@ def _change_for(base: list[tuple[StoredRun, Mapping[str, Any]]], new: list[tuple
         return scalar_change(eb, en, confidence=confidence, seed=seed)
     except ValueError:
         return None
+
+
+#: Fewest stored runs of a test from which a between-run standard deviation is estimated.
+MIN_HISTORY_RUNS = 3
+
+
+def history_values(history: Sequence[StoredRun], proc: Mapping[str, Any], ref_key: Mapping[str, Any],
+                   rule: Rule) -> list[float]:
+    """The figure's value in every stored run (each ``--llm-runs`` repetition counted) of the same test,
+    measured the same way (equal comparability key): the sample of run-to-run variation."""
+    vals: list[float] = []
+    for h in history:
+        for view in repetition_views(h):
+            m = _matches(proc, view.document.get("procedures") or [])
+            if m is None or differences(ref_key, comparability_key(view, m)):
+                continue
+            _, metrics = _run_json(m, rule.level)
+            v = _summary_value(metrics, rule)
+            if v is not None and math.isfinite(v):
+                vals.append(v)
+    return vals
+
+
+def _summary_value(metrics: Mapping[str, Any] | None, rule: Rule) -> float | None:
+    """A figure's point value from a run's stored summaries (no samples needed)."""
+    if not metrics:
+        return None
+    if rule.info.kind == "scalar":
+        e = (metrics.get("scalars") or {}).get(rule.metric)
+    else:
+        d = (metrics.get("distributions") or {}).get(rule.metric) or {}
+        e = d.get("mean") if rule.statistic == "mean" else (d.get("percentiles") or {}).get(f"p{rule.percentile:g}")
+    v = e.get("value") if isinstance(e, Mapping) else None
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def widen_by_history(c: Change, values: Sequence[float]) -> Change:
+    """Widen a single-run-per-side CI by the run-to-run variation seen in the stored history (§6.3).
+
+    Two single runs differ by within-run sampling noise **and** by whatever moved between the runs
+    (host load, scheduling, thermal state), which no within-run bootstrap can see. With ``k`` stored
+    runs of the same test, ``s`` (their SD) estimates the whole per-run variation, so the difference
+    of two runs has SD ``s·√2``; the CI becomes the wider of the bootstrap CI and
+    ``diff ± t(k-1)·s·√2`` on each side, and the p-value the larger of the two.
+    """
+    x = np.asarray(values, dtype=float)
+    k = x.size
+    s = float(x.std(ddof=1))
+    from scipy import stats as sps
+
+    t = float(sps.t.ppf(0.5 + c.confidence / 2, k - 1))
+    half = t * s * math.sqrt(2)
+    d_lo, d_hi = min(c.diff_ci[0], c.diff - half), max(c.diff_ci[1], c.diff + half)
+    base = c.baseline if c.baseline else math.nan
+    r_lo, r_hi = min(c.rel_ci[0], c.rel - half / abs(base)), max(c.rel_ci[1], c.rel + half / abs(base))
+    p_hist = float(2 * sps.t.sf(abs(c.diff) / (s * math.sqrt(2)), k - 1)) if s > 0 else c.p_value
+    method = (f"{c.method}, widened by the between-run SD {s:.4g} of {k} stored runs of this test "
+              f"(t, df={k - 1}: ±{half:.4g}): variance used = within-run bootstrap or between-run history, "
+              f"whichever is wider")
+    return Change(c.baseline, c.new, c.diff, (d_lo, d_hi), c.rel, (r_lo, r_hi), c.n_baseline, c.n_new,
+                  c.confidence, method, max(c.p_value, p_hist))
+
+
+WITHIN_ONLY = ("; variance used: within-run sampling only (fewer than 3 stored runs of this test, so "
+               "run-to-run host drift is not covered; keep >= 3 baseline runs, e.g. --llm-runs 3)")
 
 
 def _judge(rule: Rule, c: Change, has_threshold: bool) -> str:
@@ -366,14 +455,21 @@ def _matches(new_proc: Mapping[str, Any], base_procs: Sequence[Mapping[str, Any]
 
 def compare(baseline: StoredRun | Sequence[StoredRun], new: StoredRun | Sequence[StoredRun],
             rules: Sequence[Rule | str] = (), *, force: bool = False, confidence: float = 0.95,
-            seed: int = DEFAULT_SEED, figures: Sequence[str] = DEFAULT_FIGURES) -> Comparison:
+            seed: int = DEFAULT_SEED, figures: Sequence[str] = DEFAULT_FIGURES,
+            history: Sequence[StoredRun] | None = None) -> Comparison:
     """Compare the new run(s) with the baseline run(s), procedure by procedure.
 
-    Several runs on a side are repetitions (§6.3): the across-run method is used. ``force``
-    compares pairs whose comparability keys differ (the differences stay listed, ``forced`` set).
+    Several runs on a side are repetitions (§6.3; a run of ``--llm-runs N`` counts as N): the
+    across-run method is used. With one run per side, ``history`` (the stored runs, e.g.
+    :func:`~.storage.list_runs`) gives the between-run variation of the same test when it holds
+    at least :data:`MIN_HISTORY_RUNS` of them (:func:`widen_by_history`); otherwise the message says
+    that only within-run variance was used. ``force`` compares pairs whose comparability keys
+    differ (the differences stay listed, ``forced`` set).
     """
     base_runs = [baseline] if isinstance(baseline, StoredRun) else list(baseline)
     new_runs = [new] if isinstance(new, StoredRun) else list(new)
+    base_runs = [v for r in base_runs for v in repetition_views(r)]
+    new_runs = [v for r in new_runs for v in repetition_views(r)]
     if not base_runs or not new_runs:
         raise ValueError("compare() needs at least one baseline and one new run")
     parsed = [parse_rule(r) if isinstance(r, str) else r for r in rules]
@@ -413,6 +509,10 @@ def compare(baseline: StoredRun | Sequence[StoredRun], new: StoredRun | Sequence
             has_t = i < n_rules
             level = rule.level
             c = _change_for(base_side, new_side, rule, confidence, seed)
+            if c is not None and len(base_side) == 1 and len(new_side) == 1 and history is not None:
+                hv = history_values(history, base_side[0][1], ref_key, rule)
+                c = widen_by_history(c, hv) if len(hv) >= MIN_HISTORY_RUNS else \
+                    Change(**{**c.__dict__, "method": c.method + WITHIN_ONLY})
             if c is None:
                 pair.outcomes.append(FigureOutcome(rule.figure, rule if has_t else None, level, None, "n/a",
                                                    f"{rule.figure} [{title}]: not available on both sides"))

@@ -1,7 +1,7 @@
-"""The one adapter between the gate and the metric catalogue (§6: direction of a change).
+"""The one adapter between the gate and the metric registry (§6: direction of a change).
 
-Everything in :mod:`pytest_llmbench.gate` asks :func:`metric_info` what a metric is; switching
-to the metric registry later means changing this one function.
+Everything in :mod:`pytest_llmbench.gate` asks :func:`metric_info` what a metric is; the answer
+comes from :mod:`pytest_llmbench.registry` (kind, unit family, direction, title).
 """
 
 from __future__ import annotations
@@ -32,10 +32,18 @@ class GateMetric:
 
 
 def metric_info(name: str) -> GateMetric:
-    """The definition of metric ``name`` (today from :data:`pytest_llmbench.slo.METRICS`)."""
-    from ..slo import METRICS
+    """The definition of metric ``name`` (or an alias) from :func:`pytest_llmbench.registry.lookup`.
 
-    info = METRICS.get(name)
-    if info is None:
-        raise UnknownMetricError(f"unknown metric {name!r}; known: {', '.join(sorted(METRICS))}")
-    return GateMetric(info.name, info.kind, info.unit, info.higher_is_better, info.title)
+    A metric without a direction (``neutral``) or a per-request column cannot be gated.
+    """
+    from ..registry import METRICS, lookup
+
+    try:
+        m = lookup(name)
+    except KeyError:
+        gated = sorted(k for k, v in METRICS.items() if v.kind != "column" and v.direction != "neutral")
+        raise UnknownMetricError(f"unknown metric {name!r}; known: {', '.join(gated)}") from None
+    if m.kind == "column" or m.direction == "neutral":
+        raise UnknownMetricError(f"metric {name!r} has no better direction (registry: {m.direction}, {m.kind}); "
+                                 "a regression cannot be defined on it")
+    return GateMetric(m.name, m.kind, m.family, m.higher_is_better, m.title)

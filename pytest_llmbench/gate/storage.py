@@ -44,6 +44,8 @@ __all__ = [
     "load_run",
     "machine_fingerprint",
     "primary_label",
+    "repetition_key",
+    "repetition_views",
     "samples_from_metrics",
     "save",
     "sut_fingerprint",
@@ -156,7 +158,7 @@ def collect_samples(doc: Mapping[str, Any], report_dir: str | os.PathLike[str]) 
     under ``report_dir/runs/`` (the measurement phase, with the ITL option the run used)."""
     root = Path(report_dir)
     out: dict[SampleKey, np.ndarray] = {}
-    for proc in doc.get("procedures") or []:
+    for proc in _with_repetitions(doc.get("procedures") or []):
         for run in (proc.get("result") or {}).get("runs") or []:
             rel = run.get("run_dir")
             if not rel:
@@ -169,6 +171,52 @@ def collect_samples(doc: Mapping[str, Any], report_dir: str | os.PathLike[str]) 
             for metric, arr in _samples_from_run_dir(run_dir, option).items():
                 out[(str(proc["key"]), str(run.get("label")), metric)] = arr
     return out
+
+
+def repetition_key(key: str, k: int) -> str:
+    """The procedure key of repetition ``k`` (1-based) of ``--llm-runs``: ``key`` itself for the first."""
+    return key if k <= 1 else f"{key}#rep{k}"
+
+
+def _with_repetitions(procs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Each procedure entry, then one entry per further ``--llm-runs`` repetition (keyed ``key#repK``)."""
+    out: list[Mapping[str, Any]] = []
+    for proc in procs:
+        out.append(proc)
+        for k, rep in enumerate((proc.get("repetitions") or {}).get("runs") or [], start=1):
+            if k > 1:
+                out.append({**proc, **rep, "key": repetition_key(str(proc.get("key")), k)})
+    return out
+
+
+def repetition_views(run: StoredRun) -> list[StoredRun]:
+    """A run of ``--llm-runs N`` as N runs (one per repetition, §6.3); any other run as itself.
+
+    View ``k`` has every repeated procedure's result, run directories and configuration replaced
+    by repetition ``k``'s (keyed ``key#repK`` so its stored samples are found); the comparability
+    key (load, seed, workload ...) is the first repetition's, so the views compare with each other.
+    """
+    doc = run.document
+    n = max((len((p.get("repetitions") or {}).get("runs") or []) for p in doc.get("procedures") or []), default=0)
+    if n <= 1:
+        return [run]
+    views = []
+    for k in range(1, n + 1):
+        procs = []
+        for p in doc.get("procedures") or []:
+            reps = (p.get("repetitions") or {}).get("runs") or []
+            if k <= len(reps) and k > 1:
+                rep = reps[k - 1]
+                procs.append({**p, "key": repetition_key(str(p.get("key")), k), "result": rep.get("result"),
+                              "run_dirs": rep.get("run_dirs") or []})
+            else:
+                procs.append(p)
+        view = StoredRun(run.path, {**run.meta, "id": f"{run.id}#{k}"}, {**doc, "procedures": procs}, run._samples)
+        views.append(view)
+    if run._samples is None:  # share one lazily read sample table between the views
+        for v in views:
+            v._samples_owner = run
+    return views
 
 
 # --------------------------------------------------------------------------------------------
@@ -184,6 +232,7 @@ class StoredRun:
     meta: dict[str, Any]
     _doc: dict[str, Any] | None = field(default=None, repr=False)
     _samples: dict[SampleKey, np.ndarray] | None = field(default=None, repr=False)
+    _samples_owner: StoredRun | None = field(default=None, repr=False)  # a repetition view reads its run's
 
     @property
     def id(self) -> str:
@@ -221,6 +270,8 @@ class StoredRun:
     @property
     def samples(self) -> dict[SampleKey, np.ndarray]:
         """Per (procedure key, run label, metric) sorted samples; recomputed from records for a report dir."""
+        if self._samples is None and self._samples_owner is not None:
+            self._samples = self._samples_owner.samples
         if self._samples is None:
             npz = self.path / SAMPLES
             if npz.is_file():

@@ -163,10 +163,16 @@ class ProcedureContext:
     progress: Callable[[str], None] = lambda line: None  # one-line status updates
     declarations: dict[str, Any] = field(default_factory=dict)
     session_workloads: set[str] = field(default_factory=set)  # workloads run so far this session (§4.3.2)
+    #: --llm-runs repetition whose prompts must not hit the previous one's prefix cache (0: the
+    #: ordinary streams); set only when the SUT could not flush its cache (§6.3)
+    repetition: int = 0
 
     def seeds(self, procedure: str) -> Seeds:
-        """The procedure's named seed streams under the session seed (seeds.py, §4.3.3)."""
-        return Seeds(self.settings.seed, procedure)
+        """The procedure's named seed streams under the session seed (seeds.py, §4.3.3); repetition
+        ``k > 0`` of ``--llm-runs`` without a cache flush draws from its own streams
+        (``<procedure>/repetition-<k>``), so its prompts share no prefix with earlier repetitions."""
+        k = getattr(self, "repetition", 0)  # duck-typed contexts (tests) have no repetition
+        return Seeds(self.settings.seed, procedure if k == 0 else f"{procedure}/repetition-{k}")
 
     def run_dir(self, label: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in label)

@@ -283,6 +283,7 @@ def view(doc: Mapping[str, Any], *, with_figures: bool = False) -> dict[str, Any
         "record_links": [[f"[{r['path']}]({r['path']})", r["kind"], f"{r['bytes']:,}"] for r in doc["records"]],
         "definitions": definitions,
         "capacity_rows": [[k, _capacity(v)] for k, v in (doc.get("capacity") or {}).items()],
+        "comparison": comparison_view(doc),
         "any_undersampled": "†" in json.dumps(summary_rows, ensure_ascii=False) or any(
             "†" in c for p in procs for row in p["dist_rows"] for c in row),
     }
@@ -334,29 +335,6 @@ def headline_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
             "ok": t["failed"] == 0 and doc["complete"]}
 
 
-def _signed_pct(v: Any) -> str:
-    """A change already in percent: ``+12.0%``."""
-    return "n/a" if not isinstance(v, (int, float)) else f"{v:+.1f}%"
-
-
-def comparison_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The regression comparison (``comparison`` key, when a baseline was given), as rows."""
-    cmp = doc.get("comparison")
-    if not cmp:
-        return None
-    rows = []
-    for r in cmp.get("rows") or []:
-        unit = r.get("unit", "")
-        ci = (f"[{_signed_pct(r.get('ci_low_pct'))}, {_signed_pct(r.get('ci_high_pct'))}]"
-              if r.get("ci_low_pct") is not None and r.get("ci_high_pct") is not None else "n/a")
-        rows.append([str(r.get("procedure", "")), str(r.get("metric", "")), fmt_value(r.get("baseline"), unit),
-                     fmt_value(r.get("new"), unit), _signed_pct(r.get("change_pct")), ci, str(r.get("verdict", ""))])
-    base = cmp.get("baseline") or {}
-    return {"baseline": str(base.get("label") or base.get("source") or "baseline"), "verdict": str(cmp.get("verdict", "")),
-            "header": ["Procedure", "Metric", "Baseline", "New", "Change", "CI of change", "Verdict"], "rows": rows,
-            "regressions": [r for r in rows if r[6] == "regression"], "notes": list(cmp.get("notes") or [])}
-
-
 def compliance_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     co = doc.get("compliance_overview")
     if not co:
@@ -382,6 +360,45 @@ def compliance_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
         "session_other": [row(i) for i in co["session_items"] if i not in failing],
         "procedure_items": {k: [row(i) for i in v] for k, v in co["procedure_items"].items()},
     }
+
+
+def comparison_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The "compared with baseline" section (§6, docs/regression-gate.md) from ``doc["comparison"]``
+    (written by the gate's ``Comparison.to_json()``); None when the session compared nothing."""
+    comp = doc.get("comparison")
+    if not comp:
+        return None
+    units = {k: (m or {}).get("unit", "") for k, m in (doc.get("metrics") or {}).items()}
+    pct = lambda v: "n/a" if v is None else f"{v * 100:+.1f}%"  # noqa: E731
+    pairs = []
+    for p in comp.get("pairs") or []:
+        rows, methods = [], []
+        for o in p.get("outcomes") or []:
+            c = o.get("change") or {}
+            unit = units.get(str(o["figure"]).split(".")[0], "")
+            ci = c.get("rel_ci") or [None, None]
+            rows.append([o["figure"] + (f"@{o['level']}" if o.get("level") else ""),
+                         f"{fmt_value(c.get('baseline'), unit)} (n={c.get('n_baseline')})" if c else "n/a",
+                         f"{fmt_value(c.get('new'), unit)} (n={c.get('n_new')})" if c else "n/a",
+                         pct(c.get("rel")) if c else "n/a", f"{pct(ci[0])} … {pct(ci[1])}" if c else "n/a",
+                         o.get("rule") or "—", o["verdict"]])
+            if c.get("method") and c["method"] not in methods:
+                methods.append(c["method"])
+        notes = [p["note"]] if p.get("note") else []
+        if p.get("forced"):
+            notes.append("FORCED (--llm-compare-force) despite: " + "; ".join(
+                f"{d['field']}: baseline {d['baseline']}, new {d['new']}" for d in p.get("differences") or []))
+        pairs.append({"title": p["title"], "load": p.get("load"), "rows": rows, "notes": notes, "methods": methods,
+                      "messages": [o["message"] for o in p.get("outcomes") or [] if o["verdict"] == "FAIL"]})
+    return {"baseline": "+".join(r["id"] for r in comp.get("baseline") or []),
+            "rules": ", ".join(comp.get("rules") or []) or "none (report only)",
+            "verdict": "FAIL" if comp.get("failed") else "pass", "confidence": comp.get("confidence"),
+            "header": ["Figure", "Baseline", "New", "Change", "CI of change", "Rule", "Verdict"],
+            "pairs": pairs, "unmatched": list(comp.get("unmatched") or []),
+            # flattened for the headline (report.md, summary.md): every figure, the failing ones first
+            "rows": [[f"{p['title']}: {r[0]}", *r[1:]] for p in pairs for r in p["rows"]],
+            "regressions": [[f"{p['title']}: {r[0]}", *r[1:]] for p in pairs for r in p["rows"] if r[6] == "FAIL"],
+            "notes": [n for p in pairs for n in p["notes"]] + list(comp.get("unmatched") or [])}
 
 
 def _shell_quote(a: str) -> str:

@@ -1,0 +1,110 @@
+"""The regression gate inside a benchmark session (§6), without pytest: what the plugin calls.
+
+:class:`SessionGate` is built from the session's settings (``--llm-compare``, ``--llm-compare-fail``,
+``--llm-compare-force``, ``--llm-save``/``--llm-autosave``, ``--llm-storage``). It judges one test
+right after its procedure ran (:meth:`check_test`, so the test's own outcome carries the verdict),
+puts the whole comparison into the results document (:meth:`comparison`) and stores the session
+(:meth:`save`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .compare import Comparison, compare
+from .rules import Rule, RuleError, parse_rules
+from .storage import GateStorageError, StoredRun, list_runs, load_run, save
+
+__all__ = ["SessionGate", "TestVerdict"]
+
+
+@dataclass
+class TestVerdict:
+    """One test compared with the baseline: failure messages (empty when it passes) and JUnit properties."""
+
+    failures: list[str] = field(default_factory=list)
+    properties: list[tuple[str, str]] = field(default_factory=list)
+    comparison: Comparison | None = None
+
+
+class SessionGate:
+    """Rules, baseline and stored history of one session; raises ``RuleError``/``GateStorageError``
+    (each naming the option) on a bad rule or a baseline that cannot be found."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        src = settings.sources
+        try:
+            self.rules: list[Rule] = parse_rules(list(settings.compare_fail or []))
+        except RuleError as exc:
+            raise RuleError(f"{src.get('compare_fail', '--llm-compare-fail')}: {exc}") from None
+        if self.rules and not settings.compare:
+            raise RuleError(f"{src.get('compare_fail', '--llm-compare-fail')}: fail rules need a baseline: add "
+                            "--llm-compare [ID|NAME|PATH] (default: the latest stored run)")
+        from .storage import _NAME_RE
+
+        if settings.save and not _NAME_RE.match(str(settings.save)):
+            raise GateStorageError(f"{src.get('save', '--llm-save')}: name {settings.save!r}: use 1-80 letters, digits, "
+                                   "'.', '_' or '-' (starting with a letter or digit)")
+        self.baseline: StoredRun | None = None
+        self.history: list[StoredRun] = []
+        if settings.compare:
+            try:
+                self.baseline = load_run(settings.compare, settings.storage)
+            except GateStorageError as exc:
+                raise GateStorageError(f"{src.get('compare', '--llm-compare')}: {exc}") from None
+            self.history = list_runs(settings.storage)
+        self.last: Comparison | None = None
+
+    @property
+    def comparing(self) -> bool:
+        return self.baseline is not None
+
+    @property
+    def saving(self) -> bool:
+        return bool(self.settings.save or self.settings.autosave)
+
+    def _compare(self, doc: Mapping[str, Any]) -> Comparison:
+        assert self.baseline is not None
+        this = StoredRun.in_memory(doc, report_dir=self.settings.report)
+        return compare(self.baseline, this, self.rules, force=bool(self.settings.compare_force),
+                       history=self.history)
+
+    def check_test(self, doc: Mapping[str, Any], nodeid: str) -> TestVerdict:
+        """Compare the procedure ``nodeid`` used with the same test in the baseline.
+
+        Fails (messages) on a violated rule, or on a refused pair when rules are given; a forced
+        pair is compared and says so.
+        """
+        from .present import junit_properties
+
+        if self.baseline is None:
+            return TestVerdict()
+        procs = [p for p in doc.get("procedures") or [] if nodeid in (p.get("tests") or [])]
+        if not procs:
+            return TestVerdict()
+        comp = self._compare({**doc, "procedures": procs})
+        out = TestVerdict(properties=junit_properties(comp, nodeid), comparison=comp)
+        for pair in comp.pairs:
+            if pair.refused and self.rules:
+                out.failures.append(f"llmbench compare: {pair.title}: {pair.note}")
+            if pair.forced:
+                out.properties.append(("llmbench_compare_forced", "; ".join(str(d) for d in pair.differences)))
+        out.failures += [o.message for o in comp.outcomes_for_test(nodeid) if o.failed]
+        return out
+
+    def comparison(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The whole session compared with the baseline, for the document's ``comparison`` key."""
+        if self.baseline is None:
+            return None
+        self.last = self._compare(doc)
+        return self.last.to_json()
+
+    def save(self) -> StoredRun | None:
+        """Store the session's report directory (after results.json was written) when asked to."""
+        if not self.saving:
+            return None
+        extra = {"compare_forced": bool(self.last and any(p.forced for p in self.last.pairs))}
+        return save(self.settings.report, self.settings.storage, name=self.settings.save or None, extra=extra)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_llmbench import compliance as cm
+from pytest_llmbench.compliance import engine
 from pytest_llmbench.compliance import (
     LOAD_CAPABILITIES,
     Check,
@@ -75,13 +76,13 @@ def test_registry_counts_match_requirements_md() -> None:
 
 @pytest.mark.skipif(not SPEC.is_file(), reason="shared spec not present")
 def test_shipped_requirements_are_a_verbatim_copy() -> None:
-    shipped = Path(cm.__file__).parent / "data" / "requirements.yaml"
+    shipped = Path(cm.__file__).parent.parent / "data" / "requirements.yaml"
     assert shipped.read_bytes() == SPEC.read_bytes()
 
 
 def test_registered_ids_exist_and_are_never_invented() -> None:
     reg = registry()
-    for rid in list(cm.EVALUATORS) + list(cm.DECLARATION_HOOKS):
+    for rid in list(engine.EVALUATORS) + list(engine.DECLARATION_HOOKS):
         assert rid in reg, rid
     for fact in cm.DECLARATION_FACTS.values():
         for rid in fact["items"]:
@@ -105,7 +106,7 @@ def test_every_general_item_is_in_the_matrix() -> None:
 def test_every_general_must_and_should_has_an_evaluator_or_declaration_hook() -> None:
     reg = registry()
     silent = [r.id for r in reg if r.applies_to == "general" and r.in_verdict
-              and r.id not in cm.EVALUATORS and r.id not in cm.DECLARATION_HOOKS]
+              and r.id not in engine.EVALUATORS and r.id not in engine.DECLARATION_HOOKS]
     assert silent == []
 
 
@@ -113,7 +114,7 @@ def test_every_general_must_and_should_has_an_evaluator_or_declaration_hook() ->
 def test_procedure_items_are_exactly_the_unanswered_ones(test_id: str) -> None:
     reg = registry()
     unanswered = [req.id for req, _ in applicable_items(test_id)
-                  if req.in_verdict and req.id not in cm.EVALUATORS and req.id not in cm.DECLARATION_HOOKS]
+                  if req.in_verdict and req.id not in engine.EVALUATORS and req.id not in engine.DECLARATION_HOOKS]
     assert sorted(coverage(test_id)["procedure"]) == sorted(unanswered)
     # no general item is left to a procedure; §6 items come from the comparison (test "6")
     assert all(reg[i].applies_to != "general" for i in unanswered)

@@ -223,7 +223,7 @@ def test_one_should_unmet_is_conditional() -> None:
     res = evaluate_test("5.1", checks, good_facts(), GOOD_DECLARATIONS)
     assert res.verdict is Verdict.CONDITIONAL
     assert [c.id for c in res.unmet_should] == ["5.1.5-SHOULD-2"]
-    assert res["5.1.5-SHOULD-2"].source == "procedure"
+    assert res["5.1.5-SHOULD-2"].source == "measured"
 
 
 def test_one_must_unmet_is_not_compliant() -> None:
@@ -266,7 +266,7 @@ def test_missing_declaration_is_unmet_never_assumed() -> None:
     decl = {k: v for k, v in GOOD_DECLARATIONS.items() if k not in ("model_loaded", "terminology")}
     res = evaluate_test("5.1", all_procedure_checks("5.1"), good_facts(), decl)
     c = res["4.5.1-MUST-1"]
-    assert c.status is Status.NEEDS_DECLARATION and "needs tester declaration" in c.reason
+    assert c.status is Status.NEEDS_DECLARATION and "needs declaration" in c.reason and c.key == "model_loaded" and c.fix == "declare model_loaded"
     assert "model_loaded" in c.reason
     assert res["1-SHOULD-1"].status is Status.NEEDS_DECLARATION
     assert res.verdict is Verdict.NOT_COMPLIANT
@@ -282,7 +282,7 @@ def test_declarations_from_pyproject_and_files(tmp_path: Path) -> None:
     assert d["model_loaded"] is True and d["hardware"]["count"] == 8
     assert "[tool.llmbench.declarations]" in d.source
     res = evaluate_test("5.1", {}, RunFacts(), d)
-    assert res["4.5.1-MUST-1"].holds and res["4.5.1-MUST-1"].source == "declaration"
+    assert res["4.5.1-MUST-1"].holds and res["4.5.1-MUST-1"].source == "declared"
     assert res["5.1.2-MUST-12"].holds and "H100" in res["5.1.2-MUST-12"].reason
     assert res["7.1-SHOULD-1"].holds and "reviewed" in res["7.1-SHOULD-1"].reason
     assert res["7.2-SHOULD-1"].status is Status.UNMET and "no production sample" in res["7.2-SHOULD-1"].reason
@@ -295,9 +295,9 @@ def test_declarations_from_pyproject_and_files(tmp_path: Path) -> None:
         Declarations({"guardrails": "on"})
     y = Declarations.from_file(tmp_path / "decl.yaml")
     res = evaluate_test("5.1", {}, RunFacts(), y)
-    assert res["4.5.1-MUST-1"].status is Status.UNMET and res["4.5.1-MUST-1"].reason == "tester declares model_loaded = false"
+    assert res["4.5.1-MUST-1"].status is Status.UNMET and res["4.5.1-MUST-1"].reason.startswith("declared model_loaded = false (")
     assert res["4.8.1-MUST-1"].holds and res["4.8.1-MUST-1"].reason.startswith("input filter: off (declared (")
-    assert res["4.8.1-MUST-1"].source == "declaration"
+    assert res["4.8.1-MUST-1"].source == "declared"
     assert res["4.8.1-MUST-2"].status is Status.UNMET and "expected on, off or unknown" in res["4.8.1-MUST-2"].reason
     assert res["4.8.1-MUST-3"].status is Status.UNMET and "systems not disclosed" in res["4.8.1-MUST-3"].reason
 
@@ -458,7 +458,11 @@ def test_json_and_table_forms() -> None:
     assert data["verdict"] == "not compliant" and data["unmet_must"] == ["5.1.2-MUST-3"]
     row = next(c for c in data["checks"] if c["id"] == "5.1.2-MUST-3")
     assert row == {"id": "5.1.2-MUST-3", "status": "unmet", "reason": "412 requests < 1000 required for P99",
-                   "evidence": {"n": 412}, "source": "procedure", "level": "MUST"}
+                   "evidence": {"n": 412}, "source": "measured", "level": "MUST", "figure": None, "key": None,
+                   "fix": "use the standard profile (>= 1000 requests)"}
+    item = next(i for i in data["items"] if i["id"] == "5.1.2-MUST-3")
+    assert item["evidence"] == "412 requests < 1000 required for P99" and item["source"] == "measured"
+    assert item["title"] and item["fix"] == "use the standard profile (>= 1000 requests)"
     assert data["counts"]["MUST"]["unmet"] == 1
     assert ("5.1.2-MUST-3", "MUST", "unmet", "412 requests < 1000 required for P99") in res.rows()
     table = res.format_table(levels=("MUST",))

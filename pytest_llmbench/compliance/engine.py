@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -14,7 +15,7 @@ else:  # pragma: no cover
 from .declarations import DECLARATION_FACTS, Declarations
 from .facts import RunFacts
 from .registry import STANDARD_WORKLOADS, ComplianceError, registry
-from .verdict import Check, Status
+from .verdict import SOURCES, Check, Status
 
 # ============================================================================================
 # Evaluation context, evaluators, conditions
@@ -44,17 +45,28 @@ class _Ctx:
             if keys:
                 missing = [k for k in keys if _blank(value.get(k))]
                 if missing:
-                    return Check.unmet(rid, f"declaration {fact!r} ({self.decl.source}) lacks {', '.join(missing)}",
-                                       declared=dict(value))
-                return Check.met(rid, f"declared by tester: {fact} = {_short(value)}", declared=dict(value))
+                    return declared_check(rid, Status.UNMET, f"declaration {fact!r} ({self.decl.source}) lacks "
+                                          f"{', '.join(missing)}", fact, dict(value))
+                return declared_check(rid, Status.MET, f"declared: {fact} = {_short(value)} ({self.decl.source})",
+                                      fact, dict(value))
             if value is False:
-                return Check.unmet(rid, f"tester declares {fact} = false")
-            return Check.met(rid, f"declared by tester: {fact} = {_short(value)}", declared=value)
+                return declared_check(rid, Status.UNMET, f"declared {fact} = false ({self.decl.source})", fact, value)
+            return declared_check(rid, Status.MET, f"declared: {fact} = {_short(value)} ({self.decl.source})",
+                                  fact, value)
         id_check = self.id_declaration(rid)
         if id_check is not None:
             return id_check
-        key = f"{fact}' or '{rid}" if fact else rid
-        return Check.needs_declaration(rid, f"needs tester declaration: set '{key}' in [tool.llmbench.declarations]")
+        return self.needs(rid, fact)
+
+    def needs(self, rid: str, fact: str | None = None, what: str = "") -> Check:
+        """Needs-declaration, naming the key that would answer ``rid``."""
+        key = fact or rid
+        alt = f" (or '{rid}')" if fact else ""
+        lead = f"{what}: " if what else ""
+        c = Check.needs_declaration(rid, f"{lead}needs declaration: set '{key}'{alt} in the declarations file "
+                                         f"(--llm-declarations) or [tool.llmbench.declarations]")
+        c.key, c.source = key, "none"
+        return c
 
     def id_declaration(self, rid: str) -> Check | None:
         if rid not in self.decl:
@@ -66,10 +78,48 @@ class _Ctx:
             met, note = v, ""
         else:
             met, note = bool(str(v).strip()), str(v)
-        text = f"declared by tester{': ' + note if note else ''}"
-        c = Check(rid, Status.MET if met else Status.UNMET, text if met else f"tester declares not met{': ' + note if note else ''}",
-                  {"declared": v}, "declaration")
-        return c
+        text = f"declared ({self.decl.source}: {rid}){': ' + note if note else ''}"
+        return declared_check(rid, Status.MET if met else Status.UNMET,
+                              text if met else f"declared not met ({self.decl.source}){': ' + note if note else ''}",
+                              rid, v)
+
+
+def declared_check(rid: str, status: Status, reason: str, key: str, value: Any) -> Check:
+    """A check answered by a declaration: source ``declared``, the key as evidence."""
+    return Check(rid, status, reason, {"declared": value}, "declared", figure=None, key=key)
+
+
+@functools.cache
+def item_data() -> dict[str, Any]:
+    """``data/compliance_items.yaml``: thresholds, per-item source and fix, tool tests."""
+    from .registry import _load_yaml
+
+    return _load_yaml("compliance_items.yaml")
+
+
+def threshold(name: str) -> float:
+    """One threshold of ``data/compliance_items.yaml`` (KeyError names a missing one)."""
+    return float(item_data()["thresholds"][name])
+
+
+def tool_test(capability: str) -> str:
+    """The plugin test that exercises a load-generator capability in CI (tool-verified)."""
+    return str(item_data()["tool_tests"][capability])
+
+
+def finalize(c: Check) -> Check:
+    """Fill the source kind and the fix of a check from the item data (never its status)."""
+    data = item_data()["items"].get(c.id, {})
+    if c.status is Status.NOT_APPLICABLE:
+        c.source = "not-applicable"
+    elif c.source not in SOURCES:
+        c.source = str(data.get("source", "measured")) if c.source != "none" else "none"
+    if c.fails and not c.fix:
+        if c.status is Status.NEEDS_DECLARATION and c.key:
+            c.fix = f"declare {c.key}"
+        else:
+            c.fix = str(data.get("fix") or "")
+    return c
 
 
 def _blank(v: Any) -> bool:
@@ -108,27 +158,28 @@ def declaration_hook(rid: str, fact: str | None = None) -> None:
 
 
 def _resolve(rid: str, ctx: _Ctx) -> Check:
+    """Procedure check > evaluator > ID declaration; a needs-declaration answer yields to a declaration."""
+    return finalize(_answer(rid, ctx))
+
+
+def _answer(rid: str, ctx: _Ctx) -> Check:
+    c: Check | None = None
     if rid in ctx.procedure_checks:
         c = ctx.procedure_checks[rid]
         if c.id != rid:
             raise ComplianceError(f"procedure check for {rid} carries id {c.id}")
-        if not c.source:
-            c = dataclasses.replace(c, source="procedure")
-        return c
-    fn = EVALUATORS.get(rid)
-    if fn is not None:
-        c = fn(ctx, rid)
-        if c.status is Status.NEEDS_DECLARATION:
-            declared = ctx.id_declaration(rid)
-            if declared is not None:
-                return declared
-        if not c.source:
-            c.source = "declaration" if (rid in DECLARATION_HOOKS and c.evidence.get("declared") is not None) \
-                else "evaluator"
+        c = dataclasses.replace(c)
+    elif rid in EVALUATORS:
+        c = EVALUATORS[rid](ctx, rid)
+    if c is not None and c.status is not Status.NEEDS_DECLARATION:
         return c
     declared = ctx.id_declaration(rid)
     if declared is not None:
         return declared
+    if c is not None:
+        if not c.key:
+            c.key = rid
+        return c
     req = registry()[rid]
     who = "the procedure did not supply this check" if req.applies_to != "general" else \
         "no general evaluator; the procedure or workload generator did not supply this check"

@@ -45,7 +45,7 @@ def evaluate_test(test_id: str, procedure_checks: Mapping[str, Check] | None = N
             cond, desc = _condition(cond_name)  # type: ignore[misc]
             holds = cond(facts, decl)
             if holds is False and req.id not in procedure_checks:
-                checks.append(Check(req.id, Status.NOT_APPLICABLE, f"applies only when {desc}", {}, "matrix"))
+                checks.append(Check(req.id, Status.NOT_APPLICABLE, f"applies only when {desc}", {}, "not-applicable"))
                 continue
             c = ctx.check(req.id)
             if holds is None:

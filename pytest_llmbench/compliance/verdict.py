@@ -41,7 +41,11 @@ class Check:
     status: Status
     reason: str = ""
     evidence: dict[str, Any] = field(default_factory=dict)
-    source: str = ""  # procedure | evaluator | declaration | none
+    #: where the evidence comes from: one of :data:`SOURCES` (set by the engine when empty)
+    source: str = ""
+    figure: Any = None  # the deciding number (or value) when there is one
+    key: str | None = None  # the declaration key that answers (or would answer) this item
+    fix: str = ""  # what to do when unmet (from data/compliance_items.yaml or the declaration key)
 
     def __post_init__(self) -> None:
         self.status = Status(self.status)
@@ -72,7 +76,23 @@ class Check:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "status": self.status.value, "reason": self.reason,
-                "evidence": _jsonable(self.evidence), "source": self.source}
+                "evidence": _jsonable(self.evidence), "source": self.source, "figure": _jsonable(self.figure),
+                "key": self.key, "fix": self.fix}
+
+    def item(self, level: str, title: str) -> dict[str, Any]:
+        """One ``procedures[].compliance.items[]`` entry of results.json (docs/reports.md)."""
+        return {"id": self.id, "level": level, "title": title, "status": self.status.value,
+                "source": self.source, "evidence": self.reason, "figure": _jsonable(self.figure),
+                "key": self.key, "fix": self.fix if self.fails else "", "data": _jsonable(self.evidence)}
+
+
+#: Where an item's evidence comes from (issue 13; docs/slo-and-compliance.md):
+#: measured (records, responses, reports, with the figure), declared (file and key, or the
+#: simulator's self-declaration), parameter (what the tester chose), runtime-check (a property of
+#: the tool checked on this run's data), tool-verified (a capability this run did not exercise,
+#: named by the plugin test that exercises it in CI), not-applicable (with the reason), none
+#: (nothing answered it: unmet).
+SOURCES = ("measured", "declared", "parameter", "runtime-check", "tool-verified", "not-applicable", "none")
 
 
 class Verdict(str, enum.Enum):
@@ -166,6 +186,7 @@ class ComplianceResult:
             "counts": self.counts(),
             "notes": list(self.notes),
             "checks": [dict(c.to_json(), level=self.level(c.id)) for c in self.checks],
+            "items": [c.item(self.level(c.id), registry()[c.id].summary) for c in self.checks],
         }
 
 

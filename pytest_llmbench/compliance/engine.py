@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 from .declarations import DECLARATION_FACTS, Declarations
 from .facts import RunFacts
 from .registry import STANDARD_WORKLOADS, ComplianceError, registry

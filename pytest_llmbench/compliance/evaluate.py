@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Mapping
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 from .declarations import Declarations, _as_declarations
 from .engine import DECLARATION_HOOKS, EVALUATORS, _condition, _Ctx
 from .facts import RunFacts

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..records import ErrorType, RequestRecord
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 from .registry import _BOUNDARY_ALIASES, LOAD_CAPABILITIES, ComplianceError
 from .verdict import _jsonable
 
@@ -32,9 +26,16 @@ class LoadFacts:
     rate: float | None = None  # open loop: req/s
     concurrency: int | None = None  # closed loop
     send_lag_p99_s: float | None = None  # open loop: P99 of actual - planned send time
-    send_lag_inflight_corr: float | None = None  # correlation of send lag with in-flight count
+    send_lag_n: int = 0  # open-loop sends with a planned and an actual time
+    mean_gap_s: float | None = None  # open loop: mean planned inter-arrival gap
+    #: Spearman rho of send lag vs in-flight count / vs age of the oldest outstanding response at send
+    lag_inflight_rho: float | None = None
+    lag_oldest_rho: float | None = None
+    send_lag_inflight_corr: float | None = None  # legacy alias of lag_inflight_rho (read if set)
     resubmit_gap_p99_s: float | None = None  # closed loop: P99 completion-to-resubmit gap
-    #: what the load generator offers, from :data:`LOAD_CAPABILITIES`
+    resubmit_n: int = 0
+    #: capabilities this run exercised (observed on its records), from :data:`LOAD_CAPABILITIES`;
+    #: a capability not exercised is answered by the plugin test that exercises it (tool-verified)
     capabilities: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -128,6 +129,7 @@ class RunFacts:
     clock: ClockFacts = field(default_factory=ClockFacts)
     streaming: bool | None = None
     protocol: str | None = None  # sse | websocket | grpc
+    streamed_records: int | None = None  # records whose response arrived as a timed event stream
     single_token_chunk_fraction: float | None = None  # measured share of one-token chunks (§4.6.2)
     itl_method: str | None = None  # chunk | distributed | server (§4.6.3 A/B/C)
     itl_reported: bool | None = None  # the test reports ITL/TPOT from token timestamps
@@ -135,6 +137,8 @@ class RunFacts:
     warmup: WarmupFacts = field(default_factory=WarmupFacts)
     tokenizer: Any = None  # tokenizer.TokenizerDeclaration or a mapping with the same keys
     special_tokens: Any = None  # {"bos_eos", "system_prompt", "tool_call_format"} or one statement
+    #: records whose token counts came from each counting option (§4.4.2): {"A": n, "B": n}
+    counting_used: dict[str, int] | None = None
     workload: dict[str, Any] = field(default_factory=dict)  # name, custom, base, 4.3.1 fields, dataset
     session_workloads: tuple[str, ...] = ()  # workloads of every run in the report (§4.3.2.1)
     seed: int | None = None
@@ -144,6 +148,7 @@ class RunFacts:
     guardrails: dict[str, Any] | None = None  # input_filter, output_filter (on/off/unknown), systems
     production_representative: bool | None = None  # run meant to represent production (§4.8.2)
     prefix_caching: str | None = None  # enabled | disabled (§5.1.2)
+    prefix_caching_source: str | None = None  # where prefix_caching came from (simulator config, procedure)
     prefix_cache_under_test: bool = False
     network_rtt_s: float | None = None  # measured separately (§4.7.3)
     latency_adjustment: dict[str, Any] | None = None  # {"method", "value"} when TTFT was adjusted

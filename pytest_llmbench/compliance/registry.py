@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 import yaml
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 
 TESTS = ("5.1", "5.2", "5.3", "5.4", "5.5", "5.6", "5.7", "5.8", "5.9", "5.10", "6")
 LEVELS = ("MUST", "SHOULD", "MAY", "PARAM", "REPORT")

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 from .declarations import DECLARATION_FACTS
 from .engine import _blank, _Ctx, _is_custom, _need, _short, evaluator
 from .facts import RunFacts, _norm_workload

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Mapping
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
-from .engine import _blank, _Ctx, _need, _short, _tok, evaluator
-from .verdict import Check
+from .engine import _blank, _Ctx, _need, _tok, evaluator
+from .facts import RunFacts
+from .verdict import Check, Status
 
 # ---- 4.4 tokenization
 
@@ -36,20 +30,32 @@ def _tokenizer(ctx: _Ctx, rid: str) -> Check:
     return Check.met(rid, f"tokenizer source {src}")
 
 
+def _counting_used(f: RunFacts) -> dict[str, int]:
+    return {k: int(v) for k, v in (f.counting_used or {}).items() if v}
+
+
 @evaluator("4.4.2-MUST-1")
 def _counting(ctx: _Ctx, rid: str) -> Check:
-    opt = _tok(ctx.facts, "counting_option")
-    if opt in ("A", "B"):
-        return Check.met(rid, f"counting option {opt} ({'native' if opt == 'A' else 'reference'} tokenizer)")
-    return Check.unmet(rid, f"token counting option (A native / B reference) not declared ({opt!r})")
+    used = _counting_used(ctx.facts)
+    if not used:
+        return _need(rid, "which counting option each record's token counts came from")
+    n = sum(used.values())
+    parts = [f"option {k} ({'server usage / native' if k == 'A' else 'reference tokenizer'}) for "
+             f"{v} of {n} records" for k, v in sorted(used.items())]
+    c = Check.met(rid, "; ".join(parts), **used)
+    c.figure = "+".join(sorted(used))
+    return c
 
 
 @evaluator("4.4.2-SHOULD-1")
 def _cross_system_tokenizer(ctx: _Ctx, rid: str) -> Check:
-    opt, name = _tok(ctx.facts, "counting_option"), _tok(ctx.facts, "name")
-    if opt == "B" and name == "cl100k_base":
-        return Check.met(rid, "reference tokenizer cl100k_base (option B)")
-    return Check.unmet(rid, f"counting option {opt!r} with tokenizer {name!r}; cl100k_base reference recommended")
+    used, name = _counting_used(ctx.facts), _tok(ctx.facts, "name")
+    if not used:
+        return _need(rid, "which counting option each record's token counts came from")
+    if set(used) == {"B"} and name == "cl100k_base":
+        return Check.met(rid, f"all {used['B']} records counted with the reference tokenizer cl100k_base (option B)")
+    return Check.unmet(rid, f"counts from {', '.join(f'option {k}: {v}' for k, v in sorted(used.items()))} "
+                            f"records, tokenizer {name!r}; cl100k_base (option B) recommended for comparison")
 
 
 @evaluator("4.4.2-PARAM-1", "4.4.2-REPORT-1")
@@ -61,25 +67,32 @@ def _counting_detail(ctx: _Ctx, rid: str) -> Check:
 
 
 _SPECIAL_KEYS = {
-    "4.4.3-MUST-1": ("bos_eos", ("bos", "eos"), "BOS/EOS counting"),
-    "4.4.3-MUST-2": ("system_prompt", ("system",), "system-prompt token counting"),
-    "4.4.3-MUST-3": ("tool_call_format", ("tool", "function"), "tool/function-call token counting"),
+    "4.4.3-MUST-1": ("bos_eos", "BOS/EOS counting"),
+    "4.4.3-MUST-2": ("system_prompt", "system-prompt token counting"),
+    "4.4.3-MUST-3": ("tool_call_format", "tool/function-call token counting"),
 }
 
 
 @evaluator(*_SPECIAL_KEYS)
 def _special_tokens(ctx: _Ctx, rid: str) -> Check:
-    key, words, what = _SPECIAL_KEYS[rid]
-    st = ctx.facts.special_tokens
-    if st is None:
-        st = _tok(ctx.facts, "special_tokens")
-    if isinstance(st, Mapping):
-        v = st.get(key)
-        if _blank(v):
-            return Check.unmet(rid, f"{what} not stated (special_tokens.{key})")
-        return Check.met(rid, f"{what}: {v}")
-    if isinstance(st, str) and any(w in st.lower() for w in words):
-        return Check.met(rid, f"{what} stated: {_short(st, 120)}")
-    return Check.unmet(rid, f"{what} not stated")
-
-
+    """From the client's counting method when every count is the client's (option B, a parameter);
+    when the server's usage counts were used (option A), only the server knows: declared."""
+    key, what = _SPECIAL_KEYS[rid]
+    used = _counting_used(ctx.facts)
+    if not used:
+        return _need(rid, "which counting option each record's token counts came from")
+    if "A" in used:
+        c = ctx.declared(rid, "special_tokens")
+        if c.status is Status.MET:
+            v = ctx.decl["special_tokens"].get(key) if "special_tokens" in ctx.decl else None
+            c.reason = f"{what} of the server's usage counts ({used['A']} records): {v} ({ctx.decl.source})"
+        elif c.status is Status.NEEDS_DECLARATION:
+            c.reason = f"{used['A']} records use the server's usage counts, whose {what} only the server knows; " \
+                       + c.reason
+        return c
+    v = _tok(ctx.facts, key)
+    if _blank(v):
+        return Check.unmet(rid, f"{what} of the client's counting not stated (tokenizer.{key})")
+    c = Check.met(rid, f"{what} of the client's reference counting ({used['B']} records): {v}", value=v)
+    c.source = "parameter"
+    return c

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 from .engine import _Ctx, declaration_hook, evaluator
 from .registry import PROBE_STABILITY, WARMUP_MIN_OUTPUT_TOKENS, WARMUP_MIN_REQUESTS
 from .verdict import Check, Status

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 from .engine import _Ctx, _need, evaluator
 from .registry import ITL_METHODS, PROTOCOLS
 from .verdict import Check

@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Mapping
 
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 from .engine import _blank, _Ctx, _need, _short, declaration_hook, evaluator
 from .registry import NTP_LIMIT_S
 from .s4_8_guardrails import _onoff

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 from .engine import _blank, _Ctx, _need, _short, declaration_hook, evaluator
 from .verdict import Check
 

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 from .engine import _Ctx, _need, evaluator
 from .verdict import Check
 
@@ -58,10 +52,24 @@ def _closed_params(ctx: _Ctx, rid: str) -> Check:
 
 @evaluator("5.1.2-MUST-13")
 def _prefix_state(ctx: _Ctx, rid: str) -> Check:
-    pc = ctx.facts.prefix_caching
-    if pc in ("enabled", "disabled"):
-        return Check.met(rid, f"prefix caching {pc}")
-    return Check.unmet(rid, f"prefix caching state not defined ({pc!r})")
+    """Observed when the SUT reports it (the simulator's configuration, a procedure that switched
+    it); otherwise a client cannot tell: the tester declares ``prefix_caching``."""
+    f = ctx.facts
+    if f.prefix_caching in ("enabled", "disabled"):
+        c = Check.met(rid, f"prefix caching {f.prefix_caching} ({f.prefix_caching_source or 'reported by the SUT'})",
+                      prefix_caching=f.prefix_caching)
+        c.source, c.figure = "declared" if "declar" in (f.prefix_caching_source or "") else "measured", f.prefix_caching
+        return c
+    if "prefix_caching" in ctx.decl:
+        v = str(ctx.decl["prefix_caching"]).strip().lower()
+        if v not in ("enabled", "disabled"):
+            c = Check.unmet(rid, f"declared prefix_caching = {v!r} ({ctx.decl.source}); use 'enabled' or 'disabled'")
+            c.key = "prefix_caching"
+            return c
+        c = ctx.declared(rid, "prefix_caching")
+        c.figure = v
+        return c
+    return ctx.needs(rid, "prefix_caching", "prefix caching state not observable by the client")
 
 
 @evaluator("5.3.2-MUST-1")

@@ -5,15 +5,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 from .registry import LEVELS, VERDICT_LEVELS, registry
 
 # ============================================================================================

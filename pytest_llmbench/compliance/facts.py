@@ -81,7 +81,13 @@ class WarmupFacts:
 
 @dataclass
 class RecordAudit:
-    """Per-request record completeness (§4.2.2, §4.2.6, §4.8.1) over the measured records."""
+    """Per-request record completeness and consistency (§4.2.2, §4.2.6, §4.8.1) over the measured records.
+
+    A field counts as present only when its value is consistent with the others: a first-token
+    time after the submission, chunk times in order and after the submission, a final time not
+    before the last chunk, an input count the server or the client actually counted (not the
+    spec's intended length), an output count matching the content received.
+    """
 
     n: int = 0
     n_ok: int = 0
@@ -107,12 +113,17 @@ class RecordAudit:
             a.refused += r.error_type is ErrorType.REFUSED
             a.missing_submit += not r.sent_ns
             has_content = any(t.strip() for t in r.chunk_text)
-            a.missing_first_token += bool(r.ok and has_content and r.first_token_ns is None)
-            a.missing_chunk_times += bool(len(r.chunk_ns) != len(r.chunk_text) or (has_content and not r.chunk_ns))
-            a.missing_final += r.end_ns is None
+            ft = r.first_token_ns
+            a.missing_first_token += bool(r.ok and has_content and (ft is None or (r.sent_ns and ft < r.sent_ns)))
+            ordered = all(b >= c for b, c in zip(r.chunk_ns[1:], r.chunk_ns)) and \
+                (not r.chunk_ns or not r.sent_ns or r.chunk_ns[0] >= r.sent_ns)
+            a.missing_chunk_times += bool(len(r.chunk_ns) != len(r.chunk_text) or (has_content and not r.chunk_ns)
+                                          or not ordered)
+            a.missing_final += r.end_ns is None or bool(r.chunk_ns and r.end_ns < r.chunk_ns[-1])
             a.missing_input_tokens += bool(r.ok and r.input_tokens_server is None and r.input_tokens_client is None)
-            a.missing_output_tokens += bool(r.ok and r.output_tokens is None)
-            a.missing_status += bool(r.ok and r.status is None)
+            out = r.output_tokens
+            a.missing_output_tokens += bool(r.ok and (out is None or (has_content and out <= 0)))
+            a.missing_status += bool(r.ok and r.status is None) or bool(r.failed and r.error_type is None)
         return a
 
 

@@ -92,8 +92,12 @@ def _record_field(ctx: _Ctx, rid: str) -> Check:
         return Check.unmet(rid, "no measured requests were recorded")
     missing = getattr(audit, attr)
     if missing:
-        return Check.unmet(rid, f"{missing} of {audit.n} records lack the {what}", missing=missing, n=audit.n)
-    return Check.met(rid, f"all {audit.n} records hold the {what}", n=audit.n)
+        c = Check.unmet(rid, f"{missing} of {audit.n} measured records lack a consistent {what}",
+                        missing=missing, n=audit.n)
+    else:
+        c = Check.met(rid, f"all {audit.n} measured records hold a consistent {what}", n=audit.n)
+    c.figure = missing
+    return c
 
 
 def _has_cap(f: RunFacts, cap: str) -> bool:

@@ -38,6 +38,7 @@ from .base import ProcedureContext, ProcedureResult, RunSummary
 __all__ = [
     "Measured",
     "client_for",
+    "declarations",
     "finish",
     "measure",
     "run_facts",
@@ -220,6 +221,11 @@ def _load_summary(result: LoadResult) -> dict[str, Any]:
     d.update(sent=result.sent, ok=result.ok, duration_s=round(result.duration_s, 2),
              send_lag_p99_ms=round(result.send_lag.p99_ms, 3) if result.send_lag.p99_ms is not None else None)
     return d
+
+
+def declarations(ctx: ProcedureContext) -> Declarations:
+    """The declarations in force for this procedure (public name of :func:`_declarations`)."""
+    return _declarations(ctx)
 
 
 def _declarations(ctx: ProcedureContext) -> Declarations:

@@ -343,8 +343,16 @@ def test_record_audit_from_records() -> None:
     assert (a.n, a.n_ok, a.n_failed, a.refused) == (6, 5, 1, 1)
     assert (a.missing_first_token, a.missing_output_tokens, a.missing_chunk_times, a.missing_submit) == (1, 1, 1, 0)
     res = evaluate_test("5.1", {}, good_facts(records=a), GOOD_DECLARATIONS)
-    assert res["4.2.6-MUST-2"].reason == "1 of 6 records lack the first-token timestamp"
+    assert res["4.2.6-MUST-2"].reason == "1 of 6 measured records lack a consistent first-token timestamp"
+    assert res["4.2.6-MUST-2"].figure == 1 and res["4.2.6-MUST-2"].source == "measured"
     assert res["4.2.6-MUST-1"].holds
+    # consistency, not presence only: chunk times out of order, a first token before the send
+    bad = [_record(i) for i in range(3)]
+    bad[0].chunk_ns = [3_000, 2_500]
+    bad[1].first_token_ns = bad[1].sent_ns - 1
+    bad[2].end_ns = bad[2].chunk_ns[-1] - 1
+    b = RecordAudit.from_records(bad)
+    assert (b.missing_chunk_times, b.missing_first_token, b.missing_final) == (1, 1, 1)
     assert res["4.8.1-MUST-4"].holds and res["4.8.1-MUST-4"].evidence == {"refused": 1, "n": 6}
     assert res["4.2-MUST-1"].status is Status.UNMET and "4.2.6-MUST-2" in res["4.2-MUST-1"].reason
 

@@ -36,6 +36,7 @@ from . import (  # noqa: F401  # noqa: F401  (register their evaluators)
 from .declarations import DECLARATION_FACTS, Declarations
 from .engine import CONDITIONS
 from .evaluate import coverage, evaluate_test, procedure_items
+from .session import SESSION_ITEMS, rejudge_session
 from .facts import ClockFacts, LoadFacts, RecordAudit, RunFacts, WarmupFacts
 from .registry import (
     LOAD_CAPABILITIES,
@@ -73,5 +74,7 @@ __all__ = [
     "evaluate_test",
     "procedure_items",
     "registry",
+    "rejudge_session",
+    "SESSION_ITEMS",
     "verdict_of",
 ]

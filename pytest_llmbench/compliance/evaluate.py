@@ -55,7 +55,7 @@ def evaluate_test(test_id: str, procedure_checks: Mapping[str, Check] | None = N
             notes.append("Cold-start measurement (§4.5.3)")
     if facts.warmup.reduced:
         notes.append("Warm-up reduced below the §4.5.1 minimum by the profile")
-    return ComplianceResult(test_id, verdict_of(checks), checks, notes)
+    return ComplianceResult(test_id, verdict_of(checks), checks, notes, declarations=decl)
 
 
 def coverage(test_id: str) -> dict[str, list[str]]:

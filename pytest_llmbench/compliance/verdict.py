@@ -109,6 +109,8 @@ class ComplianceResult:
     verdict: Verdict
     checks: list[Check]
     notes: list[str] = field(default_factory=list)
+    #: the declarations the items were judged with (kept so session-level items can be re-judged)
+    declarations: Any = field(default=None, repr=False, compare=False)
 
     def level(self, rid: str) -> str:
         return registry()[rid].level

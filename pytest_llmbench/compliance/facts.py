@@ -34,6 +34,9 @@ class LoadFacts:
     send_lag_inflight_corr: float | None = None  # legacy alias of lag_inflight_rho (read if set)
     resubmit_gap_p99_s: float | None = None  # closed loop: P99 completion-to-resubmit gap
     resubmit_n: int = 0
+    #: goodness of fit of the real send gaps to the arrival process used (KS p-value, §4.2.3)
+    arrival_fit_p: float | None = None
+    max_inflight: int | None = None  # most requests outstanding at a send (observed overlap, §4.2.5-MUST-2)
     #: capabilities this run exercised (observed on its records), from :data:`LOAD_CAPABILITIES`;
     #: a capability not exercised is answered by the plugin test that exercises it (tool-verified)
     capabilities: tuple[str, ...] = ()

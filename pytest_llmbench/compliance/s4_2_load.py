@@ -104,17 +104,32 @@ def _has_cap(f: RunFacts, cap: str) -> bool:
     return cap in f.load.capabilities
 
 
-def _capability(rid: str, f: RunFacts, caps: tuple[str, ...], what: str, seen: str) -> Check:
-    """Met by this run's records when it exercised ``caps``, else by the plugin test that does (CI)."""
-    if all(_has_cap(f, c) for c in caps):
+def _capability(rid: str, f: RunFacts, caps: tuple[str, ...], what: str, seen: str,
+                contradiction: str | None = None) -> Check:
+    """Met by this run's records when it exercised ``caps``, unmet when those records contradict the
+    capability (``contradiction``), else met by the plugin test that exercises it in CI."""
+    used = [c for c in caps if _has_cap(f, c)]
+    if used and contradiction:
+        return Check.unmet(rid, f"{what}: {contradiction}", exercised=used)
+    if len(used) == len(caps):
         c = Check.met(rid, f"{what}: exercised by this run ({seen})", exercised=list(caps))
         c.source = "runtime-check"
         return c
-    tests = sorted({tool_test(c) for c in caps})
-    c = Check.met(rid, f"{what}: not exercised by this run; verified by the plugin's test {', '.join(tests)}",
-                  tests=tests)
+    rest = [c for c in caps if c not in used]
+    tests = sorted({tool_test(c) for c in rest})
+    lead = f"{', '.join(used)} exercised by this run ({seen}); " if used else ""
+    c = Check.met(rid, f"{what}: {lead}{', '.join(rest)} not exercised by this run, verified by the plugin's "
+                       f"test {', '.join(tests)}", tests=tests)
     c.source = "tool-verified"
     return c
+
+
+def _fit(f: RunFacts) -> str | None:
+    """A failed goodness-of-fit of the real send gaps to the arrival process (None: passed or not tested)."""
+    p, limit = f.load.arrival_fit_p, threshold("arrival_fit_min_p")
+    if p is not None and p < limit:
+        return f"real send gaps do not follow {f.load.arrival} arrivals (KS p = {p:.2g} < {limit:g})"
+    return None
 
 
 @evaluator("4.2.3-MUST-1")
@@ -129,8 +144,10 @@ def _open_loop(ctx: _Ctx, rid: str) -> Check:
 @evaluator("4.2.3-MUST-2", "4.2.3-SHOULD-1")
 def _arrivals(ctx: _Ctx, rid: str) -> Check:
     want = ("poisson",) if rid == "4.2.3-MUST-2" else ("uniform", "bursty")
+    ld = ctx.facts.load
+    fit = f", KS p = {ld.arrival_fit_p:.2g} on the real send gaps" if ld.arrival_fit_p is not None else ""
     return _capability(rid, ctx.facts, want, f"{' and '.join(want)} arrivals",
-                       f"{ctx.facts.load.arrival} arrivals at {ctx.facts.load.rate} req/s")
+                       f"{ld.arrival} arrivals at {ld.rate} req/s{fit}", _fit(ctx.facts))
 
 
 @evaluator("4.2.4-MUST-1")
@@ -193,8 +210,12 @@ def _isolation(ctx: _Ctx, rid: str) -> Check:
 @evaluator("4.2.5-MUST-2")
 def _async(ctx: _Ctx, rid: str) -> Check:
     f = ctx.facts
-    peak = f.load.concurrency if f.load.model == "closed" else None
+    peak, target = f.load.max_inflight, f.load.concurrency if f.load.model == "closed" else None
+    serial = (f"closed loop at concurrency {target} but requests never overlapped (max in flight at a send: {peak})"
+              if target and target > 1 and peak == 0 else None)
+    if serial:
+        return Check.unmet(rid, f"asynchronous load generator: {serial}", max_inflight=peak)
     return _capability(rid, f, ("async",), "asynchronous load generator (asyncio)",
-                       f"requests overlapped in flight{f' (concurrency {peak})' if peak else ''}")
+                       f"up to {peak} requests outstanding at a send")
 
 

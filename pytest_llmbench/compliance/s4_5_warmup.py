@@ -115,8 +115,11 @@ def _cold_no_warmup(ctx: _Ctx, rid: str) -> Check:
 
 @evaluator("4.5.3-MUST-2")
 def _cold_label(ctx: _Ctx, rid: str) -> Check:
-    if ctx.facts.warmup.cold_start:
-        return Check.met(rid, "run labelled cold start in the report header")
+    w = ctx.facts.warmup
+    if w.cold_start and w.requests == 0:
+        return Check.met(rid, "run labelled cold start (no warm-up request sent) in the notes and header")
+    if w.cold_start:
+        return Check.unmet(rid, f"labelled cold start although {w.requests} warm-up requests were sent")
     return Check.unmet(rid, "cold-start run not labelled")
 
 

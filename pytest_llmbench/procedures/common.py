@@ -338,6 +338,17 @@ def _spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
     return rho if math.isfinite(rho) else None
 
 
+def _arrival_fit(recs: Sequence[RequestRecord], kind: str | None, rate: float | None) -> float | None:
+    """KS p-value of the real send gaps against the exponential gaps of a Poisson process (§4.2.3)."""
+    if kind != "poisson" or not rate or len(recs) < 30:
+        return None
+    from scipy.stats import kstest
+
+    sent = sorted(r.sent_ns for r in recs)
+    gaps = [(b - a) / 1e9 for a, b in zip(sent, sent[1:])]
+    return float(kstest(gaps, "expon", args=(0, 1 / rate)).pvalue)
+
+
 def load_facts(measured: Sequence[Measured]) -> LoadFacts:
     """§4.2.3–§4.2.5 facts observed on the measured records (send lag and the load state at send).
 
@@ -354,10 +365,11 @@ def load_facts(measured: Sequence[Measured]) -> LoadFacts:
     lags = [(r.sent_ns - r.intended_ns) / 1e9 for r in recs]
     p99 = float(np.percentile(lags, 99)) if lags else None
     caps: set[str] = set()
-    overlapped = any((r.inflight_at_send or 0) > 0 for m in measured for r in m.records)
-    if overlapped:
-        caps.add("async")
-    facts = LoadFacts(model=first.load_model, concurrency=first.concurrency_target if not open_loop else None)
+    states = [r.inflight_at_send for m in measured for r in m.records if r.inflight_at_send is not None]
+    facts = LoadFacts(model=first.load_model, concurrency=first.concurrency_target if not open_loop else None,
+                      max_inflight=max(states) if states else None)
+    if states and max(states) > 0:
+        caps.add("async")  # observed: a request was sent while others were outstanding
     if open_loop:
         facts.arrival, facts.rate = arrival.get("kind"), arrival.get("rate")
         facts.send_lag_p99_s, facts.send_lag_n = p99, len(lags)
@@ -369,6 +381,7 @@ def load_facts(measured: Sequence[Measured]) -> LoadFacts:
             ls = [lag for lag, _ in with_state]
             facts.lag_inflight_rho = _spearman(ls, [float(r.inflight_at_send or 0) for _, r in with_state])
             facts.lag_oldest_rho = _spearman(ls, [float(r.oldest_outstanding_ns or 0) for _, r in with_state])
+        facts.arrival_fit_p = _arrival_fit(recs, facts.arrival, facts.rate)
         if recs:
             caps.update({"open_loop", "absolute_schedule"})
             if facts.arrival:

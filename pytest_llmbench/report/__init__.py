@@ -44,7 +44,7 @@ SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 #: Version of the results.json layout; a reader renders every document of the same major version.
 #: 1.1: figures carry units in ``metrics`` (the metric registry's entries for every figure shown).
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"  # 1.2: procedures[].compliance.items[] (per-item evidence, source, key, fix)
 
 
 class ReportError(ValueError):

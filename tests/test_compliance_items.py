@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from test_compliance import GOOD_DECLARATIONS, all_procedure_checks, good_facts
 
 from pytest_llmbench.compliance import (
     TESTS,
@@ -26,7 +27,6 @@ from pytest_llmbench.compliance import (
     registry,
 )
 from pytest_llmbench.compliance.facts import RecordAudit
-from test_compliance import GOOD_DECLARATIONS, all_procedure_checks, good_facts
 
 Change = dict[str, Any]
 
@@ -258,3 +258,18 @@ def test_procedure_items_are_left_to_procedures() -> None:
     """Items no evaluator answers are the procedures' (their tests cover met and unmet)."""
     for t in TESTS[:-1]:
         assert not set(procedure_items(t)) & set(engine.EVALUATORS)
+
+
+def test_docs_source_table_is_current() -> None:
+    """docs/slo-and-compliance.md holds the table the registry generates (regenerate on change)."""
+    from pathlib import Path
+
+    from pytest_llmbench.compliance.table import source_counts, source_table
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "slo-and-compliance.md").read_text(encoding="utf-8")
+    block = doc.split("<!-- source-table:start -->\n", 1)[1].split("\n<!-- source-table:end -->", 1)[0]
+    assert block == source_table(), "regenerate: python -c 'from pytest_llmbench.compliance.table import " \
+                                    "source_table; print(source_table())'"
+    counts = source_counts()
+    assert sum(counts["MUST"].values()) == 93 and sum(counts["SHOULD"].values()) == 34
+    assert not {"constant", "none", ""} & {s for c in counts.values() for s in c}

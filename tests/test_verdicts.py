@@ -66,7 +66,7 @@ def test_500_requests_is_not_compliant_and_the_report_says_why(pytester: pytest.
 # standard-size 5.1 on the simulator: 10,000 requests, full §4.5.1 warm-up, the default workload
 # (Synthetic-Uniform, as defined: no output cap, no stand-in)
 FULL = "requests=10000, load=poisson(rate=120)"
-FULL_ARGS = ("--llm-time-scale", "0.1")
+FULL_ARGS = ("--llm-profile", "standard", "--llm-time-scale", "0.1")
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "declarations-simulator.toml"
 
 

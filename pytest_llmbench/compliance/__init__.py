@@ -36,7 +36,6 @@ from . import (  # noqa: F401  # noqa: F401  (register their evaluators)
 from .declarations import DECLARATION_FACTS, Declarations
 from .engine import CONDITIONS
 from .evaluate import coverage, evaluate_test, procedure_items
-from .session import SESSION_ITEMS, rejudge_session
 from .facts import ClockFacts, LoadFacts, RecordAudit, RunFacts, WarmupFacts
 from .registry import (
     LOAD_CAPABILITIES,
@@ -48,12 +47,14 @@ from .registry import (
     applicable_items,
     registry,
 )
+from .session import SESSION_ITEMS, rejudge_session
 from .verdict import Check, ComplianceResult, Status, Verdict, verdict_of
 
 __all__ = [
     "CONDITIONS",
     "DECLARATION_FACTS",
     "LOAD_CAPABILITIES",
+    "SESSION_ITEMS",
     "STANDARD_WORKLOADS",
     "TESTS",
     "Check",
@@ -75,6 +76,5 @@ __all__ = [
     "procedure_items",
     "registry",
     "rejudge_session",
-    "SESSION_ITEMS",
     "verdict_of",
 ]

@@ -161,6 +161,10 @@ def _boundary_definition(ctx: _Ctx, rid: str) -> Check:
     if rid == "4.1.1-PARAM-1" and f.guardrails and any(
             _onoff(f.guardrails.get(k)) == "on" for k in ("input_filter", "output_filter")):
         return Check.unmet(rid, "Model Engine boundary but guardrails are on (outside that boundary)")
+    if rid == "4.1.3-PARAM-1" and f.boundary == "compound":
+        # the plugin has no task driver, retrieval or tool components: only the tester can say what the
+        # compound system's boundary holds
+        return ctx.needs(rid, None, "the plugin drives a Compound System only through its external API")
     return Check.met(rid, f"boundary {f.boundary}")
 
 

@@ -7,7 +7,7 @@
 * The same without declarations: each unmet item names the declaration key that would answer it.
 * A capped run on a synthetic stand-in is a custom workload, never "unconditionally compliant".
 
-The 10,000-request runs take about 1.5 min each and are marked ``slow`` (deselected by ``-m "not slow"``).
+The 10,000-request runs take about 4-5 min each and are marked ``slow`` (deselected by ``-m "not slow"``).
 4.2.5-MUST-1 (sends isolated from responses: Spearman rho and P99 lag vs the mean gap) depends on the
 machine being otherwise idle; when it is the only unmet MUST the test is skipped with the measured
 figures, never passed.
@@ -66,8 +66,10 @@ def test_500_requests_is_not_compliant_and_the_report_says_why(pytester: pytest.
 
 
 # standard-size 5.1 on the simulator: 10,000 requests, full §4.5.1 warm-up, the default workload
-# (Synthetic-Uniform, as defined: no output cap, no stand-in)
-FULL = "requests=10000, load=poisson(rate=120)"
+# (Synthetic-Uniform, as defined: no output cap, no stand-in). At rate=120 the uncapped workload
+# saturates the simulator at --llm-time-scale 0.1 (measured: 5,491 of 10,000 rejected with 429, so
+# 5.1.2-MUST-4 is honestly unmet); rate=50 is served without errors (~5 min on a busy machine).
+FULL = "requests=10000, load=poisson(rate=50)"
 FULL_ARGS = ("--llm-profile", "standard", "--llm-time-scale", "0.1")
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "declarations-simulator.toml"
 

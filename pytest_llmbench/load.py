@@ -342,11 +342,15 @@ class _Runner:
             self.inflight_max = self.inflight
         self.progress.in_flight = self.inflight
 
-    def _next_spec(self) -> RequestSpec | None:
+    def _next_spec(self, scheduled_ns: int | None = None) -> RequestSpec | None:
+        """The next spec, or None when the run stops. The duration window is judged at
+        ``scheduled_ns`` (an open loop's intended send time: a send due inside the window is made
+        even if the loop wakes after it closed), else at the wall clock (closed loop)."""
         p = self.progress
         if self.max_requests is not None and p.sent >= self.max_requests:
             return None
-        if self.duration_ns is not None and time.perf_counter_ns() - self.start_ns >= self.duration_ns:
+        at = time.perf_counter_ns() if scheduled_ns is None else scheduled_ns
+        if self.duration_ns is not None and at - self.start_ns >= self.duration_ns:
             return None
         if self.until is not None and self.until(p):
             return None
@@ -441,10 +445,10 @@ class _Runner:
                 if rest > 0:
                     await sleep(rest / 1e9)
                 return
-            spec = self._next_spec()
+            t = start + off
+            spec = self._next_spec(t)
             if spec is None:
                 return
-            t = start + off
             while True:
                 wait = t - clock()
                 if wait <= 0:

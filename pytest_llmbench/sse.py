@@ -7,7 +7,9 @@ dropped; lines starting with ``:`` are comments (keep-alives); ``event``/``id``/
 kept; a leading BOM is ignored; an event not terminated by a blank line when the stream ends is
 discarded (:attr:`SSEParser.partial` tells the caller one was cut off). Bytes are decoded by an
 incremental UTF-8 decoder, so a multi-byte character split across reads is fine; invalid UTF-8
-raises :class:`SSEDecodeError` (the client records it as ``parse``).
+raises :class:`SSEDecodeError` (the client records it as ``parse``). Events completed before the
+invalid byte are still returned, whether or not one read also carried the invalid byte (how writes
+coalesce into reads depends on timing): the error is then raised by the next ``feed`` or ``close``.
 
 This is the hot path: one :meth:`SSEParser.feed` per socket read, with a fast path for the
 common ``data: <json>\\n\\n`` event and no per-byte Python loop.
@@ -56,6 +58,7 @@ class SSEParser:
         "_skip_lf",
         "_started",
         "_max",
+        "_error",
         "last_event_id",
         "retry_ms",
         "comments",
@@ -71,6 +74,7 @@ class SSEParser:
         self._skip_lf = False  # previous read ended in CR: drop a leading LF
         self._started = False  # BOM check done
         self._max = max_event_chars
+        self._error: SSEDecodeError | None = None  # invalid UTF-8 after events already returned
         self.last_event_id = ""
         self.retry_ms: int | None = None
         self.comments = 0  # comment lines seen (keep-alives)
@@ -79,10 +83,19 @@ class SSEParser:
     # -- public API ------------------------------------------------------------------------
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume one read; return the events it completed (possibly none, possibly several)."""
+        if self._error is not None:
+            raise self._error
         try:
             text = self._decoder.decode(chunk)
         except UnicodeDecodeError as exc:
-            raise SSEDecodeError(f"invalid UTF-8 in SSE stream: {exc.reason} at byte {exc.start}") from None
+            error = SSEDecodeError(f"invalid UTF-8 in SSE stream: {exc.reason} at byte {exc.start}")
+            pending = self._decoder.getstate()[0]  # bytes of a character begun in an earlier read
+            self._decoder.reset()
+            events = self.feed((pending + chunk)[: exc.start])  # valid: decodes whole
+            if not events:
+                raise error from None
+            self._error = error  # the events before the invalid byte first, then the error
+            return events
         if not text:
             return []
         if not self._started:
@@ -137,7 +150,10 @@ class SSEParser:
         """Signal end of stream. Raises :class:`SSEDecodeError` on a truncated UTF-8 sequence.
 
         Per the SSE rules an unterminated last event is discarded; check :attr:`partial`.
+        Raises the :class:`SSEDecodeError` deferred by :meth:`feed`, if any.
         """
+        if self._error is not None:
+            raise self._error
         try:
             tail = self._decoder.decode(b"", final=True)
         except UnicodeDecodeError as exc:

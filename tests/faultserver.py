@@ -69,6 +69,7 @@ EXPECTED: dict[str, Expected] = {
     "malformed_json": Expected("parse", 200, 2, "malformed JSON"),
     "not_object": Expected("parse", 200, 1, "not a JSON object"),
     "bad_utf8_split": Expected("parse", 200, 1, "invalid UTF-8"),
+    "bad_utf8_one_write": Expected("parse", 200, 1, "invalid UTF-8"),  # the event before it survives
     "truncated_utf8": Expected("parse", 200, 1, "inside a UTF-8 sequence"),
     "empty": Expected("protocol", 200, 0, "empty stream"),
     "no_done": Expected("protocol", 200, 3, "without data: [DONE]"),
@@ -303,6 +304,9 @@ class FaultApp:
             await w(b'data: {"choices":[{"index":0,"delta":{"content":" \xe2\x82')  # a valid prefix ...
             await asyncio.sleep(0.02)
             await w(b'\xff"}}]}\n\n' + DONE)  # ... completed by a byte that is not a continuation
+        elif fault == "bad_utf8_one_write":  # what bad_utf8_split becomes when the client reads late
+            bad = b'data: {"choices":[{"index":0,"delta":{"content":" \xe2\x82\xff"}}]}\n\n'
+            await w(c(chat, COMPLETION_MARK) + bad + DONE)
         elif fault == "truncated_utf8":
             await w(c(chat, COMPLETION_MARK))
             await asyncio.sleep(0.01)

@@ -65,16 +65,18 @@ def test_long_prompts_inflate_short_ttft(tmp_path: Path) -> None:
                            and r.request_class == c) for c in ("short", "long")}
     assert idx == mixed_idx
 
-    # head-of-line blocking: short requests wait behind long prefills in the mixed run
-    infl50 = np.percentile(mixed_t["short"], 50) / np.percentile(iso["short"], 50)
-    infl99 = np.percentile(mixed_t["short"], 99) / np.percentile(iso["short"], 99)
-    assert infl99 > 1.5 and infl50 > 1.0
-    # a long stall costs at least one long prefill: the short P99 in the mixed run reaches it
+    # head-of-line blocking: short requests wait behind long prefills in the mixed run. One-sided
+    # (noise only adds latency): a long stall costs at least one long prefill, so the short P99 in
+    # the mixed run reaches it. (The inflation ratios compare two runs' wall-clock TTFTs: noise in
+    # the isolated run lowers them, so their size is a figure, not a test.)
     long_prefill = cfg.predicted_prefill_s(1024)
     assert np.percentile(mixed_t["short"], 99) > long_prefill
-    # the procedure reports the same numbers (same records, same percentile definition)
-    assert m["short_inflation_p50"] == pytest.approx(infl50, rel=0.02)
-    assert m["short_inflation_p99"] == pytest.approx(infl99, rel=0.02)
+    # the procedure reports the ratios of this run's records (same percentile definition; the
+    # measurements are rounded to 4 decimals)
+    infl50 = np.percentile(mixed_t["short"], 50) / np.percentile(iso["short"], 50)
+    infl99 = np.percentile(mixed_t["short"], 99) / np.percentile(iso["short"], 99)
+    assert m["short_inflation_p50"] == pytest.approx(infl50, abs=1e-4)
+    assert m["short_inflation_p99"] == pytest.approx(infl99, abs=1e-4)
     # Jain's index over the classes' P50 inflations, in [1/n, 1]
     x = np.array([m["short_inflation_p50"], m["long_inflation_p50"]])
     assert m["jain_index"] == pytest.approx(x.sum() ** 2 / (2 * (x ** 2).sum()), rel=1e-3)

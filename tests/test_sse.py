@@ -237,3 +237,28 @@ def test_capture_details() -> None:
     assert comp[-1]["choices"][0]["finish_reason"] == "length" and "usage" in comp[-1] and "timings" in comp[-1]
     stop = [json.loads(e.data) for e in parse_sse((CAPTURES / "llama-server_stop_string_stream.sse").read_bytes())[:-1]]
     assert " capital of" in [o["choices"][0]["text"] for o in stop if o["choices"]]
+
+
+def test_events_before_invalid_utf8_in_the_same_read_are_kept() -> None:
+    """How writes coalesce into reads depends on timing: a complete event that shares a read with
+    invalid bytes is returned, and the error comes with the next feed (or close)."""
+    good = b'data: {"a":1}\n\n'
+    bad = b'data: {"b":" \xe2\x82\xff"}\n\n'
+    p = SSEParser()
+    assert p.feed(good + bad + b"data: [DONE]\n\n") == [SSEEvent('{"a":1}')]
+    with pytest.raises(SSEDecodeError, match="invalid UTF-8"):
+        p.feed(b"data: more\n\n")
+    p = SSEParser()
+    assert p.feed(good + bad) == [SSEEvent('{"a":1}')]
+    with pytest.raises(SSEDecodeError, match="invalid UTF-8"):
+        p.close()
+    # the same bytes in any split give the same event, then the error
+    stream = good + bad
+    for cut in range(1, len(stream)):
+        p = SSEParser()
+        got: list[SSEEvent] = []
+        with pytest.raises(SSEDecodeError, match="invalid UTF-8"):
+            got += p.feed(stream[:cut])
+            got += p.feed(stream[cut:])
+            p.close()
+        assert got == [SSEEvent('{"a":1}')], cut

@@ -322,6 +322,7 @@ class _Runner:
         # concurrency integral
         self.inflight = 0
         self.inflight_max = 0
+        self.outstanding: dict[int, int] = {}  # id(record) -> hand-over time, oldest first (§4.2.5 evidence)
         self.area = 0  # in-flight × ns
         self.last_change = 0
         # collector
@@ -357,11 +358,16 @@ class _Runner:
 
     async def _one(self, spec: RequestSpec, intended_ns: int) -> None:
         rec = RequestRecord.from_spec(spec, phase=self.phase)
+        now = time.perf_counter_ns()
+        rec.inflight_at_send = self.inflight
+        rec.oldest_outstanding_ns = now - next(iter(self.outstanding.values())) if self.outstanding else 0
+        self.outstanding[id(rec)] = now
         self._change(+1)
         try:
             await self.client.send(spec, record=rec, intended_ns=intended_ns, finalize=False)
         finally:
             self._change(-1)
+            self.outstanding.pop(id(rec), None)
             self.queue.append(rec)
             self.wake.set()
 

@@ -299,6 +299,7 @@ class LLMBenchPlugin:
                 result = self.session.result(complete=not not_run, interrupted=interrupted,
                                              test_outcomes=self.test_outcomes,
                                              command_line=list(self.config.invocation_params.args))
+                _final_junit_verdicts(self.config, result)
                 self.document = build_document(result)
                 if self.gate is not None and self.gate.comparing:
                     self.document["comparison"] = self.gate.comparison(self.document)
@@ -326,6 +327,22 @@ class LLMBenchPlugin:
         if self.saved is not None:
             terminalreporter.write_line(f"llmbench: stored as {self.saved.path.as_posix()} "
                                         "(compare with --llm-compare " + (self.saved.name or str(self.saved.number)) + ")")
+
+
+def _final_junit_verdicts(config: pytest.Config, result: Any) -> None:
+    """JUnit XML shows the verdict judged at session end (session-level items re-judged, §4.3.2)."""
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    by_node = {nodeid: result.results.get(o.get("result_key")) for nodeid, o in result.test_outcomes.items()}
+    for (nodeid, _), reporter in getattr(xml, "node_reporters", {}).items():
+        res = by_node.get(nodeid)
+        if res is None or res.compliance is None:
+            continue
+        reporter.properties = [(k, res.compliance.verdict.value if k == "llmbench.compliance" else v)
+                               for k, v in reporter.properties]
 
 
 def _short_message(report: pytest.TestReport) -> str:

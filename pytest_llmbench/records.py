@@ -60,7 +60,7 @@ FAILURE_TYPES = frozenset(e for e in ErrorType if e is not ErrorType.CANCELLED)
 #: MAJOR.MINOR: a minor version only adds optional fields, so a reader accepts every file of its
 #: major version (missing fields take their defaults, unknown ones are ignored). Files written
 #: before the version was recorded are format 1.0.
-RECORDS_FORMAT = "1.0"
+RECORDS_FORMAT = "1.1"  # 1.1: inflight_at_send, oldest_outstanding_ns (§4.2.5 evidence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +157,10 @@ class RequestRecord:
     error_message: str | None = None
     # --- provenance ----------------------------------------------------------------------------
     shard: int | None = None  # load-generator shard that sent it (shards/); None: unsharded run
+    # load generator state when this request was handed to the transport (§4.2.5 isolation
+    # evidence; optional: absent in records written before records format 1.1)
+    inflight_at_send: int | None = None  # requests outstanding, this one excluded
+    oldest_outstanding_ns: int | None = None  # age of the oldest outstanding response (0 when none)
 
     @property
     def ok(self) -> bool:

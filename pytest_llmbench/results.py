@@ -30,6 +30,7 @@ from typing import Any
 from .headline import annotate, draft_order
 from .plotdata import normalise
 from .registry import FIGURES, METRICS, lookup
+from .compliance import registry
 from .report import SCHEMA_VERSION
 from .session import SessionResult
 
@@ -290,8 +291,10 @@ def _compliance_summary(result: Any) -> dict[str, Any]:
     unmet = []
     for check in list(c.unmet_must) + list(c.unmet_should):
         unmet.append({"id": check.id, "level": c.level(check.id), "status": str(check.status.value),
-                      "reason": check.reason})
-    return {"verdict": _verdict(result), "unmet": unmet, "notes": list(c.notes), "counts": jsonable(c.counts())}
+                      "reason": check.reason, "source": check.source, "key": check.key, "fix": check.fix})
+    items = [check.item(c.level(check.id), registry()[check.id].summary) for check in c.checks]
+    return {"verdict": _verdict(result), "unmet": unmet, "notes": list(c.notes), "counts": jsonable(c.counts()),
+            "items": jsonable(items)}
 
 
 def _relative(path: str | os.PathLike[str] | None, root: Path) -> str | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .compliance import rejudge_session
 from .procedures.base import (
     Capacity,
     Procedure,
@@ -288,6 +289,7 @@ class Session:
         """
         for key, partial in self.partial.items():
             self.results.setdefault(key, partial)
+        rejudge_session(self.results.values())  # session-level items, whatever the test order (§4.3.2, §4.8.2)
         crashed = any(not r.complete for r in self.results.values())
         return SessionResult(settings=self.settings, sut=self.sut, results=dict(self.results),
                              capacity=dict(self.capacity), test_outcomes=dict(test_outcomes or {}),

@@ -11,7 +11,7 @@ An SLO is written the way people say it: ``ttft.p99 <= 500ms``, ``itl.p99.9 <= 2
   search criteria of §5.2.2.3 / §5.5.2 use.
 
 The pass/fail of these SLOs is the user's verdict on the SUT. It never mixes with the draft's
-methodology compliance (§2, compliance.py), which judges the run, not the SUT.
+methodology compliance (§2, compliance/), which judges the run, not the SUT.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Statistics: percentiles with confidence intervals, sample-size rules, fits (§5.1.4.3, §5.3.4, §5.9.4).
 
-The result types here are shared contracts: metrics.py produces them, slo.py, compliance.py and
+The result types here are shared contracts: metrics.py produces them, slo.py, compliance/ and
 the reports consume them. Times are in seconds, throughputs in per-second units.
 
 Definitions used throughout (see :data:`DEFINITIONS`):

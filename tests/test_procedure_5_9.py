@@ -83,7 +83,9 @@ def test_table12_columns_are_consistent(outcome):
     assert c["5.9.2-PARAM-4"].status.value == "unmet"  # 3 < 20 requests per length
     assert c["5.9.2-PARAM-3"].status.value == "met"
     assert c["5.9.4-REPORT-4"].status.value == "unmet"  # max throughput per length is not measured
-    assert outcome.facts.workload["name"] == "long-context"
+    # the capped run is reported as a custom workload derived from long-context (§4.3-MUST-1)
+    assert outcome.facts.workload["name"] == "long-context (custom: output capped at 4 tokens)"
+    assert outcome.facts.workload_base == "long-context" and outcome.facts.workload["custom"] is True
 
 
 @settings(deadline=None)

@@ -1,14 +1,16 @@
 """Compliance verdicts (draft §2) from real 5.1 runs against the embedded simulator, not hand-built facts.
 
 * 500 requests: not compliant, and the report says why (5.1.2-MUST-3: < 1000 for P99).
-* Fully declared Application Gateway run with the draft's minimums (10,000 requests, full warm-up with
-  verification, Conversation workload): unconditionally compliant. At the Model Engine boundary the
-  §4.6.1 gRPC SHOULD is honestly unmet (the client speaks SSE), so the Gateway boundary is used.
-* The same without warm-up verification: conditionally compliant (4.5.2 SHOULDs unmet).
+* Standard-size 5.1 (10,000 requests, full warm-up, Synthetic-Uniform as defined) with the shipped
+  examples/declarations-simulator.toml: at least conditionally compliant (4.6.1-SHOULD-2, gRPC for a
+  Model Engine, stays unmet: the client speaks SSE), every met MUST with its evidence and source.
+* The same without declarations: each unmet item names the declaration key that would answer it.
+* A capped run on a synthetic stand-in is a custom workload, never "unconditionally compliant".
 
-The two 10,000-request runs take about 1.5 min each and are marked ``slow`` (``pytest tests -m slow``).
-The draft's send-lag item (4.2.5-MUST-1, P99 <= 1 ms) depends on the machine being otherwise idle;
-when it is the only unmet item the test is skipped with the measured lag, never passed.
+The 10,000-request runs take about 4-5 min each and are marked ``slow`` (deselected by ``-m "not slow"``).
+4.2.5-MUST-1 (sends isolated from responses: Spearman rho and P99 lag vs the mean gap) depends on the
+machine being otherwise idle; when it is the only unmet MUST the test is skipped with the measured
+figures, never passed.
 """
 
 from __future__ import annotations
@@ -26,11 +28,14 @@ production_cross_check = "simulated SUT: the draft's reference workloads (App. A
 production_representative = false
 '''
 
-SEND_LAG_ITEMS = {"4.2.5-MUST-1", "4.2-MUST-1"}
+#: Items a busy machine fails honestly: sends delayed behind responses (4.2.5-MUST-1), real send gaps no
+#: longer Poisson (4.2.3-MUST-2), and their umbrella 4.2-MUST-1.
+SEND_LAG_ITEMS = {"4.2.5-MUST-1", "4.2-MUST-1", "4.2.3-MUST-2"}
 
 
-def _run_5_1(pytester: pytest.Pytester, marker_args: str, *extra: str) -> tuple[dict[str, Any], str]:
-    pytester.makefile(".toml", decl=DECLARATIONS)
+def _run_5_1(pytester: pytest.Pytester, marker_args: str, *extra: str,
+             decl: str = DECLARATIONS) -> tuple[dict[str, Any], str]:
+    pytester.makefile(".toml", decl=decl)
     pytester.makepyfile(test_verdict=f'''
 import pytest
 from pytest_llmbench import poisson
@@ -60,30 +65,63 @@ def test_500_requests_is_not_compliant_and_the_report_says_why(pytester: pytest.
     assert "500 requests < 1000 required for P99" in report
 
 
-FULL = ('workload="conversation", requests=10000, load=poisson(rate=120), warmup_requests=100, '
-        'warmup_tokens=10000, max_output_tokens=8')
-FULL_ARGS = ("--llm-boundary", "gateway", "--llm-time-scale", "0.1")
+# standard-size 5.1 on the simulator: 10,000 requests, full §4.5.1 warm-up, the default workload
+# (Synthetic-Uniform, as defined: no output cap, no stand-in). At rate=120 the uncapped workload
+# saturates the simulator at --llm-time-scale 0.1 (measured: 5,491 of 10,000 rejected with 429, so
+# 5.1.2-MUST-4 is honestly unmet); rate=50 is served without errors (~5 min on a busy machine).
+FULL = "requests=10000, load=poisson(rate=50)"
+FULL_ARGS = ("--llm-profile", "standard", "--llm-time-scale", "0.1")
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "declarations-simulator.toml"
+
+
+def _items(proc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [i for i in proc["compliance"]["items"] if i["level"] in ("MUST", "SHOULD")]
 
 
 def _skip_if_only_send_lag(unmet: dict[str, str]) -> None:
     if unmet and set(unmet) <= SEND_LAG_ITEMS:
-        pytest.skip(f"only the send-lag MUST is unmet on this (busy) machine: {unmet['4.2.5-MUST-1']}")
+        pytest.skip(f"only load-generator timing MUSTs are unmet on this (busy) machine: {unmet}")
 
 
 @pytest.mark.slow
-def test_fully_declared_gateway_run_is_unconditionally_compliant(pytester: pytest.Pytester) -> None:
-    proc, report = _run_5_1(pytester, FULL, *FULL_ARGS)
-    unmet = _unmet(proc)
-    _skip_if_only_send_lag(unmet)
-    assert unmet == {}
-    assert proc["compliance"]["verdict"] == "unconditionally compliant"
-    assert "unconditionally compliant" in report
+def test_standard_5_1_with_shipped_declarations_is_compliant_with_evidence(pytester: pytest.Pytester) -> None:
+    """With examples/declarations-simulator.toml: at least conditionally compliant, every met MUST with evidence."""
+    proc, report = _run_5_1(pytester, FULL, *FULL_ARGS, decl=EXAMPLE.read_text(encoding="utf-8"))
+    unmet_must = {i["id"]: i["evidence"] for i in _items(proc) if i["level"] == "MUST" and i["status"] != "met"
+                  and i["status"] != "not-applicable"}
+    _skip_if_only_send_lag(unmet_must)
+    assert unmet_must == {}, unmet_must
+    assert proc["compliance"]["verdict"] in ("unconditionally compliant", "conditionally compliant")
+    for item in _items(proc):
+        if item["level"] == "MUST" and item["status"] == "met":
+            assert item["evidence"] and item["source"] in ("measured", "declared", "parameter", "runtime-check",
+                                                           "tool-verified"), item
+    by_id = {i["id"]: i for i in _items(proc)}
+    assert by_id["4.2.5-MUST-1"]["source"] == "measured" and by_id["4.2.5-MUST-1"]["figure"] is not None
+    assert by_id["5.1.2-MUST-4"]["status"] == "met"
 
 
 @pytest.mark.slow
-def test_without_warmup_verification_is_conditionally_compliant(pytester: pytest.Pytester) -> None:
-    proc, _ = _run_5_1(pytester, FULL + ", warmup_probes=0", *FULL_ARGS)
-    unmet = _unmet(proc)
-    _skip_if_only_send_lag({k: v for k, v in unmet.items() if not k.startswith("4.5.2-")})
-    assert set(unmet) == {"4.5.2-SHOULD-1", "4.5.2-SHOULD-2"}, unmet
-    assert proc["compliance"]["verdict"] == "conditionally compliant"
+def test_standard_5_1_without_declarations_names_the_key_for_each_unmet_item(pytester: pytest.Pytester) -> None:
+    proc, _ = _run_5_1(pytester, FULL, *FULL_ARGS, decl="")
+    assert proc["compliance"]["verdict"] == "not compliant"
+    # every item a declaration answers and nobody declared names its key; measured items may fail
+    # on a busy machine and carry their own evidence instead
+    undeclared = [i for i in _items(proc) if i["status"] == "needs-declaration"]
+    for item in undeclared:
+        assert item["key"] and item["fix"] == f"declare {item['key']}", item
+    assert {i["id"] for i in undeclared} >= {"4.4.3-MUST-1", "abstract-SHOULD-1", "7.1-SHOULD-1"}
+    for item in _items(proc):
+        if item["status"] == "unmet":
+            assert item["evidence"] and item["source"] != "", item
+
+
+def test_capped_stand_in_run_is_a_custom_workload(pytester: pytest.Pytester) -> None:
+    """A conversation run capped at 8 output tokens on a synthetic stand-in is reported as a custom
+    workload with its as-sent distributions, never as the standard Conversation workload."""
+    proc, _ = _run_5_1(pytester, 'workload="conversation", requests=200, load=poisson(rate=60), max_output_tokens=8',
+                       "--llm-boundary", "gateway", "--llm-time-scale", "0.1")
+    wl = proc["result"]["facts"]["workload"]
+    assert wl["custom"] is True and "output capped at 8 tokens" in wl["name"] and "stand-in" in wl["name"]
+    assert wl["output_length"]["params"]["max"] <= 8
+    assert proc["compliance"]["verdict"] != "unconditionally compliant"

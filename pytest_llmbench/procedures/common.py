@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any
 from ..adapters import metric_names
 from ..client import ClientConfig, LLMClient
 from ..compliance import (
+    LOAD_CAPABILITIES,
     Check,
     ClockFacts,
     Declarations,
@@ -37,6 +39,7 @@ from .base import ProcedureContext, ProcedureResult, RunSummary
 __all__ = [
     "Measured",
     "client_for",
+    "declarations",
     "finish",
     "measure",
     "run_facts",
@@ -245,6 +248,11 @@ def _load_summary(result: LoadResult) -> dict[str, Any]:
     return d
 
 
+def declarations(ctx: ProcedureContext) -> Declarations:
+    """The declarations in force for this procedure (public name of :func:`_declarations`)."""
+    return _declarations(ctx)
+
+
 def _declarations(ctx: ProcedureContext) -> Declarations:
     """The declarations in force (sut.effective_declarations) plus the procedure's own ones."""
     decl = effective_declarations(ctx.settings, ctx.sut)
@@ -265,22 +273,10 @@ def run_facts(
     exceeds_capacity: bool = False,
 ) -> RunFacts:
     """The general facts of a procedure's runs (evaluated against the general items)."""
-    import numpy as np
-
     ctx.session_workloads.add(str(workload.get("name")))
 
     first = measured[0].load if measured else None
-    lags = [r.sent_ns - r.intended_ns for m in measured for r in m.records
-            if r.intended_ns is not None and r.sent_ns]
-    open_loop = first is not None and first.load_model == "open"
-    load = LoadFacts(
-        model=first.load_model if first else None,
-        arrival=(first.parameters.get("arrival") or {}).get("kind") if open_loop and first else None,
-        rate=(first.parameters.get("arrival") or {}).get("rate") if open_loop and first else None,
-        concurrency=first.concurrency_target if first and not open_loop else None,
-        send_lag_p99_s=float(np.percentile(lags, 99)) / 1e9 if lags else None,
-        capabilities=("open_loop", "closed_loop", "poisson", "uniform", "bursty", "absolute_schedule", "async"),
-    )
+    load = load_facts(measured)
     records = [r for m in measured for r in m.records]
     chunk_tokens = [t for r in records for t in r.chunk_tokens if t]
     one_token = sum(1 for t in chunk_tokens if t == 1) / len(chunk_tokens) if chunk_tokens else None
@@ -301,22 +297,35 @@ def run_facts(
         )
     info = ctx.sut.server_info
     guard = info.get("guardrails") if ctx.sut.embedded else None
+    streamed = sum(1 for r in records if len(r.chunk_ns) > 0)
+    sent = [r.sent_ns for r in records if r.sent_ns]
+    if prefix_caching:
+        pc, pc_source = prefix_caching, "set by the procedure through its SUT hook"
+    elif ctx.sut.embedded and "prefix_cache" in info:
+        pc, pc_source = ("enabled" if info.get("prefix_cache") else "disabled"), "reported by the simulator's /admin/config"
+    else:
+        pc, pc_source = None, None
     return RunFacts(
         sut_boundary=ctx.sut.boundary,
         boundary_declared_before_start=True,
         load=load,
         clock=ClockFacts.local(single_host=_is_loopback(ctx.sut.base_url),
                                sync_method="single-host" if _is_loopback(ctx.sut.base_url) else None,
-                               timestamp_format="iso8601_ms", timestamp_sample=anchor.iso(anchor.perf_ns)),
-        streaming=True,
-        protocol="sse",
+                               cross_host_intervals=False,
+                               timestamp_format="iso8601_ms",
+                               timestamp_sample=anchor.iso(min(sent)) if sent else None),
+        # observed: records whose response arrived as an SSE event stream with timed chunks
+        streaming=(streamed > 0) if records else None,
+        protocol="sse" if streamed else None,
+        streamed_records=streamed,
         single_token_chunk_fraction=one_token,
         itl_method=("server" if any(r.server_token_ns for r in records[:50]) else "distributed"),
         itl_reported=itl_reported,
         server_token_timestamps=any(r.server_token_ns for r in records[:50]),
         warmup=wf,
         tokenizer=ctx.tokenizer.declaration,
-        special_tokens=ctx.tokenizer.declaration.special_tokens,
+        special_tokens=None,  # client counting: the tokenizer declaration; server counting: declared
+        counting_used=_counting_used(records),
         workload=workload,
         session_workloads=tuple(sorted(ctx.session_workloads | {str(workload.get("name"))})),
         seed=ctx.settings.seed,
@@ -328,14 +337,86 @@ def run_facts(
                     "output_filter": "on" if guard in ("output", "full") else "off",
                     "systems": "none" if guard == "none" else f"embedded simulator guardrail model ({guard})"}
         if guard else None,
-        prefix_caching=prefix_caching or (("enabled" if info.get("prefix_cache") else "disabled")
-                                          if ctx.sut.embedded else None),
+        prefix_caching=pc,
+        prefix_caching_source=pc_source,
         prefix_cache_under_test=prefix_cache_under_test,
         endpoint_scheme=ctx.sut.base_url.split(":", 1)[0],
         tls_verified=ctx.sut.verify_tls,
         secrets_redacted=True,
         exceeds_capacity=exceeds_capacity,
     )
+
+
+def _counting_used(records: Sequence[RequestRecord]) -> dict[str, int]:
+    """Per record, the counting option its output count came from (§4.4.2): A = server usage, B = client."""
+    a = sum(1 for r in records if r.ok and r.output_tokens_server is not None)
+    b = sum(1 for r in records if r.ok and r.output_tokens_server is None and r.output_tokens_client is not None)
+    return {k: v for k, v in (("A", a), ("B", b)) if v}
+
+
+def _spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+    from scipy.stats import spearmanr
+
+    if len(x) < 3 or len(set(x)) < 2 or len(set(y)) < 2:
+        return 0.0 if len(x) >= 3 else None  # a constant series carries no association
+    rho = float(spearmanr(x, y).statistic)
+    return rho if math.isfinite(rho) else None
+
+
+def _arrival_fit(recs: Sequence[RequestRecord], kind: str | None, rate: float | None) -> float | None:
+    """KS p-value of the real send gaps against the exponential gaps of a Poisson process (§4.2.3)."""
+    if kind != "poisson" or not rate or len(recs) < 30:
+        return None
+    from scipy.stats import kstest
+
+    sent = sorted(r.sent_ns for r in recs)
+    gaps = [(b - a) / 1e9 for a, b in zip(sent, sent[1:])]
+    return float(kstest(gaps, "expon", args=(0, 1 / rate)).pvalue)
+
+
+def load_facts(measured: Sequence[Measured]) -> LoadFacts:
+    """§4.2.3–§4.2.5 facts observed on the measured records (send lag and the load state at send).
+
+    Capabilities are the ones this run exercised; the others are answered by the plugin's tests.
+    """
+    import numpy as np
+
+    first = measured[0].load if measured else None
+    if first is None:
+        return LoadFacts()
+    open_loop = first.load_model == "open"
+    arrival = (first.parameters.get("arrival") or {}) if open_loop else {}
+    recs = [r for m in measured for r in m.records if r.intended_ns is not None and r.sent_ns]
+    lags = [(r.sent_ns - r.intended_ns) / 1e9 for r in recs]
+    p99 = float(np.percentile(lags, 99)) if lags else None
+    caps: set[str] = set()
+    states = [r.inflight_at_send for m in measured for r in m.records if r.inflight_at_send is not None]
+    facts = LoadFacts(model=first.load_model, concurrency=first.concurrency_target if not open_loop else None,
+                      max_inflight=max(states) if states else None)
+    if states and max(states) > 0:
+        caps.add("async")  # observed: a request was sent while others were outstanding
+    if open_loop:
+        facts.arrival, facts.rate = arrival.get("kind"), arrival.get("rate")
+        facts.send_lag_p99_s, facts.send_lag_n = p99, len(lags)
+        planned = sorted(r.intended_ns for r in recs)
+        if len(planned) > 1:
+            facts.mean_gap_s = (planned[-1] - planned[0]) / (len(planned) - 1) / 1e9
+        with_state = [(lag, r) for lag, r in zip(lags, recs) if r.inflight_at_send is not None]
+        if with_state:
+            ls = [lag for lag, _ in with_state]
+            facts.lag_inflight_rho = _spearman(ls, [float(r.inflight_at_send or 0) for _, r in with_state])
+            facts.lag_oldest_rho = _spearman(ls, [float(r.oldest_outstanding_ns or 0) for _, r in with_state])
+        facts.arrival_fit_p = _arrival_fit(recs, facts.arrival, facts.rate)
+        if recs:
+            caps.update({"open_loop", "absolute_schedule"})
+            if facts.arrival:
+                caps.add(str(facts.arrival))
+    else:
+        facts.resubmit_gap_p99_s, facts.resubmit_n = p99, len(lags)
+        if recs:
+            caps.add("closed_loop")
+    facts.capabilities = tuple(sorted(caps & set(LOAD_CAPABILITIES)))
+    return facts
 
 
 def _is_loopback(url: str) -> bool:

@@ -9,14 +9,14 @@ server reports them (§5.1.4.2). Sample-size rules (§5.1.4.3): P99 >= 1000, P99
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ..client import LLMClient
 from ..compliance import Check
 from ..warmup import WarmupResult
 from ..workloads import build_workload
 from .base import LoadSpec, Table, poisson
-from .common import resolve_load
+from .common import declarations, resolve_load
 from .helpers import cap_output, declared_checks, fmt_ms, percentile_row, sample_list
 from .pipeline import Outcome, ProcedureRun
 
@@ -136,23 +136,40 @@ class TTFT(ProcedureRun[TTFTParams]):
                                 [[name, *percentile_row(metrics, name)] for name in parts]))
         return tables
 
-    def _config_summary(self) -> dict[str, str]:
-        """The §5.1.5 configuration summary, one line per REQUIRED item."""
+    #: §5.1.5 summary lines a client cannot observe on a real endpoint: the declaration key that answers each
+    DECLARED_LINES: ClassVar[dict[str, str]] = {"model identifier and hardware": "model' and 'hardware",
+                      "prefix caching state": "prefix_caching", "guardrail configuration": "guardrails"}
+
+    def _config_summary(self) -> dict[str, str | None]:
+        """The §5.1.5 configuration summary, one line per REQUIRED item (None: not known, see DECLARED_LINES)."""
         ctx, p, m, wu = self.ctx, self.p, self.measured[0], self.warmup
         assert wu is not None
         info = ctx.sut.server_info
+        decl = declarations(ctx)
+        model, hw = decl.get("model"), decl.get("hardware")
+        model_hw = (f"model {ctx.sut.model} ({', '.join(f'{k}={v}' for k, v in model.items())}); hardware "
+                    f"{', '.join(f'{k}={v}' for k, v in hw.items())} ({decl.source})"
+                    if isinstance(model, dict) and isinstance(hw, dict) else None)
+        if ctx.sut.embedded and "prefix_cache" in info:
+            prefix = f"{'enabled' if info.get('prefix_cache') else 'disabled'} (simulator /admin/config)"
+        else:
+            prefix = f"{decl['prefix_caching']} ({decl.source})" if "prefix_caching" in decl else None
+        if ctx.sut.embedded and "guardrails" in info:
+            guard = f"{info['guardrails']} (simulator /admin/config)"
+        else:
+            g = decl.get("guardrails")
+            guard = f"{', '.join(f'{k}={v}' for k, v in g.items())} ({decl.source})" if isinstance(g, dict) else None
         return {
             "SUT configuration and boundary": f"{ctx.sut.boundary} at {ctx.sut.base_url}",
-            "model identifier and hardware": f"model {ctx.sut.model}; hardware per declarations",
+            "model identifier and hardware": model_hw,
             "workload name or full specification": self.wl.declaration.name,
             "load model and its parameters": p.load.describe() + (
                 f" = {self.load_desc['resolved_rate']:.2f} req/s" if "resolved_rate" in self.load_desc else ""),
             "request count and test duration": f"{len(m.records)} requests in {m.load.duration_s:.1f} s",
             "warm-up procedure followed": f"{wu.ok} requests, {wu.output_tokens} output tokens, "
                                           f"drained={wu.drained}, probes stable={wu.stable}",
-            "prefix caching state": ("enabled" if info.get("prefix_cache") else "disabled") if ctx.sut.embedded
-            else "per declarations",
-            "guardrail configuration": str(info.get("guardrails", "per declarations")),
+            "prefix caching state": prefix,
+            "guardrail configuration": guard,
         }
 
     def checks(self, out: Outcome) -> dict[str, Check]:
@@ -174,6 +191,15 @@ class TTFT(ProcedureRun[TTFTParams]):
             "5.1.5-SHOULD-1": (any(t is table1 for t in out.tables), "Table 1 in the report"),
             "5.1.5-SHOULD-2": (n_ok > 0, "TTFT histogram and CDF in report.html", "no TTFT samples to plot"),
         })
-        checks.update(declared_checks({f"5.1.5-MUST-{i}": (bool(value), f"{key}: {value}", f"{key} missing")
-                                       for i, (key, value) in enumerate(self.config_summary.items(), start=1)}))
+        checks.update(declared_checks({
+            f"5.1.5-MUST-{i}": (bool(value), f"{key}: {value}",
+                                f"{key} not known to the client: declare '{self.DECLARED_LINES.get(key, key)}'")
+            for i, (key, value) in enumerate(self.config_summary.items(), start=1)}))
+        for i, key in enumerate(self.config_summary, start=1):
+            c = checks[f"5.1.5-MUST-{i}"]
+            if key in self.DECLARED_LINES:
+                c.key = self.DECLARED_LINES[key].split("'")[0]
+                c.source = "declared" if c.holds else "none"
+            else:
+                c.source = "parameter" if c.holds else "none"
         return checks

@@ -513,7 +513,7 @@ class Throughput(ProcedureRun[ThroughputParams]):
         return Outcome(metrics=metrics, tables=tables, measurements=measurements, workload=decl, notes=notes,
                        plots={"search": search_plot}, capacity=capacity,
                        runs=[m for m, _, _ in levels] + ([self.probe] if self.probe is not None else []),
-                       facts={"itl_reported": False, "exceeds_capacity": self.hi is not None})
+                       facts={"itl_reported": True, "exceeds_capacity": self.hi is not None})
 
     def _at_maximum(self, best: tuple[Measured, LevelAssessment, str], notes: list[str]) -> Capacity:
         """Tables 3 and 4 and the measurements at the maximum sustainable load (§5.2.4)."""

@@ -241,7 +241,7 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
                  "knee_index": knee, "saturation_index": sat, "offered_unit": "req/s"}
         return Outcome(metrics=runs[primary].metrics, tables=[table5, detail], measurements=measurements,
                        workload=self.declaration or {"name": p.workload}, plots={"curve": curve},
-                       facts={"itl_reported": False, "exceeds_capacity": max(self.fractions) > 1.0})
+                       facts={"itl_reported": True, "exceeds_capacity": max(self.fractions) > 1.0})
 
     def checks(self, out: Outcome) -> dict[str, Check]:
         return _checks(self.p, self.points, self.cap, self.knee, self.sat, self.opt, self.slo_given, self.measured)

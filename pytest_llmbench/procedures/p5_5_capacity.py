@@ -293,7 +293,7 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
             notes=notes, capacity=capacity, runs=[outcomes[c].measured for c in order],
             plots={"search": [{"level": c, "passed": outcomes[c].passed, "value": outcomes[c].ttft_p99_s,
                                "label": f"concurrency {c}: TTFT P99"} for c in order]},
-            facts={"itl_reported": False, "exceeds_capacity": hi is not None})
+            facts={"itl_reported": True, "exceeds_capacity": hi is not None})
 
     def checks(self, out: Outcome) -> dict[str, Check]:
         return _checks(self.p, self.outcomes, self.order, self.lo, bool(self.converged), self.threshold,

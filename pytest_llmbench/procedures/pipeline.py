@@ -14,23 +14,68 @@ allocator (``self.seeds``, seeds.py), one named stream per purpose.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Generic, TypeVar
+
+import numpy as np
 
 from ..client import LLMClient
 from ..compliance import Check, RunFacts
 from ..load import ClosedLoop, OpenLoop
 from ..metrics import RunMetrics
-from ..records import RequestSpec
+from ..records import RequestRecord, RequestSpec
 from ..warmup import WarmupResult
-from .base import Capacity, Procedure, ProcedureContext, ProcedureResult, Table, params_json, register
+from ..workloads import Workload, reference_checks
+from .base import (
+    Capacity,
+    Procedure,
+    ProcedureContext,
+    ProcedureResult,
+    Table,
+    params_json,
+    register,
+)
 from .common import Measured, client_for, finish, measure, run_facts, warm_up
 
-__all__ = ["Outcome", "ProcedureRun", "now_iso"]
+__all__ = ["Outcome", "ProcedureRun", "as_run", "now_iso"]
 
 P = TypeVar("P")
+
+
+def as_run(workload: Mapping[str, Any], cap: int | None, records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """The workload as run (§4.3-MUST-1, §4.3.2-PARAM-1): a standard workload the profile or the
+    tester altered (output cap that bound some request, synthetic stand-in for a dataset workload)
+    is a custom workload, described by the distributions actually sent."""
+    w = dict(workload)
+    if not w or not records:
+        return w
+    capped = cap is not None and any(r.max_tokens >= cap for r in records)
+    standin = bool(w.get("synthetic_standin") or (w.get("dataset") or {}).get("synthetic_standin"))
+    if not (capped or standin):
+        return w
+    why = []
+    if capped:
+        why.append(f"output capped at {cap} tokens")
+    if standin:
+        why.append(f"synthetic stand-in for the {w.get('name')} dataset")
+    ins = np.array([r.spec_input_tokens for r in records])
+    outs = np.array([r.max_tokens for r in records])
+
+    def dist(a: np.ndarray) -> dict[str, Any]:
+        return {"type": "empirical (as sent)", "params": {"min": int(a.min()), "p50": float(np.median(a)),
+                                                          "mean": round(float(a.mean()), 2), "max": int(a.max())}}
+
+    base = w.get("base") or w.get("name")
+    w.update(name=f"{w.get('name')} (custom: {'; '.join(why)})", custom=True, standard=False, base=base,
+             altered_by=why)
+    w["input_length"] = {**(w.get("input_length") or {}), **dist(ins), "unit": "tokens",
+                         "tokenizer": (w.get("input_length") or {}).get("tokenizer") or "reference"}
+    w["output_length"] = {**(w.get("output_length") or {}), **dist(outs), "unit": "tokens",
+                          "control": "max_tokens" + (f" (capped at {cap})" if capped else "")}
+    return w
 
 
 def now_iso() -> str:
@@ -95,10 +140,13 @@ class ProcedureRun(Generic[P]):
             self.restore()
         out = self.summarize()
         runs = self.measured if out.runs is None else out.runs
-        facts = run_facts(self.ctx, workload=out.workload, warmup=self.warmup,
-                          measured=runs if out.fact_runs is None else out.fact_runs, **out.facts)
+        fact_runs = runs if out.fact_runs is None else out.fact_runs
+        workload = as_run(out.workload, getattr(self.p, "max_output_tokens", None),
+                          [r for m in fact_runs for r in m.records])
+        facts = run_facts(self.ctx, workload=workload, warmup=self.warmup, measured=fact_runs, **out.facts)
         self.adjust_facts(facts)
         checks = self.checks(out)
+        checks.update({rid: c for rid, c in self.reference_checks(workload).items() if rid not in checks})
         result = ProcedureResult(
             procedure=self.id, title=self.title, params=params_json(self.p), profile=self.ctx.settings.profile,
             metrics=out.metrics, runs=[m.summary for m in runs],
@@ -107,6 +155,19 @@ class ProcedureRun(Generic[P]):
         )
         finish(self.ctx, result, facts, checks)
         return result
+
+    def reference_checks(self, workload: Mapping[str, Any]) -> dict[str, Check]:
+        """4.3.2 PARAM items from the requests actually sent (workloads.reference_checks, §4.3.2)."""
+        wl, specs = getattr(self, "wl", None), getattr(self, "specs", None)
+        if not isinstance(wl, Workload):
+            return {}
+        sent = dataclasses.replace(wl, specs=list(specs)) if specs else wl
+        out = {}
+        for rid, (ok, why) in reference_checks(sent).items():
+            c = Check.met(rid, why) if ok else Check.unmet(rid, f"{why} (workload {workload.get('name')})")
+            c.source = "measured"
+            out[rid] = c
+        return out
 
     # ---- steps a procedure supplies -----------------------------------------------------------
 
@@ -143,8 +204,8 @@ class ProcedureRun(Generic[P]):
 
     async def warm_up_with(self, client: LLMClient, specs: Iterable[RequestSpec], **kw: Any) -> WarmupResult:
         """§4.5 warm-up with the procedure's ``warmup_requests`` / ``warmup_tokens`` parameters."""
-        kw.setdefault("min_requests", getattr(self.p, "warmup_requests"))
-        kw.setdefault("min_output_tokens", getattr(self.p, "warmup_tokens"))
+        kw.setdefault("min_requests", self.p.warmup_requests)
+        kw.setdefault("min_output_tokens", self.p.warmup_tokens)
         return await warm_up(self.ctx, client, list(specs), **kw)
 
     async def measure(self, client: LLMClient, label: str, specs: Iterable[RequestSpec],

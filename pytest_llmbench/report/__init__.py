@@ -48,7 +48,8 @@ SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 #: Version of the results.json layout; a reader renders every document of the same major version.
 #: 1.1: figures carry units in ``metrics`` (the metric registry's entries for every figure shown).
 #: 1.2: ``headline``, ``compliance_overview``, optional ``comparison``; per procedure ``order``, ``warnings``,
-#: ``sweep``, ``summary_level``; per test ``label`` and ``warnings``; procedures in draft order.
+#: ``sweep``, ``summary_level``; per test ``label`` and ``warnings``; procedures in draft order;
+#: ``procedures[].compliance.items[]`` (per-item evidence, source, key, fix).
 SCHEMA_VERSION = "1.2"
 
 

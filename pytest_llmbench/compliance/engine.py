@@ -1,0 +1,287 @@
+"""Evaluation context, evaluator registration, applicability conditions and resolution order."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .declarations import DECLARATION_FACTS, Declarations
+from .facts import RunFacts
+from .registry import STANDARD_WORKLOADS, ComplianceError, registry
+from .verdict import SOURCES, Check, Status
+
+# ============================================================================================
+# Evaluation context, evaluators, conditions
+# ============================================================================================
+
+
+class _Ctx:
+    """What an evaluator sees: the facts, the declarations and (memoised) other items' checks."""
+
+    def __init__(self, facts: RunFacts, decl: Declarations, procedure_checks: Mapping[str, Check]) -> None:
+        self.facts = facts
+        self.decl = decl
+        self.procedure_checks = procedure_checks
+        self._memo: dict[str, Check] = {}
+
+    def check(self, rid: str) -> Check:
+        """The check of any item (procedure > evaluator > declaration), ignoring applicability."""
+        if rid not in self._memo:
+            self._memo[rid] = _resolve(rid, self)
+        return self._memo[rid]
+
+    def declared(self, rid: str, fact: str | None = None) -> Check:
+        """Answer ``rid`` from a named fact or an ID declaration; needs-declaration otherwise."""
+        if fact is not None and fact in self.decl:
+            value = self.decl[fact]
+            keys = DECLARATION_FACTS[fact]["keys"]
+            if keys:
+                missing = [k for k in keys if _blank(value.get(k))]
+                if missing:
+                    return declared_check(rid, Status.UNMET, f"declaration {fact!r} ({self.decl.source}) lacks "
+                                          f"{', '.join(missing)}", fact, dict(value))
+                return declared_check(rid, Status.MET, f"declared: {fact} = {_short(value)} ({self.decl.source})",
+                                      fact, dict(value))
+            if value is False:
+                return declared_check(rid, Status.UNMET, f"declared {fact} = false ({self.decl.source})", fact, value)
+            return declared_check(rid, Status.MET, f"declared: {fact} = {_short(value)} ({self.decl.source})",
+                                  fact, value)
+        id_check = self.id_declaration(rid)
+        if id_check is not None:
+            return id_check
+        return self.needs(rid, fact)
+
+    def needs(self, rid: str, fact: str | None = None, what: str = "") -> Check:
+        """Needs-declaration, naming the key that would answer ``rid``."""
+        key = fact or rid
+        alt = f" (or '{rid}')" if fact else ""
+        lead = f"{what}: " if what else ""
+        c = Check.needs_declaration(rid, f"{lead}needs declaration: set '{key}'{alt} in the declarations file "
+                                         f"(--llm-declarations) or [tool.llmbench.declarations]")
+        c.key, c.source = key, "none"
+        return c
+
+    def id_declaration(self, rid: str) -> Check | None:
+        if rid not in self.decl:
+            return None
+        v = self.decl[rid]
+        if isinstance(v, Mapping):
+            met, note = bool(v.get("met", False)), str(v.get("note", ""))
+        elif isinstance(v, bool):
+            met, note = v, ""
+        else:
+            met, note = bool(str(v).strip()), str(v)
+        text = f"declared ({self.decl.source}: {rid}){': ' + note if note else ''}"
+        return declared_check(rid, Status.MET if met else Status.UNMET,
+                              text if met else f"declared not met ({self.decl.source}){': ' + note if note else ''}",
+                              rid, v)
+
+
+def declared_check(rid: str, status: Status, reason: str, key: str, value: Any) -> Check:
+    """A check answered by a declaration: source ``declared``, the key as evidence."""
+    return Check(rid, status, reason, {"declared": value}, "declared", figure=None, key=key)
+
+
+@functools.cache
+def item_data() -> dict[str, Any]:
+    """``data/compliance_items.yaml``: thresholds, per-item source and fix, tool tests."""
+    from .registry import _load_yaml
+
+    return _load_yaml("compliance_items.yaml")
+
+
+def threshold(name: str) -> float:
+    """One threshold of ``data/compliance_items.yaml`` (KeyError names a missing one)."""
+    return float(item_data()["thresholds"][name])
+
+
+def tool_test(capability: str) -> str:
+    """The plugin test that exercises a load-generator capability in CI (tool-verified)."""
+    return str(item_data()["tool_tests"][capability])
+
+
+def finalize(c: Check) -> Check:
+    """Fill the source kind and the fix of a check from the item data (never its status)."""
+    data = item_data()["items"].get(c.id, {})
+    if c.status is Status.NOT_APPLICABLE:
+        c.source = "not-applicable"
+    elif c.source not in SOURCES:
+        c.source = str(data.get("source", "measured")) if c.source != "none" else "none"
+    if c.fails and not c.fix:
+        if c.status is Status.NEEDS_DECLARATION and c.key:
+            c.fix = f"declare {c.key}"
+        else:
+            c.fix = str(data.get("fix") or "")
+    return c
+
+
+def _blank(v: Any) -> bool:
+    return v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, (list, tuple, dict)) and not v)
+
+
+def _short(v: Any, n: int = 80) -> str:
+    s = ", ".join(f"{k}={v2}" for k, v2 in v.items()) if isinstance(v, Mapping) else str(v)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+Evaluator = Callable[[_Ctx, str], Check]
+#: requirement id -> evaluator over RunFacts (+ declarations, + other items' checks)
+EVALUATORS: dict[str, Evaluator] = {}
+#: requirement id -> named declaration fact (or the id itself) that answers it
+DECLARATION_HOOKS: dict[str, str] = {}
+
+
+def evaluator(*ids: str) -> Callable[[Evaluator], Evaluator]:
+    """Register a general evaluator for one or more requirement ids."""
+
+    def deco(fn: Evaluator) -> Evaluator:
+        for rid in ids:
+            if rid in EVALUATORS:
+                raise ComplianceError(f"two evaluators for {rid}")
+            EVALUATORS[rid] = fn
+        return fn
+
+    return deco
+
+
+def declaration_hook(rid: str, fact: str | None = None) -> None:
+    """``rid`` is answered by a tester declaration (named ``fact``, or the id itself)."""
+    DECLARATION_HOOKS[rid] = fact or rid
+    EVALUATORS.setdefault(rid, lambda ctx, r, _f=fact: ctx.declared(r, _f))
+
+
+def _resolve(rid: str, ctx: _Ctx) -> Check:
+    """Procedure check > evaluator > ID declaration; a needs-declaration answer yields to a declaration."""
+    return finalize(_answer(rid, ctx))
+
+
+def _answer(rid: str, ctx: _Ctx) -> Check:
+    c: Check | None = None
+    if rid in ctx.procedure_checks:
+        c = ctx.procedure_checks[rid]
+        if c.id != rid:
+            raise ComplianceError(f"procedure check for {rid} carries id {c.id}")
+        c = dataclasses.replace(c)
+    elif rid in EVALUATORS:
+        c = EVALUATORS[rid](ctx, rid)
+    if c is not None and c.status is not Status.NEEDS_DECLARATION:
+        return c
+    declared = ctx.id_declaration(rid)
+    if declared is not None:
+        return declared
+    if c is not None:
+        if not c.key:
+            c.key = rid
+        return c
+    req = registry()[rid]
+    who = "the procedure did not supply this check" if req.applies_to != "general" else \
+        "no general evaluator; the procedure or workload generator did not supply this check"
+    return Check(rid, Status.UNMET, f"no evaluator: {who}", {}, "none")
+
+
+# -------------------------------------------------------------------------------- conditions
+
+Condition = Callable[[RunFacts, Declarations], "bool | None"]
+
+
+def _bool_decl(decl: Declarations, key: str) -> bool | None:
+    v = decl.get(key)
+    return None if v is None else bool(v)
+
+
+def _is_custom(f: RunFacts) -> bool | None:
+    if not f.workload or not f.workload.get("name"):
+        return None
+    return bool(f.workload.get("custom")) or f.workload_name not in STANDARD_WORKLOADS
+
+
+def _is_dataset(f: RunFacts) -> bool | None:
+    if not f.workload:
+        return None
+    return bool(f.workload.get("dataset")) or f.workload_base in ("conversation", "code-completion")
+
+
+def _remote(f: RunFacts) -> bool | None:
+    return None if f.clock.single_host is None else not f.clock.single_host
+
+
+def _and(*vals: bool | None) -> bool | None:
+    if any(v is False for v in vals):
+        return False
+    return None if any(v is None for v in vals) else True
+
+
+def _boundary_is(name: str) -> Condition:
+    return lambda f, d: None if f.boundary is None else f.boundary == name
+
+
+CONDITIONS: dict[str, tuple[Condition, str]] = {
+    "itl_reported": (lambda f, d: f.itl_reported, "ITL/TPOT is reported from token timestamps"),
+    "custom_workload": (lambda f, d: _is_custom(f), "the workload is custom (not a standard one as defined)"),
+    "dataset_workload": (lambda f, d: _is_dataset(f), "the workload is built from a dataset"),
+    "model_engine": (_boundary_is("model-engine"), "the SUT boundary is Model Engine"),
+    "application_gateway": (_boundary_is("gateway"), "the SUT boundary is Application Gateway"),
+    "compound_system": (_boundary_is("compound"), "the SUT boundary is Compound System"),
+    "prefix_cache_tested": (lambda f, d: None if f.prefix_caching is None
+                            else (f.prefix_caching == "enabled" and f.prefix_cache_under_test),
+                            "prefix caching is enabled and under test"),
+    "cold_start": (lambda f, d: f.warmup.cold_start, "the run measures cold start"),
+    "remote_sut": (lambda f, d: _remote(f), "load generator and SUT are on different machines"),
+    "single_host": (lambda f, d: f.clock.single_host, "load generator and SUT share one machine"),
+    "gateway_network": (lambda f, d: _and(_boundary_is("gateway")(f, d), _remote(f)),
+                        "Application Gateway reached over a network"),
+    "production_gateway": (lambda f, d: _and(_boundary_is("gateway")(f, d),
+                                             f.production_representative if f.production_representative is not None
+                                             else _bool_decl(d, "production_representative")),
+                           "an Application Gateway run meant to represent production"),
+    "server_timing": (lambda f, d: f.itl_method == "server" if f.itl_method else f.server_token_timestamps,
+                      "server-side timestamps are used"),
+    "compared": (lambda f, d: f.compared, "results are compared across SUTs"),
+    "beyond_capacity": (lambda f, d: f.exceeds_capacity, "the test drives load beyond capacity"),
+}
+
+_FACT_GETTERS: dict[str, Callable[[RunFacts], Any]] = {
+    "workload": lambda f: f.workload_base,
+    "boundary": lambda f: f.boundary,
+    "protocol": lambda f: (f.protocol or "").lower() or None,
+    "itl_method": lambda f: f.itl_method,
+    "counting": lambda f: _tok(f, "counting_option"),
+    "clock": lambda f: (f.clock.sync_method or "").lower() or None,
+}
+
+
+def _condition(name: str) -> tuple[Condition, str] | None:
+    if name in CONDITIONS:
+        return CONDITIONS[name]
+    if "=" in name:
+        key, _, want = name.partition("=")
+        getter = _FACT_GETTERS.get(key)
+        if getter is None:
+            return None
+
+        def cond(f: RunFacts, d: Declarations, _g: Callable[[RunFacts], Any] = getter, _w: str = want) -> bool | None:
+            v = _g(f)
+            return None if v is None else str(v) == _w
+
+        return cond, f"{key} is {want}"
+    return None
+
+
+# -------------------------------------------------------------------------------- helpers
+
+
+def _tok(f: RunFacts, key: str) -> Any:
+    t = f.tokenizer
+    if t is None:
+        return None
+    if isinstance(t, Mapping):
+        return t.get(key)
+    return getattr(t, key, None)
+
+
+def _need(rid: str, what: str) -> Check:
+    return Check.unmet(rid, f"not recorded: {what}")
+
+

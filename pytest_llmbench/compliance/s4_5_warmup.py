@@ -1,0 +1,125 @@
+"""§4.5 warm-up items."""
+
+from __future__ import annotations
+
+from .engine import _Ctx, declaration_hook, evaluator
+from .registry import PROBE_STABILITY, WARMUP_MIN_OUTPUT_TOKENS, WARMUP_MIN_REQUESTS
+from .verdict import Check, Status
+
+# ---- 4.5 warm-up
+
+
+@evaluator("4.5.1-MUST-1")
+def _model_loaded(ctx: _Ctx, rid: str) -> Check:
+    return ctx.declared(rid, "model_loaded")
+
+
+declaration_hook("4.5.1-MUST-1", "model_loaded")
+
+
+@evaluator("4.5.1-MUST-2")
+def _warmup_size(ctx: _Ctx, rid: str) -> Check:
+    w = ctx.facts.warmup
+    if w.cold_start:
+        return Check.not_applicable(rid, "cold-start measurement: warm-up skipped on purpose (4.5.3)")
+    ev = {"requests": w.requests, "output_tokens": w.output_tokens}
+    short = []
+    if w.requests < WARMUP_MIN_REQUESTS:
+        short.append(f"{w.requests} requests < {WARMUP_MIN_REQUESTS}")
+    if w.output_tokens < WARMUP_MIN_OUTPUT_TOKENS:
+        short.append(f"{w.output_tokens} output tokens < {WARMUP_MIN_OUTPUT_TOKENS}")
+    if short:
+        why = " (reduced by the profile)" if w.reduced else ""
+        return Check.unmet(rid, f"warm-up too small{why}: {'; '.join(short)}", **ev)
+    return Check.met(rid, f"warm-up: {w.requests} requests, {w.output_tokens} output tokens", **ev)
+
+
+@evaluator("4.5.1-MUST-3")
+def _drained(ctx: _Ctx, rid: str) -> Check:
+    w = ctx.facts.warmup
+    if w.cold_start:
+        return Check.not_applicable(rid, "cold-start measurement: no warm-up to drain")
+    if w.drained is not True:
+        return Check.unmet(rid, "client in-flight count not confirmed 0 before the first measured request")
+    if w.server_queue_drained is True:
+        return Check.met(rid, "client in-flight 0 and server queue empty before measuring")
+    if w.server_queue_drained is False:
+        return Check.unmet(rid, "server queue not empty when measuring started")
+    d = ctx.declared(rid, "server_queue_drained")
+    if d.status is Status.NEEDS_DECLARATION:
+        d.reason = "client in-flight was 0; server queue depth not observable: " + d.reason
+    elif d.holds:
+        d.reason = "client in-flight 0; server queue " + d.reason
+    return d
+
+
+declaration_hook("4.5.1-MUST-3", "server_queue_drained")
+
+
+@evaluator("4.5.1-MUST-4")
+def _prefix_warm(ctx: _Ctx, rid: str) -> Check:
+    w = ctx.facts.warmup
+    if w.prefix_populated is False:
+        return Check.unmet(rid, "warm-up did not send the workload's shared prefixes")
+    if w.prefix_populated is None:
+        return Check.unmet(rid, "not recorded whether warm-up populated the prefix cache")
+    d = ctx.declared(rid, "prefix_cache_populated")
+    if d.holds:
+        return Check.met(rid, "warm-up sent the shared prefixes; cache state " + d.reason)
+    return Check.met(rid, "warm-up sent the workload's shared prefixes (cache state itself needs server metrics)")
+
+
+def _probe_variation(probes: tuple[float, ...], window: int = 3) -> float | None:
+    """Largest relative change between the last ``window`` consecutive probes (§4.5.2).
+
+    The warm-up keeps probing until ``window`` consecutive probes agree; earlier probes are the
+    ones that had not stabilised yet, so only the final window is judged.
+    """
+    if len(probes) < window:
+        return None
+    last = probes[-window:]
+    return max(abs(b - a) / a for a, b in zip(last, last[1:]) if a > 0)
+
+
+@evaluator("4.5.2-SHOULD-1")
+def _probes(ctx: _Ctx, rid: str) -> Check:
+    w = ctx.facts.warmup
+    if w.cold_start:
+        return Check.not_applicable(rid, "cold-start measurement: no warm-up")
+    if w.probes_before and w.probes_after:
+        return Check.met(rid, f"probe latency before {w.probes_before[0] * 1e3:.1f} ms, after "
+                              f"{w.probes_after[-1] * 1e3:.1f} ms")
+    return Check.unmet(rid, "no probe latency recorded before and after warm-up")
+
+
+@evaluator("4.5.2-SHOULD-2")
+def _probe_stability(ctx: _Ctx, rid: str) -> Check:
+    w = ctx.facts.warmup
+    if w.cold_start:
+        return Check.not_applicable(rid, "cold-start measurement: no warm-up")
+    var = _probe_variation(tuple(w.probes_after))
+    if var is None:
+        return Check.unmet(rid, f"{len(w.probes_after)} post-warm-up probes; need >= 3 consecutive probes")
+    if var < PROBE_STABILITY:
+        return Check.met(rid, f"consecutive probes vary by at most {var:.1%} (< 10%)", variation=var)
+    return Check.unmet(rid, f"consecutive probes vary by up to {var:.1%} (>= 10%): not stabilised", variation=var)
+
+
+@evaluator("4.5.3-MUST-1")
+def _cold_no_warmup(ctx: _Ctx, rid: str) -> Check:
+    w = ctx.facts.warmup
+    if w.requests == 0:
+        return Check.met(rid, "cold start: no warm-up requests sent")
+    return Check.unmet(rid, f"cold-start run sent {w.requests} warm-up requests")
+
+
+@evaluator("4.5.3-MUST-2")
+def _cold_label(ctx: _Ctx, rid: str) -> Check:
+    w = ctx.facts.warmup
+    if w.cold_start and w.requests == 0:
+        return Check.met(rid, "run labelled cold start (no warm-up request sent) in the notes and header")
+    if w.cold_start:
+        return Check.unmet(rid, f"labelled cold start although {w.requests} warm-up requests were sent")
+    return Check.unmet(rid, "cold-start run not labelled")
+
+

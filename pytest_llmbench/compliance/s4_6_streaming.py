@@ -1,0 +1,69 @@
+"""§4.6 streaming protocol and ITL method items."""
+
+from __future__ import annotations
+
+from .engine import _Ctx, _need, evaluator
+from .registry import ITL_METHODS, PROTOCOLS
+from .verdict import Check
+
+# ---- 4.6 streaming protocol and ITL
+
+
+@evaluator("4.6.1-SHOULD-1", "4.6.1-SHOULD-2")
+def _protocol_for_boundary(ctx: _Ctx, rid: str) -> Check:
+    want = "sse" if rid == "4.6.1-SHOULD-1" else "grpc"
+    p = (ctx.facts.protocol or "").lower()
+    if not p:
+        return _need(rid, "streaming protocol")
+    if p == want:
+        return Check.met(rid, f"protocol {p}")
+    return Check.unmet(rid, f"protocol {p}; {want} recommended for this boundary")
+
+
+@evaluator("4.6.2-MUST-1")
+def _protocol_named(ctx: _Ctx, rid: str) -> Check:
+    p = (ctx.facts.protocol or "").lower()
+    if p in PROTOCOLS:
+        return Check.met(rid, f"protocol {p}")
+    return Check.unmet(rid, f"streaming protocol not named ({ctx.facts.protocol!r})")
+
+
+@evaluator("4.6.2-MUST-2")
+def _chunking(ctx: _Ctx, rid: str) -> Check:
+    frac = ctx.facts.single_token_chunk_fraction
+    if frac is None:
+        return _need(rid, "tokens-per-chunk measurement")
+    kind = "one token per chunk" if frac >= 1.0 else f"multi-token chunks occur ({frac:.1%} single-token)"
+    return Check.met(rid, kind, single_token_chunk_fraction=frac)
+
+
+@evaluator("4.6.2-MUST-3", "4.6.3-MUST-1")
+def _itl_method(ctx: _Ctx, rid: str) -> Check:
+    m = ctx.facts.itl_method
+    if m in ITL_METHODS:
+        return Check.met(rid, f"ITL option {'ABC'[ITL_METHODS.index(m)]} ({m})")
+    return Check.unmet(rid, f"ITL calculation option not declared ({m!r})")
+
+
+@evaluator("4.6.3-SHOULD-1")
+def _prefer_server(ctx: _Ctx, rid: str) -> Check:
+    f = ctx.facts
+    if f.server_token_timestamps is None:
+        return _need(rid, "whether the server sends per-token timestamps")
+    if not f.server_token_timestamps:
+        return Check.met(rid, "server provides no per-token timestamps: option C unavailable")
+    if f.itl_method == "server":
+        return Check.met(rid, "server-side per-token timestamps used (option C)")
+    return Check.unmet(rid, f"server timestamps available but ITL option {f.itl_method!r} used")
+
+
+@evaluator("4.6.3-REPORT-1", "4.6.3-PARAM-1", "4.6.3-PARAM-2")
+def _itl_option_detail(ctx: _Ctx, rid: str) -> Check:
+    f = ctx.facts
+    if rid == "4.6.3-PARAM-2" and f.server_token_timestamps is False:
+        return Check.unmet(rid, "option C declared but the server sent no per-token timestamps")
+    if rid == "4.6.3-REPORT-1" and f.single_token_chunk_fraction is None:
+        return Check.unmet(rid, "chunk timing used but no chunk-size distribution recorded")
+    return Check.met(rid, f"ITL option {f.itl_method}")
+
+

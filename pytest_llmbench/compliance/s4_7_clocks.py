@@ -1,0 +1,170 @@
+"""§4.7 clock items, Appendix B.3 and the §4.1.x boundary PARAM rows."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from .engine import _blank, _Ctx, _need, _short, declaration_hook, evaluator
+from .registry import NTP_LIMIT_S
+from .s4_8_guardrails import _onoff
+from .verdict import Check
+
+# ---- 4.7 clocks
+
+
+@evaluator("4.7.1-SHOULD-1", "B.3.3-PARAM-1")
+def _single_machine(ctx: _Ctx, rid: str) -> Check:
+    sh = ctx.facts.clock.single_host
+    if sh is None:
+        return _need(rid, "whether load generator and SUT share a host")
+    return Check.met(rid, "load generator and SUT on one machine (loopback)") if sh else \
+        Check.unmet(rid, "load generator and SUT on different machines")
+
+
+def _sync(ctx: _Ctx) -> tuple[str | None, float | None, str]:
+    c = ctx.facts.clock
+    method, acc, src = c.sync_method, c.sync_accuracy_s, "measured"
+    d = ctx.decl.get("clock_sync")
+    if isinstance(d, Mapping):
+        method = method or d.get("method")
+        if acc is None and d.get("accuracy_ms") is not None:
+            acc, src = float(d["accuracy_ms"]) / 1e3, f"declared ({ctx.decl.source})"
+    return method, acc, src
+
+
+@evaluator("4.7.2-MUST-1")
+def _ntp(ctx: _Ctx, rid: str) -> Check:
+    if ctx.facts.clock.single_host:
+        return Check.not_applicable(rid, "single machine: no clock synchronisation needed")
+    method, acc, src = _sync(ctx)
+    if acc is None:
+        return Check.needs_declaration(rid, "clock sync accuracy unknown: declare 'clock_sync' "
+                                            "{method, accuracy_ms} in [tool.llmbench.declarations]")
+    if acc <= NTP_LIMIT_S:
+        return Check.met(rid, f"clock sync {method or '?'} accuracy {acc * 1e3:g} ms <= 10 ms ({src})", accuracy_s=acc)
+    return Check.unmet(rid, f"clock sync accuracy {acc * 1e3:g} ms > 10 ms ({src})", accuracy_s=acc)
+
+
+declaration_hook("4.7.2-MUST-1", "clock_sync")
+
+
+@evaluator("4.7.2-SHOULD-1")
+def _ptp(ctx: _Ctx, rid: str) -> Check:
+    f = ctx.facts
+    method, _, _ = _sync(ctx)
+    if f.clock.single_host:
+        return Check.not_applicable(rid, "single machine")
+    if f.clock.cross_host_intervals is None:
+        return _need(rid, "whether any interval combines timestamps of two hosts")
+    if not f.clock.cross_host_intervals:
+        return Check.met(rid, "no interval combines timestamps of two hosts: sub-ms sync not needed")
+    if (method or "").lower() == "ptp":
+        return Check.met(rid, "PTP used for cross-host intervals")
+    return Check.unmet(rid, f"cross-host intervals measured with {method or 'unknown'} sync; PTP recommended")
+
+
+@evaluator("4.7.2-MUST-2")
+def _sync_statement(ctx: _Ctx, rid: str) -> Check:
+    if ctx.facts.clock.single_host:
+        return Check.met(rid, "clock sync: single machine (one clock)")
+    method, acc, src = _sync(ctx)
+    if method and acc is not None:
+        return Check.met(rid, f"clock sync {method}, accuracy {acc * 1e3:g} ms ({src})")
+    if ctx.facts.clock.single_host is None and not method:
+        return Check.unmet(rid, "neither single machine nor a clock synchronisation method recorded")
+    return Check.needs_declaration(rid, "clock sync method/accuracy unknown: declare 'clock_sync' "
+                                        "{method, accuracy_ms} in [tool.llmbench.declarations]")
+
+
+declaration_hook("4.7.2-MUST-2", "clock_sync")
+
+
+@evaluator("4.7.3-SHOULD-1")
+def _rtt(ctx: _Ctx, rid: str) -> Check:
+    rtt = ctx.facts.network_rtt_s
+    if rtt is None:
+        return Check.unmet(rid, "network RTT not measured separately")
+    return Check.met(rid, f"network RTT {rtt * 1e3:.2f} ms measured separately", network_rtt_s=rtt)
+
+
+@evaluator("4.7.3-MAY-1")
+def _adjust_permission(ctx: _Ctx, rid: str) -> Check:
+    if ctx.facts.latency_adjustment:
+        return Check.met(rid, "permission used: network latency subtracted (raw TTFT kept)")
+    return Check.not_applicable(rid, "permission not used: no latency adjustment")
+
+
+@evaluator("4.7.3-MUST-1")
+def _adjust_documented(ctx: _Ctx, rid: str) -> Check:
+    adj = ctx.facts.latency_adjustment
+    if not adj:
+        return Check.met(rid, "no latency adjustment applied")
+    missing = [k for k in ("method", "value") if _blank(adj.get(k))]
+    if missing:
+        return Check.unmet(rid, f"latency adjustment lacks {', '.join(missing)}")
+    return Check.met(rid, f"latency adjustment documented: {_short(adj)}")
+
+
+_TS_PATTERNS = {
+    "iso8601_ms": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$",
+    "iso8601_us": r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$",
+    "unix_ms": r"^\d{13}$",
+    "unix_us": r"^\d{16}$",
+    "unix_ns": r"^\d{19}$",
+}
+_TS_RECOMMENDED = ("iso8601_ms", "unix_ms")
+
+
+@evaluator("4.7.4-MUST-1", "4.7.4-SHOULD-1")
+def _timestamps(ctx: _Ctx, rid: str) -> Check:
+    c = ctx.facts.clock
+    fmt = c.timestamp_format
+    if fmt is None:
+        return _need(rid, "timestamp format")
+    if fmt not in _TS_PATTERNS:
+        return Check.unmet(rid, f"timestamp format {fmt!r} not one of {', '.join(_TS_PATTERNS)}")
+    if c.timestamp_sample is not None and not re.match(_TS_PATTERNS[fmt], str(c.timestamp_sample)):
+        return Check.unmet(rid, f"timestamp {c.timestamp_sample!r} does not match format {fmt}")
+    if rid == "4.7.4-SHOULD-1" and fmt not in _TS_RECOMMENDED:
+        return Check.unmet(rid, f"timestamps as {fmt}; ISO 8601 with ms or Unix ms recommended")
+    return Check.met(rid, f"timestamps as {fmt}" + (f", e.g. {c.timestamp_sample}" if c.timestamp_sample else ""))
+
+
+@evaluator("B.1.1-PARAM-1", "B.1.2-PARAM-1")
+def _client_timing_points(ctx: _Ctx, rid: str) -> Check:
+    audit = ctx.facts.records
+    if audit is None or audit.n == 0:
+        return _need(rid, "per-request records")
+    return Check.met(rid, "T_submit at send, T_first at the first content-bearing event parsed (records.TTFT_RULE)")
+
+
+@evaluator("B.3.1-PARAM-1", "B.3.2-PARAM-1")
+def _sync_params(ctx: _Ctx, rid: str) -> Check:
+    method, acc, src = _sync(ctx)
+    limit = 10e-3 if rid == "B.3.1-PARAM-1" else 1e-6
+    if acc is None:
+        return Check.needs_declaration(rid, "offset unknown: declare 'clock_sync' {method, accuracy_ms}")
+    if acc < limit:
+        return Check.met(rid, f"{method} offset {acc * 1e3:g} ms ({src})")
+    return Check.unmet(rid, f"{method} offset {acc * 1e3:g} ms >= {limit * 1e3:g} ms ({src})")
+
+
+# ---- 4.1.x boundary definitions (informational PARAM rows)
+
+
+@evaluator("4.1.1-PARAM-1", "4.1.2-PARAM-1", "4.1.3-PARAM-1")
+def _boundary_definition(ctx: _Ctx, rid: str) -> Check:
+    f = ctx.facts
+    if rid == "4.1.2-PARAM-1" and f.endpoint_scheme is not None and f.endpoint_scheme != "https":
+        return Check.unmet(rid, f"Application Gateway reached over {f.endpoint_scheme}, not its external HTTPS API")
+    if rid == "4.1.1-PARAM-1" and f.guardrails and any(
+            _onoff(f.guardrails.get(k)) == "on" for k in ("input_filter", "output_filter")):
+        return Check.unmet(rid, "Model Engine boundary but guardrails are on (outside that boundary)")
+    if rid == "4.1.3-PARAM-1" and f.boundary == "compound":
+        # the plugin has no task driver, retrieval or tool components: only the tester can say what the
+        # compound system's boundary holds
+        return ctx.needs(rid, None, "the plugin drives a Compound System only through its external API")
+    return Check.met(rid, f"boundary {f.boundary}")
+
+

@@ -1,0 +1,114 @@
+"""§4.8 guardrail items, terminology and security declarations."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .engine import _blank, _Ctx, _need, _short, declaration_hook, evaluator
+from .verdict import Check
+
+# ---- 4.8 guardrails
+
+
+def _guardrails(ctx: _Ctx) -> tuple[Mapping[str, Any] | None, str]:
+    g = ctx.facts.guardrails
+    if g:
+        return g, "reported by the SUT configuration"
+    d = ctx.decl.get("guardrails")
+    if isinstance(d, Mapping):
+        return d, f"declared ({ctx.decl.source})"
+    return None, ""
+
+
+_GUARD_KEYS = {"4.8.1-MUST-1": "input_filter", "4.8.1-MUST-2": "output_filter", "4.8.1-MUST-3": "systems"}
+
+
+@evaluator(*_GUARD_KEYS)
+def _guardrail_disclosure(ctx: _Ctx, rid: str) -> Check:
+    g, src = _guardrails(ctx)
+    key = _GUARD_KEYS[rid]
+    if g is None:
+        c = ctx.declared(rid, "guardrails")
+        return c
+    ev = {"declared": dict(g)} if src.startswith("declared") else {}
+    v = _onoff(g.get(key))
+    if key == "systems":
+        if _blank(v):
+            return Check.unmet(rid, f"guardrails.systems not disclosed ({src}); 'unknown' is allowed", **ev)
+        return Check.met(rid, f"safety systems: {_short(v)} ({src})", **ev)
+    if v not in ("on", "off", "unknown"):
+        return Check.unmet(rid, f"guardrails.{key} = {v!r}; expected on, off or unknown ({src})", **ev)
+    return Check.met(rid, f"{key.replace('_', ' ')}: {v} ({src})", **ev)
+
+
+def _onoff(v: Any) -> Any:
+    """YAML 1.1 reads ``off``/``on`` as booleans: map them back; lower-case strings."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return v.lower() if isinstance(v, str) else v
+
+
+declaration_hook("4.8.1-MUST-1", "guardrails")
+declaration_hook("4.8.1-MUST-2", "guardrails")
+declaration_hook("4.8.1-MUST-3", "guardrails")
+
+
+@evaluator("4.8-MUST-1")
+def _safety_accounted(ctx: _Ctx, rid: str) -> Check:
+    parts = ["4.8.1-MUST-1", "4.8.1-MUST-2", "4.8.1-MUST-3", "4.8.1-MUST-4"]
+    failing = [p for p in parts if ctx.check(p).fails]
+    if not failing:
+        return Check.met(rid, "safety systems disclosed and refusals counted (4.8.1)")
+    declared = ctx.id_declaration(rid)
+    if declared is not None:
+        return declared
+    return Check.unmet(rid, f"safety systems not accounted for: {', '.join(failing)} unmet", unmet=failing)
+
+
+@evaluator("4.8.1-MUST-4")
+def _refusals(ctx: _Ctx, rid: str) -> Check:
+    audit = ctx.facts.records
+    if audit is None:
+        return _need(rid, "per-request records (refusal count)")
+    return Check.met(rid, f"{audit.refused} of {audit.n} requests refused", refused=audit.refused, n=audit.n)
+
+
+@evaluator("4.8.2-SHOULD-1")
+def _default_guardrails(ctx: _Ctx, rid: str) -> Check:
+    g, _ = _guardrails(ctx)
+    if g and any(_onoff(g.get(k)) == "off" for k in ("input_filter", "output_filter")):
+        return Check.unmet(rid, "safety systems were (partly) off in a production-representative run")
+    return ctx.declared(rid, "guardrails_default")
+
+
+declaration_hook("4.8.2-SHOULD-1", "guardrails_default")
+
+
+@evaluator("4.8.2-MUST-1")
+def _safety_disabled_note(ctx: _Ctx, rid: str) -> Check:
+    g, src = _guardrails(ctx)
+    if g is None:
+        return Check.unmet(rid, "guardrail configuration unknown: cannot tell whether safety was disabled")
+    off = [k for k in ("input_filter", "output_filter") if _onoff(g.get(k)) == "off"]
+    if off:
+        return Check.met(rid, f"report notes: safety systems disabled ({', '.join(off)})", disabled=off)
+    return Check.met(rid, "no safety system disabled")
+
+
+@evaluator("4.8.2-SHOULD-2")
+def _guardrail_comparison(ctx: _Ctx, rid: str) -> Check:
+    if "5.10" in ctx.facts.session_tests:
+        return Check.met(rid, "a 5.10 guardrail-overhead result is part of this report")
+    return Check.unmet(rid, "no paired guardrails on/off runs (5.10) in this report")
+
+
+# ---- terminology and security: tester declarations
+
+for _rid, _fact in (("abstract-SHOULD-1", "terminology"), ("1-SHOULD-1", "terminology"),
+                    ("7.1-SHOULD-1", "publication_review"), ("7.2-SHOULD-1", "production_cross_check"),
+                    ("7.4-SHOULD-1", "isolated_system"), ("7.4-SHOULD-2", "recovery_procedure"),
+                    ("5.1.2-MUST-11", "model"), ("5.1.2-MUST-12", "hardware")):
+    declaration_hook(_rid, _fact)
+
+

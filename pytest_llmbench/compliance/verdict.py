@@ -1,0 +1,217 @@
+"""Checks, the §2 verdict and the per-test result."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .registry import LEVELS, VERDICT_LEVELS, registry
+
+# ============================================================================================
+# Checks and results
+# ============================================================================================
+
+
+class Status(str, enum.Enum):
+    """How one item came out. ``needs-declaration`` counts as unmet: nothing is assumed."""
+
+    MET = "met"
+    UNMET = "unmet"
+    NEEDS_DECLARATION = "needs-declaration"
+    NOT_APPLICABLE = "not-applicable"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class Check:
+    """The outcome of one requirement for one test: status, why, and the evidence behind it."""
+
+    id: str
+    status: Status
+    reason: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    #: where the evidence comes from: one of :data:`SOURCES` (set by the engine when empty)
+    source: str = ""
+    figure: Any = None  # the deciding number (or value) when there is one
+    key: str | None = None  # the declaration key that answers (or would answer) this item
+    fix: str = ""  # what to do when unmet (from data/compliance_items.yaml or the declaration key)
+
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)
+
+    @property
+    def holds(self) -> bool:
+        return self.status is Status.MET
+
+    @property
+    def fails(self) -> bool:
+        return self.status in (Status.UNMET, Status.NEEDS_DECLARATION)
+
+    @classmethod
+    def met(cls, id: str, reason: str = "", **evidence: Any) -> Check:
+        return cls(id, Status.MET, reason, evidence)
+
+    @classmethod
+    def unmet(cls, id: str, reason: str, **evidence: Any) -> Check:
+        return cls(id, Status.UNMET, reason, evidence)
+
+    @classmethod
+    def not_applicable(cls, id: str, reason: str, **evidence: Any) -> Check:
+        return cls(id, Status.NOT_APPLICABLE, reason, evidence)
+
+    @classmethod
+    def needs_declaration(cls, id: str, reason: str, **evidence: Any) -> Check:
+        return cls(id, Status.NEEDS_DECLARATION, reason, evidence)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "status": self.status.value, "reason": self.reason,
+                "evidence": _jsonable(self.evidence), "source": self.source, "figure": _jsonable(self.figure),
+                "key": self.key, "fix": self.fix}
+
+    def item(self, level: str, title: str) -> dict[str, Any]:
+        """One ``procedures[].compliance.items[]`` entry of results.json (docs/reports.md)."""
+        return {"id": self.id, "level": level, "title": title, "status": self.status.value,
+                "source": self.source, "evidence": self.reason, "figure": _jsonable(self.figure),
+                "key": self.key, "fix": self.fix if self.fails else "", "data": _jsonable(self.evidence)}
+
+
+#: Where an item's evidence comes from (issue 13; docs/slo-and-compliance.md):
+#: measured (records, responses, reports, with the figure), declared (file and key, or the
+#: simulator's self-declaration), parameter (what the tester chose), runtime-check (a property of
+#: the tool checked on this run's data), tool-verified (a capability this run did not exercise,
+#: named by the plugin test that exercises it in CI), not-applicable (with the reason), none
+#: (nothing answered it: unmet).
+SOURCES = ("measured", "declared", "parameter", "runtime-check", "tool-verified", "not-applicable", "none")
+
+
+class Verdict(str, enum.Enum):
+    """The three outcomes of draft §2."""
+
+    UNCONDITIONAL = "unconditionally compliant"
+    CONDITIONAL = "conditionally compliant"
+    NOT_COMPLIANT = "not compliant"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class ComplianceResult:
+    """Every applicable item's :class:`Check` for one test, and the §2 verdict."""
+
+    test_id: str
+    verdict: Verdict
+    checks: list[Check]
+    notes: list[str] = field(default_factory=list)
+    #: the declarations the items were judged with (kept so session-level items can be re-judged)
+    declarations: Any = field(default=None, repr=False, compare=False)
+
+    def level(self, rid: str) -> str:
+        return registry()[rid].level
+
+    def __getitem__(self, rid: str) -> Check:
+        for c in self.checks:
+            if c.id == rid:
+                return c
+        raise KeyError(rid)
+
+    def failing(self, level: str | None = None) -> list[Check]:
+        """Unmet (or undeclared) items, optionally of one level."""
+        return [c for c in self.checks if c.fails and (level is None or self.level(c.id) == level)]
+
+    @property
+    def unmet_must(self) -> list[Check]:
+        return self.failing("MUST")
+
+    @property
+    def unmet_should(self) -> list[Check]:
+        return self.failing("SHOULD")
+
+    def rows(self, *, hide_not_applicable: bool = False) -> list[tuple[str, str, str, str]]:
+        """The compact table: (id, level, status, reason), in draft order.
+
+        ``hide_not_applicable`` drops not-applicable MAY/PARAM/REPORT rows (never MUST/SHOULD).
+        """
+        return [(c.id, self.level(c.id), c.status.value, c.reason) for c in self.checks
+                if not (hide_not_applicable and c.status is Status.NOT_APPLICABLE
+                        and self.level(c.id) not in VERDICT_LEVELS)]
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per level: how many items are met / unmet / needs-declaration / not-applicable."""
+        out: dict[str, dict[str, int]] = {lvl: {s.value: 0 for s in Status} for lvl in LEVELS}
+        for c in self.checks:
+            out[self.level(c.id)][c.status.value] += 1
+        return out
+
+    def summary(self) -> str:
+        """``5.1: not compliant (3 MUST unmet, 1 SHOULD unmet)``."""
+        m, s = len(self.unmet_must), len(self.unmet_should)
+        return f"{self.test_id}: {self.verdict.value} ({m} MUST unmet, {s} SHOULD unmet)"
+
+    def format_table(self, *, levels: Iterable[str] = LEVELS, width: int = 100,
+                     hide_not_applicable: bool = False) -> str:
+        """A plain-text table for the terminal: ID | Level | Status | Reason."""
+        wanted = set(levels)
+        rows = [r for r in self.rows(hide_not_applicable=hide_not_applicable) if r[1] in wanted]
+        w0 = max([len("ID")] + [len(r[0]) for r in rows])
+        w2 = max([len("Status")] + [len(r[2]) for r in rows])
+        lines = [self.summary(), f"{'ID':<{w0}}  {'Level':<6}  {'Status':<{w2}}  Reason"]
+        for rid, lvl, st, reason in rows:
+            text = reason if len(reason) <= width else reason[: width - 1] + "…"
+            lines.append(f"{rid:<{w0}}  {lvl:<6}  {st:<{w2}}  {text}")
+        return "\n".join(lines)
+
+    def to_markdown(self, *, hide_not_applicable: bool = False) -> str:
+        lines = [f"**{self.test_id}: {self.verdict.value}**", "", "| ID | Level | Status | Reason |",
+                 "|---|---|---|---|"]
+        for rid, lvl, st, reason in self.rows(hide_not_applicable=hide_not_applicable):
+            lines.append(f"| `{rid}` | {lvl} | {st} | {reason.replace('|', '/')} |")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "test": self.test_id,
+            "verdict": self.verdict.value,
+            "unmet_must": [c.id for c in self.unmet_must],
+            "unmet_should": [c.id for c in self.unmet_should],
+            "counts": self.counts(),
+            "notes": list(self.notes),
+            "checks": [dict(c.to_json(), level=self.level(c.id)) for c in self.checks],
+            "items": [c.item(self.level(c.id), registry()[c.id].summary) for c in self.checks],
+        }
+
+
+def verdict_of(checks: Iterable[Check]) -> Verdict:
+    """Draft §2 on a set of checks (levels looked up in the registry; MAY/PARAM/REPORT ignored)."""
+    reg = registry()
+    must_fail = should_fail = False
+    for c in checks:
+        lvl = reg[c.id].level
+        if c.fails and lvl == "MUST":
+            must_fail = True
+        elif c.fails and lvl == "SHOULD":
+            should_fail = True
+    if must_fail:
+        return Verdict.NOT_COMPLIANT
+    return Verdict.CONDITIONAL if should_fail else Verdict.UNCONDITIONAL
+
+def _jsonable(x: Any) -> Any:
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return _jsonable(dataclasses.asdict(x))
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, enum.Enum):
+        return x.value
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return str(x)

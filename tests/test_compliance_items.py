@@ -1,0 +1,275 @@
+"""Every MUST and SHOULD the engine decides can be met and can be unmet (no check that cannot fail).
+
+For each verdict-setting item an evaluator answers, :data:`CASES` gives the facts under which it
+holds and a change of facts (or of declarations: declared vs undeclared) under which it fails.
+The test fails when an evaluator item has no case, so a new item cannot arrive without an unmet
+case. Items only a procedure answers are listed by ``procedure_items`` and tested with their
+procedure (tests/test_procedure_5_*.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from test_compliance import GOOD_DECLARATIONS, all_procedure_checks, good_facts
+
+from pytest_llmbench.compliance import (
+    TESTS,
+    RunFacts,
+    Status,
+    applicable_items,
+    engine,
+    evaluate_test,
+    procedure_items,
+    registry,
+)
+from pytest_llmbench.compliance.facts import RecordAudit
+
+Change = dict[str, Any]
+
+
+def _apply(f: RunFacts, change: Change) -> RunFacts:
+    """``{"load.rate": 0, "workload": {...}}`` -> a copy of ``f`` with those (nested) fields set."""
+    f = dataclasses.replace(f, load=dataclasses.replace(f.load), clock=dataclasses.replace(f.clock),
+                            warmup=dataclasses.replace(f.warmup))
+    for path, value in change.items():
+        obj: Any = f
+        *head, last = path.split(".")
+        for part in head:
+            obj = getattr(obj, part)
+        setattr(obj, last, value)
+    return f
+
+
+REMOTE: Change = {"clock.single_host": False, "clock.sync_method": None}
+ENGINE: Change = {"sut_boundary": "model-engine", "workload": {"name": "synthetic-uniform"},
+                  "session_workloads": ("synthetic-uniform",)}
+CLOSED: Change = {"load.model": "closed", "load.concurrency": 4, "load.resubmit_gap_p99_s": 0.001,
+                  "load.resubmit_n": 100}
+CUSTOM = {"name": "my-chat", "custom": True,
+          "input_length": {"type": "normal", "params": {"mean": 100}, "unit": "tokens", "tokenizer": "cl100k_base"},
+          "output_length": {"type": "fixed", "params": {"value": 50}, "control": "max_tokens", "unit": "tokens"},
+          "content": {"domain": "chat", "language": "en", "system_prompt": False, "system_prompt_len": 0},
+          "prefix_sharing": {"fraction": 0.0, "length_distribution": "none"}}
+COLD: Change = {"warmup.cold_start": True, "warmup.requests": 0, "warmup.output_tokens": 0}
+SERVER_COUNTS: Change = {"counting_used": {"A": 20}}
+
+
+def _drop(*keys: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda d: {k: v for k, v in d.items() if k not in keys}
+
+
+def _set(**kv: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda d: {**d, **kv}
+
+
+@dataclasses.dataclass
+class Case:
+    """Facts for one item: ``context`` makes it apply and hold; ``unmet`` (facts) or ``decl`` breaks it."""
+
+    test: str = "5.1"
+    context: Change = dataclasses.field(default_factory=dict)
+    unmet: Change = dataclasses.field(default_factory=dict)
+    decl: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    context_decl: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+def _audit(**missing: int) -> RecordAudit:
+    return dataclasses.replace(good_facts().records, **missing)  # type: ignore[arg-type]
+
+
+CASES: dict[str, Case] = {
+    "abstract-SHOULD-1": Case(decl=_drop("terminology")),
+    "1-SHOULD-1": Case(decl=_drop("terminology")),
+    "4.1-MUST-1": Case(unmet={"boundary_declared_before_start": None}),
+    "4.2-MUST-1": Case(unmet={"load.lag_inflight_rho": 0.7}),
+    "4.2.1-MUST-1": Case(unmet={"clock.resolution_ns": 2e6}),
+    "4.2.1-SHOULD-1": Case(unmet={"clock.resolution_ns": 5e3}),
+    "4.2.2-MUST-1": Case(unmet={"streaming": False, "protocol": None}),
+    "4.2.2-MUST-2": Case(unmet={"records": _audit(missing_chunk_times=2)}),
+    "4.2.3-MUST-1": Case(unmet={"load.send_lag_n": 0}),
+    "4.2.3-MUST-2": Case(unmet={"load.send_lag_n": 0}),  # via 4.2.3-MUST-1? no: see test below
+    "4.2.3-SHOULD-1": Case(),
+    "4.2.4-MUST-1": Case(context=CLOSED, unmet={"load.resubmit_gap_p99_s": 0.05}),
+    "4.2.5-MUST-1": Case(unmet={"load.send_lag_p99_s": 0.2}),
+    "4.2.5-MUST-2": Case(),
+    "4.2.6-MUST-1": Case(unmet={"records": _audit(missing_submit=1)}),
+    "4.2.6-MUST-2": Case(unmet={"records": _audit(missing_first_token=1)}),
+    "4.2.6-MUST-3": Case(unmet={"records": _audit(missing_chunk_times=1)}),
+    "4.2.6-MUST-4": Case(unmet={"records": _audit(missing_final=1)}),
+    "4.2.6-MUST-5": Case(unmet={"records": _audit(missing_input_tokens=1)}),
+    "4.2.6-MUST-6": Case(unmet={"records": _audit(missing_output_tokens=1)}),
+    "4.2.6-MUST-7": Case(unmet={"records": _audit(missing_status=1)}),
+    "4.3-MUST-1": Case(context={"workload": CUSTOM}, unmet={"workload": {**CUSTOM, "content": None}}),
+    "4.3.1-MUST-1": Case(context={"workload": CUSTOM}, unmet={"workload": {**CUSTOM, "input_length": None}}),
+    "4.3.1-MUST-2": Case(context={"workload": CUSTOM}, unmet={"workload": {**CUSTOM, "output_length": None}}),
+    "4.3.1-MUST-3": Case(context={"workload": CUSTOM}, unmet={"workload": {**CUSTOM, "content": None}}),
+    "4.3.1-MUST-4": Case(context={"workload": CUSTOM}, unmet={"workload": {**CUSTOM, "prefix_sharing": None}}),
+    "4.3.2-MUST-1": Case(context=ENGINE, unmet={"session_workloads": ("conversation",),
+                                                "workload": {"name": "conversation"}}),
+    "4.3.2-SHOULD-1": Case(unmet={"session_workloads": ("synthetic-uniform",),
+                                  "workload": {"name": "synthetic-uniform"}}),
+    "4.3.2-MUST-2": Case(test="5.9", unmet={"workload": {"name": "synthetic-uniform"}}),
+    "4.3.3-MUST-1": Case(unmet={"seed": None}),
+    "4.3.3-MUST-2": Case(unmet={"seed": None}),
+    "4.3.3-SHOULD-1": Case(unmet={"sequence_hash": None, "generator": None}),
+    "4.3.3-MUST-3": Case(decl=_drop("dataset")),
+    "4.4.1-MUST-1": Case(unmet={"tokenizer": {**good_facts().tokenizer, "version": ""}}),
+    "4.4.1-MUST-2": Case(unmet={"tokenizer": {**good_facts().tokenizer, "vocab_size": None}}),
+    "4.4.1-MUST-3": Case(unmet={"tokenizer": {**good_facts().tokenizer, "source": ""}}),
+    "4.4.2-MUST-1": Case(unmet={"counting_used": None}),
+    "4.4.2-SHOULD-1": Case(unmet=SERVER_COUNTS),
+    "4.4.3-MUST-1": Case(context=SERVER_COUNTS, context_decl=_set(special_tokens={
+        "bos_eos": "excluded", "system_prompt": "included", "tool_call_format": "none"}), decl=_drop("special_tokens")),
+    "4.4.3-MUST-2": Case(context=SERVER_COUNTS, context_decl=_set(special_tokens={
+        "bos_eos": "excluded", "system_prompt": "included", "tool_call_format": "none"}), decl=_drop("special_tokens")),
+    "4.4.3-MUST-3": Case(context=SERVER_COUNTS, context_decl=_set(special_tokens={
+        "bos_eos": "excluded", "system_prompt": "included", "tool_call_format": "none"}), decl=_drop("special_tokens")),
+    "4.5.1-MUST-1": Case(decl=_drop("model_loaded")),
+    "4.5.1-MUST-2": Case(unmet={"warmup.requests": 20, "warmup.output_tokens": 500}),
+    "4.5.1-MUST-3": Case(unmet={"warmup.drained": False, "warmup.server_queue_drained": False}),
+    "4.5.1-MUST-4": Case(test="5.7", context={"prefix_caching": "enabled", "prefix_cache_under_test": True,
+                                              "warmup.prefix_populated": True},
+                         unmet={"warmup.prefix_populated": False}),
+    "4.5.2-SHOULD-1": Case(unmet={"warmup.probes_before": ()}),
+    "4.5.2-SHOULD-2": Case(unmet={"warmup.probes_after": (0.10, 0.15, 0.11)}),
+    "4.5.3-MUST-1": Case(context=COLD, unmet={"warmup.requests": 5}),
+    "4.5.3-MUST-2": Case(context=COLD, unmet={"warmup.cold_start": False}),
+    "4.6.1-SHOULD-1": Case(unmet={"protocol": "websocket"}),
+    "4.6.1-SHOULD-2": Case(context={**ENGINE, "protocol": "grpc"}, unmet={"protocol": "sse"}),
+    "4.6.2-MUST-1": Case(unmet={"protocol": None}),
+    "4.6.2-MUST-2": Case(unmet={"single_token_chunk_fraction": None}),
+    "4.6.2-MUST-3": Case(unmet={"itl_method": None}),
+    "4.6.3-MUST-1": Case(unmet={"itl_method": None}),
+    "4.6.3-SHOULD-1": Case(unmet={"server_token_timestamps": True, "itl_method": "chunk"}),
+    "4.7.1-SHOULD-1": Case(context=ENGINE, unmet={"clock.single_host": False}),
+    "4.7.2-MUST-1": Case(context=REMOTE, decl=_set(clock_sync={"method": "ntp", "accuracy_ms": 25})),
+    "4.7.2-SHOULD-1": Case(context={**REMOTE, "clock.cross_host_intervals": True},
+                           context_decl=_set(clock_sync={"method": "ptp", "accuracy_ms": 0.01}),
+                           decl=_set(clock_sync={"method": "ntp", "accuracy_ms": 5})),
+    "4.7.2-MUST-2": Case(context=REMOTE, context_decl=_set(clock_sync={"method": "ntp", "accuracy_ms": 2}),
+                         decl=_drop("clock_sync")),
+    "4.7.3-SHOULD-1": Case(context={**REMOTE, "network_rtt_s": 0.02},
+                           context_decl=_set(clock_sync={"method": "ntp", "accuracy_ms": 2}),
+                           unmet={"network_rtt_s": None}),
+    "4.7.3-MUST-1": Case(unmet={"latency_adjustment": {"method": "", "value": None}}),
+    "4.7.4-MUST-1": Case(unmet={"clock.timestamp_sample": "2026-11-22T06:52:18Z", "clock.timestamp_format": "iso8601_s"}),
+    "4.7.4-SHOULD-1": Case(unmet={"clock.timestamp_format": "unix_ns", "clock.timestamp_sample": "1763794338123456789"}),
+    "4.8-MUST-1": Case(unmet={"guardrails": None}, decl=_drop("guardrails")),
+    "4.8.1-MUST-1": Case(unmet={"guardrails": None}, decl=_drop("guardrails")),
+    "4.8.1-MUST-2": Case(unmet={"guardrails": None}, decl=_drop("guardrails")),
+    "4.8.1-MUST-3": Case(unmet={"guardrails": None}, decl=_drop("guardrails")),
+    "4.8.1-MUST-4": Case(unmet={"records": None}),
+    "4.8.2-SHOULD-1": Case(decl=_drop("guardrails_default")),
+    "4.8.2-MUST-1": Case(unmet={"guardrails": None}, decl=_drop("guardrails")),
+    "4.8.2-SHOULD-2": Case(unmet={"session_tests": ("5.1",)}),
+    "5.1.2-MUST-1": Case(context={"workload": CUSTOM}, unmet={"workload": {**CUSTOM, "content": None}}),
+    "5.1.2-MUST-5": Case(unmet={"load.model": None}),
+    "5.1.2-MUST-6": Case(unmet={"load.rate": None}),
+    "5.1.2-MUST-7": Case(unmet={"load.arrival": None}),
+    "5.1.2-MUST-8": Case(unmet={"load.arrival": "uniform"}),
+    "5.1.2-MUST-9": Case(context=CLOSED, unmet={"load.concurrency": None}),
+    "5.1.2-MUST-10": Case(unmet={"sut_boundary": None}),
+    "5.1.2-MUST-11": Case(decl=_drop("model")),
+    "5.1.2-MUST-12": Case(decl=_drop("hardware")),
+    "5.1.2-MUST-13": Case(unmet={"prefix_caching": None}),
+    "5.2.2-MUST-1": Case(test="5.2", context={"workload": CUSTOM}, unmet={"workload": {**CUSTOM, "content": None}}),
+    "5.2.2-MUST-3": Case(test="5.2", unmet={"load.model": None}),
+    "5.3.2-MUST-1": Case(test="5.3", unmet=CLOSED),
+    "5.4.2-SHOULD-1": Case(test="5.4", unmet={"workload": {"name": "long-context"}}),
+    "5.5.2-SHOULD-1": Case(test="5.5", unmet={"workload": {"name": "long-context"}}),
+    "5.6.2-MUST-1": Case(test="5.6", unmet={"workload": {"name": "synthetic-uniform"}}),
+    "5.7.2-SHOULD-1": Case(test="5.7", unmet={"workload": {"name": "conversation"}}),
+    "5.8.2-SHOULD-1": Case(test="5.8", unmet={"workload": {"name": "conversation"}}),
+    "5.9.2-MUST-1": Case(test="5.9", unmet={"workload": {"name": "conversation"}}),
+    "5.10.2-SHOULD-1": Case(test="5.10", unmet={"workload": {"name": "synthetic-uniform"}}),
+    "7.1-SHOULD-1": Case(decl=_drop("publication_review")),
+    "7.2-SHOULD-1": Case(decl=_drop("production_cross_check")),
+    "7.4-SHOULD-1": Case(test="5.8", decl=_drop("isolated_system")),
+    "7.4-SHOULD-2": Case(test="5.8", decl=_drop("recovery_procedure")),
+}
+# capabilities: met by this run's data when exercised (unmet when the data contradicts them), else
+# tool-verified by a named plugin test (test_tool_verified_items_name_tests_that_exist)
+CASES["4.2.3-MUST-2"] = Case(context={"load.arrival_fit_p": 0.4}, unmet={"load.arrival_fit_p": 1e-9})
+CASES["4.2.3-SHOULD-1"] = Case(context={"load.arrival": "uniform", "load.arrival_fit_p": 0.4,
+                                        "load.capabilities": ("absolute_schedule", "async", "open_loop", "uniform")},
+                               unmet={"load.arrival_fit_p": 1e-9})
+CASES["4.2.5-MUST-2"] = Case(context={**CLOSED, "load.max_inflight": 4}, unmet={"load.max_inflight": 0,
+                                                                               "load.capabilities": ("closed_loop",)})
+CASES["4.4.2-SHOULD-1"] = Case(context={"compared": True}, unmet=SERVER_COUNTS)
+CASES["4.5.3-MUST-2"] = Case(context=COLD, unmet={"warmup.requests": 5})
+CASES["4.6.3-MUST-1"] = Case(test="5.4", unmet={"itl_method": None})
+CASES["4.6.3-SHOULD-1"] = Case(test="5.4", context={"itl_method": "server", "server_token_timestamps": True},
+                               unmet={"itl_method": "chunk"})
+SYNCED = _set(clock_sync={"method": "ntp", "accuracy_ms": 2})
+CASES["4.7.2-MUST-1"] = Case(context=REMOTE, context_decl=SYNCED, decl=_set(clock_sync={"method": "ntp",
+                                                                                           "accuracy_ms": 25}))
+CASES["4.7.3-MUST-1"] = Case(context=REMOTE, context_decl=SYNCED,
+                             unmet={"latency_adjustment": {"method": "", "value": None}})
+
+
+def verdict_items() -> list[str]:
+    """MUST/SHOULD items an evaluator answers and that can apply to some procedure (not §6: issue 14)."""
+    applies = {req.id for t in TESTS if t != "6" for req, _ in applicable_items(t)}
+    return [r.id for r in registry() if r.in_verdict and r.id in applies and r.id in engine.EVALUATORS]
+
+
+def _judge(case: Case, change: Change, decl_change: Callable[[dict[str, Any]], dict[str, Any]] | None) -> Any:
+    facts = _apply(good_facts(case.test), {**case.context, **change})
+    decl = dict(GOOD_DECLARATIONS)
+    if case.context_decl:
+        decl = case.context_decl(decl)
+    if decl_change:
+        decl = decl_change(decl)
+    return evaluate_test(case.test, all_procedure_checks(case.test), facts, decl)
+
+
+def test_every_verdict_item_has_a_case() -> None:
+    missing = sorted(set(verdict_items()) - set(CASES))
+    assert not missing, f"verdict-setting items without a met/unmet case: {missing}"
+
+
+@pytest.mark.parametrize("rid", verdict_items())
+def test_item_can_be_met_and_unmet(rid: str) -> None:
+    case = CASES[rid]
+    met = _judge(case, {}, None)[rid]
+    assert met.status is Status.MET, f"{rid} not met in its met case: {met.reason}"
+    assert met.reason and met.source not in ("", "none", "not-applicable"), met
+    assert case.unmet or case.decl, f"{rid}: no unmet case"
+    unmet = _judge(case, case.unmet, case.decl)[rid]
+    assert unmet.fails, f"{rid} still {unmet.status.value} in its unmet case: {unmet.reason}"
+    if case.decl is not None and not case.unmet and unmet.status is Status.NEEDS_DECLARATION:
+        assert unmet.key and unmet.fix == f"declare {unmet.key}", unmet  # undeclared: names the key
+
+
+def test_tool_verified_items_name_tests_that_exist() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for cap, node in engine.item_data()["tool_tests"].items():
+        path, _, name = node.partition("::")
+        assert f"def {name}(" in (root / path).read_text(encoding="utf-8"), (cap, node)
+
+
+def test_procedure_items_are_left_to_procedures() -> None:
+    """Items no evaluator answers are the procedures' (their tests cover met and unmet)."""
+    for t in TESTS[:-1]:
+        assert not set(procedure_items(t)) & set(engine.EVALUATORS)
+
+
+def test_docs_source_table_is_current() -> None:
+    """docs/slo-and-compliance.md holds the table the registry generates (regenerate on change)."""
+    from pathlib import Path
+
+    from pytest_llmbench.compliance.table import source_counts, source_table
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "slo-and-compliance.md").read_text(encoding="utf-8")
+    block = doc.split("<!-- source-table:start -->\n", 1)[1].split("\n<!-- source-table:end -->", 1)[0]
+    assert block == source_table(), "regenerate: python -c 'from pytest_llmbench.compliance.table import " \
+                                    "source_table; print(source_table())'"
+    counts = source_counts()
+    assert sum(counts["MUST"].values()) == 93 and sum(counts["SHOULD"].values()) == 34
+    assert not {"constant", "none", ""} & {s for c in counts.values() for s in c}

@@ -62,6 +62,12 @@ def test_low_load_itl_matches_the_engine_model(result) -> None:  # type: ignore[
     assert lv["itl_p50_ms"] == pytest.approx(p50 * 1000, abs=1e-3)
     # a higher load decodes larger batches: P50 does not drop (scheduling noise: 5% slack)
     assert result.runs[1].metrics.percentile("itl", 50).value >= 0.95 * p50
+    # Etalon fluid token rate per level: the run's scalar, in the level figures and the shape table
+    fluid = low.scalar("fluid_token_rate").value
+    assert lv["fluid_token_rate_tok_s"] == pytest.approx(fluid)
+    assert fluid <= 1.0 / (0.95 * lo_pred)  # no faster than one token per decode iteration
+    shape = result.tables[-1]
+    assert shape.columns[-1] == "Fluid rate" and shape.rows[0][-1] == f"{fluid:.0f} tok/s"
 
 
 def test_output_lengths_samples_and_ttft_exclusion(result) -> None:  # type: ignore[no-untyped-def]

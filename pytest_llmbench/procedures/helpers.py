@@ -34,6 +34,8 @@ __all__ = [
     "closed_level_stream",
     "criteria_failures",
     "declared_checks",
+    "FLUID_RATE_NOTE",
+    "fluid_rate",
     "fmt_ms",
     "fmt_num",
     "level_specs",
@@ -174,6 +176,16 @@ def fmt_num(value: float | None, unit: str = "", digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     return f"{value:.{digits}f}{(' ' + unit) if unit else ''}"
+
+
+def fluid_rate(metrics: RunMetrics) -> float | None:
+    """A run's Etalon fluid token generation rate (tokens/s, §4.2 of Etalon; metrics.summarize), or None."""
+    est = metrics.scalars.get("fluid_token_rate")
+    return None if est is None or not math.isfinite(est.value) else float(est.value)
+
+
+FLUID_RATE_NOTE = ("fluid rate: Etalon's fluid token generation rate, 1 / the smallest decode deadline at which "
+                   ">= 99% of requests keep fluidity-index >= 0.9 (prefill deadline fitted to the run's TTFTs)")
 
 
 def percentile_row(metrics: RunMetrics, name: str, ps: Sequence[float] = (50, 95, 99)) -> list[str]:

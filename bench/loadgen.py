@@ -4,6 +4,7 @@
     python bench/loadgen.py                       # aiohttp transport, uvloop if installed
     python bench/loadgen.py --transport all       # compare every transport
     python bench/loadgen.py --http-trace          # with per-request HTTP-trace timings
+    python bench/loadgen.py --trace-compare 4 --requests 5000   # tracing off/on interleaved, ratio
     python bench/loadgen.py --url http://127.0.0.1:8000/v1   # use a server already running
     python bench/loadgen.py --workers 1,2         # closed loop over 1 and 2 load-generator processes
 
@@ -128,6 +129,32 @@ async def closed(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Nam
               f"max {gaps.max():.2f} ms")
 
 
+async def trace_compare(url: str, transport: str, args: argparse.Namespace) -> None:
+    """Closed-loop rounds with HTTP tracing off and on, interleaved (off, on, off, on ...) so machine
+    noise hits both alike; prints each round, the medians and the on/off ratios."""
+    specs = [RequestSpec(index=i, workload="bench", input_tokens=8, max_tokens=args.tokens,
+                         prompt_text="benchmark the benchmarker please") for i in range(args.requests)]
+    figures: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for rnd in range(args.trace_compare):
+        for traced in (False, True) if rnd % 2 == 0 else (True, False):
+            cfg = ClientConfig(base_url=url, model="mock-model", transport=transport, http_trace=traced)
+            async with LLMClient(cfg, max_connections=args.concurrency) as c:
+                await run_closed_loop(c, specs[:300], args.concurrency)  # connections + caches warm
+                cpu0 = time.process_time()
+                res = await run_closed_loop(c, specs, args.concurrency)
+                cpu = time.process_time() - cpu0
+            n_chunks = chunks(res)
+            figures[traced].append((res.ok / res.duration_s, cpu / n_chunks * 1e6))
+            assert all((r.http_trace is not None) == traced for r in res.records if r.ok)
+            print(f"  round {rnd + 1} trace={'on ' if traced else 'off'}: {res.ok / res.duration_s:8.0f} req/s  "
+                  f"CPU {cpu / n_chunks * 1e6:.3f} ms/1000 chunks  errors {res.errors or 0}")
+    med = {k: (float(np.median([f[0] for f in v])), float(np.median([f[1] for f in v]))) for k, v in figures.items()}
+    print(f"  median off: {med[False][0]:.0f} req/s, {med[False][1]:.3f} ms CPU/1000 chunks; "
+          f"on: {med[True][0]:.0f} req/s, {med[True][1]:.3f} ms CPU/1000 chunks")
+    print(f"  ratio on/off: throughput {med[True][0] / med[False][0]:.3f}, CPU per chunk "
+          f"{med[True][1] / med[False][1]:.3f}")
+
+
 async def open_loop(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> None:
     n_open = int(args.rate * args.open_seconds)
     open_specs = (specs * (n_open // len(specs) + 1))[:n_open]
@@ -199,6 +226,9 @@ def main() -> None:
     ap.add_argument("--http-trace", action="store_true", help="record per-request HTTP timings (httptrace.py)")
     ap.add_argument("--workers", type=lambda t: [int(x) for x in t.split(",")], default=None,
                     help="comma-separated load-generator process counts to compare, e.g. 1,2 (closed loop)")
+    ap.add_argument("--trace-compare", type=int, default=0, metavar="ROUNDS",
+                    help="closed loop only: ROUNDS pairs of rounds with HTTP tracing off and on, interleaved; "
+                         "prints the on/off ratios")
     args = ap.parse_args()
 
     loop = args.loop
@@ -220,7 +250,7 @@ def main() -> None:
             return
         for t in (TRANSPORTS if args.transport == "all" else (args.transport,)):
             print(f"transport: {t}")
-            coro = bench(url, t, args)
+            coro = trace_compare(url, t, args) if args.trace_compare else bench(url, t, args)
             if loop == "uvloop":
                 uvloop.run(coro)
             else:

@@ -118,7 +118,8 @@ class ClientConfig:
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError(f"max_connections must be >= 1 or None, got {self.max_connections}")
         if self.http_trace and self.transport != "aiohttp":
-            raise ValueError(f"http_trace needs transport 'aiohttp', got {self.transport!r}")
+            raise ValueError(f"http_trace (--llm-http-trace) needs transport 'aiohttp' (its TraceConfig hooks "
+                             f"give the HTTP phases), got {self.transport!r}")
         if self.read_bufsize < 1024:
             raise ValueError(f"read_bufsize must be >= 1024 bytes, got {self.read_bufsize}")
         for k in self.headers:

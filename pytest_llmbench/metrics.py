@@ -34,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from . import experience as ux
+from . import metrics_extra as mx
 from . import registry
 from .records import ErrorType, RequestRecord
 from .stats import (
@@ -110,7 +111,8 @@ _CORE = ("ttft", "ttft_any_chunk", "ttst", "e2e", "tpot", "jitter", "max_pause",
          "output_tps_per_request", "normalized_latency", "isl", "osl")
 _OPTIONAL = ("ttft_incl_reasoning", "ttfo", "prefill_tps_per_request", "send_lag",
              "schedule_latency", "queue_wait", "prefill", "fluidity", "user_idle_latency",
-             "input_usage_diff_pct", "output_usage_diff_pct", "osl_mismatch_pct")
+             "input_usage_diff_pct", "output_usage_diff_pct", "osl_mismatch_pct", "aiperf_itl",
+             "output_tps_per_user")
 
 
 @runtime_checkable
@@ -509,6 +511,7 @@ def summarize(
         "preemptions": preemptions, "preempted_tokens": preempted_tokens,
         "fluidity": fluid, "user_idle_latency": idle,
     }
+    columns.update(mx.per_request_table(recs))  # AIPerf per-request metrics and HTTP phases (metrics_extra)
     per_request = PerRequest(columns, itl)
 
     # ---- distributions ------------------------------------------------------------------
@@ -654,13 +657,28 @@ def summarize(
             "tokens/s", method=f"smooth goodput, alpha={alpha:g}, V=1/{reading_speed:g} s/token, "
             f"TTFT allowance {ttft_allowance:g} s, f(l)=max(l,0)")
 
+    # ---- AIPerf run totals, token-weighted goodput (eq. 5), fluid token rate (metrics_extra) -----
+    for name, v in mx.run_values(recs).items():
+        if v is not None:
+            scalars[name] = Estimate(float(v), n, registry.METRICS[name].unit, method=registry.METRICS[name].definition)
+    if duration > 0 and judged.any():
+        scalars["token_weighted_goodput"] = Estimate(
+            mx.token_weighted_goodput_of(np.where(ok, np.nan_to_num(osl), 0.0), ok & (idle == 0.0), duration),
+            int(judged.sum()), "tokens/s", method=f"Σ OSL of requests meeting every deadline A + i/V (A = "
+            f"{ttft_allowance:g} s, V = {reading_speed:g} s/token) / whole run (smooth goodput paper eq. 5)")
+    if dp_model is not None and ok.any():
+        fr = ux.fluid_token_generation_rate(_subset_tokens(tokens, ok), dp_model(isl[ok]), failed=n_failed)
+        scalars["fluid_token_rate"] = Estimate(fr.rate, fr.n, "tokens/s", undersampled=not math.isfinite(fr.rate),
+                                               method=f"{fr.method} (min fluidity {fr.min_fluidity:g}, "
+                                               f"{fr.request_fraction:.0%} of requests)")
+
     # ---- windows ------------------------------------------------------------------------
     steady = (f"steady state: [{w0:.3f}, {w1:.3f}] s after the first submission (first "
               f"{steady_state_fraction:.0%} of {duration:.3f} s excluded, §5.2.3.2)")
     whole = f"whole run: [0, {duration:.3f}] s (first submission to last response)"
     windows: dict[str, str] = {}
     for k in scalars:
-        if k.endswith("_full") or k in ("benchmark_duration", "smooth_goodput"):
+        if k.endswith("_full") or k in ("benchmark_duration", "smooth_goodput", "token_weighted_goodput"):
             windows[k] = whole
         elif k in _STEADY_SCALARS:
             windows[k] = steady

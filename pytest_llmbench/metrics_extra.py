@@ -2,8 +2,8 @@
 
 Pure functions over :class:`~pytest_llmbench.records.RequestRecord` lists (or over the
 :class:`~pytest_llmbench.metrics.RunMetrics` that :func:`metrics.summarize` made from them), each
-citing its source, and :data:`EXTRA_METRICS`, one :class:`MetricDecl` per metric, shaped to be
-merged into the metric registry. Sources (``/work/shared/reference/``):
+citing its source; the metrics are declared in the registry (:data:`registry.EXTRA_METRICS`)
+and :func:`metrics.summarize` merges them into every run. Sources (``/work/shared/reference/``):
 
 * AIPerf metrics reference (June 2026), cited by section and tag;
 * Etalon (Agrawal et al.) §4.2, fluid token generation rate;
@@ -17,14 +17,14 @@ stopped by the harness at a window's end, are neither). Times in seconds.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import httptrace
+from . import httptrace, registry
 from .experience import FluidRate
 from .records import RequestRecord
+from .registry import Metric
 
 if TYPE_CHECKING:
     from .metrics import RunMetrics
@@ -34,7 +34,6 @@ __all__ = [
     "AIPERF_EQUIVALENTS",
     "AIPERF_NOT_APPLICABLE",
     "EXTRA_METRICS",
-    "MetricDecl",
     "PER_REQUEST",
     "RUN",
     "aiperf_inter_token_latency",
@@ -50,32 +49,6 @@ __all__ = [
     "token_weighted_goodput",
     "token_weighted_goodput_of",
 ]
-
-
-@dataclass(frozen=True)
-class MetricDecl:
-    """One metric, declared once (the shape the metric registry takes over).
-
-    ``kind``: ``"per_request"`` (one value per record: a distribution) or ``"run"`` (one value
-    per run). ``direction``: ``"lower"``/``"higher"`` is better, or ``"neutral"`` (a size or a
-    count with no better side). ``aliases``: the names other tools and papers use, AIPerf's
-    tag first when AIPerf has the metric (also in ``aiperf``).
-    """
-
-    name: str
-    kind: str
-    unit: str
-    direction: str
-    definition: str
-    source: str
-    aliases: tuple[str, ...] = ()
-    aiperf: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("per_request", "run"):
-            raise ValueError(f"{self.name}: kind must be 'per_request' or 'run', not {self.kind!r}")
-        if self.direction not in ("lower", "higher", "neutral"):
-            raise ValueError(f"{self.name}: direction must be lower/higher/neutral, not {self.direction!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,99 +274,14 @@ def fluid_token_generation_rate(run: RunMetrics, *, min_fluidity: float = 0.9,
 
 
 # --------------------------------------------------------------------------------------------
-# declarations
+# declarations: in the metric registry (registry.EXTRA_METRICS), the one home of every metric
 # --------------------------------------------------------------------------------------------
 
-_A = "AIPerf metrics reference"
-_HTTP = f"{_A}, HTTP Trace Metrics (k6/HAR phases); httptrace.py"
+#: The registry's declarations of this module's metrics (name, unit, direction, source, AIPerf tag).
+EXTRA_METRICS: tuple[Metric, ...] = registry.EXTRA_METRICS
 
-
-def _http(phase: str, unit: str, direction: str, definition: str) -> MetricDecl:
-    tag = f"http_req_{phase}"
-    return MetricDecl(f"http_{phase}", "per_request", unit, direction, definition, _HTTP, (tag,), tag)
-
-
-EXTRA_METRICS: tuple[MetricDecl, ...] = (
-    MetricDecl("aiperf_itl", "per_request", "s", "lower",
-               "(E2E − TTFT incl. reasoning) / (OSL − 1); equals our tpot unless reasoning preceded "
-               "the output", f"{_A}, Streaming Metrics, Inter Token Latency",
-               ("inter_token_latency", "ITL (AIPerf)"), "inter_token_latency"),
-    MetricDecl("output_tps_per_user", "per_request", "tokens/s", "higher", "1 / aiperf_itl",
-               f"{_A}, Streaming Metrics, Output Token Throughput Per User",
-               ("output_token_throughput_per_user",), "output_token_throughput_per_user"),
-    MetricDecl("output_token_count", "per_request", "tokens", "neutral",
-               "client-side output tokens excluding reasoning", f"{_A}, Token Based Metrics, Output Token Count",
-               ("output_token_count",), "output_token_count"),
-    MetricDecl("reasoning_token_count", "per_request", "tokens", "neutral",
-               "client-side tokens of the streamed reasoning_content", f"{_A}, Reasoning Metrics",
-               ("reasoning_token_count",), "reasoning_token_count"),
-    MetricDecl("usage_total_tokens", "per_request", "tokens", "neutral", "usage.total_tokens",
-               f"{_A}, Usage Field Metrics", ("usage_total_tokens",), "usage_total_tokens"),
-    MetricDecl("usage_reasoning_tokens", "per_request", "tokens", "neutral",
-               "usage.completion_tokens_details.reasoning_tokens", f"{_A}, Usage Field Metrics",
-               ("usage_reasoning_tokens",), "usage_reasoning_tokens"),
-    MetricDecl("usage_prompt_cache_read_tokens", "per_request", "tokens", "higher",
-               "prompt_tokens_details.cached_tokens / cache_read_input_tokens (record.cached_tokens)",
-               f"{_A}, Usage Field Metrics", ("usage_prompt_cache_read_tokens",), "usage_prompt_cache_read_tokens"),
-    MetricDecl("usage_prompt_cache_write_tokens", "per_request", "tokens", "neutral",
-               "usage.cache_creation_input_tokens (Anthropic)", f"{_A}, Usage Field Metrics",
-               ("usage_prompt_cache_write_tokens",), "usage_prompt_cache_write_tokens"),
-    MetricDecl("usage_prompt_cache_miss_tokens", "per_request", "tokens", "lower",
-               "usage.prompt_cache_miss_tokens (DeepSeek)", f"{_A}, Usage Field Metrics",
-               ("usage_prompt_cache_miss_tokens",), "usage_prompt_cache_miss_tokens"),
-    MetricDecl("reasoning_usage_diff_pct", "per_request", "%", "lower",
-               "(usage reasoning − client reasoning) / client reasoning × 100, signed (AIPerf: absolute)",
-               f"{_A}, Usage Discrepancy Metrics", ("usage_reasoning_tokens_diff_pct",),
-               "usage_reasoning_tokens_diff_pct"),
-    MetricDecl("error_isl", "per_request", "tokens", "neutral", "input tokens of a failed request",
-               f"{_A}, Error Metrics", ("error_isl",), "error_isl"),
-    _http("blocked", "s", "lower", "connection-pool wait (queued start → end)"),
-    _http("dns_lookup", "s", "lower", "DNS resolution; 0 on cache hit, IP literal or reuse"),
-    _http("connecting", "s", "lower", "connection create − DNS inside it (TCP + TLS); 0 on reuse"),
-    _http("sending", "s", "lower", "connection ready → request body written"),
-    _http("waiting", "s", "lower", "request written → first response body byte (TTFB)"),
-    _http("receiving", "s", "lower", "first → last response body byte"),
-    _http("duration", "s", "lower", "connection ready → last body byte (measured)"),
-    _http("connection_overhead", "s", "lower", "blocked + dns_lookup + connecting"),
-    _http("total", "s", "lower", "sum of the six phases blocked … receiving"),
-    _http("data_sent", "bytes", "neutral", "request line + headers + body bytes"),
-    _http("data_received", "bytes", "neutral", "status line + headers + decoded body bytes"),
-    _http("connection_reused", "count", "higher", "1 when a pooled connection was taken, else 0"),
-    _http("chunks_sent", "count", "neutral", "request body writes"),
-    _http("chunks_received", "count", "neutral", "non-empty reads of the response body stream"),
-    MetricDecl("total_output_tokens", "run", "tokens", "neutral", "Σ output_token_count, successful requests",
-               f"{_A}, Token Based Metrics", ("total_output_tokens",), "total_output_tokens"),
-    MetricDecl("total_osl", "run", "tokens", "neutral", "Σ osl (server usage preferred), successful requests",
-               f"{_A}, Token Based Metrics", ("total_osl",), "total_osl"),
-    MetricDecl("total_isl", "run", "tokens", "neutral", "Σ isl (server usage preferred), successful requests",
-               f"{_A}, Token Based Metrics", ("total_isl",), "total_isl"),
-    MetricDecl("total_reasoning_tokens", "run", "tokens", "neutral", "Σ reasoning_token_count",
-               f"{_A}, Reasoning Metrics", ("total_reasoning_tokens",), "total_reasoning_tokens"),
-    *(MetricDecl(f"total_usage_{k}", "run", "tokens", "neutral", f"Σ usage {k.replace('_', ' ')}, successful requests",
-                 f"{_A}, Usage Field Metrics", (f"total_usage_{k}",), f"total_usage_{k}")
-      for k in ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens",
-                "prompt_cache_read_tokens", "prompt_cache_write_tokens", "prompt_cache_miss_tokens")),
-    MetricDecl("overall_usage_prompt_cache_read_pct", "run", "%", "higher",
-               "Σ cache-read tokens / Σ usage prompt tokens × 100 (token-weighted)", f"{_A}, Usage Field Metrics",
-               ("overall_usage_prompt_cache_read_pct",), "overall_usage_prompt_cache_read_pct"),
-    MetricDecl("total_error_isl", "run", "tokens", "neutral", "Σ error_isl over failed requests",
-               f"{_A}, Error Metrics", ("total_error_isl",), "total_error_isl"),
-    MetricDecl("token_weighted_goodput", "run", "tokens/s", "higher",
-               "Σ 1(all deadlines d_i = A + i/V met)·OSL / T; failed requests 0",
-               "smooth goodput paper eq. 5 (deadlines eq. 4)", ("Goodput (eq. 5)",)),
-    MetricDecl("fluid_token_rate", "run", "tokens/s", "higher",
-               "1 / smallest D_d with >= 99% of requests at fluidity-index >= 0.9",
-               "Etalon §4.2; experience.fluid_token_generation_rate", ("fluid token generation rate",)),
-    MetricDecl("user_idle_latency", "per_request", "s", "lower",
-               "max_i(t_i − (A + i/V)) clipped at 0 (exists: metrics.summarize)",
-               "smooth goodput paper eq. 6 with eq. 4 deadlines", ("l_r", "user idle latency")),
-    MetricDecl("smooth_goodput", "run", "tokens/s", "higher",
-               "Σ (n_r − α·f(l_r)) / T (exists: metrics.summarize)", "smooth goodput paper eq. 7-8",
-               ("smooth goodput",)),
-)
-
-#: The declared names of this module by kind.
-RUN: tuple[str, ...] = tuple(d.name for d in EXTRA_METRICS if d.kind == "run")
+#: The run-level (scalar) names of this module.
+RUN: tuple[str, ...] = tuple(m.name for m in EXTRA_METRICS if m.kind == "scalar")
 
 #: AIPerf tags that today's metrics already cover: tag -> (our name, definition difference).
 #: ``our name`` is a distribution, scalar or per-request column of ``metrics.summarize``.

@@ -60,7 +60,10 @@ FAILURE_TYPES = frozenset(e for e in ErrorType if e is not ErrorType.CANCELLED)
 #: MAJOR.MINOR: a minor version only adds optional fields, so a reader accepts every file of its
 #: major version (missing fields take their defaults, unknown ones are ignored). Files written
 #: before the version was recorded are format 1.0.
-RECORDS_FORMAT = "1.1"  # 1.1: inflight_at_send, oldest_outstanding_ns (§4.2.5 evidence)
+#: 1.1: optional ``inflight_at_send``, ``oldest_outstanding_ns`` (§4.2.5 evidence).
+#: 1.2: optional ``http_trace`` (``--llm-http-trace``: HTTP lifecycle times, httptrace.py) and
+#: ``reasoning_tokens_client`` (client count of the streamed reasoning tokens).
+RECORDS_FORMAT = "1.2"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from typing import Literal
 
 from . import units
 
-__all__ = ["DIRECTIONS", "FIGURES", "METRICS", "TERMS", "TERMINAL_COLUMNS", "Figure", "Metric", "definitions",
+__all__ = ["DIRECTIONS", "EXTRA_METRICS", "FIGURES", "METRICS", "TERMS", "TERMINAL_COLUMNS", "Figure", "Metric", "definitions",
            "higher_is_better", "lookup", "slo_metrics"]
 
 Direction = Literal["lower", "higher", "neutral"]
@@ -52,6 +52,7 @@ class Metric:
     aliases: tuple[str, ...] = ()
     slo: bool = False  # may be named in an SLO expression
     per_token: bool = False  # a time per token: an SLO also accepts "ms/tok"
+    aiperf: str | None = None  # AIPerf's metric tag when AIPerf has this metric (export_aiperf.py)
 
     def __post_init__(self) -> None:
         if self.unit not in units.UNITS:
@@ -92,6 +93,101 @@ def _c(name: str, title: str, unit: str, definition: str) -> Metric:
     return Metric(name, title, unit, "neutral", "column", definition, aggregation=PER_REQUEST)
 
 
+# ---- AIPerf, Etalon and smooth-goodput metrics (computed by metrics_extra.py) ----------------------
+_A = "AIPerf metrics reference"
+_HTTP = f"{_A}, HTTP Trace Metrics (k6/HAR phases); httptrace.py"
+
+
+def _x(name: str, title: str, kind: Kind, unit: str, direction: Direction, definition: str, section: str,
+       aliases: tuple[str, ...] = (), aiperf: str | None = None, *, slo: bool = False) -> Metric:
+    """A metric of the reference documents; ``aiperf`` (AIPerf's tag) is also an alias when it differs."""
+    names = tuple(a for a in ((aiperf,) if aiperf and aiperf != name else ()) + aliases if a != name)
+    aggregation = {"distribution": PERCENTILES, "scalar": PER_RUN, "column": PER_REQUEST}[kind]
+    return Metric(name, title, unit, direction, kind, definition, section, aggregation, names, slo, aiperf=aiperf)
+
+
+def _http(phase: str, title: str, unit: str, direction: Direction, definition: str) -> Metric:
+    tag = f"http_req_{phase}"
+    return _x(f"http_{phase}", f"HTTP {title}", "column", unit, direction, definition, _HTTP, (), tag)
+
+
+def _total(k: str) -> Metric:
+    return _x(f"total_usage_{k}", f"Total usage {k.replace('_', ' ')}", "scalar", "tokens", "neutral",
+              f"Σ usage {k.replace('_', ' ')}, successful requests", f"{_A}, Usage Field Metrics", (),
+              f"total_usage_{k}")
+
+
+#: The metrics of the reference documents (audit §4) that metrics_extra.py computes.
+EXTRA_METRICS: tuple[Metric, ...] = (
+    _x("aiperf_itl", "ITL (AIPerf)", "distribution", "s", "lower", "(E2E - TTFT incl. reasoning) / (OSL - 1); "
+       "equals our tpot unless reasoning preceded the output", f"{_A}, Streaming Metrics, Inter Token Latency",
+       (), "inter_token_latency", slo=True),
+    _x("output_tps_per_user", "Output rate per user", "distribution", "tokens/s", "higher", "1 / aiperf_itl",
+       f"{_A}, Streaming Metrics, Output Token Throughput Per User", (), "output_token_throughput_per_user",
+       slo=True),
+    _x("output_token_count", "Output tokens (excl. reasoning)", "column", "tokens", "neutral",
+       "client-side output tokens excluding reasoning", f"{_A}, Token Based Metrics", (), "output_token_count"),
+    _x("reasoning_token_count", "Reasoning tokens", "column", "tokens", "neutral",
+       "client-side tokens of the streamed reasoning_content", f"{_A}, Reasoning Metrics", (),
+       "reasoning_token_count"),
+    _x("usage_total_tokens", "Usage total tokens", "column", "tokens", "neutral", "usage.total_tokens",
+       f"{_A}, Usage Field Metrics", (), "usage_total_tokens"),
+    _x("usage_reasoning_tokens", "Usage reasoning tokens", "column", "tokens", "neutral",
+       "usage.completion_tokens_details.reasoning_tokens", f"{_A}, Usage Field Metrics", (),
+       "usage_reasoning_tokens"),
+    _x("usage_prompt_cache_read_tokens", "Usage cache-read tokens", "column", "tokens", "higher",
+       "prompt_tokens_details.cached_tokens / cache_read_input_tokens (record.cached_tokens)",
+       f"{_A}, Usage Field Metrics", (), "usage_prompt_cache_read_tokens"),
+    _x("usage_prompt_cache_write_tokens", "Usage cache-write tokens", "column", "tokens", "neutral",
+       "usage.cache_creation_input_tokens (Anthropic)", f"{_A}, Usage Field Metrics", (),
+       "usage_prompt_cache_write_tokens"),
+    _x("usage_prompt_cache_miss_tokens", "Usage cache-miss tokens", "column", "tokens", "lower",
+       "usage.prompt_cache_miss_tokens (DeepSeek)", f"{_A}, Usage Field Metrics", (), "usage_prompt_cache_miss_tokens"),
+    _x("reasoning_usage_diff_pct", "Reasoning usage difference", "column", "%", "lower",
+       "(usage reasoning - client reasoning) / client reasoning x 100, signed (AIPerf: absolute)",
+       f"{_A}, Usage Discrepancy Metrics", (), "usage_reasoning_tokens_diff_pct"),
+    _x("error_isl", "Error input length", "column", "tokens", "neutral", "input tokens of a failed request",
+       f"{_A}, Error Metrics", (), "error_isl"),
+    _http("blocked", "blocked", "s", "lower", "connection-pool wait (queued start -> end)"),
+    _http("dns_lookup", "DNS lookup", "s", "lower", "DNS resolution; 0 on cache hit, IP literal or reuse"),
+    _http("connecting", "connecting", "s", "lower", "connection create - DNS inside it (TCP + TLS); 0 on reuse"),
+    _http("sending", "sending", "s", "lower", "connection ready -> request body written"),
+    _http("waiting", "waiting (TTFB)", "s", "lower", "request written -> first response body byte (TTFB)"),
+    _http("receiving", "receiving", "s", "lower", "first -> last response body byte"),
+    _http("duration", "duration", "s", "lower", "connection ready -> last body byte (measured)"),
+    _http("connection_overhead", "connection overhead", "s", "lower", "blocked + dns_lookup + connecting"),
+    _http("total", "total", "s", "lower", "sum of the six phases blocked ... receiving"),
+    _http("data_sent", "data sent", "bytes", "neutral", "request line + headers + body bytes"),
+    _http("data_received", "data received", "bytes", "neutral", "status line + headers + decoded body bytes"),
+    _http("connection_reused", "connection reused", "requests", "higher",
+          "1 when a pooled connection was taken, else 0"),
+    _http("chunks_sent", "chunks sent", "events", "neutral", "request body writes"),
+    _http("chunks_received", "chunks received", "events", "neutral", "non-empty reads of the response body stream"),
+    _x("total_output_tokens", "Total output tokens", "scalar", "tokens", "neutral",
+       "Σ output_token_count, successful requests", f"{_A}, Token Based Metrics", (), "total_output_tokens"),
+    _x("total_osl", "Total OSL", "scalar", "tokens", "neutral", "Σ osl (server usage preferred), successful "
+       "requests", f"{_A}, Token Based Metrics", (), "total_osl"),
+    _x("total_isl", "Total ISL", "scalar", "tokens", "neutral", "Σ isl (server usage preferred), successful "
+       "requests", f"{_A}, Token Based Metrics", (), "total_isl"),
+    _x("total_reasoning_tokens", "Total reasoning tokens", "scalar", "tokens", "neutral",
+       "Σ reasoning_token_count", f"{_A}, Reasoning Metrics", (), "total_reasoning_tokens"),
+    *(_total(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens",
+                          "prompt_cache_read_tokens", "prompt_cache_write_tokens", "prompt_cache_miss_tokens")),
+    _x("overall_usage_prompt_cache_read_pct", "Overall cache-read share", "scalar", "%", "higher",
+       "Σ cache-read tokens / Σ usage prompt tokens x 100 (token-weighted)", f"{_A}, Usage Field Metrics", (),
+       "overall_usage_prompt_cache_read_pct"),
+    _x("total_error_isl", "Total error ISL", "scalar", "tokens", "neutral", "Σ error_isl over failed requests",
+       f"{_A}, Error Metrics", (), "total_error_isl"),
+    _x("token_weighted_goodput", "Token-weighted goodput", "scalar", "tokens/s", "higher",
+       "Σ 1(all deadlines d_i = A + i/V met)·OSL / T over the whole run; failed requests count 0 tokens",
+       "smooth goodput paper eq. 5 (deadlines eq. 4)", ("goodput_eq5", "token_goodput"), slo=True),
+    _x("fluid_token_rate", "Fluid token rate", "scalar", "tokens/s", "higher",
+       "1 / smallest decode deadline D_d with >= 99% of requests (failed ones count as not fluid) at "
+       "fluidity-index >= 0.9", "Etalon §4.2; experience.fluid_token_generation_rate",
+       ("fluid_token_generation_rate",), slo=True),
+)
+
+
 _ALL: tuple[Metric, ...] = (
     # ---- per-request latencies (distributions) --------------------------------------------------
     _d("ttft", "TTFT", "s", "lower", "first content token (§5.1.3.1: first non-whitespace content; reasoning, "
@@ -112,7 +208,7 @@ _ALL: tuple[Metric, ...] = (
        "decode interval exists)", "§5.4.3", slo=True, per_token=True, aliases=("time_per_output_token",)),
     _d("itl", "ITL", "s", "lower", "consecutive token arrival gaps after the first content token (§5.4.3), "
        "pooled over requests; the submission-to-first-token interval is never a sample", "§5.4.3",
-       POOLED, slo=True, aliases=("inter_token_latency",)),
+       POOLED, slo=True),
     _d("inter_chunk", "Time between chunks", "s", "lower", "gaps between consecutive content chunks after the "
        "first content token (§4.6.3 option A, 'time between chunks')", "§4.6.3", POOLED, slo=True),
     _d("itl_distributed", "ITL (option B)", "s", "lower", "option B samples: every token of an N-token chunk "
@@ -147,9 +243,11 @@ _ALL: tuple[Metric, ...] = (
     _d("queue_wait", "Queue wait", "s", "lower", "server_timing.queue_ns (§5.1.4.2)", "§5.1.4.2", slo=True),
     _d("prefill", "Prefill", "s", "lower", "server_timing.prefill_ns (§5.1.4.2)", "§5.1.4.2", slo=True),
     _d("fluidity", "Fluidity index", "fraction", "higher", "Etalon fluidity-index: share of token deadlines met "
-       "per request", "Etalon", slo=True),
-    _d("user_idle_latency", "User idle latency", "s", "lower", "time a reader waits for tokens beyond the "
-       "reading pace (smooth goodput paper)", "Smooth goodput"),
+       "per request (Etalon §4.2, D_p from the run's TTFT fit, D_d = 1/decode rate)", "Etalon §4.2", slo=True,
+       aliases=("fluidity_index",)),
+    _d("user_idle_latency", "User idle latency", "s", "lower", "l_r = max_i(t_i - (A + i/V)) clipped at 0: "
+       "how long a reader at V s/token with a TTFT allowance A waits beyond the reading pace; failed "
+       "requests included", "smooth goodput paper eq. 4, 6", aliases=("l_r", "idle_latency"), slo=True),
     # ---- per-request columns that are not summarised ---------------------------------------------
     _c("sent", "Sent", "s", "submission time after the first submission"),
     _c("end", "End", "s", "end time after the first submission"),
@@ -213,8 +311,10 @@ _ALL: tuple[Metric, ...] = (
        "of max_tokens, 50 tokens) (AIPerf rule)", "AIPerf", COUNT),
     _s("usage_discrepancy_count", "Usage discrepancies", "requests", "lower", "requests whose |input or output "
        "usage diff| > 10% (AIPerf rule)", "AIPerf", COUNT),
-    _s("smooth_goodput", "Smooth goodput", "tokens/s", "higher", "output tokens of judged requests discounted by "
-       "the user idle latency, over the whole run", "Smooth goodput"),
+    _s("smooth_goodput", "Smooth goodput", "tokens/s", "higher", "Σ (n_r - α·f(l_r)) / T: output tokens of "
+       "judged requests discounted by the user idle latency, over the whole run", "smooth goodput paper eq. 7-8",
+       slo=True),
+    *EXTRA_METRICS,
 )
 
 METRICS: dict[str, Metric] = {}

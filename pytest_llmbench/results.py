@@ -238,6 +238,60 @@ def key_figures(metrics: Any) -> dict[str, Any]:
     return out
 
 
+#: Goodput and experience figures shown per run (§5.2.2.3; smooth-goodput paper eq. 5-8; Etalon §4.2).
+EXPERIENCE_FIGURES: tuple[tuple[str, str, float | None], ...] = (
+    ("goodput", "goodput", None), ("token_weighted_goodput", "token_weighted_goodput", None),
+    ("smooth_goodput", "smooth_goodput", None), ("user_idle_latency_p50", "user_idle_latency", 50.0),
+    ("user_idle_latency_p99", "user_idle_latency", 99.0), ("fluid_token_rate", "fluid_token_rate", None),
+)
+#: HTTP-trace phases of the timing table (registry http_* columns, AIPerf http_req_*), percentiles shown.
+HTTP_PHASES = ("http_blocked", "http_dns_lookup", "http_connecting", "http_sending", "http_waiting",
+               "http_receiving", "http_duration", "http_connection_overhead", "http_total")
+HTTP_PERCENTILES = (50.0, 90.0, 99.0)
+
+
+def experience_figures(result: Any) -> list[dict[str, Any]]:
+    """Per run (primary first): request goodput next to token-weighted goodput, smooth goodput, user idle
+    latency P50/P99 and the fluid token rate, as Estimate dicts with units; runs with none are left out."""
+    rows = []
+    for label, m in _all_metrics(result):
+        values: dict[str, Any] = {}
+        for name, metric, p in EXPERIENCE_FIGURES:
+            if p is None:
+                est = (getattr(m, "scalars", None) or {}).get(metric)
+            else:
+                d = (getattr(m, "distributions", None) or {}).get(metric)
+                est = d.percentile(p) if d is not None and d.n > 0 else None
+            if est is not None:
+                values[name] = _est(est)
+        if values:
+            rows.append({"label": label, "values": values})
+    return rows
+
+
+def http_timing(result: Any) -> list[dict[str, Any]]:
+    """HTTP phase percentiles (seconds) over every traced request of every run (--llm-http-trace);
+    empty when no request was traced."""
+    import numpy as np
+
+    cols: dict[str, list[Any]] = {ph: [] for ph in HTTP_PHASES}
+    for _, m in _all_metrics(result):
+        pr = getattr(m, "per_request", None)
+        if pr is None or HTTP_PHASES[0] not in pr.columns:
+            continue
+        for ph in HTTP_PHASES:
+            cols[ph].append(pr.columns[ph])
+    rows = []
+    for ph, parts in cols.items():
+        v = np.concatenate(parts) if parts else np.empty(0)
+        v = v[np.isfinite(v)]
+        if v.size:
+            rows.append({"metric": ph, "aiperf": METRICS[ph].aiperf, "unit": METRICS[ph].unit, "n": int(v.size),
+                         "percentiles": {f"p{p:g}": float(np.percentile(v, p)) for p in HTTP_PERCENTILES},
+                         "mean": float(v.mean())})
+    return rows
+
+
 def _load_text(load: Mapping[str, Any] | None) -> str:
     if not load:
         return "not recorded"
@@ -342,6 +396,8 @@ def _procedure(index: int, key: str, result: Any, report_dir: Path) -> dict[str,
         "compliance": _compliance_summary(result),
         "run_dirs": [r["run_dir"] for r in data.get("runs") or [] if r["run_dir"]],
         "plot_notes": plot_notes,
+        "experience": experience_figures(result),
+        "http_timing": http_timing(result),
         "result": data,
     }
 
@@ -705,6 +761,10 @@ def build_document(result: SessionResult, *, environ: Mapping[str, str] | None =
     doc["summary"] = _mvr(doc, procs, decl, notes)
     shown = {FIGURES[name].metric for p, _ in procs for name in p["figures"]}
     shown.update(lookup(f).name for f in ("ttft", "tpot", "output_throughput"))  # the key results
+    exp_metric = {name: metric for name, metric, _ in EXPERIENCE_FIGURES}
+    for p, _ in procs:
+        shown.update(exp_metric[k] for row in p["experience"] for k in row["values"])
+        shown.update(row["metric"] for row in p["http_timing"])
     doc["metrics"] = {name: METRICS[name].to_json() for name in sorted(shown)}
     doc["records"] = _record_files(report_dir)
     annotate(doc, _item_titles())

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["APIS", "BOUNDARIES", "LLMBenchConfigError", "OPTIONS", "Option", "PROFILES", "Settings",
+__all__ = ["APIS", "BOUNDARIES", "EXPORTS", "LLMBenchConfigError", "OPTIONS", "Option", "PROFILES", "Settings",
            "parse_capacity", "resolve"]
 
 BOUNDARIES = ("model-engine", "gateway", "compound")
@@ -99,7 +99,14 @@ OPTIONS: tuple[Option, ...] = (
            False, "bool"),
     Option("runs", "repeat each procedure N times in the session (§6.3: at least 3 for across-run CIs)", 1, "int"),
     Option("runs-cooldown", "seconds of idle time between repetitions of --llm-runs", 0.0, "float"),
+    Option("http-trace", "record each request's HTTP phases (blocked, DNS, connecting, sending, waiting/TTFB, "
+           "receiving; aiohttp TraceConfig) as the http_* metrics (AIPerf http_req_*)", False, "bool"),
+    Option("export", "extra export of every measured run: 'aiperf' writes AIPerf's profile_export files to "
+           "<run dir>/aiperf (repeatable or comma-separated)", None, "list"),
 )
+
+#: Formats ``--llm-export`` accepts.
+EXPORTS = ("aiperf",)
 
 
 @dataclass
@@ -127,6 +134,8 @@ class Settings:
     workers: str = "1"
     ray_address: str | None = None
     dry_run: bool = False
+    http_trace: bool = False
+    export: list[str] = field(default_factory=list)
     server_kind: str | None = None
     autosave: bool = False
     save: str | None = None
@@ -249,6 +258,11 @@ def _validate(s: Settings) -> None:
         parse_capacity(s.capacity, s.sources.get("capacity", "capacity"))
     if s.declarations is not None and not s.declarations.is_file():
         raise LLMBenchConfigError(f"{s.sources['declarations']}: declarations file {s.declarations} not found")
+    s.export = [x.strip().lower() for item in s.export for x in item.split(",") if x.strip()]
+    bad = [x for x in s.export if x not in EXPORTS]
+    if bad:
+        raise LLMBenchConfigError(f"{s.sources.get('export', '--llm-export')}: unknown export format "
+                                  f"{', '.join(map(repr, bad))}; known: {', '.join(EXPORTS)}")
     if s.sim_config is not None and not s.sim_config.is_file():
         raise LLMBenchConfigError(f"{s.sources['sim_config']}: simulator config {s.sim_config} not found")
 

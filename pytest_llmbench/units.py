@@ -48,6 +48,7 @@ UNITS: dict[str, Unit] = {u.name: u for u in (
     Unit("requests", "count", "requests"),
     Unit("events", "count", "events"),
     Unit("samples", "count", "samples"),
+    Unit("bytes", "count", "bytes"),
     Unit("%", "percent", "%"),
 )}
 

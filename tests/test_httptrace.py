@@ -264,7 +264,7 @@ async def test_tracing_off_leaves_records_unchanged() -> None:
 
 
 def test_http_trace_needs_aiohttp_transport() -> None:
-    with pytest.raises(ValueError, match="http_trace needs transport 'aiohttp'"):
+    with pytest.raises(ValueError, match=r"http_trace \(--llm-http-trace\) needs transport 'aiohttp'"):
         ClientConfig(base_url="http://x/v1", model="m", transport="httpx", http_trace=True)
 
 

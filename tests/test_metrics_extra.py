@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import pytest_llmbench
-from pytest_llmbench import httptrace
+from pytest_llmbench import httptrace, registry
 from pytest_llmbench import metrics_extra as mx
 from pytest_llmbench.metrics import summarize
 from pytest_llmbench.records import ErrorType, RequestRecord
@@ -183,15 +183,40 @@ def _aiperf_tags() -> list[str]:
 
 
 def test_declarations_are_unique_and_complete() -> None:
+    """Every metric of metrics_extra is declared once, in the registry, and summarize computes it."""
     names = [d.name for d in mx.EXTRA_METRICS]
     assert len(names) == len(set(names))
     table = mx.per_request_table([rec()])
     for d in mx.EXTRA_METRICS:
-        assert d.definition and d.source and d.unit
-        if d.kind == "per_request" and d.name not in ("user_idle_latency",):
+        assert d.definition and d.section and d.unit
+        assert registry.lookup(d.name) is d
+        if d.aiperf:
+            assert registry.lookup(d.aiperf) is d, f"AIPerf tag {d.aiperf} is not an alias of {d.name}"
+        if d.kind != "scalar":
             assert d.name in table, f"{d.name} declared but not computed"
-    computed_runs = set(mx.run_values([rec()])) | {"token_weighted_goodput", "fluid_token_rate", "smooth_goodput"}
+    computed_runs = set(mx.run_values([rec()])) | {"token_weighted_goodput", "fluid_token_rate"}
     assert set(mx.RUN) <= computed_runs
+
+
+def test_summarize_merges_the_extra_metrics_once() -> None:
+    """metrics.summarize carries every per-request extra as a column, the AIPerf ITL as a distribution,
+    the run totals, token-weighted goodput (eq. 5) and the fluid token rate as scalars."""
+    recs = [rec(i, sent=0.1 * i, chunks=((0.1 * i + 0.05, "a", "", 1), (0.1 * i + 0.15, "b", "", 1),
+                                         (0.1 * i + 0.25, "c", "", 1)), end=0.1 * i + 0.25, osl=3)
+            for i in range(5)]
+    run = summarize(recs)
+    table = mx.per_request_table(sorted(recs, key=lambda r: r.sent_ns))
+    for name, col in table.items():
+        np.testing.assert_array_equal(run.per_request[name], col)
+    assert run.distributions["aiperf_itl"].unit == "s"
+    assert run.per_request["aiperf_itl"] == pytest.approx([0.1] * 5)  # (0.25 - 0.05) / (3 - 1)
+    assert run.scalars["total_osl"].value == 15
+    # token-weighted goodput: the same figure as the function over the summarised run
+    assert run.scalars["token_weighted_goodput"].value == pytest.approx(mx.token_weighted_goodput(run))
+    assert run.scalars["token_weighted_goodput"].unit == "tokens/s"
+    fr = mx.fluid_token_generation_rate(run)
+    assert run.scalars["fluid_token_rate"].value == pytest.approx(fr.rate)
+    assert 5 < fr.rate < 50  # 10 tokens/s decode: a 0.1 s gap per token
 
 
 def test_every_aiperf_metric_is_mapped_or_has_a_reason() -> None:
@@ -227,3 +252,24 @@ def test_docs_map_every_aiperf_metric() -> None:
     text = DOCS.read_text()
     missing = [t for t in _aiperf_tags() if not re.search(rf"`{re.escape(t)}`", text)]
     assert not missing, f"docs/metrics.md does not map: {missing}"
+
+
+@pytest.mark.parametrize("text, metric, threshold", [
+    ("user_idle_latency.p99 <= 500ms", "user_idle_latency", 0.5),
+    ("l_r <= 1 s", "user_idle_latency", 1.0),
+    ("smooth_goodput >= 100 tok/s", "smooth_goodput", 100.0),
+    ("token_weighted_goodput >= 50 tok/s", "token_weighted_goodput", 50.0),
+    ("fluid_token_rate >= 20 tok/s", "fluid_token_rate", 20.0),
+    ("fluid_token_generation_rate >= 20 tok/s", "fluid_token_rate", 20.0),
+    ("fluidity.p1 >= 0.9", "fluidity", 0.9),
+    ("inter_token_latency.p99 <= 40 ms", "aiperf_itl", 0.04),
+])
+def test_new_metrics_parse_as_slos_and_evaluate(text: str, metric: str, threshold: float) -> None:
+    from pytest_llmbench.slo import evaluate, parse_slo
+
+    s = parse_slo(text)
+    assert (s.metric, s.threshold) == (metric, pytest.approx(threshold))
+    recs = [rec(i, sent=0.1 * i, chunks=((0.1 * i + 0.05, "a", "", 1), (0.1 * i + 0.15, "b", "", 1)),
+                end=0.1 * i + 0.15, osl=2) for i in range(5)]
+    res = evaluate(s, summarize(recs))
+    assert res.value is not None and math.isfinite(res.value.value), res.message

@@ -160,3 +160,22 @@ def test_tables_and_compliance_items(result) -> None:  # type: ignore[no-untyped
     assert result.checks["5.2.2-MUST-4"].holds and result.checks["5.2.2-MUST-5"].status.value == "not-applicable"
     assert not result.checks["5.2.2-PARAM-1"].holds  # 3 s levels: shown as unmet, never hidden
     assert result.checks["5.2.4-REPORT-4"].status.value == "not-applicable"  # the simulator has no GPU
+
+
+def test_fluidity_criterion_bounds_the_closed_loop_search(tmp_path: Path) -> None:
+    """A criterion no level can meet (Etalon fluid rate far above one token per decode iteration)
+    leaves no sustainable level, and every level names the criterion it failed (§5.2.2.3)."""
+    proc = get_procedure("5.2")
+    params = proc.make_params("smoke", {
+        "load_model": "closed", "concurrency_min": 1, "concurrency_max": 4, "max_levels": 2,
+        "level_duration_s": 1.0, "max_output_tokens": 12, "warmup_requests": 4, "warmup_tokens": 20,
+        "criteria": ["fluid_token_rate >= 100000 tok/s"],
+    })
+    with harness(SimConfig(time_scale=1.0, seed=7, max_num_seqs=4, eos_mean_tokens=0), tmp_path) as ctx:
+        result = asyncio.run(proc.run(ctx, params))
+    assert result.capacity is None and result.measurements["slo_applied"] is True
+    steps = result.plots["search"]["steps"]
+    assert steps and all(not s["passed"] and "criterion Fluid token rate >= 100000 tok/s" in s["label"]
+                         for s in steps)
+    with pytest.raises(ProcedureError, match="criteria"):
+        proc.make_params("smoke", {"criteria": ["fluidity >= 2 tok/s"]})

@@ -111,6 +111,10 @@ def test_curve_shape_and_derived_points(curve) -> None:  # type: ignore[no-untyp
     assert t5.columns == ["Offered (r/s)", "Achieved (tok/s)", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99",
                           "Success"]
     assert len(t5.rows) == 12
+    detail = curve.tables[1]  # Etalon fluid token rate per level (issue 19)
+    assert detail.columns[-1] == "Fluid rate" and len(m["fluid_token_rate_tok_s"]) == 12
+    assert all(r[-1].endswith("tok/s") for r in detail.rows[:5])  # below capacity; n/a when no D_d fits
+    assert m["fluid_token_rate_tok_s"][0] > 0
     # achieved throughput grows with the offered load below capacity (common random numbers)
     ach = [lv["achieved_tok_s"] for lv in m["levels"]]
     assert ach[5] > 2 * ach[1] and ach[8] > ach[4]

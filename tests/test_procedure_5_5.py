@@ -24,6 +24,7 @@ pass one above: the test asserts the answer <= K and the search logic exactly.
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,37 @@ def test_capacity_errors_are_recognised():
     assert capacity_error(_rec(status=400, error_type=ErrorType.HTTP_4XX, error_message="kv_capacity_exceeded"))
     assert not capacity_error(_rec(status=400, error_type=ErrorType.HTTP_4XX, error_message="bad temperature"))
     assert not capacity_error(_rec(status=200))
+
+
+# ---- Etalon capacity: a fluidity SLO bounds the search (issue 19) ---------------------------------
+# Decode iteration = step 4 ms + 1 ms per running sequence, KV never binds and TTFT has a 10 s
+# allowance, so only the criterion can fail a level. The fluid token rate at concurrency C is about
+# 1 / (4 + C) ms: 125 tok/s at C = 4, 50 tok/s at C = 16; "fluid_token_rate >= 83 tok/s" holds up to
+# C ~ 8 (measured: 185, 143, 78 tok/s at C = 2, 4, 8) and fails from there on.
+FLUID_CONFIG = SimConfig(time_scale=1.0, step_ms=4.0, decode_per_seq_ms=1.0, kv_capacity_tokens=1 << 20,
+                         prefill_per_token_ms=0.005, prefill_per_token2_ms=0.0, prefix_cache=False, seed=5)
+
+
+def test_fluidity_criterion_bounds_capacity(tmp_path: Path) -> None:
+    proc = get_procedure("5.5")
+    params = proc.make_params("standard", {
+        "workload": "fixed", "workload_params": {"input_tokens": 20}, "output_tokens": 24,
+        "initial_concurrency": 2, "max_concurrency": 32, "resolution": 4, "ttft_p99_threshold_s": 10.0,
+        "min_level_s": 1.0, "min_completions_per_slot": 3, "warmup_requests": 4, "warmup_tokens": 50,
+        "criteria": ["fluid_token_rate >= 83 tok/s"],
+    })
+    with start_simulator(FLUID_CONFIG) as sim:
+        result = asyncio.run(proc.run(make_ctx(sim, tmp_path), params))
+    cap = result.measurements["max_concurrency"]
+    assert cap is not None and 4 <= cap < 16, result.tables[0].notes
+    notes = " ".join(result.tables[0].notes)
+    assert re.search(r"\d+: Fail: criterion Fluid token rate >= 83 tok/s: Fluid token rate [\d.]+ tok/s < 83", notes)
+    rates = {r.label: r.metrics.scalars["fluid_token_rate"].value for r in result.runs}
+    assert rates["c0002"] > rates["c0004"] > 83  # the rate falls as the batch grows
+    assert "fluid_token_rate >= 83 tok/s" in result.tables[0].notes[1]
+
+
+def test_bad_criterion_is_named() -> None:
+    proc = get_procedure("5.5")
+    with pytest.raises(ValueError, match="criteria: .*fluidity"):
+        proc.make_params("standard", {"criteria": ["fluidity.p1 >= 90 tok/s"]})

@@ -129,7 +129,8 @@ def test_run_json_carries_the_records_format_and_older_files_are_read(tmp_path: 
     del stored["records_format"]
     meta_path.write_text(json.dumps(stored), encoding="utf-8")
     line = json.loads((tmp_path / "run" / RECORDS_FILE).read_text(encoding="utf-8").splitlines()[0])
-    for optional in ("server_token_ns", "server_timing", "usage", "request_class"):
+    for optional in ("server_token_ns", "server_timing", "usage", "request_class", "http_trace",
+                     "reasoning_tokens_client"):
         line.pop(optional, None)
     (tmp_path / "run" / RECORDS_FILE).write_text(json.dumps(line) + "\n", encoding="utf-8")
     run = load_run(tmp_path / "run")

@@ -28,6 +28,7 @@ from ..compliance import (
     WarmupFacts,
     evaluate_test,
 )
+from ..export_aiperf import write_aiperf_export
 from ..load import ClosedLoop, LoadResult, OpenLoop, run_load
 from ..metrics import RunMetrics, summarize
 from ..records import ClockAnchor, RequestRecord, RequestSpec
@@ -93,6 +94,7 @@ def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> 
         token_id_prompts=sut.api == "completions",
         request_server_timing=sut.embedded,
         tokenizer=None,
+        http_trace=s.http_trace,
         extra_body=sut.extra_body,  # the SUT's live mapping: adapter fields and configuration switches
         send_extra_fields=sut.send_extra_fields,
         reuse_connections=sut.reuse_connections,
@@ -196,6 +198,8 @@ async def measure(
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
+    if "aiperf" in ctx.settings.export:  # --llm-export aiperf: AIPerf's files next to the records
+        write_aiperf_export(run_dir / "aiperf", result.records, anchor=anchor, tokenizer=ctx.tokenizer, slos=slos)
     server_after = await sample_server_metrics(client) if server_before else None
     itl_option = "C" if any(r.server_token_ns for r in result.records[:50]) else "B"
     metrics = summarize(result.records, slos=slos, itl_option=itl_option)

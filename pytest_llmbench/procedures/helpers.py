@@ -33,10 +33,14 @@ __all__ = [
     "capacity_error",
     "LevelStream",
     "closed_level_stream",
+    "criteria_failures",
     "declared_checks",
+    "FLUID_RATE_NOTE",
+    "fluid_rate",
     "fmt_ms",
     "fmt_num",
     "level_specs",
+    "parse_criteria",
     "percentile_row",
     "pvalue",
     "queue_trend",
@@ -200,6 +204,16 @@ def fmt_num(value: float | None, unit: str = "", digits: int = 1) -> str:
     return f"{value:.{digits}f}{(' ' + unit) if unit else ''}"
 
 
+def fluid_rate(metrics: RunMetrics) -> float | None:
+    """A run's Etalon fluid token generation rate (tokens/s, §4.2 of Etalon; metrics.summarize), or None."""
+    est = metrics.scalars.get("fluid_token_rate")
+    return None if est is None or not math.isfinite(est.value) else float(est.value)
+
+
+FLUID_RATE_NOTE = ("fluid rate: Etalon's fluid token generation rate, 1 / the smallest decode deadline at which "
+                   ">= 99% of requests keep fluidity-index >= 0.9 (prefill deadline fitted to the run's TTFTs)")
+
+
 def percentile_row(metrics: RunMetrics, name: str, ps: Sequence[float] = (50, 95, 99)) -> list[str]:
     """Formatted percentiles of a distribution for a draft table ("n/a" when absent)."""
     if name not in metrics.distributions or metrics.distributions[name].n == 0:
@@ -213,6 +227,31 @@ def pvalue(metrics: RunMetrics, name: str, p: float) -> float | None:
         return None
     v = metrics.percentile(name, p).value
     return None if v is None or math.isnan(v) else float(v)
+
+
+def parse_criteria(criteria: Sequence[str]) -> list[Any]:
+    """Capacity criteria as SLO expressions (slo.py), e.g. Etalon's ``fluidity.p1 >= 0.9`` or
+    ``fluid_token_rate >= 20 tok/s``; a ValueError names a bad one (§5.2.2.3, §5.5.2)."""
+    from ..slo import SLOError, parse_slo
+
+    if isinstance(criteria, str):
+        raise ValueError(f"criteria must be a list of SLO expressions, got the string {criteria!r}")
+    out = []
+    for text in criteria:
+        try:
+            out.append(parse_slo(text))
+        except SLOError as exc:
+            raise ValueError(f"criteria: {exc}") from None
+    return out
+
+
+def criteria_failures(criteria: Sequence[str], metrics: RunMetrics) -> list[str]:
+    """One reason per capacity criterion (SLO expression) a level's run does not meet; a criterion
+    whose metric is undefined in the run fails (Etalon: capacity is the load the SLO still holds at)."""
+    from ..slo import evaluate
+
+    return [f"criterion {r.slo}: {r.message}" for r in (evaluate(c, metrics) for c in parse_criteria(criteria))
+            if not r.passed]
 
 
 def sample_list(values: Any, limit: int = 20_000) -> list[float]:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,9 +54,11 @@ from .common import Measured, measure
 from .helpers import (
     RAMP_UP_FRACTION,
     QueueTrend,
+    criteria_failures,
     fmt_ms,
     fmt_num,
     level_specs,
+    parse_criteria,
     percentile_row,
     pvalue,
     queue_trend,
@@ -92,8 +95,10 @@ class ThroughputParams:
     warmup_requests: int = 100
     warmup_tokens: int = 10_000
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
+    criteria: list[str] = field(default_factory=list)  # extra SLOs (§5.2.2.3), e.g. "fluidity.p1 >= 0.9"
 
     def validate(self) -> None:
+        parse_criteria(self.criteria)
         if self.load_model not in ("open", "closed"):
             raise ValueError(f"load_model must be 'open' or 'closed', got {self.load_model!r}")
         if self.arrival not in ("poisson", "uniform"):
@@ -239,7 +244,7 @@ def _throughput_bins(m: Measured, lo_ns: int, hi_ns: int) -> tuple[float | None,
 def assess_level(m: Measured, *, level: float, offered_rate: float | None, closed: bool,
                  reference_ttft_p50: float | None, tail_factor: float = 10.0,
                  completion_threshold: float = 0.9, ttft_slo: float | None = None,
-                 tpot_slo: float | None = None) -> LevelAssessment:
+                 tpot_slo: float | None = None, criteria: Sequence[str] = ()) -> LevelAssessment:
     """Apply §5.2.3.1 (saturation), §5.2.2.3 (SLO) and §5.2.3.2 (steady state) to one level."""
     mt = m.metrics
     lo, hi = steady_window_ns(m)
@@ -274,6 +279,10 @@ def assess_level(m: Measured, *, level: float, offered_rate: float | None, close
         if tpot_slo is not None and (tpot_p99 is None or tpot_p99 > tpot_slo):
             slo_ok = False
             reasons.append(f"TPOT P99 {fmt_ms(tpot_p99)} > SLO {fmt_ms(tpot_slo)}")
+    if criteria:  # SLO expressions, e.g. Etalon's fluidity SLO bounding capacity
+        failed = criteria_failures(criteria, mt)
+        slo_ok = slo_ok is not False and not failed
+        reasons += failed
     if not m.load.valid:
         reasons.append(f"judged despite the load generator self-check: {m.load.invalid_reason}")
     unstable_tput = trend is not None and abs(trend) > 0.2
@@ -349,7 +358,7 @@ class _Search:
         a = assess_level(m, level=level, offered_rate=None if closed else level, closed=closed,
                          reference_ttft_p50=self.reference_p50(level), tail_factor=p.tail_factor,
                          completion_threshold=p.completion_threshold, ttft_slo=p.ttft_p99_slo_s,
-                         tpot_slo=p.tpot_p99_slo_s)
+                         tpot_slo=p.tpot_p99_slo_s, criteria=p.criteria)
         m.summary.extra["assessment"] = a.to_json()
         self.levels.append((m, a, phase))
         return a
@@ -475,7 +484,7 @@ class Throughput(ProcedureRun[ThroughputParams]):
     def summarize(self) -> Outcome:
         p, levels, best, closed = self.p, self.search.levels, self.best, self.p.load_model == "closed"
         unit = "concurrency" if closed else "req/s"
-        self.slo_given = p.ttft_p99_slo_s is not None or p.tpot_p99_slo_s is not None
+        self.slo_given = p.ttft_p99_slo_s is not None or p.tpot_p99_slo_s is not None or bool(p.criteria)
         self.gpus = _gpu_count(self.ctx)
         notes: list[str] = []
         self.measurements = measurements = {
@@ -545,7 +554,8 @@ class Throughput(ProcedureRun[ThroughputParams]):
               else "not measurable (needs server batch metrics)"]],
             notes=[("latency constraint: " + ", ".join(
                         x for x in (f"TTFT P99 <= {fmt_ms(p.ttft_p99_slo_s)}" if p.ttft_p99_slo_s else "",
-                                    f"TPOT P99 <= {fmt_ms(p.tpot_p99_slo_s)}" if p.tpot_p99_slo_s else "") if x))
+                                    f"TPOT P99 <= {fmt_ms(p.tpot_p99_slo_s)}" if p.tpot_p99_slo_s else "",
+                                    *p.criteria) if x))
                    if slo_given else "no latency constraint: maximum load without saturation (§5.2.3 4a)",
                    "throughput over the level's steady-state window (first 10% excluded, §5.2.3.2)",
                    f"level duration {p.level_duration_s:g} s; search converged to within "
@@ -635,7 +645,8 @@ def _checks(p: ThroughputParams, levels: list[tuple[Measured, LevelAssessment, s
                                       rate_step=step)
         c["5.2.2-MUST-5"] = Check.not_applicable("5.2.2-MUST-5", "open-loop search: no concurrency range")
     c["5.2.2-PARAM-2"] = Check.met("5.2.2-PARAM-2", "SLOs recorded: TTFT P99 <= "
-                                   f"{p.ttft_p99_slo_s}, TPOT P99 <= {p.tpot_p99_slo_s} s" if slo_given
+                                   f"{p.ttft_p99_slo_s}, TPOT P99 <= {p.tpot_p99_slo_s} s"
+                                   + "".join(f", {x}" for x in p.criteria) if slo_given
                                    else "no latency constraint given (optional)")
     if slo_given:
         c["5.2.2-PARAM-3"] = (Check.met("5.2.2-PARAM-3", "the reported level meets every SLO")

@@ -34,7 +34,7 @@ from ..stats import knee_point, optimal_operating_point, saturation_point
 from ..warmup import WarmupResult
 from .base import Table
 from .common import Measured
-from .helpers import fmt_ms, level_specs, pvalue, queue_trend
+from .helpers import FLUID_RATE_NOTE, fluid_rate, fmt_ms, fmt_num, level_specs, pvalue, queue_trend
 from .pipeline import Outcome, ProcedureRun
 
 DRAFT_MIN_DURATION_S = 60.0  # §5.3.2
@@ -220,11 +220,13 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
                    "achieved throughput over each level's steady window (first 10% excluded, §5.2.3.2)"])
         detail = Table(
             "Per-level detail (§5.3.4)",
-            ["Load", "Offered (r/s)", "TTFT P95", "TPOT P95", "E2E P50", "E2E P95", "E2E P99", "Success", "Queue"],
+            ["Load", "Offered (r/s)", "TTFT P95", "TPOT P95", "E2E P50", "E2E P95", "E2E P99", "Success", "Queue",
+             "Fluid rate"],
             [[f"{pt.fraction:.0%}", f"{pt.offered:.2f}", fmt_ms(pt.ttft[1]), fmt_ms(pt.tpot[1]),
-              *(fmt_ms(v) for v in pt.e2e), f"{pt.success:.1%}", pt.queue] for pt in points],
+              *(fmt_ms(v) for v in pt.e2e), f"{pt.success:.1%}", pt.queue, fmt_num(fluid_rate(m.metrics), "tok/s", 0)]
+             for pt, m in zip(points, runs)],
             notes=[("queue growth: OLS slope of the server's waiting gauge (client in-flight count without /metrics) "
-                    "significant and >= max(2, 2% of arrivals) over the steady window")])
+                    "significant and >= max(2, 2% of arrivals) over the steady window"), FLUID_RATE_NOTE])
         measurements: dict[str, Any] = {
             "capacity_rate_req_s": cap.rate, "capacity_source": cap.source, "levels": [pt.to_json() for pt in points],
             "level_count": len(points), "level_duration_s": p.level_duration_s,
@@ -235,6 +237,7 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
             "max_achieved_tok_s": max(achieved) if achieved else None,
             "min_ttft_p99_ms": None if min_p99 is None else round(min_p99 * 1000, 3),
             "queue_growing_levels": [pt.offered for pt in growing], "slo_applied": slo_given,
+            "fluid_token_rate_tok_s": [fluid_rate(m.metrics) for m in runs],
         }
         curve = {"offered": offered, "achieved_tps": achieved, "ttft_p99_s": p99,
                  "tpot_p99_s": [pt.tpot[2] if pt.tpot[2] is not None else math.nan for pt in points],

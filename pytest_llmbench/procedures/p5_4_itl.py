@@ -37,7 +37,7 @@ from ..workloads import build_workload
 from ..warmup import WarmupResult
 from .base import Table
 from .common import Measured
-from .helpers import cap_output, fmt_ms, pvalue, sample_list
+from .helpers import FLUID_RATE_NOTE, cap_output, fluid_rate, fmt_ms, fmt_num, pvalue, sample_list
 from .pipeline import Outcome, ProcedureRun
 
 DRAFT_MIN_OUTPUT = 50  # §5.4.2 MUST
@@ -252,7 +252,8 @@ class ITL(ProcedureRun[ITLParams]):
                    *(fmt_ms(pvalue(mt, "jitter", q)) for q in (50, 95, 99)),
                    *(fmt_ms(pvalue(mt, "max_pause", q)) for q in (50, 95, 99)),
                    mod.verdict if mod else "n/a", tail.verdict if tail else "n/a",
-                   f"{mt.scalar('itl_tail_ratio').value:.2f}", f"{a.short_requests}/{a.ok_requests}"]
+                   f"{mt.scalar('itl_tail_ratio').value:.2f}", f"{a.short_requests}/{a.ok_requests}",
+                   fmt_num(fluid_rate(mt), "tok/s", 0)]
             per_req_rows.append(row)
             level_meas.append({
                 "fraction": frac, "offered_req_s": frac * cap.rate, "itl_samples": a.samples,
@@ -266,14 +267,16 @@ class ITL(ProcedureRun[ITLParams]):
                 "tail": tail.verdict if tail else None, "tail_xi": _num(tail.xi) if tail else None,
                 "short_requests": a.short_requests, "ok_requests": a.ok_requests,
                 "concurrency_mean": _num(mt.scalar("concurrency").value),
+                "fluid_token_rate_tok_s": fluid_rate(mt),
             })
         tables.append(Table(
             "Per-request ITL statistics and distribution shape (§5.4.4.2, §5.4.4.3)",
             ["Load", "Offered (r/s)", "Jitter P50", "Jitter P95", "Jitter P99", "Max Pause P50", "Max Pause P95",
-             "Max Pause P99", "Modality", "Tail", "P99/P50", f"< {p.min_output_tokens} tokens"], per_req_rows,
+             "Max Pause P99", "Modality", "Tail", "P99/P50", f"< {p.min_output_tokens} tokens", "Fluid rate"],
+            per_req_rows,
             notes=["jitter = per-request standard deviation of its ITLs; max pause = its largest ITL",
                    ("modality: Hartigan's dip test (p < 0.05 = multimodal); tail: GPD shape xi of the excesses over "
-                    "P90 (xi > 0.1 heavy-tailed, |xi| <= 0.1 exponential, xi < -0.1 light)")]))
+                    "P90 (xi > 0.1 heavy-tailed, |xi| <= 0.1 exponential, xi < -0.1 light)"), FLUID_RATE_NOTE]))
         return level_meas
 
     def checks(self, out: Outcome) -> dict[str, Check]:

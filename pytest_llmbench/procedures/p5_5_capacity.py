@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +34,8 @@ from ..load import ClosedLoop
 from ..warmup import WarmupResult
 from .base import Capacity, ProcedureContext, Table
 from .common import Measured
-from .helpers import build_level_specs, capacity_error, closed_level_stream, fmt_ms, pvalue
+from .helpers import (build_level_specs, capacity_error, closed_level_stream, criteria_failures, fmt_ms,
+                      parse_criteria, pvalue)
 from .pipeline import Outcome, ProcedureRun
 
 __all__ = [
@@ -70,8 +72,10 @@ class CapacityParams:
     level_timeout_s: float = 3600.0  # safety cap on one level's submission window
     warmup_requests: int = 100
     warmup_tokens: int = 10_000
+    criteria: list[str] = field(default_factory=list)  # extra SLOs a level must meet, e.g. "fluidity.p1 >= 0.9"
 
     def validate(self) -> None:
+        parse_criteria(self.criteria)
         if self.output_tokens < 1:
             raise ValueError(f"output_tokens must be >= 1, got {self.output_tokens}")
         if not 1 <= self.initial_concurrency <= self.max_concurrency:
@@ -211,7 +215,7 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
             m = await self.measure(client, f"c{c:04d}", closed_level_stream(specs, need, p.min_level_s, stats),
                                    ClosedLoop(c, duration_s=p.level_timeout_s), drain_timeout_s=ctx.settings.timeout,
                                    extra={"concurrency": c, "level_seed": level_seed})
-            out = _judge(c, m, threshold, p.min_completion, stats.get("repeats", 0))
+            out = _judge(c, m, threshold, p.min_completion, stats.get("repeats", 0), p.criteria)
             self.outcomes[c] = out
             if out.completions and m.load.duration_s > 0:
                 rate_per_slot = out.completions / m.load.duration_s / c
@@ -240,7 +244,8 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
             ["Concurrency", "Completion", "TTFT P99", "TPOT P99", "Errors", "Status"], rows,
             notes=[f"Maximum concurrent requests meeting criteria: {lo if lo else 'none (no level passed)'}",
                    (f"criteria: completion >= {p.min_completion:.0%}, TTFT P99 <= {fmt_ms(threshold)} "
-                   f"({threshold_src}), no out-of-memory/capacity errors (§5.5.2)"),
+                   f"({threshold_src}), no out-of-memory/capacity errors (§5.5.2)"
+                   + "".join(f", {c}" for c in p.criteria)),
                    f"search order: {', '.join(map(str, order))}; bracket [{lo}, {hi if hi is not None else '-'}] "
                    f"resolution {p.resolution}" + ("" if converged else " (NOT converged)"),
                    (f"fixed output {p.output_tokens} tokens (forced), closed loop, each level >= {p.min_level_s:g} s "
@@ -300,7 +305,8 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
                        self.threshold_src, self.server_sampled)
 
 
-def _judge(c: int, m: Measured, threshold: float, min_completion: float, repeats: int) -> LevelOutcome:
+def _judge(c: int, m: Measured, threshold: float, min_completion: float, repeats: int,
+           criteria: Sequence[str] = ()) -> LevelOutcome:
     met = m.metrics
     n_ok = int(met.scalar("completed_count").value)
     n_failed = int(met.scalar("error_count").value)
@@ -314,6 +320,7 @@ def _judge(c: int, m: Measured, threshold: float, min_completion: float, repeats
         reasons.append(f"TTFT P99 {fmt_ms(ttft99)} > {fmt_ms(threshold)}")
     if cap_err:
         reasons.append(f"{cap_err} out-of-memory/capacity errors")
+    reasons += criteria_failures(criteria, met)  # e.g. Etalon's fluidity SLO bounding capacity
     return LevelOutcome(c, m, completion, ttft99, tpot99, n_failed, cap_err, not reasons, reasons, n_ok,
                         m.load.send_window_s, repeats)
 

@@ -149,7 +149,7 @@ def _proc_view(p: Mapping[str, Any], with_figures: bool) -> dict[str, Any]:
         "param_rows": [[k, fmt_any(v)] for k, v in (res.get("params") or {}).items()],
         "measurement_rows": [[k, fmt_est(v, ci=True, n=True) if is_estimate(v) else fmt_any(v)]
                              for k, v in (res.get("measurements") or {}).items()],
-        "tables": res.get("tables") or [],
+        "tables": (res.get("tables") or []) + _extra_tables(p),
         "run_rows": _run_rows(res.get("runs") or []),
         "dist_rows": _dist_rows(res.get("metrics")),
         "errors": (res.get("metrics") or {}).get("errors_by_type") or {},
@@ -168,6 +168,35 @@ def _proc_view(p: Mapping[str, Any], with_figures: bool) -> dict[str, Any]:
         "should_unmet": sum(1 for u in c["unmet"] if u["level"] == "SHOULD"),
         "figures": figures_for(p["procedure"], res.get("plots") or {}) if with_figures else [],
     }
+
+
+_EXPERIENCE_HEADERS = {"goodput": "Goodput (requests)", "token_weighted_goodput": "Token-weighted goodput",
+                       "smooth_goodput": "Smooth goodput", "user_idle_latency_p50": "User idle latency P50",
+                       "user_idle_latency_p99": "User idle latency P99", "fluid_token_rate": "Fluid token rate"}
+
+
+def _extra_tables(p: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Goodput/experience per run and the HTTP timing table, from the document's ``experience`` and
+    ``http_timing`` entries (results.py computes them; issue 19)."""
+    out: list[dict[str, Any]] = []
+    exp = p.get("experience") or []
+    if exp:
+        names = [k for k in _EXPERIENCE_HEADERS if any(k in r["values"] for r in exp)]
+        out.append({"title": "Goodput and user experience", "columns": ["Run", *(_EXPERIENCE_HEADERS[k] for k in names)],
+                    "rows": [[r["label"], *(fmt_est(r["values"].get(k)) for k in names)] for r in exp],
+                    "notes": ["Goodput counts requests meeting every SLO (§5.2.2.3); token-weighted goodput counts "
+                              "the output tokens of requests meeting every reading deadline (smooth-goodput paper "
+                              "eq. 5); fluid token rate: Etalon §4.2."]})
+    http = p.get("http_timing") or []
+    if http:
+        pcts = list(http[0]["percentiles"])
+        out.append({"title": "HTTP timing (--llm-http-trace)",
+                    "columns": ["Phase", "AIPerf tag", *(k.upper() for k in pcts), "Mean", "n"],
+                    "rows": [[r["metric"], r.get("aiperf") or "", *(fmt_value(r["percentiles"][k], r["unit"])
+                              for k in pcts), fmt_value(r["mean"], r["unit"]), f"{r['n']:,}"] for r in http],
+                    "notes": ["Connection set-up (blocked + DNS + connecting) is part of TTFT; waiting is the "
+                              "time to the first response byte."]})
+    return out
 
 
 def _capacity(c: Any) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -60,7 +61,7 @@ FAILURE_TYPES = frozenset(e for e in ErrorType if e is not ErrorType.CANCELLED)
 #: MAJOR.MINOR: a minor version only adds optional fields, so a reader accepts every file of its
 #: major version (missing fields take their defaults, unknown ones are ignored). Files written
 #: before the version was recorded are format 1.0.
-RECORDS_FORMAT = "1.0"
+RECORDS_FORMAT = "1.1"  # 1.1: prompt_hash (which prompts were warm-up vs measured, §4.5.1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,23 @@ class RequestSpec:
     ignore_eos: bool = False
     temperature: float = 0.0
     stop: tuple[str, ...] | None = None
+
+    @property
+    def prompt_hash(self) -> str:
+        """A short SHA-256 of what is sent as the prompt (system prompt + text or token ids).
+
+        Two specs with the same hash send the same prompt; the records carry it so a run can show
+        that warm-up and measured prompts are disjoint (§4.5.1) and that measured prompts do not
+        repeat unless the workload defines repetition.
+        """
+        h = hashlib.sha256()
+        h.update((self.system_prompt or "").encode("utf-8"))
+        h.update(b"\x00")
+        if self.prompt_ids is not None:
+            h.update(",".join(map(str, self.prompt_ids)).encode("ascii"))
+        else:
+            h.update(self.prompt_text.encode("utf-8"))
+        return h.hexdigest()[:16]
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -125,6 +143,7 @@ class RequestRecord:
     request_class: str | None = None
     prefix_id: str | None = None
     phase: str = "measure"  # "measure" | "warmup" | "probe"
+    prompt_hash: str | None = None  # RequestSpec.prompt_hash (format 1.1)
     # --- times (perf_counter_ns) -----------------------------------------------------------
     intended_ns: int | None = None  # open loop: the scheduled send time (§4.2.3)
     sent_ns: int = 0  # when the request was handed to the transport
@@ -193,6 +212,7 @@ class RequestRecord:
             request_class=spec.request_class,
             prefix_id=spec.prefix_id,
             phase=phase,
+            prompt_hash=spec.prompt_hash,
         )
 
     def to_json(self, *, keep_text: bool = True) -> dict[str, Any]:

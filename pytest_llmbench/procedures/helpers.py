@@ -29,6 +29,7 @@ __all__ = [
     "RAMP_UP_FRACTION",
     "QueueTrend",
     "build_level_specs",
+    "cache_hit_summary",
     "cap_output",
     "capacity_error",
     "closed_level_stream",
@@ -122,6 +123,26 @@ def capacity_error(rec: RequestRecord) -> bool:
     if rec.error_type is ErrorType.RATE_LIMITED or rec.status in (503, 507):
         return True
     return bool(rec.error_message and _CAPACITY_TEXT.search(rec.error_message))
+
+
+def cache_hit_summary(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """The measured prefix-cache hit fraction from ``usage...cached_tokens`` (§4.5.1, §5.7).
+
+    Over successful records whose server reported ``cached_tokens``: the share of prompt tokens
+    served from cache, and the share of requests with more than half their prompt cached (a
+    measured sample contaminated by warm-up or repetition shows up here). ``fraction`` is None
+    when the server reports no cached counts.
+    """
+    ok = [r for r in records if r.ok and r.cached_tokens is not None]
+    prompt = sum(r.input_tokens for r in ok)
+    cached = sum(min(r.cached_tokens or 0, r.input_tokens) for r in ok)
+    over_half = sum(1 for r in ok if r.input_tokens > 0 and (r.cached_tokens or 0) > r.input_tokens / 2)
+    return {
+        "requests_reporting": len(ok),
+        "fraction": round(cached / prompt, 4) if ok and prompt else None,
+        "requests_over_half_cached": over_half,
+        "share_over_half_cached": round(over_half / len(ok), 4) if ok else None,
+    }
 
 
 def build_level_specs(ctx: ProcedureContext, workload: str, n: int, seed: int, output_tokens: int,

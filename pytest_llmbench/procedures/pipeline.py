@@ -27,6 +27,7 @@ from ..records import RequestSpec
 from ..warmup import WarmupResult
 from .base import Capacity, Procedure, ProcedureContext, ProcedureResult, Table, params_json, register
 from .common import Measured, client_for, finish, measure, run_facts, warm_up
+from .helpers import cache_hit_summary
 
 __all__ = ["Outcome", "ProcedureRun", "now_iso"]
 
@@ -82,6 +83,8 @@ class ProcedureRun(Generic[P]):
         self.started = now_iso()
         self.warmup: WarmupResult | None = None
         self.measured: list[Measured] = []
+        self.reserved_prompts: set[str] = set()  # hashes of planned measured prompts (see reserve)
+        self.warmup_prompts: set[str] = set()  # hashes of the prompts the warm-up sent
 
     # ---- the pipeline -------------------------------------------------------------------------
 
@@ -95,6 +98,7 @@ class ProcedureRun(Generic[P]):
             self.restore()
         out = self.summarize()
         runs = self.measured if out.runs is None else out.runs
+        out.measurements.update(self.prompt_hygiene())
         facts = run_facts(self.ctx, workload=out.workload, warmup=self.warmup,
                           measured=runs if out.fact_runs is None else out.fact_runs, **out.facts)
         self.adjust_facts(facts)
@@ -141,11 +145,44 @@ class ProcedureRun(Generic[P]):
 
     # ---- shared step implementations ----------------------------------------------------------
 
+    def reserve(self, specs: Iterable[RequestSpec]) -> None:
+        """Declare prompts the measured runs will send, so the warm-up never sends them (§4.5.1)."""
+        self.reserved_prompts.update(s.prompt_hash for s in specs)
+
     async def warm_up_with(self, client: LLMClient, specs: Iterable[RequestSpec], **kw: Any) -> WarmupResult:
-        """§4.5 warm-up with the procedure's ``warmup_requests`` / ``warmup_tokens`` parameters."""
+        """§4.5 warm-up with the procedure's ``warmup_requests`` / ``warmup_tokens`` parameters.
+
+        Warm-up prompts come from their own seed stream (same distribution, §4.5.1-MUST-4); any
+        that equals a reserved measured prompt is dropped, so a prefix cache warmed here cannot
+        serve a measured request (5.7 populates its cache with prefixes, not measured prompts).
+        """
         kw.setdefault("min_requests", getattr(self.p, "warmup_requests"))
         kw.setdefault("min_output_tokens", getattr(self.p, "warmup_tokens"))
-        return await warm_up(self.ctx, client, list(specs), **kw)
+        pool = [s for s in specs if s.prompt_hash not in self.reserved_prompts]
+        if not pool:
+            raise ValueError(f"{self.id}: every warm-up prompt is also a measured prompt; "
+                             "warm-up prompts must come from their own seed stream (§4.5.1)")
+        self.warmup_prompts.update(s.prompt_hash for s in pool)
+        self.warmup_prompts.update(s.prompt_hash for s in kw.get("prefix_specs", ()))
+        return await warm_up(self.ctx, client, pool, **kw)
+
+    def prompt_hygiene(self) -> dict[str, Any]:
+        """Measured prompts that the warm-up sent, measured repeats, the measured cache-hit fraction.
+
+        Values for the results document (measurements), so contamination of the measured sample
+        by a prefix cache is visible in every procedure's report (§4.5.1, §5.7).
+        """
+        records = [r for m in self.measured for r in m.records if r.phase == "measure"]
+        hashes = [r.prompt_hash for r in records if r.prompt_hash is not None]
+        hit = cache_hit_summary(records)
+        return {
+            "measured_cache_hit_fraction": hit["fraction"],
+            "measured_requests_over_half_cached": (
+                f"{hit['requests_over_half_cached']} of {hit['requests_reporting']}"
+                if hit["requests_reporting"] else "not reported by the server"),
+            "measured_prompts_seen_in_warmup": sum(1 for h in hashes if h in self.warmup_prompts),
+            "measured_prompt_repeats": len(hashes) - len(set(hashes)),
+        }
 
     async def measure(self, client: LLMClient, label: str, specs: Iterable[RequestSpec],
                       load: OpenLoop | ClosedLoop, **kw: Any) -> Measured:

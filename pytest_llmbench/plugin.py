@@ -60,6 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
     plugin = LLMBenchPlugin(config, bench)
     config.stash[SESSION_KEY] = plugin
     config.pluginmanager.register(plugin, "llmbench-session")
+    bench.signals.install()  # SIGTERM/SIGHUP like Ctrl-C: reports marked INCOMPLETE, exit non-zero
+    config.add_cleanup(bench.signals.restore)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:

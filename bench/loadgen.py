@@ -3,6 +3,7 @@
 
     python bench/loadgen.py                       # aiohttp transport, uvloop if installed
     python bench/loadgen.py --transport all       # compare every transport
+    python bench/loadgen.py --http-trace          # with per-request HTTP-trace timings
     python bench/loadgen.py --url http://127.0.0.1:8000/v1   # use a server already running
 
 Starts the reference mock ``shared/tools/mock_openai_server.py`` in its own process
@@ -93,7 +94,7 @@ def chunks(res: LoadResult) -> int:
 async def bench(url: str, transport: str, args: argparse.Namespace) -> None:
     specs = [RequestSpec(index=i, workload="bench", input_tokens=8, max_tokens=args.tokens,
                          prompt_text="benchmark the benchmarker please") for i in range(args.requests)]
-    cfg = ClientConfig(base_url=url, model="mock-model", transport=transport)
+    cfg = ClientConfig(base_url=url, model="mock-model", transport=transport, http_trace=args.http_trace)
 
     if args.only in (None, "closed"):
         await closed(cfg, specs, args)
@@ -150,6 +151,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=50)
     ap.add_argument("--only", choices=["closed", "open"], help="run one of the two measurements")
     ap.add_argument("--spin-ms", type=float, default=1.5, help="open loop: yield-spin this close to a send")
+    ap.add_argument("--http-trace", action="store_true", help="record per-request HTTP timings (httptrace.py)")
     args = ap.parse_args()
 
     loop = args.loop

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from . import httptrace
 from .records import ErrorType, RequestRecord, RequestSpec
 from .sse import SSEDecodeError, SSEError, SSEParser
 from .tokenizer import Tokenizer, get_tokenizer
@@ -95,6 +96,7 @@ class ClientConfig:
     send_extra_fields: bool = True  # min_tokens / ignore_eos (vLLM extensions)
     include_usage: bool = True  # stream_options.include_usage
     request_server_timing: bool = False  # ask the embedded simulator for llmbench_timing
+    http_trace: bool = False  # per-request HTTP timings into record.http_trace (httptrace.py)
     require_done: bool = True  # a stream that closes without [DONE] is a protocol error
     tokenizer: str | None = "cl100k_base"  # client-side output counts; None: do not count
     error_message_chars: int = 500
@@ -114,6 +116,8 @@ class ClientConfig:
                 raise ValueError(f"{name} must be > 0 or None, got {v!r}")
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError(f"max_connections must be >= 1 or None, got {self.max_connections}")
+        if self.http_trace and self.transport != "aiohttp":
+            raise ValueError(f"http_trace needs transport 'aiohttp', got {self.transport!r}")
         if self.read_bufsize < 1024:
             raise ValueError(f"read_bufsize must be >= 1024 bytes, got {self.read_bufsize}")
         for k in self.headers:
@@ -231,7 +235,8 @@ class Response(Protocol):
 class Transport(Protocol):
     name: str
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Response: ...
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str],
+                   trace: httptrace.HttpTraceData | None = None) -> Response: ...
 
     async def get(self, url: str, headers: Mapping[str, str]) -> tuple[int, bytes]: ...
 
@@ -413,11 +418,15 @@ class AiohttpTransport:
             read_bufsize=config.read_bufsize,
             max_line_size=config.read_bufsize,
             max_field_size=config.read_bufsize,
+            trace_configs=[httptrace.make_trace_config()] if config.http_trace else None,
         )
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> _AiohttpResponse:
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str],
+                   trace: httptrace.HttpTraceData | None = None) -> Response:
         with _BEFORE:
-            resp = await self._session.post(url, data=body, headers=headers)
+            resp = await self._session.post(url, data=body, headers=headers, trace_request_ctx=trace)
+        if trace is not None:
+            return httptrace.TracedResponse(_AiohttpResponse(resp), trace, _MID)
         return _AiohttpResponse(resp)
 
     async def get(self, url: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
@@ -471,7 +480,8 @@ class HttpxTransport:
         else:
             self._client = httpx.AsyncClient(verify=config.verify_tls, limits=limits, timeout=timeout)
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> _HttpxResponse:
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str],
+                   trace: httptrace.HttpTraceData | None = None) -> _HttpxResponse:
         with _BEFORE:
             req = self._client.build_request("POST", url, content=body, headers=headers)
             resp = await self._client.send(req, stream=True)
@@ -713,15 +723,21 @@ class LLMClient:
             return rec
         counts = assign_chunk_tokens(tok, rec.chunk_text)
         if any(rec.chunk_reasoning):
-            for i, n in enumerate(assign_chunk_tokens(tok, rec.chunk_reasoning)):
+            reasoning = assign_chunk_tokens(tok, rec.chunk_reasoning)
+            for i, n in enumerate(reasoning):
                 counts[i] += n
+            rec.reasoning_tokens_client = sum(reasoning)
         rec.chunk_tokens = counts
         rec.output_tokens_client = sum(counts)
         rec.tokenizer = tok.declaration.name
         return rec
 
     async def _exchange(self, transport: Transport, body: bytes, rec: RequestRecord) -> None:
-        resp = await transport.post(self._url, body, self._headers)
+        if self.config.http_trace:
+            rec.http_trace = httptrace.new_trace()  # type: ignore[assignment]
+            resp = await transport.post(self._url, body, self._headers, trace=rec.http_trace)
+        else:
+            resp = await transport.post(self._url, body, self._headers)
         try:
             rec.status = resp.status
             et = classify_status(resp.status)

@@ -11,10 +11,13 @@ import pytest
 def pytest_llmbench_configure_sut(sut: Any, setting: str, value: Any) -> bool | None:
     """Switch the SUT to a configuration before a run (§5.7 prefix cache, §5.10 guardrails).
 
-    ``setting`` is one of ``"prefix_cache"`` (bool), ``"flush_prefix_cache"`` (True) or
-    ``"guardrails"`` (``"none"``, ``"input"``, ``"output"``, ``"full"``). Return True when the
+    ``setting`` is one of ``"prefix_cache"`` (bool), ``"flush_prefix_cache"`` (True),
+    ``"guardrails"`` (``"none"``, ``"input"``, ``"output"``, ``"full"``) or ``"restart"`` (True:
+    stop and start the server process, for cold-start measurements; same flags, empty caches). Return True when the
     switch was made, None when this implementation cannot make it (the next one is asked). When
     no implementation makes it, the procedure's test is skipped with that reason and the
     compliance table shows the unmet item. The plugin's own implementation (trylast) switches
-    the embedded simulator through its admin endpoint.
+    the embedded simulator through its admin endpoint (``restart``: a new simulator process); the
+    server adapters (``pytest_llmbench.adapters``, registered by ``pytest_llmbench.llama_fixture``)
+    make llama.cpp's ``prefix_cache``/``flush_prefix_cache`` and restart servers this process started.
     """

@@ -163,10 +163,12 @@ class RequestRecord:
     output_tokens_server: int | None = None  # usage.completion_tokens
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
     tokenizer: str | None = None  # name of the tokenizer behind the *_client counts
+    reasoning_tokens_client: int | None = None  # reasoning part of output_tokens_client, when streamed
     # --- server-side information -----------------------------------------------------------
     usage: dict[str, Any] | None = None
     server_token_ns: list[int] | None = None  # per-token emit times, CLOCK_MONOTONIC (§4.6.3 C)
     server_timing: dict[str, Any] | None = None  # queue_ns, prefill_ns, preemptions, ...
+    http_trace: dict[str, Any] | None = None  # opt-in HTTP lifecycle times (httptrace.HttpTraceData)
     finish_reason: str | None = None
     # --- outcome ------------------------------------------------------------------------------
     status: int | None = None  # HTTP status, None when no response arrived

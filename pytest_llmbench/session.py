@@ -33,7 +33,7 @@ from .procedures.base import (
     params_key,
 )
 from .settings import Settings, parse_capacity
-from .sut import SUT, EndpointError, check_endpoint
+from .sut import SUT, EndpointError, check_endpoint, identify_server
 
 __all__ = ["ConfigureSUT", "ProgressFactory", "Session", "SessionResult", "TerminationSignals",
            "configure_embedded", "partial_result", "run_coroutine"]
@@ -69,7 +69,13 @@ class SessionResult:
 
 
 def configure_embedded(sut: SUT, setting: str, value: Any) -> bool | None:
-    """Switch the embedded simulator through its admin endpoint; None for any other SUT."""
+    """Switch the embedded simulator through its admin endpoint; None for any other SUT.
+
+    ``restart`` restarts a server this process started (the simulator: a new process)."""
+    if setting == "restart":
+        from .adapters import configure
+
+        return configure(sut, setting, value)
     if not sut.embedded:
         return None
     import httpx
@@ -140,6 +146,10 @@ class Session:
             import httpx
 
             sut.server_info = httpx.get(sut.root_url + "/admin/config", timeout=ADMIN_TIMEOUT_S).json()
+            from .adapters import register_restart
+
+            register_restart(sut.root_url, self.simulator.restart)
+        identify_server(sut, s.server_kind)
         self.sut = sut
         return sut
 

@@ -21,6 +21,7 @@ __all__ = ["APIS", "BOUNDARIES", "LLMBenchConfigError", "OPTIONS", "Option", "PR
 BOUNDARIES = ("model-engine", "gateway", "compound")
 PROFILES = ("smoke", "standard", "full")
 APIS = ("completions", "chat")
+SERVER_KINDS = ("llama.cpp", "vllm", "sglang", "openai", "openai-compatible")  # = adapters.KINDS
 
 
 class LLMBenchConfigError(ValueError):
@@ -78,6 +79,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("sim-config", "embedded simulator: TOML/JSON configuration file", None, "path"),
     Option("strict-sampling", "fail SLOs on under-sampled percentiles (§5.1.4.3)", False, "bool"),
     Option("drop-text", "do not keep prompt/completion text in stored records", False, "bool"),
+    Option("server-kind", "server kind instead of detecting it (adapters/): llama.cpp, vllm, sglang, openai or "
+           "openai-compatible (no extensions)", None, "choice", SERVER_KINDS),
     Option("dry-run", "print each selected procedure's planned request count and minimum duration, send "
            "nothing", False, "bool"),
 )
@@ -106,6 +109,7 @@ class Settings:
     strict_sampling: bool = False
     drop_text: bool = False
     dry_run: bool = False
+    server_kind: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
     rootdir: Path | None = None  # pytest's rootdir: where [tool.llmbench.declarations] is looked up
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import httpx
 
-__all__ = ["SUT", "EndpointError", "check_endpoint", "effective_declarations", "BOUNDARY_NAMES",
-           "SIMULATOR_DECLARATIONS"]
+__all__ = ["SUT", "EndpointError", "check_endpoint", "effective_declarations", "identify_server", "BOUNDARY_NAMES",
+           "SIMULATOR_DECLARATIONS", "SIMULATOR_KIND"]
 
 #: Report names of the boundaries of §4.1.
 BOUNDARY_NAMES = {
@@ -40,6 +40,12 @@ class SUT:
     embedded: bool = False
     models_listed: list[str] = field(default_factory=list)
     server_info: dict[str, Any] = field(default_factory=dict)  # e.g. the simulator's effective config
+    server_kind: str = ""  # adapters.KINDS, or "llmbench-simulator" (see identify_server)
+    server_kind_source: str = ""  # how it was found: detection evidence or --llm-server-kind
+    # body fields merged into every request (the adapter's, then configuration switches such as
+    # llama.cpp's cache_prompt); the client holds this very mapping, so a switch applies at once
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    send_extra_fields: bool = True  # min_tokens / ignore_eos (servers that reject them: False)
 
     def headers(self) -> dict[str, str]:
         """Request headers; the Authorization value is read from the environment, never kept."""
@@ -66,6 +72,9 @@ class SUT:
             "embedded_simulator": self.embedded,
             "models_listed": list(self.models_listed),
             "server_info": self.server_info,
+            "server_kind": self.server_kind,
+            "server_kind_source": self.server_kind_source,
+            "extra_body": dict(self.extra_body),
         }
 
 
@@ -96,6 +105,35 @@ def check_endpoint(base_url: str, model: str | None, *, headers: dict[str, str] 
     if listed and model not in listed:
         raise EndpointError(f"model {model!r} is not served by {base_url}; it offers: {', '.join(listed)}")
     return model, listed
+
+
+SIMULATOR_KIND = "llmbench-simulator"
+
+
+def identify_server(sut: SUT, override: str | None = None) -> None:
+    """Set ``sut.server_kind`` and its adapter's contributions: detected from ``/v1/models``,
+    ``/props``, ``/version``, ``/get_model_info`` (:func:`adapters.detect`) unless ``override``
+    (``--llm-server-kind``) names it; server facts (version, context window) go to ``server_info``.
+    """
+    from .adapters import detect, get_adapter, http_fetch
+
+    if sut.embedded:
+        sut.server_kind, sut.server_kind_source = SIMULATOR_KIND, "embedded simulator"
+        return
+    fetch = http_fetch(sut.root_url, sut.headers(), verify=sut.verify_tls)
+    if override:
+        try:
+            adapter = get_adapter(override)
+        except ValueError as exc:
+            raise EndpointError(f"--llm-server-kind: {exc}") from None
+        evidence = "declared (--llm-server-kind)"
+    else:
+        adapter, evidence = detect(fetch)
+    sut.server_kind, sut.server_kind_source = adapter.kind, evidence
+    sut.server_info.update(adapter.describe(fetch))
+    sut.server_info["adapter"] = adapter.summary()
+    sut.extra_body.update(adapter.request_fields)
+    sut.send_extra_fields = bool({"ignore_eos", "min_tokens"} & set(adapter.honours))
 
 
 #: What the embedded simulator is, declared by the plugin itself because it knows (§5.1.2 model and

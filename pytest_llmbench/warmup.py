@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from .adapters import metric_names
 from .client import LLMClient, TransportError
 from .load import ClosedLoop, LoadProgress, RecordSink, run_load
 from .records import RequestRecord, RequestSpec
@@ -47,8 +48,8 @@ DRAFT_MIN_REQUESTS = 100  # §4.5.1 item 2
 DRAFT_MIN_OUTPUT_TOKENS = 10_000  # §4.5.1 item 2
 
 #: Server gauges for the request queue, first match wins (the simulator's names first).
-WAITING_METRICS = ("llmbench:num_requests_waiting", "vllm:num_requests_waiting", "sglang:num_queue_reqs")
-RUNNING_METRICS = ("llmbench:num_requests_running", "vllm:num_requests_running", "sglang:num_running_reqs")
+WAITING_METRICS = ("llmbench:num_requests_waiting", *metric_names("waiting"))
+RUNNING_METRICS = ("llmbench:num_requests_running", *metric_names("running"))
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..adapters import metric_names
 from ..client import ClientConfig, LLMClient
 from ..compliance import (
     Check,
@@ -45,7 +46,7 @@ __all__ = [
 DRAFT_WARMUP_REQUESTS = 100  # §4.5.1
 DRAFT_WARMUP_TOKENS = 10_000  # §4.5.1
 QUEUE_GAUGE = "llmbench:num_requests_waiting"
-QUEUE_GAUGES = (QUEUE_GAUGE, "vllm:num_requests_waiting")
+QUEUE_GAUGES = (QUEUE_GAUGE, *metric_names("waiting"))
 
 
 @dataclass
@@ -89,6 +90,8 @@ def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> 
         token_id_prompts=sut.api == "completions",
         request_server_timing=sut.embedded,
         tokenizer=None,
+        extra_body=sut.extra_body,  # the SUT's live mapping: adapter fields and configuration switches
+        send_extra_fields=sut.send_extra_fields,
     )
     return LLMClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer)
 

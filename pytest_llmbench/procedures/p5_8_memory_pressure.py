@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ..adapters import metric_names
 from ..client import LLMClient
 from ..compliance import Check
 from ..load import ClosedLoop
@@ -50,7 +51,7 @@ __all__ = ["PROFILES", "LevelPressure", "MemoryPressureParams", "level_concurren
 MIN_LEVEL_S = 120.0  # §5.8.3 step 3b
 
 #: /metrics counters, first present name wins (the simulator's, then vLLM's).
-PREEMPTION_EVENTS = ("llmbench:num_preemptions_total", "vllm:num_preemptions_total")
+PREEMPTION_EVENTS = ("llmbench:num_preemptions_total", *metric_names("preemptions"))
 PREEMPTED_REQUESTS = ("llmbench:requests_preempted_total",)
 PREEMPTED_TOKENS = ("llmbench:preempted_tokens_total",)
 NOT_MEASURABLE = "not measurable client-side"

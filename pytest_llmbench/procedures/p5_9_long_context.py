@@ -123,7 +123,7 @@ class LongContext(ProcedureRun[LongContextParams]):
     async def prepare(self) -> None:
         p, ctx = self.p, self.ctx
         window = p.context_window
-        if window is None and ctx.sut.embedded:
+        if window is None:  # the simulator's, or what the server adapter read (llama.cpp: per-slot n_ctx)
             window = int(ctx.sut.server_info.get("context_window") or 0) or None
         self.out_tokens = p.output_tokens if p.max_output_tokens is None else min(p.output_tokens, p.max_output_tokens)
         self.lengths, self.length_notes = effective_lengths(p.lengths, window, p.output_tokens)

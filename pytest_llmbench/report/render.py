@@ -190,6 +190,7 @@ def _system_rows(doc: Mapping[str, Any]) -> list[list[str]]:
         rows += [["Endpoint", str(sut.get("base_url"))], ["API", str(sut.get("api"))],
                  ["Model served", str(sut.get("model"))],
                  ["Embedded simulator", "yes" if sut.get("embedded_simulator") else "no"],
+                 ["Server kind", f"{sut.get('server_kind') or 'unknown'} ({sut.get('server_kind_source') or 'n/a'})"],
                  ["TLS verification", "on" if sut.get("verify_tls") else "off"],
                  ["API key", f"from ${sut['api_key_env']} (value never recorded)" if sut.get("api_key_env")
                   else "none"]]

@@ -116,6 +116,13 @@ class SimulatorProcess:
                 pass
         return self.proc.returncode
 
+    def restart(self, startup_timeout: float = 60.0) -> None:
+        """Stop this process and start a new one on the same port with the current config: a cold
+        start (empty KV and prefix cache, counters at 0), for the ``restart`` configuration setting."""
+        self.stop()
+        new = start_simulator(self.config, host=self.host, port=self.port, startup_timeout=startup_timeout)
+        self.proc, self._stdout, self._stderr = new.proc, new._stdout, new._stderr
+
     def __enter__(self) -> SimulatorProcess:
         return self
 

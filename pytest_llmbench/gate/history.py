@@ -1,0 +1,128 @@
+"""A test's stored runs over time for one figure, with change points (§6.3 across runs).
+
+Change points come from ``ruptures`` (PELT with an L2 cost; an optional extra:
+``pip install 'pytest-llmbench[history]'``), imported only when history is asked for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .compare import _matches, figure_value
+from .rules import parse_rule
+from .storage import StoredRun
+
+__all__ = ["HistoryPoint", "HistorySeries", "change_points", "history", "render_history"]
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    run: str
+    commit: str
+    saved: str
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n: int | None
+    change_point: bool = False
+
+
+@dataclass
+class HistorySeries:
+    """One test/procedure's values of ``figure`` over the stored runs, oldest first."""
+
+    procedure: str
+    tests: list[str]
+    figure: str
+    points: list[HistoryPoint]
+    method: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"procedure": self.procedure, "tests": self.tests, "figure": self.figure, "method": self.method,
+                "points": [p.__dict__ for p in self.points]}
+
+
+def _ruptures() -> Any:
+    try:
+        import ruptures
+    except ImportError:
+        raise ImportError("history change points need the 'ruptures' package: "
+                          "pip install 'pytest-llmbench[history]' (or pip install ruptures)") from None
+    return ruptures
+
+
+def change_points(values: Sequence[float], *, min_size: int = 2, penalty: float | None = None) -> list[int]:
+    """Indices where a new segment starts (PELT, L2 cost). The default penalty is
+    ``3·σ²·ln(n)`` with σ estimated robustly from successive differences (MAD/0.6745/√2)."""
+    x = np.asarray(values, dtype=float)
+    n = x.size
+    if n < 2 * min_size:
+        return []
+    rpt = _ruptures()
+    if penalty is None:
+        d = np.diff(x)
+        sigma = float(np.median(np.abs(d - np.median(d)))) / 0.6745 / math.sqrt(2)
+        if sigma <= 0:
+            sigma = float(np.std(x)) or 1.0
+        penalty = 3.0 * sigma * sigma * math.log(n)
+    ends = rpt.Pelt(model="l2", min_size=min_size, jump=1).fit(x.reshape(-1, 1)).predict(pen=penalty)
+    return [int(e) for e in ends[:-1]]
+
+
+def history(runs: Sequence[StoredRun], figure: str = "ttft.p99", *, test: str | None = None,
+            detect: bool = True) -> list[HistorySeries]:
+    """Per procedure of the newest run (or only those whose test id contains ``test``), the figure's
+    value in every stored run that has the same test, with change points marked."""
+    rule = parse_rule(f"{figure}:0%")
+    if not runs:
+        return []
+    out = []
+    newest = runs[-1]
+    for proc in newest.document.get("procedures") or []:
+        tests = list(proc.get("tests") or [])
+        if test is not None and not any(test in t for t in tests) and test != proc.get("procedure"):
+            continue
+        pts = []
+        for r in runs:
+            m = _matches(proc, r.document.get("procedures") or [])
+            if m is None:
+                continue
+            v = figure_value(r, m, rule)
+            pts.append(HistoryPoint(r.id, r.commit, r.saved, None if not v else v.get("value"),
+                                    None if not v else v.get("ci_low"), None if not v else v.get("ci_high"),
+                                    None if not v else v.get("n")))
+        method = "no change-point detection"
+        if detect:
+            idx = [i for i, p in enumerate(pts) if p.value is not None]
+            cps = change_points([pts[i].value for i in idx])  # type: ignore[misc]
+            marked = {idx[c] for c in cps}
+            pts = [HistoryPoint(**{**p.__dict__, "change_point": i in marked}) for i, p in enumerate(pts)]
+            method = "change points: ruptures PELT, L2 cost, penalty 3·σ²·ln(n), minimum segment 2 runs"
+        out.append(HistorySeries(f"{proc.get('procedure')} {proc.get('title', '')}".strip(), tests, figure, pts, method))
+    return out
+
+
+def render_history(series: Sequence[HistorySeries]) -> str:
+    """A plain table per series; ``◆`` marks a run that starts a new segment (a change point)."""
+    from ..slo import format_quantity
+    from .metricinfo import metric_info
+
+    lines = []
+    for s in series:
+        unit = metric_info(s.figure.split(".")[0]).unit
+        lines.append(f"{s.procedure} — {s.figure} ({', '.join(s.tests) or 'no test ids'})")
+        rows = [("run", "commit", "saved", s.figure, "CI", "n", "")]
+        for p in s.points:
+            ci = (f"{format_quantity(p.ci_low, unit)} – {format_quantity(p.ci_high, unit)}"
+                  if p.ci_low is not None and p.ci_high is not None else "")
+            rows.append((p.run, p.commit, p.saved, format_quantity(p.value, unit) if p.value is not None else "n/a",
+                         ci, str(p.n or ""), "◆ change point" if p.change_point else ""))
+        w = [max(len(r[i]) for r in rows) for i in range(7)]
+        lines += ["  " + "  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+        lines.append(f"  ({s.method})")
+    return "\n".join(lines)

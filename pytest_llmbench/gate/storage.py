@@ -1,0 +1,387 @@
+"""Stored runs for comparison and history (pytest-benchmark's conventions, §6).
+
+A stored run is a directory under the storage root (default ``.llmbench/``)::
+
+    .llmbench/0001_<commit>_<YYYYmmddTHHMMSSZ>/     (or 0001_<NAME>/ with save(name=NAME))
+        results.json    the session's results document, as written to llmbench-report/
+        samples.npz     per run and distribution metric, the sorted float32 per-request samples
+        meta.json       id, counter, name, commit, time, machine and SUT fingerprints, sample index
+
+The samples are what a percentile's confidence interval (and the bootstrap of a change) needs;
+``results.json`` alone keeps only summaries. A run is referred to by its counter (``3`` or
+``0003``), its directory name, its NAME, a PATH (a stored-run directory, a report directory
+holding ``results.json``, or a ``results.json`` file) or ``latest``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..storage import iter_records, write_json_atomic
+
+__all__ = [
+    "DEFAULT_STORAGE",
+    "GateStorageError",
+    "SampleKey",
+    "StoredRun",
+    "collect_samples",
+    "git_commit",
+    "list_runs",
+    "load_run",
+    "machine_fingerprint",
+    "primary_label",
+    "samples_from_metrics",
+    "save",
+    "sut_fingerprint",
+]
+
+DEFAULT_STORAGE = ".llmbench"
+RESULTS = "results.json"
+SAMPLES = "samples.npz"
+META = "meta.json"
+META_SCHEMA = "pytest-llmbench/stored-run/1"
+_DIR_RE = re.compile(r"^(?P<num>[0-9]{4,})_(?P<rest>.+)$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+
+#: (procedure key, run label, metric)
+SampleKey = tuple[str, str, str]
+
+
+class GateStorageError(ValueError):
+    """A stored run cannot be saved, found or read (names the path or reference)."""
+
+
+# --------------------------------------------------------------------------------------------
+# fingerprints
+# --------------------------------------------------------------------------------------------
+
+
+def git_commit(cwd: str | os.PathLike[str] | None = None) -> tuple[str, bool]:
+    """``(short commit id, dirty)`` of the git checkout at ``cwd``; ``("nocommit", False)`` outside one."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+        return (sha or "nocommit"), dirty
+    except (OSError, subprocess.SubprocessError):
+        return "nocommit", False
+
+
+def machine_fingerprint() -> dict[str, Any]:
+    """The host the harness ran on (pytest-benchmark's ``machine_info``)."""
+    return {
+        "node": socket.gethostname(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or None,
+        "cpu_count": os.cpu_count(),
+        "system": platform.system(),
+        "release": platform.release(),
+        "python_implementation": platform.python_implementation(),
+        "python_version": platform.python_version(),
+    }
+
+
+def sut_fingerprint(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Model, declared engine/version and hardware, boundary, API, plugin version of a results document."""
+    sut = doc.get("sut") or {}
+    decl = (doc.get("declarations") or {}).get("values") or {}
+    engine = decl.get("engine") or {}
+    model = decl.get("model") or {}
+    info = sut.get("server_info") or {}
+    return {
+        "model": sut.get("model"),
+        "model_declared": model if isinstance(model, Mapping) else {"name": model},
+        "engine": engine.get("name") if isinstance(engine, Mapping) else engine,
+        "engine_version": engine.get("version") if isinstance(engine, Mapping) else None,
+        "hardware": decl.get("hardware"),
+        "boundary": sut.get("boundary"),
+        "api": sut.get("api"),
+        "embedded_simulator": bool(sut.get("embedded_simulator")),
+        "server_config": {k: v for k, v in info.items() if k != "runtime_fields"} if info else None,
+        "plugin_version": (doc.get("tool") or {}).get("version"),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# samples
+# --------------------------------------------------------------------------------------------
+
+
+def primary_label(result: Mapping[str, Any]) -> str | None:
+    """The label of a procedure result's primary run: the run whose metrics are ``result.metrics``."""
+    runs = result.get("runs") or []
+    primary = result.get("metrics")
+    for run in runs:
+        if primary is not None and run.get("metrics") == primary:
+            return str(run.get("label"))
+    return str(runs[-1].get("label")) if runs else None
+
+
+def samples_from_metrics(metrics: Any) -> dict[str, np.ndarray]:
+    """Sorted float32 samples of every distribution of an in-memory ``RunMetrics`` that kept them."""
+    out: dict[str, np.ndarray] = {}
+    for name, dist in (getattr(metrics, "distributions", None) or {}).items():
+        s = getattr(dist, "samples", None)
+        if s is not None and len(s):
+            out[str(name)] = np.sort(np.asarray(s, dtype=np.float32))
+    return out
+
+
+def _samples_from_run_dir(run_dir: Path, itl_option: str) -> dict[str, np.ndarray]:
+    from ..metrics import summarize
+
+    try:
+        return samples_from_metrics(summarize(iter_records(run_dir), itl_option=itl_option))
+    except ValueError:  # the records cannot give that ITL option (§4.6.3): the best they can
+        return samples_from_metrics(summarize(iter_records(run_dir), itl_option="auto"))
+
+
+def collect_samples(doc: Mapping[str, Any], report_dir: str | os.PathLike[str]) -> dict[SampleKey, np.ndarray]:
+    """Per procedure, run and distribution: sorted float32 samples, recomputed from the run records
+    under ``report_dir/runs/`` (the measurement phase, with the ITL option the run used)."""
+    root = Path(report_dir)
+    out: dict[SampleKey, np.ndarray] = {}
+    for proc in doc.get("procedures") or []:
+        for run in (proc.get("result") or {}).get("runs") or []:
+            rel = run.get("run_dir")
+            if not rel:
+                continue
+            run_dir = root / rel
+            if not (run_dir / "records.jsonl").is_file():
+                raise GateStorageError(f"{run_dir}: run records missing; cannot store per-request samples "
+                                       f"(save right after the session, from its report directory)")
+            option = str((run.get("metrics") or {}).get("itl_option") or "B")
+            for metric, arr in _samples_from_run_dir(run_dir, option).items():
+                out[(str(proc["key"]), str(run.get("label")), metric)] = arr
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# the stored run
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StoredRun:
+    """One stored run (or a report directory read in place)."""
+
+    path: Path
+    meta: dict[str, Any]
+    _doc: dict[str, Any] | None = field(default=None, repr=False)
+    _samples: dict[SampleKey, np.ndarray] | None = field(default=None, repr=False)
+
+    @property
+    def id(self) -> str:
+        return str(self.meta.get("id") or self.path.name)
+
+    @property
+    def number(self) -> int | None:
+        n = self.meta.get("number")
+        return int(n) if n is not None else None
+
+    @property
+    def name(self) -> str | None:
+        return self.meta.get("name")
+
+    @property
+    def commit(self) -> str:
+        return str(self.meta.get("commit") or "nocommit")
+
+    @property
+    def saved(self) -> str:
+        return str(self.meta.get("saved") or self.document.get("finished") or "")
+
+    @property
+    def document(self) -> dict[str, Any]:
+        if self._doc is None:
+            p = self.path / RESULTS if self.path.is_dir() else self.path
+            try:
+                self._doc = json.loads(p.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as exc:
+                raise GateStorageError(f"{p}: cannot read the results document ({exc})") from None
+            if not isinstance(self._doc, dict) or "procedures" not in self._doc:
+                raise GateStorageError(f"{p}: not a pytest-llmbench results document (no 'procedures')")
+        return self._doc
+
+    @property
+    def samples(self) -> dict[SampleKey, np.ndarray]:
+        """Per (procedure key, run label, metric) sorted samples; recomputed from records for a report dir."""
+        if self._samples is None:
+            npz = self.path / SAMPLES
+            if npz.is_file():
+                index = self.meta.get("samples") or []
+                with np.load(npz) as z:
+                    self._samples = {(e["procedure"], e["run"], e["metric"]): z[f"s{i}"] for i, e in enumerate(index)}
+            else:
+                base = self.path if self.path.is_dir() else self.path.parent
+                self._samples = collect_samples(self.document, base)
+        return self._samples
+
+    @classmethod
+    def in_memory(cls, doc: Mapping[str, Any], *, report_dir: str | os.PathLike[str] = ".",
+                  samples: Mapping[SampleKey, np.ndarray] | None = None, id: str = "this session") -> StoredRun:
+        """The current session as a run to compare, without storing it (samples recomputed from
+        ``report_dir/runs/`` on first use unless given)."""
+        return cls(Path(report_dir), {"id": id}, dict(doc), dict(samples) if samples is not None else None)
+
+    def to_ref(self) -> dict[str, Any]:
+        return {"id": self.id, "path": self.path.as_posix(), "commit": self.commit, "name": self.name,
+                "saved": self.saved}
+
+
+def _utc_stamp(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _next_number(root: Path) -> int:
+    nums = [int(m.group("num")) for p in root.iterdir() if p.is_dir() and (m := _DIR_RE.match(p.name))] \
+        if root.is_dir() else []
+    return max(nums, default=0) + 1
+
+
+def save(report: str | os.PathLike[str] | Mapping[str, Any], storage: str | os.PathLike[str] = DEFAULT_STORAGE, *,
+         name: str | None = None, report_dir: str | os.PathLike[str] | None = None,
+         samples: Mapping[SampleKey, np.ndarray] | None = None, commit: str | None = None,
+         extra: Mapping[str, Any] | None = None, now: float | None = None) -> StoredRun:
+    """Store a session's results document and per-request samples; returns the stored run.
+
+    ``report`` is a report directory (holding ``results.json`` and ``runs/``), a ``results.json``
+    path or the document itself (then give ``report_dir`` for the records, or ``samples``).
+    ``commit`` defaults to the current git commit (``nocommit`` outside a checkout); ``extra``
+    is recorded in ``meta.json`` (e.g. ``{"compare_forced": true}``).
+    """
+    if name is not None and not _NAME_RE.match(name):
+        raise GateStorageError(f"save name {name!r}: use 1-80 letters, digits, '.', '_' or '-' "
+                               f"(starting with a letter or digit)")
+    if isinstance(report, Mapping):
+        doc = dict(report)
+        base = Path(report_dir) if report_dir is not None else None
+    else:
+        p = Path(report)
+        rp = p / RESULTS if p.is_dir() else p
+        if not rp.is_file():
+            raise GateStorageError(f"{p}: no results.json to store (run a session first, or give the report directory)")
+        doc = StoredRun(rp, {}).document
+        base = Path(report_dir) if report_dir is not None else rp.parent
+    if samples is None:
+        if base is None:
+            raise GateStorageError("save(): give report_dir (with runs/) or samples for a document passed in memory")
+        samples = collect_samples(doc, base)
+    root = Path(storage)
+    root.mkdir(parents=True, exist_ok=True)
+    sha, dirty = git_commit() if commit is None else (commit, False)
+    t = time.time() if now is None else now
+    for _ in range(100):  # another process may take the same counter: retry with the next one
+        number = _next_number(root)
+        dirname = f"{number:04d}_{name}" if name else f"{number:04d}_{sha}_{_utc_stamp(t)}"
+        target = root / dirname
+        try:
+            target.mkdir()
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - 100 concurrent savers
+        raise GateStorageError(f"{root}: could not allocate a run number")
+    keys = sorted(samples)
+    index = [{"procedure": k[0], "run": k[1], "metric": k[2], "n": int(samples[k].size)} for k in keys]
+    np.savez_compressed(target / SAMPLES, **{f"s{i}": np.sort(np.asarray(samples[k], dtype=np.float32))
+                                            for i, k in enumerate(keys)})
+    write_json_atomic(target / RESULTS, doc)
+    meta = {
+        "schema": META_SCHEMA,
+        "id": dirname,
+        "number": number,
+        "name": name,
+        "commit": sha,
+        "dirty": dirty,
+        "saved": datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "machine": machine_fingerprint(),
+        "sut": sut_fingerprint(doc),
+        "argv": list(sys.argv),
+        "samples": index,
+        "records_format": _records_format_of(doc, base),
+        "extra": dict(extra or {}),
+    }
+    write_json_atomic(target / META, meta)
+    return StoredRun(target, meta, doc, {k: np.asarray(samples[k], dtype=np.float32) for k in keys})
+
+
+def _records_format_of(doc: Mapping[str, Any], base: Path | None) -> str:
+    """The ``run.json`` schema of the session's run records (this plugin's when none can be read)."""
+    from ..storage import SCHEMA
+
+    for proc in doc.get("procedures") or []:
+        for rel in proc.get("run_dirs") or []:
+            p = base / rel / "run.json" if base is not None else None
+            if p is not None and p.is_file():
+                try:
+                    return str(json.loads(p.read_text(encoding="utf-8")).get("schema") or SCHEMA)
+                except (OSError, json.JSONDecodeError):
+                    return SCHEMA
+    return SCHEMA
+
+
+def _read_meta(d: Path) -> dict[str, Any]:
+    try:
+        return json.loads((d / META).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise GateStorageError(f"{d / META}: cannot read stored-run metadata ({exc})") from None
+
+
+def list_runs(storage: str | os.PathLike[str] = DEFAULT_STORAGE) -> list[StoredRun]:
+    """Every stored run under ``storage``, oldest (lowest counter) first."""
+    root = Path(storage)
+    if not root.is_dir():
+        return []
+    runs = []
+    for d in root.iterdir():
+        m = _DIR_RE.match(d.name)
+        if m and d.is_dir() and (d / META).is_file() and (d / RESULTS).is_file():
+            runs.append((int(m.group("num")), d))
+    return [StoredRun(d, _read_meta(d)) for _, d in sorted(runs)]
+
+
+def load_run(ref: str | os.PathLike[str] | None = None, storage: str | os.PathLike[str] = DEFAULT_STORAGE) -> StoredRun:
+    """Find a stored run by counter (``3``/``0003``), directory name, NAME, PATH or ``latest`` (None)."""
+    runs = list_runs(storage)
+    if ref is None or str(ref) == "latest":
+        if not runs:
+            raise GateStorageError(f"{storage}: no stored runs (save one first: --llm-autosave or --llm-save NAME)")
+        return runs[-1]
+    text = str(ref)
+    if text.isdigit():
+        hits = [r for r in runs if r.number == int(text)]
+        if hits:
+            return hits[-1]
+    hits = [r for r in runs if r.id == text or r.name == text or r.id.startswith(text + "_")]
+    if hits:
+        return hits[-1]  # a NAME saved twice: the newest
+    p = Path(text)
+    if p.exists():
+        if p.is_dir() and (p / META).is_file():
+            return StoredRun(p, _read_meta(p))
+        if (p / RESULTS if p.is_dir() else p).is_file():
+            return StoredRun(p, {"id": p.as_posix()})
+    known = ", ".join(r.id for r in runs[-10:]) or "none"
+    raise GateStorageError(f"no stored run matches {text!r} in {storage} (not a counter, name or path); "
+                           f"latest stored: {known}")
+
+
+def load_runs(refs: Sequence[str], storage: str | os.PathLike[str] = DEFAULT_STORAGE) -> list[StoredRun]:
+    """:func:`load_run` for each reference."""
+    return [load_run(r, storage) for r in refs]

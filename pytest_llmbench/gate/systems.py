@@ -1,0 +1,357 @@
+"""Comparing systems side by side (§6): equivalence (§6.1), normalisation (§6.2), repeated-run
+statistics (§6.3) and the fair-comparison checklist (§6.4), as a table, Markdown and HTML."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import jinja2
+
+from ..slo import format_quantity
+from .compare import DEFAULT_FIGURES, _matches, comparability_key, figure_value, load_as_written
+from .metricinfo import metric_info
+from .rules import parse_rule
+from .storage import StoredRun
+
+__all__ = ["CheckItem", "SystemComparison", "compare_systems", "render_html", "render_markdown", "render_text"]
+
+#: Two runs count as "tested at the same time" (§6.4) when their windows overlap or are this close.
+SAME_TIME_GAP_S = 3600.0
+
+
+@dataclass(frozen=True)
+class CheckItem:
+    """One §6.1 / §6.4 item: ``status`` is met, not met, needs declaration or n/a."""
+
+    id: str
+    text: str
+    status: str
+    detail: str
+
+
+@dataclass
+class SystemComparison:
+    """Everything the side-by-side report shows."""
+
+    runs: list[StoredRun]
+    labels: list[str]
+    table: list[dict[str, Any]]  # {"procedure", "figure", "values": [str], "raw": [float|None]}
+    equivalence: list[CheckItem]
+    normalisation: list[dict[str, Any]]
+    normalisation_method: str
+    checklist: list[CheckItem]
+    config_differences: list[tuple[str, list[str]]]
+    plots: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runs": [r.to_ref() for r in self.runs], "labels": self.labels, "table": self.table,
+                "equivalence": [c.__dict__ for c in self.equivalence], "normalisation": self.normalisation,
+                "normalisation_method": self.normalisation_method,
+                "checklist": [c.__dict__ for c in self.checklist],
+                "config_differences": [{"item": k, "values": v} for k, v in self.config_differences]}
+
+
+def _decl(run: StoredRun) -> Mapping[str, Any]:
+    return (run.document.get("declarations") or {}).get("values") or {}
+
+
+def _gpu_count(run: StoredRun, override: Mapping[str, float]) -> float | None:
+    if run.id in override:
+        return float(override[run.id])
+    hw = _decl(run).get("hardware") or {}
+    c = hw.get("count") if isinstance(hw, Mapping) else None
+    return float(c) if isinstance(c, (int, float)) and c > 0 else None
+
+
+def _price(run: StoredRun, override: Mapping[str, float]) -> float | None:
+    if run.id in override:
+        return float(override[run.id])
+    d = _decl(run)
+    for holder in (d.get("cost"), d.get("hardware"), d):
+        if isinstance(holder, Mapping):
+            for k in ("price_per_hour", "price_per_hour_usd", "usd_per_hour"):
+                v = holder.get(k)
+                if isinstance(v, (int, float)) and v > 0:
+                    return float(v)
+    return None
+
+
+def _status(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "not met")
+
+
+def _equal_over(values: Sequence[Any]) -> bool:
+    return all(v == values[0] for v in values[1:])
+
+
+def _time(run: StoredRun, key: str) -> float | None:
+    s = run.document.get(key)
+    try:
+        return datetime.fromisoformat(str(s).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def compare_systems(runs: Sequence[StoredRun], *, figures: Sequence[str] = DEFAULT_FIGURES,
+                    gpus: Mapping[str, float] | None = None, prices: Mapping[str, float] | None = None) -> SystemComparison:
+    """Side-by-side comparison of stored runs of (possibly) different systems (§6).
+
+    ``gpus`` / ``prices`` (by run id) override the declared GPU count / price per hour.
+    """
+    if len(runs) < 2:
+        raise ValueError("a system comparison needs at least two runs")
+    gpus, prices = dict(gpus or {}), dict(prices or {})
+    labels = [r.id for r in runs]
+    procs = []
+    for proc in runs[0].document.get("procedures") or []:
+        row = [(runs[0], proc)]
+        for r in runs[1:]:
+            m = _matches(proc, r.document.get("procedures") or [])
+            row.append((r, m) if m is not None else (r, None))
+        procs.append(row)
+    # side-by-side table
+    table = []
+    for row in procs:
+        title = f"{row[0][1].get('procedure')} {row[0][1].get('title', '')}".strip()
+        for f in figures:
+            rule = parse_rule(f"{f}:0%")
+            raw: list[float | None] = []
+            for r, p in row:
+                v = figure_value(r, p, rule) if p is not None else None
+                raw.append(float(v["value"]) if v and v.get("value") is not None else None)
+            unit = metric_info(rule.metric).unit
+            table.append({"procedure": title, "figure": f, "raw": raw,
+                          "values": [format_quantity(v, unit) if v is not None else "n/a" for v in raw]})
+    keys = [[comparability_key(r, p) if p is not None else None for r, p in row] for row in procs]
+    # §6.1 equivalence
+    def same(field_names: Sequence[str]) -> tuple[bool | None, str]:
+        bad = []
+        for row_keys, row in zip(keys, procs):
+            if any(k is None for k in row_keys):
+                bad.append(f"{row[0][1].get('procedure')}: missing in some runs")
+                continue
+            for fn in field_names:
+                vals = [k.get(fn) for k in row_keys]
+                if not _equal_over(vals):
+                    bad.append(f"{row[0][1].get('procedure')} {fn}: " + " / ".join(str(v) for v in vals))
+        if not procs:
+            return None, "no procedures"
+        return (not bad), ("; ".join(bad) if bad else "equal in every run")
+    hw = [_decl(r).get("hardware") for r in runs]
+    gpu_counts = [_gpu_count(r, gpus) for r in runs]
+    equiv = []
+    ok, d = same(["workload", "request sequence", "seed"])
+    equiv.append(CheckItem("6.1-MUST-1", "Identical workload (same requests, same order, same seeds)", _status(ok), d))
+    ok, d = same(["boundary"])
+    equiv.append(CheckItem("6.1-MUST-2", "Equivalent SUT boundary", _status(ok), d))
+    if _equal_over(hw):
+        equiv.append(CheckItem("6.1-MUST-3", "Comparable hardware (or normalised)", "met", "declared hardware equal"))
+    elif all(g is not None for g in gpu_counts):
+        equiv.append(CheckItem("6.1-MUST-3", "Comparable hardware (or normalised)", "met",
+                               "hardware differs; results normalised per GPU (§6.2)"))
+    else:
+        equiv.append(CheckItem("6.1-MUST-3", "Comparable hardware (or normalised)", "not met",
+                               "hardware differs and a GPU count is not declared for every run (hardware.count or --gpus)"))
+    ok, d = same(["parameters.load"])
+    equiv.append(CheckItem("6.1-MUST-4", "Same load model and parameters", _status(ok), d))
+    # §6.2 normalisation, from the first procedure with an output throughput
+    norm = []
+    for i, r in enumerate(runs):
+        tput = None
+        for row in procs:
+            p = row[i][1]
+            if p is not None:
+                v = figure_value(r, p, parse_rule("output_throughput:0%"))
+                if v and v.get("value") is not None:
+                    tput = float(v["value"])
+                    break
+        g, price = gpu_counts[i], _price(r, prices)
+        norm.append({"run": r.id, "output_throughput": tput, "gpus": g, "price_per_hour": price,
+                     "tokens_per_gpu_second": tput / g if tput is not None and g else None,
+                     "tokens_per_dollar_hour": tput * 3600.0 / price if tput is not None and price else None})
+    method = ("tokens per GPU-second = output tokens/s of the first procedure ÷ declared GPU count "
+              "(declarations hardware.count, or --gpus RUN=N); tokens per dollar-hour = output tokens/s × 3600 ÷ "
+              "declared price per hour in USD (declarations cost.price_per_hour, or --price RUN=USD) (§6.2)")
+    # §6.4 checklist
+    checklist = []
+    ok, d = same(["workload", "parameters.workload", "request sequence"])
+    checklist.append(CheckItem("6.4-PARAM-1", "Same workload specification", _status(ok), d))
+    ok, d = same(["parameters.requests", "parameters.duration_s"])
+    durs = [r.document.get("duration_s") for r in runs]
+    if ok and all(isinstance(x, (int, float)) for x in durs) and max(durs) > 1.2 * min(durs) > 0:
+        ok, d = False, "session durations differ by more than 20%: " + " / ".join(f"{x:.1f} s" for x in durs)
+    checklist.append(CheckItem("6.4-PARAM-2", "Same test duration", _status(ok), d))
+    ok, d = same(["parameters.warmup_requests", "parameters.warmup_tokens", "parameters.warmup_probes"])
+    checklist.append(CheckItem("6.4-PARAM-3", "Same warm-up procedure", _status(ok), d))
+    slos = [sorted((t.get("nodeid"), tuple(t.get("slos") or [])) for t in r.document.get("tests") or []) for r in runs]
+    sets = [[s for _, s in x] for x in slos]
+    checklist.append(CheckItem("6.4-PARAM-4", "Same success criteria", _status(_equal_over(sets)),
+                               "SLOs equal" if _equal_over(sets) else "SLOs differ between runs"))
+    windows = [(_time(r, "started"), _time(r, "finished")) for r in runs]
+    if all(a is not None and b is not None for a, b in windows):
+        gap = max(a for a, _ in windows) - min(b for _, b in windows)  # type: ignore[type-var,operator]
+        checklist.append(CheckItem("6.4-PARAM-5", "Tested at the same time (shared resources)",
+                                   "met" if gap <= SAME_TIME_GAP_S else "not met",
+                                   f"largest gap between run windows {max(gap, 0):.0f} s (limit {SAME_TIME_GAP_S:.0f} s)"))
+    else:
+        checklist.append(CheckItem("6.4-PARAM-5", "Tested at the same time (shared resources)", "n/a", "run times not recorded"))
+    prod = [_decl(r).get("production_representative") for r in runs]
+    if all(p is None for p in prod):
+        checklist.append(CheckItem("6.4-PARAM-6", "Production-representative configuration", "needs declaration",
+                                   "declare production_representative = true in each run's declarations"))
+    else:
+        checklist.append(CheckItem("6.4-PARAM-6", "Production-representative configuration",
+                                   "met" if all(bool(p) for p in prod) else "not met",
+                                   " / ".join(str(p) for p in prod)))
+    cfg = _config_differences(runs)
+    checklist.append(CheckItem("6.4-REPORT-1", "Differences in configuration explicitly noted", "met",
+                               f"{len(cfg)} differing item(s) listed below"))
+    comp = SystemComparison(list(runs), labels, table, equiv, norm, method, checklist, cfg)
+    comp.plots = _plots(comp)
+    return comp
+
+
+def _flatten(prefix: str, v: Any, out: dict[str, Any]) -> None:
+    if isinstance(v, Mapping):
+        for k, x in v.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), x, out)
+    else:
+        out[prefix] = v
+
+
+def _config_differences(runs: Sequence[StoredRun]) -> list[tuple[str, list[str]]]:
+    from .storage import sut_fingerprint
+
+    flat = []
+    for r in runs:
+        d: dict[str, Any] = {}
+        _flatten("sut", r.meta.get("sut") or sut_fingerprint(r.document), d)
+        _flatten("declarations", _decl(r), d)
+        flat.append(d)
+    keys = sorted(set().union(*flat))
+    return [(k, [str(f.get(k, "—")) for f in flat]) for k in keys if not _equal_over([f.get(k) for f in flat])]
+
+
+def _plots(comp: SystemComparison) -> list[str]:
+    from ..report.svg import grouped_bars
+
+    out = []
+    lat = [row for row in comp.table if metric_info(row["figure"].split(".")[0]).unit == "time"]
+    if lat:
+        groups = [f"{row['procedure'].split(' ')[0]} {row['figure']}" for row in lat]
+        values = {g: {lab: (v * 1000 if v is not None else None) for lab, v in zip(comp.labels, row["raw"])}
+                  for g, row in zip(groups, lat)}
+        out.append(grouped_bars(kind="system-latency", title="Latency by run (ms)", groups=groups,
+                                series=comp.labels, values=values, y_label="ms", x_label="figure",
+                                width=max(640, 90 * len(groups))))
+    tp = [row for row in comp.table if row["figure"] == "output_throughput"]
+    if tp:
+        groups = [row["procedure"].split(" ")[0] for row in tp]
+        values = {g: dict(zip(comp.labels, row["raw"])) for g, row in zip(groups, tp)}
+        out.append(grouped_bars(kind="system-throughput", title="Output throughput by run (tok/s)", groups=groups,
+                                series=comp.labels, values=values, y_label="tok/s", x_label="procedure"))
+    return out
+
+
+def _n(v: Any, fmt: str = "{:,.4g}") -> str:
+    return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else fmt.format(v)
+
+
+_ENV = jinja2.Environment(loader=jinja2.DictLoader({
+    "md": """# System comparison (§6)
+
+Runs: {% for r in c.runs %}`{{ r.id }}` ({{ r.commit }}, {{ r.saved }}){{ ", " if not loop.last }}{% endfor %}
+
+## Side by side
+
+| procedure | figure |{% for l in c.labels %} {{ l }} |{% endfor %}
+|---|---|{% for l in c.labels %}---|{% endfor %}
+{% for row in c.table %}| {{ row.procedure }} | {{ row.figure }} |{% for v in row["values"] %} {{ v }} |{% endfor %}
+{% endfor %}
+## Equivalence (§6.1)
+
+| item | requirement | status | detail |
+|---|---|---|---|
+{% for i in c.equivalence %}| {{ i.id }} | {{ i.text }} | {{ i.status }} | {{ i.detail }} |
+{% endfor %}
+## Normalisation (§6.2)
+
+| run | output tok/s | GPUs | USD/hour | tokens per GPU-second | tokens per dollar-hour |
+|---|---|---|---|---|---|
+{% for n in c.normalisation %}| {{ n.run }} | {{ fmt(n.output_throughput) }} | {{ fmt(n.gpus) }} | {{ fmt(n.price_per_hour) }} | {{ fmt(n.tokens_per_gpu_second) }} | {{ fmt(n.tokens_per_dollar_hour) }} |
+{% endfor %}
+Method: {{ c.normalisation_method }}
+
+## Fair comparison checklist (§6.4)
+
+| item | check | status | detail |
+|---|---|---|---|
+{% for i in c.checklist %}| {{ i.id }} | {{ i.text }} | {{ i.status }} | {{ i.detail }} |
+{% endfor %}
+## Configuration differences
+
+{% if c.config_differences %}| item |{% for l in c.labels %} {{ l }} |{% endfor %}
+|---|{% for l in c.labels %}---|{% endfor %}
+{% for k, vals in c.config_differences %}| {{ k }} |{% for v in vals %} {{ v }} |{% endfor %}
+{% endfor %}{% else %}None: the runs' SUT fingerprints and declarations are identical.
+{% endif %}""",
+    "html": """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>System comparison (§6)</title>
+<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:1em 0}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.met{color:#1a7f37}.not-met{color:#cf222e;font-weight:bold}</style>
+</head><body>
+<h1>System comparison (§6)</h1>
+<p>Runs: {% for r in c.runs %}<code>{{ r.id }}</code> ({{ r.commit }}, {{ r.saved }}){{ ", " if not loop.last }}{% endfor %}</p>
+<h2>Side by side</h2>
+<table><tr><th>procedure</th><th>figure</th>{% for l in c.labels %}<th>{{ l }}</th>{% endfor %}</tr>
+{% for row in c.table %}<tr><td>{{ row.procedure }}</td><td>{{ row.figure }}</td>{% for v in row["values"] %}<td>{{ v }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{% for svg in c.plots %}<figure>{{ svg | safe }}</figure>{% endfor %}
+<h2>Equivalence (§6.1)</h2>
+<table><tr><th>item</th><th>requirement</th><th>status</th><th>detail</th></tr>
+{% for i in c.equivalence %}<tr><td>{{ i.id }}</td><td>{{ i.text }}</td><td class="{{ i.status|replace(' ', '-') }}">{{ i.status }}</td><td>{{ i.detail }}</td></tr>
+{% endfor %}</table>
+<h2>Normalisation (§6.2)</h2>
+<table><tr><th>run</th><th>output tok/s</th><th>GPUs</th><th>USD/hour</th><th>tokens per GPU-second</th><th>tokens per dollar-hour</th></tr>
+{% for n in c.normalisation %}<tr><td>{{ n.run }}</td><td>{{ fmt(n.output_throughput) }}</td><td>{{ fmt(n.gpus) }}</td><td>{{ fmt(n.price_per_hour) }}</td><td>{{ fmt(n.tokens_per_gpu_second) }}</td><td>{{ fmt(n.tokens_per_dollar_hour) }}</td></tr>
+{% endfor %}</table>
+<p>Method: {{ c.normalisation_method }}</p>
+<h2>Fair comparison checklist (§6.4)</h2>
+<table><tr><th>item</th><th>check</th><th>status</th><th>detail</th></tr>
+{% for i in c.checklist %}<tr><td>{{ i.id }}</td><td>{{ i.text }}</td><td class="{{ i.status|replace(' ', '-') }}">{{ i.status }}</td><td>{{ i.detail }}</td></tr>
+{% endfor %}</table>
+<h2>Configuration differences</h2>
+{% if c.config_differences %}<table><tr><th>item</th>{% for l in c.labels %}<th>{{ l }}</th>{% endfor %}</tr>
+{% for k, vals in c.config_differences %}<tr><td>{{ k }}</td>{% for v in vals %}<td>{{ v }}</td>{% endfor %}</tr>
+{% endfor %}</table>{% else %}<p>None: the runs' SUT fingerprints and declarations are identical.</p>{% endif %}
+</body></html>
+"""}), autoescape=jinja2.select_autoescape(default_for_string=False, enabled_extensions=()),
+    keep_trailing_newline=True)
+
+
+def render_markdown(c: SystemComparison) -> str:
+    """The comparison as Markdown (tables; plots are in the HTML)."""
+    return _ENV.get_template("md").render(c=c, fmt=_n)
+
+
+def render_html(c: SystemComparison) -> str:
+    """The comparison as one self-contained HTML page with inline SVG plots."""
+    env = _ENV.overlay(autoescape=True)
+    return env.get_template("html").render(c=c, fmt=_n)
+
+
+def render_text(c: SystemComparison) -> str:
+    """A plain side-by-side table for the terminal."""
+    head = ["procedure", "figure", *c.labels]
+    rows = [[row["procedure"], row["figure"], *row["values"]] for row in c.table]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    line = lambda cells: "  ".join(str(x).ljust(w) for x, w in zip(cells, widths)).rstrip()  # noqa: E731
+    out = [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+    bad = [i for i in c.equivalence + c.checklist if i.status == "not met"]
+    out.append("§6.1/§6.4: " + ("all checked items met" if not bad else
+                                "not met: " + "; ".join(f"{i.id} {i.text} ({i.detail})" for i in bad)))
+    return "\n".join(out)

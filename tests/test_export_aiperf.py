@@ -1,0 +1,127 @@
+"""AIPerf-compatible export: record lines, summary JSON and CSV, values computed by hand."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from pytest_llmbench.export_aiperf import (
+    STAT_KEYS,
+    aiperf_csv,
+    aiperf_record_lines,
+    aiperf_summary,
+    write_aiperf_export,
+)
+from pytest_llmbench.records import ClockAnchor, ErrorType, RequestRecord
+
+S = 1_000_000_000
+ANCHOR = ClockAnchor(perf_ns=0, unix_ns=1_700_000_000 * S)
+MS = 1_000_000
+
+
+def _rec(i: int, sent: float, times: tuple[float, ...], osl: int, **kw: object) -> RequestRecord:
+    r = RequestRecord(index=i, workload="w", spec_input_tokens=10, max_tokens=osl)
+    r.sent_ns = int(sent * S)
+    for t in times:
+        r.chunk_ns.append(int(t * S))
+        r.chunk_text.append("x")
+        r.chunk_reasoning.append("")
+        r.chunk_tokens.append(1)
+    if times:
+        r.first_chunk_ns = r.first_token_ns = r.chunk_ns[0]
+        r.end_ns = r.chunk_ns[-1]
+    r.output_tokens_server = osl
+    r.output_tokens_client = osl
+    r.input_tokens_server = 10
+    for k, v in kw.items():
+        setattr(r, k, v)
+    return r
+
+
+def _records() -> list[RequestRecord]:
+    trace = {"request_start_ns": 0, "reused_ns": 1 * MS, "headers_sent_ns": 2 * MS, "body_sent_ns": 3 * MS,
+             "response_headers_ns": 50 * MS, "first_byte_ns": 60 * MS, "last_byte_ns": 300 * MS,
+             "request_header_bytes": 100, "request_body_bytes": 50, "request_chunks": 1,
+             "response_header_bytes": 70, "response_body_bytes": 500, "response_chunks": 3}
+    a = _rec(0, 0.0, (0.1, 0.2, 0.3), 3, http_trace=trace,
+             usage={"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13})
+    b = _rec(1, 0.5, (0.7, 0.8), 2)
+    c = _rec(2, 1.0, (1.3, 1.5, 1.7, 1.9), 4)
+    failed = _rec(3, 1.2, (), 0, end_ns=int(1.4 * S), error_type=ErrorType.HTTP_5XX, status=500,
+                  error_message="HTTP 500: boom", input_tokens_server=33)
+    cancelled = _rec(4, 1.5, (), 0, end_ns=2 * S, error_type=ErrorType.CANCELLED, error_message="cancelled")
+    return [c, failed, a, cancelled, b]  # any order: exported in submission order
+
+
+def test_record_lines_shape_and_values() -> None:
+    lines = aiperf_record_lines(_records(), anchor=ANCHOR)
+    assert [ln["metadata"]["llmbench_index"] for ln in lines] == [0, 1, 2, 3, 4]
+    a = lines[0]
+    assert set(a) == {"metadata", "metrics", "error"} and a["error"] is None
+    m = a["metrics"]
+    assert m["time_to_first_token"] == {"value": pytest.approx(100.0), "unit": "ms"}
+    assert m["request_latency"]["value"] == pytest.approx(300.0)
+    assert m["inter_token_latency"]["value"] == pytest.approx(100.0)  # (300 - 100) / (3 - 1)
+    assert m["output_token_throughput_per_user"]["value"] == pytest.approx(10.0)
+    assert m["inter_chunk_latency"]["value"] == pytest.approx([100.0, 100.0])
+    assert m["output_sequence_length"] == {"value": 3, "unit": "tokens"}
+    assert m["usage_total_tokens"]["value"] == 13
+    assert m["http_req_waiting"]["value"] == pytest.approx(57.0) and m["http_req_connection_reused"]["value"] == 1
+    assert m["http_req_data_received"] == {"value": 570, "unit": "bytes"}
+    assert a["metadata"]["request_start_ns"] == 1_700_000_000 * S
+    assert a["metadata"]["request_end_ns"] == 1_700_000_000 * S + int(0.3 * S)
+    assert "http_req_waiting" not in lines[1]["metrics"]  # no trace recorded
+    failed = lines[3]
+    assert failed["metrics"] == {"error_isl": {"value": 33, "unit": "tokens"}}
+    assert failed["error"] == {"code": 500, "type": "http_5xx", "message": "HTTP 500: boom"}
+    assert lines[4]["metadata"]["was_cancelled"] and lines[4]["metrics"] == {}
+
+
+def test_summary_statistics_by_hand() -> None:
+    s = aiperf_summary(_records(), anchor=ANCHOR)
+    json.dumps(s, allow_nan=False)
+    lat = s["request_latency"]  # 300, 300, 900 ms
+    assert lat["unit"] == "ms" and set(STAT_KEYS) <= set(lat)
+    assert lat["avg"] == pytest.approx(500.0) and lat["min"] == pytest.approx(300.0)
+    assert lat["max"] == pytest.approx(900.0) and lat["sum"] == pytest.approx(1500.0)
+    assert lat["p50"] == pytest.approx(300.0)
+    assert lat["std"] == pytest.approx((((200**2) * 2 + 400**2) / 3) ** 0.5)
+    assert s["request_count"] == {"unit": "requests", "avg": 3}
+    assert s["error_request_count"]["avg"] == 1
+    assert s["benchmark_duration"]["avg"] == pytest.approx(2.0)  # 0 -> cancelled end at 2.0 s
+    assert s["request_throughput"]["avg"] == pytest.approx(3 / 2.0)
+    assert s["total_osl"]["avg"] == 9 and s["total_isl"]["avg"] == 30
+    assert s["total_error_isl"]["avg"] == 33
+    assert s["inter_chunk_latency"]["avg"] == pytest.approx((100 + 100 + 100 + 200 + 200 + 200) / 6)
+    assert s["error_summary"] == [{"error_details": {"code": 500, "type": "http_5xx", "message": "HTTP 500: boom"},
+                                   "count": 1}]
+    assert s["start_time"] == ANCHOR.iso(0)
+
+
+def test_csv_two_sections() -> None:
+    text = aiperf_csv(aiperf_summary(_records(), anchor=ANCHOR))
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["Metric", *STAT_KEYS]
+    blank = rows.index([])
+    stats = {r[0]: r for r in rows[1:blank]}
+    values = {r[0]: r[1] for r in rows[blank + 2:]}
+    assert rows[blank + 1] == ["Metric", "Value"]
+    assert stats["Request Latency (ms)"][1] == "500.00"
+    assert values["Request Count"] == "3" and values["Benchmark Duration (sec)"] == "2.00"
+
+
+def test_write_files(tmp_path) -> None:
+    paths = write_aiperf_export(tmp_path / "aiperf", _records(), anchor=ANCHOR)
+    assert [p.name for p in paths] == ["profile_export.jsonl", "profile_export_aiperf.json",
+                                      "profile_export_aiperf.csv"]
+    lines = [json.loads(x) for x in paths[0].read_text().splitlines()]
+    assert len(lines) == 5
+    assert json.loads(paths[1].read_text())["request_count"]["avg"] == 3
+
+
+def test_nothing_to_export() -> None:
+    with pytest.raises(ValueError, match="no records to export"):
+        aiperf_summary([])

@@ -1,0 +1,276 @@
+"""HTTP-trace timings (httptrace.py) against a loopback server with known injected delays.
+
+The server delays the TLS handshake after accepting (a plain TCP accept cannot be delayed as seen
+by the client: the kernel completes the handshake before ``accept()``), the response headers,
+and the second half of the body; a resolver wrapper delays DNS. Assertions are lower bounds
+(a phase can only be longer than the delay injected into it on a busy machine) and exact byte
+counts, never tight upper bounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import ssl
+from typing import Any
+
+import pytest
+
+from pytest_llmbench import httptrace
+from pytest_llmbench.client import ClientConfig, LLMClient
+from pytest_llmbench.records import ErrorType, RequestRecord, RequestSpec
+
+trustme = pytest.importorskip("trustme")
+
+TLS_DELAY = 0.20  # before the server reads the ClientHello
+HEADER_DELAY = 0.15  # request fully read -> response headers written
+BODY_GAP = 0.10  # first SSE event -> the rest of the body
+DNS_DELAY = 0.12
+
+
+def _sse(text: str, finish: bool = False) -> bytes:
+    delta = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop" if finish else None}]}
+    return b"data: " + json.dumps(delta).encode() + b"\n\n"
+
+
+class LoopbackServer:
+    """HTTP/1.1 keep-alive over TLS; counts the bytes it reads and writes per request."""
+
+    def __init__(self) -> None:
+        ca = trustme.CA()
+        self.ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("127.0.0.1", "localhost").configure_cert(self.ctx)
+        self.received: list[int] = []
+        self.sent: list[int] = []
+        self.port = 0
+        self.error_body: bytes | None = None  # set: answer 500 with this JSON body
+        self.truncate = False  # set: close the connection after the first SSE event
+
+    async def __aenter__(self) -> LoopbackServer:
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.setblocking(False)
+        self.port = self._sock.getsockname()[1]
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._accepting = asyncio.create_task(self._accept())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._accepting.cancel()
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(self._accepting, *self._tasks, return_exceptions=True)
+        self._sock.close()
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            conn, _ = await loop.sock_accept(self._sock)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle/delayed-ACK stalls
+            task = asyncio.create_task(self._handle(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, conn: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        writer: asyncio.StreamWriter | None = None
+        try:
+            # the ClientHello waits unread in the socket buffer: the client's TLS handshake
+            # (its "connecting" phase) cannot finish before this delay
+            await asyncio.sleep(TLS_DELAY)
+            reader = asyncio.StreamReader()
+            protocol = asyncio.StreamReaderProtocol(reader)
+            transport, _ = await loop.connect_accepted_socket(lambda: protocol, conn, ssl=self.ctx)
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    return
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                body = await reader.readexactly(length)
+                self.received.append(len(head) + len(body))
+                await asyncio.sleep(HEADER_DELAY)
+                if self.error_body is not None:
+                    head_out = (b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                                b"Content-Length: " + str(len(self.error_body)).encode() + b"\r\n\r\n")
+                    writer.write(head_out + self.error_body)
+                    await writer.drain()
+                    self.sent.append(len(head_out) + len(self.error_body))
+                    continue
+                part1 = _sse("Hello")
+                part2 = _sse(" world", finish=True) + b"data: [DONE]\n\n"
+                headers = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                           b"Content-Length: " + str(len(part1) + len(part2)).encode() + b"\r\n\r\n")
+                writer.write(headers)
+                await writer.drain()
+                writer.write(part1)
+                await writer.drain()
+                if self.truncate:
+                    return
+                await asyncio.sleep(BODY_GAP)
+                writer.write(part2)
+                await writer.drain()
+                self.sent.append(len(headers) + len(part1) + len(part2))
+        except (ConnectionError, ssl.SSLError):
+            return
+        finally:
+            if writer is not None:
+                writer.close()
+            else:
+                conn.close()
+
+
+def _spec(i: int = 0) -> RequestSpec:
+    return RequestSpec(index=i, workload="t", input_tokens=4, max_tokens=8, prompt_text="hi there")
+
+
+def _config(port: int, host: str = "127.0.0.1", **kw: Any) -> ClientConfig:
+    return ClientConfig(base_url=f"https://{host}:{port}/v1", model="m", verify_tls=False, http_trace=True,
+                        tokenizer=None, include_usage=False, **kw)
+
+
+class _SlowResolver:
+    """aiohttp resolver that waits DNS_DELAY, then answers 127.0.0.1."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        from aiohttp.resolver import ThreadedResolver
+
+        self._inner = ThreadedResolver()
+
+    async def resolve(self, host: str, port: int = 0, family: int = 0) -> Any:
+        await asyncio.sleep(DNS_DELAY)
+        return await self._inner.resolve("127.0.0.1", port, family)
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def _check_sums(p: dict[str, Any]) -> None:
+    six = ("blocked", "dns_lookup", "connecting", "sending", "waiting", "receiving")
+    assert p["total"] == pytest.approx(sum(p[k] for k in six), abs=1e-12)
+    assert p["connection_overhead"] == pytest.approx(p["blocked"] + p["dns_lookup"] + p["connecting"], abs=1e-12)
+
+
+async def test_new_connection_then_reuse_reflects_injected_delays() -> None:
+    async with LoopbackServer() as srv, LLMClient(_config(srv.port)) as client:
+        first = await client.send(_spec(0))
+        second = await client.send(_spec(1))
+    assert first.ok and second.ok, (first.error_message, second.error_message)
+    assert first.output_text == "Hello world"
+    p1, p2 = httptrace.phases(first.http_trace), httptrace.phases(second.http_trace)
+    # new connection: the delayed TLS handshake is inside "connecting"
+    assert p1["connection_reused"] == 0
+    assert p1["connecting"] >= TLS_DELAY
+    assert p1["waiting"] >= HEADER_DELAY
+    assert p1["receiving"] >= BODY_GAP
+    assert p1["duration"] >= HEADER_DELAY + BODY_GAP
+    assert p1["chunks_received"] >= 2 and p1["chunks_sent"] >= 1
+    # bytes: exactly what the server read and wrote (Content-Length body, no chunked framing)
+    assert p1["data_sent"] == srv.received[0]
+    assert p1["data_received"] == srv.sent[0]
+    # the connection set-up hides inside TTFT: TTFT >= connecting + waiting
+    ttft = (first.first_token_ns - first.sent_ns) / 1e9
+    assert ttft >= p1["connecting"] + p1["waiting"]
+    # reused connection: no connecting, no DNS
+    assert p2["connection_reused"] == 1
+    assert p2["connecting"] == 0 and p2["dns_lookup"] == 0
+    assert p2["waiting"] >= HEADER_DELAY and p2["receiving"] >= BODY_GAP
+    assert p2["data_sent"] == srv.received[1] and p2["data_received"] == srv.sent[1]
+    _check_sums(p1)
+    _check_sums(p2)
+    # the trace rides in the record's JSON and back
+    back = RequestRecord.from_json(json.loads(first.dumps()))
+    assert httptrace.phases(back.http_trace) == p1
+
+
+async def test_error_response_body_is_counted() -> None:
+    async with LoopbackServer() as srv:
+        srv.error_body = b'{"error": {"message": "boom"}}'
+        async with LLMClient(_config(srv.port)) as client:
+            rec = await client.send(_spec(0))
+    assert rec.status == 500 and rec.error_message == "HTTP 500: boom"
+    p = httptrace.phases(rec.http_trace)
+    assert p["data_received"] == srv.sent[0] and p["chunks_received"] >= 1
+    assert p["waiting"] >= HEADER_DELAY
+    _check_sums(p)
+
+
+async def test_broken_body_is_classified_with_the_trace_kept() -> None:
+    async with LoopbackServer() as srv:
+        srv.truncate = True
+        async with LLMClient(_config(srv.port)) as client:
+            rec = await client.send(_spec(0))
+    assert rec.error_type is ErrorType.PROTOCOL, rec.error_message
+    p = httptrace.phases(rec.http_trace)
+    assert p["chunks_received"] >= 1 and p["waiting"] >= HEADER_DELAY
+
+
+async def test_pool_wait_shows_as_blocked() -> None:
+    async with LoopbackServer() as srv, LLMClient(_config(srv.port), max_connections=1) as client:
+        a, b = await asyncio.gather(client.send(_spec(0)), client.send(_spec(1)))
+    assert a.ok and b.ok
+    pa, pb = httptrace.phases(a.http_trace), httptrace.phases(b.http_trace)
+    waited = max(pa["blocked"], pb["blocked"])
+    # the second request waits for the whole first exchange (headers + body gap at least)
+    assert waited >= HEADER_DELAY + BODY_GAP
+    assert min(pa["blocked"], pb["blocked"]) < waited
+    _check_sums(pa)
+    _check_sums(pb)
+
+
+async def test_dns_lookup_measured_and_not_counted_in_connecting(monkeypatch: pytest.MonkeyPatch) -> None:
+    import aiohttp.connector
+
+    monkeypatch.setattr(aiohttp.connector, "DefaultResolver", _SlowResolver)
+    async with LoopbackServer() as srv, LLMClient(_config(srv.port, host="slow.invalid")) as client:
+        rec = await client.send(_spec(0))
+    assert rec.ok, rec.error_message
+    p = httptrace.phases(rec.http_trace)
+    assert p["dns_lookup"] >= DNS_DELAY
+    assert p["connecting"] >= TLS_DELAY
+    t = rec.http_trace
+    assert t is not None
+    create_span = (t["create_end_ns"] - t["create_start_ns"]) / 1e9
+    assert p["connecting"] == pytest.approx(create_span - p["dns_lookup"], abs=1e-9)
+    _check_sums(p)
+
+
+async def test_failed_connection_keeps_partial_trace() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with LLMClient(_config(port)) as client:
+        rec = await client.send(_spec(0))
+    assert not rec.ok
+    assert rec.http_trace is not None and "exception_ns" in rec.http_trace
+    p = httptrace.phases(rec.http_trace)
+    assert p["waiting"] is None and p["duration"] is None  # no response: undefined, not 0
+
+
+async def test_tracing_off_leaves_records_unchanged() -> None:
+    async with LoopbackServer() as srv:
+        cfg = ClientConfig(base_url=f"https://127.0.0.1:{srv.port}/v1", model="m", verify_tls=False,
+                           tokenizer=None, include_usage=False)
+        async with LLMClient(cfg) as client:
+            rec = await client.send(_spec(0))
+    assert rec.ok and rec.http_trace is None
+    assert "http_trace" in json.loads(rec.dumps())
+
+
+def test_http_trace_needs_aiohttp_transport() -> None:
+    with pytest.raises(ValueError, match="http_trace needs transport 'aiohttp'"):
+        ClientConfig(base_url="http://x/v1", model="m", transport="httpx", http_trace=True)
+
+
+def test_old_records_without_trace_fields_load() -> None:
+    d = RequestRecord(index=0, workload="w", spec_input_tokens=1, max_tokens=1).to_json()
+    del d["http_trace"], d["reasoning_tokens_client"]
+    rec = RequestRecord.from_json(d)
+    assert rec.http_trace is None and rec.reasoning_tokens_client is None
+    assert all(v is None for v in httptrace.phases(rec.http_trace).values())

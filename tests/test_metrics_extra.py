@@ -1,0 +1,229 @@
+"""metrics_extra: hand-computed traces for each metric, and the AIPerf reference walk."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pytest_llmbench
+from pytest_llmbench import httptrace
+from pytest_llmbench import metrics_extra as mx
+from pytest_llmbench.metrics import summarize
+from pytest_llmbench.records import ErrorType, RequestRecord
+
+S = 1_000_000_000  # ns per second
+AIPERF_LIST = Path(pytest_llmbench.__file__).parent / "data" / "aiperf_metrics.txt"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
+
+
+def rec(index: int = 0, *, sent: float = 0.0, chunks: tuple[tuple[float, str, str, int], ...] = (),
+        end: float | None = None, osl: int | None = None, **kw: object) -> RequestRecord:
+    """A record from (time s, content, reasoning, tokens) chunks; times in seconds from 0."""
+    r = RequestRecord(index=index, workload="w", spec_input_tokens=10, max_tokens=16)
+    r.sent_ns = int(sent * S) + 10 * S
+    for t, text, reasoning, n in chunks:
+        r.chunk_ns.append(int(t * S) + 10 * S)
+        r.chunk_text.append(text)
+        r.chunk_reasoning.append(reasoning)
+        r.chunk_tokens.append(n)
+        if r.first_chunk_ns is None:
+            r.first_chunk_ns = r.chunk_ns[-1]
+        if r.first_token_ns is None and text.strip():
+            r.first_token_ns = r.chunk_ns[-1]
+    if end is not None:
+        r.end_ns = int(end * S) + 10 * S
+    r.output_tokens_server = osl
+    for k, v in kw.items():
+        setattr(r, k, v)
+    return r
+
+
+# ---- per-request ------------------------------------------------------------------------
+
+
+def test_aiperf_itl_and_output_throughput_per_user() -> None:
+    r = rec(chunks=((1.0, "a", "", 1), (1.5, "b", "", 1), (2.0, "c", "", 1)), end=2.0, osl=3)
+    assert mx.aiperf_inter_token_latency(r) == pytest.approx(0.5)  # (2.0 - 1.0) / (3 - 1)
+    assert mx.output_token_throughput_per_user(r) == pytest.approx(2.0)
+    one = rec(chunks=((1.0, "a", "", 1),), end=1.0, osl=1)
+    assert mx.aiperf_inter_token_latency(one) is None and mx.output_token_throughput_per_user(one) is None
+    failed = rec(chunks=((1.0, "a", "", 1), (2.0, "b", "", 1)), end=2.0, osl=2, error_type=ErrorType.HTTP_5XX)
+    assert mx.aiperf_inter_token_latency(failed) is None
+
+
+def test_reasoning_moves_aiperf_ttft_and_splits_the_output_count() -> None:
+    # reasoning at 0.5 s (4 tokens), content at 1.0 and 2.0 s (3 tokens); OSL 7
+    r = rec(chunks=((0.5, "", "think", 4), (1.0, "Hi", "", 1), (2.0, " there", "", 2)), end=2.0, osl=7,
+            output_tokens_client=7, reasoning_tokens_client=4)
+    assert mx.aiperf_inter_token_latency(r) == pytest.approx((2.0 - 0.5) / 6)
+    assert mx.reasoning_token_count(r) == 4
+    assert mx.output_token_count(r) == 3
+    plain = rec(chunks=((1.0, "Hi", "", 1),), end=1.0, osl=1, output_tokens_client=1)
+    assert mx.reasoning_token_count(plain) is None and mx.output_token_count(plain) == 1
+
+
+def test_counts_of_old_records_use_the_tokenizer() -> None:
+    from pytest_llmbench.tokenizer import get_tokenizer
+
+    tok = get_tokenizer("cl100k_base")
+    r = rec(chunks=((0.5, "", "let me think", 3), (1.0, "Hello world", "", 2)), end=1.0, osl=5,
+            output_tokens_client=5)  # written before reasoning_tokens_client existed
+    assert mx.reasoning_token_count(r) is None and mx.output_token_count(r) is None
+    assert mx.reasoning_token_count(r, tok) == len(tok.encode("let me think"))
+    assert mx.output_token_count(r, tok) == len(tok.encode("Hello world"))
+
+
+USAGE = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110,
+         "completion_tokens_details": {"reasoning_tokens": 5}, "prompt_tokens_details": {"cached_tokens": 40},
+         "cache_creation_input_tokens": 7, "prompt_cache_miss_tokens": 60}
+
+
+def test_usage_fields() -> None:
+    r = rec(chunks=((0.5, "", "hmm", 4), (1.0, "a", "", 6)), end=1.0, osl=10, usage=USAGE,
+            input_tokens_server=100, reasoning_tokens_client=4, output_tokens_client=10)
+    assert mx.usage_total_tokens(r) == 110
+    assert mx.usage_reasoning_tokens(r) == 5
+    assert mx.usage_prompt_cache_read_tokens(r) == 40
+    assert mx.usage_prompt_cache_write_tokens(r) == 7
+    assert mx.usage_prompt_cache_miss_tokens(r) == 60
+    assert mx.usage_reasoning_diff_pct(r) == pytest.approx(25.0)  # (5 - 4) / 4
+    anthropic = rec(usage={"cache_read_input_tokens": 9})
+    assert mx.usage_prompt_cache_read_tokens(anthropic) == 9
+    bare = rec(cached_tokens=3)
+    assert mx.usage_prompt_cache_read_tokens(bare) == 3
+    assert mx.usage_total_tokens(bare) is None and mx.usage_reasoning_diff_pct(bare) is None
+
+
+def test_error_isl_only_for_failures() -> None:
+    failed = rec(error_type=ErrorType.TIMEOUT, input_tokens_server=50)
+    cancelled = rec(error_type=ErrorType.CANCELLED, input_tokens_server=70)
+    assert mx.error_isl(failed) == 50
+    assert mx.error_isl(cancelled) is None and mx.error_isl(rec()) is None
+
+
+# ---- run totals ---------------------------------------------------------------------------
+
+
+def test_run_totals_by_hand() -> None:
+    a = rec(0, chunks=((0.5, "", "hmm", 4), (1.0, "a", "", 6)), end=1.0, osl=10, usage=USAGE,
+            input_tokens_server=100, output_tokens_client=10, reasoning_tokens_client=4)
+    b = rec(1, chunks=((1.0, "b", "", 3),), end=1.0, osl=3, input_tokens_server=300, output_tokens_client=3,
+            usage={"prompt_tokens": 300, "completion_tokens": 3, "total_tokens": 303,
+                   "prompt_tokens_details": {"cached_tokens": 60}})
+    bad = rec(2, error_type=ErrorType.HTTP_5XX, input_tokens_server=25, status=500)
+    cancelled = rec(3, error_type=ErrorType.CANCELLED, input_tokens_server=99)
+    v = mx.run_values([a, b, bad, cancelled])
+    assert v["total_output_tokens"] == 6 + 3
+    assert v["total_osl"] == 13 and v["total_isl"] == 400
+    assert v["total_reasoning_tokens"] == 4
+    assert v["total_usage_prompt_tokens"] == 400 and v["total_usage_completion_tokens"] == 10 + 3
+    assert v["total_usage_total_tokens"] == 413 and v["total_usage_reasoning_tokens"] == 5
+    assert v["total_usage_prompt_cache_read_tokens"] == 100
+    assert v["total_usage_prompt_cache_write_tokens"] == 7 and v["total_usage_prompt_cache_miss_tokens"] == 60
+    assert v["overall_usage_prompt_cache_read_pct"] == pytest.approx(25.0)  # 100 / 400
+    assert v["total_error_isl"] == 25  # cancelled excluded
+    assert mx.run_values([b])["total_usage_prompt_cache_write_tokens"] is None  # never reported
+
+
+def test_token_weighted_goodput_eq5_by_hand() -> None:
+    # V = 20 tok/s (d_i = 0.05 i, A = 0). "fast" delivers token i at 0.04 i: all deadlines met.
+    fast = rec(0, chunks=tuple((0.04 * i, "x", "", 1) for i in (1, 2, 3)), end=0.12, osl=3)
+    slow = rec(1, chunks=tuple((1.0 + 0.01 * i, "y", "", 1) for i in range(5)), end=1.04, osl=5)
+    failed = rec(2, sent=0.5, end=2.0, error_type=ErrorType.HTTP_5XX, status=500)
+    run = summarize([fast, slow, failed], reading_speed=20.0, ttft_allowance=0.0)
+    duration = 2.0  # first submission (0) to last response (2.0)
+    assert run.scalar("benchmark_duration").value == pytest.approx(duration)
+    assert mx.token_weighted_goodput(run) == pytest.approx(3 / duration)
+    # per-request SLO mask instead of the deadlines: both successful ones good, failed never
+    assert mx.token_weighted_goodput(run, good=np.array([True, True, True])) == pytest.approx(8 / duration)
+    assert mx.token_weighted_goodput_of(np.array([3.0, 5.0]), np.array([True, False]), 2.0) == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="duration must be > 0"):
+        mx.token_weighted_goodput_of(np.array([1.0]), np.array([True]), 0.0)
+
+
+def test_fluid_token_rate_of_a_steady_stream() -> None:
+    # every request: TTFT 0.2 s = D_p (no slack), then one token every 0.1 s. With D_d < 0.1 s
+    # every later token misses (fluidity 1/20), with D_d = 0.1 s all meet: the smallest passing
+    # D_d is 0.1 s, the rate 10 tok/s (bisection keeps the passing side, tolerance 1e-3)
+    from pytest_llmbench.experience import PrefillDeadline
+
+    recs = [rec(i, sent=float(i), chunks=tuple((i + 0.2 + 0.1 * k, "t", "", 1) for k in range(20)),
+                end=i + 0.2 + 1.9, osl=20) for i in range(5)]
+    fr = mx.fluid_token_generation_rate(summarize(recs, prefill_deadline=PrefillDeadline.constant(0.2)))
+    assert fr.rate == pytest.approx(10.0, rel=2e-3) and fr.rate <= 10.0 + 1e-9
+
+
+def test_http_phases_from_a_hand_built_trace() -> None:
+    ms = 1_000_000
+    t = {"request_start_ns": 0, "queued_start_ns": 0, "queued_end_ns": 2 * ms, "create_start_ns": 2 * ms,
+         "dns_start_ns": 3 * ms, "dns_end_ns": 7 * ms, "create_end_ns": 12 * ms, "headers_sent_ns": 13 * ms,
+         "body_sent_ns": 14 * ms, "response_headers_ns": 40 * ms, "first_byte_ns": 50 * ms,
+         "last_byte_ns": 90 * ms, "request_header_bytes": 200, "request_body_bytes": 100, "request_chunks": 1,
+         "response_header_bytes": 80, "response_body_bytes": 1000, "response_chunks": 7}
+    p = httptrace.phases(t)
+    exp = {"blocked": 0.002, "dns_lookup": 0.004, "connecting": 0.006, "sending": 0.002, "waiting": 0.036,
+           "receiving": 0.040, "duration": 0.078, "connection_overhead": 0.012, "total": 0.090}
+    for k, v in exp.items():
+        assert p[k] == pytest.approx(v), k
+    assert (p["data_sent"], p["data_received"], p["chunks_sent"], p["chunks_received"]) == (300, 1080, 1, 7)
+    assert p["connection_reused"] == 0
+    table = mx.per_request_table([rec(http_trace=t), rec()])
+    assert table["http_waiting"][0] == pytest.approx(0.036) and math.isnan(table["http_waiting"][1])
+
+
+# ---- declarations and the AIPerf reference walk ---------------------------------------------
+
+
+def _aiperf_tags() -> list[str]:
+    return [ln.strip() for ln in AIPERF_LIST.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def test_declarations_are_unique_and_complete() -> None:
+    names = [d.name for d in mx.EXTRA_METRICS]
+    assert len(names) == len(set(names))
+    table = mx.per_request_table([rec()])
+    for d in mx.EXTRA_METRICS:
+        assert d.definition and d.source and d.unit
+        if d.kind == "per_request" and d.name not in ("user_idle_latency",):
+            assert d.name in table, f"{d.name} declared but not computed"
+    computed_runs = set(mx.run_values([rec()])) | {"token_weighted_goodput", "fluid_token_rate", "smooth_goodput"}
+    assert set(mx.RUN) <= computed_runs
+
+
+def test_every_aiperf_metric_is_mapped_or_has_a_reason() -> None:
+    tags = _aiperf_tags()
+    assert len(tags) == 88 and len(set(tags)) == 88
+    new = {d.aiperf for d in mx.EXTRA_METRICS if d.aiperf}
+    existing = set(mx.AIPERF_EQUIVALENTS)
+    absent = set(mx.AIPERF_NOT_APPLICABLE)
+    assert not (new & existing) and not (new & absent) and not (existing & absent)
+    missing = [t for t in tags if t not in new | existing | absent]
+    assert not missing, f"AIPerf metrics with no entry and no stated reason: {missing}"
+    assert (new | existing | absent) <= set(tags), "tables name AIPerf tags that are not in the reference"
+    assert all(len(reason) > 20 for reason in mx.AIPERF_NOT_APPLICABLE.values())
+
+
+def test_existing_equivalents_name_real_metrics() -> None:
+    """Each AIPERF_EQUIVALENTS target is a distribution, scalar or per-request column of a run
+    (one with reasoning and SLOs, so that conditional metrics exist) or a record field."""
+    from pytest_llmbench.slo import parse_slo
+
+    recs = [rec(i, sent=0.1 * i, chunks=((0.1 * i + 0.05, "", "hm", 1), (0.1 * i + 0.2, "a", "", 1),
+                                         (0.1 * i + 0.3, "b", "", 1)),
+                end=0.1 * i + 0.3, osl=3, input_tokens_server=10, input_tokens_client=9, output_tokens_client=3)
+            for i in range(4)]
+    run = summarize(recs, slos=[parse_slo("ttft <= 10 s")])
+    known = (set(run.distributions) | set(run.scalars) | set(run.per_request.names())
+             | set(RequestRecord.__dataclass_fields__))
+    unknown = {t: n for t, (n, _) in mx.AIPERF_EQUIVALENTS.items() if n not in known}
+    assert not unknown
+
+
+def test_docs_map_every_aiperf_metric() -> None:
+    text = DOCS.read_text()
+    missing = [t for t in _aiperf_tags() if not re.search(rf"`{re.escape(t)}`", text)]
+    assert not missing, f"docs/metrics.md does not map: {missing}"

@@ -163,6 +163,7 @@ class RequestRecord:
     output_tokens_server: int | None = None  # usage.completion_tokens
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
     tokenizer: str | None = None  # name of the tokenizer behind the *_client counts
+    token_count_method: str | None = None  # how chunk_tokens were counted (tokencount.py; format 1.1)
     reasoning_tokens_client: int | None = None  # reasoning part of output_tokens_client, when streamed
     # --- server-side information -----------------------------------------------------------
     usage: dict[str, Any] | None = None

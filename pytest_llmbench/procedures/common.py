@@ -12,6 +12,7 @@ import contextlib
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..adapters import metric_names
@@ -29,7 +30,7 @@ from ..compliance import (
 from ..load import ClosedLoop, LoadResult, OpenLoop, run_load
 from ..metrics import RunMetrics, summarize
 from ..records import ClockAnchor, RequestRecord, RequestSpec
-from ..storage import RunMetadata, RunWriter
+from ..storage import RECORDS_FILE, RunMetadata, RunWriter, write_text_atomic
 from ..sut import effective_declarations
 from ..warmup import WarmupPolicy, WarmupResult, run_warmup, sample_server_metrics
 from .base import ProcedureContext, ProcedureResult, RunSummary
@@ -194,6 +195,8 @@ async def measure(
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
     server_after = await sample_server_metrics(client) if server_before else None
+    if ctx.sut.server_kind == "llama.cpp" and await client.reconcile_token_counts(result.records):
+        _rewrite_records(run_dir, result.records, keep_text=not ctx.settings.drop_text)
     itl_option = "C" if any(r.server_token_ns for r in result.records[:50]) else "B"
     metrics = summarize(result.records, slos=slos, itl_option=itl_option)
     summary = RunSummary(
@@ -207,6 +210,11 @@ async def measure(
     )
     return Measured(load=result, summary=summary, queue_samples=queue,
                     server_before=server_before, server_after=server_after)
+
+
+def _rewrite_records(run_dir: Path, records: Sequence[RequestRecord], *, keep_text: bool) -> None:
+    """Records recounted after the run (tokencount.py) replace the streamed file, atomically."""
+    write_text_atomic(run_dir / RECORDS_FILE, "".join(r.dumps(keep_text=keep_text) + "\n" for r in records))
 
 
 def _load_summary(result: LoadResult) -> dict[str, Any]:

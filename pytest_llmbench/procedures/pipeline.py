@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Generic, TypeVar
 
+from .. import tokencount
 from ..client import LLMClient
 from ..compliance import Check, RunFacts
 from ..load import ClosedLoop, OpenLoop
@@ -167,7 +168,8 @@ class ProcedureRun(Generic[P]):
         return await warm_up(self.ctx, client, pool, **kw)
 
     def prompt_hygiene(self) -> dict[str, Any]:
-        """Measured prompts that the warm-up sent, measured repeats, the measured cache-hit fraction.
+        """Measured prompts that the warm-up sent, measured repeats, the measured cache-hit fraction,
+        and how per-chunk token counts were obtained (share exact in server tokens, §4.4, §4.6).
 
         Values for the results document (measurements), so contamination of the measured sample
         by a prefix cache is visible in every procedure's report (§4.5.1, §5.7).
@@ -175,7 +177,10 @@ class ProcedureRun(Generic[P]):
         records = [r for m in self.measured for r in m.records if r.phase == "measure"]
         hashes = [r.prompt_hash for r in records if r.prompt_hash is not None]
         hit = cache_hit_summary(records)
+        counting = tokencount.method_shares(records)
         return {
+            "token_counts_exact_share": counting["exact_share"],
+            "token_count_methods": ", ".join(f"{k} {n}" for k, n in sorted(counting["methods"].items())) or "n/a",
             "measured_cache_hit_fraction": hit["fraction"],
             "measured_requests_over_half_cached": (
                 f"{hit['requests_over_half_cached']} of {hit['requests_reporting']}"

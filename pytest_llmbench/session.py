@@ -196,6 +196,7 @@ class Session:
             configure_sut=self.configure_sut,
             progress=self._progress(proc.id),
             session_workloads=self.workloads_used,
+            deadline=time.monotonic() + self.settings.max_duration if self.settings.max_duration else None,
         )
         t0 = time.perf_counter()
         try:

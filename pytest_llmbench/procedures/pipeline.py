@@ -100,6 +100,10 @@ class ProcedureRun(Generic[P]):
         out = self.summarize()
         runs = self.measured if out.runs is None else out.runs
         out.measurements.update(self.prompt_hygiene())
+        if self.ctx.budget_cuts:
+            out.notes.append(f"Time budget (--llm-max-duration {self.ctx.settings.max_duration:g} s): "
+                             + "; ".join(self.ctx.budget_cuts)
+                             + ". Request counts or durations below a draft minimum are listed as unmet.")
         facts = run_facts(self.ctx, workload=out.workload, warmup=self.warmup,
                           measured=runs if out.fact_runs is None else out.fact_runs, **out.facts)
         self.adjust_facts(facts)

@@ -51,3 +51,22 @@ def test_cache_hit_summary_counts_contaminated_requests() -> None:
     assert s["fraction"] == round(140 / 300, 4)
     assert s["requests_over_half_cached"] == 1 and s["share_over_half_cached"] == round(1 / 3, 4)
     assert cache_hit_summary([_rec(100, None)])["fraction"] is None
+
+
+def test_time_budget_cuts_a_long_run_and_says_so(tmp_path: Path) -> None:
+    """--llm-max-duration: a 5.1 run planned beyond the budget stops by it, notes the cut,
+    and its request count below the draft minimum stays an unmet item."""
+    import time
+
+    proc = get_procedure("5.1")
+    params = proc.make_params("smoke", {"requests": 3000, "load": closed(2), "max_output_tokens": 4,
+                                        "warmup_requests": 10, "warmup_tokens": 20})
+    with start_simulator(SimConfig(time_scale=0.2, seed=3)) as sim:
+        ctx = procedure_context(sim, tmp_path, profile="smoke", seed=5, max_duration=8.0)
+        ctx.deadline = time.monotonic() + 8.0
+        result = asyncio.run(proc.run(ctx, params))
+    assert 0 < result.measurements["requests"] < 3000
+    assert any("Time budget" in n and "cut to" in n for n in result.notes), result.notes
+    unmet = {u["id"] for u in result.compliance["unmet"]} if isinstance(result.compliance, dict) else None
+    if unmet is not None:
+        assert "5.1.2-MUST-4" in unmet or "5.1.2-MUST-3" in unmet

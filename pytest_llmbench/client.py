@@ -94,6 +94,7 @@ class ClientConfig:
     read_bufsize: int = 4 * 1024 * 1024  # large reads for long contexts (vllm#39963)
     token_id_prompts: bool = False  # completions: send prompt_ids instead of prompt_text
     send_extra_fields: bool = True  # min_tokens / ignore_eos (vLLM extensions)
+    reuse_connections: bool = True  # HTTP keep-alive; False: a new connection per request
     include_usage: bool = True  # stream_options.include_usage
     request_server_timing: bool = False  # ask the embedded simulator for llmbench_timing
     http_trace: bool = False  # per-request HTTP timings into record.http_trace (httptrace.py)
@@ -407,6 +408,7 @@ class AiohttpTransport:
         connector = aiohttp.TCPConnector(
             limit=max_connections or 0,
             limit_per_host=0,
+            force_close=not config.reuse_connections,
             ssl=bool(config.verify_tls),  # True: verify certificates (the default)
             ttl_dns_cache=300,
         )
@@ -465,7 +467,8 @@ class HttpxTransport:
         import httpx
 
         self.name = "httpx-aiohttp" if over_aiohttp else "httpx"
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        keepalive = max_connections if config.reuse_connections else 0
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=keepalive)
         timeout = httpx.Timeout(
             connect=config.connect_timeout_s,
             read=config.read_timeout_s,
@@ -568,6 +571,8 @@ class LLMClient:
             "Content-Type": "application/json",
             "Accept": "text/event-stream" if config.stream else "application/json",
         }
+        if not config.reuse_connections:
+            headers["Connection"] = "close"  # every transport and server honour it (RFC 9112 §9.6)
         headers.update(config.headers)
         if config.api_key_env:
             key = os.environ.get(config.api_key_env)

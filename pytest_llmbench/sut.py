@@ -46,6 +46,7 @@ class SUT:
     # llama.cpp's cache_prompt); the client holds this very mapping, so a switch applies at once
     extra_body: dict[str, Any] = field(default_factory=dict)
     send_extra_fields: bool = True  # min_tokens / ignore_eos (servers that reject them: False)
+    reuse_connections: bool = True  # HTTP keep-alive (the adapter's choice for this server kind)
 
     def headers(self) -> dict[str, str]:
         """Request headers; the Authorization value is read from the environment, never kept."""
@@ -134,6 +135,7 @@ def identify_server(sut: SUT, override: str | None = None) -> None:
     sut.server_info["adapter"] = adapter.summary()
     sut.extra_body.update(adapter.request_fields)
     sut.send_extra_fields = bool({"ignore_eos", "min_tokens"} & set(adapter.honours))
+    sut.reuse_connections = adapter.reuse_connections
 
 
 #: What the embedded simulator is, declared by the plugin itself because it knows (§5.1.2 model and

@@ -54,6 +54,7 @@ class ServerAdapter:
     request_fields: Mapping[str, Any] = field(default_factory=dict)
     metrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     honours: tuple[str, ...] = ()  # OpenAI extensions the server honours (ignore_eos, min_tokens, ...)
+    reuse_connections: bool = True  # False: the server closes kept-alive connections under load
     tested_live: bool = False
     documented: str = ""
 
@@ -71,4 +72,5 @@ class ServerAdapter:
 
     def summary(self) -> dict[str, Any]:
         return {"kind": self.kind, "title": self.title, "honours": list(self.honours),
-                "tested_live": self.tested_live, "documented_formats": self.documented}
+                "tested_live": self.tested_live,
+                "reuse_connections": self.reuse_connections, "documented_formats": self.documented}

@@ -95,6 +95,7 @@ def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> 
         tokenizer=None,
         extra_body=sut.extra_body,  # the SUT's live mapping: adapter fields and configuration switches
         send_extra_fields=sut.send_extra_fields,
+        reuse_connections=sut.reuse_connections,
     )
     return LLMClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer)
 

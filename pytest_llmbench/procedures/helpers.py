@@ -16,7 +16,7 @@ import numpy as np
 
 from ..compliance import Check
 from ..metrics import STEADY_STATE_FRACTION, steady_state_window
-from ..records import ErrorType, RequestRecord, RequestSpec
+from ..records import RequestRecord, RequestSpec
 from ..stats import queue_growing
 from ..workloads import build_workload
 
@@ -117,10 +117,14 @@ def queue_trend(m: Measured, *, closed: bool = False, arrivals: int = 0) -> Queu
 
 
 def capacity_error(rec: RequestRecord) -> bool:
-    """A failed request whose status or error text shows memory/capacity exhaustion (§5.5.2)."""
+    """A failed request whose status or error text shows memory/capacity exhaustion (§5.5.2).
+
+    HTTP 429 alone is rate limiting, not capacity exhaustion: it counts only when its text names
+    a capacity bound (a full queue, KV cache, memory); it still lowers the completion rate.
+    """
     if not rec.failed:
         return False
-    if rec.error_type is ErrorType.RATE_LIMITED or rec.status in (503, 507):
+    if rec.status in (503, 507):
         return True
     return bool(rec.error_message and _CAPACITY_TEXT.search(rec.error_message))
 

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from . import httptrace
+from . import httptrace, tokencount
 from .records import ErrorType, RequestRecord, RequestSpec
 from .sse import SSEDecodeError, SSEError, SSEParser
 from .tokenizer import Tokenizer, get_tokenizer
@@ -736,7 +736,44 @@ class LLMClient:
         rec.chunk_tokens = counts
         rec.output_tokens_client = sum(counts)
         rec.tokenizer = tok.declaration.name
+        rec.token_count_method = tokencount.REFERENCE
+        tokencount.apply_one_per_chunk(rec)  # server tokens when one token per content chunk (§4.4)
         return rec
+
+    async def reconcile_token_counts(self, records: list[RequestRecord], *, concurrency: int = 4,
+                                     timeout_s: float = 30.0) -> int:
+        """Per-chunk counts in the server's tokens via llama.cpp ``POST /tokenize`` (with pieces,
+        no special tokens), once per record not already exact; after the run, so the measured
+        load is not perturbed (tokencount.py). Returns the number of records recounted; a server
+        without the endpoint leaves the reference counts (the declared fallback)."""
+        import httpx
+
+        todo = [r for r in records if tokencount.needs_server_count(r)]
+        if not todo:
+            return 0
+        url = self.server_root + "/tokenize"
+        sem = asyncio.Semaphore(concurrency)
+        done = 0
+        async with httpx.AsyncClient(verify=self.config.verify_tls, timeout=timeout_s) as hx:
+            async def one(rec: RequestRecord) -> bool:
+                nonlocal done
+                reasoning = rec.chunk_reasoning if len(rec.chunk_reasoning) == len(rec.chunk_text) \
+                    else [""] * len(rec.chunk_text)
+                text = "".join(r + t for t, r in zip(rec.chunk_text, reasoning))  # as apply_pieces aligns
+                async with sem:
+                    resp = await hx.post(url, headers=self._headers,
+                                         json={"content": text, "with_pieces": True, "add_special": False})
+                if resp.status_code != 200:
+                    return False
+                tokencount.apply_pieces(rec, tokencount.piece_byte_lengths(resp.json().get("tokens") or []))
+                done += 1
+                return True
+
+            first = await one(todo[0])
+            if not first:
+                return 0
+            await asyncio.gather(*(one(r) for r in todo[1:]))
+        return done
 
     async def _exchange(self, transport: Transport, body: bytes, rec: RequestRecord) -> None:
         if self.config.http_trace:

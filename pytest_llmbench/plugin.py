@@ -28,7 +28,7 @@ from .procedures.base import (
     params_key,
 )
 from .session import Session, configure_embedded
-from .settings import LLMBenchConfigError, Settings
+from .settings import LLMBenchConfigError, Settings, parse_capacity
 from .sut import SUT, EndpointError
 
 MARKER = "llm_procedure"
@@ -67,6 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
     plugin = LLMBenchPlugin(config, bench, gate)
     config.stash[SESSION_KEY] = plugin
     config.pluginmanager.register(plugin, "llmbench-session")
+    bench.signals.install()  # SIGTERM/SIGHUP like Ctrl-C: reports marked INCOMPLETE, exit non-zero
+    config.add_cleanup(bench.signals.restore)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -230,12 +232,24 @@ class LLMBenchPlugin:
     def print_plan(self, items: list[pytest.Item]) -> None:
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         write = (lambda s: tr.write_line(s)) if tr is not None else print
-        write(f"llmbench plan (profile {self.settings.profile}):")
+        budget = self.settings.max_duration or None
+        rate = None
+        if self.settings.capacity:
+            kind, value = parse_capacity(self.settings.capacity, "capacity")
+            rate = value if kind == "rate" else None
+        write(f"llmbench plan (profile {self.settings.profile}"
+              + (f", time budget {budget:g} s per procedure" if budget else "")
+              + (f", declared capacity {rate:g} req/s" if rate else "") + "):")
         for item in items:
             proc, params, _ = item.stash[ITEM_KEY]
             plan = proc.plan(params)
-            write(f"  {item.nodeid}: {proc.id} {proc.title}: ~{plan.get('requests', '?')} requests, "
-                  f">= {plan.get('min_duration_s', 0):.0f} s")
+            requests, minimum = plan.get("requests"), float(plan.get("min_duration_s", 0))
+            # with a known capacity, the requests take at least requests / capacity seconds
+            est = max(minimum, requests / rate) if rate and isinstance(requests, int) else minimum
+            planned = min(est, budget) if budget else est
+            cut = " (cut by the time budget)" if budget and est > budget else ""
+            write(f"  {item.nodeid}: {proc.id} {proc.title}: ~{requests if requests is not None else '?'} requests, "
+                  f"planned >= {planned:.0f} s{cut}")
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:

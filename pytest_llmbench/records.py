@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -63,7 +64,9 @@ FAILURE_TYPES = frozenset(e for e in ErrorType if e is not ErrorType.CANCELLED)
 #: 1.1: optional ``inflight_at_send``, ``oldest_outstanding_ns`` (§4.2.5 evidence).
 #: 1.2: optional ``http_trace`` (``--llm-http-trace``: HTTP lifecycle times, httptrace.py) and
 #: ``reasoning_tokens_client`` (client count of the streamed reasoning tokens).
-RECORDS_FORMAT = "1.2"
+#: 1.3: optional ``prompt_hash`` (which prompts were warm-up vs measured, §4.5.1) and
+#: ``token_count_method`` (how per-chunk counts were obtained, §4.4).
+RECORDS_FORMAT = "1.3"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,23 @@ class RequestSpec:
     ignore_eos: bool = False
     temperature: float = 0.0
     stop: tuple[str, ...] | None = None
+
+    @property
+    def prompt_hash(self) -> str:
+        """A short SHA-256 of what is sent as the prompt (system prompt + text or token ids).
+
+        Two specs with the same hash send the same prompt; the records carry it so a run can show
+        that warm-up and measured prompts are disjoint (§4.5.1) and that measured prompts do not
+        repeat unless the workload defines repetition.
+        """
+        h = hashlib.sha256()
+        h.update((self.system_prompt or "").encode("utf-8"))
+        h.update(b"\x00")
+        if self.prompt_ids is not None:
+            h.update(",".join(map(str, self.prompt_ids)).encode("ascii"))
+        else:
+            h.update(self.prompt_text.encode("utf-8"))
+        return h.hexdigest()[:16]
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -128,6 +148,7 @@ class RequestRecord:
     request_class: str | None = None
     prefix_id: str | None = None
     phase: str = "measure"  # "measure" | "warmup" | "probe"
+    prompt_hash: str | None = None  # RequestSpec.prompt_hash (format 1.1)
     # --- times (perf_counter_ns) -----------------------------------------------------------
     intended_ns: int | None = None  # open loop: the scheduled send time (§4.2.3)
     sent_ns: int = 0  # when the request was handed to the transport
@@ -147,6 +168,7 @@ class RequestRecord:
     output_tokens_server: int | None = None  # usage.completion_tokens
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens
     tokenizer: str | None = None  # name of the tokenizer behind the *_client counts
+    token_count_method: str | None = None  # how chunk_tokens were counted (tokencount.py; format 1.1)
     reasoning_tokens_client: int | None = None  # reasoning part of output_tokens_client, when streamed
     # --- server-side information -----------------------------------------------------------
     usage: dict[str, Any] | None = None
@@ -204,6 +226,7 @@ class RequestRecord:
             request_class=spec.request_class,
             prefix_id=spec.prefix_id,
             phase=phase,
+            prompt_hash=spec.prompt_hash,
         )
 
     def to_json(self, *, keep_text: bool = True) -> dict[str, Any]:

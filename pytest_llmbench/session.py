@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -34,8 +36,8 @@ from .procedures.base import (
 from .settings import Settings, parse_capacity
 from .sut import SUT, EndpointError, check_endpoint, identify_server
 
-__all__ = ["ConfigureSUT", "ProgressFactory", "Session", "SessionResult", "configure_embedded",
-           "partial_result", "run_coroutine"]
+__all__ = ["ConfigureSUT", "ProgressFactory", "Session", "SessionResult", "TerminationSignals",
+           "configure_embedded", "partial_result", "run_coroutine"]
 
 T = TypeVar("T")
 
@@ -116,6 +118,7 @@ class Session:
         self.partial: dict[str, ProcedureResult] = {}
         self.repetitions: dict[str, list[ProcedureResult]] = {}  # --llm-runs N (§6.3)
         self.repetition_isolation: dict[str, str] = {}
+        self.signals = TerminationSignals()  # SIGTERM/SIGHUP handled like Ctrl-C (install() to enable)
 
     # --- the SUT -----------------------------------------------------------------------------
     def get_sut(self) -> SUT:
@@ -241,13 +244,15 @@ class Session:
             progress=self._progress(proc.id),
             session_workloads=self.workloads_used,
             repetition=repetition,
+            deadline=time.monotonic() + self.settings.max_duration if self.settings.max_duration else None,
         )
         t0 = time.perf_counter()
         try:
             result = await proc.run(ctx, params)
         except BaseException as exc:  # Ctrl-C (cancellation) or a crash: report what reached the disk
             if not isinstance(exc, SkipProcedure):
-                partial = partial_result(proc, params, run_root, self.settings.profile, exc)
+                partial = partial_result(proc, params, run_root, self.settings.profile, exc,
+                                         signal_name=self.signals.received)
                 partial.duration_s = time.perf_counter() - t0
                 self.partial[key] = partial
             raise
@@ -300,7 +305,7 @@ class Session:
 
 
 def partial_result(proc: Procedure, params: Any, run_root: Path, profile: str,
-                   exc: BaseException) -> ProcedureResult:
+                   exc: BaseException, *, signal_name: str | None = None) -> ProcedureResult:
     """A procedure cut short: its measured records read back from disk, marked incomplete.
 
     Every run directory under ``run_root`` is summarised from its ``records.jsonl`` (measure
@@ -310,7 +315,7 @@ def partial_result(proc: Procedure, params: Any, run_root: Path, profile: str,
     from .storage import StorageError, iter_records
 
     if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
-        why = "interrupted (Ctrl-C) before the procedure finished"
+        why = f"interrupted ({signal_name or 'Ctrl-C'}) before the procedure finished"
     else:
         why = f"the procedure crashed: {type(exc).__name__}: {str(exc)[:300]}"
     runs: list[RunSummary] = []
@@ -333,6 +338,44 @@ def partial_result(proc: Procedure, params: Any, run_root: Path, profile: str,
                            metrics=runs[0].metrics if runs else None, runs=runs,
                            measurements={"requests": sum(r.load["sent"] for r in runs)},
                            notes=notes, complete=False)
+
+
+class TerminationSignals:
+    """SIGTERM and SIGHUP handled like SIGINT (CI systems stop jobs with SIGTERM).
+
+    The handler forwards to whatever handles SIGINT at that moment: inside ``asyncio.run`` that
+    cancels the running procedure (sending stops, in-flight requests are recorded as cancelled),
+    elsewhere it raises ``KeyboardInterrupt``. Either way the caller writes every report marked
+    INCOMPLETE and exits non-zero, as after Ctrl-C. ``received`` names the signal that came.
+    """
+
+    NAMES = ("SIGTERM", "SIGHUP")
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        """Install the handlers (main thread only; a no-op elsewhere and for absent signals)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for name in self.NAMES:
+            sig = getattr(signal, name, None)
+            if sig is not None and sig not in self._previous:
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = signal.Signals(signum).name
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler) and handler is not signal.default_int_handler:
+            handler(signal.SIGINT, frame)  # asyncio.Runner's: cancel the main task
+            return
+        raise KeyboardInterrupt(self.received)
 
 
 def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:

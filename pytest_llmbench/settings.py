@@ -55,6 +55,8 @@ class Option:
         return "llm_" + self.name.replace("-", "_")
 
 
+SMOKE_MAX_DURATION_S = 60.0  # the smoke profile's default time budget per procedure
+
 OPTIONS: tuple[Option, ...] = (
     Option("endpoint", "OpenAI-compatible base URL, e.g. http://host:8000/v1 (default: start the embedded "
            "simulator on 127.0.0.1)"),
@@ -85,6 +87,9 @@ OPTIONS: tuple[Option, ...] = (
            "here) or a cluster address; needs pytest-llmbench[ray]"),
     Option("server-kind", "server kind instead of detecting it (adapters/): llama.cpp, vllm, sglang, openai or "
            "openai-compatible (no extensions)", None, "choice", SERVER_KINDS),
+    Option("max-duration", "time budget per procedure in seconds (warm-up, measurement and drain); runs are "
+           "cut to fit and every reduction below a draft minimum is reported unmet. Default: "
+           f"{SMOKE_MAX_DURATION_S:g} s in the smoke profile, none otherwise; 0 = no budget", None, "float"),
     Option("dry-run", "print each selected procedure's planned request count and minimum duration, send "
            "nothing", False, "bool"),
     # regression gate (§6, docs/regression-gate.md)
@@ -136,6 +141,7 @@ class Settings:
     dry_run: bool = False
     http_trace: bool = False
     export: list[str] = field(default_factory=list)
+    max_duration: float | None = None  # seconds per procedure; None or 0: no budget
     server_kind: str | None = None
     autosave: bool = False
     save: str | None = None
@@ -226,6 +232,9 @@ def resolve(
         values[attr] = _convert(opt, raw, where)
         sources[attr] = where
     settings = Settings(**values, sources=sources)
+    if settings.max_duration is None and settings.profile == "smoke":
+        settings.max_duration = SMOKE_MAX_DURATION_S
+        sources["max_duration"] = "smoke profile default"
     _validate(settings)
     return settings
 
@@ -234,6 +243,9 @@ def _validate(s: Settings) -> None:
     if not s.timeout > 0:  # a zero timeout would fail every request, not the configuration
         raise LLMBenchConfigError(f"{s.sources.get('timeout', '--llm-timeout')}: invalid value {s.timeout!r} "
                                   "for timeout: must be > 0 seconds")
+    if s.max_duration is not None and not s.max_duration >= 0:
+        raise LLMBenchConfigError(f"{s.sources.get('max_duration', '--llm-max-duration')}: invalid value "
+                                  f"{s.max_duration!r} for max-duration: must be >= 0 seconds (0: no budget)")
     if s.endpoint is not None:
         if not s.endpoint.startswith(("http://", "https://")):
             raise LLMBenchConfigError(

@@ -167,6 +167,9 @@ def _rec(**kw) -> RequestRecord:
 
 def test_capacity_errors_are_recognised():
     assert capacity_error(_rec(status=429, error_type=ErrorType.RATE_LIMITED, error_message="queue_full"))
+    # a plain 429 is rate limiting (a gateway quota), not the SUT running out of memory
+    assert not capacity_error(_rec(status=429, error_type=ErrorType.RATE_LIMITED,
+                                   error_message="Rate limit reached for requests"))
     assert capacity_error(_rec(status=503, error_type=ErrorType.HTTP_5XX, error_message="busy"))
     assert capacity_error(_rec(status=500, error_type=ErrorType.HTTP_5XX,
                                error_message="CUDA out of memory. Tried to allocate 2.00 GiB"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,6 +167,12 @@ class ProcedureContext:
     #: --llm-runs repetition whose prompts must not hit the previous one's prefix cache (0: the
     #: ordinary streams); set only when the SUT could not flush its cache (§6.3)
     repetition: int = 0
+    deadline: float | None = None  # time.monotonic() by which the procedure must end (--llm-max-duration)
+    budget_cuts: list[str] = field(default_factory=list)  # what the time budget cut short (for the notes)
+
+    def remaining_s(self) -> float | None:
+        """Seconds left of the procedure's time budget (None: no budget)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
 
     def seeds(self, procedure: str) -> Seeds:
         """The procedure's named seed streams under the session seed (seeds.py, §4.3.3); repetition

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..adapters import metric_names
@@ -32,7 +34,7 @@ from ..export_aiperf import write_aiperf_export
 from ..load import ClosedLoop, LoadResult, OpenLoop, run_load
 from ..metrics import RunMetrics, summarize
 from ..records import ClockAnchor, RequestRecord, RequestSpec
-from ..storage import RunMetadata, RunWriter
+from ..storage import RECORDS_FILE, RunMetadata, RunWriter, write_text_atomic
 from ..sut import effective_declarations
 from ..warmup import WarmupPolicy, WarmupResult, run_warmup, sample_server_metrics
 from .base import ProcedureContext, ProcedureResult, RunSummary
@@ -51,6 +53,7 @@ DRAFT_WARMUP_REQUESTS = 100  # §4.5.1
 DRAFT_WARMUP_TOKENS = 10_000  # §4.5.1
 QUEUE_GAUGE = "llmbench:num_requests_waiting"
 QUEUE_GAUGES = (QUEUE_GAUGE, *metric_names("waiting"))
+HEARTBEAT_S = 10.0  # progress lines at least this often (the reporter shows one per 15 s in a CI log)
 
 
 @dataclass
@@ -129,7 +132,7 @@ async def warm_up(
         probe_count=probes,
         probe_max=max(10, probes),
         probe_max_tokens=64,  # long enough that timer jitter stays well below the 10 % band (§4.5.2)
-        max_duration_s=max(60.0, ctx.settings.timeout),
+        max_duration_s=_warmup_duration(ctx),
     )
     with RunWriter(ctx.run_dir(label), keep_text=not ctx.settings.drop_text) as writer:
         result = await run_warmup(client, specs, policy, prefix_specs=prefix_specs, sink=writer)
@@ -138,6 +141,39 @@ async def warm_up(
                                           tokenizer=ctx.tokenizer.declaration.to_json(),
                                           client=client.describe(), cold_start=cold_start))
     return result
+
+
+WARMUP_BUDGET_SHARE = 1 / 3  # of the remaining time budget, at most, for the warm-up
+
+
+def _warmup_duration(ctx: ProcedureContext) -> float:
+    """The warm-up's time cap: the usual bound, cut to a third of the remaining time budget."""
+    cap = max(60.0, ctx.settings.timeout)
+    left = ctx.remaining_s()
+    if left is not None and left * WARMUP_BUDGET_SHARE < cap:
+        cap = max(left * WARMUP_BUDGET_SHARE, 1.0)
+        ctx.budget_cuts.append(f"warm-up capped at {cap:.0f} s by the time budget")
+    return cap
+
+
+def _budget_load(ctx: ProcedureContext, load: OpenLoop | ClosedLoop,
+                 drain_timeout_s: float | None) -> tuple[OpenLoop | ClosedLoop, float | None, float | None]:
+    """The load and drain cut to the remaining time budget: (load, drain, the cap applied or None)."""
+    left = ctx.remaining_s()
+    if left is None:
+        return load, drain_timeout_s, None
+    drain = min(drain_timeout_s if drain_timeout_s is not None else 60.0, max(left * 0.2, 2.0))
+    cap = max(left - drain, 1.0)  # a run past the budget still measures for 1 s (searches end by level count)
+    if load.duration_s is not None and load.duration_s <= cap:
+        return load, drain, None
+    return dataclasses.replace(load, duration_s=cap), drain, cap
+
+
+async def _heartbeat(report: Callable[[], None], period: float) -> None:
+    """A progress line at least every ``period`` s, also while no request completes."""
+    while True:
+        await asyncio.sleep(period)
+        report()
 
 
 async def _sample_queue(client: LLMClient, t0: float, out: list[tuple[float, float]], period: float) -> None:
@@ -171,18 +207,31 @@ async def measure(
     t_start = time.perf_counter()
     total = load.max_requests
 
+    planned_duration = load.duration_s
+    load, drain_timeout_s, cap = _budget_load(ctx, load, drain_timeout_s)
+
+    def status() -> None:
+        elapsed = time.perf_counter() - t_start
+        of = f"/{total}" if total else ""
+        if total and done["n"]:
+            eta = (elapsed / done["n"]) * (total - done["n"])
+        else:
+            eta = max((load.duration_s or 0.0) - elapsed, 0.0) if load.duration_s else None
+        if cap is not None and eta is not None:
+            eta = min(eta, max(cap - elapsed, 0.0))
+        remaining = f", ~{eta:.0f} s left" if eta is not None else ""
+        ctx.progress(f"{label}: {done['n']}{of} requests, {done['n'] / max(elapsed, 1e-9):.1f} req/s, "
+                     f"{done['err']} errors, {elapsed:.0f} s{remaining}")
+
     def on_record(rec: RequestRecord) -> None:
         done["n"] += 1
         done["err"] += rec.failed
-        elapsed = time.perf_counter() - t_start
-        of = f"/{total}" if total else ""
-        remaining = f", ~{(elapsed / done['n']) * (total - done['n']):.0f} s left" if total else ""
-        ctx.progress(f"{label}: {done['n']}{of} requests, {done['n'] / max(elapsed, 1e-9):.1f} req/s, "
-                     f"{done['err']} errors, {elapsed:.0f} s{remaining}")
+        status()
 
     server_before = await sample_server_metrics(client)
     queue: list[tuple[float, float]] = []
     sampler = asyncio.create_task(_sample_queue(client, t_start, queue, 0.5)) if server_before else None
+    heartbeat = asyncio.create_task(_heartbeat(status, HEARTBEAT_S))
     anchor = ClockAnchor.now()
     try:
         with RunWriter(run_dir, keep_text=not ctx.settings.drop_text) as writer:
@@ -194,13 +243,20 @@ async def measure(
                 server_metrics=[server_before] if server_before else [],
             ))
     finally:
-        if sampler is not None:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
+        for task in (sampler, heartbeat):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    if cap is not None and (result.sent < (total or 0) or planned_duration is not None):
+        planned = f"{total} requests" if total and result.sent < total else f"{planned_duration or 0:.0f} s"
+        ctx.budget_cuts.append(f"{label}: cut to {cap:.0f} s by the time budget ({result.sent} requests sent, "
+                               f"{planned} planned)")
+    server_after = await sample_server_metrics(client) if server_before else None
+    if ctx.sut.server_kind == "llama.cpp" and await client.reconcile_token_counts(result.records):
+        _rewrite_records(run_dir, result.records, keep_text=not ctx.settings.drop_text)
     if "aiperf" in ctx.settings.export:  # --llm-export aiperf: AIPerf's files next to the records
         write_aiperf_export(run_dir / "aiperf", result.records, anchor=anchor, tokenizer=ctx.tokenizer, slos=slos)
-    server_after = await sample_server_metrics(client) if server_before else None
     itl_option = "C" if any(r.server_token_ns for r in result.records[:50]) else "B"
     metrics = summarize(result.records, slos=slos, itl_option=itl_option)
     summary = RunSummary(
@@ -233,6 +289,11 @@ async def _run_measured(ctx: ProcedureContext, client: LLMClient, specs: Iterabl
                 ctx.progress(f"not sharded ({exc}): running in process")
     return await run_load(client, specs, load, phase="measure", sink=writer, on_record=on_record,
                           drain_timeout_s=drain_timeout_s)
+
+
+def _rewrite_records(run_dir: Path, records: Sequence[RequestRecord], *, keep_text: bool) -> None:
+    """Records recounted after the run (tokencount.py) replace the streamed file, atomically."""
+    write_text_atomic(run_dir / RECORDS_FILE, "".join(r.dumps(keep_text=keep_text) + "\n" for r in records))
 
 
 def _load_summary(result: LoadResult) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..compliance import Check
 from ..metrics import STEADY_STATE_FRACTION, steady_state_window
-from ..records import ErrorType, RequestRecord, RequestSpec
+from ..records import RequestRecord, RequestSpec
 from ..stats import queue_growing
 from ..workloads import build_workload
 
@@ -29,6 +29,7 @@ __all__ = [
     "RAMP_UP_FRACTION",
     "QueueTrend",
     "build_level_specs",
+    "cache_hit_summary",
     "cap_output",
     "capacity_error",
     "LevelStream",
@@ -121,12 +122,36 @@ def queue_trend(m: Measured, *, closed: bool = False, arrivals: int = 0) -> Queu
 
 
 def capacity_error(rec: RequestRecord) -> bool:
-    """A failed request whose status or error text shows memory/capacity exhaustion (§5.5.2)."""
+    """A failed request whose status or error text shows memory/capacity exhaustion (§5.5.2).
+
+    HTTP 429 alone is rate limiting, not capacity exhaustion: it counts only when its text names
+    a capacity bound (a full queue, KV cache, memory); it still lowers the completion rate.
+    """
     if not rec.failed:
         return False
-    if rec.error_type is ErrorType.RATE_LIMITED or rec.status in (503, 507):
+    if rec.status in (503, 507):
         return True
     return bool(rec.error_message and _CAPACITY_TEXT.search(rec.error_message))
+
+
+def cache_hit_summary(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """The measured prefix-cache hit fraction from ``usage...cached_tokens`` (§4.5.1, §5.7).
+
+    Over successful records whose server reported ``cached_tokens``: the share of prompt tokens
+    served from cache, and the share of requests with more than half their prompt cached (a
+    measured sample contaminated by warm-up or repetition shows up here). ``fraction`` is None
+    when the server reports no cached counts.
+    """
+    ok = [r for r in records if r.ok and r.cached_tokens is not None]
+    prompt = sum(r.input_tokens for r in ok)
+    cached = sum(min(r.cached_tokens or 0, r.input_tokens) for r in ok)
+    over_half = sum(1 for r in ok if r.input_tokens > 0 and (r.cached_tokens or 0) > r.input_tokens / 2)
+    return {
+        "requests_reporting": len(ok),
+        "fraction": round(cached / prompt, 4) if ok and prompt else None,
+        "requests_over_half_cached": over_half,
+        "share_over_half_cached": round(over_half / len(ok), 4) if ok else None,
+    }
 
 
 def build_level_specs(ctx: ProcedureContext, workload: str, n: int, seed: int, output_tokens: int,

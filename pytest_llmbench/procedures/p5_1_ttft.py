@@ -75,7 +75,12 @@ class TTFT(ProcedureRun[TTFTParams]):
         return max(load.concurrency, 8) if load.model == "closed" and load.concurrency else None
 
     async def warm_up(self, client: LLMClient) -> WarmupResult:
-        return await self.warm_up_with(client, self.wl.specs, probes=self.p.warmup_probes)
+        # same workload and distribution, own seed stream: never the measured prompts (§4.5.1)
+        p = self.p
+        wu = build_workload(p.workload, n=max(p.warmup_requests, 10), seed=self.seeds.derive("warmup"),
+                            tokenizer=self.ctx.tokenizer)
+        self.reserve(self.specs)
+        return await self.warm_up_with(client, cap_output(wu.specs, p.max_output_tokens), probes=p.warmup_probes)
 
     async def run_loads(self, client: LLMClient) -> None:
         await self.measure(client, "measure", self.specs, self.load, extra={"load_spec": self.load_desc})

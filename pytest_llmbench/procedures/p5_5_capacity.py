@@ -341,7 +341,7 @@ def _checks(p: CapacityParams, outcomes: dict[int, LevelOutcome], order: list[in
         "5.5.2-PARAM-3": Check.met("5.5.2-PARAM-3", f"maximum concurrency {p.max_concurrency}"),
         "5.5.2-PARAM-4": Check.met("5.5.2-PARAM-4", f"completion >= {p.min_completion:.0%}, TTFT P99 <= "
                                    f"{fmt_ms(threshold)} ({threshold_src}), no OOM/capacity errors (HTTP 429/503/507 "
-                                   "or error text naming memory/KV cache/capacity)", ttft_p99_threshold_s=threshold),
+                                   "or error text naming memory/KV cache/capacity; a 429 only with such text)", ttft_p99_threshold_s=threshold),
         "5.5.3-PARAM-1": Check.met("5.5.3-PARAM-1", f"warm-up, then first level = {order[0]}"),
         "5.5.3-PARAM-2": Check.met("5.5.3-PARAM-2", "closed loop: all slots start together, each completion "
                                    "replaced at once (§4.2.4)"),

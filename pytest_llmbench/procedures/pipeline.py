@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
+from .. import tokencount
 from ..client import LLMClient
 from ..compliance import Check, RunFacts
 from ..load import ClosedLoop, OpenLoop
@@ -39,6 +40,7 @@ from .base import (
     register,
 )
 from .common import Measured, client_for, finish, measure, run_facts, warm_up
+from .helpers import cache_hit_summary
 
 __all__ = ["Outcome", "ProcedureRun", "as_run", "now_iso"]
 
@@ -127,6 +129,8 @@ class ProcedureRun(Generic[P]):
         self.started = now_iso()
         self.warmup: WarmupResult | None = None
         self.measured: list[Measured] = []
+        self.reserved_prompts: set[str] = set()  # hashes of planned measured prompts (see reserve)
+        self.warmup_prompts: set[str] = set()  # hashes of the prompts the warm-up sent
 
     # ---- the pipeline -------------------------------------------------------------------------
 
@@ -140,6 +144,11 @@ class ProcedureRun(Generic[P]):
             self.restore()
         out = self.summarize()
         runs = self.measured if out.runs is None else out.runs
+        out.measurements.update(self.prompt_hygiene())
+        if self.ctx.budget_cuts:
+            out.notes.append(f"Time budget (--llm-max-duration {self.ctx.settings.max_duration:g} s): "
+                             + "; ".join(self.ctx.budget_cuts)
+                             + ". Request counts or durations below a draft minimum are listed as unmet.")
         fact_runs = runs if out.fact_runs is None else out.fact_runs
         workload = as_run(out.workload, getattr(self.p, "max_output_tokens", None),
                           [r for m in fact_runs for r in m.records])
@@ -202,11 +211,48 @@ class ProcedureRun(Generic[P]):
 
     # ---- shared step implementations ----------------------------------------------------------
 
+    def reserve(self, specs: Iterable[RequestSpec]) -> None:
+        """Declare prompts the measured runs will send, so the warm-up never sends them (§4.5.1)."""
+        self.reserved_prompts.update(s.prompt_hash for s in specs)
+
     async def warm_up_with(self, client: LLMClient, specs: Iterable[RequestSpec], **kw: Any) -> WarmupResult:
-        """§4.5 warm-up with the procedure's ``warmup_requests`` / ``warmup_tokens`` parameters."""
-        kw.setdefault("min_requests", self.p.warmup_requests)
-        kw.setdefault("min_output_tokens", self.p.warmup_tokens)
-        return await warm_up(self.ctx, client, list(specs), **kw)
+        """§4.5 warm-up with the procedure's ``warmup_requests`` / ``warmup_tokens`` parameters.
+
+        Warm-up prompts come from their own seed stream (same distribution, §4.5.1-MUST-4); any
+        that equals a reserved measured prompt is dropped, so a prefix cache warmed here cannot
+        serve a measured request (5.7 populates its cache with prefixes, not measured prompts).
+        """
+        kw.setdefault("min_requests", getattr(self.p, "warmup_requests"))
+        kw.setdefault("min_output_tokens", getattr(self.p, "warmup_tokens"))
+        pool = [s for s in specs if s.prompt_hash not in self.reserved_prompts]
+        if not pool:
+            raise ValueError(f"{self.id}: every warm-up prompt is also a measured prompt; "
+                             "warm-up prompts must come from their own seed stream (§4.5.1)")
+        self.warmup_prompts.update(s.prompt_hash for s in pool)
+        self.warmup_prompts.update(s.prompt_hash for s in kw.get("prefix_specs", ()))
+        return await warm_up(self.ctx, client, pool, **kw)
+
+    def prompt_hygiene(self) -> dict[str, Any]:
+        """Measured prompts that the warm-up sent, measured repeats, the measured cache-hit fraction,
+        and how per-chunk token counts were obtained (share exact in server tokens, §4.4, §4.6).
+
+        Values for the results document (measurements), so contamination of the measured sample
+        by a prefix cache is visible in every procedure's report (§4.5.1, §5.7).
+        """
+        records = [r for m in self.measured for r in m.records if r.phase == "measure"]
+        hashes = [r.prompt_hash for r in records if r.prompt_hash is not None]
+        hit = cache_hit_summary(records)
+        counting = tokencount.method_shares(records)
+        return {
+            "token_counts_exact_share": counting["exact_share"],
+            "token_count_methods": ", ".join(f"{k} {n}" for k, n in sorted(counting["methods"].items())) or "n/a",
+            "measured_cache_hit_fraction": hit["fraction"],
+            "measured_requests_over_half_cached": (
+                f"{hit['requests_over_half_cached']} of {hit['requests_reporting']}"
+                if hit["requests_reporting"] else "not reported by the server"),
+            "measured_prompts_seen_in_warmup": sum(1 for h in hashes if h in self.warmup_prompts),
+            "measured_prompt_repeats": len(hashes) - len(set(hashes)),
+        }
 
     async def measure(self, client: LLMClient, label: str, specs: Iterable[RequestSpec],
                       load: OpenLoop | ClosedLoop, **kw: Any) -> Measured:

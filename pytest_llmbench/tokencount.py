@@ -1,0 +1,144 @@
+"""Per-chunk output token counts in the server's own tokens (§4.4, §4.6.2, §4.6.3).
+
+ITL, TPOT and chunk-size figures need the number of tokens in each streamed chunk. Counting the
+chunk text with the reference tokenizer is wrong on every server whose tokenizer is another one
+(0 tokens for a one-token chunk, 3 for another), so the count comes from the server when it can:
+
+1. ``server-one-per-chunk`` (exact): ``usage.completion_tokens`` equals the number of
+   content-bearing chunks, so each such chunk carried one token.
+2. ``server-tokenize`` (exact) / ``server-tokenize-reconciled``: after the run, the server
+   tokenizes the record's output once (llama.cpp ``POST /tokenize`` with ``with_pieces`` and
+   ``add_special: false``); each piece goes to the chunk holding its first byte; when the pieces
+   do not add up to ``usage.completion_tokens`` (a merge on re-tokenization, an end token without
+   text) the difference is reconciled to the server's total and the method says so.
+3. ``reference-tokenizer``: the declared fallback (the reference tokenizer, option B of §4.4).
+
+Every record carries its method (``RequestRecord.token_count_method``); :func:`method_shares`
+gives the share of records counted exactly for the report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .records import RequestRecord
+
+__all__ = [
+    "EXACT_METHODS",
+    "ONE_PER_CHUNK",
+    "REFERENCE",
+    "TOKENIZE",
+    "TOKENIZE_RECONCILED",
+    "align_pieces",
+    "apply_one_per_chunk",
+    "apply_pieces",
+    "method_shares",
+    "needs_server_count",
+    "piece_byte_lengths",
+    "reconcile_to_total",
+]
+
+ONE_PER_CHUNK = "server-one-per-chunk"
+TOKENIZE = "server-tokenize"
+TOKENIZE_RECONCILED = "server-tokenize-reconciled"
+REFERENCE = "reference-tokenizer"
+EXACT_METHODS = frozenset({ONE_PER_CHUNK, TOKENIZE})
+
+
+def _content_flags(rec: RequestRecord) -> list[bool]:
+    reasoning = rec.chunk_reasoning if len(rec.chunk_reasoning) == len(rec.chunk_text) else [""] * len(rec.chunk_text)
+    return [bool(t) or bool(r) for t, r in zip(rec.chunk_text, reasoning)]
+
+
+def apply_one_per_chunk(rec: RequestRecord) -> bool:
+    """Exact counts when the server's total equals the content-bearing chunks (one token each)."""
+    flags = _content_flags(rec)
+    if rec.output_tokens_server is None or not flags or sum(flags) != rec.output_tokens_server:
+        return False
+    rec.chunk_tokens = [int(f) for f in flags]
+    rec.token_count_method = ONE_PER_CHUNK
+    return True
+
+
+def needs_server_count(rec: RequestRecord) -> bool:
+    """A successful record whose counts are still the reference tokenizer's and whose server total is known."""
+    return (rec.ok and rec.output_tokens_server is not None and bool(rec.chunk_text)
+            and rec.token_count_method not in (ONE_PER_CHUNK, TOKENIZE, TOKENIZE_RECONCILED))
+
+
+def piece_byte_lengths(tokens: Sequence[Any]) -> list[int]:
+    """UTF-8 byte length of each ``/tokenize`` piece (a string, or a list of byte values when the
+    piece is not valid UTF-8 on its own)."""
+    out = []
+    for t in tokens:
+        piece = t.get("piece") if isinstance(t, dict) else None
+        if isinstance(piece, str):
+            out.append(len(piece.encode("utf-8")))
+        elif isinstance(piece, list):
+            out.append(len(piece))
+        else:
+            raise ValueError(f"/tokenize answered without pieces: {t!r} (with_pieces not supported?)")
+    return out
+
+
+def align_pieces(texts: Sequence[str], piece_bytes: Sequence[int]) -> list[int]:
+    """Pieces per chunk: each piece to the chunk that holds its first byte (offsets in UTF-8)."""
+    counts = [0] * len(texts)
+    if not texts:
+        return counts
+    ends, acc = [], 0
+    for t in texts:
+        acc += len(t.encode("utf-8"))
+        ends.append(acc)
+    j, off = 0, 0
+    for n in piece_bytes:
+        while j < len(texts) - 1 and off >= ends[j]:
+            j += 1
+        counts[j] += 1
+        off += n
+    return counts
+
+
+def reconcile_to_total(counts: list[int], flags: Sequence[bool], total: int) -> list[int]:
+    """Make ``counts`` add up to the server's ``total``: missing tokens go to the last content
+    chunk (an end token without text), extra ones come off the largest counts from the end."""
+    counts = list(counts)
+    diff = total - sum(counts)
+    content = [i for i, f in enumerate(flags) if f] or list(range(len(counts)))
+    if diff > 0 and counts:
+        counts[content[-1]] += diff
+    while diff < 0:
+        i = max(reversed(range(len(counts))), key=lambda k: (counts[k] - (1 if flags[k] else 0), k))
+        if counts[i] - (1 if flags[i] else 0) <= 0:  # never below one token for a content chunk
+            i = max(range(len(counts)), key=lambda k: counts[k])
+            if counts[i] == 0:
+                break
+        counts[i] -= 1
+        diff += 1
+    return counts
+
+
+def apply_pieces(rec: RequestRecord, piece_bytes: Sequence[int]) -> None:
+    """Counts from the server's pieces of the joined output, reconciled to ``usage`` when needed."""
+    assert rec.output_tokens_server is not None
+    reasoning = rec.chunk_reasoning if len(rec.chunk_reasoning) == len(rec.chunk_text) else [""] * len(rec.chunk_text)
+    texts = [r + t for t, r in zip(rec.chunk_text, reasoning)]
+    counts = align_pieces(texts, piece_bytes)
+    if sum(counts) == rec.output_tokens_server:
+        rec.token_count_method = TOKENIZE
+    else:
+        counts = reconcile_to_total(counts, _content_flags(rec), rec.output_tokens_server)
+        rec.token_count_method = TOKENIZE_RECONCILED
+    rec.chunk_tokens = counts
+
+
+def method_shares(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """Counting methods over successful records and the share counted exactly (§4.4, §4.6)."""
+    ok = [r for r in records if r.ok]
+    by: dict[str, int] = {}
+    for r in ok:
+        key = r.token_count_method or REFERENCE
+        by[key] = by.get(key, 0) + 1
+    exact = sum(n for k, n in by.items() if k in EXACT_METHODS)
+    return {"methods": by, "exact_share": round(exact / len(ok), 4) if ok else None}

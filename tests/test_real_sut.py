@@ -184,7 +184,9 @@ from pytest_llmbench import poisson, closed
 def test_5_1(llm_result):
     rows = {row[0] for row in llm_result.tables[0].rows}
     assert {"TTFT P50", "TTFT P99"} <= rows
-    assert llm_result.metrics.distributions["ttft"].n == 12
+    ttft = llm_result.metrics.distributions["ttft"]
+    # every request accounted for; a base model may stream only whitespace (no first content token, §5.1.3.1)
+    assert ttft.n + ttft.dropped == 12 and ttft.n >= 9, (ttft.n, ttft.dropped)
 
 @pytest.mark.llm_procedure("5.4", requests=12, levels=(0.5,), min_output_tokens=8, max_output_tokens=16,
                            warmup_requests=4, warmup_tokens=64)
@@ -213,7 +215,8 @@ def test_procedures_on_llama_server(pytester: pytest.Pytester, llama_server: Lla
     """5.1 and 5.4 at one small load level (declared capacity), 5.7 through the adapter's hook, 5.9 to 8K."""
     pytester.makepyfile(test_real=PROCEDURES)
     res = pytester.runpytest("--llm-endpoint", llama_server.endpoint, "--llm-boundary", "model-engine",
-                             "--llm-capacity", "rate=0.6", "-p", "no:randomly", "-p", "no:cacheprovider", "-rs")
+                             "--llm-capacity", "rate=0.6", "--llm-max-duration", "0",  # exact counts: no time budget
+                             "-p", "no:randomly", "-p", "no:cacheprovider", "-rs")
     doc = json.loads((Path(str(pytester.path)) / "llmbench-report" / "results.json").read_text())
     print(f"\nserver kind in results.json: {doc['sut']['server_kind']} ({doc['sut']['server_kind_source']})")
     for proc in doc["procedures"]:

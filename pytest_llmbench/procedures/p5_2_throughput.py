@@ -442,10 +442,7 @@ class Throughput(ProcedureRun[ThroughputParams]):
         return {"requests": p.warmup_requests, "min_duration_s": levels * p.level_duration_s + p.probe_duration_s}
 
     async def warm_up(self, client: LLMClient) -> WarmupResult:
-        p = self.p
-        specs, _ = level_specs(self.ctx, p.workload, max(p.warmup_requests, 1), self.seeds.derive("warmup"),
-                               p.max_output_tokens)
-        return await self.warm_up_with(client, specs)
+        return await self.warm_up_on_workload(client)
 
     async def run_loads(self, client: LLMClient) -> None:
         self.probe: Measured | None = None

@@ -150,10 +150,7 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
         self.declaration: dict[str, Any] | None = None
 
     async def warm_up(self, client: LLMClient) -> WarmupResult:
-        p = self.p
-        specs, _ = level_specs(self.ctx, p.workload, max(p.warmup_requests, 1), self.seeds.derive("warmup"),
-                               p.max_output_tokens)
-        return await self.warm_up_with(client, specs)
+        return await self.warm_up_on_workload(client)
 
     async def run_loads(self, client: LLMClient) -> None:
         p, ctx, fractions = self.p, self.ctx, self.fractions

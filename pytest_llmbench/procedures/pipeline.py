@@ -40,7 +40,7 @@ from .base import (
     register,
 )
 from .common import Measured, client_for, finish, measure, run_facts, warm_up
-from .helpers import cache_hit_summary
+from .helpers import cache_hit_summary, level_specs
 
 __all__ = ["Outcome", "ProcedureRun", "as_run", "now_iso"]
 
@@ -190,6 +190,13 @@ class ProcedureRun(Generic[P]):
     async def warm_up(self, client: LLMClient) -> WarmupResult | None:
         """§4.5 warm-up before the measured runs (None: the procedure warms up inside run_loads)."""
         return None
+
+    async def warm_up_on_workload(self, client: LLMClient) -> WarmupResult:
+        """§4.5 warm-up on the procedure's own workload, prompts from its ``warmup`` seed stream."""
+        p = self.p
+        specs, _ = level_specs(self.ctx, p.workload, max(p.warmup_requests, 1), self.seeds.derive("warmup"),
+                               p.max_output_tokens)
+        return await self.warm_up_with(client, specs)
 
     async def run_loads(self, client: LLMClient) -> None:
         """The measured runs: fixed levels, a search or configurations, each via :meth:`measure`."""

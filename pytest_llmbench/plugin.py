@@ -9,6 +9,8 @@ outcomes (``UsageError``, skip, fail, exit).
 
 from __future__ import annotations
 
+import contextlib
+
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -189,25 +191,31 @@ def _hook_configure(config: pytest.Config) -> Callable[[SUT, str, Any], bool]:
 
 
 def _progress_factory(config: pytest.Config) -> Callable[[str], Callable[[str], None]]:
-    """Progress lines on the terminal: rewritten in place on a tty, every 15 s otherwise."""
+    """Progress lines on the terminal: rewritten in place on a tty, every 15 s otherwise (a CI log).
+
+    Shown with ``-q`` too (a quiet CI job must not look hung); ``-qq`` silences them."""
 
     def for_procedure(proc_id: str) -> Callable[[str], None]:
         tr = config.pluginmanager.get_plugin("terminalreporter")
-        verbose = config.get_verbosity() >= 0
+        verbose = config.get_verbosity() >= -1
         isatty = bool(tr is not None and getattr(tr, "isatty", False))
-        state = {"last": 0.0}
+        state: dict[str, Any] = {"last": 0.0, "phase": None}
         interval = 0.25 if isatty else 15.0
 
         def progress(line: str) -> None:
             now = time.monotonic()
-            if tr is None or not verbose or now - state["last"] < interval:
+            phase = line.split(":", 1)[0]  # a new phase (warm-up, a run, a level) is shown at once
+            if tr is None or not verbose or (now - state["last"] < interval and phase == state["phase"]):
                 return
-            state["last"] = now
+            state["last"], state["phase"] = now, phase
             text = f"[llmbench {proc_id}] {line}"
-            if isatty:
-                tr.rewrite(text[: tr._tw.fullwidth - 1], erase=True)
-            else:
-                tr.write_line(text)
+            # procedures run inside fixture set-up, where pytest captures fd 1: write past the capture
+            capman = config.pluginmanager.get_plugin("capturemanager")
+            with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
+                if isatty:
+                    tr.rewrite(text[: tr._tw.fullwidth - 1], erase=True)
+                else:
+                    tr.write_line(text)
 
         return progress
 

@@ -107,6 +107,7 @@ class Session:
         self.simulator: Any = None
         self.results: dict[str, ProcedureResult] = {}
         self.capacity: dict[str, Capacity] = {}
+        self._capacity_errors: dict[str, str] = {}
         self.workloads_used: set[str] = set()  # shared with every ProcedureContext (§4.3.2-MUST-1)
         self._declared_capacity = (
             parse_capacity(settings.capacity, settings.sources.get("capacity", "capacity"))
@@ -263,6 +264,8 @@ class Session:
         """Capacity by precedence: declared value, else a 5.2/5.5 run in this session (§5.3.3)."""
         if kind in self.capacity:
             return self.capacity[kind]
+        if kind in self._capacity_errors:  # one failed search per session, not one per dependent test
+            raise RuntimeError(self._capacity_errors[kind])
         if self._declared_capacity is not None and self._declared_capacity[0] == kind:
             value = self._declared_capacity[1]
             cap = (Capacity(rate=value, source="declared (--llm-capacity)") if kind == "rate"
@@ -272,11 +275,23 @@ class Session:
             params = proc.make_params(self.settings.profile, {})
             result = await self._run_async(proc, params)
             if result.capacity is None:
-                raise RuntimeError(f"procedure {proc.id} did not determine a capacity")
+                self._capacity_errors[kind] = self._capacity_error(proc.id, kind)
+                raise RuntimeError(self._capacity_errors[kind])
             cap = result.capacity
             cap.source = cap.source or f"measured by {proc.id} in this session"
         self.capacity[kind] = cap
         return cap
+
+    def _capacity_error(self, proc_id: str, kind: str) -> str:
+        """Why no capacity, and what to do: a time budget too short for a slow server is the usual cause."""
+        msg = f"procedure {proc_id} did not determine a capacity"
+        budget = self.settings.max_duration
+        if budget:
+            where = self.settings.sources.get("max_duration", "--llm-max-duration")
+            msg += (f"; its time budget of {budget:g} s per procedure ({where}) may be too short for this "
+                    f"server's speed: raise --llm-max-duration (0: no budget) or declare the capacity with "
+                    f"--llm-capacity {kind}=VALUE")
+        return msg
 
     def combined_capacity(self) -> Capacity:
         """Both capacities (concurrency from 5.5, rate from 5.2, or declared) in one object."""

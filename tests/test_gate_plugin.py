@@ -72,7 +72,11 @@ def test_slowdown_fails_and_identical_rerun_passes(pytester: pytest.Pytester) ->
     assert comp["failed"] and comp["rules"] == ["tpot.p50:10%"]
     fail = [o for o in comp["pairs"][0]["outcomes"] if o["verdict"] == "FAIL"]
     assert [o["figure"] for o in fail] == ["tpot.p50"] and fail[0]["change"]["rel_ci"][0] > 0.10
-    assert "Compared with baseline (§6)" in (pytester.path / "llmbench-report" / "report.md").read_text()
+    md = (pytester.path / "llmbench-report" / "report.md").read_text()
+    assert "Compared with baseline (§6)" in md
+    # §6.3 from the comparison itself: 3 runs on each side, a CI and a method for every compared figure
+    assert comp["section6"]["6.3-PARAM-1"]["met"] and "3 baseline run(s), 3 new run(s)" in md
+    assert "| 6.3-PARAM-1 | met |" in md and "| 6.3-REPORT-1 | met |" in md
 
     same = _run(pytester, *common, "--llm-time-scale", "0.25", "--llm-compare", "base",
                 "--llm-compare-fail", "tpot.p50:20%")
@@ -100,6 +104,10 @@ def test_incomparable_runs_are_refused_unless_forced(pytester: pytest.Pytester) 
     pair = _doc(pytester)["comparison"]["pairs"][0]
     assert pair["forced"] and not pair["refused"] and pair["outcomes"]
     assert "FORCED" in forced.stdout.str()
+    # one run on each side: §6.3's repeated runs are not met, and the report says so with the counts
+    assert not _doc(pytester)["comparison"]["section6"]["6.3-PARAM-1"]["met"]
+    md = (pytester.path / "llmbench-report" / "report.md").read_text()
+    assert "| 6.3-PARAM-1 | not met | 1 baseline run(s), 1 new run(s)" in md
 
 
 def test_bad_rule_and_missing_baseline_are_usage_errors(pytester: pytest.Pytester) -> None:

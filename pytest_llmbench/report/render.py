@@ -424,6 +424,9 @@ def comparison_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
             "verdict": "FAIL" if comp.get("failed") else "pass", "confidence": comp.get("confidence"),
             "header": ["Figure", "Baseline", "New", "Change", "CI of change", "Rule", "Verdict"],
             "pairs": pairs, "unmatched": list(comp.get("unmatched") or []),
+            # §6.3 repeated-runs items, decided by the gate from this comparison (gate/compare.section6_facts)
+            "section6": [[rid, "met" if f.get("met") else "not met", f.get("evidence", "")]
+                         for rid, f in sorted((comp.get("section6") or {}).items())],
             # flattened for the headline (report.md, summary.md): every figure, the failing ones first
             "rows": [[f"{p['title']}: {r[0]}", *r[1:]] for p in pairs for r in p["rows"]],
             "regressions": [[f"{p['title']}: {r[0]}", *r[1:]] for p in pairs for r in p["rows"] if r[6] == "FAIL"],

@@ -92,7 +92,10 @@ def test_long_prompts_inflate_short_ttft(tmp_path: Path) -> None:
     assert [r[1] for r in t8.rows] == [str(len(mixed_t["short"])), str(len(mixed_t["long"]))]
     assert [r[0] for r in t9.rows] == ["Jain's Fairness Index", "Short Class Starvation", "Long Class Starvation"]
     assert set(result.plots["classes"]) == {"short", "long"}
-    assert m["mixed_queue_growing"] is False  # 80 % of this capacity is below saturation for this mix
+    # 80 % of this capacity is below saturation for this mix. The rule needs a significant slope AND a
+    # rise of >= max(2, 2 % of arrivals) requests over the steady window (helpers.queue_trend), so a
+    # steady queue is not flagged by chance; host load slowing the engine is what could still raise it.
+    assert m["mixed_queue_growing"] is False
     assert result.checks["5.6.2-SHOULD-1"].status.value == "met"  # 80 % of saturation
     assert not any("flushed" in n for n in result.notes)  # the mixed run did not find its prompts cached
     assert result.checks["5.6.2-PARAM-3"].status.value == "unmet"  # 20 per class < 500

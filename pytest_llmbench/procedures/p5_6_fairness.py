@@ -31,13 +31,13 @@ import numpy as np
 from ..client import LLMClient
 from ..compliance import Check
 from ..metrics import RunMetrics, summarize
-from ..stats import jain_index, latency_inflation, queue_growing, slowdown, starvation_rate
+from ..stats import jain_index, latency_inflation, slowdown, starvation_rate
 from ..workloads import FAIRNESS_CLASSES, build_workload
 from ..workloads.standard import _mix_counts  # the workload's own class-count rule
 from ..warmup import WarmupResult
 from .base import LoadSpec, Table, poisson
 from .common import Measured, resolve_load
-from .helpers import cap_output, fmt_ms, pvalue
+from .helpers import cap_output, fmt_ms, pvalue, queue_trend
 from .pipeline import Outcome, ProcedureRun
 
 MIN_PER_CLASS = 500  # §5.6.2
@@ -299,9 +299,11 @@ class Fairness(ProcedureRun[FairnessParams]):
 
     def _notes(self, meas: dict[str, Any]) -> list[str]:
         p, mixed, isolated, load_desc = self.p, self.mixed, self.isolated, self.load_desc
-        window = mixed.load.send_window_s
-        qs = [(t, d) for t, d in mixed.queue_samples if t <= window]
-        self.overloaded = overloaded = queue_growing([t for t, _ in qs], [d for _, d in qs]) if len(qs) >= 3 else None
+        # §5.2.3.1 rule 1 as 5.2/5.3 apply it (helpers.queue_trend): a significant slope over the steady
+        # window AND a material rise; slope significance alone flags a steady queue ~5 % of the time or
+        # more (queue samples are autocorrelated). Only the server's waiting gauge counts here.
+        trend = queue_trend(mixed, arrivals=len(mixed.records)) if mixed.queue_samples else None
+        self.overloaded = overloaded = trend.growing if trend is not None and trend.samples >= 3 else None
         meas["mixed_queue_growing"] = overloaded
         notes: list[str] = []
         if overloaded:

@@ -44,6 +44,8 @@ __all__ = [
     "client_for",
     "declarations",
     "finish",
+    "level_duration",
+    "level_requests",
     "measure",
     "run_facts",
     "warm_up",
@@ -156,17 +158,69 @@ def _warmup_duration(ctx: ProcedureContext) -> float:
     return cap
 
 
-def _budget_load(ctx: ProcedureContext, load: OpenLoop | ClosedLoop,
-                 drain_timeout_s: float | None) -> tuple[OpenLoop | ClosedLoop, float | None, float | None]:
-    """The load and drain cut to the remaining time budget: (load, drain, the cap applied or None)."""
+DRAIN_BUDGET_SHARE = 0.2  # of the remaining time budget, at most, for a run's drain
+
+
+def _budget_load(ctx: ProcedureContext, load: OpenLoop | ClosedLoop, drain_timeout_s: float | None,
+                 *, sized: bool = False) -> tuple[OpenLoop | ClosedLoop, float | None, float | None]:
+    """The load and drain cut to the remaining time budget: (load, drain, the cap applied or None).
+
+    ``sized``: the caller already fitted the run to the budget (:func:`level_duration`,
+    :func:`level_requests`, or a search level, which the level count bounds), so only the drain
+    is limited; a run too short to measure anything is worse than a procedure over its budget.
+    """
     left = ctx.remaining_s()
     if left is None:
         return load, drain_timeout_s, None
-    drain = min(drain_timeout_s if drain_timeout_s is not None else 60.0, max(left * 0.2, 2.0))
-    cap = max(left - drain, 1.0)  # a run past the budget still measures for 1 s (searches end by level count)
+    default_drain = drain_timeout_s if drain_timeout_s is not None else 60.0
+    if sized:
+        return load, min(default_drain, max(left * DRAIN_BUDGET_SHARE, 10.0)), None
+    drain = min(default_drain, max(left * DRAIN_BUDGET_SHARE, 2.0))
+    cap = max(left - drain, 1.0)  # a run past the budget still measures for 1 s
     if load.duration_s is not None and load.duration_s <= cap:
         return load, drain, None
     return dataclasses.replace(load, duration_s=cap), drain, cap
+
+
+def _level_share_s(ctx: ProcedureContext, levels_left: int) -> float | None:
+    """The measuring time each of the ``levels_left`` load levels gets of the remaining budget."""
+    left = ctx.remaining_s()
+    if left is None:
+        return None
+    return max(left, 0.0) * (1.0 - DRAIN_BUDGET_SHARE) / max(levels_left, 1)
+
+
+def level_duration(ctx: ProcedureContext, label: str, rate: float, duration_s: float, *,
+                   min_requests: int, levels_left: int = 1) -> float:
+    """An open-loop level's length (§4.2.3): ``duration_s``, longer when a slow SUT would get fewer
+    than ``min_requests`` arrivals at ``rate``; within a time budget the remaining time is shared
+    by the ``levels_left`` levels, never below the ``min_requests`` floor (the cut is noted)."""
+    floor = min_requests / rate if rate > 0 else duration_s
+    d = max(duration_s, floor)
+    share = _level_share_s(ctx, levels_left)
+    if share is not None and share < d:
+        fitted = max(share, floor)
+        if fitted < d:
+            ctx.budget_cuts.append(f"{label}: level cut to {fitted:.0f} s by the time budget "
+                                   f"(>= {min_requests} arrivals kept)")
+        d = fitted
+    return d
+
+
+def level_requests(ctx: ProcedureContext, label: str, rate: float, requests: int, *,
+                   min_requests: int, levels_left: int = 1) -> int:
+    """A request-count level's size: ``requests``, capped within a time budget to what the
+    level's share of the remaining time holds at ``rate`` (capacity-relative, known up front),
+    never below ``min_requests`` (the cut is noted)."""
+    share = _level_share_s(ctx, levels_left)
+    if share is None or rate <= 0 or requests <= min_requests:
+        return requests
+    fits = max(int(share * rate), min_requests)
+    if fits < requests:
+        ctx.budget_cuts.append(f"{label}: {fits} of {requests} requests, capped from the capacity by the "
+                               f"time budget")
+        return fits
+    return requests
 
 
 async def _heartbeat(report: Callable[[], None], period: float) -> None:
@@ -200,15 +254,18 @@ async def measure(
     slos: Sequence[Any] = (),
     drain_timeout_s: float | None = 60.0,
     extra: dict[str, Any] | None = None,
+    sized: bool = False,
 ) -> Measured:
-    """Run one measured load level and summarise it (§4.2, §5.x.3); records stream to disk."""
+    """Run one measured load level and summarise it (§4.2, §5.x.3); records stream to disk.
+
+    ``sized``: the run was fitted to the time budget by the caller (see :func:`_budget_load`)."""
     run_dir = ctx.run_dir(label)
     done = {"n": 0, "err": 0}
     t_start = time.perf_counter()
     total = load.max_requests
 
     planned_duration = load.duration_s
-    load, drain_timeout_s, cap = _budget_load(ctx, load, drain_timeout_s)
+    load, drain_timeout_s, cap = _budget_load(ctx, load, drain_timeout_s, sized=sized)
 
     def status() -> None:
         elapsed = time.perf_counter() - t_start

@@ -4,7 +4,9 @@ Procedure (§5.2.3): configure, warm up (§4.5), then search the load: an iterat
 ``rate_min`` in ``rate_step`` increments up to the first saturated level (or ``rate_max``),
 then a binary search between the highest sustainable and the lowest saturated level until they
 are within ``tolerance`` of each other. Each level runs open-loop Poisson arrivals (default) for
-``level_duration_s``; ``load_model="closed"`` searches over concurrency instead.
+``level_duration_s``, longer on a slow SUT so that at least ``min_level_requests`` arrive
+(:func:`level_window_s`); ``load_model="closed"`` searches over concurrency instead. The level
+count bounds the search; a time budget (``--llm-max-duration``) never cuts a level short.
 
 A level is *saturated* (§5.2.3.1) when any of these holds:
 
@@ -27,7 +29,8 @@ level is ramp-up and left out (throughput scalars already use that window, metri
 stability and the throughput trend over the window are reported per level.
 
 Without ``rate_min``/``rate_max``/``rate_step``, a short closed-loop probe at
-``probe_concurrency`` estimates the capacity and the range is derived from it (0.5x, 2x, step
+``probe_concurrency`` (long enough to complete about ``PROBE_MIN_COMPLETIONS`` requests at the
+warm-up's completion rate, :func:`probe_window_s`) estimates the capacity and the range is derived from it (0.5x, 2x, step
 0.25x); the derived values are reported (5.2.2-MUST-4). The result's ``capacity`` is what
 procedures defined relative to capacity (5.3, 5.4, 5.6, 5.10) use.
 """
@@ -68,6 +71,8 @@ from .pipeline import Outcome, ProcedureRun
 
 DRAFT_MIN_DURATION_S = 60.0  # §5.2.2.1
 DRAFT_RECOMMENDED_DURATION_S = 300.0  # §5.2.2.1
+PROBE_MIN_COMPLETIONS = 10  # the capacity probe runs long enough to complete about this many requests
+PROBE_MAX_S = 120.0  # ... but no longer than this
 
 
 @dataclass
@@ -90,6 +95,7 @@ class ThroughputParams:
     max_levels: int = 16
     probe_concurrency: int = 64
     probe_duration_s: float = 20.0
+    min_level_requests: int = 30  # expected arrivals per open-loop level: longer levels on a slow SUT
     tail_factor: float = 10.0  # §5.2.3.1 rule 3
     completion_threshold: float = 0.9  # §5.2.3.1 rule 2
     warmup_requests: int = 100
@@ -120,13 +126,15 @@ class ThroughputParams:
             raise ValueError(f"tolerance must be in (0, 1), got {self.tolerance}")
         if self.max_levels < 2:
             raise ValueError(f"max_levels must be >= 2, got {self.max_levels}")
+        if self.min_level_requests < 1:
+            raise ValueError(f"min_level_requests must be >= 1, got {self.min_level_requests}")
         if self.probe_concurrency < 1 or not self.probe_duration_s > 0:
             raise ValueError("probe_concurrency must be >= 1 and probe_duration_s > 0")
 
 
 PROFILES: dict[str, dict[str, Any]] = {
     "smoke": {"level_duration_s": 3.0, "probe_duration_s": 2.0, "tolerance": 0.15, "max_levels": 6,
-              "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
+              "min_level_requests": 12, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
     "standard": {},
     "full": {"level_duration_s": DRAFT_RECOMMENDED_DURATION_S, "probe_duration_s": 60.0},
 }
@@ -332,27 +340,30 @@ class _Search:
         closed = self.closed
         if closed:
             c = int(level)
-            n = int(c * 4 + 60 * p.level_duration_s) + 50  # plenty; the run stops by duration
+            duration = p.level_duration_s
+            n = int(c * 4 + 60 * duration) + 50  # plenty; the run stops by duration
             label = f"L{idx:02d}-c{c}"
-            load: OpenLoop | ClosedLoop = ClosedLoop(c, duration_s=p.level_duration_s)
+            load: OpenLoop | ClosedLoop = ClosedLoop(c, duration_s=duration)
         else:
-            n = math.ceil(level * p.level_duration_s * 1.3) + 20
+            duration = level_window_s(level, p)
+            n = math.ceil(level * duration * 1.3) + 20
             label = f"L{idx:02d}-{level:.3g}rps"
             load = OpenLoop(ArrivalProcess(p.arrival, level, seed=seeds.derive("arrivals", idx)),
-                            duration_s=p.level_duration_s)
+                            duration_s=duration)
         specs, wl = level_specs(ctx, p.workload, n, seeds.derive("level", idx), p.max_output_tokens)
         self.workloads.append(wl)
-        ctx.progress(f"5.2 {phase} level {idx + 1}: {label}")
+        ctx.progress(f"5.2 {phase} level {idx + 1}: {label}, {duration:.0f} s")
+        # the level count bounds a search, not the time budget: a cut level measures nothing
         m = await measure(ctx, self.client, label, specs, load,
-                          drain_timeout_s=max(10.0, p.level_duration_s / 2),
-                          extra={"search_phase": phase, "level": level,
+                          drain_timeout_s=max(10.0, duration / 2), sized=True,
+                          extra={"search_phase": phase, "level": level, "duration_s": duration,
                                  "workload_seed": seeds.derive("level", idx)})
         if not m.load.valid:  # the load generator, not the SUT, failed: run the level once more
             self.retried.append(f"{label} ({m.load.invalid_reason})")
             ctx.progress(f"5.2 {label}: load generator self-check failed, repeating the level")
             specs, wl = level_specs(ctx, p.workload, n, seeds.derive("retry", idx), p.max_output_tokens)  # fresh
             m = await measure(ctx, self.client, label + "-retry", specs, load,
-                              drain_timeout_s=max(10.0, p.level_duration_s / 2),
+                              drain_timeout_s=max(10.0, duration / 2), sized=True,
                               extra={"search_phase": phase, "level": level, "retry": True,
                                      "workload_seed": seeds.derive("retry", idx)})
         a = assess_level(m, level=level, offered_rate=None if closed else level, closed=closed,
@@ -409,13 +420,31 @@ class _Search:
         return lo, hi
 
 
-async def _probe_capacity(ctx: ProcedureContext, client: Any, p: ThroughputParams, seed: int) -> Measured:
-    """A short closed-loop run at ``probe_concurrency``: the preliminary capacity estimate."""
+def level_window_s(rate: float, p: ThroughputParams) -> float:
+    """An open-loop level's sending window: ``level_duration_s``, longer on a slow SUT so that the
+    level expects at least ``min_level_requests`` arrivals (§5.2.2.1; a level of one or two requests
+    cannot be judged sustainable or not)."""
+    return max(p.level_duration_s, p.min_level_requests / rate) if rate > 0 else p.level_duration_s
+
+
+def probe_window_s(p: ThroughputParams, warmup: WarmupResult | None) -> float:
+    """The capacity probe's length: ``probe_duration_s``, longer when the warm-up's completion rate
+    (at a lower concurrency, so a lower bound on the probe's) says fewer than
+    ``PROBE_MIN_COMPLETIONS`` requests would complete; at most ``PROBE_MAX_S``."""
+    if warmup is None or not warmup.ok or not warmup.duration_s > 0:
+        return p.probe_duration_s
+    rate = warmup.ok / warmup.duration_s
+    return min(max(p.probe_duration_s, PROBE_MIN_COMPLETIONS / rate), max(PROBE_MAX_S, p.probe_duration_s))
+
+
+async def _probe_capacity(ctx: ProcedureContext, client: Any, p: ThroughputParams, seed: int,
+                          duration_s: float) -> Measured:
+    """A closed-loop run at ``probe_concurrency``: the preliminary capacity estimate."""
     c = p.probe_concurrency
-    specs, _ = level_specs(ctx, p.workload, int(c * 4 + 80 * p.probe_duration_s) + 50, seed, p.max_output_tokens)
-    ctx.progress(f"5.2 capacity probe: closed loop, concurrency {c}, {p.probe_duration_s:g} s")
-    return await measure(ctx, client, f"probe-c{c}", specs, ClosedLoop(c, duration_s=p.probe_duration_s),
-                         drain_timeout_s=30.0, extra={"search_phase": "probe"})
+    specs, _ = level_specs(ctx, p.workload, int(c * 4 + 80 * duration_s) + 50, seed, p.max_output_tokens)
+    ctx.progress(f"5.2 capacity probe: closed loop, concurrency {c}, {duration_s:.0f} s")
+    return await measure(ctx, client, f"probe-c{c}", specs, ClosedLoop(c, duration_s=duration_s),
+                         drain_timeout_s=30.0, sized=True, extra={"search_phase": "probe"})
 
 
 def _gpu_count(ctx: ProcedureContext) -> int | None:
@@ -458,7 +487,8 @@ class Throughput(ProcedureRun[ThroughputParams]):
             step = None if p.concurrency_step is None else float(p.concurrency_step)
             return float(p.concurrency_min), step, float(p.concurrency_max), "declared"
         if p.rate_min is None or p.rate_max is None or p.rate_step is None:
-            self.probe = await _probe_capacity(self.ctx, client, p, self.seeds.derive("probe"))
+            self.probe = await _probe_capacity(self.ctx, client, p, self.seeds.derive("probe"),
+                                               probe_window_s(p, self.warmup))
             self.estimate = self.probe.metrics.scalar("request_throughput").value
             if not self.estimate or not math.isfinite(self.estimate):
                 raise RuntimeError("5.2: the capacity probe completed no request; cannot derive a rate range "

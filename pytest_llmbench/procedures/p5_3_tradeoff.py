@@ -33,7 +33,7 @@ from ..load import ArrivalProcess, OpenLoop
 from ..stats import knee_point, optimal_operating_point, saturation_point
 from ..warmup import WarmupResult
 from .base import Table
-from .common import Measured
+from .common import Measured, level_duration
 from .helpers import FLUID_RATE_NOTE, fluid_rate, fmt_ms, fmt_num, level_specs, pvalue, queue_trend
 from .pipeline import Outcome, ProcedureRun
 
@@ -52,6 +52,7 @@ class TradeoffParams:
     ttft_p99_slo_s: float | None = None  # for the optimal operating point (§5.3.4)
     tpot_p99_slo_s: float | None = None
     knee_factor: float = 2.0  # §5.3.4: P99 > 2x the minimum P99
+    min_level_requests: int = 30  # expected arrivals per level: a slow SUT gets longer levels
     warmup_requests: int = 100
     warmup_tokens: int = 10_000
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
@@ -71,12 +72,14 @@ class TradeoffParams:
             v = getattr(self, name)
             if v is not None and not v > 0:
                 raise ValueError(f"{name} must be > 0 s, got {v}")
+        if self.min_level_requests < 1:
+            raise ValueError(f"min_level_requests must be >= 1, got {self.min_level_requests}")
         if not self.knee_factor > 1:
             raise ValueError(f"knee_factor must be > 1, got {self.knee_factor}")
 
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"level_duration_s": 2.0, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
+    "smoke": {"level_duration_s": 2.0, "min_level_requests": 6, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
     "standard": {},
     "full": {"level_duration_s": 300.0},
 }
@@ -160,14 +163,17 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
         arrival_seed = self.seeds.derive("arrivals")
         for k, frac in enumerate(fractions):
             rate = frac * self.cap.rate
-            n = math.ceil(rate * p.level_duration_s * 1.3) + 20
+            label = f"L{k:02d}-{frac:.0%}-{rate:.3g}rps"
+            duration = level_duration(ctx, label, rate, p.level_duration_s, min_requests=p.min_level_requests,
+                                      levels_left=len(fractions) - k)
+            n = math.ceil(rate * duration * 1.3) + 20
             workload_seed = self.seeds.derive("level", k)
             specs, wl = level_specs(ctx, p.workload, n, workload_seed, p.max_output_tokens)
             self.declaration = self.declaration or wl.declaration.to_json()
-            label = f"L{k:02d}-{frac:.0%}-{rate:.3g}rps"
-            ctx.progress(f"5.3 level {k + 1}/{len(fractions)}: {frac:.0%} of capacity = {rate:.2f} req/s")
-            load = OpenLoop(ArrivalProcess(p.arrival, rate, seed=arrival_seed), duration_s=p.level_duration_s)
-            m = await self.measure(client, label, specs, load, drain_timeout_s=max(10.0, p.level_duration_s),
+            ctx.progress(f"5.3 level {k + 1}/{len(fractions)}: {frac:.0%} of capacity = {rate:.2f} req/s, "
+                         f"{duration:.0f} s")
+            load = OpenLoop(ArrivalProcess(p.arrival, rate, seed=arrival_seed), duration_s=duration)
+            m = await self.measure(client, label, specs, load, drain_timeout_s=max(10.0, duration), sized=True,
                                    extra={"capacity_fraction": frac, "offered_rate": rate,
                                           "workload_seed": workload_seed, "arrival_seed": arrival_seed})
             self.points.append(_point(m, frac, rate, p))

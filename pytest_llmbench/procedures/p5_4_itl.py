@@ -36,7 +36,7 @@ from ..records import RequestRecord, RequestSpec
 from ..workloads import build_workload
 from ..warmup import WarmupResult
 from .base import Table
-from .common import Measured
+from .common import Measured, level_requests
 from .helpers import FLUID_RATE_NOTE, cap_output, fluid_rate, fmt_ms, fmt_num, pvalue, sample_list
 from .pipeline import Outcome, ProcedureRun
 
@@ -44,6 +44,7 @@ DRAFT_MIN_OUTPUT = 50  # §5.4.2 MUST
 DRAFT_MIN_REQUESTS = 100  # §5.4.2
 DRAFT_MIN_SAMPLES = 5000  # §5.4.2 "yielding 5000+ ITL samples"
 DRAFT_LEVELS = (0.25, 0.5, 0.75, 0.9)  # §5.4.2 RECOMMENDED, fractions of saturation
+MIN_LEVEL_REQUESTS = 5  # a time budget never cuts a level below this many requests
 
 
 @dataclass
@@ -193,18 +194,20 @@ class ITL(ProcedureRun[ITLParams]):
         assert self.cap.rate is not None
         for k, frac in enumerate(fractions):
             rate = frac * self.cap.rate
+            label = f"L{k:02d}-{frac:.0%}-{rate:.3g}rps"
+            n = level_requests(ctx, label, rate, p.requests, min_requests=MIN_LEVEL_REQUESTS,
+                               levels_left=len(fractions) - k)
             workload_seed = self.seeds.derive("level", k)
-            wl = build_workload(p.workload, n=p.requests, seed=workload_seed, tokenizer=ctx.tokenizer,
+            wl = build_workload(p.workload, n=n, seed=workload_seed, tokenizer=ctx.tokenizer,
                                 force_output=True)
             self.declaration = self.declaration or wl.declaration.to_json()
             specs, raised = force_min_output(list(wl.specs), p.min_output_tokens, p.max_output_tokens)
             self.raised_total += raised
-            label = f"L{k:02d}-{frac:.0%}-{rate:.3g}rps"
             ctx.progress(f"5.4 level {k + 1}/{len(fractions)}: {frac:.0%} of capacity = {rate:.2f} req/s, "
-                         f"{p.requests} requests")
+                         f"{n} requests")
             load = OpenLoop(ArrivalProcess(p.arrival, rate, seed=self.seeds.derive("arrivals", k)),
                             max_requests=len(specs))
-            m = await self.measure(client, label, specs, load,
+            m = await self.measure(client, label, specs, load, sized=True,
                                    extra={"capacity_fraction": frac, "offered_rate": rate,
                                           "workload_seed": workload_seed})
             self.audits.append(audit_itl(m.metrics, m.records, p.min_output_tokens))

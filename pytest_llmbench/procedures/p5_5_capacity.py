@@ -214,6 +214,7 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
             ctx.progress(f"level {c}: closed loop, >= {p.min_level_s:g} s and >= {need} completions")
             m = await self.measure(client, f"c{c:04d}", closed_level_stream(specs, need, p.min_level_s, stats),
                                    ClosedLoop(c, duration_s=p.level_timeout_s), drain_timeout_s=ctx.settings.timeout,
+                                   sized=True,  # a level ends by its completions; the level count bounds the search
                                    extra={"concurrency": c, "level_seed": level_seed})
             out = _judge(c, m, threshold, p.min_completion, stats.get("repeats", 0), p.criteria)
             self.outcomes[c] = out

@@ -5,7 +5,8 @@
     python bench/loadgen.py --transport all       # compare every transport
     python bench/loadgen.py --http-trace          # with per-request HTTP-trace timings
     python bench/loadgen.py --trace-compare 6 --requests 5000   # tracing off/on interleaved, pairwise ratios
-    python bench/loadgen.py --trace-compare 6 --itl-ms 2        # ... with every chunk in a read of its own
+    python bench/loadgen.py --trace-compare 6 --itl-ms 2        # ... chunks spread over more reads
+    python bench/loadgen.py --trace-compare 6 --only open --rate 150 --open-seconds 7   # ... open loop
     python bench/loadgen.py --url http://127.0.0.1:8000/v1   # use a server already running
     python bench/loadgen.py --workers 1,2         # closed loop over 1 and 2 load-generator processes
 
@@ -140,13 +141,19 @@ async def trace_compare(url: str, transport: str, args: argparse.Namespace) -> N
     cpu_k: dict[bool, list[float]] = {False: [], True: []}  # CPU ms per 1000 chunks, per round
     rps: dict[bool, list[float]] = {False: [], True: []}
     reads = []  # body reads per response, traced rounds
+    open_rate = args.rate if args.only == "open" else 0.0
+    if open_rate:
+        specs = specs[:int(args.rate * args.open_seconds)]
     for rnd in range(args.trace_compare):
         for traced in (False, True) if rnd % 2 == 0 else (True, False):
             cfg = ClientConfig(base_url=url, model="mock-model", transport=transport, http_trace=traced)
-            async with LLMClient(cfg, max_connections=args.concurrency) as c:
+            async with LLMClient(cfg, max_connections=None if open_rate else args.concurrency) as c:
                 await run_closed_loop(c, specs[:300], args.concurrency)  # connections + caches warm
                 cpu0 = time.process_time()
-                res = await run_closed_loop(c, specs, args.concurrency)
+                if open_rate:  # below saturation: the client's batching per loop pass does not shift
+                    res = await run_open_loop(c, specs, ArrivalProcess("poisson", open_rate, seed=rnd))
+                else:
+                    res = await run_closed_loop(c, specs, args.concurrency)
                 cpu = time.process_time() - cpu0
             n_chunks = chunks(res)
             cpu_k[traced].append(cpu / n_chunks * 1e6)
@@ -159,7 +166,8 @@ async def trace_compare(url: str, transport: str, args: argparse.Namespace) -> N
               f"{cpu_k[False][-1]:.3f}  on {cpu_k[True][-1]:.3f}  ratio {ratio:.3f}   req/s off "
               f"{rps[False][-1]:.0f}  on {rps[True][-1]:.0f}  errors {res.errors or 0}")
     n_chunk = len(specs) * args.tokens
-    print(f"  {args.trace_compare} pairs of {len(specs)} requests, {args.tokens}-token streams, mock ITL "
+    load = f"open loop Poisson {open_rate:.0f} req/s" if open_rate else f"closed loop c={args.concurrency}"
+    print(f"  {args.trace_compare} pairs of {len(specs)} requests, {load}, {args.tokens}-token streams, mock ITL "
           f"{args.itl_ms} ms: {np.mean(reads):.1f} body reads per response ({np.mean(reads) / args.tokens:.2f} "
           f"per chunk), ~{n_chunk} chunks per round")
     print(f"  median CPU ms/1000 chunks: off {np.median(cpu_k[False]):.3f}, on {np.median(cpu_k[True]):.3f}")
@@ -245,8 +253,9 @@ def main() -> None:
     ap.add_argument("--workers", type=lambda t: [int(x) for x in t.split(",")], default=None,
                     help="comma-separated load-generator process counts to compare, e.g. 1,2 (closed loop)")
     ap.add_argument("--trace-compare", type=int, default=0, metavar="ROUNDS",
-                    help="closed loop only: ROUNDS pairs of rounds with HTTP tracing off and on, interleaved; "
-                         "prints the pairwise on/off ratios (median, quartiles, range)")
+                    help="ROUNDS pairs of rounds with HTTP tracing off and on, interleaved; prints the pairwise "
+                         "on/off ratios (median, quartiles, range); closed loop, or open loop at --rate "
+                         "for --open-seconds with --only open")
     args = ap.parse_args()
 
     loop = args.loop

@@ -800,7 +800,8 @@ class LLMClient:
                 await self._read_json(resp, rec)
         finally:
             if rec.http_trace is not None:  # body reads once per response, from the per-read stamps
-                httptrace.note_stream_reads(rec.http_trace, rec.chunk_ns, rec.first_chunk_ns, rec.end_ns)  # type: ignore[arg-type]
+                httptrace.note_stream_reads(rec.http_trace, rec.chunk_ns,  # type: ignore[arg-type]
+                                            rec.first_chunk_ns, rec.end_ns)
             await resp.release()
 
     async def _read_json(self, resp: Response, rec: RequestRecord) -> None:

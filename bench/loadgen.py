@@ -4,12 +4,15 @@
     python bench/loadgen.py                       # aiohttp transport, uvloop if installed
     python bench/loadgen.py --transport all       # compare every transport
     python bench/loadgen.py --http-trace          # with per-request HTTP-trace timings
-    python bench/loadgen.py --trace-compare 4 --requests 5000   # tracing off/on interleaved, ratio
+    python bench/loadgen.py --trace-compare 6 --requests 5000   # tracing off/on interleaved, pairwise ratios
+    python bench/loadgen.py --trace-compare 6 --itl-ms 2        # ... chunks spread over more reads
+    python bench/loadgen.py --trace-compare 6 --only open --rate 150 --open-seconds 7   # ... open loop
     python bench/loadgen.py --url http://127.0.0.1:8000/v1   # use a server already running
     python bench/loadgen.py --workers 1,2         # closed loop over 1 and 2 load-generator processes
 
 Starts the reference mock ``shared/tools/mock_openai_server.py`` in its own process
-(``--ttft-ms 0 --itl-ms 0 --tokens 50 --no-stats``) unless ``--url`` is given, then measures:
+(``--ttft-ms 0 --itl-ms 0 --tokens 50 --no-stats``; ``--itl-ms`` sets its ITL) unless ``--url`` is
+given, then measures:
 
 * closed loop, concurrency 64, 50-token streams: sustained req/s, chunks/s, concurrency held;
 * open loop, Poisson at ``--rate`` (1000 req/s): achieved rate, send lag p50/p99;
@@ -75,10 +78,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_mock(script: Path, tokens: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_mock(script: Path, tokens: int, itl_ms: float = 0.0) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(script), "--port", str(port), "--ttft-ms", "0", "--itl-ms", "0",
+        [sys.executable, str(script), "--port", str(port), "--ttft-ms", "0", "--itl-ms", str(itl_ms),
          "--tokens", str(tokens), "--no-stats"],
         stdout=subprocess.DEVNULL,
     )
@@ -130,29 +133,50 @@ async def closed(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Nam
 
 
 async def trace_compare(url: str, transport: str, args: argparse.Namespace) -> None:
-    """Closed-loop rounds with HTTP tracing off and on, interleaved (off, on, off, on ...) so machine
-    noise hits both alike; prints each round, the medians and the on/off ratios."""
+    """Closed-loop rounds with HTTP tracing off and on, interleaved in pairs (off, on / on, off ...) so
+    machine drift hits both alike; prints each pair, the medians and the pairwise on/off ratios (median,
+    quartiles, range): on a shared machine the ratio within a pair is the figure, not absolute times."""
     specs = [RequestSpec(index=i, workload="bench", input_tokens=8, max_tokens=args.tokens,
                          prompt_text="benchmark the benchmarker please") for i in range(args.requests)]
-    figures: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    cpu_k: dict[bool, list[float]] = {False: [], True: []}  # CPU ms per 1000 chunks, per round
+    rps: dict[bool, list[float]] = {False: [], True: []}
+    reads = []  # body reads per response, traced rounds
+    open_rate = args.rate if args.only == "open" else 0.0
+    if open_rate:
+        specs = specs[:int(args.rate * args.open_seconds)]
     for rnd in range(args.trace_compare):
         for traced in (False, True) if rnd % 2 == 0 else (True, False):
             cfg = ClientConfig(base_url=url, model="mock-model", transport=transport, http_trace=traced)
-            async with LLMClient(cfg, max_connections=args.concurrency) as c:
+            async with LLMClient(cfg, max_connections=None if open_rate else args.concurrency) as c:
                 await run_closed_loop(c, specs[:300], args.concurrency)  # connections + caches warm
                 cpu0 = time.process_time()
-                res = await run_closed_loop(c, specs, args.concurrency)
+                if open_rate:  # below saturation: the client's batching per loop pass does not shift
+                    res = await run_open_loop(c, specs, ArrivalProcess("poisson", open_rate, seed=rnd))
+                else:
+                    res = await run_closed_loop(c, specs, args.concurrency)
                 cpu = time.process_time() - cpu0
             n_chunks = chunks(res)
-            figures[traced].append((res.ok / res.duration_s, cpu / n_chunks * 1e6))
+            cpu_k[traced].append(cpu / n_chunks * 1e6)
+            rps[traced].append(res.ok / res.duration_s)
             assert all((r.http_trace is not None) == traced for r in res.records if r.ok)
-            print(f"  round {rnd + 1} trace={'on ' if traced else 'off'}: {res.ok / res.duration_s:8.0f} req/s  "
-                  f"CPU {cpu / n_chunks * 1e6:.3f} ms/1000 chunks  errors {res.errors or 0}")
-    med = {k: (float(np.median([f[0] for f in v])), float(np.median([f[1] for f in v]))) for k, v in figures.items()}
-    print(f"  median off: {med[False][0]:.0f} req/s, {med[False][1]:.3f} ms CPU/1000 chunks; "
-          f"on: {med[True][0]:.0f} req/s, {med[True][1]:.3f} ms CPU/1000 chunks")
-    print(f"  ratio on/off: throughput {med[True][0] / med[False][0]:.3f}, CPU per chunk "
-          f"{med[True][1] / med[False][1]:.3f}")
+            if traced:
+                reads.append(float(np.mean([r.http_trace["response_chunks"] for r in res.records if r.ok])))
+        ratio = cpu_k[True][-1] / cpu_k[False][-1]
+        print(f"  pair {rnd + 1} ({'off, on' if rnd % 2 == 0 else 'on, off'}): CPU ms/1000 chunks off "
+              f"{cpu_k[False][-1]:.3f}  on {cpu_k[True][-1]:.3f}  ratio {ratio:.3f}   req/s off "
+              f"{rps[False][-1]:.0f}  on {rps[True][-1]:.0f}  errors {res.errors or 0}")
+    n_chunk = len(specs) * args.tokens
+    load = f"open loop Poisson {open_rate:.0f} req/s" if open_rate else f"closed loop c={args.concurrency}"
+    print(f"  {args.trace_compare} pairs of {len(specs)} requests, {load}, {args.tokens}-token streams, mock ITL "
+          f"{args.itl_ms} ms: {np.mean(reads):.1f} body reads per response ({np.mean(reads) / args.tokens:.2f} "
+          f"per chunk), ~{n_chunk} chunks per round")
+    print(f"  median CPU ms/1000 chunks: off {np.median(cpu_k[False]):.3f}, on {np.median(cpu_k[True]):.3f}")
+    ratios = np.array(cpu_k[True]) / np.array(cpu_k[False])
+    q1, q3 = np.percentile(ratios, [25, 75])
+    print(f"  CPU per chunk on/off, pairwise: median {np.median(ratios):.3f}  quartiles {q1:.3f}-{q3:.3f}  "
+          f"range {ratios.min():.3f}-{ratios.max():.3f}  ({int((ratios > 1).sum())} of {ratios.size} pairs above 1)")
+    tr = np.array(rps[True]) / np.array(rps[False])
+    print(f"  throughput on/off, pairwise: median {np.median(tr):.3f}  range {tr.min():.3f}-{tr.max():.3f}")
 
 
 async def open_loop(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> None:
@@ -221,14 +245,17 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1000.0, help="open-loop rate, req/s")
     ap.add_argument("--open-seconds", type=float, default=10.0)
     ap.add_argument("--tokens", type=int, default=50)
+    ap.add_argument("--itl-ms", type=float, default=0.0,
+                    help="the mock's delay between chunks (0: a stream arrives in one read; > 0: a read per chunk)")
     ap.add_argument("--only", choices=["closed", "open"], help="run one of the two measurements")
     ap.add_argument("--spin-ms", type=float, default=1.5, help="open loop: yield-spin this close to a send")
     ap.add_argument("--http-trace", action="store_true", help="record per-request HTTP timings (httptrace.py)")
     ap.add_argument("--workers", type=lambda t: [int(x) for x in t.split(",")], default=None,
                     help="comma-separated load-generator process counts to compare, e.g. 1,2 (closed loop)")
     ap.add_argument("--trace-compare", type=int, default=0, metavar="ROUNDS",
-                    help="closed loop only: ROUNDS pairs of rounds with HTTP tracing off and on, interleaved; "
-                         "prints the on/off ratios")
+                    help="ROUNDS pairs of rounds with HTTP tracing off and on, interleaved; prints the pairwise "
+                         "on/off ratios (median, quartiles, range); closed loop, or open loop at --rate "
+                         "for --open-seconds with --only open")
     args = ap.parse_args()
 
     loop = args.loop
@@ -240,7 +267,7 @@ def main() -> None:
     proc = None
     url = args.url
     if url is None:
-        proc, url = start_mock(find_mock(args.mock), args.tokens)
+        proc, url = start_mock(find_mock(args.mock), args.tokens, args.itl_ms)
     print(f"pytest-llmbench load generator bench: server {url} ({'mock, own process' if proc else 'external'}), "
           f"event loop {loop}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (shared machine: figures are noisy)")

@@ -429,7 +429,7 @@ class AiohttpTransport:
         with _BEFORE:
             resp = await self._session.post(url, data=body, headers=headers, trace_request_ctx=trace)
         if trace is not None:
-            return httptrace.TracedResponse(_AiohttpResponse(resp), trace, _MID)
+            return httptrace.TracedResponse(_AiohttpResponse(resp), trace)
         return _AiohttpResponse(resp)
 
     async def get(self, url: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
@@ -799,6 +799,9 @@ class LLMClient:
             else:
                 await self._read_json(resp, rec)
         finally:
+            if rec.http_trace is not None:  # body reads once per response, from the per-read stamps
+                httptrace.note_stream_reads(rec.http_trace, rec.chunk_ns,  # type: ignore[arg-type]
+                                            rec.first_chunk_ns, rec.end_ns)
             await resp.release()
 
     async def _read_json(self, resp: Response, rec: RequestRecord) -> None:

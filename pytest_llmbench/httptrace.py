@@ -3,9 +3,11 @@
 Opt-in (``ClientConfig.http_trace=True``, plain ``aiohttp`` transport only). Every request gets
 one :class:`HttpTraceData` dict in ``RequestRecord.http_trace``: raw ``perf_counter_ns`` event
 times plus byte and chunk counts. aiohttp's ``TraceConfig`` signals are per request (pool
-queue, DNS, connection create/reuse, headers sent, body chunk sent, response headers); the
-response body side is counted by :class:`TracedResponse`, which wraps the response only when
-tracing is on, so the untraced per-chunk path is unchanged.
+queue, DNS, connection create/reuse, headers sent, body chunk sent, response headers). Nothing
+is added per response read: the body side is filled once per response, from the client's own
+per-read clock stamps (:func:`note_stream_reads`) and the byte count aiohttp's body stream
+keeps (:class:`TracedResponse`), so a traced stream runs the same per-chunk code as an untraced
+one.
 
 :func:`phases` turns one dict into AIPerf's 14 ``http_req_*`` values (k6/HAR phases):
 
@@ -14,23 +16,27 @@ tracing is on, so the untraced per-chunk path is unchanged.
 * ``connecting`` = connection create span − the DNS span inside it (aiohttp resolves inside
   ``create``; TLS handshake included), 0 on reuse
 * ``sending``    = connection ready → request body written (headers when there is no body)
-* ``waiting``    = request written → first response *body* byte (TTFB)
-* ``receiving``  = first → last response body byte
+* ``waiting``    = request written → first response *body* byte (TTFB): the client's stamp of
+  the first read that completed an SSE event
+* ``receiving``  = first → last response body byte: to the read that carried ``[DONE]`` (the
+  stream's end without one)
 * ``duration``   = connection ready → last body byte (measured, not summed)
 * ``connection_overhead`` = blocked + dns_lookup + connecting; ``total`` = the six phases summed
 * ``data_sent`` / ``data_received``: request line + headers + body bytes / status line + headers
   + body bytes, the header blocks reconstructed from the header lists as HTTP/1.1 serialises
   them; body bytes received are after chunked-transfer decoding (framing not counted)
-* ``chunks_sent`` = body writes (``on_request_chunk_sent``); ``chunks_received`` = non-empty
-  reads of the response body stream (aiohttp's buffer may merge socket reads; a body read
-  whole, non-streaming or an error, counts once)
+* ``chunks_sent`` = body writes (``on_request_chunk_sent``); ``chunks_received`` = reads of the
+  response body stream that completed a chunk the client timed (the first SSE event and every
+  event with ``choices``: the distinct per-read stamps); a read that completed only ``[DONE]``,
+  the usage chunk, a comment or part of an event is not counted (AIPerf counts every read). A
+  body read whole, non-streaming or an error, counts once; aiohttp's buffer may merge socket reads
 * ``connection_reused`` = 1 when a pooled connection was taken, else 0
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, TypedDict
 
@@ -40,6 +46,7 @@ __all__ = [
     "TracedResponse",
     "make_trace_config",
     "new_trace",
+    "note_stream_reads",
     "phases",
 ]
 
@@ -62,8 +69,8 @@ class HttpTraceData(TypedDict, total=False):
     headers_sent_ns: int
     body_sent_ns: int  # last body chunk written
     response_headers_ns: int  # response status line + headers parsed (on_request_end)
-    first_byte_ns: int  # first non-empty read of the response body
-    last_byte_ns: int  # last non-empty read of the response body
+    first_byte_ns: int  # first read of the response body that completed an event (note_stream_reads)
+    last_byte_ns: int  # the read that carried [DONE], or the body's end
     exception_ns: int
     request_header_bytes: int
     request_body_bytes: int
@@ -161,56 +168,62 @@ def make_trace_config() -> Any:
 
 
 class TracedResponse:
-    """Wraps the aiohttp transport's response: counts body reads and bytes, stamps the first
-    and last one (a clock read per socket read, as the client's own read loop already does).
+    """The aiohttp transport's response when tracing is on, adding nothing per read.
 
-    Used only when tracing is on; ``release`` stores the counts in the trace dict.
+    ``read_chunk`` *is* the untraced response's bound method (the client's read loop binds it
+    once), so a traced stream runs the same per-read code as an untraced one. The body-read
+    figures come once per response instead: :func:`note_stream_reads` derives the read count and
+    first/last byte times from the client's own per-read stamps, ``release`` takes the body bytes
+    from the count aiohttp's stream keeps anyway, and ``read_body`` (a whole body read at once:
+    error bodies, non-streaming answers) stamps its arrival.
     """
 
-    __slots__ = ("_inner", "_readany", "_mid", "_trace", "_reads", "_bytes", "_first", "_last", "status", "content_type")
+    __slots__ = ("_inner", "_trace", "read_chunk", "status", "content_type")
 
-    def __init__(self, inner: Any, trace: HttpTraceData, error_map: Any) -> None:
+    def __init__(self, inner: Any, trace: HttpTraceData) -> None:
         self._inner = inner
-        self._readany = inner._content.readany  # the aiohttp stream itself: no extra await layer
-        self._mid = error_map  # the client's mid-stream transport error mapping (a context manager)
         self._trace = trace
-        self._reads = 0
-        self._bytes = 0
-        self._first = 0
-        self._last = 0
+        self.read_chunk: Callable[[], Awaitable[bytes]] = inner.read_chunk
         self.status: int = inner.status
         self.content_type: str = inner.content_type
 
-    async def read_chunk(self) -> bytes:
-        with self._mid:
-            data: bytes = await self._readany()
-        if data:
-            self._count(len(data))
-        return data
-
-    def _count(self, n: int) -> None:
-        self._last = _clock()
-        if not self._reads:
-            self._first = self._last
-        self._reads += 1
-        self._bytes += n
-
     async def read_body(self, limit: int) -> bytes:
-        """Whole body (non-streaming answers, error bodies): counted as one read, stamped when
-        complete (such a body arrives at once, so first ≈ last byte)."""
+        """Whole body, counted as one read and stamped when complete (such a body arrives at
+        once, so first ≈ last byte)."""
         body: bytes = await self._inner.read_body(limit)
         if body:
-            self._count(len(body))
+            t = self._trace
+            t["first_byte_ns"] = t["last_byte_ns"] = _clock()
+            t["response_chunks"] = 1
         return body
 
     async def release(self) -> None:
-        t = self._trace
-        t["response_chunks"] = self._reads
-        t["response_body_bytes"] = self._bytes
-        if self._reads:
-            t["first_byte_ns"] = self._first
-            t["last_byte_ns"] = self._last
+        # bytes fed into aiohttp's body stream (after chunked-transfer decoding), whether or not
+        # the client read them all
+        self._trace["response_body_bytes"] = int(self._inner._content.total_bytes)
         await self._inner.release()
+
+
+def note_stream_reads(trace: HttpTraceData, chunk_ns: Sequence[int], first_ns: int | None,
+                      end_ns: int | None) -> None:
+    """Body reads of a streamed response, once at its end, from what the client stamped per read.
+
+    The client reads the clock once per body read and gives that time to every chunk the read
+    completed (``chunk_ns``), to the first read that completed any SSE event (``first_ns``) and to
+    the read that carried ``[DONE]`` (``end_ns``; the end of the stream when it closed without
+    one; ``None`` when it broke). So the distinct stamps are the reads that completed a timed
+    chunk: ``response_chunks`` counts them, ``first_byte_ns`` is the first and ``last_byte_ns``
+    the end (the last timed read when the stream broke). A body already stamped by ``read_body``,
+    or one in which no event completed, is left as it is.
+    """
+    if first_ns is None or "first_byte_ns" in trace:
+        return
+    reads = len(set(chunk_ns))
+    if not chunk_ns or chunk_ns[0] != first_ns:
+        reads += 1  # the first event carried no choices (metadata only)
+    trace["response_chunks"] = reads
+    trace["first_byte_ns"] = first_ns
+    trace["last_byte_ns"] = end_ns if end_ns is not None else (chunk_ns[-1] if chunk_ns else first_ns)
 
 
 #: AIPerf's 14 HTTP-trace tags, in the order of its reference, mapped to :func:`phases` keys.

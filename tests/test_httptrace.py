@@ -27,6 +27,7 @@ TLS_DELAY = 0.20  # before the server reads the ClientHello
 HEADER_DELAY = 0.15  # request fully read -> response headers written
 BODY_GAP = 0.10  # first SSE event -> the rest of the body
 DNS_DELAY = 0.12
+EVENT_GAP = 0.03  # between the body writes of LoopbackServer.events
 
 
 def _sse(text: str, finish: bool = False) -> bytes:
@@ -46,6 +47,10 @@ class LoopbackServer:
         self.port = 0
         self.error_body: bytes | None = None  # set: answer 500 with this JSON body
         self.truncate = False  # set: close the connection after the first SSE event
+        self.events: list[bytes] | None = None  # set: the SSE body, one write per item, EVENT_GAP apart
+        self.chunked = False  # with events: Transfer-Encoding chunked, one HTTP chunk per write
+        self.body_writes: list[int] = []  # per request: body writes (the server's chunks)
+        self.body_bytes: list[int] = []  # per request: body bytes before any transfer framing
 
     async def __aenter__(self) -> LoopbackServer:
         self._sock = socket.socket()
@@ -103,6 +108,9 @@ class LoopbackServer:
                     await writer.drain()
                     self.sent.append(len(head_out) + len(self.error_body))
                     continue
+                if self.events is not None:
+                    await self._write_events(writer)
+                    continue
                 part1 = _sse("Hello")
                 part2 = _sse(" world", finish=True) + b"data: [DONE]\n\n"
                 headers = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -117,6 +125,8 @@ class LoopbackServer:
                 writer.write(part2)
                 await writer.drain()
                 self.sent.append(len(headers) + len(part1) + len(part2))
+                self.body_writes.append(2)
+                self.body_bytes.append(len(part1) + len(part2))
         except (ConnectionError, ssl.SSLError):
             return
         finally:
@@ -124,6 +134,27 @@ class LoopbackServer:
                 writer.close()
             else:
                 conn.close()
+
+
+    async def _write_events(self, writer: asyncio.StreamWriter) -> None:
+        assert self.events is not None
+        framing = b"Transfer-Encoding: chunked" if self.chunked else \
+            b"Content-Length: " + str(sum(map(len, self.events))).encode()
+        headers = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + framing + b"\r\n\r\n"
+        writer.write(headers)
+        sent = len(headers)
+        for i, ev in enumerate(self.events):
+            if i:
+                await asyncio.sleep(EVENT_GAP)  # far apart: the client reads each write alone
+            out = b"%x\r\n%s\r\n" % (len(ev), ev) if self.chunked else ev
+            if self.chunked and i == len(self.events) - 1:
+                out += b"0\r\n\r\n"
+            writer.write(out)
+            await writer.drain()
+            sent += len(out)
+        self.sent.append(sent)
+        self.body_writes.append(len(self.events))
+        self.body_bytes.append(sum(map(len, self.events)))
 
 
 def _spec(i: int = 0) -> RequestSpec:
@@ -187,6 +218,55 @@ async def test_new_connection_then_reuse_reflects_injected_delays() -> None:
     # the trace rides in the record's JSON and back
     back = RequestRecord.from_json(json.loads(first.dumps()))
     assert httptrace.phases(back.http_trace) == p1
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+async def test_chunks_and_bytes_received_equal_what_the_server_sent(chunked: bool) -> None:
+    # the server's writes, far apart: a role-only chunk first (vLLM's), one write with two chunks,
+    # the last with [DONE] too; every write is one read, counted once (not once per chunk)
+    events = [_sse(""), _sse("Hello"), _sse(" big") + _sse(""), _sse(" world", finish=True) + b"data: [DONE]\n\n"]
+    async with LoopbackServer() as srv:
+        srv.events, srv.chunked = events, chunked
+        async with LLMClient(_config(srv.port)) as client:
+            recs = [await client.send(_spec(i)) for i in range(2)]
+    for i, rec in enumerate(recs):
+        assert rec.ok, rec.error_message
+        assert rec.output_text == "Hello big world" and len(rec.chunk_ns) == len(events) + 1
+        t = rec.http_trace
+        assert t is not None
+        p = httptrace.phases(t)
+        assert p["chunks_received"] == srv.body_writes[i] == len(events)
+        assert t["response_body_bytes"] == srv.body_bytes[i] == sum(map(len, events))
+        header_bytes = t["response_header_bytes"]
+        assert p["data_received"] == header_bytes + srv.body_bytes[i]
+        if not chunked:  # the whole response as written; chunked framing is not body data
+            assert p["data_received"] == srv.sent[i]
+        else:
+            assert p["data_received"] < srv.sent[i]
+        # first byte = the first write, last byte = the write with [DONE]
+        assert t["first_byte_ns"] == rec.first_chunk_ns and t["last_byte_ns"] == rec.end_ns
+        assert p["receiving"] >= (len(events) - 1) * EVENT_GAP
+        _check_sums(p)
+
+
+def test_stream_reads_from_the_client_stamps() -> None:
+    # three reads (the second completed two chunks), then [DONE] in a read of its own
+    t = httptrace.new_trace()
+    httptrace.note_stream_reads(t, [10, 20, 20, 30], 10, 40)
+    assert (t["response_chunks"], t["first_byte_ns"], t["last_byte_ns"]) == (3, 10, 40)
+    # the first read completed only a usage/metadata event; the stream then broke (no end)
+    t = httptrace.new_trace()
+    httptrace.note_stream_reads(t, [20, 30], 5, None)
+    assert (t["response_chunks"], t["first_byte_ns"], t["last_byte_ns"]) == (3, 5, 30)
+    # a body already stamped whole (error body), or no event at all: left as it is
+    t = httptrace.new_trace()
+    t["first_byte_ns"] = t["last_byte_ns"] = 7
+    t["response_chunks"] = 1
+    httptrace.note_stream_reads(t, [10], 10, 10)
+    assert (t["response_chunks"], t["first_byte_ns"]) == (1, 7)
+    t = httptrace.new_trace()
+    httptrace.note_stream_reads(t, [], None, 50)
+    assert t["response_chunks"] == 0 and "first_byte_ns" not in t
 
 
 async def test_error_response_body_is_counted() -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-__all__ = ["PALETTE", "Chart", "Scale", "grouped_bars", "nice_ticks", "log_ticks"]
+__all__ = ["PALETTE", "Chart", "Scale", "grouped_bars", "interval_rows", "nice_ticks", "log_ticks"]
 
 #: Colour-blind-safe palette (Okabe–Ito), used in series order.
 #: Okabe-Ito hues darkened where needed so every graphic colour has >= 3:1 contrast on white (WCAG 1.4.11).
@@ -22,6 +22,10 @@ PALETTE = ("#0072B2", "#A35C00", "#00785A", "#D55E00", "#A8467F", "#3F7FA8", "#7
 PASS_COLOUR = "#009E73"
 FAIL_COLOUR = "#D55E00"
 MARK_COLOUR = "#CC0000"
+#: SLO thresholds: a dark purple, distinct from the series and markers (8.6:1 on white).
+SLO_COLOUR = "#5B2A86"
+#: Neutral grey for secondary lines and "within noise" (4.5:1 on white, WCAG 1.4.11 needs 3:1).
+MUTED_COLOUR = "#767676"
 GRID_COLOUR = "#e3e3e3"
 AXIS_COLOUR = "#333333"
 #: A white outline behind text drawn over data, so labels stay readable on bars and lines.
@@ -170,6 +174,9 @@ class Chart:
         self.height = height
         self.parts: list[str] = []
         self.legend_items: list[tuple[str, str, str]] = []  # (label, colour, shape)
+        #: "top": one row above the plot; "lower-right": a boxed column inside the plot (CDFs, whose
+        #: lower right is empty)
+        self.legend_at = "top"
         self._marks = 0
 
     @classmethod
@@ -263,6 +270,18 @@ class Chart:
             f'<text x="{_n(px + dx)}" y="{_n(ty)}" '
             f'font-size="11" fill="{colour}" text-anchor="{anchor}" {HALO} {FONT}>{escape(label)}</text></g>')
 
+    def hline(self, y: float, label: str, *, colour: str = SLO_COLOUR, kind: str = "marker slo") -> None:
+        """A labelled horizontal dashed line (an SLO threshold on a latency axis)."""
+        if not _finite(y) or (self.y.log and y <= 0) or not min(self.y.lo, self.y.hi) <= y <= max(self.y.lo, self.y.hi):
+            return
+        py = self.y(y)
+        x0, x1 = self.LEFT, self.width - self.RIGHT
+        self.parts.append(
+            f'<g class="{escape(kind)}" data-y="{_d(float(y))}" data-label="{_d(label)}">'
+            f'<line x1="{x0}" y1="{_n(py)}" x2="{x1}" y2="{_n(py)}" stroke="{colour}" stroke-width="1.5" '
+            f'stroke-dasharray="8 4"/><text x="{x1 - 4}" y="{_n(py - 5)}" font-size="11" fill="{colour}" '
+            f'text-anchor="end" {HALO} {FONT}>{escape(label)}</text></g>')
+
     # --- output -------------------------------------------------------------------------------
     def _axes(self) -> list[str]:
         x0, x1 = self.LEFT, self.width - self.RIGHT
@@ -297,6 +316,8 @@ class Chart:
     def _legend(self) -> list[str]:
         if len(self.legend_items) < 2:
             return []
+        if self.legend_at == "lower-right":
+            return self._legend_box()
         out = ['<g class="legend">']
         x = float(self.LEFT + 8)
         y = self.TOP - 14
@@ -311,6 +332,24 @@ class Chart:
             out.append(f'<text x="{x + 22}" y="{y + 4}" font-size="11" fill="{AXIS_COLOUR}" '
                        f'{FONT}>{escape(label)}</text>')
             x += 30 + 6.5 * len(label)
+        out.append("</g>")
+        return out
+
+    def _legend_box(self) -> list[str]:
+        """The legend as one column in a white box at the plot's lower right."""
+        rows = len(self.legend_items)
+        w = 34 + 6.6 * max(len(label) for label, _, _ in self.legend_items)
+        h = 8 + 16 * rows
+        x = self.width - self.RIGHT - w - 6
+        y = self.height - self.BOTTOM - h - 6
+        out = [f'<g class="legend"><rect x="{_n(x)}" y="{_n(y)}" width="{_n(w)}" height="{h}" fill="#ffffff" '
+               f'fill-opacity="0.92" stroke="{GRID_COLOUR}"/>']
+        for i, (label, colour, shape) in enumerate(self.legend_items):
+            cy = y + 12 + 16 * i
+            dash = ' stroke-dasharray="6 4"' if shape == "line-dashed" else ""
+            out.append(f'<line x1="{_n(x + 6)}" y1="{_n(cy)}" x2="{_n(x + 26)}" y2="{_n(cy)}" stroke="{colour}" '
+                       f'stroke-width="2.5"{dash}/><text x="{_n(x + 30)}" y="{_n(cy + 4)}" font-size="11" '
+                       f'fill="{AXIS_COLOUR}" {FONT}>{escape(label)}</text>')
         out.append("</g>")
         return out
 
@@ -381,3 +420,36 @@ def _short(v: float) -> str:
 
 def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def interval_rows(*, kind: str, title: str, labels: Sequence[str], values: Sequence[float],
+                  lows: Sequence[float], highs: Sequence[float], notes: Sequence[str], x_label: str,
+                  flags: Sequence[bool], width: int = 640) -> str:
+    """One row per difference: a point with its confidence interval as a whisker, a line at 0 and a note
+    at the right (``"within noise"`` when ``flags[i]``; drawn muted). ``data-diff``/``data-ci-low``/
+    ``data-ci-high``/``data-within-noise`` carry the numbers."""
+    left, right, row_h = 200, 96, 24
+    height = Chart.TOP + row_h * len(labels) + Chart.BOTTOM
+    x = Scale.fit([*values, *lows, *highs, 0.0], left, width - right, pad=0.05)
+    y = Scale(0.0, float(max(len(labels), 1)), Chart.TOP, height - Chart.BOTTOM, ticks=[])
+    chart = Chart(kind=kind, title=title, x_label=x_label, y_label="", x=x, y=y, width=width, height=height)
+    chart.LEFT, chart.RIGHT = left, right  # type: ignore[misc]
+    body = chart._axes()
+    zero = x(0.0)
+    body.append(f'<line class="zero" x1="{_n(zero)}" y1="{Chart.TOP}" x2="{_n(zero)}" y2="{height - Chart.BOTTOM}" '
+                f'stroke="{AXIS_COLOUR}" stroke-width="1.5"/>')
+    for i, (lab, v, lo, hi, note, noise) in enumerate(zip(labels, values, lows, highs, notes, flags)):
+        cy = Chart.TOP + row_h * (i + 0.5)
+        colour = MUTED_COLOUR if noise else PALETTE[3]
+        body.append(f'<g class="interval" data-label="{_d(lab)}" data-diff="{_d(float(v))}" '
+                    f'data-ci-low="{_d(float(lo))}" data-ci-high="{_d(float(hi))}" data-within-noise="{_d(noise)}">'
+                    f'<text x="{left - 8}" y="{_n(cy + 4)}" font-size="11" text-anchor="end" fill="{AXIS_COLOUR}" '
+                    f'{FONT}>{escape(lab)}</text>'
+                    f'<line x1="{_n(x(lo))}" y1="{_n(cy)}" x2="{_n(x(hi))}" y2="{_n(cy)}" stroke="{colour}" '
+                    f'stroke-width="2"/><line x1="{_n(x(lo))}" y1="{_n(cy - 5)}" x2="{_n(x(lo))}" y2="{_n(cy + 5)}" '
+                    f'stroke="{colour}" stroke-width="2"/><line x1="{_n(x(hi))}" y1="{_n(cy - 5)}" x2="{_n(x(hi))}" '
+                    f'y2="{_n(cy + 5)}" stroke="{colour}" stroke-width="2"/>'
+                    f'<circle cx="{_n(x(v))}" cy="{_n(cy)}" r="4.5" fill="{colour}" stroke="#fff" stroke-width="1"/>'
+                    f'<text x="{width - right + 8}" y="{_n(cy + 4)}" font-size="11" fill="{colour}" '
+                    f'{FONT}>{escape(note)}</text></g>')
+    return _svg(kind, title, width, height, body)

@@ -272,13 +272,17 @@ def normalise(raw: Mapping[str, Any] | None, metrics: Any = None) -> tuple[dict[
 # overlaid CDFs and configuration differences, from the runs of a procedure
 # --------------------------------------------------------------------------------------------
 
-#: What each procedure compares across its runs: (what a series is, metrics overlaid).
-OVERLAYS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "5.4": ("load level", ("itl",)),  # §5.4.5: ITL distribution per load level
-    "5.6": ("request class", ("ttft",)),  # §5.6.4: per-class TTFT, mixed and isolated
-    "5.7": ("configuration", ("ttft",)),  # §5.7.4: cache off / on (cold, warm)
-    "5.10": ("configuration", ("ttft", "e2e")),  # §5.10.4: guardrails off / on, at the report level
+#: What each procedure compares across its runs: (what a series is, metrics overlaid, section).
+OVERLAYS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "5.4": ("load level", ("itl",), "§5.4.5"),  # ITL distribution per load level
+    "5.6": ("request class", ("ttft",), "§5.6.4"),  # per-class TTFT, mixed and isolated
+    "5.7": ("configuration", ("ttft",), "§5.7.4"),  # cache off / on (cold, warm)
+    "5.10": ("configuration", ("ttft", "e2e"), "§5.10.4"),  # guardrails off / on, at the report level
 }
+#: Configuration names as the draft's tables name them (Table 10 rows, Table 13 columns), so the
+#: overlaid CDFs, the differences and the procedures' own tables and bars use one vocabulary.
+CACHE_NAMES = {"disabled": "Cache Disabled", "cold": "Cache (Cold)", "warm": "Cache (Warm)"}
+GUARDRAIL_NAMES = {"none": "Baseline", "input": "Input Filter", "output": "Output Filter", "full": "Full Filter"}
 #: Percentiles whose configuration difference is reported (Table 10: P50/P95/P99; Table 13: P50/P99).
 DIFFERENCES: dict[str, tuple[tuple[str, tuple[float, ...]], ...]] = {
     "5.7": (("ttft", (50.0, 95.0, 99.0)),),
@@ -334,19 +338,15 @@ def _series(procedure: str, runs: list[Any], measurements: Mapping[str, Any]) ->
             out.append((f"{cls}, isolated", i, True, lambda m, r=r: _dist_samples(r.metrics, m)))
     elif procedure == "5.7":
         for i, (r, e) in enumerate((r, e) for r, e in extra if e.get("prefix_cache") is not None):
-            if e["prefix_cache"] == "disabled":
-                label = "cache off"
-            else:
-                label = "cache on, " + ("warm (prefixes pre-populated)" if e.get("prepopulated") else "cold")
-            out.append((label, i, False, lambda m, r=r: _dist_samples(r.metrics, m)))
+            state = "disabled" if e["prefix_cache"] == "disabled" else ("warm" if e.get("prepopulated") else "cold")
+            out.append((CACHE_NAMES[state], i, False, lambda m, r=r: _dist_samples(r.metrics, m)))
     elif procedure == "5.10":
         level = measurements.get("report_level")
         sel = [(r, e) for r, e in extra if e.get("guardrails") is not None and not e.get("throughput_probe")
                and (level is None or e.get("capacity_fraction") == level)]
         for i, (r, e) in enumerate(sel):
             g = str(e["guardrails"])
-            out.append(("guardrails off" if g == "none" else f"guardrails {g}", i, False,
-                        lambda m, r=r: _dist_samples(r.metrics, m)))
+            out.append((GUARDRAIL_NAMES.get(g, g), i, False, lambda m, r=r: _dist_samples(r.metrics, m)))
     return out
 
 
@@ -358,7 +358,7 @@ def run_overlays(result: Any) -> dict[str, dict[str, Any]]:
     spec = OVERLAYS.get(str(getattr(result, "procedure", "")))
     if spec is None:
         return {}
-    by, metrics = spec
+    by, metrics, section = spec
     series = _series(result.procedure, list(getattr(result, "runs", None) or []),
                      getattr(result, "measurements", None) or {})
     out: dict[str, dict[str, Any]] = {}
@@ -372,7 +372,7 @@ def run_overlays(result: Any) -> dict[str, dict[str, Any]]:
         if len(entries) >= 2:
             m = METRICS[metric]
             out[f"cdfs_{metric}"] = {"kind": "cdfs", "metric": metric, "title": m.title, "unit": m.unit,
-                                     "section": m.section, "by": by, "series": entries}
+                                     "section": section, "definition": m.section, "by": by, "series": entries}
     return out
 
 
@@ -380,7 +380,7 @@ def configuration_differences(result: Any) -> dict[str, Any] | None:
     """§5.7 (cache on − off) and §5.10 (guardrails on − off) percentile differences against the first
     configuration, each with a bootstrap CI (gate.significance.percentile_change); ``within_noise``
     when the interval includes 0. None for other procedures or without a baseline's samples."""
-    from .gate.significance import percentile_change
+    from .gate.significance import BOOTSTRAP_RESAMPLES, DEFAULT_SEED, percentile_change
     from .stats import required_samples
 
     spec = DIFFERENCES.get(str(getattr(result, "procedure", "")))
@@ -392,7 +392,6 @@ def configuration_differences(result: Any) -> dict[str, Any] | None:
         return None
     base_label, _, _, base_get = series[0]
     rows: list[dict[str, Any]] = []
-    method = ""
     for metric, pcts in spec:
         xb = base_get(metric)
         for label, _, _, get in series[1:]:
@@ -401,7 +400,6 @@ def configuration_differences(result: Any) -> dict[str, Any] | None:
                 continue
             for p in pcts:
                 ch = percentile_change(xb, xn, p, confidence=DIFF_CONFIDENCE)
-                method = ch.method
                 lo, hi = ch.diff_ci
                 rows.append({"series": label, "baseline": base_label, "metric": metric, "statistic": f"p{p:g}",
                              "unit": "s", "baseline_value": ch.baseline, "value": ch.new, "diff": ch.diff,
@@ -410,6 +408,8 @@ def configuration_differences(result: Any) -> dict[str, Any] | None:
                              "undersampled": bool(min(ch.n_baseline, ch.n_new) < required_samples(p))})
     if not rows:
         return None
+    method = (f"percentile bootstrap of the difference of the two sample percentiles ({BOOTSTRAP_RESAMPLES} "
+              f"resamples per side, seed {DEFAULT_SEED}; gate.significance.percentile_change)")
     return {"kind": "differences", "baseline": base_label, "confidence": DIFF_CONFIDENCE, "method": method,
             "rows": rows}
 

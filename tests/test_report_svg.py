@@ -231,15 +231,17 @@ def test_overlay_has_one_cdf_per_configuration_at_the_report_level() -> None:
     d = overlays["cdfs_ttft"]
     assert d["by"] == "configuration" and d["unit"] == "s" and d["title"] == "TTFT"
     # the throughput probe is not a configuration at the report level
-    assert [s["label"] for s in d["series"]] == ["guardrails off", "guardrails input", "guardrails full"]
+    assert [s["label"] for s in d["series"]] == ["Baseline", "Input Filter", "Full Filter"]
     assert all(s["n"] == 400 and s["cdf"]["p"][-1] == 1.0 for s in d["series"])
     [fig] = [f for f in figures_for("5.10", overlays) if f.key == "cdfs_ttft"]
     root = ET.fromstring(fig.svg)
     paths = [p for p in root.iter(f"{NS}path") if p.get("class") == "series"]
-    assert [p.get("data-series") for p in paths] == ["guardrails off", "guardrails input", "guardrails full"]
+    assert [p.get("data-series") for p in paths] == ["Baseline", "Input Filter", "Full Filter"]
     assert len({p.get("stroke") for p in paths}) == 3
-    legend = "".join(root.find(f".//{NS}g[@class='legend']").itertext())
-    assert "guardrails input" in legend and "guardrails off" in legend
+    legend_g = root.find(f".//{NS}g[@class='legend']")
+    legend = "".join(legend_g.itertext())
+    assert min(float(t.get("y")) for t in legend_g.iter(f"{NS}text")) > 340 and float(root.get("height")) > 340
+    assert "Input Filter" in legend and "Baseline" in legend
     x_axis = root.find(f".//{NS}g[@data-scale]")
     assert x_axis.get("data-label").startswith("TTFT (ms")
     assert all(float(t.get("font-size")) >= 11 for t in root.iter(f"{NS}text"))
@@ -269,33 +271,33 @@ def test_overlay_axis_is_log_for_a_wide_spread_and_cut_at_p999_otherwise() -> No
     assert 'stroke-dasharray="6 4"' in fig.svg and "Dashed: each class run on its own" in fig.caption
 
 
-def test_overlaid_metric_replaces_the_single_run_cdf() -> None:
+def test_overlays_replace_the_single_run_distributions() -> None:
     rng = np.random.default_rng(5)
-    plots = {"ttft_samples_s": samples_summary(rng.gamma(3, 0.01, 200), "ttft"),
-             "itl_samples_s": samples_summary(rng.gamma(3, 0.01, 200), "itl"),
-             **run_overlays(_guardrail_result(0.0))}
-    keys = [f.key for f in figures_for("5.10", plots)]
-    assert "cdfs_ttft" in keys and "itl_samples_s-cdf" in keys
-    assert not any(k.startswith("ttft_samples_s") for k in keys)
+    samples = {"ttft_samples_s": samples_summary(rng.gamma(3, 0.01, 200), "ttft"),
+               "itl_samples_s": samples_summary(rng.gamma(3, 0.01, 200), "itl")}
+    keys = [f.key for f in figures_for("5.10", {**samples, **run_overlays(_guardrail_result(0.0))})]
+    assert keys == ["cdfs_ttft", "cdfs_e2e"]  # ttft first (the procedure's order), no single-run plots
+    assert [f.key for f in figures_for("5.10", samples)] == ["ttft_samples_s-histogram", "ttft_samples_s-cdf",
+                                                             "itl_samples_s-cdf"]
 
 
 def test_configuration_differences_carry_a_ci_and_say_within_noise() -> None:
     real = configuration_differences(_guardrail_result(0.03))
     rows = {(r["series"], r["metric"], r["statistic"]): r for r in real["rows"]}
-    assert real["baseline"] == "guardrails off" and len(rows) == 2 * 2 * 2
-    up = rows[("guardrails input", "ttft", "p50")]
+    assert real["baseline"] == "Baseline" and len(rows) == 2 * 2 * 2
+    up = rows[("Input Filter", "ttft", "p50")]
     assert up["diff"] == pytest.approx(0.03, abs=0.006)
     assert 0 < up["ci_low"] < up["diff"] < up["ci_high"] and not up["within_noise"]
-    same = rows[("guardrails full", "ttft", "p50")]  # another draw of the same distribution
+    same = rows[("Full Filter", "ttft", "p50")]  # another draw of the same distribution
     assert same["ci_low"] <= 0 <= same["ci_high"] and same["within_noise"]
-    assert rows[("guardrails input", "ttft", "p99")]["undersampled"]  # 400 < 1,000 samples for P99
+    assert rows[("Input Filter", "ttft", "p99")]["undersampled"]  # 400 < 1,000 samples for P99
     [fig] = figures_for("5.10", {"differences": real})
     root = ET.fromstring(fig.svg)
     marks = {g.get("data-label"): g for g in root.iter(f"{NS}g") if g.get("class") == "interval"}
-    assert marks["guardrails full: TTFT P50"].get("data-within-noise") == "true"
-    assert "within noise" in "".join(marks["guardrails full: TTFT P50"].itertext())
-    assert "higher" in "".join(marks["guardrails input: TTFT P50"].itertext())
-    assert float(marks["guardrails input: TTFT P50"].get("data-ci-low")) > 0
+    assert marks["Full Filter: TTFT P50"].get("data-within-noise") == "true"
+    assert "within noise" in "".join(marks["Full Filter: TTFT P50"].itertext())
+    assert "higher" in "".join(marks["Input Filter: TTFT P50"].itertext())
+    assert float(marks["Input Filter: TTFT P50"].get("data-ci-low")) > 0
     assert configuration_differences(SimpleNamespace(procedure="5.4", runs=[], measurements={})) is None
 
 

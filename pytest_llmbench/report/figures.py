@@ -14,8 +14,8 @@ from typing import Any
 
 from ..units import UNITS, format_value, unit_family
 from .fmt import fmt_num, fmt_time
-from .svg import (FAIL_COLOUR, MARK_COLOUR, MUTED_COLOUR, PALETTE, PASS_COLOUR, SLO_COLOUR, Chart, grouped_bars,
-                  interval_rows)
+from .svg import (FAIL_COLOUR, MARK_COLOUR, MUTED_COLOUR, PALETTE, PASS_COLOUR, SERIES_COLOURS, SLO_COLOUR, Chart,
+                  grouped_bars, interval_rows)
 
 __all__ = ["Figure", "diff_reading", "figures_for", "metric_name"]
 
@@ -43,7 +43,10 @@ def _ms(v: float | None) -> float | None:
 
 
 def metric_name(name: str) -> str:
-    return _NAMES.get(name, name.replace("_", " "))
+    """A metric's display name: ``TTFT``, ``E2E latency``, ``isolated TTFT`` (known words upper-cased)."""
+    if name in _NAMES:
+        return _NAMES[name]
+    return " ".join(_NAMES.get(w, w) for w in name.split("_"))
 
 
 def _axis_unit(unit: str) -> tuple[str, float]:
@@ -120,7 +123,7 @@ def _samples(key: str, d: Mapping[str, Any], proc: str, slos: Sequence[Mapping[s
                                              ("P99", stats.get("p99"), 0.99)) if v is not None]
     chart.points([v * 1000.0 for _, v, _ in pts], [q for _, _, q in pts], series="percentiles",
                  colour=MARK_COLOUR, data=[{"percentile": lab} for lab, _, _ in pts],
-                 labels=[f"{lab} {fmt_time(v)}" for lab, v, _ in pts], legend=False)
+                 labels=[f"{lab} {fmt_time(v)}" for lab, v, _ in pts], legend=False, label_side="left")
     out.append(Figure(f"{key}-cdf", f"{name} cumulative distribution",
                       f"Empirical CDF drawn through {len(xs):,} exact order statistics. " + summary, chart.render()))
     return out
@@ -286,18 +289,19 @@ def _cdfs(key: str, d: Mapping[str, Any], proc: str, slos: Sequence[Mapping[str,
     x_label = f"{title} ({unit}{', log scale' if log else ''})"
     chart = Chart.create(kind="cdfs", title=f"{proc} {title} CDF per {d['by']}", x_label=x_label,
                          y_label="cumulative fraction", xs=xs_range, ys=[0.0, 1.0], x_log=log, x_zero=False)
-    chart.legend_at = "lower-right"
+    chart.legend_at = "below"
     for s in series:
         xs, ps = [x * factor for x in s["cdf"]["x"]], list(s["cdf"]["p"])
         if cut is not None:
             keep = [i for i, x in enumerate(s["cdf"]["x"]) if x <= cut]
             xs, ps = [xs[i] for i in keep], [ps[i] for i in keep]
-        chart.line(xs, ps, series=s["label"], colour=PALETTE[s["group"] % len(PALETTE)], step=True,
+        chart.line(xs, ps, series=s["label"], colour=SERIES_COLOURS[s["group"] % len(SERIES_COLOURS)], step=True,
                    dashed=bool(s.get("dashed")))
     off = _slo_vlines(chart, d["metric"], slos, factor)
     parts = [f"{s['label']}: n = {s['n']:,}, P50 {format_value(s['stats']['p50'], d['unit'])}, "
              f"P99 {format_value(s['stats']['p99'], d['unit'])}" for s in series]
-    caption = f"Empirical CDF of {title} per {d['by']} ({d.get('section') or 'registry'}). " + "; ".join(parts) + "."
+    defined = f"; {title} as defined in {d['definition']}" if d.get("definition") else ""
+    caption = f"Empirical CDF of {title} per {d['by']} ({d.get('section', '')}{defined}). " + "; ".join(parts) + "."
     if log:
         caption += " Log x axis: the series span more than a factor of " + f"{LOG_AXIS_RATIO:g} from P1 to P99.9."
     elif cut is not None:
@@ -340,8 +344,8 @@ def _differences(d: Mapping[str, Any], proc: str) -> list[Figure]:
 
 def figures_for(proc: str, plots: Mapping[str, Any], slos: Sequence[Mapping[str, Any]] = ()) -> list[Figure]:
     """All figures of one procedure: the plot that answers its question first (curve, search, scaling,
-    overlaid CDFs, classes/configurations and their differences), then the sample distributions of the
-    run behind its summary row, except those of a metric already overlaid per run. ``slos``: the
+    overlaid CDFs, classes/configurations and their differences), then, for a procedure without
+    overlaid CDFs, the sample distributions of the run behind its summary row. ``slos``: the
     tests' SLO objectives (results.slo_objectives), drawn on plots of their metric."""
     order = {"ttft_samples_s": 0, "itl_samples_s": 1}
     out: list[Figure] = []
@@ -350,7 +354,7 @@ def figures_for(proc: str, plots: Mapping[str, Any], slos: Sequence[Mapping[str,
     for k, fn in (("search", _search), ("scaling", _scaling)):
         if k in plots:
             out.extend(fn(plots[k], proc))
-    overlaid = sorted(k for k, v in plots.items() if v.get("kind") == "cdfs")
+    overlaid = [k for k, v in plots.items() if v.get("kind") == "cdfs"]  # in the procedure's metric order
     for k in overlaid:
         out.extend(_cdfs(k, plots[k], proc, slos))
     for k in ("classes", "configs"):
@@ -358,10 +362,9 @@ def figures_for(proc: str, plots: Mapping[str, Any], slos: Sequence[Mapping[str,
             out.extend(_groups(k, plots[k], proc))
     if plots.get("differences", {}).get("rows"):
         out.extend(_differences(plots["differences"], proc))
-    shown = {plots[k]["metric"] for k in overlaid}
-    sample_keys = sorted((k for k, v in plots.items() if v.get("kind") == "samples"
-                          and not {str(v.get("name", k)), k.removesuffix("_samples_s")} & shown),
-                         key=lambda k: (order.get(k, 2), k))
+    # one run's distributions repeat what the overlays show per run: drawn only without overlays
+    sample_keys = [] if overlaid else sorted((k for k, v in plots.items() if v.get("kind") == "samples"),
+                                             key=lambda k: (order.get(k, 2), k))
     for k in sample_keys:
         out.extend(_samples(k, plots[k], proc, slos))
     return out

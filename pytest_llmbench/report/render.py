@@ -220,13 +220,15 @@ def _with_cancelled(table: Mapping[str, Any], levels: list[Mapping[str, Any]]) -
         rows.append(row)
     note = ("Complete: requests completed successfully / requests sent; cancelled requests (still queued when "
             "the level's drain time ran out) count as not completed (§5.8.4).")
-    return {**table, "columns": [*cols[: i + 1], "Cancelled", *cols[i + 1:]], "rows": rows,
-            "notes": [*(table.get("notes") or []), note]}
+    # the procedure's own definition of Complete is replaced by `note`; the rest of that note is kept
+    kept = [str(n).split("; ", 1)[1] if str(n).startswith("Complete = ") and "; " in str(n) else n
+            for n in table.get("notes") or [] if not (str(n).startswith("Complete = ") and "; " not in str(n))]
+    return {**table, "columns": [*cols[: i + 1], "Cancelled", *cols[i + 1:]], "rows": rows, "notes": [*kept, note]}
 
 
 def _differences_table(d: Mapping[str, Any]) -> dict[str, Any]:
     """§5.7/§5.10 configuration differences with their CI: "within noise" when the CI includes 0."""
-    conf = f"{fmt_num(d['confidence'] * 100, 3)}%"
+    conf = f"{d['confidence'] * 100:g}%"
 
     def signed(v: float, unit: str) -> str:
         return ("+" if v > 0 else "") + fmt_value(v, unit)

@@ -237,16 +237,16 @@ def _differences_table(d: Mapping[str, Any]) -> dict[str, Any]:
     for r in d["rows"]:
         mark = "†" if r.get("undersampled") else ""
         rows.append([r["series"], f"{metric_name(r['metric'])} {r['statistic'].upper()}",
-                     fmt_value(r["baseline_value"], r["unit"]), fmt_value(r["value"], r["unit"]),
-                     signed(r["diff"], r["unit"]) + mark,
-                     f"{signed(r['ci_low'], r['unit'])} … {signed(r['ci_high'], r['unit'])}",
-                     f"{r['n_baseline']:,} / {r['n']:,}", diff_reading(r)])
+                     f"{fmt_value(r['baseline_value'], r['unit'])} → {fmt_value(r['value'], r['unit'])}",
+                     f"{signed(r['diff'], r['unit'])}{mark} [{signed(r['ci_low'], r['unit'])}, "
+                     f"{signed(r['ci_high'], r['unit'])}]", f"{r['n_baseline']:,} / {r['n']:,}", diff_reading(r)])
     return {"title": f"Difference from {d['baseline']} with its {conf} confidence interval (noise band)",
-            "columns": ["Configuration", "Metric", d["baseline"], "Configuration value", "Difference",
-                        f"{conf} CI of the difference", f"n ({d['baseline']} / configuration)", "Reading"],
+            "columns": ["Configuration", "Metric", f"{d['baseline']} → configuration", f"Difference [{conf} CI]",
+                        "n", "Reading"],
             "rows": rows,
             "notes": [f"A difference whose interval includes 0 is within noise: no measured difference, whatever "
-                      f"its sign. Method: {d['method']}. † fewer samples than §5.1.4.3 asks for that percentile."]}
+                      f"its sign. n: requests behind each side ({d['baseline']} / configuration). Method: "
+                      f"{d['method']}. † fewer samples than §5.1.4.3 asks for that percentile."]}
 
 
 def _capacity(c: Any) -> str:

@@ -282,7 +282,8 @@ class Chart:
             f'font-size="11" fill="{colour}" text-anchor="{anchor}" {HALO} {FONT}>{escape(label)}</text></g>')
 
     def hline(self, y: float, label: str, *, colour: str = SLO_COLOUR, kind: str = "marker slo") -> None:
-        """A labelled horizontal dashed line (an SLO threshold on a latency axis)."""
+        """A labelled horizontal dashed line (an SLO threshold), labelled at its left end: the markers'
+        labels sit at the top right, and a latency or throughput curve starts low on the left."""
         if not _finite(y) or (self.y.log and y <= 0) or not min(self.y.lo, self.y.hi) <= y <= max(self.y.lo, self.y.hi):
             return
         py = self.y(y)
@@ -290,8 +291,8 @@ class Chart:
         self.parts.append(
             f'<g class="{escape(kind)}" data-y="{_d(float(y))}" data-label="{_d(label)}">'
             f'<line x1="{x0}" y1="{_n(py)}" x2="{x1}" y2="{_n(py)}" stroke="{colour}" stroke-width="1.5" '
-            f'stroke-dasharray="8 4"/><text x="{x1 - 4}" y="{_n(py - 5)}" font-size="11" fill="{colour}" '
-            f'text-anchor="end" {HALO} {FONT}>{escape(label)}</text></g>')
+            f'stroke-dasharray="8 4"/><text x="{x0 + 6}" y="{_n(py - 5)}" font-size="11" fill="{colour}" '
+            f'{HALO} {FONT}>{escape(label)}</text></g>')
 
     # --- output -------------------------------------------------------------------------------
     def _axes(self) -> list[str]:
@@ -390,7 +391,7 @@ def grouped_bars(*, kind: str, title: str, groups: Sequence[str], series: Sequen
     ``values[group][series]``; a missing or non-finite value leaves a gap (no bar).
     """
     all_vals = [v for g in groups for s in series if _finite(v := values.get(g, {}).get(s))]
-    y = Scale.fit(all_vals, height - Chart.BOTTOM, Chart.TOP, include_zero=True)
+    y = Scale.fit(all_vals, height - Chart.BOTTOM, Chart.TOP, include_zero=True, pad=0.06)  # room for value labels
     x = Scale(0.0, 1.0, Chart.LEFT, width - Chart.RIGHT, ticks=[])
     chart = Chart(kind=kind, title=title, x_label=x_label, y_label=y_label, x=x, y=y, width=width, height=height)
     axes = chart._axes()

@@ -80,6 +80,24 @@ def _cancelled(p: Mapping[str, Any]) -> tuple[int, int]:
     return cancelled, sent
 
 
+def completion_levels(p: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """§5.8.4 completion per oversubscription level counting cancelled requests as not completed:
+    completed (the load generator's ``ok``) over sent, next to the level's ``cancelled`` count.
+    Empty for procedures whose ``levels`` carry no ``cancelled`` count."""
+    levels = [lv for lv in _meas(p).get("levels") or [] if isinstance(lv, Mapping) and "cancelled" in lv]
+    runs = [r.get("load") or {} for r in (p.get("result") or {}).get("runs") or []]
+    out = []
+    for lv in levels:
+        load = next((ld for ld in runs if ld.get("concurrency") == lv.get("concurrency")), {})
+        runs = [ld for ld in runs if ld is not load]
+        sent, ok = load.get("sent"), load.get("ok")
+        known = isinstance(sent, int) and isinstance(ok, int) and sent > 0
+        out.append({"level": lv.get("level"), "concurrency": lv.get("concurrency"), "sent": sent if known else None,
+                    "completed": ok if known else None, "cancelled": lv["cancelled"],
+                    "completion": ok / sent if known else None})
+    return out
+
+
 def procedure_warnings(p: Mapping[str, Any]) -> list[str]:
     """Findings that must be visible next to the verdict: low success, unfairness, cancellations."""
     out: list[str] = []
@@ -400,6 +418,7 @@ def annotate(doc: dict[str, Any], titles: Mapping[str, tuple[str, str]]) -> None
         p["order"] = list(draft_order(p["procedure"]))
         p["warnings"] = procedure_warnings(p)
         p["sweep"] = sweep(p)
+        p["completion"] = completion_levels(p)
         enrich_curve(p, doc.get("capacity") or {})
         p["summary_level"] = p["sweep"]["primary"] if p["sweep"] else _primary_level(p)
     for t in doc["tests"]:

@@ -18,6 +18,13 @@ key                    value
 ``configs``            ``{"cache off": {"ttft_p50_s": .., ...}, ...}`` (§5.7, §5.10)
 =====================  ===========================================================================
 
+:func:`run_overlays` adds, from the runs themselves, one ``cdfs_<metric>`` entry per metric a
+procedure compares across runs: a CDF per load level (§5.4.5 ITL), per request class (§5.6.4
+TTFT, mixed and isolated), per configuration (§5.7.4 TTFT, §5.10.4 TTFT and E2E at the report
+level). :func:`configuration_differences` gives the §5.7 (cache on − off) and §5.10 (guardrails
+on − off) percentile differences with a bootstrap CI (gate.significance.percentile_change), so a
+difference whose interval includes 0 reads "within noise".
+
 :func:`normalise` turns that into the report form stored in ``results.json``: sample arrays
 become ``{"kind": "samples", "n", "stats" (exact quantiles of *all* samples), "histogram" (exact
 bin counts), "cdf" (at most :data:`CDF_POINTS` exact order statistics)}`` so large runs stay
@@ -34,7 +41,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CDF_POINTS", "PlotDataError", "normalise", "samples_summary"]
+__all__ = ["CDF_POINTS", "PlotDataError", "configuration_differences", "derived_plots", "normalise", "run_overlays",
+           "samples_summary"]
 
 #: Order statistics kept per sample set for the CDF (min and max always included).
 CDF_POINTS = 400
@@ -74,21 +82,17 @@ def _index(v: Any, n: int, where: str) -> int | None:
 
 def samples_summary(samples: Any, name: str, *, source: str = "procedure") -> dict[str, Any]:
     """Exact quantiles, an exact histogram and a thinned CDF of ``samples`` (seconds)."""
-    x = np.asarray(samples, dtype=np.float64).ravel()
-    x = np.sort(x[np.isfinite(x)])
+    x = _sorted_finite(samples)
     n = int(x.size)
     if n == 0:
         raise PlotDataError(f"{name}: no finite samples")
-    qs = np.percentile(x, QUANTILES, method="linear")
-    stats = {"min": float(x[0]), **{f"p{q:g}": float(v) for q, v in zip(QUANTILES, qs)},
-             "max": float(x[-1]), "mean": float(x.mean())}
+    stats = _stats(x)
     bins = int(min(MAX_BINS, max(MIN_BINS, math.ceil(2.0 * n ** (1.0 / 3.0)))))
     lo, hi = float(x[0]), float(x[-1])
     if hi == lo:
         pad = abs(lo) * 0.05 or 1e-3
         lo, hi, bins = lo - pad, hi + pad, 1
     counts, edges = np.histogram(x, bins=bins, range=(lo, hi))
-    idx = np.unique(np.round(np.linspace(0, n - 1, min(n, CDF_POINTS))).astype(np.int64))
     return {
         "kind": "samples",
         "name": name,
@@ -97,8 +101,27 @@ def samples_summary(samples: Any, name: str, *, source: str = "procedure") -> di
         "source": source,
         "stats": stats,
         "histogram": {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]},
-        "cdf": {"x": [float(v) for v in x[idx]], "p": [float((i + 1) / n) for i in idx]},
+        "cdf": _cdf(x),
     }
+
+
+def _sorted_finite(samples: Any) -> np.ndarray:
+    x = np.asarray(samples, dtype=np.float64).ravel()
+    return np.sort(x[np.isfinite(x)])
+
+
+def _stats(x: np.ndarray, quantiles: tuple[float, ...] = QUANTILES) -> dict[str, float]:
+    """min, the ``quantiles`` (linear rule), max and mean of sorted finite samples."""
+    qs = np.percentile(x, quantiles, method="linear")
+    return {"min": float(x[0]), **{f"p{q:g}": float(v) for q, v in zip(quantiles, qs)},
+            "max": float(x[-1]), "mean": float(x.mean())}
+
+
+def _cdf(x: np.ndarray) -> dict[str, list[float]]:
+    """At most :data:`CDF_POINTS` exact order statistics of sorted samples, first and last included."""
+    n = int(x.size)
+    idx = np.unique(np.round(np.linspace(0, n - 1, min(n, CDF_POINTS))).astype(np.int64))
+    return {"x": [float(v) for v in x[idx]], "p": [float((i + 1) / n) for i in idx]}
 
 
 def _curve(v: Any) -> dict[str, Any]:
@@ -242,4 +265,165 @@ def normalise(raw: Mapping[str, Any] | None, metrics: Any = None) -> tuple[dict[
                 out[key] = {"kind": "other", "value": _plain(value)}
         except PlotDataError as exc:
             notes.append(f"plot {key!r} not drawn: {exc}")
+    return out, notes
+
+
+# --------------------------------------------------------------------------------------------
+# overlaid CDFs and configuration differences, from the runs of a procedure
+# --------------------------------------------------------------------------------------------
+
+#: What each procedure compares across its runs: (what a series is, metrics overlaid, section).
+OVERLAYS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "5.4": ("load level", ("itl",), "§5.4.5"),  # ITL distribution per load level
+    "5.6": ("request class", ("ttft",), "§5.6.4"),  # per-class TTFT, mixed and isolated
+    "5.7": ("configuration", ("ttft",), "§5.7.4"),  # cache off / on (cold, warm)
+    "5.10": ("configuration", ("ttft", "e2e"), "§5.10.4"),  # guardrails off / on, at the report level
+}
+#: Configuration names as the draft's tables name them (Table 10 rows, Table 13 columns), so the
+#: overlaid CDFs, the differences and the procedures' own tables and bars use one vocabulary.
+CACHE_NAMES = {"disabled": "Cache Disabled", "cold": "Cache (Cold)", "warm": "Cache (Warm)"}
+GUARDRAIL_NAMES = {"none": "Baseline", "input": "Input Filter", "output": "Output Filter", "full": "Full Filter"}
+#: Percentiles whose configuration difference is reported (Table 10: P50/P95/P99; Table 13: P50/P99).
+DIFFERENCES: dict[str, tuple[tuple[str, tuple[float, ...]], ...]] = {
+    "5.7": (("ttft", (50.0, 95.0, 99.0)),),
+    "5.10": (("ttft", (50.0, 99.0)), ("e2e", (50.0, 99.0))),
+}
+#: Quantiles kept per overlaid series (P1 lets the report choose a log axis).
+SERIES_QUANTILES = (1.0, 50.0, 90.0, 99.0, 99.9)
+DIFF_CONFIDENCE = 0.95
+
+
+def _dist_samples(metrics: Any, name: str) -> np.ndarray:
+    d = (getattr(metrics, "distributions", None) or {}).get(name)
+    samples = getattr(d, "samples", None)
+    return _sorted_finite(samples) if samples is not None else np.empty(0)
+
+
+def _class_samples(metrics: Any, name: str, cls: str) -> np.ndarray:
+    """``name`` of the successful requests of class ``cls`` in a mixed run (§5.6)."""
+    pr = getattr(metrics, "per_request", None)
+    try:
+        vals, classes, ok = pr[name], pr["request_class"], pr["ok"]
+    except (KeyError, TypeError):
+        return np.empty(0)
+    keep = np.asarray(ok, dtype=bool) & np.asarray([str(c) == cls for c in classes], dtype=bool)
+    return _sorted_finite(np.asarray(vals, dtype=float)[keep])
+
+
+def _rate_text(v: Any) -> str:
+    from .units import format_value
+
+    return format_value(v, "requests/s", style="compact") if isinstance(v, (int, float)) else ""
+
+
+#: A series: (label, colour group, dashed, samples getter by metric name)
+_Series = tuple[str, int, bool, Any]
+
+
+def _series(procedure: str, runs: list[Any], measurements: Mapping[str, Any]) -> list[_Series]:
+    """The runs (or run parts) a procedure compares, labelled in the reader's words, baseline first."""
+    out: list[_Series] = []
+    extra = [(r, getattr(r, "extra", None) or {}) for r in runs]
+    if procedure == "5.4":
+        for i, (r, e) in enumerate((r, e) for r, e in extra if e.get("capacity_fraction") is not None):
+            rate = _rate_text(e.get("offered_rate"))
+            label = f"{e['capacity_fraction'] * 100:g}% of capacity" + (f" ({rate})" if rate else "")
+            out.append((label, i, False, lambda m, r=r: _dist_samples(r.metrics, m)))
+    elif procedure == "5.6":
+        mixed = next((r for r, e in extra if r.label == "mixed"), None)
+        isolated = [(r, str(e["class"])) for r, e in extra if e.get("class") is not None]
+        for i, (r, cls) in enumerate(isolated):
+            if mixed is not None:
+                out.append((f"{cls}, mixed", i, False, lambda m, c=cls: _class_samples(mixed.metrics, m, c)))
+            out.append((f"{cls}, isolated", i, True, lambda m, r=r: _dist_samples(r.metrics, m)))
+    elif procedure == "5.7":
+        for i, (r, e) in enumerate((r, e) for r, e in extra if e.get("prefix_cache") is not None):
+            state = "disabled" if e["prefix_cache"] == "disabled" else ("warm" if e.get("prepopulated") else "cold")
+            out.append((CACHE_NAMES[state], i, False, lambda m, r=r: _dist_samples(r.metrics, m)))
+    elif procedure == "5.10":
+        level = measurements.get("report_level")
+        sel = [(r, e) for r, e in extra if e.get("guardrails") is not None and not e.get("throughput_probe")
+               and (level is None or e.get("capacity_fraction") == level)]
+        for i, (r, e) in enumerate(sel):
+            g = str(e["guardrails"])
+            out.append((GUARDRAIL_NAMES.get(g, g), i, False, lambda m, r=r: _dist_samples(r.metrics, m)))
+    return out
+
+
+def run_overlays(result: Any) -> dict[str, dict[str, Any]]:
+    """``cdfs_<metric>`` plot entries: one empirical CDF per run compared by the procedure (see
+    :data:`OVERLAYS`); nothing when fewer than two runs have samples."""
+    from .registry import METRICS
+
+    spec = OVERLAYS.get(str(getattr(result, "procedure", "")))
+    if spec is None:
+        return {}
+    by, metrics, section = spec
+    series = _series(result.procedure, list(getattr(result, "runs", None) or []),
+                     getattr(result, "measurements", None) or {})
+    out: dict[str, dict[str, Any]] = {}
+    for metric in metrics:
+        entries = []
+        for label, group, dashed, get in series:
+            x = get(metric)
+            if x.size:
+                entries.append({"label": label, "group": group, "dashed": dashed, "n": int(x.size),
+                                "stats": _stats(x, SERIES_QUANTILES), "cdf": _cdf(x)})
+        if len(entries) >= 2:
+            m = METRICS[metric]
+            out[f"cdfs_{metric}"] = {"kind": "cdfs", "metric": metric, "title": m.title, "unit": m.unit,
+                                     "section": section, "definition": m.section, "by": by, "series": entries}
+    return out
+
+
+def configuration_differences(result: Any) -> dict[str, Any] | None:
+    """§5.7 (cache on − off) and §5.10 (guardrails on − off) percentile differences against the first
+    configuration, each with a bootstrap CI (gate.significance.percentile_change); ``within_noise``
+    when the interval includes 0. None for other procedures or without a baseline's samples."""
+    from .gate.significance import BOOTSTRAP_RESAMPLES, DEFAULT_SEED, percentile_change
+    from .stats import required_samples
+
+    spec = DIFFERENCES.get(str(getattr(result, "procedure", "")))
+    if spec is None:
+        return None
+    series = _series(result.procedure, list(getattr(result, "runs", None) or []),
+                     getattr(result, "measurements", None) or {})
+    if len(series) < 2:
+        return None
+    base_label, _, _, base_get = series[0]
+    rows: list[dict[str, Any]] = []
+    for metric, pcts in spec:
+        xb = base_get(metric)
+        for label, _, _, get in series[1:]:
+            xn = get(metric)
+            if not (xb.size and xn.size):
+                continue
+            for p in pcts:
+                ch = percentile_change(xb, xn, p, confidence=DIFF_CONFIDENCE)
+                lo, hi = ch.diff_ci
+                rows.append({"series": label, "baseline": base_label, "metric": metric, "statistic": f"p{p:g}",
+                             "unit": "s", "baseline_value": ch.baseline, "value": ch.new, "diff": ch.diff,
+                             "ci_low": lo, "ci_high": hi, "n_baseline": ch.n_baseline, "n": ch.n_new,
+                             "p_value": ch.p_value, "within_noise": bool(lo <= 0.0 <= hi),
+                             "undersampled": bool(min(ch.n_baseline, ch.n_new) < required_samples(p))})
+    if not rows:
+        return None
+    method = (f"percentile bootstrap of the difference of the two sample percentiles ({BOOTSTRAP_RESAMPLES} "
+              f"resamples per side, seed {DEFAULT_SEED}; gate.significance.percentile_change)")
+    return {"kind": "differences", "baseline": base_label, "confidence": DIFF_CONFIDENCE, "method": method,
+            "rows": rows}
+
+
+def derived_plots(result: Any) -> tuple[dict[str, Any], list[str]]:
+    """:func:`run_overlays` and :func:`configuration_differences` of a procedure result; a failure
+    leaves them out with a note instead of losing the report."""
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    try:
+        out.update(run_overlays(result))
+        diff = configuration_differences(result)
+        if diff is not None:
+            out["differences"] = diff
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        notes.append(f"overlaid CDFs / configuration differences not drawn: {exc}")
     return out, notes

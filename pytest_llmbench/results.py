@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .headline import annotate, draft_order
-from .plotdata import normalise
+from .plotdata import derived_plots, normalise
 from .registry import FIGURES, METRICS, lookup
 from .compliance import registry
 from .report import SCHEMA_VERSION
@@ -364,6 +364,9 @@ def _relative(path: str | os.PathLike[str] | None, root: Path) -> str | None:
 def _procedure(index: int, key: str, result: Any, report_dir: Path) -> dict[str, Any]:
     data = jsonable(result.to_json())
     plots, plot_notes = normalise(result.plots, result.metrics)
+    derived, derived_notes = derived_plots(result)
+    plots.update(derived)
+    plot_notes.extend(derived_notes)
     data["plots"] = jsonable(plots)
     for run in data.get("runs") or []:  # run directories relative to the report, so it can be moved
         run["run_dir"] = _relative(run.get("run_dir"), report_dir) or ""
@@ -535,6 +538,23 @@ def _item_titles() -> dict[str, tuple[str, str]]:
 _VERDICTS = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}
 
 
+def slo_objectives(texts: list[str]) -> list[dict[str, Any]]:
+    """The SLO expressions of a test parsed for plotting: metric, statistic, operator, threshold in the
+    metric's base unit (registry), label and threshold text; an expression that does not parse is left out
+    (the test itself reports it)."""
+    from .slo import SLOError, parse_slo
+
+    out = []
+    for text in texts:
+        try:
+            s = parse_slo(text)
+        except SLOError:
+            continue
+        out.append({**s.to_json(), "unit": s.info.unit, "label": s.label, "percentile": s.percentile,
+                    "threshold_text": s.threshold_text()})
+    return out
+
+
 def _tests(result: SessionResult, procs_by_key: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for nodeid, entry in result.test_outcomes.items():
@@ -545,6 +565,7 @@ def _tests(result: SessionResult, procs_by_key: Mapping[str, dict[str, Any]]) ->
             "procedure": entry.get("procedure"),
             "result_key": entry.get("result_key"),
             "slos": [str(s) for s in entry.get("slos") or []],
+            "objectives": slo_objectives([str(s) for s in entry.get("slos") or []]),
             "outcome": outcome or "not run",
             "when": entry.get("when"),
             "message": entry.get("message") or "",
@@ -758,11 +779,17 @@ def build_document(result: SessionResult, *, environ: Mapping[str, str] | None =
     doc["tests"] = _tests(result, by_key)
     for p, _ in procs:
         p["tests"] = [t["nodeid"] for t in doc["tests"] if t["result_key"] == p["key"]]
+        slos: dict[str, dict[str, Any]] = {}  # SLOs of its tests, each once (drawn on its plots)
+        for t in doc["tests"]:
+            if t["result_key"] == p["key"]:
+                slos.update({f"{o['label']} {o['operator']} {o['threshold']!r}": o for o in t["objectives"]})
+        p["slos"] = list(slos.values())
     doc["summary"] = _mvr(doc, procs, decl, notes)
     shown = {FIGURES[name].metric for p, _ in procs for name in p["figures"]}
     shown.update(lookup(f).name for f in ("ttft", "tpot", "output_throughput"))  # the key results
     exp_metric = {name: metric for name, metric, _ in EXPERIENCE_FIGURES}
     for p, _ in procs:
+        shown.update(v["metric"] for v in p["result"]["plots"].values() if v.get("kind") == "cdfs")
         shown.update(exp_metric[k] for row in p["experience"] for k in row["values"])
         shown.update(row["metric"] for row in p["http_timing"])
     doc["metrics"] = {name: METRICS[name].to_json() for name in sorted(shown)}

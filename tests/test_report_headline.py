@@ -152,3 +152,76 @@ def test_comparison_is_rendered_with_its_interval(doc: dict[str, Any]) -> None:
     assert "ttft.p99" in reg and "output_throughput" not in reg and "+12.0% … +41.0%" in reg
     assert 'id="comparison"' in render_html(cmp_doc)
     assert "### Comparison with 0001_main" in render_markdown(cmp_doc)
+
+
+def _section(html: str, doc: dict[str, Any], procedure: str) -> str:
+    anchors = [p["anchor"] for p in doc["procedures"]]
+    i = next(i for i, p in enumerate(doc["procedures"]) if p["procedure"] == procedure)
+    body = html.split(f'id="{anchors[i]}"', 1)[1]
+    return body.split(f'id="{anchors[i + 1]}"', 1)[0] if i + 1 < len(anchors) else body
+
+
+@pytest.mark.parametrize(("procedure", "key", "by", "count"), [
+    ("5.4", "cdfs_itl", "load level", 4), ("5.6", "cdfs_ttft", "request class", 4),
+    ("5.7", "cdfs_ttft", "configuration", 3), ("5.10", "cdfs_ttft", "configuration", 4),
+    ("5.10", "cdfs_e2e", "configuration", 4)])
+def test_overlaid_cdfs_one_per_run(doc: dict[str, Any], html: str, procedure: str, key: str, by: str,
+                                   count: int) -> None:
+    p = next(p for p in doc["procedures"] if p["procedure"] == procedure)
+    d = p["result"]["plots"][key]
+    assert d["by"] == by and len(d["series"]) == count
+    sec = _section(html, doc, procedure)
+    svg = next(s for s in re.findall(r"<svg .*?</svg>", sec, re.S) if 'data-kind="cdfs"' in s and
+               f"{d['title']} CDF per {by}" in s)
+    series = re.findall(r'<path class="series" data-series="([^"]+)"', svg)
+    assert series == [s["label"] for s in d["series"]]
+    assert svg.count('<g class="legend">') == 1 and re.search(r'data-label="[^"]+ \(ms', svg)
+    # the single-run CDF of the overlaid metric is not drawn again
+    assert f'data-kind="cdf"' not in svg and f"{d['title']} cumulative distribution" not in sec
+
+
+def test_configuration_differences_carry_their_noise_band(doc: dict[str, Any], html: str, md: str) -> None:
+    for procedure, baseline in (("5.7", "Cache Disabled"), ("5.10", "Baseline")):
+        p = next(p for p in doc["procedures"] if p["procedure"] == procedure)
+        rows = p["result"]["plots"]["differences"]["rows"]
+        assert rows and all(r["baseline"] == baseline and r["ci_low"] <= r["diff"] <= r["ci_high"] for r in rows)
+        sec = _section(html, doc, procedure)
+        assert f"Difference from {baseline} with its 95% confidence interval (noise band)" in sec
+        assert 'data-kind="differences"' in sec
+        for r in rows:
+            reading = "within noise" if r["ci_low"] <= 0 <= r["ci_high"] else ("higher" if r["diff"] > 0 else "lower")
+            assert r["within_noise"] == (reading == "within noise")
+            assert re.search(rf'data-label="{re.escape(r["series"])}: [^"]*{r["statistic"].upper()}"[^>]*'
+                             rf'data-within-noise="{str(r["within_noise"]).lower()}"', sec)
+    assert "| within noise |" in md or "| higher |" in md or "| lower |" in md
+
+
+def test_slo_line_on_the_latency_curve(doc: dict[str, Any]) -> None:
+    from pytest_llmbench.results import slo_objectives
+
+    d = copy.deepcopy(doc)
+    p53 = next(p for p in d["procedures"] if p["procedure"] == "5.3")
+    p53["slos"] = slo_objectives(["ttft.p99 <= 500ms", "output_throughput >= 2000 tok/s", "not an slo"])
+    sec = _section(render_html(d), d, "5.3")
+    lat = next(s for s in re.findall(r"<svg .*?</svg>", sec, re.S) if 'data-kind="curve-latency"' in s)
+    assert re.search(r'<g class="marker slo" data-y="500" data-label="SLO TTFT P99 ≤ 500 ms">', lat)
+    tput = next(s for s in re.findall(r"<svg .*?</svg>", sec, re.S) if 'data-kind="curve-throughput"' in s)
+    assert re.search(r'<g class="marker slo" data-y="2000" data-label="SLO Output throughput ≥ 2000 tok/s">', tput)
+    assert "without" not in "".join(o["text"] for o in p53["slos"]) and len(p53["slos"]) == 2
+    assert 'class="marker slo"' not in _section(render_html(doc), doc, "5.3")  # no SLO set in the smoke run
+
+
+def test_cancelled_requests_count_against_completion(doc: dict[str, Any], md: str) -> None:
+    p58 = next(p for p in doc["procedures"] if p["procedure"] == "5.8")
+    levels = p58["completion"]
+    assert any(lv["cancelled"] for lv in levels)
+    table = md.split("Table 11: Memory Pressure Degradation", 1)[1].split("\n\n", 2)[1]
+    header, _, *rows = table.splitlines()
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert cols[1:3] == ["Complete", "Cancelled"]
+    for lv, row in zip(levels, rows):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[2] == f"{lv['cancelled']:,}"
+        assert lv["completion"] == lv["completed"] / lv["sent"]
+        if lv["cancelled"]:
+            assert not cells[1].startswith("100") and f"({lv['completed']} of {lv['sent']})" in cells[1]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import xml.etree.ElementTree as ET
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from pytest_llmbench.metrics import summarize
 from pytest_llmbench.records import RequestRecord
 from pytest_llmbench.report.figures import figures_for
 from pytest_llmbench.report.fmt import fmt_duration, fmt_est, fmt_num, fmt_time, fmt_value, md_cell
-from pytest_llmbench.plotdata import CDF_POINTS, normalise, samples_summary
+from pytest_llmbench.plotdata import CDF_POINTS, configuration_differences, normalise, run_overlays, samples_summary
 from pytest_llmbench.report.svg import Chart, Scale, grouped_bars, log_ticks, nice_ticks
 from pytest_llmbench.stats import scaling_fit
 
@@ -203,3 +204,120 @@ def test_number_formatting() -> None:
            "undersampled": True}
     assert fmt_est(est, ci=True, n=True) == "500.0 ms† (95.0% CI 400.0 ms–600.0 ms, n=10)"
     assert md_cell("a|b\nc") == "a\\|b c"
+
+
+# ------------------------------------------------------------- overlaid CDFs, differences, SLO lines
+
+
+def _run(label: str, extra: dict, **samples: np.ndarray) -> SimpleNamespace:
+    dists = {k: SimpleNamespace(samples=np.sort(v)) for k, v in samples.items()}
+    return SimpleNamespace(label=label, extra=extra, metrics=SimpleNamespace(distributions=dists))
+
+
+def _guardrail_result(overhead_s: float, n: int = 400) -> SimpleNamespace:
+    rng = np.random.default_rng(7)
+    runs = []
+    for g, add in (("none", 0.0), ("input", overhead_s), ("full", 0.0)):
+        ttft = 0.05 + rng.gamma(4.0, 0.005, n) + add
+        runs.append(_run(f"{g}-50pct", {"guardrails": g, "capacity_fraction": 0.5}, ttft=ttft, e2e=ttft + 0.4))
+    runs.append(_run("none-throughput-probe", {"guardrails": "none", "throughput_probe": True},
+                     ttft=np.full(n, 9.0), e2e=np.full(n, 9.0)))
+    return SimpleNamespace(procedure="5.10", runs=runs, measurements={"report_level": 0.5})
+
+
+def test_overlay_has_one_cdf_per_configuration_at_the_report_level() -> None:
+    overlays = run_overlays(_guardrail_result(0.03))
+    assert set(overlays) == {"cdfs_ttft", "cdfs_e2e"}
+    d = overlays["cdfs_ttft"]
+    assert d["by"] == "configuration" and d["unit"] == "s" and d["title"] == "TTFT"
+    # the throughput probe is not a configuration at the report level
+    assert [s["label"] for s in d["series"]] == ["Baseline", "Input Filter", "Full Filter"]
+    assert all(s["n"] == 400 and s["cdf"]["p"][-1] == 1.0 for s in d["series"])
+    [fig] = [f for f in figures_for("5.10", overlays) if f.key == "cdfs_ttft"]
+    root = ET.fromstring(fig.svg)
+    paths = [p for p in root.iter(f"{NS}path") if p.get("class") == "series"]
+    assert [p.get("data-series") for p in paths] == ["Baseline", "Input Filter", "Full Filter"]
+    assert len({p.get("stroke") for p in paths}) == 3
+    legend_g = root.find(f".//{NS}g[@class='legend']")
+    legend = "".join(legend_g.itertext())
+    assert min(float(t.get("y")) for t in legend_g.iter(f"{NS}text")) > 340 and float(root.get("height")) > 340
+    assert "Input Filter" in legend and "Baseline" in legend
+    x_axis = root.find(f".//{NS}g[@data-scale]")
+    assert x_axis.get("data-label").startswith("TTFT (ms")
+    assert all(float(t.get("font-size")) >= 11 for t in root.iter(f"{NS}text"))
+
+
+def test_overlay_axis_is_log_for_a_wide_spread_and_cut_at_p999_otherwise() -> None:
+    rng = np.random.default_rng(3)
+    narrow = [_run(f"L{i}", {"capacity_fraction": f, "offered_rate": 10.0 * f},
+                   itl=np.append(0.01 + rng.gamma(3.0, 0.001, 3000), 5.0)) for i, f in enumerate((0.25, 0.5))]
+    d = run_overlays(SimpleNamespace(procedure="5.4", runs=narrow, measurements={}))["cdfs_itl"]
+    assert d["series"][0]["label"].startswith("25% of capacity (2.5 req/s")
+    [fig] = figures_for("5.4", {"cdfs_itl": d})
+    root = ET.fromstring(fig.svg)
+    assert root.find(f".//{NS}g[@class='axis x-axis']").get("data-scale") == "linear"
+    assert "Axis cut at the largest P99.9" in fig.caption and "5,000 ms" in fig.caption
+    wide = [_run(f"c-{c}", {"class": c}, ttft=rng.lognormal(m, 0.3, 500)) for c, m in (("short", -4), ("long", 0))]
+    wide.append(_run("mixed", {}, ttft=np.array([0.1])))
+    wide[-1].metrics.per_request = {"ttft": np.r_[rng.lognormal(-3, 0.3, 300), rng.lognormal(0.5, 0.3, 100)],
+                                    "request_class": np.array(["short"] * 300 + ["long"] * 100, dtype=object),
+                                    "ok": np.ones(400, dtype=bool)}
+    d = run_overlays(SimpleNamespace(procedure="5.6", runs=wide, measurements={}))["cdfs_ttft"]
+    assert [(s["label"], s["dashed"], s["n"]) for s in d["series"]] == [
+        ("short, mixed", False, 300), ("short, isolated", True, 500), ("long, mixed", False, 100),
+        ("long, isolated", True, 500)]
+    [fig] = figures_for("5.6", {"cdfs_ttft": d})
+    assert ET.fromstring(fig.svg).find(f".//{NS}g[@class='axis x-axis']").get("data-scale") == "log"
+    assert 'stroke-dasharray="6 4"' in fig.svg and "Dashed: each class run on its own" in fig.caption
+
+
+def test_overlays_replace_the_single_run_distributions() -> None:
+    rng = np.random.default_rng(5)
+    samples = {"ttft_samples_s": samples_summary(rng.gamma(3, 0.01, 200), "ttft"),
+               "itl_samples_s": samples_summary(rng.gamma(3, 0.01, 200), "itl")}
+    keys = [f.key for f in figures_for("5.10", {**samples, **run_overlays(_guardrail_result(0.0))})]
+    assert keys == ["cdfs_ttft", "cdfs_e2e"]  # ttft first (the procedure's order), no single-run plots
+    assert [f.key for f in figures_for("5.10", samples)] == ["ttft_samples_s-histogram", "ttft_samples_s-cdf",
+                                                             "itl_samples_s-cdf"]
+
+
+def test_configuration_differences_carry_a_ci_and_say_within_noise() -> None:
+    real = configuration_differences(_guardrail_result(0.03))
+    rows = {(r["series"], r["metric"], r["statistic"]): r for r in real["rows"]}
+    assert real["baseline"] == "Baseline" and len(rows) == 2 * 2 * 2
+    up = rows[("Input Filter", "ttft", "p50")]
+    assert up["diff"] == pytest.approx(0.03, abs=0.006)
+    assert 0 < up["ci_low"] < up["diff"] < up["ci_high"] and not up["within_noise"]
+    same = rows[("Full Filter", "ttft", "p50")]  # another draw of the same distribution
+    assert same["ci_low"] <= 0 <= same["ci_high"] and same["within_noise"]
+    assert rows[("Input Filter", "ttft", "p99")]["undersampled"]  # 400 < 1,000 samples for P99
+    [fig] = figures_for("5.10", {"differences": real})
+    root = ET.fromstring(fig.svg)
+    marks = {g.get("data-label"): g for g in root.iter(f"{NS}g") if g.get("class") == "interval"}
+    assert marks["Full Filter: TTFT P50"].get("data-within-noise") == "true"
+    assert "within noise" in "".join(marks["Full Filter: TTFT P50"].itertext())
+    assert "higher" in "".join(marks["Input Filter: TTFT P50"].itertext())
+    assert float(marks["Input Filter: TTFT P50"].get("data-ci-low")) > 0
+    assert configuration_differences(SimpleNamespace(procedure="5.4", runs=[], measurements={})) is None
+
+
+def test_slo_lines_on_the_latency_curve_and_on_cdfs() -> None:
+    slos = [{"metric": "ttft", "statistic": "p99", "operator": "<=", "threshold": 0.2, "label": "TTFT P99",
+             "threshold_text": "200 ms", "unit": "s", "percentile": 99.0, "text": "ttft.p99 <= 200ms"},
+            {"metric": "ttft", "statistic": "p50", "operator": "<=", "threshold": 90.0, "label": "TTFT P50",
+             "threshold_text": "90 s", "unit": "s", "percentile": 50.0, "text": "ttft.p50 <= 90s"}]
+    curve = normalise({"curve": {"offered": [1, 2, 3], "achieved_tps": [100, 190, 250],
+                                 "ttft_p99_s": [0.05, 0.08, 0.4], "ttft_p50_s": [0.02, 0.03, 0.1]}})[0]
+    [fig] = figures_for("5.3", curve, slos)
+    lat = ET.fromstring(fig.svg.split("\n")[1])
+    lines = {g.get("data-label"): float(g.get("data-y")) for g in lat.iter(f"{NS}g") if g.get("class") == "marker slo"}
+    assert lines == {"SLO TTFT P99 ≤ 200 ms": 200.0, "SLO TTFT P50 ≤ 90 s": 90000.0}
+    assert "Dashed purple lines: the tests' SLOs" in fig.caption
+    d = run_overlays(_guardrail_result(0.03))
+    [cdf] = [f for f in figures_for("5.10", d, slos) if f.key == "cdfs_ttft"]
+    root = ET.fromstring(cdf.svg)
+    assert [g.get("data-label") for g in root.iter(f"{NS}g") if g.get("class") == "marker slo"] == \
+        ["SLO TTFT P99 ≤ 200 ms"]
+    assert "SLO TTFT P50 ≤ 90 s lies beyond the axis" in cdf.caption
+    [e2e] = [f for f in figures_for("5.10", d, slos) if f.key == "cdfs_e2e"]
+    assert "marker slo" not in e2e.svg  # no SLO on E2E

@@ -50,7 +50,7 @@ SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 #: 1.2: ``headline``, ``compliance_overview``, optional ``comparison``; per procedure ``order``, ``warnings``,
 #: ``sweep``, ``summary_level``; per test ``label`` and ``warnings``; procedures in draft order;
 #: ``procedures[].compliance.items[]`` (per-item evidence, source, key, fix).
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 
 class ReportError(ValueError):

@@ -8,14 +8,16 @@ Times are plotted in ms. Nothing here reads anything but the document, so a repo
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..units import UNITS, format_value, unit_family
 from .fmt import fmt_num, fmt_time
-from .svg import FAIL_COLOUR, MARK_COLOUR, PALETTE, PASS_COLOUR, Chart, grouped_bars
+from .svg import (FAIL_COLOUR, MARK_COLOUR, MUTED_COLOUR, PALETTE, PASS_COLOUR, SERIES_COLOURS, SLO_COLOUR, Chart,
+                  grouped_bars, interval_rows)
 
-__all__ = ["Figure", "figures_for"]
+__all__ = ["Figure", "diff_reading", "figures_for", "metric_name"]
 
 #: below this many samples a histogram shows noise, not a shape: only the CDF is drawn
 MIN_HISTOGRAM_SAMPLES = 30
@@ -40,12 +42,47 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else v * 1000.0
 
 
-def _metric_name(name: str) -> str:
-    return _NAMES.get(name, name.replace("_", " "))
+def metric_name(name: str) -> str:
+    """A metric's display name: ``TTFT``, ``E2E latency``, ``isolated TTFT`` (known words upper-cased)."""
+    if name in _NAMES:
+        return _NAMES[name]
+    return " ".join(_NAMES.get(w, w) for w in name.split("_"))
 
 
-def _samples(key: str, d: Mapping[str, Any], proc: str) -> list[Figure]:
-    name = _metric_name(str(d.get("name", key)))
+def _axis_unit(unit: str) -> tuple[str, float]:
+    """How a value in a registry unit (units.UNITS) is plotted: times in ms, others in their label."""
+    if unit_family(unit) == "time":
+        return "ms", 1000.0
+    u = UNITS.get(unit)
+    return (u.label if u is not None else unit), 1.0
+
+
+def _slo_text(o: Mapping[str, Any]) -> str:
+    op = {"<=": "≤", ">=": "≥"}.get(o["operator"], o["operator"])
+    return f"SLO {o['label']} {op} {o['threshold_text']}"
+
+
+def _slos_for(metric: str, slos: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The SLOs set on ``metric`` (any statistic or per request), in the order the tests name them."""
+    return [o for o in slos if o.get("metric") == metric and o.get("threshold") is not None]
+
+
+def _slo_vlines(chart: Chart, metric: str, slos: Sequence[Mapping[str, Any]], factor: float) -> list[str]:
+    """SLO thresholds on ``metric`` as vertical lines of an x axis in that metric; the text of those
+    that fall outside the axis, for the caption."""
+    off = []
+    for o in _slos_for(metric, slos):
+        x = o["threshold"] * factor
+        if min(chart.x.lo, chart.x.hi) <= x <= max(chart.x.lo, chart.x.hi):
+            chart.vline(x, _slo_text(o), colour=SLO_COLOUR, kind="marker slo")
+        else:
+            off.append(f"{_slo_text(o)} lies beyond the axis")
+    return off
+
+
+def _samples(key: str, d: Mapping[str, Any], proc: str, slos: Sequence[Mapping[str, Any]] = ()) -> list[Figure]:
+    metric = str(d.get("name", key))
+    name = metric_name(metric)
     stats = d["stats"]
     n = d["n"]
     out: list[Figure] = []
@@ -79,18 +116,22 @@ def _samples(key: str, d: Mapping[str, Any], proc: str) -> list[Figure]:
     chart = Chart.create(kind="cdf", title=f"{proc} {name} CDF", x_label=f"{name} (ms)",
                          y_label=f"cumulative fraction of {unit_noun}", xs=xs, ys=[0.0, 1.0], x_zero=False)
     chart.line(xs, ps, series=f"{name} empirical CDF", step=True, legend=False)
+    off = _slo_vlines(chart, metric, slos, 1000.0)
+    if off:
+        summary += " " + "; ".join(off) + "."
     pts = [(label, v, q) for label, v, q in (("P50", stats.get("p50"), 0.5), ("P90", stats.get("p90"), 0.9),
                                              ("P99", stats.get("p99"), 0.99)) if v is not None]
     chart.points([v * 1000.0 for _, v, _ in pts], [q for _, _, q in pts], series="percentiles",
                  colour=MARK_COLOUR, data=[{"percentile": lab} for lab, _, _ in pts],
-                 labels=[f"{lab} {fmt_time(v)}" for lab, v, _ in pts], legend=False)
+                 labels=[f"{lab} {fmt_time(v)}" for lab, v, _ in pts], legend=False, label_side="left")
     out.append(Figure(f"{key}-cdf", f"{name} cumulative distribution",
                       f"Empirical CDF drawn through {len(xs):,} exact order statistics. " + summary, chart.render()))
     return out
 
 
-def _curve(d: Mapping[str, Any], proc: str) -> list[Figure]:
-    """Throughput vs offered load, and latency (log y) vs achieved throughput with knee/capacity (§5.3.4)."""
+def _curve(d: Mapping[str, Any], proc: str, slos: Sequence[Mapping[str, Any]] = ()) -> list[Figure]:
+    """Throughput vs offered load, and latency (log y) vs achieved throughput with knee, capacity and the
+    tests' SLO thresholds (§5.3.4)."""
     offered, tps, p99 = d["offered"], d["achieved_tps"], d["ttft_p99_s"]
     p50 = d.get("ttft_p50_s")
     unit = d.get("offered_unit", "req/s")
@@ -98,8 +139,12 @@ def _curve(d: Mapping[str, Any], proc: str) -> list[Figure]:
     knee, sat = d.get("knee_index"), d.get("saturation_index")
     knee_note = d.get("knee_note")
     figs = []
+    tput_slos = _slos_for("output_throughput", slos)
     chart = Chart.create(kind="curve-throughput", title=f"{proc} achieved throughput vs offered load", x_label=label,
-                         y_label="achieved output throughput (tok/s)", xs=offered, ys=tps, x_zero=True, pad=0.05)
+                         y_label="achieved output throughput (tok/s)", xs=offered,
+                         ys=[*tps, *(o["threshold"] for o in tput_slos)], x_zero=True, pad=0.05)
+    for o in tput_slos:
+        chart.hline(o["threshold"], _slo_text(o))
     chart.line(offered, tps, series="achieved throughput", colour=PALETTE[0], legend=False)
     chart.points(offered, tps, series="achieved throughput", colour=PALETTE[0], legend=False,
                  data=[{"level": i} for i in range(len(offered))])
@@ -107,7 +152,8 @@ def _curve(d: Mapping[str, Any], proc: str) -> list[Figure]:
         chart.vline(offered[sat], f"saturation @ {_g(offered[sat])} {unit}", kind="marker saturation")
     figs.append(chart.render())
     # latency against what the SUT delivered: the layout guidellm/AIPerf users read
-    ys_all = [v for v in [*(p99 or []), *(p50 or [])] if v is not None and v > 0]
+    ttft_slos = _slos_for("ttft", slos)
+    ys_all = [v for v in [*(p99 or []), *(p50 or []), *(o["threshold"] for o in ttft_slos)] if v is not None and v > 0]
     lat = Chart.create(kind="curve-latency", title=f"{proc} TTFT vs achieved throughput",
                        x_label="achieved output throughput (tok/s)", y_label="TTFT (ms, log scale)",
                        xs=[*tps, d.get("capacity_tps")], ys=[_ms(v) for v in ys_all], y_log=True, y_zero=False,
@@ -123,6 +169,8 @@ def _curve(d: Mapping[str, Any], proc: str) -> list[Figure]:
     if d.get("capacity_tps") is not None:
         lat.vline(d["capacity_tps"], f"capacity {_g(d['capacity_tps'])} tok/s", colour=PALETTE[2],
                   kind="marker capacity")
+    for o in ttft_slos:
+        lat.hline(o["threshold"] * 1000.0, _slo_text(o))
     figs.append(lat.render())
     notes = []
     for idx, name in ((knee, "Knee (first level with P99 > 2x the minimum P99, §5.3.4)"),
@@ -130,6 +178,9 @@ def _curve(d: Mapping[str, Any], proc: str) -> list[Figure]:
         notes.append(f"{name}: " + (f"{_g(offered[idx])} {unit}" if idx is not None else "not reached") + ".")
     if knee_note:
         notes.append(f"Note: {knee_note}.")
+    if ttft_slos or tput_slos:
+        notes.append("Dashed purple lines: the tests' SLOs (" + "; ".join(_slo_text(o) for o in [*ttft_slos, *tput_slos])
+                     + ").")
     return [Figure("curve", "Throughput–latency curve", " ".join(notes), "\n".join(figs))]
 
 
@@ -144,7 +195,7 @@ def _search(d: Mapping[str, Any], proc: str) -> list[Figure]:
     levels = [s["level"] for s in steps]
     chart = Chart.create(kind="search", title=f"{proc} capacity search", x_label="search step",
                          y_label=d.get("level_label", "load level"), xs=xs, ys=levels, x_zero=True, pad=0.08)
-    chart.line(xs, levels, series="level tried", colour="#999999", legend=False)
+    chart.line(xs, levels, series="level tried", colour=MUTED_COLOUR, legend=False)
     colours = [PASS_COLOUR if s["passed"] else FAIL_COLOUR for s in steps]
     chart.points(xs, levels, series="step", colour=colours, r=5.5, legend=False,
                  data=[{"passed": s["passed"], "value": s.get("value"), "level": s["level"]} for s in steps],
@@ -184,9 +235,9 @@ def _series_label(metric: str) -> tuple[str, str, float]:
         if metric.endswith(suffix):
             base = metric[: -len(suffix)]
             m = re.match(r"^(.*)_p(\d+(?:\.\d+)?)$", base)
-            name = f"{_metric_name(m.group(1))} P{m.group(2)}" if m else _metric_name(base)
+            name = f"{metric_name(m.group(1))} P{m.group(2)}" if m else metric_name(base)
             return name, unit, factor
-    return _metric_name(metric), "", 1.0
+    return metric_name(metric), "", 1.0
 
 
 def _groups(key: str, d: Mapping[str, Any], proc: str) -> list[Figure]:
@@ -214,19 +265,106 @@ def _groups(key: str, d: Mapping[str, Any], proc: str) -> list[Figure]:
     return [Figure(key, title, f"{len(groups)} {plural}: {', '.join(groups)}.", "\n".join(figs))]
 
 
-def figures_for(proc: str, plots: Mapping[str, Any]) -> list[Figure]:
+#: below this ratio of the largest P99.9 to the smallest P1 a linear axis shows every series' shape
+LOG_AXIS_RATIO = 20.0
+
+
+def _cdfs(key: str, d: Mapping[str, Any], proc: str, slos: Sequence[Mapping[str, Any]]) -> list[Figure]:
+    """One CDF per load level / request class / configuration on one plot (§5.4.5, §5.6.4, §5.7.4,
+    §5.10.4): a log x axis when the series span more than :data:`LOG_AXIS_RATIO`, else a linear one cut
+    at the largest P99.9 so the bodies are not squeezed against the left edge by the maxima."""
+    series = d["series"]
+    unit, factor = _axis_unit(d["unit"])
+    title = d.get("title") or metric_name(d["metric"])
+    lo = min(s["stats"]["p1"] for s in series)
+    hi = max(s["stats"]["p99.9"] for s in series)
+    top = max(s["stats"]["max"] for s in series)
+    log = lo > 0 and hi / lo >= LOG_AXIS_RATIO
+    cut = None if log or top <= hi else hi
+    x_max = top if cut is None else cut
+    xs_range = [min(s["stats"]["min"] for s in series) * factor, x_max * factor]
+    # an SLO threshold near the data widens the axis to show it (any on a log axis, within 2x on a linear one)
+    xs_range += [o["threshold"] * factor for o in _slos_for(d["metric"], slos)
+                 if (log and o["threshold"] > 0) or 0 < o["threshold"] <= 2 * x_max]
+    x_label = f"{title} ({unit}{', log scale' if log else ''})"
+    chart = Chart.create(kind="cdfs", title=f"{proc} {title} CDF per {d['by']}", x_label=x_label,
+                         y_label="cumulative fraction", xs=xs_range, ys=[0.0, 1.0], x_log=log, x_zero=False)
+    chart.legend_at = "below"
+    for s in series:
+        xs, ps = [x * factor for x in s["cdf"]["x"]], list(s["cdf"]["p"])
+        if cut is not None:
+            keep = [i for i, x in enumerate(s["cdf"]["x"]) if x <= cut]
+            xs, ps = [xs[i] for i in keep], [ps[i] for i in keep]
+        chart.line(xs, ps, series=s["label"], colour=SERIES_COLOURS[s["group"] % len(SERIES_COLOURS)], step=True,
+                   dashed=bool(s.get("dashed")))
+    off = _slo_vlines(chart, d["metric"], slos, factor)
+    parts = [f"{s['label']}: n = {s['n']:,}, P50 {format_value(s['stats']['p50'], d['unit'])}, "
+             f"P99 {format_value(s['stats']['p99'], d['unit'])}" for s in series]
+    defined = f"; {title} as defined in {d['definition']}" if d.get("definition") else ""
+    caption = f"Empirical CDF of {title} per {d['by']} ({d.get('section', '')}{defined}). " + "; ".join(parts) + "."
+    if log:
+        caption += " Log x axis: the series span more than a factor of " + f"{LOG_AXIS_RATIO:g} from P1 to P99.9."
+    elif cut is not None:
+        caption += (f" Axis cut at the largest P99.9 ({format_value(cut, d['unit'])}); the largest value is "
+                    f"{format_value(top, d['unit'])}.")
+    if any(s.get("dashed") for s in series):
+        caption += " Dashed: each class run on its own (isolated); solid: the same class in the mixed run."
+    if off:
+        caption += " " + "; ".join(off) + "."
+    return [Figure(key, f"{title} CDF per {d['by']}", caption, chart.render())]
+
+
+def _diff_label(r: Mapping[str, Any]) -> str:
+    return f"{r['series']}: {metric_name(r['metric'])} {r['statistic'].upper()}"
+
+
+def diff_reading(r: Mapping[str, Any]) -> str:
+    """``within noise`` when the CI of the difference includes 0, else the direction."""
+    if r["within_noise"]:
+        return "within noise"
+    return "higher" if r["diff"] > 0 else "lower"
+
+
+def _differences(d: Mapping[str, Any], proc: str) -> list[Figure]:
+    """Each configuration's percentile difference from the baseline with its CI (noise band)."""
+    rows = d["rows"]
+    unit, factor = _axis_unit(rows[0]["unit"])
+    conf = f"{d['confidence'] * 100:g}%"
+    svg = interval_rows(kind="differences", title=f"{proc} difference from {d['baseline']} with {conf} CI",
+                        labels=[_diff_label(r) for r in rows], values=[r["diff"] * factor for r in rows],
+                        lows=[r["ci_low"] * factor for r in rows], highs=[r["ci_high"] * factor for r in rows],
+                        notes=[diff_reading(r) for r in rows], flags=[r["within_noise"] for r in rows],
+                        x_label=f"difference from {d['baseline']} ({unit}), {conf} CI")
+    noise = sum(1 for r in rows if r["within_noise"])
+    caption = (f"Point: the configuration's percentile minus {d['baseline']}'s; whisker: its {conf} confidence "
+               f"interval ({d['method']}). {noise} of {len(rows)} differences are within noise (the interval "
+               f"includes 0): those are no measured difference, whatever their sign.")
+    return [Figure("differences", f"Difference from {d['baseline']} (noise band)", caption, svg)]
+
+
+def figures_for(proc: str, plots: Mapping[str, Any], slos: Sequence[Mapping[str, Any]] = ()) -> list[Figure]:
     """All figures of one procedure: the plot that answers its question first (curve, search, scaling,
-    classes/configurations), then the sample distributions of the run behind its summary row."""
+    overlaid CDFs, classes/configurations and their differences), then, for a procedure without
+    overlaid CDFs, the sample distributions of the run behind its summary row. ``slos``: the
+    tests' SLO objectives (results.slo_objectives), drawn on plots of their metric."""
     order = {"ttft_samples_s": 0, "itl_samples_s": 1}
     out: list[Figure] = []
-    for k, fn in (("curve", _curve), ("search", _search), ("scaling", _scaling)):
+    if "curve" in plots:
+        out.extend(_curve(plots["curve"], proc, slos))
+    for k, fn in (("search", _search), ("scaling", _scaling)):
         if k in plots:
             out.extend(fn(plots[k], proc))
+    overlaid = [k for k, v in plots.items() if v.get("kind") == "cdfs"]  # in the procedure's metric order
+    for k in overlaid:
+        out.extend(_cdfs(k, plots[k], proc, slos))
     for k in ("classes", "configs"):
         if k in plots and plots[k]["groups"]:
             out.extend(_groups(k, plots[k], proc))
-    sample_keys = sorted((k for k, v in plots.items() if v.get("kind") == "samples"),
-                         key=lambda k: (order.get(k, 2), k))
+    if plots.get("differences", {}).get("rows"):
+        out.extend(_differences(plots["differences"], proc))
+    # one run's distributions repeat what the overlays show per run: drawn only without overlays
+    sample_keys = [] if overlaid else sorted((k for k, v in plots.items() if v.get("kind") == "samples"),
+                                             key=lambda k: (order.get(k, 2), k))
     for k in sample_keys:
-        out.extend(_samples(k, plots[k], proc))
+        out.extend(_samples(k, plots[k], proc, slos))
     return out

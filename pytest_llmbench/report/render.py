@@ -16,7 +16,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from .figures import figures_for
+from .figures import diff_reading, figures_for, metric_name
 from .fmt import fmt_any, fmt_duration, fmt_est, fmt_num, fmt_pct, fmt_time, fmt_value, is_estimate, md_cell, md_text
 
 __all__ = ["render_html", "render_markdown", "render_summary", "view"]
@@ -149,7 +149,7 @@ def _proc_view(p: Mapping[str, Any], with_figures: bool) -> dict[str, Any]:
         "param_rows": [[k, fmt_any(v)] for k, v in (res.get("params") or {}).items()],
         "measurement_rows": [[k, fmt_est(v, ci=True, n=True) if is_estimate(v) else fmt_any(v)]
                              for k, v in (res.get("measurements") or {}).items()],
-        "tables": (res.get("tables") or []) + _extra_tables(p),
+        "tables": [_with_cancelled(t, p.get("completion") or []) for t in res.get("tables") or []] + _extra_tables(p),
         "run_rows": _run_rows(res.get("runs") or []),
         "dist_rows": _dist_rows(res.get("metrics")),
         "errors": (res.get("metrics") or {}).get("errors_by_type") or {},
@@ -166,7 +166,7 @@ def _proc_view(p: Mapping[str, Any], with_figures: bool) -> dict[str, Any]:
                      for ck in all_checks],
         "must_unmet": sum(1 for u in c["unmet"] if u["level"] == "MUST"),
         "should_unmet": sum(1 for u in c["unmet"] if u["level"] == "SHOULD"),
-        "figures": figures_for(p["procedure"], res.get("plots") or {}) if with_figures else [],
+        "figures": figures_for(p["procedure"], res.get("plots") or {}, p.get("slos") or []) if with_figures else [],
     }
 
 
@@ -187,6 +187,9 @@ def _extra_tables(p: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "notes": ["Goodput counts requests meeting every SLO (§5.2.2.3); token-weighted goodput counts "
                               "the output tokens of requests meeting every reading deadline (smooth-goodput paper "
                               "eq. 5); fluid token rate: Etalon §4.2."]})
+    diff = ((p.get("result") or {}).get("plots") or {}).get("differences") or {}
+    if diff.get("rows"):
+        out.append(_differences_table(diff))
     http = p.get("http_timing") or []
     if http:
         pcts = list(http[0]["percentiles"])
@@ -197,6 +200,53 @@ def _extra_tables(p: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "notes": ["Connection set-up (blocked + DNS + connecting) is part of TTFT; waiting is the "
                               "time to the first response byte."]})
     return out
+
+
+def _with_cancelled(table: Mapping[str, Any], levels: list[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """A table with a "Complete" column (§5.8 Table 11) shown with the document's completion per level,
+    which counts cancelled requests as not completed, and a "Cancelled" column next to it."""
+    cols = list(table.get("columns") or [])
+    if not levels or "Complete" not in cols:
+        return table
+    i = cols.index("Complete")
+    by_label = {f"{lv['level'] * 100:g}%": lv for lv in levels if isinstance(lv.get("level"), (int, float))}
+    rows = []
+    for row in table["rows"]:
+        lv = next((v for k, v in by_label.items() if str(row[0]).split(" ")[0] == k), None)
+        row = list(row)
+        if lv is not None and lv.get("completion") is not None:
+            row[i] = fmt_pct(lv["completion"], 3) + f" ({lv['completed']:,} of {lv['sent']:,})"
+        row.insert(i + 1, f"{lv['cancelled']:,}" if lv is not None else "n/a")
+        rows.append(row)
+    note = ("Complete: requests completed successfully / requests sent; cancelled requests (still queued when "
+            "the level's drain time ran out) count as not completed (§5.8.4).")
+    # the procedure's own definition of Complete is replaced by `note`; the rest of that note is kept
+    kept = [str(n).split("; ", 1)[1] if str(n).startswith("Complete = ") and "; " in str(n) else n
+            for n in table.get("notes") or [] if not (str(n).startswith("Complete = ") and "; " not in str(n))]
+    return {**table, "columns": [*cols[: i + 1], "Cancelled", *cols[i + 1:]], "rows": rows, "notes": [*kept, note]}
+
+
+def _differences_table(d: Mapping[str, Any]) -> dict[str, Any]:
+    """§5.7/§5.10 configuration differences with their CI: "within noise" when the CI includes 0."""
+    conf = f"{d['confidence'] * 100:g}%"
+
+    def signed(v: float, unit: str) -> str:
+        return ("+" if v > 0 else "") + fmt_value(v, unit)
+
+    rows = []
+    for r in d["rows"]:
+        mark = "†" if r.get("undersampled") else ""
+        rows.append([r["series"], f"{metric_name(r['metric'])} {r['statistic'].upper()}",
+                     f"{fmt_value(r['baseline_value'], r['unit'])} → {fmt_value(r['value'], r['unit'])}",
+                     f"{signed(r['diff'], r['unit'])}{mark} [{signed(r['ci_low'], r['unit'])}, "
+                     f"{signed(r['ci_high'], r['unit'])}]", f"{r['n_baseline']:,} / {r['n']:,}", diff_reading(r)])
+    return {"title": f"Difference from {d['baseline']} with its {conf} confidence interval (noise band)",
+            "columns": ["Configuration", "Metric", f"{d['baseline']} → configuration", f"Difference [{conf} CI]",
+                        "n", "Reading"],
+            "rows": rows,
+            "notes": [f"A difference whose interval includes 0 is within noise: no measured difference, whatever "
+                      f"its sign. n: requests behind each side ({d['baseline']} / configuration). Method: "
+                      f"{d['method']}. † fewer samples than §5.1.4.3 asks for that percentile."]}
 
 
 def _capacity(c: Any) -> str:

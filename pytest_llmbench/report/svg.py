@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-__all__ = ["PALETTE", "Chart", "Scale", "grouped_bars", "nice_ticks", "log_ticks"]
+__all__ = ["PALETTE", "Chart", "Scale", "grouped_bars", "interval_rows", "nice_ticks", "log_ticks"]
 
 #: Colour-blind-safe palette (Okabe–Ito), used in series order.
 #: Okabe-Ito hues darkened where needed so every graphic colour has >= 3:1 contrast on white (WCAG 1.4.11).
@@ -22,6 +22,15 @@ PALETTE = ("#0072B2", "#A35C00", "#00785A", "#D55E00", "#A8467F", "#3F7FA8", "#7
 PASS_COLOUR = "#009E73"
 FAIL_COLOUR = "#D55E00"
 MARK_COLOUR = "#CC0000"
+#: Series colours for overlays and grouped bars: the palette reordered so neighbours differ in hue
+#: (blue, vermillion, green, purple, brown, olive, steel, black).
+SERIES_COLOURS = tuple(PALETTE[i] for i in (0, 3, 2, 4, 1, 6, 5, 7))
+#: Text in the vermillion of a significant difference: darkened to 5.8:1, text needs 4.5:1 (WCAG 1.4.3).
+SIGNIFICANT_TEXT = "#AD4500"
+#: SLO thresholds: a dark purple, distinct from the series and markers (8.6:1 on white).
+SLO_COLOUR = "#5B2A86"
+#: Neutral grey for secondary lines and "within noise" (4.5:1 on white, WCAG 1.4.11 needs 3:1).
+MUTED_COLOUR = "#767676"
 GRID_COLOUR = "#e3e3e3"
 AXIS_COLOUR = "#333333"
 #: A white outline behind text drawn over data, so labels stay readable on bars and lines.
@@ -170,6 +179,9 @@ class Chart:
         self.height = height
         self.parts: list[str] = []
         self.legend_items: list[tuple[str, str, str]] = []  # (label, colour, shape)
+        #: "top": one row above the plot; "below": rows under the x axis label, the chart growing to
+        #: hold them (overlays with many or long labels, which no corner of the plot leaves free)
+        self.legend_at = "top"
         self._marks = 0
 
     @classmethod
@@ -215,8 +227,11 @@ class Chart:
     def points(self, xs: Sequence[float | None], ys: Sequence[float | None], *, series: str,
                colour: str | Sequence[str] = PALETTE[0], r: float = 4.0,
                data: Sequence[dict[str, Any]] | None = None, legend: bool = True,
-               labels: Sequence[str | None] | None = None) -> None:
-        """One ``<circle class="point">`` per finite point, with data-x/data-y and extra data-*."""
+               labels: Sequence[str | None] | None = None, label_side: str = "auto") -> None:
+        """One ``<circle class="point">`` per finite point, with data-x/data-y and extra data-*.
+
+        Labels go right of the point (left near the right edge); ``label_side="left"`` puts them left
+        and level with it where they fit (on a rising CDF the area up-left of a point is empty)."""
         out = []
         for i, a, b in self._drawable(xs, ys):
             fill = colour if isinstance(colour, str) else colour[i]
@@ -226,10 +241,13 @@ class Chart:
                        f'stroke="#fff" stroke-width="1" data-series="{_d(series)}" data-x="{_d(a)}" '
                        f'data-y="{_d(b)}"{_attrs(extra)}/>')
             if labels and labels[i]:
-                right = cx > self.width * 0.72
-                out.append(f'<text x="{_n(cx - 6 if right else cx + 6)}" y="{_n(cy - 7)}" font-size="11" '
+                text = str(labels[i])
+                left = label_side == "left" and cx - 8 - 6.2 * len(text) > self.LEFT
+                right = left or cx > self.width * 0.72
+                ty = cy + 4 if left else cy - 7
+                out.append(f'<text x="{_n(cx - 8 if right else cx + 6)}" y="{_n(ty)}" font-size="11" '
                            f'text-anchor="{"end" if right else "start"}" fill="{AXIS_COLOUR}" {HALO} '
-                           f'{FONT}>{escape(str(labels[i]))}</text>')
+                           f'{FONT}>{escape(text)}</text>')
         self.parts.extend(out)
         if legend and isinstance(colour, str):
             self.legend_items.append((series, colour, "point"))
@@ -262,6 +280,19 @@ class Chart:
             f'stroke-width="1.5" stroke-dasharray="4 3"/>'
             f'<text x="{_n(px + dx)}" y="{_n(ty)}" '
             f'font-size="11" fill="{colour}" text-anchor="{anchor}" {HALO} {FONT}>{escape(label)}</text></g>')
+
+    def hline(self, y: float, label: str, *, colour: str = SLO_COLOUR, kind: str = "marker slo") -> None:
+        """A labelled horizontal dashed line (an SLO threshold), labelled at its left end: the markers'
+        labels sit at the top right, and a latency or throughput curve starts low on the left."""
+        if not _finite(y) or (self.y.log and y <= 0) or not min(self.y.lo, self.y.hi) <= y <= max(self.y.lo, self.y.hi):
+            return
+        py = self.y(y)
+        x0, x1 = self.LEFT, self.width - self.RIGHT
+        self.parts.append(
+            f'<g class="{escape(kind)}" data-y="{_d(float(y))}" data-label="{_d(label)}">'
+            f'<line x1="{x0}" y1="{_n(py)}" x2="{x1}" y2="{_n(py)}" stroke="{colour}" stroke-width="1.5" '
+            f'stroke-dasharray="8 4"/><text x="{x0 + 6}" y="{_n(py - 5)}" font-size="11" fill="{colour}" '
+            f'{HALO} {FONT}>{escape(label)}</text></g>')
 
     # --- output -------------------------------------------------------------------------------
     def _axes(self) -> list[str]:
@@ -297,6 +328,8 @@ class Chart:
     def _legend(self) -> list[str]:
         if len(self.legend_items) < 2:
             return []
+        if self.legend_at == "below":
+            return self._legend_below()
         out = ['<g class="legend">']
         x = float(self.LEFT + 8)
         y = self.TOP - 14
@@ -314,8 +347,31 @@ class Chart:
         out.append("</g>")
         return out
 
+    def _below_layout(self) -> tuple[int, float]:
+        """(columns, extra height) of a legend under the chart: two columns when the labels fit."""
+        if self.legend_at != "below" or len(self.legend_items) < 2:
+            return 1, 0.0
+        col_w = (self.width - self.LEFT - self.RIGHT) / 2
+        cols = 2 if max(30 + 6.4 * len(label) for label, _, _ in self.legend_items) <= col_w else 1
+        return cols, 6.0 + 17.0 * math.ceil(len(self.legend_items) / cols)
+
+    def _legend_below(self) -> list[str]:
+        cols, _ = self._below_layout()
+        col_w = (self.width - self.LEFT - self.RIGHT) / cols
+        out = ['<g class="legend">']
+        for i, (label, colour, shape) in enumerate(self.legend_items):
+            x = self.LEFT + col_w * (i % cols)
+            y = self.height + 8 + 17 * (i // cols)
+            dash = ' stroke-dasharray="6 4"' if shape == "line-dashed" else ""
+            out.append(f'<line x1="{_n(x)}" y1="{_n(y)}" x2="{_n(x + 24)}" y2="{_n(y)}" stroke="{colour}" '
+                       f'stroke-width="2.5"{dash}/><text x="{_n(x + 30)}" y="{_n(y + 4)}" font-size="11" '
+                       f'fill="{AXIS_COLOUR}" {FONT}>{escape(label)}</text>')
+        out.append("</g>")
+        return out
+
     def render(self) -> str:
-        return _svg(self.kind, self.title, self.width, self.height,
+        _, extra = self._below_layout()
+        return _svg(self.kind, self.title, self.width, int(self.height + extra),
                     self._axes() + self.parts + self._legend())
 
 
@@ -335,7 +391,7 @@ def grouped_bars(*, kind: str, title: str, groups: Sequence[str], series: Sequen
     ``values[group][series]``; a missing or non-finite value leaves a gap (no bar).
     """
     all_vals = [v for g in groups for s in series if _finite(v := values.get(g, {}).get(s))]
-    y = Scale.fit(all_vals, height - Chart.BOTTOM, Chart.TOP, include_zero=True)
+    y = Scale.fit(all_vals, height - Chart.BOTTOM, Chart.TOP, include_zero=True, pad=0.06)  # room for value labels
     x = Scale(0.0, 1.0, Chart.LEFT, width - Chart.RIGHT, ticks=[])
     chart = Chart(kind=kind, title=title, x_label=x_label, y_label=y_label, x=x, y=y, width=width, height=height)
     axes = chart._axes()
@@ -358,11 +414,11 @@ def grouped_bars(*, kind: str, title: str, groups: Sequence[str], series: Sequen
             py = y(float(v))  # type: ignore[arg-type]
             bx = start + si * bw
             body.append(f'<rect class="bar" x="{_n(bx)}" y="{_n(min(py, base))}" width="{_n(bw - 2)}" '
-                        f'height="{_n(abs(base - py))}" fill="{PALETTE[si % len(PALETTE)]}" '
+                        f'height="{_n(abs(base - py))}" fill="{SERIES_COLOURS[si % len(SERIES_COLOURS)]}" '
                         f'data-group="{_d(g)}" data-series="{_d(s)}" data-y="{_d(float(v))}"/>')  # type: ignore[arg-type]
             body.append(f'<text x="{_n(bx + (bw - 2) / 2)}" y="{_n(min(py, base) - 3)}" font-size="11" '
                         f'text-anchor="middle" fill="{AXIS_COLOUR}" {FONT}>{escape(_short(float(v)))}</text>')  # type: ignore[arg-type]
-    chart.legend_items = [(s, PALETTE[i % len(PALETTE)], "bar") for i, s in enumerate(series)]
+    chart.legend_items = [(s, SERIES_COLOURS[i % len(SERIES_COLOURS)], "bar") for i, s in enumerate(series)]
     return _svg(kind, title, width, height, axes + body + chart._legend())
 
 
@@ -381,3 +437,37 @@ def _short(v: float) -> str:
 
 def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def interval_rows(*, kind: str, title: str, labels: Sequence[str], values: Sequence[float],
+                  lows: Sequence[float], highs: Sequence[float], notes: Sequence[str], x_label: str,
+                  flags: Sequence[bool], width: int = 640) -> str:
+    """One row per difference: a point with its confidence interval as a whisker, a line at 0 and a note
+    at the right (``"within noise"`` when ``flags[i]``; drawn muted). ``data-diff``/``data-ci-low``/
+    ``data-ci-high``/``data-within-noise`` carry the numbers."""
+    right, row_h = 96, 24
+    left = int(min(max(16 + 6.2 * max((len(lab) for lab in labels), default=0), 120), 330))
+    height = Chart.TOP + row_h * len(labels) + Chart.BOTTOM
+    x = Scale.fit([*values, *lows, *highs, 0.0], left, width - right, pad=0.05)
+    y = Scale(0.0, float(max(len(labels), 1)), Chart.TOP, height - Chart.BOTTOM, ticks=[])
+    chart = Chart(kind=kind, title=title, x_label=x_label, y_label="", x=x, y=y, width=width, height=height)
+    chart.LEFT, chart.RIGHT = left, right  # type: ignore[misc]
+    body = chart._axes()
+    zero = x(0.0)
+    body.append(f'<line class="zero" x1="{_n(zero)}" y1="{Chart.TOP}" x2="{_n(zero)}" y2="{height - Chart.BOTTOM}" '
+                f'stroke="{AXIS_COLOUR}" stroke-width="1.5"/>')
+    for i, (lab, v, lo, hi, note, noise) in enumerate(zip(labels, values, lows, highs, notes, flags)):
+        cy = Chart.TOP + row_h * (i + 0.5)
+        colour, text_colour = (MUTED_COLOUR, MUTED_COLOUR) if noise else (PALETTE[3], SIGNIFICANT_TEXT)
+        body.append(f'<g class="interval" data-label="{_d(lab)}" data-diff="{_d(float(v))}" '
+                    f'data-ci-low="{_d(float(lo))}" data-ci-high="{_d(float(hi))}" data-within-noise="{_d(noise)}">'
+                    f'<text x="{left - 8}" y="{_n(cy + 4)}" font-size="11" text-anchor="end" fill="{AXIS_COLOUR}" '
+                    f'{FONT}>{escape(lab)}</text>'
+                    f'<line x1="{_n(x(lo))}" y1="{_n(cy)}" x2="{_n(x(hi))}" y2="{_n(cy)}" stroke="{colour}" '
+                    f'stroke-width="2"/><line x1="{_n(x(lo))}" y1="{_n(cy - 5)}" x2="{_n(x(lo))}" y2="{_n(cy + 5)}" '
+                    f'stroke="{colour}" stroke-width="2"/><line x1="{_n(x(hi))}" y1="{_n(cy - 5)}" x2="{_n(x(hi))}" '
+                    f'y2="{_n(cy + 5)}" stroke="{colour}" stroke-width="2"/>'
+                    f'<circle cx="{_n(x(v))}" cy="{_n(cy)}" r="4.5" fill="{colour}" stroke="#fff" stroke-width="1"/>'
+                    f'<text x="{width - right + 8}" y="{_n(cy + 4)}" font-size="11" fill="{text_colour}" '
+                    f'{FONT}>{escape(note)}</text></g>')
+    return _svg(kind, title, width, height, body)

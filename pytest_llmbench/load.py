@@ -3,11 +3,12 @@
 Open loop: arrival times are computed ahead from (distribution, rate, seed) and every request is
 sent at its absolute scheduled time; a request is never sent "after the previous one", so a slow
 response cannot delay a later submission (§4.2.5). Each record carries ``intended_ns`` (the
-schedule) and ``sent_ns`` (the actual send): send lag = sent − intended, service latency starts at
+schedule), ``queued_ns`` (the hand-over to the transport) and ``sent_ns`` (T_submit, the last
+request byte written, App. B.1.1): send lag = queued − intended, service latency starts at
 ``sent_ns`` and schedule-relative latency at ``intended_ns`` (coordinated omission stays visible).
 
 Closed loop: exactly N requests are held in flight; each completion is replaced at once
-(§4.2.4). ``intended_ns`` is then the moment the slot became free, so sent − intended is the
+(§4.2.4). ``intended_ns`` is then the moment the slot became free, so queued − intended is the
 resubmission gap. The concurrency actually held is recorded (time-weighted mean and samples).
 
 The run stops by request count, by duration, when the specs run out or when a predicate says
@@ -404,7 +405,7 @@ class _Runner:
             if out:
                 p.output_tokens += out
             if rec.intended_ns is not None and rec.sent_ns:
-                self.lags.append(rec.sent_ns - rec.intended_ns)
+                self.lags.append(rec.handoff_ns - rec.intended_ns)
             if self.sink is not None:
                 self.sink.write(rec)
             if self.keep:

@@ -434,7 +434,7 @@ def _arrival_fit(recs: Sequence[RequestRecord], kind: str | None, rate: float | 
         return None
     from scipy.stats import kstest
 
-    sent = sorted(r.sent_ns for r in recs)
+    sent = sorted(r.handoff_ns for r in recs)  # the client's schedule, connection set-up excluded
     gaps = [(b - a) / 1e9 for a, b in zip(sent, sent[1:])]
     return float(kstest(gaps, "expon", args=(0, 1 / rate)).pvalue)
 
@@ -452,7 +452,7 @@ def load_facts(measured: Sequence[Measured]) -> LoadFacts:
     open_loop = first.load_model == "open"
     arrival = (first.parameters.get("arrival") or {}) if open_loop else {}
     recs = [r for m in measured for r in m.records if r.intended_ns is not None and r.sent_ns]
-    lags = [(r.sent_ns - r.intended_ns) / 1e9 for r in recs]
+    lags = [(r.handoff_ns - r.intended_ns) / 1e9 for r in recs]
     p99 = float(np.percentile(lags, 99)) if lags else None
     caps: set[str] = set()
     states = [r.inflight_at_send for m in measured for r in m.records if r.inflight_at_send is not None]

@@ -34,6 +34,7 @@ from ..export_aiperf import write_aiperf_export
 from ..load import ClosedLoop, LoadResult, OpenLoop, run_load
 from ..metrics import RunMetrics, summarize
 from ..records import ClockAnchor, RequestRecord, RequestSpec
+from ..selfcheck import option_c_error
 from ..storage import RECORDS_FILE, RunMetadata, RunWriter, write_text_atomic
 from ..sut import effective_declarations
 from ..warmup import WarmupPolicy, WarmupResult, run_warmup, sample_server_metrics
@@ -307,6 +308,11 @@ def _load_summary(result: LoadResult) -> dict[str, Any]:
         d.update(concurrency=result.concurrency_target, held=round(result.concurrency_mean, 2))
     d.update(sent=result.sent, ok=result.ok, duration_s=round(result.duration_s, 2),
              send_lag_p99_ms=round(result.send_lag.p99_ms, 3) if result.send_lag.p99_ms is not None else None)
+    if result.client_delay is not None:  # the client's own delay while receiving (selfcheck.py)
+        d["client_delay"] = result.client_delay.to_json()
+    option_c = option_c_error(result.records)  # client vs server first-token time (§4.6.3 option C)
+    if option_c is not None:
+        d["option_c_error"] = option_c
     sharding = result.parameters.get("sharding")
     if sharding:  # per-shard figures for the results document (shards/)
         d["sharding"] = sharding

@@ -2,7 +2,9 @@
 
 :class:`LLMClient` sends chat or completions requests, streaming (SSE, parsed by
 :mod:`pytest_llmbench.sse`) or not, and times every chunk with ``time.perf_counter_ns()`` at the
-read that completed its ``data:`` event (App. B.1.1). The first token is the first chunk whose
+read that completed its ``data:`` event (App. B.1.1). T_submit (``sent_ns``) is the moment the
+transport sends the last byte of the request body, after any connection set-up (App. B.1.1);
+the earlier hand-over to the transport is kept as ``queued_ns``. The first token is the first chunk whose
 *content* has a non-whitespace character (``records.TTFT_RULE``, §5.1.3.1); per-chunk token
 counts are assigned after the stream ends by tokenizing the joined output once (§4.6.3).
 
@@ -22,7 +24,7 @@ import asyncio
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -234,10 +236,39 @@ class Response(Protocol):
     async def release(self) -> None: ...
 
 
+class SubmitStamp:
+    """T_submit of one request (App. B.1.1): ``ns`` is set when the transport has written the last
+    byte of the request body (0 until then)."""
+
+    __slots__ = ("ns",)
+
+    def __init__(self) -> None:
+        self.ns = 0
+
+
+async def stamped_body(body: bytes, stamp: SubmitStamp) -> AsyncIterator[bytes]:
+    """The request body as a stream whose last chunk is its final byte: ``stamp`` is set when the
+    transport asks for that byte, having written the rest (aiohttp, httpx and httpx-aiohttp all
+    write a chunk before pulling the next), i.e. as the final byte is sent (App. B.1.1).
+
+    Stamping *after* a single write instead reads late: on a loaded host the write that wakes the
+    server can deschedule the client until the server has answered. The extra one-byte write costs
+    one send per request; the stream is sent with a ``Content-Length`` (no chunked framing).
+    """
+    if len(body) > 1:
+        yield body[:-1]
+    stamp.ns = time.perf_counter_ns()
+    yield body[-1:]
+
+
+def _body_headers(headers: Mapping[str, str], body: bytes) -> dict[str, str]:
+    return {**headers, "Content-Length": str(len(body))}
+
+
 class Transport(Protocol):
     name: str
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str],
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], submit: SubmitStamp,
                    trace: httptrace.HttpTraceData | None = None) -> Response: ...
 
     async def get(self, url: str, headers: Mapping[str, str]) -> tuple[int, bytes]: ...
@@ -424,10 +455,11 @@ class AiohttpTransport:
             trace_configs=[httptrace.make_trace_config()] if config.http_trace else None,
         )
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str],
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], submit: SubmitStamp,
                    trace: httptrace.HttpTraceData | None = None) -> Response:
         with _BEFORE:
-            resp = await self._session.post(url, data=body, headers=headers, trace_request_ctx=trace)
+            resp = await self._session.post(url, data=stamped_body(body, submit), headers=_body_headers(headers, body),
+                                            trace_request_ctx=trace)
         if trace is not None:
             return httptrace.TracedResponse(_AiohttpResponse(resp), trace)
         return _AiohttpResponse(resp)
@@ -484,10 +516,11 @@ class HttpxTransport:
         else:
             self._client = httpx.AsyncClient(verify=config.verify_tls, limits=limits, timeout=timeout)
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str],
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str], submit: SubmitStamp,
                    trace: httptrace.HttpTraceData | None = None) -> _HttpxResponse:
         with _BEFORE:
-            req = self._client.build_request("POST", url, content=body, headers=headers)
+            req = self._client.build_request("POST", url, content=stamped_body(body, submit),
+                                             headers=_body_headers(headers, body))
             resp = await self._client.send(req, stream=True)
         return _HttpxResponse(resp)
 
@@ -667,12 +700,17 @@ class LLMClient:
         if intended_ns is not None:
             rec.intended_ns = intended_ns
         rec.input_tokens_client = spec.input_tokens
+        submit = SubmitStamp()
         try:
-            body = _dumps(self.build_body(spec))
-            transport = self._ensure_transport()
-            async with _timeout(self.config.total_timeout_s):
-                rec.sent_ns = time.perf_counter_ns()
-                await self._exchange(transport, body, rec)
+            try:
+                body = _dumps(self.build_body(spec))
+                transport = self._ensure_transport()
+                async with _timeout(self.config.total_timeout_s):
+                    rec.queued_ns = time.perf_counter_ns()
+                    await self._exchange(transport, body, rec, submit)
+            finally:  # failed before a response: T_submit if the body went out, else the hand-over
+                if not rec.sent_ns:
+                    rec.sent_ns = submit.ns or rec.queued_ns or 0
         except TransportError as e:  # includes _Fail
             self._fail(rec, e.error_type, e.message)
         except TimeoutError:  # our total timeout (asyncio.timeout converts the cancellation)
@@ -775,12 +813,14 @@ class LLMClient:
             await asyncio.gather(*(one(r) for r in todo[1:]))
         return done
 
-    async def _exchange(self, transport: Transport, body: bytes, rec: RequestRecord) -> None:
+    async def _exchange(self, transport: Transport, body: bytes, rec: RequestRecord, submit: SubmitStamp) -> None:
         if self.config.http_trace:
             rec.http_trace = httptrace.new_trace()  # type: ignore[assignment]
-            resp = await transport.post(self._url, body, self._headers, trace=rec.http_trace)
+            resp = await transport.post(self._url, body, self._headers, submit, trace=rec.http_trace)
         else:
-            resp = await transport.post(self._url, body, self._headers)
+            resp = await transport.post(self._url, body, self._headers, submit)
+        # T_submit (App. B.1.1); a server that answered before the body was written bounds it
+        rec.sent_ns = submit.ns or time.perf_counter_ns()
         try:
             rec.status = resp.status
             et = classify_status(resp.status)

@@ -125,6 +125,11 @@ def procedure_warnings(p: Mapping[str, Any]) -> list[str]:
             out.append(f"{cls} requests' TTFT P99 inflated {infl:.1f}x by the mix")
     if m.get("mixed_queue_growing"):
         out.append("queue grew during the mixed run (above saturation)")
+    timing = p.get("client_delay") or {}
+    if timing.get("flagged"):
+        reasons = timing.get("reasons") or []
+        more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+        out.append(f"client timing flagged: {reasons[0] if reasons else 'self-check'}{more}")
     invalid = [r.get("label") for r in (p.get("result") or {}).get("runs") or [] if r.get("valid") is False]
     if invalid:
         out.append(f"{len(invalid)} run(s) invalid (load generator self-check)")

@@ -3,11 +3,12 @@
 Open loop: arrival times are computed ahead from (distribution, rate, seed) and every request is
 sent at its absolute scheduled time; a request is never sent "after the previous one", so a slow
 response cannot delay a later submission (§4.2.5). Each record carries ``intended_ns`` (the
-schedule) and ``sent_ns`` (the actual send): send lag = sent − intended, service latency starts at
+schedule), ``queued_ns`` (the hand-over to the transport) and ``sent_ns`` (T_submit, the last
+request byte written, App. B.1.1): send lag = queued − intended, service latency starts at
 ``sent_ns`` and schedule-relative latency at ``intended_ns`` (coordinated omission stays visible).
 
 Closed loop: exactly N requests are held in flight; each completion is replaced at once
-(§4.2.4). ``intended_ns`` is then the moment the slot became free, so sent − intended is the
+(§4.2.4). ``intended_ns`` is then the moment the slot became free, so queued − intended is the
 resubmission gap. The concurrency actually held is recorded (time-weighted mean and samples).
 
 The run stops by request count, by duration, when the specs run out or when a predicate says
@@ -22,6 +23,7 @@ import asyncio
 import collections
 import gc
 import itertools
+import socket
 import time
 from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import asdict, dataclass, field
@@ -31,6 +33,7 @@ import numpy as np
 
 from .client import LLMClient
 from .records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
+from .selfcheck import ClientDelay
 
 __all__ = [
     "ARRIVAL_KINDS",
@@ -52,6 +55,7 @@ __all__ = [
 ARRIVAL_KINDS = ("poisson", "uniform", "bursty")
 _ALIASES = {"constant": "uniform"}
 _BLOCK = 4096
+_cpu_time = time.process_time  # bound once: the client's CPU seconds (selfcheck.py)
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,6 +157,7 @@ class SelfCheck:
     probe_interval_ms: float = 10.0
     concurrency_sample_ms: float = 100.0
     min_samples: int = 20
+    receive_probe: bool = True  # time socket readability -> task clock read each probe (selfcheck.py)
 
 
 @dataclass(frozen=True)
@@ -226,6 +231,7 @@ class LoadResult:
     valid: bool
     invalid_reason: str | None
     self_check: SelfCheck = field(default_factory=SelfCheck)
+    client_delay: ClientDelay | None = None  # the client's own delay while receiving (selfcheck.py)
 
     @property
     def duration_s(self) -> float:
@@ -253,6 +259,7 @@ class LoadResult:
         d["send_lag"] = asdict(self.send_lag)
         d["loop_delay"] = asdict(self.loop_delay)
         d["self_check"] = asdict(self.self_check)
+        d["client_delay"] = self.client_delay.to_json() if self.client_delay is not None else None
         if include_records:
             d["records"] = [r.to_json(keep_text=keep_text) for r in self.records]
         return d
@@ -276,6 +283,52 @@ def steady_state_records(result: LoadResult, exclude_fraction: float = 0.1) -> l
 # --------------------------------------------------------------------------------------------
 # The runner
 # --------------------------------------------------------------------------------------------
+
+
+class _ReceiveProbe(asyncio.Protocol):
+    """Socket readability → clock read in a waiting task, over a local socket pair: the path of a
+    response chunk (selector → transport → protocol → waiter → task), so the delay it measures is
+    the one a chunk timestamp carries (selfcheck.py). It waits for the loop's current turn to end,
+    so it reads one turn high rather than low."""
+
+    def __init__(self) -> None:
+        self.waiter: asyncio.Future[None] | None = None
+        self.transport: asyncio.BaseTransport | None = None
+        self.out: socket.socket | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    @classmethod
+    async def open(cls) -> _ReceiveProbe | None:
+        """A probe, or None where the loop cannot take a socket pair."""
+        try:
+            out, inp = socket.socketpair()
+            out.setblocking(False)
+            _, probe = await asyncio.get_running_loop().connect_accepted_socket(cls, inp)
+        except (OSError, NotImplementedError, ValueError):
+            return None
+        probe.out = out
+        return probe
+
+    async def measure(self) -> int:
+        assert self.out is not None
+        self.waiter = asyncio.get_running_loop().create_future()
+        t0 = time.perf_counter_ns()
+        self.out.send(b"x")
+        await self.waiter
+        return time.perf_counter_ns() - t0
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+        if self.out is not None:
+            self.out.close()
 
 
 class _Runner:
@@ -318,6 +371,8 @@ class _Runner:
         self.errors: collections.Counter[str] = collections.Counter()
         self.lags: list[int] = []
         self.loop_delays: list[int] = []
+        self.receive_delays: list[int] = []
+        self.cpu_start_s = 0.0
         self.samples: list[tuple[int, int]] = []
         # concurrency integral
         self.inflight = 0
@@ -404,7 +459,7 @@ class _Runner:
             if out:
                 p.output_tokens += out
             if rec.intended_ns is not None and rec.sent_ns:
-                self.lags.append(rec.sent_ns - rec.intended_ns)
+                self.lags.append(rec.handoff_ns - rec.intended_ns)
             if self.sink is not None:
                 self.sink.write(rec)
             if self.keep:
@@ -420,11 +475,22 @@ class _Runner:
         every = max(1, round(self.check.concurrency_sample_ms / self.check.probe_interval_ms))
         sleep_s = interval_ns / 1e9
         clock = time.perf_counter_ns
+        probe = await _ReceiveProbe.open() if self.check.receive_probe else None
+        try:
+            await self._sample(probe, interval_ns, every, sleep_s, clock, gc_freeze)
+        finally:
+            if probe is not None:
+                probe.close()
+
+    async def _sample(self, probe: _ReceiveProbe | None, interval_ns: int, every: int, sleep_s: float,
+                      clock: Callable[[], int], gc_freeze: bool) -> None:
         for i in itertools.count():
             t0 = clock()
             await asyncio.sleep(sleep_s)
             t1 = clock()
             self.loop_delays.append(max(0, t1 - t0 - interval_ns))
+            if probe is not None:
+                self.receive_delays.append(await probe.measure())
             if gc_freeze:
                 # O(1): move surviving objects (kept records, connections) out of the collected
                 # generations so that a full collection never walks the growing record list
@@ -473,6 +539,7 @@ class _Runner:
                   start_ns: int | None = None) -> LoadResult:
         loop_tasks: set[asyncio.Task[None]] = set()
         anchor = ClockAnchor.now()
+        self.cpu_start_s = _cpu_time()
         self.start_ns = self.last_change = start_ns if start_ns is not None else time.perf_counter_ns()
         collector = asyncio.create_task(self._collect())
         if gc_freeze:
@@ -531,6 +598,8 @@ class _Runner:
         completion_rate = p.ok / ((end - self.start_ns) / 1e9) if end > self.start_ns else None
         send_lag = LagStats.of_ns(self.lags)
         loop_delay = LagStats.of_ns(self.loop_delays)
+        client_delay = ClientDelay.of_samples(self.receive_delays, self.loop_delays,
+                                              _cpu_time() - self.cpu_start_s, (end - self.start_ns) / 1e9)
         reasons = []
         if isinstance(load, OpenLoop) and send_lag.n >= self.check.min_samples:
             if send_lag.p99_ms is not None and send_lag.p99_ms > self.check.max_send_lag_p99_ms:
@@ -586,6 +655,7 @@ class _Runner:
             valid=not reasons,
             invalid_reason="; ".join(reasons) or None,
             self_check=self.check,
+            client_delay=client_delay,
         )
 
 

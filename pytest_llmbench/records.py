@@ -66,7 +66,11 @@ FAILURE_TYPES = frozenset(e for e in ErrorType if e is not ErrorType.CANCELLED)
 #: ``reasoning_tokens_client`` (client count of the streamed reasoning tokens).
 #: 1.3: optional ``prompt_hash`` (which prompts were warm-up vs measured, §4.5.1) and
 #: ``token_count_method`` (how per-chunk counts were obtained, §4.4).
-RECORDS_FORMAT = "1.3"
+#: 2.0: ``sent_ns`` is T_submit as App. B.1.1 defines it, the moment the last byte of the request
+#: body was written (after any connection set-up); it was the hand-over to the transport before,
+#: which is now ``queued_ns``. TTFT and E2E start at ``sent_ns``, so 1.x and 2.x latencies differ by
+#: the connection set-up and are not compared (the regression gate keys on the major version).
+RECORDS_FORMAT = "2.0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +155,8 @@ class RequestRecord:
     prompt_hash: str | None = None  # RequestSpec.prompt_hash (format 1.1)
     # --- times (perf_counter_ns) -----------------------------------------------------------
     intended_ns: int | None = None  # open loop: the scheduled send time (§4.2.3)
-    sent_ns: int = 0  # when the request was handed to the transport
+    sent_ns: int = 0  # T_submit: last request body byte written (App. B.1.1); see RECORDS_FORMAT 2.0
+    queued_ns: int | None = None  # when the request was handed to the transport (before connecting)
     first_chunk_ns: int | None = None  # first SSE data event of any kind
     first_token_ns: int | None = None  # first content token by TTFT_RULE (§5.1.3.1)
     end_ns: int | None = None  # last byte / [DONE] / error
@@ -196,6 +201,12 @@ class RequestRecord:
     def failed(self) -> bool:
         """True when the request failed in a way attributable to the SUT (not ``cancelled``)."""
         return self.error_type is not None and self.error_type in FAILURE_TYPES
+
+    @property
+    def handoff_ns(self) -> int:
+        """When the client handed the request to its transport: ``queued_ns``, or ``sent_ns`` in
+        records of format 1.x (where it had that meaning). Send lag is measured to this time."""
+        return self.queued_ns if self.queued_ns is not None else self.sent_ns
 
     @property
     def output_text(self) -> str:

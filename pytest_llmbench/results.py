@@ -31,6 +31,7 @@ from .headline import annotate, draft_order
 from .plotdata import derived_plots, normalise
 from .registry import FIGURES, METRICS, lookup
 from .compliance import registry
+from .selfcheck import procedure_check
 from .report import SCHEMA_VERSION
 from .session import SessionResult
 
@@ -401,6 +402,8 @@ def _procedure(index: int, key: str, result: Any, report_dir: Path) -> dict[str,
         "plot_notes": plot_notes,
         "experience": experience_figures(result),
         "http_timing": http_timing(result),
+        # the client's own delay next to every latency percentile; option-C error (selfcheck.py)
+        "client_delay": procedure_check(data.get("runs") or [], data.get("metrics")),
         "result": data,
     }
 

@@ -39,6 +39,9 @@ __all__ = [
 RECORDS_FILE = "records.jsonl"
 RUN_FILE = "run.json"
 SCHEMA = "pytest-llmbench/run/1"
+#: Records-format majors :func:`load_run` reads: 1.x records load unchanged (their ``sent_ns`` is the
+#: hand-over to the transport, ``queued_ns`` is absent; records.RECORDS_FORMAT 2.0).
+READABLE_MAJORS = ("1", RECORDS_FORMAT.split(".")[0])
 
 
 class StorageError(ValueError):
@@ -246,9 +249,9 @@ def load_run(directory: str | os.PathLike[str]) -> Run:
         meta = RunMetadata.from_json(json.loads(meta_path.read_text(encoding="utf-8")))
     except (json.JSONDecodeError, TypeError) as exc:
         raise StorageError(f"{meta_path}: malformed run metadata ({exc})") from None
-    if str(meta.records_format).split(".")[0] != RECORDS_FORMAT.split(".")[0]:
+    if str(meta.records_format).split(".")[0] not in READABLE_MAJORS:
         raise StorageError(f"{meta_path}: records format {meta.records_format} is not supported "
-                           f"(this version reads {RECORDS_FORMAT.split('.')[0]}.x)")
+                           f"(this version reads {' and '.join(m + '.x' for m in READABLE_MAJORS)})")
     stats: dict[str, int] = {}
     records = list(iter_records(directory, stats=stats))
     return Run(directory, meta, records, stats.get("torn_lines", 0))

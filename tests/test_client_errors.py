@@ -26,6 +26,7 @@ from pytest_llmbench.client import (
     ERROR_MAP,
     ClientConfig,
     LLMClient,
+    SubmitStamp,
     TransportError,
     classify_transport_error,
     make_transport,
@@ -216,7 +217,7 @@ async def test_transport_maps_through_the_table(transport: str, exc_name: str, c
     t = await _failing_transport(transport, original, mid)
     try:
         with pytest.raises(TransportError) as info:
-            resp = await t.post(URL, b"{}", {})
+            resp = await t.post(URL, b"{}", {}, SubmitStamp())
             assert mid, "the post should have failed"
             assert await resp.read_chunk() == FIRST
             await resp.read_chunk()

@@ -22,6 +22,7 @@ from pytest_llmbench.gate.metricinfo import UnknownMetricError, metric_info
 from pytest_llmbench.gate.significance import (across_runs_change, bootstrap_percentile_draws, mean_change,
                                                percentile_change, scalar_change)
 from pytest_llmbench.gate.storage import GateStorageError
+from pytest_llmbench.records import RECORDS_FORMAT
 from pytest_llmbench.gate.systems import compare_systems, render_html, render_markdown
 
 STORE = Path(__file__).parent / "data" / "gate" / "store"
@@ -264,6 +265,20 @@ def test_incomparable_runs_are_refused_with_the_differences(store: Path):
     assert {d.field for d in ei.value.differences} >= {"seed", "model"}
 
 
+def test_baseline_of_another_records_format_is_refused(store: Path):
+    """Records format 2.0 moved T_submit to the last request byte (App. B.1.1): a baseline saved from
+    1.x records (its key was the run.json schema alone) is not compared with one of this version."""
+    meta_path = store / "0001_base" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["records_format"] = "pytest-llmbench/run/1"  # what a baseline saved before 2.0 carries
+    meta_path.write_text(json.dumps(meta))
+    base, rerun = load_run("base", store), load_run("rerun", store)
+    with pytest.raises(IncomparableRunsError) as ei:
+        check_comparable(base, rerun)
+    assert [(d.field, d.new) for d in ei.value.differences] == [
+        ("records format", f"pytest-llmbench/run/1 records {RECORDS_FORMAT.split('.')[0]}.x")]
+
+
 def test_repeated_runs_use_across_run_statistics(store: Path):
     base, rerun, slow = (load_run(n, store) for n in ("base", "rerun", "slow"))
     comp = compare([base, rerun], [slow], ["tpot.p50:10%"])
@@ -349,7 +364,7 @@ def test_save_from_a_report_directory_recomputes_samples_from_records(tmp_path: 
     key = (doc["procedures"][0]["key"], "measure", "ttft")
     assert saved.samples[key].dtype == np.float32 and saved.samples[key].size == 50
     assert saved.samples[key][0] == pytest.approx(0.010) and saved.samples[key][-1] == pytest.approx(0.059)
-    assert load_run("latest", tmp_path / "st").meta["records_format"] == "pytest-llmbench/run/1"
+    assert load_run("latest", tmp_path / "st").meta["records_format"] == f"pytest-llmbench/run/1 records {RECORDS_FORMAT.split('.')[0]}.x"
     (report / run_dir / "records.jsonl").unlink()
     with pytest.raises(GateStorageError, match="run records missing"):
         save(report, tmp_path / "st")

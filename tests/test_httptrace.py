@@ -13,12 +13,14 @@ import asyncio
 import json
 import socket
 import ssl
+import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from pytest_llmbench import httptrace
-from pytest_llmbench.client import ClientConfig, LLMClient
+from pytest_llmbench.client import TRANSPORTS, ClientConfig, LLMClient
 from pytest_llmbench.records import ErrorType, RequestRecord, RequestSpec
 
 trustme = pytest.importorskip("trustme")
@@ -51,6 +53,8 @@ class LoopbackServer:
         self.chunked = False  # with events: Transfer-Encoding chunked, one HTTP chunk per write
         self.body_writes: list[int] = []  # per request: body writes (the server's chunks)
         self.body_bytes: list[int] = []  # per request: body bytes before any transfer framing
+        self.hello_read_ns: list[int] = []  # when the server began reading a ClientHello (after TLS_DELAY)
+        self.body_read_ns: list[int] = []  # when a request body had been read in full
 
     async def __aenter__(self) -> LoopbackServer:
         self._sock = socket.socket()
@@ -85,6 +89,7 @@ class LoopbackServer:
             # the ClientHello waits unread in the socket buffer: the client's TLS handshake
             # (its "connecting" phase) cannot finish before this delay
             await asyncio.sleep(TLS_DELAY)
+            self.hello_read_ns.append(time.perf_counter_ns())
             reader = asyncio.StreamReader()
             protocol = asyncio.StreamReaderProtocol(reader)
             transport, _ = await loop.connect_accepted_socket(lambda: protocol, conn, ssl=self.ctx)
@@ -99,6 +104,7 @@ class LoopbackServer:
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":", 1)[1])
                 body = await reader.readexactly(length)
+                self.body_read_ns.append(time.perf_counter_ns())
                 self.received.append(len(head) + len(body))
                 await asyncio.sleep(HEADER_DELAY)
                 if self.error_body is not None:
@@ -205,9 +211,11 @@ async def test_new_connection_then_reuse_reflects_injected_delays() -> None:
     # bytes: exactly what the server read and wrote (Content-Length body, no chunked framing)
     assert p1["data_sent"] == srv.received[0]
     assert p1["data_received"] == srv.sent[0]
-    # the connection set-up hides inside TTFT: TTFT >= connecting + waiting
-    ttft = (first.first_token_ns - first.sent_ns) / 1e9
-    assert ttft >= p1["connecting"] + p1["waiting"]
+    # T_submit (sent_ns) is the last request byte, after the connection set-up: TTFT excludes it
+    # (the stamp is taken as the transport pulls the final byte, just before its write is traced)
+    assert first.http_trace["create_end_ns"] <= first.sent_ns <= first.http_trace["body_sent_ns"]
+    assert (first.sent_ns - first.queued_ns) / 1e9 >= p1["connecting"]
+    assert (first.first_token_ns - first.sent_ns) / 1e9 >= HEADER_DELAY
     # reused connection: no connecting, no DNS
     assert p2["connection_reused"] == 1
     assert p2["connecting"] == 0 and p2["dns_lookup"] == 0
@@ -267,6 +275,27 @@ def test_stream_reads_from_the_client_stamps() -> None:
     t = httptrace.new_trace()
     httptrace.note_stream_reads(t, [], None, 50)
     assert t["response_chunks"] == 0 and "first_byte_ns" not in t
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_t_submit_is_the_last_request_byte_after_the_handshake(transport: str) -> None:
+    """App. B.1.1: T_submit is when the final request byte is written. The server reads the ClientHello
+    only after TLS_DELAY, so no request byte can be written before it; the server reads the whole body
+    only after the client wrote it. Both bounds are causal, so host load cannot break them."""
+    async with LoopbackServer() as srv, LLMClient(replace(_config(srv.port), transport=transport, http_trace=False)) as c:
+        first = await c.send(_spec(0))
+        second = await c.send(_spec(1))  # reused connection
+    assert first.ok and second.ok, (first.error_message, second.error_message)
+    assert first.queued_ns is not None and second.queued_ns is not None
+    # new connection: T_submit after the handshake the server held back, before the server had the body
+    assert srv.hello_read_ns[0] < first.sent_ns <= srv.body_read_ns[0]
+    assert first.sent_ns - first.queued_ns >= TLS_DELAY * 1e9
+    # TTFT = first token - T_submit: the server's header delay is in it, the handshake delay is not
+    assert first.first_token_ns - first.sent_ns >= HEADER_DELAY * 1e9
+    assert first.first_token_ns - first.queued_ns >= (TLS_DELAY + HEADER_DELAY) * 1e9
+    # reused connection: still between the hand-over and the server's read of the body
+    assert second.queued_ns <= second.sent_ns <= srv.body_read_ns[1]
+    assert len(srv.hello_read_ns) == 1
 
 
 async def test_error_response_body_is_counted() -> None:

@@ -137,7 +137,10 @@ def test_run_json_carries_the_records_format_and_older_files_are_read(tmp_path: 
     assert run.metadata.records_format == "1.0" and run.records[0].index == 0
     assert run.records[0].request_class is None
     # a future major version is named, not misread
-    stored["records_format"] = "2.0"
+    stored["records_format"] = "1.3"  # before T_submit moved to the last request byte: still read
     meta_path.write_text(json.dumps(stored), encoding="utf-8")
-    with pytest.raises(StorageError, match="records format 2.0 is not supported"):
+    assert load_run(tmp_path / "run").records[0].queued_ns is None
+    stored["records_format"] = "3.0"
+    meta_path.write_text(json.dumps(stored), encoding="utf-8")
+    with pytest.raises(StorageError, match="records format 3.0 is not supported"):
         load_run(tmp_path / "run")

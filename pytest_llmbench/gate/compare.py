@@ -23,7 +23,7 @@ from .metricinfo import metric_info
 from .rules import Rule, parse_rule
 from .significance import (DEFAULT_SEED, Change, across_runs_change, mean_change, percentile_change,
                            scalar_change)
-from .storage import StoredRun, primary_label, repetition_views
+from .storage import StoredRun, primary_label, records_format_key, repetition_views
 
 __all__ = [
     "Comparison",
@@ -114,17 +114,12 @@ def comparability_key(run: StoredRun, proc: Mapping[str, Any]) -> dict[str, Any]
 
 
 def _records_format(run: StoredRun, proc: Mapping[str, Any]) -> str:
-    from ..storage import SCHEMA
-
     base = run.path if run.path.is_dir() else run.path.parent
     for rel in proc.get("run_dirs") or []:
         p = base / rel / "run.json"
         if p.is_file():
-            try:
-                return str(json.loads(p.read_text(encoding="utf-8")).get("schema") or SCHEMA)
-            except (OSError, json.JSONDecodeError):
-                break
-    return SCHEMA  # no run.json to read: records of this plugin version
+            return records_format_key(p)
+    return records_format_key(None)  # no run.json to read: records of this plugin version
 
 
 def differences(baseline: Mapping[str, Any], new: Mapping[str, Any]) -> list[Difference]:

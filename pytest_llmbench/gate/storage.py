@@ -373,18 +373,30 @@ def save(report: str | os.PathLike[str] | Mapping[str, Any], storage: str | os.P
 
 
 def _records_format_of(doc: Mapping[str, Any], base: Path | None) -> str:
-    """The ``run.json`` schema of the session's run records (this plugin's when none can be read)."""
-    from ..storage import SCHEMA
-
+    """The ``run.json`` schema and records-format major of the session's run records (this plugin's
+    when none can be read): runs whose records define T_submit differently (records format 2.0,
+    App. B.1.1) are never compared."""
     for proc in doc.get("procedures") or []:
         for rel in proc.get("run_dirs") or []:
             p = base / rel / "run.json" if base is not None else None
             if p is not None and p.is_file():
-                try:
-                    return str(json.loads(p.read_text(encoding="utf-8")).get("schema") or SCHEMA)
-                except (OSError, json.JSONDecodeError):
-                    return SCHEMA
-    return SCHEMA
+                return records_format_key(p)
+    return records_format_key(None)
+
+
+def records_format_key(run_json: Path | None) -> str:
+    """``"<run.json schema> records <major>.x"`` of one ``run.json`` (this plugin's when unreadable)."""
+    from ..records import RECORDS_FORMAT
+    from ..storage import SCHEMA
+
+    meta: dict[str, Any] = {"schema": SCHEMA, "records_format": RECORDS_FORMAT}
+    if run_json is not None:
+        try:
+            meta = json.loads(run_json.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            pass
+    major = str(meta.get("records_format") or "1.0").split(".")[0]
+    return f"{meta.get('schema') or SCHEMA} records {major}.x"
 
 
 def _read_meta(d: Path) -> dict[str, Any]:

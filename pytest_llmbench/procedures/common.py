@@ -34,6 +34,7 @@ from ..export_aiperf import write_aiperf_export
 from ..load import ClosedLoop, LoadResult, OpenLoop, run_load
 from ..metrics import RunMetrics, summarize
 from ..records import ClockAnchor, RequestRecord, RequestSpec
+from ..selfcheck import option_c_error
 from ..storage import RECORDS_FILE, RunMetadata, RunWriter, write_text_atomic
 from ..sut import effective_declarations
 from ..warmup import WarmupPolicy, WarmupResult, run_warmup, sample_server_metrics
@@ -364,6 +365,11 @@ def _load_summary(result: LoadResult) -> dict[str, Any]:
         d.update(concurrency=result.concurrency_target, held=round(result.concurrency_mean, 2))
     d.update(sent=result.sent, ok=result.ok, duration_s=round(result.duration_s, 2),
              send_lag_p99_ms=round(result.send_lag.p99_ms, 3) if result.send_lag.p99_ms is not None else None)
+    if result.client_delay is not None:  # the client's own delay while receiving (selfcheck.py)
+        d["client_delay"] = result.client_delay.to_json()
+    option_c = option_c_error(result.records)  # client vs server first-token time (§4.6.3 option C)
+    if option_c is not None:
+        d["option_c_error"] = option_c
     sharding = result.parameters.get("sharding")
     if sharding:  # per-shard figures for the results document (shards/)
         d["sharding"] = sharding
@@ -491,7 +497,7 @@ def _arrival_fit(recs: Sequence[RequestRecord], kind: str | None, rate: float | 
         return None
     from scipy.stats import kstest
 
-    sent = sorted(r.sent_ns for r in recs)
+    sent = sorted(r.handoff_ns for r in recs)  # the client's schedule, connection set-up excluded
     gaps = [(b - a) / 1e9 for a, b in zip(sent, sent[1:])]
     return float(kstest(gaps, "expon", args=(0, 1 / rate)).pvalue)
 
@@ -509,7 +515,7 @@ def load_facts(measured: Sequence[Measured]) -> LoadFacts:
     open_loop = first.load_model == "open"
     arrival = (first.parameters.get("arrival") or {}) if open_loop else {}
     recs = [r for m in measured for r in m.records if r.intended_ns is not None and r.sent_ns]
-    lags = [(r.sent_ns - r.intended_ns) / 1e9 for r in recs]
+    lags = [(r.handoff_ns - r.intended_ns) / 1e9 for r in recs]
     p99 = float(np.percentile(lags, 99)) if lags else None
     caps: set[str] = set()
     states = [r.inflight_at_send for m in measured for r in m.records if r.inflight_at_send is not None]

@@ -82,10 +82,17 @@ def mvr_text(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _dist_rows(metrics: Mapping[str, Any] | None) -> list[list[str]]:
+#: Marks a latency percentile the client's own delay may have set (results ``client_delay``).
+FLAG = "⚑"
+
+
+def _dist_rows(metrics: Mapping[str, Any] | None, check: Mapping[str, Any] | None = None) -> list[list[str]]:
+    """The distribution table; with the client-delay self-check, flagged percentiles carry
+    :data:`FLAG` and a last row gives the client's delay at every percentile column."""
     if not metrics:
         return []
     dists = metrics.get("distributions") or {}
+    flagged = {f["figure"] for f in (check or {}).get("figures") or [] if f.get("flagged")}
     rows = []
     for name, label in DIST_ROWS:
         d = dists.get(name)
@@ -97,9 +104,45 @@ def _dist_rows(metrics: Mapping[str, Any] | None) -> list[list[str]]:
                 f"ITL (option {metrics.get('itl_option', '?')})"
         pct = d.get("percentiles") or {}
         rows.append([label, f"{d['n']:,}", fmt_est(d.get("mean"))]
-                    + [fmt_est(pct.get(p)) if p in pct else "n/a" for p in PCTS]
+                    + [(fmt_est(pct.get(p)) + (f" {FLAG}" if f"{name}_{p}" in flagged else "")) if p in pct else "n/a"
+                       for p in PCTS]
                     + [fmt_value(d.get("min"), unit), fmt_value(d.get("max"), unit), fmt_value(d.get("std"), unit)])
+    client = (check or {}).get("client")
+    if rows and client and client.get("source"):
+        table = client["receive_delay_ms"] if client["source"] == "receive-probe" else client["loop_lag_ms"]
+        n = client["receive_n"] if client["source"] == "receive-probe" else client["loop_n"]
+        rows.append([f"Client delay ({client['source']}, self-check)", f"{n:,}", ""]
+                    + [fmt_value(table[p] / 1e3, "s") if p in table else "n/a" for p in PCTS] + ["", "", ""])
     return rows
+
+
+def _client_delay_table(check: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The client-delay self-check of one procedure (results ``client_delay``, selfcheck.py)."""
+    if not check:
+        return []
+    rows = []
+    c = check.get("client") or {}
+    for key, n_key, label in (("receive_delay_ms", "receive_n", "Receive delay (socket readable → timestamp)"),
+                              ("loop_lag_ms", "loop_n", "Event-loop lag")):
+        t = c.get(key) or {}
+        if t:
+            rows.append([label, fmt_value(t.get("p50", 0) / 1e3, "s"), fmt_value(t.get("p99", 0) / 1e3, "s"),
+                         f"{c.get(n_key, 0):,} samples"])
+    if c.get("cpu_share") is not None:
+        rows.append(["Client CPU (process CPU time / wall time)", "", "",
+                     f"{c['cpu_share']:.0%} of one core ({c['cpu_s']:.3g} s CPU over {c['wall_s']:.3g} s)"])
+    e = check.get("option_c_error")
+    if e:
+        rows.append(["Measured error: client − server first-token time (option C)", fmt_value(e["p50_ms"] / 1e3, "s"),
+                     fmt_value(e["p99_ms"] / 1e3, "s"), f"{e['n']:,} requests, max {fmt_value(e['max_ms'] / 1e3, 's')}"])
+    th = check.get("thresholds") or {}
+    verdict = f"FLAGGED {FLAG}" if check.get("flagged") else "not flagged"
+    notes = [f"Self-check: {verdict}. A latency percentile is flagged ({FLAG} in the distribution table) when the "
+             f"client delay at that percentile exceeds {th.get('abs_ms', 1):g} ms or {th.get('rel', 0.05):.0%} of it; "
+             f"the run is flagged then, or when the option-C error P99 exceeds {th.get('option_c_p99_ms', 1):g} ms."]
+    notes += list(check.get("reasons") or [])
+    return [{"title": "Client-delay self-check", "columns": ["Client figure", "P50", "P99", "Detail"],
+             "rows": rows, "notes": notes}]
 
 
 def _fig(figs: Mapping[str, Any], name: str) -> str:
@@ -149,9 +192,10 @@ def _proc_view(p: Mapping[str, Any], with_figures: bool) -> dict[str, Any]:
         "param_rows": [[k, fmt_any(v)] for k, v in (res.get("params") or {}).items()],
         "measurement_rows": [[k, fmt_est(v, ci=True, n=True) if is_estimate(v) else fmt_any(v)]
                              for k, v in (res.get("measurements") or {}).items()],
-        "tables": [_with_cancelled(t, p.get("completion") or []) for t in res.get("tables") or []] + _extra_tables(p),
+        "tables": ([_with_cancelled(t, p.get("completion") or []) for t in res.get("tables") or []] + _extra_tables(p)
+                   + _client_delay_table(p.get("client_delay"))),
         "run_rows": _run_rows(res.get("runs") or []),
-        "dist_rows": _dist_rows(res.get("metrics")),
+        "dist_rows": _dist_rows(res.get("metrics"), p.get("client_delay")),
         "errors": (res.get("metrics") or {}).get("errors_by_type") or {},
         "notes": list(res.get("notes") or []),
         "plot_notes": list(p.get("plot_notes") or []),
@@ -197,7 +241,8 @@ def _extra_tables(p: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "columns": ["Phase", "AIPerf tag", *(k.upper() for k in pcts), "Mean", "n"],
                     "rows": [[r["metric"], r.get("aiperf") or "", *(fmt_value(r["percentiles"][k], r["unit"])
                               for k in pcts), fmt_value(r["mean"], r["unit"]), f"{r['n']:,}"] for r in http],
-                    "notes": ["Connection set-up (blocked + DNS + connecting) is part of TTFT; waiting is the "
+                    "notes": ["Connection set-up (blocked + DNS + connecting) precedes T_submit, so it is not part of "
+                              "TTFT (App. B.1.1); waiting is the "
                               "time to the first response byte."]})
     return out
 

@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: Record fields on the sending host's monotonic clock (``server_token_ns`` is the server's).
-_CLIENT_TIME_FIELDS = ("intended_ns", "sent_ns", "first_chunk_ns", "first_token_ns", "end_ns")
+_CLIENT_TIME_FIELDS = ("intended_ns", "queued_ns", "sent_ns", "first_chunk_ns", "first_token_ns", "end_ns")
 
 
 class NotShardable(ValueError):
@@ -355,7 +355,7 @@ def merge(load: OpenLoop | ClosedLoop, reports: list[ShardReport], records: list
             errors[r.error_type.value] = errors.get(r.error_type.value, 0) + 1
     ok = sum(1 for r in records if r.error_type is None)
     cancelled = errors.get(ErrorType.CANCELLED.value, 0)
-    lags = [r.sent_ns - r.intended_ns for r in records if r.intended_ns is not None and r.sent_ns]
+    lags = [r.handoff_ns - r.intended_ns for r in records if r.intended_ns is not None and r.sent_ns]
     send_lag = LagStats.of_ns(lags)
     worst = max(reports, key=lambda r: r.loop_delay.p99_ms or 0.0) if reports else None
     loop_delay = worst.loop_delay if worst is not None else LagStats.of_ns([])
@@ -394,5 +394,5 @@ def merge(load: OpenLoop | ClosedLoop, reports: list[ShardReport], records: list
 
 def lag_p99_ms(records: list[RequestRecord]) -> float | None:
     """p99 send lag of some records in ms (per-shard figure from the merged records)."""
-    lags = [r.sent_ns - r.intended_ns for r in records if r.intended_ns is not None and r.sent_ns]
+    lags = [r.handoff_ns - r.intended_ns for r in records if r.intended_ns is not None and r.sent_ns]
     return float(np.percentile(lags, 99)) / 1e6 if lags else None

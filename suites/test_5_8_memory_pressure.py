@@ -12,7 +12,7 @@ import pytest
 def test_memory_pressure_table(llm_result):
     """Table 11 has the base row and the three oversubscription levels (§5.8.5)."""
     table = llm_result.tables[0]
-    assert table.columns == ["Oversub Level", "Complete", "Preempt", "Fail Rate", "TTFT P99"]
+    assert table.columns == ["Oversub Level", "Complete", "Preempt", "Fail Rate", "Cancelled", "TTFT P99"]
     assert [row[0] for row in table.rows] == ["100% (base)", "110%", "125%", "150%"]
 
 

@@ -161,3 +161,18 @@ def test_mixed_count_meets_both_minimums(short: float, long: float, per_class: i
 def test_bad_parameters_are_rejected(bad: dict[str, Any]) -> None:
     with pytest.raises(ProcedureError):
         PROC.make_params("standard", bad)
+
+
+@pytest.mark.parametrize("isolation,status", [("total", "met"), ("class-share", "unmet")])
+def test_baseline_at_the_share_of_the_rate_is_not_the_drafts(isolation: str, status: str) -> None:
+    """§5.6.3 step 2 ("in isolation at same total load"): only isolation="total" meets 5.6.3-PARAM-2."""
+    from types import SimpleNamespace
+
+    from pytest_llmbench.procedures.p5_6_fairness import _checks
+
+    p = FairnessParams(isolation=isolation)
+    mixed = SimpleNamespace(records=[], load=SimpleNamespace(send_window_s=1.0))
+    wu = SimpleNamespace(ok=1, output_tokens=1)
+    checks = _checks(p, ["short", "long"], {"short": 0.8, "long": 0.2}, mixed, {"short": mixed, "long": mixed},
+                     {"short": None, "long": None}, 0.8, wu, {}, False)  # type: ignore[arg-type]
+    assert checks["5.6.3-PARAM-2"].status.value == status

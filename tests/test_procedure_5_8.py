@@ -146,3 +146,20 @@ def test_cancelled_requests_count_against_completion(outcome):
     text = _degradation([base, lp])
     assert "graceful" not in text and "19 of" in text and "cancelled" in text
     assert "graceful" in _degradation([base, base])
+
+
+def test_a_level_without_a_successful_request_still_summarises(outcome):
+    """Seen in a smoke run on a busy host: every request of a level cancelled at the drain, some with
+    partial server token times; option C then had no successful record and summarize() raised."""
+    from pytest_llmbench.procedures.common import itl_option_for
+
+    records = list(iter_records(outcome.runs[-1].run_dir))
+    assert itl_option_for(records) == "C"  # the simulator sends per-token times
+    for r in records:
+        r.error_type, r.error_message = ErrorType.CANCELLED, "cancelled by the load generator"
+    assert any(r.server_token_ns for r in records)
+    assert itl_option_for(records) == "B"
+    metrics = summarize(records, itl_option=itl_option_for(records))
+    assert metrics.scalar("cancelled_count").value == len(records)
+    with pytest.raises(ValueError, match="itl_option 'C'"):
+        summarize(records, itl_option="C")  # what the old choice did

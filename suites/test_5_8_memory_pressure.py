@@ -20,9 +20,10 @@ def test_memory_pressure_table(llm_result):
 def test_memory_pressure_graceful(llm_result):
     """Example robustness SLO: above capacity the SUT degrades by queueing/preemption, never by failing.
 
-    (The SLO on ``success_rate`` is checked on the highest level run, the primary metrics.)
+    Requests still running when a level's drain ends are cancelled: they did not complete and count
+    against ``completion`` and the runs' ``success_rate`` (Table 11's Cancelled column). How many
+    that is depends on ``drain_s`` (2 s in smoke); assert on ``completion`` to require them all.
     """
     for level in llm_result.measurements["levels"]:
         assert level["fail_rate"] is not None and level["fail_rate"] <= 0.01, level
         assert level["capacity_errors"] == 0, level
-    assert llm_result.metrics.scalar("success_rate").value >= 0.99

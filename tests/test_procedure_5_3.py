@@ -225,6 +225,8 @@ def test_cancelled_requests_count_against_success_and_censor_the_p99() -> None:
     pt = _point(m, 1.2, 10.0, TradeoffParams())  # type: ignore[arg-type]
     assert (pt.everyone.sent, pt.everyone.ok, pt.everyone.cancelled) == (100, 90, 10)
     assert pt.success == pytest.approx(0.9)
+    # the run's own figure (summary row, runs table, SLO assertions) counts them too
+    assert m.metrics.scalar("success_rate").value == pytest.approx(0.9) and m.metrics.scalar("success_rate").n == 100
     # TTFT: 95 observed (90 x 100 ms, 5 x 300 ms: first token before the cut) and 5 censored at 5 s
     p50, p99 = pt.everyone.ttft[50.0], pt.everyone.ttft[99.0]
     assert p50.value == pytest.approx(0.1) and p50.bounded

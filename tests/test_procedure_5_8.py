@@ -138,6 +138,7 @@ def test_cancelled_requests_count_against_completion(outcome):
     assert lp.completion == pytest.approx((n - 19) / n) and lp.fail_rate == 0
     assert lp.cancelled_rate == pytest.approx(19 / n)
     assert lp.to_json()["cancelled"] == 19
+    assert metrics.scalar("success_rate").value == pytest.approx((n - 19) / n)  # the run's figure counts them
     base = _assess(1.0, 12, Measured(load=SimpleNamespace(records=[dataclasses.replace(r, error_type=None)
                                                                    for r in records], duration_s=3.0),
                                      summary=RunSummary(label="y", run_dir=run_dir, load={},

@@ -17,7 +17,7 @@ import numpy as np
 from ..compliance import Check
 from ..metrics import STEADY_STATE_FRACTION, steady_state_window
 from ..records import RequestRecord, RequestSpec
-from ..stats import CensoredPercentile, censored_percentile, queue_growing
+from ..stats import CensoredPercentile, censored_percentile, proportion_estimate, queue_growing
 from ..workloads import build_workload
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,6 +30,7 @@ __all__ = [
     "CENSORED_NOTE",
     "AllRequests",
     "all_requests",
+    "count_cancelled_as_unsuccessful",
     "fmt_censored",
     "QueueTrend",
     "build_level_specs",
@@ -298,6 +299,19 @@ def all_requests(m: Measured, ps: Sequence[float] = (50.0, 95.0, 99.0)) -> AllRe
         sent=int(ok.sum()) + failed + cancelled, ok=int(ok.sum()), failed=failed, cancelled=cancelled,
         ttft={float(q): censored_percentile(ttft_all, ttft_cen, q) for q in ps},
         e2e={float(q): censored_percentile(e2e_obs, e2e_cen, q) for q in ps})
+
+
+def count_cancelled_as_unsuccessful(m: Measured, everyone: AllRequests) -> None:
+    """Set the run's ``success_rate`` to successful / sent, in place (§5.3.3, §5.8.4).
+
+    The metrics layer leaves cancelled requests out of success rates (metrics.py); where a procedure
+    drives the SUT past capacity a cancelled request is one that did not complete, so the run's
+    figure, and with it the report's summary row, runs table and SLO assertions, counts it.
+    """
+    est = proportion_estimate(everyone.ok, everyone.sent)
+    m.metrics.scalars["success_rate"] = dataclasses.replace(
+        est, method=f"{est.method}; successful / sent: {everyone.cancelled} cancelled and {everyone.failed} "
+                    "failed requests count against it")
 
 
 def fmt_num(value: float | None, unit: str = "", digits: int = 1) -> str:

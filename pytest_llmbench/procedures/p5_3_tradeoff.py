@@ -50,6 +50,7 @@ from .helpers import (
     FLUID_RATE_NOTE,
     AllRequests,
     all_requests,
+    count_cancelled_as_unsuccessful,
     fluid_rate,
     fmt_censored,
     fmt_ms,
@@ -152,6 +153,7 @@ def _point(m: Measured, fraction: float, offered: float, p: TradeoffParams) -> L
     sent = sum(1 for r in m.records if r.sent_ns)
     q = queue_trend(m, arrivals=sent)
     ev = all_requests(m)
+    count_cancelled_as_unsuccessful(m, ev)
 
     def three(name: str) -> tuple[float | None, float | None, float | None]:
         return pvalue(mt, name, 50), pvalue(mt, name, 95), pvalue(mt, name, 99)

@@ -52,6 +52,7 @@ from .helpers import (
     AllRequests,
     all_requests,
     build_level_specs,
+    count_cancelled_as_unsuccessful,
     capacity_error,
     closed_level_stream,
     fmt_censored,
@@ -178,6 +179,7 @@ class LevelPressure:
 def _assess(level: float, c: int, m: Measured, repeats: int) -> LevelPressure:
     met = m.metrics
     ev = all_requests(m, (99.0,))
+    count_cancelled_as_unsuccessful(m, ev)
     n_ok, n_failed = ev.ok, ev.failed
     judged = n_ok + n_failed  # the requests the server answered (preemption-rate denominator)
     pr = met.per_request

@@ -101,7 +101,8 @@ def test_knee_matches_the_engine_model(curve) -> None:  # type: ignore[no-untype
     p99s = [c.value for c in cens]
     rule = knee_point_ci(offered, p99s, [c.ci_low for c in cens], [c.ci_high for c in cens])
     assert curve.measurements["knee_index"] == rule.index
-    assert curve.measurements["knee_rule"]["literal_index"] == knee_point(offered, p99s) == rule.literal
+    assert curve.measurements["knee_literal_index"] == knee_point(offered, p99s) == rule.literal
+    assert curve.measurements["knee_within_noise"] == rule.within_noise
     if not any(r.error_type is ErrorType.CANCELLED for recs in every for r in recs):  # then no censoring
         assert p99s == pytest.approx(measured, rel=1e-9)
     predicted = [float(np.percentile(replay_ttft(CFG, recs), 99)) for recs in records]
@@ -154,14 +155,14 @@ def test_curve_shape_and_derived_points(curve) -> None:  # type: ignore[no-untyp
     # the draft's literal saturation point is the first drop in achieved throughput, or none; the reported one
     # needs the throughput intervals apart (stats.saturation_point_ci), so it is never before the literal one
     drops = [i for i in range(1, 12) if ach[i] < ach[i - 1]]
-    assert m["saturation_rule"]["literal_index"] == (drops[0] if drops else None)
+    assert m["saturation_literal_index"] == (drops[0] if drops else None)
     cis = [(run.metrics.scalar("output_throughput").ci_low, run.metrics.scalar("output_throughput").ci_high)
            for run in curve.runs]
     sat = saturation_point_ci([lv["offered_req_s"] for lv in m["levels"]], ach, [c[0] for c in cis],
                               [c[1] for c in cis])
     assert m["saturation_index"] == sat.index
     assert sat.index is None or (drops and sat.index >= drops[0])
-    assert m["saturation_rule"]["within_noise"] == (sat.literal is not None and sat.literal != sat.index)
+    assert m["saturation_within_noise"] == (sat.literal is not None and sat.literal != sat.index)
     # success counts every request sent; a level's figures add up
     for lv in m["levels"]:
         assert lv["sent"] == lv["ok"] + lv["failed"] + lv["cancelled"]

@@ -24,7 +24,8 @@ its example uses TTFT P99); saturation point = first level whose achieved throug
 previous level's (or an earlier peak's) with the throughput intervals apart
 (``stats.saturation_point_ci``; "not reached" when throughput never drops, requirements note 32).
 When the draft's literal rule fires on point values within the noise, the result says so
-(``knee_rule`` / ``saturation_rule`` in the measurements, a note under Table 5). Optimal operating
+(``knee_literal_index`` / ``knee_within_noise`` and the saturation pair in the measurements, a
+note under Table 5). Optimal operating
 point = the highest-throughput level meeting the SLO (``ttft_p99_slo_s`` / ``tpot_p99_slo_s``;
 censored P99s do not meet it; "no SLO given" without one, note 33).
 
@@ -308,7 +309,9 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
             "level_count": len(points), "level_duration_s": p.level_duration_s,
             "knee_index": knee, "knee_rate_req_s": None if knee is None else points[knee].offered,
             "saturation_index": sat, "saturation_rate_req_s": None if sat is None else points[sat].offered,
-            "knee_rule": knee_rule.to_json(), "saturation_rule": sat_rule.to_json(),
+            # the draft's literal rules on point values, and whether they fired within the noise (Table 5 notes say why)
+            "knee_literal_index": knee_rule.literal, "knee_within_noise": knee_rule.within_noise,
+            "saturation_literal_index": sat_rule.literal, "saturation_within_noise": sat_rule.within_noise,
             "cancelled_requests": cancelled, "sent_requests": sum(pt.everyone.sent for pt in points if pt.everyone),
             "optimal_index": opt, "optimal_rate_req_s": None if opt is None else points[opt].offered,
             "optimal_output_tok_s": None if opt is None else achieved[opt],

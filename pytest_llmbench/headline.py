@@ -394,6 +394,8 @@ def enrich_curve(p: Mapping[str, Any], capacity: Mapping[str, Any]) -> None:
                 if isinstance(c, Mapping) and c.get("rate") is not None and c.get("output_throughput")), None)
     if cap is not None and curve.get("offered_unit") == "req/s":
         curve.setdefault("capacity_tps", float(cap))
+    if "knee_literal_index" in curve:  # the procedure applied the noise tolerance itself (stats.knee_point_ci)
+        return
     knee = curve.get("knee_index")
     runs = res.get("runs") or []
     p99s = curve.get("ttft_p99_s") or []

@@ -37,11 +37,15 @@ __all__ = [
     "PERCENTILE_METHOD",
     "ScalingFit",
     "TailShape",
+    "CensoredPercentile",
+    "NoisyRule",
     "batch_means_rate",
+    "censored_percentile",
     "completion_rate_saturated",
     "distribution",
     "jain_index",
     "knee_point",
+    "knee_point_ci",
     "latency_inflation",
     "mean_estimate",
     "modality",
@@ -52,6 +56,7 @@ __all__ = [
     "queue_growing",
     "required_samples",
     "saturation_point",
+    "saturation_point_ci",
     "scaling_fit",
     "slowdown",
     "starvation_rate",
@@ -532,6 +537,159 @@ def saturation_point(loads: ArrayLike, throughput: ArrayLike) -> int | None:
         if y[cur] < y[prev]:
             return int(cur)
     return None
+
+
+@dataclass(frozen=True)
+class NoisyRule:
+    """A §5.3.4 derived point with a noise tolerance.
+
+    ``index`` is the first level where the rule holds outside the noise (the 95 % confidence
+    intervals of the compared figures do not overlap); ``literal`` is where the draft's rule fires
+    on the point values. ``within_noise`` is True when the literal rule fired at a level where the
+    intervals overlap (``literal`` set and ``literal != index``); ``reason`` says why in words.
+    """
+
+    index: int | None
+    literal: int | None
+    reference: int | None = None  # the level compared against (minimum P99 / earlier peak), if any
+    reason: str = ""
+
+    @property
+    def within_noise(self) -> bool:
+        return self.literal is not None and self.literal != self.index
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "literal_index": self.literal, "reference_index": self.reference,
+                "within_noise": self.within_noise, "reason": self.reason}
+
+
+def _bound(v: Any, default: float) -> float:
+    return default if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def knee_point_ci(loads: ArrayLike, p99: ArrayLike, ci_low: Sequence[float | None],
+                  ci_high: Sequence[float | None], *, factor: float = 2.0) -> NoisyRule:
+    """§5.3.4 knee (first level whose P99 > ``factor`` x the minimum P99) outside the noise.
+
+    A level is the knee only when the lower end of its P99 interval exceeds ``factor`` times the
+    upper end of the minimum-P99 level's interval, so the rule cannot fire on two P99s whose
+    intervals allow the ratio to be below ``factor`` (under-sampled P99s, §5.1.4.3). An unbounded
+    interval end (None: too few samples for the order-statistic bound) never separates levels.
+    The draft's literal rule on point values is returned alongside (``literal``).
+    """
+    l, y = _as_array(loads, "loads"), _as_array(p99, "p99")
+    if not (l.size == y.size == len(ci_low) == len(ci_high)):
+        raise ValueError("loads, p99 and their intervals differ in length")
+    literal = knee_point(l, y, factor=factor)
+    finite = np.isfinite(y)
+    if not finite.any():
+        return NoisyRule(None, literal, None, "no finite P99")
+    ref = int(np.flatnonzero(finite)[np.argmin(y[finite])])
+    ref_hi = _bound(ci_high[ref], math.inf)
+    index = next((int(i) for i in np.argsort(l, kind="stable") if _bound(ci_low[i], -math.inf) > factor * ref_hi),
+                 None)
+    why = ""
+    if literal is not None and literal != index:
+        lo = _bound(ci_low[literal], math.nan)
+        why = ("the minimum level's P99 interval is unbounded above (too few samples)" if math.isinf(ref_hi)
+               else f"the level's P99 95% CI starts at {lo * 1000:.1f} ms, not above {factor:g}x the minimum "
+                    f"P99's upper bound {ref_hi * 1000:.1f} ms")
+    return NoisyRule(index, literal, ref, why)
+
+
+def saturation_point_ci(loads: ArrayLike, throughput: ArrayLike, ci_low: Sequence[float | None],
+                        ci_high: Sequence[float | None]) -> NoisyRule:
+    """§5.3.4 saturation (first level whose achieved throughput decreases) outside the noise.
+
+    A level is the saturation point when the upper end of its throughput interval is below the
+    lower end of the interval of the earlier level with the highest throughput (the previous
+    level, or an earlier peak when the decline is spread over several levels, each step within
+    the noise). Unbounded interval ends never separate levels. The draft's literal rule (first
+    decrease of the point values from the previous level) is returned alongside.
+    """
+    l, y = _as_array(loads, "loads"), _as_array(throughput, "throughput")
+    if not (l.size == y.size == len(ci_low) == len(ci_high)):
+        raise ValueError("loads, throughput and their intervals differ in length")
+    literal = saturation_point(l, y)
+    order = [int(i) for i in np.argsort(l, kind="stable")]
+    index = peak = None
+    for k in range(1, len(order)):
+        cur = order[k]
+        best = max(order[:k], key=lambda i: (y[i] if np.isfinite(y[i]) else -math.inf))
+        if _bound(ci_high[cur], math.inf) < _bound(ci_low[best], -math.inf):
+            index, peak = cur, best
+            break
+    why = ""
+    if literal is not None and literal != index:
+        prev = order[order.index(literal) - 1]
+        why = (f"throughput {y[literal]:.0f} < {y[prev]:.0f} at the previous level, but the 95% CIs overlap "
+               f"(upper bound {_bound(ci_high[literal], math.inf):.0f} >= lower bound "
+               f"{_bound(ci_low[prev], -math.inf):.0f})")
+    return NoisyRule(index, literal, peak, why)
+
+
+@dataclass(frozen=True)
+class CensoredPercentile:
+    """A latency percentile over completed and right-censored samples (§5.3.3: all requests).
+
+    A request cancelled before it finished has a latency of *at least* its elapsed time. ``value``
+    ranks every censored sample above every completed one (+inf for percentile purposes): it is an
+    upper bound of the true percentile, ``inf`` when the percentile's rank falls among the
+    censored samples. ``lower`` puts each censored sample at its elapsed time: a lower bound. The
+    true percentile lies in ``[lower, value]``; both are equal when censoring does not reach the
+    percentile's rank. ``ci_low`` / ``ci_high`` are the order-statistic 95 % interval computed the
+    same two ways (None: unbounded).
+    """
+
+    p: float
+    value: float
+    lower: float
+    ci_low: float | None
+    ci_high: float | None
+    n: int  # completed + censored
+    censored: int
+    undersampled: bool
+
+    @property
+    def bounded(self) -> bool:
+        """True when the value is finite (censoring does not reach the percentile's rank)."""
+        return math.isfinite(self.value)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"p": self.p, "value": self.value if self.bounded else None, "lower": _finite_or_none(self.lower),
+                "ci_low": self.ci_low, "ci_high": self.ci_high, "n": self.n, "censored": self.censored,
+                "undersampled": self.undersampled}
+
+
+def censored_percentile(observed: ArrayLike, censored_at: ArrayLike, p: float, *,
+                        confidence: float = 0.95) -> CensoredPercentile:
+    """Percentile ``p`` of completed samples ``observed`` and right-censored ones (see
+    :class:`CensoredPercentile`); NaN entries are dropped from both."""
+    obs, _ = _clean(observed)
+    cen, _ = _clean(censored_at)
+    obs.sort()
+    n, k = obs.size + cen.size, cen.size
+    if n == 0:
+        return CensoredPercentile(float(p), math.nan, math.nan, None, None, 0, 0, True)
+    low_sample = np.sort(np.concatenate((obs, cen)))
+    lo_est = _percentiles_sorted(low_sample, [float(p)], "", confidence)[0]
+    q = float(p) / 100.0
+    h = (n - 1) * q
+    i = int(math.floor(h))
+    j = min(i + 1, n - 1) if h > i else i
+    if j >= obs.size:  # the rank reaches the censored samples (ranked above every completed one)
+        value = math.inf
+    else:
+        value = float(obs[i] + (h - i) * (obs[j] - obs[i]))
+    r, s = _order_stat_ranks(n, np.array([q]), confidence)
+    ri, si = int(r[0]), int(s[0])
+    ci_low = float(low_sample[ri - 1]) if 1 <= ri <= n else None
+    ci_high = float(obs[si - 1]) if 1 <= si <= obs.size else None
+    if ci_low is not None:
+        ci_low = min(ci_low, lo_est.value)
+    if ci_high is not None and math.isfinite(value):
+        ci_high = max(ci_high, value)
+    return CensoredPercentile(float(p), value, lo_est.value, ci_low, ci_high, n, k, n < required_samples(p))
 
 
 def optimal_operating_point(throughput: ArrayLike, meets_slo: ArrayLike) -> int | None:

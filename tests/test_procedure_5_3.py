@@ -20,6 +20,7 @@ import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -31,11 +32,11 @@ from pytest_llmbench.procedures.base import (
     ProcedureError,
     get_procedure,
 )
-from pytest_llmbench.records import RequestRecord
+from pytest_llmbench.records import ErrorType, RequestRecord
 from pytest_llmbench.simulator import SimConfig, start_simulator
 from pytest_llmbench.simulator.engine import Engine, Sequence, run_virtual
 from pytest_llmbench.simulator.predict import simulate_closed_loop
-from pytest_llmbench.stats import knee_point
+from pytest_llmbench.stats import censored_percentile, knee_point, knee_point_ci, saturation_point_ci
 
 CFG = SimConfig(time_scale=0.5, seed=42)
 
@@ -88,11 +89,22 @@ def test_knee_matches_the_engine_model(curve) -> None:  # type: ignore[no-untype
     measured knee either way, and how close measured and model knees are is a figure, not a test.
     """
     offered = [lv["offered_req_s"] for lv in curve.measurements["levels"]]
-    records = [[r for r in load_records(run.run_dir) if r.ok] for run in curve.runs]
+    every = [load_records(run.run_dir) for run in curve.runs]
+    records = [[r for r in recs if r.ok] for recs in every]
     measured = [float(np.percentile([(r.first_token_ns - r.sent_ns) / 1e9 for r in recs], 99)) for recs in records]
     reported = [run.metrics.percentile("ttft", 99).value for run in curve.runs]
     assert reported == pytest.approx(measured, rel=1e-9)  # each level's P99 from its own records
-    assert curve.measurements["knee_index"] == knee_point(offered, measured)  # stats.knee_point of those
+    # the knee from every request sent (cancelled ones censored at their elapsed time), with the noise tolerance
+    cens = [censored_percentile([(r.first_token_ns - r.sent_ns) / 1e9 for r in recs if r.first_token_ns],
+                                [(r.end_ns - r.sent_ns) / 1e9 for r in recs if r.error_type is ErrorType.CANCELLED
+                                 and r.first_token_ns is None], 99) for recs in every]
+    p99s = [c.value for c in cens]
+    rule = knee_point_ci(offered, p99s, [c.ci_low for c in cens], [c.ci_high for c in cens])
+    assert curve.measurements["knee_index"] == rule.index
+    assert curve.measurements["knee_literal_index"] == knee_point(offered, p99s) == rule.literal
+    assert curve.measurements["knee_within_noise"] == rule.within_noise
+    if not any(r.error_type is ErrorType.CANCELLED for recs in every for r in recs):  # then no censoring
+        assert p99s == pytest.approx(measured, rel=1e-9)
     predicted = [float(np.percentile(replay_ttft(CFG, recs), 99)) for recs in records]
     assert knee_point(offered, predicted) is not None  # the model has a knee on these traces
     # one-sided: the P99s at least the model's (a TTFT taken at the role chunk, sent before any token,
@@ -140,9 +152,21 @@ def test_curve_shape_and_derived_points(curve) -> None:  # type: ignore[no-untyp
     cv = curve.plots["curve"]
     assert len(cv["offered"]) == len(cv["achieved_tps"]) == len(cv["ttft_p99_s"]) == 12
     assert cv["knee_index"] == m["knee_index"] and cv["saturation_index"] == m["saturation_index"]
-    # saturation point is the first drop in achieved throughput, or none
+    # the draft's literal saturation point is the first drop in achieved throughput, or none; the reported one
+    # needs the throughput intervals apart (stats.saturation_point_ci), so it is never before the literal one
     drops = [i for i in range(1, 12) if ach[i] < ach[i - 1]]
-    assert m["saturation_index"] == (drops[0] if drops else None)
+    assert m["saturation_literal_index"] == (drops[0] if drops else None)
+    cis = [(run.metrics.scalar("output_throughput").ci_low, run.metrics.scalar("output_throughput").ci_high)
+           for run in curve.runs]
+    sat = saturation_point_ci([lv["offered_req_s"] for lv in m["levels"]], ach, [c[0] for c in cis],
+                              [c[1] for c in cis])
+    assert m["saturation_index"] == sat.index
+    assert sat.index is None or (drops and sat.index >= drops[0])
+    assert m["saturation_within_noise"] == (sat.literal is not None and sat.literal != sat.index)
+    # success counts every request sent; a level's figures add up
+    for lv in m["levels"]:
+        assert lv["sent"] == lv["ok"] + lv["failed"] + lv["cancelled"]
+        assert lv["success_rate"] == pytest.approx(lv["ok"] / lv["sent"])
     assert curve.checks["5.3.3-PARAM-2"].holds and curve.checks["5.3.3-PARAM-3"].holds
     assert not curve.checks["5.3.2-PARAM-2"].holds  # 2 s per level in smoke: shown, never hidden
     assert any(c.id == "5.3.2-MUST-1" and c.holds for c in curve.compliance.checks)  # open loop
@@ -157,3 +181,66 @@ def test_bad_parameters_are_named() -> None:
     with pytest.raises(ProcedureError, match="no parameter"):
         proc.make_params("smoke", {"load": "closed"})
     assert math.isclose(proc.make_params("standard", {}).level_duration_s, 60.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# cancelled requests at overload (§5.3.3 "all request timings"): hand-built level
+# ----------------------------------------------------------------------------------------------
+
+MS = 1_000_000
+
+
+def _rec(i: int, sent_ms: float, first_ms: float | None, end_ms: float, *, cancelled: bool = False) -> RequestRecord:
+    r = RequestRecord(index=i, workload="w", spec_input_tokens=100, max_tokens=4)
+    r.sent_ns = int(sent_ms * MS)
+    chunks = [] if first_ms is None else [first_ms, first_ms + 10, first_ms + 20]
+    chunks = [c for c in chunks if c <= end_ms]
+    r.chunk_ns = [int(c * MS) for c in chunks]
+    r.chunk_tokens = [1] * len(chunks)
+    r.chunk_text = ["x"] * len(chunks)
+    r.chunk_reasoning = [""] * len(chunks)
+    r.first_chunk_ns = r.first_token_ns = None if first_ms is None else int(first_ms * MS)
+    r.end_ns = int(end_ms * MS)
+    if cancelled:
+        r.error_type = ErrorType.CANCELLED
+    return r
+
+
+def overloaded_level() -> SimpleNamespace:
+    """90 requests with TTFT 100 ms; 10 cancelled after 5 s: 5 before their first token, 5 after it (300 ms)."""
+    from pytest_llmbench.metrics import summarize
+
+    recs = [_rec(i, i * 10.0, i * 10.0 + 100, i * 10.0 + 130) for i in range(90)]
+    recs += [_rec(90 + i, 1000.0 + i, None, 6000.0 + i, cancelled=True) for i in range(5)]
+    recs += [_rec(95 + i, 1000.0 + i, 1300.0 + i, 6000.0 + i, cancelled=True) for i in range(5)]
+    load = SimpleNamespace(send_window_s=6.0, concurrency_samples=[], records=recs)
+    return SimpleNamespace(metrics=summarize(recs), records=recs, queue_samples=[], load=load)
+
+
+def test_cancelled_requests_count_against_success_and_censor_the_p99() -> None:
+    """Survivor bias: the old figures (success 100 %, TTFT P99 100 ms from the 90 survivors) are wrong."""
+    from pytest_llmbench.procedures.p5_3_tradeoff import TradeoffParams, _point
+
+    m = overloaded_level()
+    assert m.metrics.scalar("success_rate").value == 1.0  # the metrics layer leaves cancelled requests out
+    pt = _point(m, 1.2, 10.0, TradeoffParams())  # type: ignore[arg-type]
+    assert (pt.everyone.sent, pt.everyone.ok, pt.everyone.cancelled) == (100, 90, 10)
+    assert pt.success == pytest.approx(0.9)
+    # the run's own figure (summary row, runs table, SLO assertions) counts them too
+    assert m.metrics.scalar("success_rate").value == pytest.approx(0.9) and m.metrics.scalar("success_rate").n == 100
+    # TTFT: 95 observed (90 x 100 ms, 5 x 300 ms: first token before the cut) and 5 censored at 5 s
+    p50, p99 = pt.everyone.ttft[50.0], pt.everyone.ttft[99.0]
+    assert p50.value == pytest.approx(0.1) and p50.bounded
+    assert not p99.bounded and p99.value == math.inf  # rank 99 of 100 falls among the censored
+    assert p99.lower == pytest.approx(5.0)  # at least the elapsed time
+    assert p99.censored == 5 and p99.n == 100
+    assert pt.ttft[2] == math.inf  # the knee and SLO rules see an unbounded P99
+    js = pt.to_json()
+    assert js["ttft_p99_ms"] == pytest.approx(5000.0) and js["ttft_p99_at_least"] is True
+    assert js["ttft_p50_at_least"] is False and js["cancelled"] == 10 and js["success_rate"] == pytest.approx(0.9)
+    # E2E: all 10 cancelled are censored at 5 s; P50 is the survivors' 130 ms
+    assert pt.everyone.e2e[50.0].value == pytest.approx(0.13)
+    assert not pt.everyone.e2e[95.0].bounded and pt.everyone.e2e[95.0].lower == pytest.approx(5.0)
+    # an SLO can never be met by a censored P99
+    slo = _point(m, 1.2, 10.0, TradeoffParams(ttft_p99_slo_s=100.0))  # type: ignore[arg-type]
+    assert slo.meets_slo is False

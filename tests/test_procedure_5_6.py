@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -46,14 +47,16 @@ def test_long_prompts_inflate_short_ttft(tmp_path: Path) -> None:
     cfg = SimConfig(time_scale=0.5, seed=2)  # FCFS, chunked_prefill off: a long prefill stalls everyone
     assert not cfg.chunked_prefill
     params = PROC.make_params("smoke", {"requests_per_class": 20, "duration_s": 3.0, "max_output_tokens": 32,
-                                        "warmup_requests": 10, "warmup_tokens": 200})
+                                        "warmup_requests": 10, "warmup_tokens": 200, "capacity": "session"})
     with harness(tmp_path, cfg, rate=20.0) as (_, ctx):
         result = asyncio.run(PROC.run(ctx, params))
     iso_short, iso_long, mixed = result.runs
     assert [r.label for r in result.runs] == ["isolated-short", "isolated-long", "mixed"]
     m = result.measurements
-    assert m["mixed_rate_rps"] == pytest.approx(16.0)  # 80 % of the declared 20 req/s
-    assert m["short_isolated_rate_rps"] == pytest.approx(12.8) and m["long_isolated_rate_rps"] == pytest.approx(3.2)
+    assert m["mixed_rate_rps"] == pytest.approx(16.0)  # 80 % of the declared 20 req/s (capacity="session")
+    # §5.6.3 step 2: each class alone at the same total load as the mix
+    assert m["short_isolated_rate_rps"] == pytest.approx(16.0) and m["long_isolated_rate_rps"] == pytest.approx(16.0)
+    assert [run.load["rate"] for run in result.runs] == pytest.approx([16.0, 16.0, 16.0], rel=1e-3)
 
     mixed_t = _ttft_by_class(mixed)
     iso = {"short": _ttft_by_class(iso_short)["short"], "long": _ttft_by_class(iso_long)["long"]}
@@ -77,10 +80,14 @@ def test_long_prompts_inflate_short_ttft(tmp_path: Path) -> None:
     infl99 = np.percentile(mixed_t["short"], 99) / np.percentile(iso["short"], 99)
     assert m["short_inflation_p50"] == pytest.approx(infl50, abs=1e-4)
     assert m["short_inflation_p99"] == pytest.approx(infl99, abs=1e-4)
-    # Jain's index over the classes' P50 inflations, in [1/n, 1]
-    x = np.array([m["short_inflation_p50"], m["long_inflation_p50"]])
-    assert m["jain_index"] == pytest.approx(x.sum() ** 2 / (2 * (x ** 2).sum()), rel=1e-3)
-    assert 0.5 <= m["jain_index"] <= 1.0 and 0.0 < m["jain_index_per_request"] <= 1.0
+    # Jain's index (§5.6.4) over the mixed run's requests: x_i = TTFT_i / isolated TTFT P50 of its class
+    x = np.concatenate([mixed_t[c] / np.percentile(iso[c], 50) for c in ("short", "long")])
+    assert m["jain_index"] == pytest.approx(x.sum() ** 2 / (x.size * (x ** 2).sum()), abs=1e-4)
+    assert m["jain_index_n"] == x.size == sum(len(v) for v in mixed_t.values())
+    # secondary: over the classes' P50 inflations, in [1/n, 1]
+    xc = np.array([m["short_inflation_p50"], m["long_inflation_p50"]])
+    assert m["jain_index_per_class"] == pytest.approx(xc.sum() ** 2 / (2 * (xc ** 2).sum()), rel=1e-3)
+    assert 0.5 <= m["jain_index_per_class"] <= 1.0
     # starvation: TTFT > 5x the class median in the mixed run
     for c in ("short", "long"):
         t = mixed_t[c]
@@ -90,7 +97,10 @@ def test_long_prompts_inflate_short_ttft(tmp_path: Path) -> None:
     assert t8.columns == ["Class", "Count", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99"]
     assert [r[0] for r in t8.rows] == ["Short", "Long"]
     assert [r[1] for r in t8.rows] == [str(len(mixed_t["short"])), str(len(mixed_t["long"]))]
-    assert [r[0] for r in t9.rows] == ["Jain's Fairness Index", "Short Class Starvation", "Long Class Starvation"]
+    assert [r[0] for r in t9.rows] == ["Jain's Fairness Index", "Short Class Starvation", "Long Class Starvation",
+                                       "Jain's index over the 2 classes (secondary)"]
+    assert t9.rows[0][1] == f"{m['jain_index']:.2f}"
+    assert result.checks["5.6.3-PARAM-2"].status.value == "met"  # same total load
     assert set(result.plots["classes"]) == {"short", "long"}
     # 80 % of this capacity is below saturation for this mix. The rule needs a significant slope AND a
     # rise of >= max(2, 2 % of arrivals) requests over the steady window (helpers.queue_trend), so a
@@ -100,6 +110,37 @@ def test_long_prompts_inflate_short_ttft(tmp_path: Path) -> None:
     assert not any("flushed" in n for n in result.notes)  # the mixed run did not find its prompts cached
     assert result.checks["5.6.2-PARAM-3"].status.value == "unmet"  # 20 per class < 500
     assert result.checks["5.6.3-PARAM-3"].status.value == "unmet"  # a few seconds < 300 s
+
+
+def test_load_fraction_applies_to_the_mix_own_saturation_throughput(tmp_path: Path) -> None:
+    """capacity="mix-probe" (default): the 80 % is of a capacity measured on this class mix, not of
+    one measured on another workload. No capacity is declared: asking the session for one fails."""
+    cfg = SimConfig(time_scale=0.5, seed=3)
+    params = PROC.make_params("smoke", {"requests_per_class": 10, "duration_s": 2.0, "max_output_tokens": 16,
+                                        "warmup_requests": 8, "warmup_tokens": 100, "probe_concurrency": 16,
+                                        "probe_duration_s": 2.0})
+    assert params.capacity == "mix-probe" and params.isolation == "total"
+    with start_simulator(cfg) as sim:
+        ctx = procedure_context(sim, tmp_path, capacity=None, profile="smoke", seed=4)
+        result = asyncio.run(PROC.run(ctx, params))
+    probe = result.runs[0]
+    assert [r.label for r in result.runs] == ["capacity-probe-c16", "isolated-short", "isolated-long", "mixed"]
+    recs = [r for r in iter_records(probe.run_dir) if r.phase == "measure"]
+    assert {r.request_class for r in recs} == {"short", "long"}  # the probe runs the class mix itself
+    # exact recomputation: completions within the steady part of the send window / its length
+    run_json = json.loads((Path(probe.run_dir) / "run.json").read_text())
+    load = run_json["loads"][0]
+    start, end = load["start_ns"], load["send_end_ns"]
+    lo = start + 0.1 * (end - start)
+    done = sum(1 for r in recs if r.ok and r.end_ns is not None and lo <= r.end_ns <= end)
+    cap = done / ((end - lo) / 1e9)
+    m = result.measurements
+    assert m["capacity_rate_rps"] == pytest.approx(cap, rel=1e-6)
+    assert m["mixed_rate_rps"] == pytest.approx(0.8 * cap, rel=1e-3)
+    assert "probe on this class mix" in m["capacity_source"]
+    # the probe's prompts are not the measured ones (its own seed stream)
+    measured = {r.prompt_hash for run in result.runs[1:] for r in iter_records(run.run_dir) if r.phase == "measure"}
+    assert measured and not measured & {r.prompt_hash for r in recs}
 
 
 @settings(deadline=None, max_examples=200)
@@ -120,3 +161,18 @@ def test_mixed_count_meets_both_minimums(short: float, long: float, per_class: i
 def test_bad_parameters_are_rejected(bad: dict[str, Any]) -> None:
     with pytest.raises(ProcedureError):
         PROC.make_params("standard", bad)
+
+
+@pytest.mark.parametrize("isolation,status", [("total", "met"), ("class-share", "unmet")])
+def test_baseline_at_the_share_of_the_rate_is_not_the_drafts(isolation: str, status: str) -> None:
+    """§5.6.3 step 2 ("in isolation at same total load"): only isolation="total" meets 5.6.3-PARAM-2."""
+    from types import SimpleNamespace
+
+    from pytest_llmbench.procedures.p5_6_fairness import _checks
+
+    p = FairnessParams(isolation=isolation)
+    mixed = SimpleNamespace(records=[], load=SimpleNamespace(send_window_s=1.0))
+    wu = SimpleNamespace(ok=1, output_tokens=1)
+    checks = _checks(p, ["short", "long"], {"short": 0.8, "long": 0.2}, mixed, {"short": mixed, "long": mixed},
+                     {"short": None, "long": None}, 0.8, wu, {}, False)  # type: ignore[arg-type]
+    assert checks["5.6.3-PARAM-2"].status.value == status

@@ -24,7 +24,8 @@ from procedure_harness import procedure_context
 from pytest_llmbench.metrics import summarize
 from pytest_llmbench.procedures.base import Capacity, ProcedureContext, RunSummary, get_procedure
 from pytest_llmbench.procedures.common import Measured
-from pytest_llmbench.procedures.p5_8_memory_pressure import NOT_MEASURABLE, _assess, level_concurrency
+from pytest_llmbench.procedures.p5_8_memory_pressure import NOT_MEASURABLE, _assess, _degradation, level_concurrency
+from pytest_llmbench.records import ErrorType
 from pytest_llmbench.simulator import SimConfig, start_simulator
 from pytest_llmbench.simulator.predict import simulate_closed_loop
 from pytest_llmbench.storage import iter_records
@@ -76,7 +77,8 @@ def test_preemptions_above_capacity_none_below(outcome):
 
 def test_table11_and_checks(outcome):
     table = outcome.tables[0]
-    assert table.columns == ["Oversub Level", "Complete", "Preempt", "Fail Rate", "TTFT P99"]
+    assert table.columns == ["Oversub Level", "Complete", "Preempt", "Fail Rate", "Cancelled", "TTFT P99"]
+    assert [r[4] for r in table.rows] == [f"0 of {lv['requests']} (0.0%)" for lv in outcome.measurements["levels"]]
     assert [r[0] for r in table.rows] == ["50%", "150%"]
     assert table.rows[0][2] == "0.0%" and table.rows[1][2] != "0.0%"
     assert outcome.facts.exceeds_capacity is True
@@ -112,3 +114,53 @@ def test_default_workload_is_long_context_that_fits_the_window():
     p = get_procedure("5.8").make_params("standard", {})
     assert p.workload == "long-context" and max(p.workload_params["lengths"]) + p.output_tokens <= 32768
     assert np.allclose(p.levels, (1.0, 1.1, 1.25, 1.5)) and p.level_s == 120.0
+
+
+def test_cancelled_requests_count_against_completion(outcome):
+    """Issue: "Complete 100 %, graceful" was shown while 19 of 92 requests were cancelled at the drain.
+
+    The 150 % level's records with the last 19 marked cancelled at the drain (as the load generator
+    marks them): they did not complete, so Complete = ok / sent and the summary is not "graceful".
+    """
+    run_dir = outcome.runs[-1].run_dir
+    records = sorted(iter_records(run_dir), key=lambda r: r.sent_ns)
+    assert len(records) > 19 and all(r.ok for r in records)
+    cut = records[-19:]
+    for r in cut:
+        r.error_type, r.error_message = ErrorType.CANCELLED, "cancelled by the load generator"
+    metrics = summarize(records)
+    assert metrics.scalar("success_rate").value == 1.0  # the metrics layer leaves cancelled requests out
+    summary = RunSummary(label="x", run_dir=run_dir, load={}, metrics=metrics)
+    fake = Measured(load=SimpleNamespace(records=records, duration_s=3.0), summary=summary)  # type: ignore[arg-type]
+    lp = _assess(1.5, 18, fake, 0)
+    n = len(records)
+    assert (lp.requests, lp.cancelled) == (n, 19)
+    assert lp.completion == pytest.approx((n - 19) / n) and lp.fail_rate == 0
+    assert lp.cancelled_rate == pytest.approx(19 / n)
+    assert lp.to_json()["cancelled"] == 19
+    assert metrics.scalar("success_rate").value == pytest.approx((n - 19) / n)  # the run's figure counts them
+    base = _assess(1.0, 12, Measured(load=SimpleNamespace(records=[dataclasses.replace(r, error_type=None)
+                                                                   for r in records], duration_s=3.0),
+                                     summary=RunSummary(label="y", run_dir=run_dir, load={},
+                                                        metrics=summarize([dataclasses.replace(r, error_type=None)
+                                                                           for r in records]))), 0)
+    text = _degradation([base, lp])
+    assert "graceful" not in text and "19 of" in text and "cancelled" in text
+    assert "graceful" in _degradation([base, base])
+
+
+def test_a_level_without_a_successful_request_still_summarises(outcome):
+    """Seen in a smoke run on a busy host: every request of a level cancelled at the drain, some with
+    partial server token times; option C then had no successful record and summarize() raised."""
+    from pytest_llmbench.procedures.common import itl_option_for
+
+    records = list(iter_records(outcome.runs[-1].run_dir))
+    assert itl_option_for(records) == "C"  # the simulator sends per-token times
+    for r in records:
+        r.error_type, r.error_message = ErrorType.CANCELLED, "cancelled by the load generator"
+    assert any(r.server_token_ns for r in records)
+    assert itl_option_for(records) == "B"
+    metrics = summarize(records, itl_option=itl_option_for(records))
+    assert metrics.scalar("cancelled_count").value == len(records)
+    with pytest.raises(ValueError, match="itl_option 'C'"):
+        summarize(records, itl_option="C")  # what the old choice did

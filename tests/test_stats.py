@@ -203,3 +203,58 @@ def test_modality_and_tail_on_known_distributions() -> None:
     heavy = S.tail_shape(rng.pareto(1.5, 20000) + 1)
     assert heavy.verdict == "heavy-tailed" and heavy.xi == pytest.approx(1 / 1.5, abs=0.15)
     assert S.tail_shape(rng.uniform(0, 1, 20000)).verdict == "light"
+
+
+# ----------------------------------------------------------------------------------------------
+# §5.3.4 derived points with a noise tolerance; censored percentiles (§5.3.3 all requests)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_knee_does_not_fire_within_the_noise() -> None:
+    loads, p99 = [1, 2, 3], [0.010, 0.025, 0.100]
+    lo, hi = [0.008, 0.012, 0.050], [0.015, 0.060, 0.200]
+    assert S.knee_point(loads, p99) == 1  # the literal rule: 25 ms > 2 x 10 ms
+    rule = S.knee_point_ci(loads, p99, lo, hi)
+    # level 1's interval starts at 12 ms, below 2 x 15 ms: within the noise; level 2 starts at 50 ms > 30 ms
+    assert (rule.index, rule.literal, rule.reference) == (2, 1, 0)
+    assert rule.within_noise and "12.0 ms" in rule.reason and "15.0 ms" in rule.reason
+    # an unbounded upper end at the minimum (too few samples) never separates the levels
+    unbounded = S.knee_point_ci(loads, p99, lo, [None, 0.06, 0.2])
+    assert unbounded.index is None and unbounded.literal == 1 and "unbounded" in unbounded.reason
+    # clear separation: both rules agree, nothing within the noise
+    clear = S.knee_point_ci(loads, p99, [0.009, 0.021, 0.09], [0.0101, 0.03, 0.11])
+    assert clear.index == clear.literal == 1 and not clear.within_noise
+    # a censored P99 (inf) with a finite lower end fires when that end is above 2x the minimum's upper end
+    assert S.knee_point_ci(loads, [0.010, 0.012, math.inf], lo, [0.015, 0.02, None]).index == 2
+
+
+def test_saturation_does_not_fire_within_the_noise() -> None:
+    loads = [1, 2, 3, 4]
+    tput = [100.0, 200.0, 190.0, 150.0]
+    lo, hi = [90.0, 180.0, 170.0, 140.0], [110.0, 220.0, 210.0, 160.0]
+    assert S.saturation_point(loads, tput) == 2
+    rule = S.saturation_point_ci(loads, tput, lo, hi)
+    assert (rule.index, rule.literal, rule.reference) == (3, 2, 1) and rule.within_noise
+    # a decline spread over levels, each step within the noise, fires against the earlier peak
+    slow = S.saturation_point_ci(loads, [200.0, 190.0, 180.0, 170.0], [188.0, 178.0, 168.0, 158.0],
+                                 [212.0, 202.0, 192.0, 182.0])
+    assert (slow.index, slow.literal, slow.reference) == (3, 1, 0)
+    # no interval: never significant
+    assert S.saturation_point_ci(loads, tput, [None] * 4, [None] * 4).index is None
+
+
+def test_censored_percentile_bounds() -> None:
+    x = np.linspace(0.01, 1.0, 200)
+    plain = S.percentile_estimate(x, 95)
+    c = S.censored_percentile(x, [], 95)  # no censoring: the ordinary estimate, exactly
+    assert (c.value, c.lower, c.ci_low, c.ci_high) == (plain.value, plain.value, plain.ci_low, plain.ci_high)
+    # 20 requests cancelled at 0.5 s: P50 of 220 is still among completed ones, but shifts up (they rank last)
+    c50 = S.censored_percentile(x, [0.5] * 20, 50)
+    assert c50.bounded and c50.value > S.percentile_estimate(x, 50).value
+    assert c50.lower <= c50.value
+    # P95's rank (208.95 of 220) falls among the censored: unbounded above; below, the percentile with each
+    # censored sample at its elapsed 0.5 s
+    c95 = S.censored_percentile(x, [0.5] * 20, 95)
+    assert not c95.bounded and c95.censored == 20 and c95.n == 220
+    assert c95.lower == pytest.approx(float(np.percentile(np.concatenate((x, [0.5] * 20)), 95)), rel=1e-12)
+    assert c95.to_json()["value"] is None and c95.ci_high is None

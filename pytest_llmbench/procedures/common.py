@@ -45,6 +45,7 @@ __all__ = [
     "client_for",
     "declarations",
     "finish",
+    "itl_option_for",
     "level_duration",
     "level_requests",
     "measure",
@@ -315,7 +316,7 @@ async def measure(
         _rewrite_records(run_dir, result.records, keep_text=not ctx.settings.drop_text)
     if "aiperf" in ctx.settings.export:  # --llm-export aiperf: AIPerf's files next to the records
         write_aiperf_export(run_dir / "aiperf", result.records, anchor=anchor, tokenizer=ctx.tokenizer, slos=slos)
-    itl_option = "C" if any(r.server_token_ns for r in result.records[:50]) else "B"
+    itl_option = itl_option_for(result.records)
     metrics = summarize(result.records, slos=slos, itl_option=itl_option)
     summary = RunSummary(
         label=label,
@@ -328,6 +329,15 @@ async def measure(
     )
     return Measured(load=result, summary=summary, queue_samples=queue,
                     server_before=server_before, server_after=server_after)
+
+
+def itl_option_for(records: Sequence[RequestRecord]) -> str:
+    """§4.6.3 option C when a successful record carries server per-token times, else B.
+
+    Only successful records count: a level whose requests were all cancelled (overload, 5.3/5.8)
+    may hold partial server times on cancelled records, and option C over no successful one fails.
+    """
+    return "C" if any(r.ok and r.server_token_ns for r in records) else "B"
 
 
 async def _run_measured(ctx: ProcedureContext, client: LLMClient, specs: Iterable[RequestSpec],

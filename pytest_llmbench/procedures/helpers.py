@@ -17,7 +17,7 @@ import numpy as np
 from ..compliance import Check
 from ..metrics import STEADY_STATE_FRACTION, steady_state_window
 from ..records import RequestRecord, RequestSpec
-from ..stats import queue_growing
+from ..stats import CensoredPercentile, censored_percentile, proportion_estimate, queue_growing
 from ..workloads import build_workload
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,6 +27,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "RAMP_UP_FRACTION",
+    "CENSORED_NOTE",
+    "AllRequests",
+    "all_requests",
+    "count_cancelled_as_unsuccessful",
+    "fmt_censored",
     "QueueTrend",
     "build_level_specs",
     "cache_hit_summary",
@@ -221,6 +226,92 @@ def fmt_ms(seconds: float | None) -> str:
         return f"{seconds:.1f} s"
     ms = seconds * 1000
     return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
+
+
+def fmt_censored(cp: CensoredPercentile | None) -> str:
+    """A censored percentile for a table: the value, or ``>= lower bound`` when censoring reaches it."""
+    if cp is None or cp.n == 0:
+        return "n/a"
+    return fmt_ms(cp.value) if cp.bounded else f">= {fmt_ms(cp.lower)}"
+
+
+CENSORED_NOTE = ("cancelled requests (still running when the drain time ran out) count against success and "
+                 "enter TTFT and E2E percentiles as right-censored samples: latency at least their elapsed time, "
+                 "ranked above every completed request; '>= x' marks a percentile whose rank falls among them "
+                 "(x = the percentile with each at its elapsed time, a lower bound); a cancelled request that "
+                 "had received its first token has an observed TTFT; failed requests stay out of the "
+                 "percentiles; TPOT is over completed requests")
+
+
+@dataclass(frozen=True)
+class AllRequests:
+    """Success and latency percentiles over every request sent in a run, cancelled ones included.
+
+    §5.3.3 step 3b-3d records *all* request timings: a request the harness cancelled at the end of
+    the drain (overload) is neither a success nor absent. It counts against the success rate
+    (``ok / sent``) and, in TTFT and E2E percentiles, as a right-censored sample
+    (:func:`~pytest_llmbench.stats.censored_percentile`).
+    """
+
+    sent: int
+    ok: int
+    failed: int
+    cancelled: int
+    ttft: dict[float, CensoredPercentile]
+    e2e: dict[float, CensoredPercentile]
+
+    @property
+    def success(self) -> float:
+        return self.ok / self.sent if self.sent else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sent": self.sent, "ok": self.ok, "failed": self.failed, "cancelled": self.cancelled,
+                "success_rate": self.success,
+                **{f"{name}_p{q:g}": cp.to_json() for name, d in (("ttft", self.ttft), ("e2e", self.e2e))
+                   for q, cp in d.items()}}
+
+
+def all_requests(m: Measured, ps: Sequence[float] = (50.0, 95.0, 99.0)) -> AllRequests:
+    """:class:`AllRequests` of one measured run (cancelled records have ``error_type`` cancelled)."""
+    pr = m.metrics.per_request
+    ok = np.asarray(pr["ok"], dtype=bool)
+    ttft_obs = [np.asarray(pr["ttft"], dtype=np.float64)[ok]]
+    e2e_obs = np.asarray(pr["e2e"], dtype=np.float64)[ok]
+    ttft_cen: list[float] = []
+    e2e_cen: list[float] = []
+    cancelled = failed = 0
+    for r in m.records:
+        if r.ok:
+            continue
+        if r.failed:
+            failed += 1
+            continue
+        cancelled += 1
+        start = r.sent_ns or r.end_ns or 0  # never sent: elapsed 0, a trivial lower bound
+        elapsed = max(((r.end_ns or start) - start) / 1e9, 0.0)
+        e2e_cen.append(elapsed)
+        if r.first_token_ns is not None and r.sent_ns:
+            ttft_obs.append(np.array([(r.first_token_ns - r.sent_ns) / 1e9]))  # observed before the cut
+        else:
+            ttft_cen.append(elapsed)
+    ttft_all = np.concatenate(ttft_obs)
+    return AllRequests(
+        sent=int(ok.sum()) + failed + cancelled, ok=int(ok.sum()), failed=failed, cancelled=cancelled,
+        ttft={float(q): censored_percentile(ttft_all, ttft_cen, q) for q in ps},
+        e2e={float(q): censored_percentile(e2e_obs, e2e_cen, q) for q in ps})
+
+
+def count_cancelled_as_unsuccessful(m: Measured, everyone: AllRequests) -> None:
+    """Set the run's ``success_rate`` to successful / sent, in place (§5.3.3, §5.8.4).
+
+    The metrics layer leaves cancelled requests out of success rates (metrics.py); where a procedure
+    drives the SUT past capacity a cancelled request is one that did not complete, so the run's
+    figure, and with it the report's summary row, runs table and SLO assertions, counts it.
+    """
+    est = proportion_estimate(everyone.ok, everyone.sent)
+    m.metrics.scalars["success_rate"] = dataclasses.replace(
+        est, method=f"{est.method}; successful / sent: {everyone.cancelled} cancelled and {everyone.failed} "
+                    "failed requests count against it")
 
 
 def fmt_num(value: float | None, unit: str = "", digits: int = 1) -> str:

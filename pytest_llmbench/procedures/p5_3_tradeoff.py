@@ -10,12 +10,24 @@ throughput (steady window, §5.2.3.2), TTFT/TPOT/E2E P50/P95/P99, success rate a
 queue-growth indicator (server waiting gauge, else client in-flight count; the test of 5.2's
 §5.2.3.1 rule 1).
 
-Derived (§5.3.4): knee point = first level whose TTFT P99 exceeds 2x the minimum TTFT P99
-(``stats.knee_point``; the draft leaves the latency metric open, its example uses TTFT P99);
-saturation point = first level whose achieved throughput is below the previous level's
-(``stats.saturation_point``; "not reached" when throughput never drops, requirements note 32);
-optimal operating point = the highest-throughput level meeting the SLO (``ttft_p99_slo_s`` /
-``tpot_p99_slo_s``; "no SLO given" without one, note 33).
+All request timings (§5.3.3 step 3b): a request still running when the level's drain time runs
+out is cancelled by the harness; it counts against the success rate (successful / sent) and enters
+the TTFT and E2E percentiles as a right-censored sample (latency at least its elapsed time, ranked
+above every completed request; ``helpers.all_requests``), so overloaded levels do not report the
+survivors' latency only. A percentile whose rank falls among censored samples is shown as a lower
+bound (">= x").
+
+Derived (§5.3.4), each with a noise tolerance: knee point = first level whose TTFT P99 exceeds 2x
+the minimum TTFT P99 with the intervals apart (lower end of the level's P99 95% CI above 2x the
+upper end of the minimum's, ``stats.knee_point_ci``; the draft leaves the latency metric open,
+its example uses TTFT P99); saturation point = first level whose achieved throughput is below the
+previous level's (or an earlier peak's) with the throughput intervals apart
+(``stats.saturation_point_ci``; "not reached" when throughput never drops, requirements note 32).
+When the draft's literal rule fires on point values within the noise, the result says so
+(``knee_literal_index`` / ``knee_within_noise`` and the saturation pair in the measurements, a
+note under Table 5). Optimal operating
+point = the highest-throughput level meeting the SLO (``ttft_p99_slo_s`` / ``tpot_p99_slo_s``;
+censored P99s do not meet it; "no SLO given" without one, note 33).
 
 ``result.metrics`` is the optimal operating point's run when an SLO is given, else the last level
 before the knee (the highest load whose TTFT P99 is still within 2x the minimum), else the first.
@@ -30,11 +42,24 @@ from typing import Any
 from ..client import LLMClient
 from ..compliance import Check
 from ..load import ArrivalProcess, OpenLoop
-from ..stats import knee_point, optimal_operating_point, saturation_point
+from ..stats import NoisyRule, knee_point_ci, optimal_operating_point, saturation_point_ci
 from ..warmup import WarmupResult
 from .base import Table
 from .common import Measured, level_duration
-from .helpers import FLUID_RATE_NOTE, fluid_rate, fmt_ms, fmt_num, level_specs, pvalue, queue_trend
+from .helpers import (
+    CENSORED_NOTE,
+    FLUID_RATE_NOTE,
+    AllRequests,
+    all_requests,
+    count_cancelled_as_unsuccessful,
+    fluid_rate,
+    fmt_censored,
+    fmt_ms,
+    fmt_num,
+    level_specs,
+    pvalue,
+    queue_trend,
+)
 from .pipeline import Outcome, ProcedureRun
 
 DRAFT_MIN_DURATION_S = 60.0  # §5.3.2
@@ -79,7 +104,7 @@ class TradeoffParams:
 
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"level_duration_s": 2.0, "min_level_requests": 6, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
+    "smoke": {"level_duration_s": 2.0, "min_level_requests": 4, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
     "standard": {},
     "full": {"level_duration_s": 300.0},
 }
@@ -87,43 +112,66 @@ PROFILES: dict[str, dict[str, Any]] = {
 
 @dataclass
 class LevelPoint:
-    """One point of the curve (§5.3.4)."""
+    """One point of the curve (§5.3.4); latencies and success over every request sent (cancelled included)."""
 
     fraction: float
     offered: float  # req/s
     achieved_tps: float
     request_rate: float
-    ttft: tuple[float | None, float | None, float | None]  # P50, P95, P99 (s)
-    tpot: tuple[float | None, float | None, float | None]
+    ttft: tuple[float | None, float | None, float | None]  # P50, P95, P99 (s); inf = censored rank
+    tpot: tuple[float | None, float | None, float | None]  # completed requests only
     e2e: tuple[float | None, float | None, float | None]
-    success: float
+    success: float  # successful / sent
     queue: str  # "stable" | "growing" | "n/a"
+    everyone: AllRequests | None = None
+    tps_ci: tuple[float | None, float | None] = (None, None)  # achieved throughput 95% CI
     meets_slo: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def cancelled(self) -> int:
+        return 0 if self.everyone is None else self.everyone.cancelled
+
     def to_json(self) -> dict[str, Any]:
-        return {"fraction": self.fraction, "offered_req_s": self.offered, "achieved_tok_s": self.achieved_tps,
-                "request_rate_req_s": self.request_rate,
-                **{f"{name}_p{q}_ms": None if v is None else round(v * 1000, 3)
-                   for name, vals in (("ttft", self.ttft), ("tpot", self.tpot), ("e2e", self.e2e))
-                   for q, v in zip((50, 95, 99), vals)},
-                "success_rate": self.success, "queue": self.queue, "meets_slo": self.meets_slo}
+        d: dict[str, Any] = {"fraction": self.fraction, "offered_req_s": self.offered,
+                             "achieved_tok_s": self.achieved_tps, "achieved_tok_s_ci": list(self.tps_ci),
+                             "request_rate_req_s": self.request_rate}
+        for name, vals in (("ttft", self.ttft), ("tpot", self.tpot), ("e2e", self.e2e)):
+            cens = getattr(self.everyone, name, None) if name != "tpot" else None
+            for q, v in zip((50, 95, 99), vals):
+                cp = cens.get(float(q)) if cens else None
+                at_least = cp is not None and not cp.bounded and cp.n > 0
+                shown = cp.lower if at_least else v  # a lower bound where censoring reaches the rank
+                d[f"{name}_p{q}_ms"] = None if shown is None or not math.isfinite(shown) else round(shown * 1000, 3)
+                if cens is not None:
+                    d[f"{name}_p{q}_at_least"] = at_least
+        ev = self.everyone
+        d.update(success_rate=self.success, queue=self.queue, meets_slo=self.meets_slo,
+                 sent=ev.sent if ev else None, ok=ev.ok if ev else None, failed=ev.failed if ev else None,
+                 cancelled=self.cancelled)
+        return d
 
 
 def _point(m: Measured, fraction: float, offered: float, p: TradeoffParams) -> LevelPoint:
     mt = m.metrics
     sent = sum(1 for r in m.records if r.sent_ns)
     q = queue_trend(m, arrivals=sent)
+    ev = all_requests(m)
+    count_cancelled_as_unsuccessful(m, ev)
 
     def three(name: str) -> tuple[float | None, float | None, float | None]:
         return pvalue(mt, name, 50), pvalue(mt, name, 95), pvalue(mt, name, 99)
 
-    tps = mt.scalar("output_throughput").value
+    def cens(d: dict[float, Any]) -> tuple[float | None, float | None, float | None]:
+        vals = [None if cp.n == 0 else cp.value for cp in (d[50.0], d[95.0], d[99.0])]
+        return vals[0], vals[1], vals[2]
+
+    tps_est = mt.scalar("output_throughput")
+    tps = tps_est.value
     rps = mt.scalar("request_throughput").value
-    succ = mt.scalar("success_rate").value
     pt = LevelPoint(fraction, offered, float(tps) if math.isfinite(tps) else 0.0,
-                    float(rps) if math.isfinite(rps) else 0.0, three("ttft"), three("tpot"), three("e2e"),
-                    float(succ) if math.isfinite(succ) else 0.0, q.label,
+                    float(rps) if math.isfinite(rps) else 0.0, cens(ev.ttft), three("tpot"), cens(ev.e2e),
+                    ev.success, q.label, everyone=ev, tps_ci=(tps_est.ci_low, tps_est.ci_high),
                     extra={"queue_source": q.source, "queue_rise": q.rise})
     if p.ttft_p99_slo_s is not None or p.tpot_p99_slo_s is not None:
         ok = pt.success > 0
@@ -133,6 +181,17 @@ def _point(m: Measured, fraction: float, offered: float, p: TradeoffParams) -> L
             ok = ok and pt.tpot[2] is not None and pt.tpot[2] <= p.tpot_p99_slo_s
         pt.meets_slo = ok
     return pt
+
+
+def rule_note(name: str, rule: NoisyRule, points: list[LevelPoint]) -> str | None:
+    """A sentence when the draft's literal rule fired within the noise (§5.3.4), else None."""
+    if not rule.within_noise or rule.literal is None:
+        return None
+    at = points[rule.literal]
+    then = ("not reached outside the noise" if rule.index is None
+            else f"outside the noise at {points[rule.index].offered:.2f} req/s")
+    return (f"{name}: the draft's rule fired at {at.offered:.2f} req/s ({at.fraction:.0%}) within the noise "
+            f"({rule.reason}); {then}")
 
 
 class Tradeoff(ProcedureRun[TradeoffParams]):
@@ -183,8 +242,13 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
         offered = [pt.offered for pt in points]
         achieved = [pt.achieved_tps for pt in points]
         p99 = [pt.ttft[2] if pt.ttft[2] is not None else math.nan for pt in points]
-        self.knee = knee = knee_point(offered, p99, factor=p.knee_factor)
-        self.sat = sat = saturation_point(offered, achieved)
+        p99_cp = [pt.everyone.ttft[99.0] if pt.everyone else None for pt in points]
+        self.knee_rule = knee_rule = knee_point_ci(offered, p99, [c.ci_low if c else None for c in p99_cp],
+                                                   [c.ci_high if c else None for c in p99_cp], factor=p.knee_factor)
+        self.sat_rule = sat_rule = saturation_point_ci(offered, achieved, [pt.tps_ci[0] for pt in points],
+                                                       [pt.tps_ci[1] for pt in points])
+        self.knee = knee = knee_rule.index
+        self.sat = sat = sat_rule.index
         self.slo_given = slo_given = p.ttft_p99_slo_s is not None or p.tpot_p99_slo_s is not None
         self.opt = opt = optimal_operating_point(achieved, [bool(pt.meets_slo) for pt in points]) if slo_given else None
         if opt is not None:
@@ -193,17 +257,24 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
             primary = len(points) - 1
         else:
             primary = max(knee - 1, 0)
-        min_p99 = min((x for x in p99 if not math.isnan(x)), default=None)
+        min_p99 = min((x for x in p99 if math.isfinite(x)), default=None)
 
         def rate_txt(i: int | None) -> str:
             return "not reached" if i is None else f"{points[i].offered:.2f} req/s ({points[i].fraction:.0%} of capacity)"
 
-        knee_line = (f"Knee point: {rate_txt(knee)} (TTFT P99 {fmt_ms(p99[knee])} exceeds {p.knee_factor:g}x the "
-                     f"minimum {fmt_ms(min_p99)})" if knee is not None else
-                     f"Knee point: not reached (TTFT P99 stays within {p.knee_factor:g}x the minimum {fmt_ms(min_p99)})")
+        knee_line = (f"Knee point: {rate_txt(knee)} (TTFT P99 {fmt_censored(p99_cp[knee])} exceeds "
+                     f"{p.knee_factor:g}x the minimum {fmt_ms(min_p99)}, intervals apart)" if knee is not None else
+                     f"Knee point: not reached outside the noise (TTFT P99 stays within {p.knee_factor:g}x the "
+                     f"minimum {fmt_ms(min_p99)}, or the P99 intervals overlap)")
+        peak = sat_rule.reference
         sat_line = (f"Saturation point: {rate_txt(sat)} (achieved throughput {achieved[sat]:.0f} tok/s < "
-                    f"{achieved[sat - 1]:.0f} tok/s at the previous level)" if sat is not None else
-                    "Saturation point: not reached (achieved throughput never decreased from one level to the next)")
+                    f"{achieved[peak]:.0f} tok/s at {points[peak].offered:.2f} req/s, intervals apart)"
+                    if sat is not None and peak is not None else
+                    "Saturation point: not reached outside the noise (achieved throughput never decreased "
+                    "significantly from an earlier level)")
+        noise_notes = [x for x in (rule_note("Knee point", knee_rule, points),
+                                   rule_note("Saturation point", sat_rule, points)) if x]
+        cancelled = sum(pt.cancelled for pt in points)
         if slo_given:
             slo_txt = ", ".join(x for x in (f"TTFT P99 <= {fmt_ms(p.ttft_p99_slo_s)}" if p.ttft_p99_slo_s else "",
                                             f"TPOT P99 <= {fmt_ms(p.tpot_p99_slo_s)}" if p.tpot_p99_slo_s else "") if x)
@@ -215,19 +286,28 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
         table5 = Table(
             "Table 5: Throughput-Latency Table",
             ["Offered (r/s)", "Achieved (tok/s)", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "Success"],
-            [[f"{pt.offered:.2f}", f"{pt.achieved_tps:.0f}", fmt_ms(pt.ttft[0]), fmt_ms(pt.ttft[2]), fmt_ms(pt.tpot[0]),
-              fmt_ms(pt.tpot[2]), f"{pt.success:.1%}"] for pt in points],
-            notes=[knee_line, sat_line, opt_line,
+            [[f"{pt.offered:.2f}", f"{pt.achieved_tps:.0f}", fmt_censored(pt.everyone.ttft[50.0]),
+              fmt_censored(pt.everyone.ttft[99.0]), fmt_ms(pt.tpot[0]), fmt_ms(pt.tpot[2]), f"{pt.success:.1%}"]
+             for pt in points if pt.everyone is not None],
+            notes=[knee_line, sat_line, opt_line, *noise_notes,
                    (f"capacity estimate {cap.rate:.2f} req/s ({cap.source or 'unknown source'}); open-loop "
                     f"{p.arrival} arrivals, {p.level_duration_s:g} s per level, ascending"),
-                   "achieved throughput over each level's steady window (first 10% excluded, §5.2.3.2)"])
+                   "achieved throughput over each level's steady window (first 10% excluded, §5.2.3.2)",
+                   (f"Success = successful / sent; {cancelled} request(s) cancelled at the end of a level's drain "
+                    "count against it" if cancelled else "Success = successful / sent (no request cancelled)"),
+                   CENSORED_NOTE,
+                   (f"noise tolerance: the knee needs the level's TTFT P99 95% CI above {p.knee_factor:g}x the upper "
+                    "end of the minimum P99's CI; saturation needs the level's throughput 95% CI below the lower end "
+                    "of an earlier level's (order-statistic and batch-means intervals)")])
         detail = Table(
             "Per-level detail (§5.3.4)",
-            ["Load", "Offered (r/s)", "TTFT P95", "TPOT P95", "E2E P50", "E2E P95", "E2E P99", "Success", "Queue",
-             "Fluid rate"],
-            [[f"{pt.fraction:.0%}", f"{pt.offered:.2f}", fmt_ms(pt.ttft[1]), fmt_ms(pt.tpot[1]),
-              *(fmt_ms(v) for v in pt.e2e), f"{pt.success:.1%}", pt.queue, fmt_num(fluid_rate(m.metrics), "tok/s", 0)]
-             for pt, m in zip(points, runs)],
+            ["Load", "Offered (r/s)", "TTFT P95", "TPOT P95", "E2E P50", "E2E P95", "E2E P99", "Success",
+             "Sent", "Failed", "Cancelled", "Queue", "Fluid rate"],
+            [[f"{pt.fraction:.0%}", f"{pt.offered:.2f}", fmt_censored(pt.everyone.ttft[95.0]), fmt_ms(pt.tpot[1]),
+              *(fmt_censored(pt.everyone.e2e[q]) for q in (50.0, 95.0, 99.0)), f"{pt.success:.1%}",
+              str(pt.everyone.sent), str(pt.everyone.failed), str(pt.everyone.cancelled), pt.queue,
+              fmt_num(fluid_rate(m.metrics), "tok/s", 0)]
+             for pt, m in zip(points, runs) if pt.everyone is not None],
             notes=[("queue growth: OLS slope of the server's waiting gauge (client in-flight count without /metrics) "
                     "significant and >= max(2, 2% of arrivals) over the steady window"), FLUID_RATE_NOTE])
         measurements: dict[str, Any] = {
@@ -235,6 +315,10 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
             "level_count": len(points), "level_duration_s": p.level_duration_s,
             "knee_index": knee, "knee_rate_req_s": None if knee is None else points[knee].offered,
             "saturation_index": sat, "saturation_rate_req_s": None if sat is None else points[sat].offered,
+            # the draft's literal rules on point values, and whether they fired within the noise (Table 5 notes say why)
+            "knee_literal_index": knee_rule.literal, "knee_within_noise": knee_rule.within_noise,
+            "saturation_literal_index": sat_rule.literal, "saturation_within_noise": sat_rule.within_noise,
+            "cancelled_requests": cancelled, "sent_requests": sum(pt.everyone.sent for pt in points if pt.everyone),
             "optimal_index": opt, "optimal_rate_req_s": None if opt is None else points[opt].offered,
             "optimal_output_tok_s": None if opt is None else achieved[opt],
             "max_achieved_tok_s": max(achieved) if achieved else None,
@@ -242,9 +326,15 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
             "queue_growing_levels": [pt.offered for pt in growing], "slo_applied": slo_given,
             "fluid_token_rate_tok_s": [fluid_rate(m.metrics) for m in runs],
         }
-        curve = {"offered": offered, "achieved_tps": achieved, "ttft_p99_s": p99,
-                 "tpot_p99_s": [pt.tpot[2] if pt.tpot[2] is not None else math.nan for pt in points],
-                 "knee_index": knee, "saturation_index": sat, "offered_unit": "req/s"}
+        curve: dict[str, Any] = {
+            "offered": offered, "achieved_tps": achieved,
+            # a censored P99 is drawn at its lower bound (the table shows '>= x')
+            "ttft_p99_s": [c.lower if c is not None and not c.bounded else v for c, v in zip(p99_cp, p99)],
+            "tpot_p99_s": [pt.tpot[2] if pt.tpot[2] is not None else math.nan for pt in points],
+            "knee_index": knee, "saturation_index": sat, "offered_unit": "req/s",
+            "knee_literal_index": knee_rule.literal, "saturation_literal_index": sat_rule.literal}
+        if knee is None and knee_rule.within_noise:  # no marker: say where the literal rule fired
+            curve["knee_note"] = rule_note("knee", knee_rule, points)
         return Outcome(metrics=runs[primary].metrics, tables=[table5, detail], measurements=measurements,
                        workload=self.declaration or {"name": p.workload}, plots={"curve": curve},
                        facts={"itl_reported": True, "exceeds_capacity": max(self.fractions) > 1.0})
@@ -283,7 +373,8 @@ def _checks(p: TradeoffParams, points: list[LevelPoint], cap: Any, knee: int | N
     c["5.3.3-PARAM-4"] = Check.met("5.3.3-PARAM-4", "throughput-latency curve in report.html (plots['curve'])")
     for rid, what in (("5.3.4-REPORT-1", "offered load"), ("5.3.4-REPORT-2", "achieved output throughput"),
                       ("5.3.4-REPORT-3", "TTFT P50/P95/P99"), ("5.3.4-REPORT-4", "TPOT P50/P95/P99"),
-                      ("5.3.4-REPORT-5", "E2E P50/P95/P99"), ("5.3.4-REPORT-6", "success rate"),
+                      ("5.3.4-REPORT-5", "E2E P50/P95/P99"),
+                      ("5.3.4-REPORT-6", "success rate (successful / sent, cancelled requests counted)"),
                       ("5.3.4-REPORT-7", "queue growth indicator")):
         c[rid] = Check.met(rid, f"{what} per level (Table 5 / per-level detail)")
     c["5.3.4-REPORT-8"] = Check.met("5.3.4-REPORT-8", "optimal operating point reported" if slo_given

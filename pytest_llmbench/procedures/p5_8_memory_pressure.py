@@ -7,9 +7,13 @@ closed loop at ``level × capacity`` concurrent requests for at least 120 s whil
 summarise the degradation. Levels are ratios ("110 %" = 1.1 × capacity, requirements.md note 42);
 1.0 is Table 11's "100 % (base)" row.
 
-Measurements (§5.8.4), per level: completion rate (successful / (successful + failed)); preemption
-rate (requests preempted at least once / requests), preemption recovery rate (preempted requests
-that complete / preempted requests) and preemption loss (tokens discarded per preemption event).
+Measurements (§5.8.4), per level: completion rate (successful / sent: a request failed *or*
+cancelled because it was still running when the level's drain time ran out did not complete);
+fail rate (failed / sent) and the cancelled count and share beside it, so Complete + Fail +
+Cancelled = 100 %; TTFT P99 over every request sent, cancelled ones as right-censored samples
+(``helpers.all_requests``); preemption rate (requests preempted at least once / requests),
+preemption recovery rate (preempted requests that complete / preempted requests) and preemption
+loss (tokens discarded per preemption event).
 Preemptions are server-side events: they come from the server's per-request timing
 (``server_timing.preemptions`` / ``preempted_tokens``, the embedded simulator's §4.6.3 option C
 extension) and ``/metrics`` counter deltas (``llmbench:num_preemptions_total``,
@@ -43,7 +47,17 @@ from ..load import ClosedLoop
 from ..warmup import WarmupResult
 from .base import Table
 from .common import Measured
-from .helpers import build_level_specs, capacity_error, closed_level_stream, fmt_ms, pvalue
+from .helpers import (
+    CENSORED_NOTE,
+    AllRequests,
+    all_requests,
+    build_level_specs,
+    count_cancelled_as_unsuccessful,
+    capacity_error,
+    closed_level_stream,
+    fmt_censored,
+    fmt_ms,
+)
 from .pipeline import Outcome, ProcedureRun
 
 __all__ = ["PROFILES", "LevelPressure", "MemoryPressureParams", "level_concurrency"]
@@ -128,11 +142,11 @@ class LevelPressure:
     level: float
     concurrency: int
     measured: Measured
-    requests: int  # successful + failed (cancelled excluded)
-    cancelled: int  # still in flight when the drain time ran out
-    completion: float | None
-    fail_rate: float | None
-    ttft_p99_s: float | None
+    requests: int  # successful + failed + cancelled: every request sent
+    cancelled: int  # still in flight when the drain time ran out: not completed
+    completion: float | None  # successful / sent
+    fail_rate: float | None  # failed / sent
+    ttft_p99_s: float | None  # over every request sent; a lower bound when censoring reaches the P99
     capacity_errors: int
     preemption_rate: float | None
     recovery_rate: float | None
@@ -141,22 +155,33 @@ class LevelPressure:
     preemption_events: float | None
     source: str  # "server per-request timing", "server /metrics", NOT_MEASURABLE
     server_sampled: bool
+    everyone: AllRequests | None = None
     repeats: int = 0
+
+    @property
+    def cancelled_rate(self) -> float | None:
+        return self.cancelled / self.requests if self.requests else None
+
+    @property
+    def ttft_p99_at_least(self) -> bool:
+        """True when the TTFT P99's rank falls among cancelled requests (the value is a lower bound)."""
+        return self.everyone is not None and not self.everyone.ttft[99.0].bounded
 
     def to_json(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in (
-            "level", "concurrency", "requests", "cancelled", "completion", "fail_rate", "ttft_p99_s", "capacity_errors",
-            "preemption_rate", "recovery_rate", "tokens_lost_per_preemption", "preempted_requests",
-            "preemption_events", "source", "server_sampled", "repeats")}
+            "level", "concurrency", "requests", "cancelled", "completion", "fail_rate", "cancelled_rate", "ttft_p99_s",
+            "ttft_p99_at_least", "capacity_errors", "preemption_rate", "recovery_rate", "tokens_lost_per_preemption",
+            "preempted_requests", "preemption_events", "source", "server_sampled", "repeats")}
         d["duration_s"] = self.measured.load.duration_s
         return d
 
 
 def _assess(level: float, c: int, m: Measured, repeats: int) -> LevelPressure:
     met = m.metrics
-    n_ok = int(met.scalar("completed_count").value)
-    n_failed = int(met.scalar("error_count").value)
-    judged = n_ok + n_failed
+    ev = all_requests(m, (99.0,))
+    count_cancelled_as_unsuccessful(m, ev)
+    n_ok, n_failed = ev.ok, ev.failed
+    judged = n_ok + n_failed  # the requests the server answered (preemption-rate denominator)
     pr = met.per_request
     pre = np.asarray(pr["preemptions"], dtype=float)
     ptok = np.asarray(pr["preempted_tokens"], dtype=float)
@@ -168,7 +193,7 @@ def _assess(level: float, c: int, m: Measured, repeats: int) -> LevelPressure:
     srv_tokens, _ = _first(m, PREEMPTED_TOKENS)
     rate = recovery = lost = None
     pre_requests: float | None = None
-    cancelled = int(met.scalar("cancelled_count").value)
+    cancelled = ev.cancelled
     if reported.any():
         # the server reports timing only for requests it finished; its counter also counts the
         # preempted requests that later failed, so it is the better denominator, unless requests
@@ -188,14 +213,16 @@ def _assess(level: float, c: int, m: Measured, repeats: int) -> LevelPressure:
         lost = srv_tokens / srv_events if srv_events else None
     elif reported.any() and hit.any():
         lost = float(ptok[hit].sum()) / float(pre[hit].sum())
+    p99 = ev.ttft[99.0]
     return LevelPressure(
-        level=level, concurrency=c, measured=m, requests=judged,
+        level=level, concurrency=c, measured=m, requests=ev.sent,
         cancelled=cancelled,
-        completion=n_ok / judged if judged else None, fail_rate=n_failed / judged if judged else None,
-        ttft_p99_s=pvalue(met, "ttft", 99), capacity_errors=sum(1 for r in m.records if capacity_error(r)),
+        completion=n_ok / ev.sent if ev.sent else None, fail_rate=n_failed / ev.sent if ev.sent else None,
+        ttft_p99_s=None if p99.n == 0 else (p99.value if p99.bounded else p99.lower),
+        capacity_errors=sum(1 for r in m.records if capacity_error(r)),
         preemption_rate=rate, recovery_rate=recovery, tokens_lost_per_preemption=lost,
         preempted_requests=pre_requests, preemption_events=events, source=source,
-        server_sampled=bool(m.queue_samples), repeats=repeats,
+        server_sampled=bool(m.queue_samples), everyone=ev, repeats=repeats,
     )
 
 
@@ -269,18 +296,21 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
         rows = []
         for o in outcomes:
             rows.append([_label(o.level), _pct(o.completion), _pct(o.preemption_rate, NOT_MEASURABLE),
-                         _pct(o.fail_rate), fmt_ms(o.ttft_p99_s)])
+                         _pct(o.fail_rate), f"{o.cancelled} of {o.requests} ({_pct(o.cancelled_rate)})",
+                         fmt_censored(o.everyone.ttft[99.0]) if o.everyone else fmt_ms(o.ttft_p99_s)])
         for x in levels[len(outcomes):]:
-            rows.append([_label(x), "not run", "not run", "not run", "not run"])
+            rows.append([_label(x), "not run", "not run", "not run", "not run", "not run"])
         drain = self.ctx.settings.timeout if p.drain_s is None else p.drain_s
         notes11 = [f"capacity {cap_n} concurrent requests ({cap_src}); level = concurrency / capacity",
-                   ("Complete = successful / (successful + failed); Preempt = requests preempted at least once / "
-                   "requests (§5.8.4)")]
+                   ("Complete = successful / sent; Fail Rate = failed / sent; Cancelled = requests still running "
+                    f"when the {drain:g} s drain after the level ran out, cancelled by the harness: they did not "
+                    "complete, so Complete + Fail Rate + Cancelled = 100%; Preempt = requests preempted at least "
+                    "once / requests answered (§5.8.4)"),
+                   "TTFT P99 over every request sent: " + CENSORED_NOTE]
         notes11 += [aborted] if aborted else []
-        notes11 += [f"{_label(o.level)}: {o.cancelled} requests still queued after the {drain:g} s drain were "
-                    "cancelled (neither complete nor failed)" for o in outcomes if o.cancelled]
         table11 = Table("Table 11: Memory Pressure Degradation",
-                        ["Oversub Level", "Complete", "Preempt", "Fail Rate", "TTFT P99"], rows, notes=notes11)
+                        ["Oversub Level", "Complete", "Preempt", "Fail Rate", "Cancelled", "TTFT P99"], rows,
+                        notes=notes11)
         detail = Table(
             "Preemption detail (§5.8.4)",
             ["Oversub Level", "Concurrency", "Requests", "Preempted requests", "Recovery rate",
@@ -301,8 +331,11 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
             "degradation": degradation,
             "aborted": aborted,
         }
+        measurements["cancelled_requests"] = sum(o.cancelled for o in outcomes)
+        measurements["sent_requests"] = sum(o.requests for o in outcomes)
         for o in outcomes:
             key = f"l{round(o.level * 100)}"
+            measurements[f"{key}_cancelled"] = o.cancelled
             for name, value, scale in (("completion_pct", o.completion, 100),
                                        ("preemption_rate_pct", o.preemption_rate, 100),
                                        ("fail_rate_pct", o.fail_rate, 100), ("ttft_p99_ms", o.ttft_p99_s, 1000)):
@@ -334,11 +367,20 @@ def _degradation(outcomes: list[LevelPressure]) -> str:
     if a.preemption_rate is not None and b.preemption_rate is not None:
         parts.append(f"preemption rate {_pct(a.preemption_rate)} -> {_pct(b.preemption_rate)}")
     parts.append(f"failures {_pct(a.fail_rate)} -> {_pct(b.fail_rate)}")
+    cancelled = sum(o.cancelled for o in outcomes)
+    if cancelled:
+        parts.append(f"{cancelled} of {sum(o.requests for o in outcomes)} requests cancelled (not completed "
+                     "within the drain time): " + ", ".join(f"{_label(o.level)} {o.cancelled}"
+                                                            for o in outcomes if o.cancelled))
     fails = [o for o in outcomes if o.capacity_errors]
     parts.append("OOM/capacity errors at " + ", ".join(_label(o.level) for o in fails) if fails
                  else "no OOM/capacity errors")
-    mode = ("graceful (preemption and queueing, no failures)"
-            if all((o.fail_rate or 0) == 0 for o in outcomes) else "with failures")
+    if any((o.fail_rate or 0) > 0 for o in outcomes):
+        mode = "with failures" + (" and cancelled requests" if cancelled else "")
+    elif cancelled:
+        mode = "incomplete (no failures, but cancelled requests did not complete)"
+    else:
+        mode = "graceful (preemption and queueing, every request completed)"
     return "; ".join(parts) + f"; degradation {mode}"
 
 

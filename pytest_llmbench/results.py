@@ -398,6 +398,7 @@ def _procedure(index: int, key: str, result: Any, report_dir: Path) -> dict[str,
         "plot_notes": plot_notes,
         "experience": experience_figures(result),
         "http_timing": http_timing(result),
+        "cold_start": data.get("cold_start"),  # §4.5.3: labelled at the procedure level
         "result": data,
     }
 

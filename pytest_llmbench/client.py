@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from . import httptrace, tokencount
 from .records import ErrorType, RequestRecord, RequestSpec
+from .refusals import RefusalPolicy, policy_code, refusal_reason
 from .sse import SSEDecodeError, SSEError, SSEParser
 from .tokenizer import Tokenizer, get_tokenizer
 
@@ -105,6 +106,7 @@ class ClientConfig:
     error_message_chars: int = 500
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
+    refusals: RefusalPolicy = field(default_factory=RefusalPolicy)  # what counts as refused (refusals.py)
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -566,10 +568,20 @@ def _error_message(body: bytes) -> str:
     return body.decode("utf-8", "replace").strip()
 
 
-def _stream_error(err: Any) -> _Fail:
-    """An ``{"error": ...}`` object sent inside a 200 stream (vLLM does this)."""
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return _loads(body)
+    except ValueError:
+        return None
+
+
+def _stream_error(err: Any, policy: RefusalPolicy | None = None) -> _Fail:
+    """An ``{"error": ...}`` object sent inside a 200 stream (vLLM does this); a policy code is a refusal."""
     code = err.get("code") if isinstance(err, dict) else None
     msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+    refusal = policy_code(None, {"error": err}, policy)
+    if refusal is not None:
+        return _Fail(ErrorType.REFUSED, f"policy refusal in stream ({refusal}): {msg}")
     try:
         code = int(code)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -754,9 +766,11 @@ class LLMClient:
                 rec.cached_tokens = details["cached_tokens"]
         if rec.cached_tokens is None and rec.server_timing and isinstance(rec.server_timing.get("cached_tokens"), int):
             rec.cached_tokens = rec.server_timing["cached_tokens"]
-        if rec.error_type is None and rec.finish_reason == "content_filter":
-            rec.error_type = ErrorType.REFUSED
-            rec.error_message = "finish_reason content_filter (§4.8.1)"
+        if rec.error_type is None:
+            why = refusal_reason(rec.finish_reason, rec.refusal, rec.output_text, self.config.refusals)
+            if why is not None:
+                rec.error_type = ErrorType.REFUSED
+                rec.error_message = why
         if finalize:
             self.finalize(rec)
 
@@ -826,6 +840,10 @@ class LLMClient:
             et = classify_status(resp.status)
             if et is not None:
                 raw = await resp.read_body(64 * 1024)
+                code = policy_code(resp.status, _json_or_none(raw), self.config.refusals)
+                if code is not None:  # a content-policy rejection is a refusal (§4.8.1)
+                    raise _Fail(ErrorType.REFUSED, f"HTTP {resp.status} policy refusal ({code}): "
+                                f"{_error_message(raw)}")
                 raise _Fail(et, f"HTTP {resp.status}: {_error_message(raw)}")
             if self.config.stream:
                 if not resp.content_type.startswith("text/event-stream"):
@@ -852,7 +870,7 @@ class LLMClient:
         if not isinstance(obj, dict):
             raise _Fail(ErrorType.PARSE, "response body is not a JSON object")
         if "error" in obj and not obj.get("choices"):
-            raise _stream_error(obj["error"])
+            raise _stream_error(obj["error"], self.config.refusals)
         choices = obj.get("choices")
         if choices:
             c = choices[0]
@@ -860,6 +878,8 @@ class LLMClient:
                 msg = c.get("message") or {}
                 content = msg.get("content") or ""
                 reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
+                if msg.get("refusal"):
+                    rec.refusal = msg["refusal"]
             else:
                 content = c.get("text") or ""
                 reasoning = ""
@@ -917,6 +937,8 @@ class LLMClient:
                         if delta:
                             content = delta.get("content") or ""
                             reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                            if delta.get("refusal"):  # OpenAI: the refusal streams instead of content
+                                rec.refusal = (rec.refusal or "") + delta["refusal"]
                         else:
                             content = reasoning = ""
                     else:
@@ -932,7 +954,7 @@ class LLMClient:
                         rec.finish_reason = fr
                 # metadata is rare; "usage": null rides on every chunk with include_usage
                 if not choices or obj.get("usage") or "llmbench_timing" in obj or "error" in obj or "timings" in obj:
-                    self._metadata(obj, rec)
+                    self._metadata(obj, rec, self.config.refusals)
         parser.close()
         if rec.end_ns is None:
             rec.end_ns = clock()
@@ -944,10 +966,10 @@ class LLMClient:
             raise _Fail(ErrorType.PROTOCOL, "stream closed without data: [DONE]")
 
     @staticmethod
-    def _metadata(obj: dict[str, Any], rec: RequestRecord) -> None:
+    def _metadata(obj: dict[str, Any], rec: RequestRecord, refusals: RefusalPolicy) -> None:
         err = obj.get("error")
         if err:
-            raise _stream_error(err)
+            raise _stream_error(err, refusals)
         usage = obj.get("usage")
         if usage:
             rec.usage = usage

@@ -46,7 +46,7 @@ class ErrorType(str, enum.Enum):
     HTTP_5XX = "http_5xx"
     PARSE = "parse"  # malformed JSON / undecodable bytes in a chunk or body
     PROTOCOL = "protocol"  # stream broken: no [DONE], wrong content type, reset mid-stream
-    REFUSED = "refused"  # content filter (finish_reason "content_filter"), §4.8.1
+    REFUSED = "refused"  # content filter, policy error, refusal field or declared text (refusals.py), §4.8.1
     CANCELLED = "cancelled"  # stopped by the harness at the end of a window: not an SUT failure
 
     def __str__(self) -> str:
@@ -181,6 +181,7 @@ class RequestRecord:
     server_timing: dict[str, Any] | None = None  # queue_ns, prefill_ns, preemptions, ...
     http_trace: dict[str, Any] | None = None  # opt-in HTTP lifecycle times (httptrace.HttpTraceData)
     finish_reason: str | None = None
+    refusal: str | None = None  # OpenAI ``refusal`` text streamed instead of content (refusals.py; optional)
     # --- outcome ------------------------------------------------------------------------------
     status: int | None = None  # HTTP status, None when no response arrived
     error_type: ErrorType | None = None
@@ -247,6 +248,7 @@ class RequestRecord:
         if not keep_text:
             d["chunk_text"] = ["" for _ in self.chunk_text]
             d["chunk_reasoning"] = ["" for _ in self.chunk_reasoning]
+            d["refusal"] = "" if self.refusal else None
         return d
 
     def dumps(self, *, keep_text: bool = True) -> str:

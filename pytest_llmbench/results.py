@@ -404,6 +404,7 @@ def _procedure(index: int, key: str, result: Any, report_dir: Path) -> dict[str,
         "http_timing": http_timing(result),
         # the client's own delay next to every latency percentile; option-C error (selfcheck.py)
         "client_delay": procedure_check(data.get("runs") or [], data.get("metrics")),
+        "cold_start": data.get("cold_start"),  # §4.5.3: labelled at the procedure level
         "result": data,
     }
 

@@ -10,6 +10,7 @@ pytest lives in the glue (options.py); nothing here imports pytest.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -106,6 +107,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("runs-cooldown", "seconds of idle time between repetitions of --llm-runs", 0.0, "float"),
     Option("http-trace", "record each request's HTTP phases (blocked, DNS, connecting, sending, waiting/TTFB, "
            "receiving; aiohttp TraceConfig) as the http_* metrics (AIPerf http_req_*)", False, "bool"),
+    Option("refusal-pattern", "regular expression: a completion whose text matches it counts as refused "
+           "(§4.8.1; besides content_filter, policy error codes and the refusal field, refusals.py)"),
+    Option("refusal-codes", "extra error codes of HTTP 400/403/422 answers that count as refusals (repeatable or "
+           "comma-separated; §4.8.1)", None, "list"),
+    Option("cold-start", "5.1: restart the SUT through the configure_sut hook's 'restart' setting and measure the "
+           "first requests before any warm-up against the same requests warm (§4.5.3)", False, "bool"),
     Option("export", "extra export of every measured run: 'aiperf' writes AIPerf's profile_export files to "
            "<run dir>/aiperf (repeatable or comma-separated)", None, "list"),
 )
@@ -142,6 +149,9 @@ class Settings:
     http_trace: bool = False
     export: list[str] = field(default_factory=list)
     max_duration: float | None = None  # seconds per procedure; None or 0: no budget
+    refusal_pattern: str | None = None  # declared refusal text (refusals.py, §4.8.1)
+    refusal_codes: list[str] = field(default_factory=list)  # extra policy error codes (§4.8.1)
+    cold_start: bool = False  # 5.1 measures cold start after a SUT restart (§4.5.3)
     server_kind: str | None = None
     autosave: bool = False
     save: str | None = None
@@ -246,6 +256,12 @@ def _validate(s: Settings) -> None:
     if s.max_duration is not None and not s.max_duration >= 0:
         raise LLMBenchConfigError(f"{s.sources.get('max_duration', '--llm-max-duration')}: invalid value "
                                   f"{s.max_duration!r} for max-duration: must be >= 0 seconds (0: no budget)")
+    if s.refusal_pattern is not None:
+        try:
+            re.compile(s.refusal_pattern)
+        except re.error as exc:
+            raise LLMBenchConfigError(f"{s.sources.get('refusal_pattern', '--llm-refusal-pattern')}: "
+                                      f"{s.refusal_pattern!r} is not a regular expression: {exc}") from None
     if s.endpoint is not None:
         if not s.endpoint.startswith(("http://", "https://")):
             raise LLMBenchConfigError(

@@ -29,6 +29,10 @@ def procedure_context(sim: Any, root: Path, *, capacity: Capacity | None = None,
         return capacity
 
     def configure(setting: str, value: Any) -> bool:
+        if setting == "restart":  # a new simulator process on the same port (§4.5.3 cold start)
+            sim.restart()
+            sut.server_info = sim.get_config()
+            return True
         sut.server_info = sim.set_config(**{setting: value})
         return True
 

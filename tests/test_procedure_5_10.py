@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ def test_each_filter_adds_its_configured_delay(tmp_path: Path) -> None:
                     guardrail_input_per_token_ms=0.02, guardrail_output_per_chunk_ms=20.0,
                     guardrail_refusal_rate=0.0)
     params = PROC.make_params("smoke", {"load_fractions": (0.5,), "report_level": 0.5, "requests_per_level": 32,
-                                        "throughput_probe_concurrency": None, "max_output_tokens": 12,
+                                        "throughput_probe_fraction": None, "max_output_tokens": 12,
                                         "warmup_requests": 10, "warmup_tokens": 100})
     with harness(tmp_path, cfg, rate=16.0) as (sim, ctx):
         result = asyncio.run(PROC.run(ctx, params))
@@ -102,7 +103,7 @@ def test_refusals_are_failures_and_counted(tmp_path: Path) -> None:
     cfg = SimConfig(time_scale=0.25, seed=11, guardrails="input", guardrail_refusal_rate=0.25)
     params = PROC.make_params("smoke", {"configurations": ("none", "input", "output"), "load_fractions": (0.5,),
                                         "report_level": 0.5, "requests_per_level": 40, "max_output_tokens": 16,
-                                        "throughput_probe_concurrency": 8, "throughput_probe_requests": 24,
+                                        "throughput_probe_fraction": 1.5, "throughput_probe_requests": 24,
                                         "warmup_requests": 10, "warmup_tokens": 100})
     with harness(tmp_path, cfg, rate=40.0) as (sim, ctx):
         result = asyncio.run(PROC.run(ctx, params))
@@ -131,6 +132,83 @@ def test_refusals_are_failures_and_counted(tmp_path: Path) -> None:
     assert result.checks["5.10.2-PARAM-2"].status.value == "unmet"  # Full Filter not run
 
 
+def test_rewarm_after_switch_and_max_throughput_beyond_capacity(tmp_path: Path) -> None:
+    """§5.10.3 steps 2–3: each configuration is warmed up after its switch, before its runs; Table 14's
+    max throughput comes from a saturation run at a multiple of the capacity rate (not a fixed probe)."""
+    cfg = SimConfig(time_scale=1.0, seed=4, step_ms=10.0, decode_per_seq_ms=0.1, max_num_seqs=4,
+                    prefill_per_token_ms=0.01, prefill_per_token2_ms=0.0, eos_mean_tokens=0.0,
+                    guardrail_input_base_ms=30.0, guardrail_input_per_token_ms=0.0,
+                    guardrail_output_per_chunk_ms=0.5, guardrail_refusal_rate=0.0)
+    out_tokens = 16
+    model_max_tps = cfg.predicted_output_throughput(cfg.max_num_seqs)  # decode-only bound: prefill lowers it
+    cap_rate = model_max_tps / out_tokens  # >= the real request-rate capacity, so 1.5x saturates by construction
+    params = PROC.make_params("smoke", {
+        "configurations": ("none", "full"), "load_fractions": (0.5,), "report_level": 0.5,
+        "workload": "fixed", "workload_params": {"input_tokens": 64, "output_tokens": out_tokens, "force_output": True},
+        "requests_per_level": 24, "throughput_probe_fraction": 1.5, "throughput_probe_requests": 60,
+        "warmup_requests": 10, "warmup_tokens": 100})
+    with harness(tmp_path, cfg, rate=cap_rate) as (sim, ctx):
+        result = asyncio.run(PROC.run(ctx, params))
+    level_none, level_full, probe_none, probe_full = result.runs  # levels, then the saturation runs
+    assert [r.extra.get("throughput_probe", False) for r in result.runs] == [False, False, True, True]
+
+    # a warm-up per configuration, between the previous configuration's last response and the first
+    # measured request of this one, with the new configuration's input filter in force
+    warm = {key: list(iter_records(ctx.run_root / f"warmup-{key}")) for key in ("baseline", "full")}
+    assert all(len(v) >= 10 for v in warm.values())
+    prev_end = max(r.end_ns for r in iter_records(probe_none.run_dir))
+    first_full = min(r.sent_ns for r in iter_records(level_full.run_dir))
+    assert all(prev_end < r.sent_ns and r.end_ns < first_full for r in warm["full"])
+    pred = cfg.replace(guardrails="full").predicted_input_guardrail_s(64)
+    for r in warm["full"]:
+        if r.ok and r.server_timing and r.server_token_ns:
+            st = r.server_timing
+            assert r.server_token_ns[0] - st["prefill_ns"] - st["queue_ns"] - r.sent_ns >= (pred - 0.002) * 1e9
+    assert any("warm-up after every configuration switch" in n for n in result.notes)
+
+    # the saturation run: open loop at 1.5x the capacity rate (exactly), the same sequence per configuration
+    for probe in (probe_none, probe_full):
+        assert probe.load["model"] == "open" and probe.load["rate"] == pytest.approx(1.5 * cap_rate, rel=1e-3)
+    m = result.measurements
+    assert m["baseline_throughput_saturated"] is True and m["full_throughput_saturated"] is True
+    for key, probe in (("baseline", probe_none), ("full", probe_full)):
+        # exact recomputation: output tokens of successful requests over the window after its first 10 %
+        recs = list(iter_records(probe.run_dir))
+        runjson = json.loads((Path(probe.run_dir) / "run.json").read_text())["loads"][0]
+        t0 = runjson["start_ns"] + 0.1 * (runjson["send_end_ns"] - runjson["start_ns"])
+        t1 = runjson["send_end_ns"]
+        tokens = sum(k for r in recs if r.ok for t, k in zip(r.chunk_ns, r.chunk_tokens) if t0 <= t <= t1)
+        assert m[f"{key}_max_throughput_tps"] == pytest.approx(tokens / ((t1 - t0) / 1e9), abs=0.01)
+        # never above the engine's decode-only bound (a busy host only lowers it); 5 %: chunk bunching at the edges
+        assert m[f"{key}_max_throughput_tps"] <= model_max_tps * 1.05
+    t14 = result.tables[1]
+    assert "1.5 x the request-rate capacity" in t14.notes[0] and not any(">=" in row[1] for row in t14.rows)
+
+
+def test_saturation_detection_on_synthetic_runs() -> None:
+    """Delivered under 95 % of the offered output tok/s: saturated; delivering what is offered: not."""
+    from types import SimpleNamespace
+
+    from pytest_llmbench.procedures.p5_10_guardrails import saturation_throughput
+
+    def run(gap_ns: int, done_after_ns: int) -> Any:
+        # 100 requests every gap_ns, 10 tokens each, one chunk per token spread over done_after_ns
+        recs = [SimpleNamespace(ok=True, sent_ns=i * gap_ns, output_tokens=10, chunk_tokens=[1] * 10,
+                                chunk_ns=[i * gap_ns + (j + 1) * done_after_ns // 10 for j in range(10)])
+                for i in range(100)]
+        return SimpleNamespace(load=SimpleNamespace(start_ns=0, send_end_ns=99 * gap_ns), records=recs)
+
+    keeps_up = saturation_throughput(run(10_000_000, 5_000_000))  # 100 req/s, served in 5 ms
+    assert keeps_up is not None and not keeps_up.saturated
+    assert keeps_up.delivered_tps == pytest.approx(keeps_up.offered_tps, rel=0.03)
+    # a server that serves one request per 20 ms while they arrive every 10 ms falls behind
+    behind = SimpleNamespace(load=SimpleNamespace(start_ns=0, send_end_ns=990_000_000), records=[
+        SimpleNamespace(ok=True, sent_ns=i * 10_000_000, output_tokens=10, chunk_tokens=[1] * 10,
+                        chunk_ns=[i * 20_000_000 + (j + 1) * 2_000_000 for j in range(10)]) for i in range(100)])
+    sat = saturation_throughput(behind)
+    assert sat is not None and sat.saturated and sat.delivered_tps == pytest.approx(500.0, rel=0.03)
+
+
 def test_skips_without_a_configuration_hook(tmp_path: Path) -> None:
     async def capacity(kind: str) -> Capacity:
         return Capacity(rate=10.0, source="test")
@@ -143,7 +221,7 @@ def test_skips_without_a_configuration_hook(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("bad", [{"configurations": ("none", "audit")}, {"load_fractions": (0.25, 0.0)},
-                                 {"report_level": 0.9}, {"throughput_probe_concurrency": 0},
+                                 {"report_level": 0.9}, {"throughput_probe_fraction": 0.5},
                                  {"configurations": ("none", "none")}])
 def test_bad_parameters_are_rejected(bad: dict[str, Any]) -> None:
     with pytest.raises(ProcedureError):

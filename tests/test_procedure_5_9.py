@@ -10,7 +10,9 @@ the same lengths.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +23,7 @@ from procedure_harness import procedure_context
 from pytest_llmbench.procedures.base import ProcedureContext, get_procedure
 from pytest_llmbench.procedures.p5_9_long_context import effective_lengths
 from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.storage import iter_records
 
 LENGTHS = (1024, 2048, 4096, 8192, 16384)
 CONFIG = SimConfig(time_scale=0.5, prefill_per_token2_ms=1e-5, context_window=16384 + 8, seed=9)
@@ -35,7 +38,7 @@ def outcome(tmp_path_factory):
     proc = get_procedure("5.9")
     params = proc.make_params("standard", {
         "lengths": LENGTHS, "requests_per_length": 3, "max_output_tokens": 4,
-        "warmup_requests": 8, "warmup_tokens": 200,
+        "warmup_requests": 8, "warmup_tokens": 200, "throughput_concurrencies": (),
     })
     root = tmp_path_factory.mktemp("p59")
     with start_simulator(CONFIG) as sim:
@@ -82,10 +85,70 @@ def test_table12_columns_are_consistent(outcome):
     assert c["5.9.2-PARAM-2"].status.value == "unmet"  # output capped at 4 tokens
     assert c["5.9.2-PARAM-4"].status.value == "unmet"  # 3 < 20 requests per length
     assert c["5.9.2-PARAM-3"].status.value == "met"
-    assert c["5.9.4-REPORT-4"].status.value == "unmet"  # max throughput per length is not measured
+    assert c["5.9.4-REPORT-4"].status.value == "unmet"  # no sweep asked for: no maximum throughput
+    assert "no sweep" in c["5.9.4-REPORT-4"].reason
     # the capped run is reported as a custom workload derived from long-context (§4.3-MUST-1)
     assert outcome.facts.workload["name"] == "long-context (custom: output capped at 4 tokens)"
     assert outcome.facts.workload_base == "long-context" and outcome.facts.workload["custom"] is True
+
+
+SWEEP_CONFIG = SimConfig(time_scale=1.0, step_ms=10.0, decode_per_seq_ms=0.1, max_num_seqs=4,
+                         prefill_per_token_ms=0.005, prefill_per_token2_ms=0.0, eos_mean_tokens=0.0, seed=2)
+
+
+def _sweep_run(tmp_path: Path, deadline_s: float | None) -> Any:
+    proc = get_procedure("5.9")
+    params = proc.make_params("smoke", {
+        "lengths": (512, 1024), "requests_per_length": 3, "max_output_tokens": 8, "warmup_requests": 8,
+        "warmup_tokens": 64, "throughput_concurrencies": (2, 4, 8, 16, 32), "throughput_waves": 2})
+    with start_simulator(SWEEP_CONFIG) as sim:
+        ctx = make_ctx(sim, tmp_path)
+        if deadline_s is not None:
+            ctx.settings.max_duration = 1.0  # what the notes name; the deadline is what the run obeys
+            ctx.deadline = time.monotonic() + deadline_s
+        return asyncio.run(proc.run(ctx, params))
+
+
+def test_max_throughput_per_length_from_a_concurrency_sweep(tmp_path: Path) -> None:
+    """§5.9.4 "throughput at length": a sweep per length to a plateau; the engine batches at most 4
+    sequences, so the throughput cannot rise past concurrency 4 and the sweep must end at a plateau."""
+    result = _sweep_run(tmp_path, None)
+    per = result.measurements["per_length"]
+    sweep_runs = [r for r in result.runs if r.extra.get("throughput_sweep")]
+    assert sweep_runs and {r.extra["context_length"] for r in sweep_runs} == {512, 1024}
+    for L in (512, 1024):
+        v = per[str(L)]
+        levels = v["throughput_sweep"]
+        assert [lv["concurrency"] for lv in levels][:2] == [1, 2]  # the latency run, then the sweep ascending
+        for lv in levels[1:]:  # exact recomputation from the records on disk
+            run = next(r for r in sweep_runs if r.extra["context_length"] == L
+                       and r.extra["concurrency"] == lv["concurrency"])
+            recs = [r for r in iter_records(run.run_dir) if r.phase == "measure"]
+            ok = [r for r in recs if r.ok]
+            span = (max(r.end_ns for r in recs) - min(r.sent_ns for r in recs)) / 1e9
+            assert lv["requests"] == 2 * lv["concurrency"] == len(recs)
+            assert lv["output_tps"] == pytest.approx(sum(r.output_tokens for r in ok) / span, rel=1e-3)
+            # never above the engine's decode-only bound at this batch (a busy host only lowers it)
+            assert lv["output_tps"] <= SWEEP_CONFIG.predicted_output_throughput(
+                min(lv["concurrency"], SWEEP_CONFIG.max_num_seqs)) * 1.05
+        assert v["max_throughput_is_maximum"] is True, v["throughput_sweep_stopped"]
+        assert v["throughput_sweep_stopped"].startswith("plateau")
+        assert v["max_output_tps"] == max(lv["output_tps"] for lv in levels)
+        assert result.measurements[f"max_output_tps_{L}"] == pytest.approx(v["max_output_tps"], abs=0.01)
+    table = next(t for t in result.tables if t.title.startswith("Maximum throughput per context length"))
+    assert [row[0] for row in table.rows] == ["512", "1024"] and all(row[-1].startswith("maximum") for row in table.rows)
+    assert result.checks["5.9.4-REPORT-4"].status.value == "met"
+
+
+def test_sweep_respects_the_time_budget(tmp_path: Path) -> None:
+    """A budget already spent: the latency runs still run (1 s each), the sweeps do not, and say so."""
+    result = _sweep_run(tmp_path, -1.0)
+    assert not any(r.extra.get("throughput_sweep") for r in result.runs)
+    for L in ("512", "1024"):
+        v = result.measurements["per_length"][L]
+        assert v["max_throughput_is_maximum"] is False and v["throughput_sweep_stopped"].startswith("time budget")
+    assert result.checks["5.9.4-REPORT-4"].status.value == "unmet"
+    assert any("throughput sweep stopped before concurrency 2" in n for n in result.notes)
 
 
 @settings(deadline=None)

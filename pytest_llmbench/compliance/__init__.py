@@ -36,7 +36,7 @@ from . import (  # noqa: F401  # noqa: F401  (register their evaluators)
 from .declarations import DECLARATION_FACTS, Declarations
 from .engine import CONDITIONS
 from .evaluate import coverage, evaluate_test, procedure_items
-from .facts import ClockFacts, LoadFacts, RecordAudit, RunFacts, WarmupFacts
+from .facts import ClockFacts, ColdStartFacts, LoadFacts, RecordAudit, RunFacts, WarmupFacts
 from .registry import (
     LOAD_CAPABILITIES,
     STANDARD_WORKLOADS,
@@ -59,6 +59,7 @@ __all__ = [
     "TESTS",
     "Check",
     "ClockFacts",
+    "ColdStartFacts",
     "ComplianceError",
     "ComplianceResult",
     "DeclarationError",

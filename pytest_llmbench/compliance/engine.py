@@ -227,7 +227,7 @@ CONDITIONS: dict[str, tuple[Condition, str]] = {
     "prefix_cache_tested": (lambda f, d: None if f.prefix_caching is None
                             else (f.prefix_caching == "enabled" and f.prefix_cache_under_test),
                             "prefix caching is enabled and under test"),
-    "cold_start": (lambda f, d: f.warmup.cold_start, "the run measures cold start"),
+    "cold_start": (lambda f, d: f.warmup.cold_start or f.cold_start is not None, "the run measures cold start"),
     "remote_sut": (lambda f, d: _remote(f), "load generator and SUT are on different machines"),
     "single_host": (lambda f, d: f.clock.single_host, "load generator and SUT share one machine"),
     "gateway_network": (lambda f, d: _and(_boundary_is("gateway")(f, d), _remote(f)),

@@ -83,6 +83,17 @@ class WarmupFacts:
 
 
 @dataclass
+class ColdStartFacts:
+    """A cold-start measurement (§4.5.3): the SUT restarted, the first requests sent before any warm-up."""
+
+    restarted: bool = False  # the SUT was restarted through the configure hook's ``restart`` setting
+    requests: int = 0  # cold requests measured (sent one at a time, first after the restart)
+    warmup_requests_before: int = 0  # warm-up requests the client sent between the restart and them
+    server_requests_before: float | None = None  # requests the server had finished by then (/metrics)
+    labelled: bool = False  # the result carries the cold-start section, table and heading label
+
+
+@dataclass
 class RecordAudit:
     """Per-request record completeness and consistency (§4.2.2, §4.2.6, §4.8.1) over the measured records.
 
@@ -149,6 +160,7 @@ class RunFacts:
     itl_reported: bool | None = None  # the test reports ITL/TPOT from token timestamps
     server_token_timestamps: bool | None = None  # server sent per-token timestamps (option C possible)
     warmup: WarmupFacts = field(default_factory=WarmupFacts)
+    cold_start: ColdStartFacts | None = None  # set when the procedure measured cold start (§4.5.3)
     tokenizer: Any = None  # tokenizer.TokenizerDeclaration or a mapping with the same keys
     special_tokens: Any = None  # {"bos_eos", "system_prompt", "tool_call_format"} or one statement
     #: records whose token counts came from each counting option (§4.4.2): {"A": n, "B": n}

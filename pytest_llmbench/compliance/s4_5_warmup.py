@@ -107,6 +107,17 @@ def _probe_stability(ctx: _Ctx, rid: str) -> Check:
 
 @evaluator("4.5.3-MUST-1")
 def _cold_no_warmup(ctx: _Ctx, rid: str) -> Check:
+    cs = ctx.facts.cold_start
+    if cs is not None:  # a cold-start measurement next to a warm run (pipeline.ColdStart)
+        ev = {"warmup_requests_before": cs.warmup_requests_before, "server_requests_before": cs.server_requests_before}
+        if not cs.restarted:
+            return Check.unmet(rid, "the SUT was not restarted before the cold-start requests", **ev)
+        if cs.warmup_requests_before or cs.server_requests_before:
+            n = cs.warmup_requests_before or int(cs.server_requests_before or 0)
+            return Check.unmet(rid, f"{n} requests served between the restart and the cold-start requests", **ev)
+        seen = " (server /metrics: 0 requests finished before them)" if cs.server_requests_before == 0 else ""
+        return Check.met(rid, f"SUT restarted; the first {cs.requests} requests were measured before any warm-up"
+                         + seen, **ev)
     w = ctx.facts.warmup
     if w.requests == 0:
         return Check.met(rid, "cold start: no warm-up requests sent")
@@ -115,6 +126,12 @@ def _cold_no_warmup(ctx: _Ctx, rid: str) -> Check:
 
 @evaluator("4.5.3-MUST-2")
 def _cold_label(ctx: _Ctx, rid: str) -> Check:
+    cs = ctx.facts.cold_start
+    if cs is not None:
+        if cs.labelled:
+            return Check.met(rid, "cold-start measurement labelled: heading, 'Cold start (§4.5.3)' table, notes and "
+                             "results.json cold_start")
+        return Check.unmet(rid, "cold-start requests measured but not labelled in the result")
     w = ctx.facts.warmup
     if w.cold_start and w.requests == 0:
         return Check.met(rid, "run labelled cold start (no warm-up request sent) in the notes and header")

@@ -127,6 +127,7 @@ class ProcedureResult:
     finished: str = ""
     duration_s: float = 0.0
     complete: bool = True
+    cold_start: dict[str, Any] | None = None  # a cold-start measurement (§4.5.3, pipeline.ColdStart)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -148,6 +149,7 @@ class ProcedureResult:
             "finished": self.finished,
             "duration_s": self.duration_s,
             "complete": self.complete,
+            "cold_start": self.cold_start,
         }
 
 

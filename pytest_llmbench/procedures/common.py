@@ -35,6 +35,7 @@ from ..load import ClosedLoop, LoadResult, OpenLoop, run_load
 from ..metrics import RunMetrics, summarize
 from ..records import ClockAnchor, RequestRecord, RequestSpec
 from ..selfcheck import option_c_error
+from ..refusals import RefusalPolicy
 from ..storage import RECORDS_FILE, RunMetadata, RunWriter, write_text_atomic
 from ..sut import effective_declarations
 from ..warmup import WarmupPolicy, WarmupResult, run_warmup, sample_server_metrics
@@ -87,6 +88,12 @@ class Measured:
         return self.server_after[name] - self.server_before.get(name, 0.0)
 
 
+def refusal_policy(settings: Any) -> RefusalPolicy:
+    """What counts as a refusal besides the built-in rules: the declared codes and text pattern (§4.8.1)."""
+    codes = tuple(c.strip() for item in (settings.refusal_codes or ()) for c in str(item).split(",") if c.strip())
+    return RefusalPolicy(codes=codes, pattern=settings.refusal_pattern)
+
+
 def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> LLMClient:
     """A client for the SUT with the session's settings (§4.2, §4.6)."""
     sut, s = ctx.sut, ctx.settings
@@ -105,6 +112,7 @@ def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> 
         extra_body=sut.extra_body,  # the SUT's live mapping: adapter fields and configuration switches
         send_extra_fields=sut.send_extra_fields,
         reuse_connections=sut.reuse_connections,
+        refusals=refusal_policy(s),
     )
     return LLMClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer)
 

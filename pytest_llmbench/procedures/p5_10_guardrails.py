@@ -6,30 +6,38 @@ Measurements (§5.10.4): per configuration TTFT P50/P95/P99 and E2E; input filte
 TTFT(input) − TTFT(baseline); total overhead = E2E(full) − E2E(baseline); throughput reduction.
 Refusals are counted per configuration (§4.8.1) and are failures, never successes.
 
+Step 2 ("complete warm-up and run workload at each load level") and step 3 ("enable each
+guardrail configuration and repeat") are followed to the letter: after every switch the new
+configuration is warmed up again (§4.5, own prompts) before its first measured run, so a filter
+that loads a classifier model or fills its own caches on first use is not charged to the
+measurement.
+
 "Max throughput" (Table 14) is not measured by the draft's 25–75 % levels (requirements.md
-ambiguity 44). Here each configuration gets a short closed-loop saturation probe at
-``throughput_probe_concurrency`` requests in flight: max throughput = output tokens/s of
-successful requests delivered while every slot was busy (10 % … 100 % of the submission
-window). At a fixed concurrency a filter that only adds latency also lowers this figure
-(Little's law); that is part of what the probe measures. ``throughput_probe_concurrency=None``
-skips the probe and reports the 75 % level's achieved throughput instead, labelled as such.
+ambiguity 44). It comes from the measured (or declared) request-rate capacity: each
+configuration gets a saturation run of the same request sequence at
+``throughput_probe_fraction`` (default 1.5) times the capacity rate, open loop; max throughput =
+output tokens/s of successful requests delivered over the submission window minus its first
+10 %. A server that keeps up delivers what is offered; one that is saturated delivers its maximum.
+The run counts as saturated when it delivered under 95 % of the offered output tokens/s (arrival
+rate × mean output tokens); an unsaturated configuration's figure is a lower bound and is labelled
+so. ``throughput_probe_fraction=None`` skips the run and reports the highest level's achieved
+throughput instead, labelled as such.
 """
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import LLMClient
 from ..compliance import Check, RunFacts
-from ..load import ClosedLoop
 from ..records import ErrorType
 from ..warmup import WarmupResult
 from ..workloads import build_workload
 from .base import LoadSpec, ProcedureContext, SkipProcedure, Table
-from .common import Measured, resolve_load
+from .common import Measured, refusal_policy, resolve_load
 from .helpers import cap_output, fmt_ms, pvalue
 from .pipeline import Outcome, ProcedureRun
 
@@ -51,7 +59,7 @@ class GuardrailParams:
     arrival: str = "poisson"
     requests_per_level: int = 1000  # the draft sets none; 1000 = enough for P99 (§5.1.4.3)
     report_level: float = 0.5  # the load level shown in Table 13 (every level is in the detail table)
-    throughput_probe_concurrency: int | None = 64
+    throughput_probe_fraction: float | None = 1.5  # saturation run at this multiple of the capacity rate
     throughput_probe_requests: int = 500
     warmup_requests: int = 100
     warmup_tokens: int = 10_000
@@ -74,9 +82,9 @@ class GuardrailParams:
             raise ValueError(f"arrival must be 'poisson' or 'uniform', got {self.arrival!r}")
         if self.requests_per_level < 1:
             raise ValueError(f"requests_per_level must be >= 1, got {self.requests_per_level}")
-        if self.throughput_probe_concurrency is not None and self.throughput_probe_concurrency < 1:
-            raise ValueError(f"throughput_probe_concurrency must be >= 1 or None, got "
-                             f"{self.throughput_probe_concurrency}")
+        if self.throughput_probe_fraction is not None and not self.throughput_probe_fraction >= 1:
+            raise ValueError(f"throughput_probe_fraction must be >= 1 (a multiple of the capacity rate) or None, "
+                             f"got {self.throughput_probe_fraction}")
         if self.throughput_probe_requests < 1:
             raise ValueError(f"throughput_probe_requests must be >= 1, got {self.throughput_probe_requests}")
         if self.max_output_tokens is not None and self.max_output_tokens < 1:
@@ -84,32 +92,51 @@ class GuardrailParams:
 
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"load_fractions": (0.5,), "requests_per_level": 100, "throughput_probe_concurrency": 32,
-              "throughput_probe_requests": 160, "warmup_requests": 20, "warmup_tokens": 1500,
+    "smoke": {"load_fractions": (0.5,), "requests_per_level": 100, "throughput_probe_requests": 160,
+              "warmup_requests": 20, "warmup_tokens": 1500,
               "max_output_tokens": 32},
     "standard": {},
     "full": {},  # the draft RECOMMENDS only the workload (Conversation), already the default
 }
 
 
-def saturated_throughput(m: Measured, skip_fraction: float = 0.1) -> float | None:
-    """Output tok/s of successful requests delivered while the closed loop kept every slot busy.
+SATURATED_SHARE = 0.95  # delivered below this share of the offered output tok/s: the server fell behind
+
+
+@dataclass(frozen=True)
+class SaturationResult:
+    """Table 14's max throughput of one configuration (§5.10.4 "throughput reduction")."""
+
+    delivered_tps: float  # output tok/s of successful requests over the window
+    offered_tps: float  # arrival rate in the window × mean output tokens per successful request
+    saturated: bool  # delivered < SATURATED_SHARE × offered: the figure is the server's maximum
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def saturation_throughput(m: Measured, skip_fraction: float = 0.1) -> SaturationResult | None:
+    """Output tok/s delivered over an overload run's submission window, and whether it saturated.
 
     The window is the submission window (start → last submission) minus its first
-    ``skip_fraction``: after the last submission the loop drains and concurrency falls.
+    ``skip_fraction`` (the queue is still building). A server that keeps up delivers the offered
+    tokens; one that falls behind (saturated) delivers its maximum. None: no window or no success.
     """
     load = m.load
     t0 = load.start_ns + skip_fraction * (load.send_end_ns - load.start_ns)
     t1 = load.send_end_ns
-    if t1 <= t0:
+    ok = [r for r in m.records if r.ok]
+    if t1 <= t0 or not ok:
         return None
     tokens = 0
-    for r in m.records:
-        if not r.ok:
-            continue
+    for r in ok:
         counts = r.chunk_tokens if len(r.chunk_tokens) == len(r.chunk_ns) else [1] * len(r.chunk_ns)
         tokens += sum(k for t, k in zip(r.chunk_ns, counts) if t0 <= t <= t1)
-    return tokens / ((t1 - t0) / 1e9)
+    span = (t1 - t0) / 1e9
+    arrivals = sum(1 for r in m.records if t0 <= r.sent_ns <= t1) / span
+    mean_out = sum(r.output_tokens or 0 for r in ok) / len(ok)
+    delivered, offered = tokens / span, arrivals * mean_out
+    return SaturationResult(delivered, offered, delivered < SATURATED_SHARE * offered)
 
 
 def _refused(m: Measured) -> int:
@@ -151,9 +178,9 @@ class Guardrails(ProcedureRun[GuardrailParams]):
 
     @staticmethod
     def plan(p: GuardrailParams) -> dict[str, Any]:
-        probe = p.throughput_probe_requests if p.throughput_probe_concurrency else 0
-        n = len(p.configurations) * (len(p.load_fractions) * p.requests_per_level + probe)
-        return {"requests": n + p.warmup_requests, "min_duration_s": 0.0}
+        probe = p.throughput_probe_requests if p.throughput_probe_fraction else 0
+        n = len(p.configurations) * (len(p.load_fractions) * p.requests_per_level + probe + p.warmup_requests)
+        return {"requests": n, "min_duration_s": 0.0}
 
     async def prepare(self) -> None:
         p, ctx = self.p, self.ctx
@@ -164,39 +191,62 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         self.loads = [await resolve_load(ctx, LoadSpec("open", p.arrival, capacity_fraction=f),
                                          max_requests=len(self.specs), seed=self.seeds.derive("arrivals", i))
                       for i, f in enumerate(p.load_fractions)]
+        self.probe_load: tuple[Any, dict[str, Any]] | None = None
+        self.probe_specs: list[Any] = []
+        if p.throughput_probe_fraction:  # beyond the measured capacity: every configuration saturates
+            self.probe_specs = cap_output(build_workload(
+                p.workload, n=p.throughput_probe_requests, seed=self.seeds.derive("probe"),
+                tokenizer=ctx.tokenizer, **p.workload_params).specs, p.max_output_tokens)
+            self.probe_load = await resolve_load(
+                ctx, LoadSpec("open", p.arrival, capacity_fraction=p.throughput_probe_fraction),
+                max_requests=len(self.probe_specs), seed=self.seeds.derive("arrivals", len(p.load_fractions)))
         info = ctx.sut.server_info
         self.original = info.get("guardrails") if "guardrails" in info else None
         self.runs: dict[tuple[str, float], Measured] = {}
         self.probes: dict[str, Measured] = {}
+        self.saturation: dict[str, SaturationResult | None] = {}
+        self.rewarm: dict[str, WarmupResult] = {}  # the warm-up after each switch (§5.10.3 steps 2–3)
         self.states: dict[str, Any] = {}
         self.flushed: list[bool] = []
         _switch(ctx, p.configurations[0])  # step 1: baseline (or the first configuration asked for)
 
     async def warm_up(self, client: LLMClient) -> WarmupResult:
-        # other prompts of the same workload (own stream); a flushed prefix cache before every run:
-        # each configuration replays the same requests, which must not find the previous run's prompts cached
+        return await self._warm_up(client, self.p.configurations[0])
+
+    async def _warm_up(self, client: LLMClient, cfg: str) -> WarmupResult:
+        """§4.5 warm-up of configuration ``cfg`` (after its switch), on prompts of the warm-up stream.
+
+        Other prompts of the same workload (own stream); a flushed prefix cache before every run:
+        each configuration replays the same requests, which must not find the previous run's prompts cached.
+        """
         p = self.p
         wu = build_workload(p.workload, n=max(p.warmup_requests, 10), seed=self.seeds.derive("warmup"),
                             tokenizer=self.ctx.tokenizer, **p.workload_params)
-        return await self.warm_up_with(client, cap_output(wu.specs, p.max_output_tokens))
+        self.reserve(self.specs)
+        self.reserve(self.probe_specs)
+        self.rewarm[cfg] = await self.warm_up_with(client, cap_output(wu.specs, p.max_output_tokens),
+                                                   label=f"warmup-{KEYS[cfg]}")
+        return self.rewarm[cfg]
 
     async def run_loads(self, client: LLMClient) -> None:
         p, ctx, specs = self.p, self.ctx, self.specs
         for k, cfg in enumerate(p.configurations):
             if k:
-                _switch(ctx, cfg)  # step 3
+                _switch(ctx, cfg)  # step 3: enable the next configuration ...
+                await self._warm_up(client, cfg)  # ... and repeat step 2: warm-up, then every level
             self.states[cfg] = ctx.sut.server_info.get("guardrails")
             for frac, (load, desc) in zip(p.load_fractions, self.loads):  # step 2
                 self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
                 self.runs[(cfg, frac)] = await self.measure(
                     client, f"{KEYS[cfg]}-{frac * 100:g}pct", specs, load,
                     extra={"guardrails": cfg, "capacity_fraction": frac, "load_spec": desc})
-            if p.throughput_probe_concurrency:
+            if self.probe_load is not None:
+                load, desc = self.probe_load
                 self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
                 self.probes[cfg] = await self.measure(
-                    client, f"{KEYS[cfg]}-throughput-probe", itertools.cycle(specs),
-                    ClosedLoop(p.throughput_probe_concurrency, max_requests=p.throughput_probe_requests),
-                    extra={"guardrails": cfg, "throughput_probe": True})
+                    client, f"{KEYS[cfg]}-throughput-probe", self.probe_specs, load,
+                    extra={"guardrails": cfg, "throughput_probe": True, "load_spec": desc})
+                self.saturation[cfg] = saturation_throughput(self.probes[cfg])
 
     def restore(self) -> None:
         self.ctx.configure_sut("guardrails", "none" if self.original is None else self.original)
@@ -237,8 +287,11 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         if not all(self.flushed):
             notes.append("the prefix cache could not be flushed before each run (no hook for flush_prefix_cache): "
                          "later configurations may find the prompts of earlier runs cached, which favours them")
-        notes.append("warm-up once, with the first configuration; no new warm-up after each switch (the draft does "
-                     "not ask for one)")
+        notes.append("warm-up after every configuration switch, before the configuration's first measured run "
+                     "(§5.10.3 steps 2–3): " + "; ".join(
+                         f"{LABELS[c]} {w.ok} requests, {w.output_tokens} output tokens"
+                         + ("" if w.stable is None else f", probes stable={w.stable}")
+                         for c, w in self.rewarm.items()))
         for (cfg, frac), m in self.runs.items():
             if not m.summary.valid:
                 notes.append(f"{LABELS[cfg]} at {frac:.0%}: run invalid: {m.summary.invalid_reason}")
@@ -306,12 +359,22 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         """Max throughput per configuration: the saturation probe, or the top level's (Table 14)."""
         p, cfgs, levels = self.p, self.p.configurations, self.p.load_fractions
         tput: dict[str, float | None] = {}
+        unsat: list[str] = []
         if self.probes:
+            _, desc = self.probe_load or (None, {})
             for c in cfgs:
-                tput[c] = saturated_throughput(self.probes[c])
-            how = (f"closed-loop saturation probe per configuration: {p.throughput_probe_concurrency} requests in "
-                   f"flight, {p.throughput_probe_requests} requests; output tok/s of successful requests while every "
-                   "slot was busy")
+                sat = self.saturation.get(c)
+                tput[c] = None if sat is None else sat.delivered_tps
+                meas[f"{KEYS[c]}_throughput_saturated"] = None if sat is None else sat.saturated
+                meas[f"{KEYS[c]}_offered_output_tps"] = None if sat is None else round(sat.offered_tps, 2)
+                if sat is not None and not sat.saturated:
+                    unsat.append(LABELS[c])
+            rate = desc.get("resolved_rate")
+            how = (f"saturation run per configuration at {p.throughput_probe_fraction:g} x the request-rate capacity"
+                   + (f" ({rate:.2f} req/s; capacity {desc.get('capacity_rate'):.2f} req/s, "
+                      f"{desc.get('capacity_source', '')})" if rate else "")
+                   + f", {len(self.probe_specs)} requests, {p.arrival} arrivals: output tok/s of successful requests "
+                   "over the submission window after its first 10 %")
         else:
             top = max(levels)
             for c in cfgs:
@@ -324,13 +387,18 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         for c in cfgs:
             t = tput[c]
             red = None if t is None or not base_t or c == "none" else (t - base_t) / base_t * 100.0
-            rows14.append([LABELS[c], "n/a" if t is None else f"{t:.0f} tok/s",
+            bound = ">= " if LABELS[c] in unsat else ""
+            rows14.append([LABELS[c], "n/a" if t is None else f"{bound}{t:.0f} tok/s",
                            "-" if c == "none" else ("n/a" if red is None else f"{red:+.1f}%")])
             meas[f"{KEYS[c]}_max_throughput_tps"] = None if t is None else round(t, 2)
             if c != "none":
                 meas[f"{KEYS[c]}_throughput_reduction_pct"] = None if red is None else round(red, 2)
+        notes = [how, "Reduction = (throughput_config - throughput_baseline) / throughput_baseline"]
+        if unsat:
+            notes.append(f"not saturated ({', '.join(unsat)}): delivered >= {SATURATED_SHARE:.0%} of the offered "
+                         "output tok/s, so the figure is a lower bound of the maximum (raise throughput_probe_fraction)")
         return Table("Table 14: Throughput Impact", ["Configuration", "Max Throughput", "Reduction"], rows14,
-                     notes=[how, "Reduction = (throughput_config - throughput_baseline) / throughput_baseline"])
+                     notes=notes)
 
     def _refusals(self, meas: dict[str, Any]) -> Table:
         """Refusals per configuration (§4.8.1): failures, never successes."""
@@ -349,8 +417,8 @@ class Guardrails(ProcedureRun[GuardrailParams]):
             meas[f"{KEYS[c]}_requests"] = n
         return Table("Refusals by configuration (§4.8.1)",
                      ["Configuration", "Requests", "Refused", "Refusal Rate", "Refused (server count)"], ref_rows,
-                     notes=[("refused = finish_reason content_filter or a policy error; counted as failures, "
-                             "excluded from the latency distributions")])
+                     notes=[f"refused = {refusal_policy(self.ctx.settings).describe()} (§4.8.1); counted as "
+                            "failures, excluded from the latency distributions"])
 
     def checks(self, out: Outcome) -> dict[str, Check]:
         return _checks(self.p, self.runs, self.probes, self.wl.declaration.to_json(), self.states)
@@ -383,7 +451,8 @@ def _checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes:
         "5.10.2-PARAM-3": (Check.met("5.10.2-PARAM-3", "levels 25/50/75 % of capacity") if level_ok else
                            Check.unmet("5.10.2-PARAM-3", "levels " + "/".join(f"{f:.0%}" for f in levels)
                                        + " of capacity instead of 25/50/75 %")),
-        "5.10.3-PARAM-1": (Check.met("5.10.3-PARAM-1", "baseline warmed up and run at every level")
+        "5.10.3-PARAM-1": (Check.met("5.10.3-PARAM-1", "baseline warmed up and run at every level; every other "
+                                     "configuration warmed up again after its switch")
                            if "none" in cfgs else Check.unmet("5.10.3-PARAM-1", "no baseline configuration")),
         "5.10.3-PARAM-2": Check.met("5.10.3-PARAM-2", f"{len(runs)} runs: every configuration at every level"),
         "5.10.4-REPORT-1": Check.met("5.10.4-REPORT-1", "TTFT P50/P95/P99 and E2E per configuration and level"),
@@ -393,9 +462,9 @@ def _checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes:
         "5.10.4-REPORT-3": (Check.met("5.10.4-REPORT-3", "total overhead at P50 and P99 per level")
                             if {"none", "full"} <= set(cfgs) else
                             Check.unmet("5.10.4-REPORT-3", "needs the Baseline and Full Filter configurations")),
-        "5.10.4-REPORT-4": (Check.met("5.10.4-REPORT-4", "throughput reduction from a saturation probe per "
-                                      "configuration" if probes else
-                                      "throughput reduction at the highest level (no saturation probe)")
+        "5.10.4-REPORT-4": (Check.met("5.10.4-REPORT-4", "throughput reduction from a saturation run beyond the "
+                                      "measured capacity per configuration" if probes else
+                                      "throughput reduction at the highest level (no saturation run)")
                             if "none" in cfgs else
                             Check.unmet("5.10.4-REPORT-4", "needs the Baseline configuration")),
         "5.10.5-REPORT-1": Check.met("5.10.5-REPORT-1", "Table 13"),

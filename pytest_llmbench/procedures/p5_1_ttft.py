@@ -4,6 +4,12 @@ Procedure (§5.1.3): configure, warm up (§4.5), generate load until the request
 TTFT = T_first − T_submit per request (first *content* token, §5.1.3.1), then P50–P99.9, mean,
 min, max (§5.1.4.1), TTFT by input-length bucket and its queue-wait/prefill parts when the
 server reports them (§5.1.4.2). Sample-size rules (§5.1.4.3): P99 >= 1000, P99.9 >= 10,000.
+
+Cold start (§4.5.3), opt-in (``cold_start=True`` or ``--llm-cold-start``): the SUT is restarted
+through the ``restart`` setting of ``pytest_llmbench_configure_sut``, ``cold_start_requests``
+requests are sent one at a time before any warm-up (the first is the cold one), then the usual
+warm-up, as many requests of the same workload sent the same way (the warm reference), and the
+measured run. The report labels it (pipeline.ColdStart).
 """
 
 from __future__ import annotations
@@ -34,10 +40,14 @@ class TTFTParams:
     warmup_tokens: int = 10_000
     warmup_probes: int = 3  # probe requests before/after warm-up (§4.5.2); 0 = no verification
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
+    cold_start: bool = False  # §4.5.3: restart the SUT and measure the first requests before any warm-up
+    cold_start_requests: int = 3  # cold requests (and as many warm reference requests)
 
     def validate(self) -> None:
         if self.requests < 1:
             raise ValueError(f"requests must be >= 1, got {self.requests}")
+        if self.cold_start_requests < 1:
+            raise ValueError(f"cold_start_requests must be >= 1, got {self.cold_start_requests}")
         if not isinstance(self.load, LoadSpec):
             raise ValueError("load must be poisson(...), uniform(...), bursty(...) or closed(...)")
 
@@ -59,7 +69,8 @@ class TTFT(ProcedureRun[TTFTParams]):
 
     @staticmethod
     def plan(p: TTFTParams) -> dict[str, Any]:
-        return {"requests": p.requests + p.warmup_requests, "min_duration_s": 0.0}
+        cold = 2 * p.cold_start_requests if p.cold_start else 0
+        return {"requests": p.requests + p.warmup_requests + cold, "min_duration_s": 0.0}
 
     async def prepare(self) -> None:
         p = self.p
@@ -68,6 +79,16 @@ class TTFT(ProcedureRun[TTFTParams]):
         self.specs = cap_output(self.wl.specs, p.max_output_tokens)
         self.load, self.load_desc = await resolve_load(self.ctx, p.load, max_requests=len(self.specs),
                                                         seed=self.seeds.derive("arrivals"))
+        self.cold_specs: list[Any] = []
+        if p.cold_start or getattr(self.ctx.settings, "cold_start", False):  # §4.5.3, after the capacity look-up
+            n = p.cold_start_requests
+            self.cold_specs, self.warm_specs = (
+                cap_output(build_workload(p.workload, n=n, seed=self.seeds.derive(purpose),
+                                          tokenizer=self.ctx.tokenizer).specs, p.max_output_tokens)
+                for purpose in ("cold-start", "cold-start-warm"))
+            self.reserve(self.cold_specs)
+            self.reserve(self.warm_specs)
+            self.restart_s = await self.restart_sut()
 
     def connections(self) -> int | None:
         # closed loop: a pool of at least N connections (and of the warm-up's concurrency, 8)
@@ -77,16 +98,20 @@ class TTFT(ProcedureRun[TTFTParams]):
     async def warm_up(self, client: LLMClient) -> WarmupResult:
         # same workload and distribution, own seed stream: never the measured prompts (§4.5.1)
         p = self.p
+        if self.cold_specs:  # the first requests after the restart, before any warm-up (§4.5.3)
+            await self.measure_cold_start(client, self.cold_specs, self.restart_s)
         wu = build_workload(p.workload, n=max(p.warmup_requests, 10), seed=self.seeds.derive("warmup"),
                             tokenizer=self.ctx.tokenizer)
         self.reserve(self.specs)
         return await self.warm_up_with(client, cap_output(wu.specs, p.max_output_tokens), probes=p.warmup_probes)
 
     async def run_loads(self, client: LLMClient) -> None:
-        await self.measure(client, "measure", self.specs, self.load, extra={"load_spec": self.load_desc})
+        if self.cold_specs:
+            await self.measure_warm_reference(client, self.warm_specs)
+        self.main = await self.measure(client, "measure", self.specs, self.load, extra={"load_spec": self.load_desc})
 
     def summarize(self) -> Outcome:
-        m = self.measured[0]
+        m = self.main
         metrics = m.metrics
         ttft = metrics.distributions["ttft"]
         self.n_ok = n_ok = ttft.n
@@ -109,10 +134,11 @@ class TTFT(ProcedureRun[TTFTParams]):
                                    "the first content token; TTFT is time to first content token (§5.1.3.1)"]
                                   if self.pre_content else []),
             plots={"ttft_samples_s": sample_list(metrics.per_request_values("ttft"))},
+            fact_runs=[m],  # the cold-start runs are reported, the facts describe the measured run
         )
 
     def _tables(self, undersampled: list[str]) -> list[Table]:
-        m = self.measured[0]
+        m = self.main
         metrics, n_ok = m.metrics, self.n_ok
         ttft = metrics.distributions["ttft"]
 
@@ -147,7 +173,7 @@ class TTFT(ProcedureRun[TTFTParams]):
 
     def _config_summary(self) -> dict[str, str | None]:
         """The §5.1.5 configuration summary, one line per REQUIRED item (None: not known, see DECLARED_LINES)."""
-        ctx, p, m, wu = self.ctx, self.p, self.measured[0], self.warmup
+        ctx, p, m, wu = self.ctx, self.p, self.main, self.warmup
         assert wu is not None
         info = ctx.sut.server_info
         decl = declarations(ctx)

@@ -9,9 +9,16 @@ Measurements (§5.9.4), per length: TTFT mean, P50, P95; prefill scaling = TTFT 
 (Table 12's "ms/1K tokens" = mean TTFT in ms / (length / 1000)); the scaling exponent k of
 TTFT ∝ L^k (least squares of log TTFT on log L over every successful request,
 :func:`~pytest_llmbench.stats.scaling_fit`) next to a linear fit a + b·L; the better one by R²
-in linear space is the "best fit" line (§5.9.5). "Maximum throughput at each length" needs a
-throughput search per length, which 5.9.3 does not run: the table reports the output throughput
-achieved at the test's concurrency instead, labelled as such.
+in linear space is the "best fit" line (§5.9.5).
+
+"Throughput at length: maximum throughput achievable at each context length" (§5.9.4) needs more
+than the low-concurrency runs of 5.9.3. After them, each length (ascending) gets a concurrency
+sweep: closed loops at ``throughput_concurrencies`` (ascending), ``throughput_waves`` × c requests
+each (fresh prompts of the length, own seed stream), output tok/s = output tokens of successful
+requests / (first submission → last response). The sweep stops at a plateau (a level gains under
+``plateau_gain`` over the best so far: the best is the maximum), at a level with failed requests,
+or when the next level's estimated duration does not fit the remaining time budget shared by the
+lengths still to sweep (``--llm-max-duration``); then the best level is a lower bound, labelled so.
 
 Lengths: a prompt plus its 256 output tokens must fit the context window. On the embedded
 simulator the window is known (``context_window`` in its config); a length that does not fit is
@@ -59,6 +66,9 @@ class LongContextParams:
     warmup_requests: int = 100
     warmup_tokens: int = 10_000
     warmup_input_tokens: int = 256  # short-context warm-up (§5.9.3 step 1)
+    throughput_concurrencies: tuple[int, ...] = (2, 4, 8, 16, 32, 64)  # max-throughput sweep (§5.9.4); () = none
+    throughput_waves: int = 3  # requests per sweep level = waves x concurrency
+    plateau_gain: float = 0.1  # a level gaining less than this over the best so far ends the sweep
 
     def validate(self) -> None:
         self.lengths = tuple(int(x) for x in self.lengths)
@@ -73,10 +83,16 @@ class LongContextParams:
             raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.output_tokens < 1 or (self.max_output_tokens is not None and self.max_output_tokens < 1):
             raise ValueError("output_tokens and max_output_tokens must be >= 1")
+        self.throughput_concurrencies = tuple(sorted({int(c) for c in self.throughput_concurrencies}))
+        if any(c < 1 for c in self.throughput_concurrencies):
+            raise ValueError(f"throughput_concurrencies must be >= 1, got {self.throughput_concurrencies}")
+        if self.throughput_waves < 1 or not self.plateau_gain > 0:
+            raise ValueError("throughput_waves must be >= 1 and plateau_gain > 0")
 
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"requests_per_length": 5, "max_output_tokens": 16, "warmup_requests": 16, "warmup_tokens": 1000},
+    "smoke": {"requests_per_length": 5, "max_output_tokens": 16, "warmup_requests": 16, "warmup_tokens": 1000,
+              "throughput_concurrencies": (2, 4, 8), "throughput_waves": 2},
     "standard": {},
     "full": {},
 }
@@ -95,6 +111,60 @@ def effective_lengths(lengths: tuple[int, ...], window: int | None, output_token
         if L not in out:
             out.append(L)
     return out, notes
+
+
+@dataclass(frozen=True)
+class SweepLevel:
+    """One closed-loop level of a length's throughput sweep (§5.9.4 "throughput at length")."""
+
+    concurrency: int
+    output_tps: float | None  # output tokens of successful requests / (first submission → last response)
+    request_rate: float | None  # successful requests per second, same window
+    total_tps: float | None  # input + output tokens per second, same window
+    requests: int
+    failed: int
+
+    @classmethod
+    def of(cls, concurrency: int, m: Measured) -> SweepLevel:
+        met = m.metrics
+
+        def val(name: str) -> float | None:
+            v = met.scalar(name).value
+            return None if v is None or math.isnan(v) else float(v)
+
+        return cls(concurrency, val("output_throughput_full"), val("request_throughput_full"),
+                   val("total_token_throughput_full"), len(m.records), sum(1 for r in m.records if r.failed))
+
+
+@dataclass
+class LengthThroughput:
+    """The maximum throughput at one context length: the sweep's levels and why it ended (§5.9.4)."""
+
+    length: int
+    levels: list[SweepLevel]
+    stopped: str = ""
+    is_maximum: bool = False  # False: the best level is a lower bound (budget, or still rising)
+
+    @property
+    def best(self) -> SweepLevel | None:
+        ok = [lv for lv in self.levels if lv.failed == 0 and lv.output_tps is not None]
+        return max(ok, key=lambda lv: lv.output_tps or 0.0, default=None)
+
+    def to_json(self) -> dict[str, Any]:
+        b = self.best
+        return {"max_output_tps": None if b is None else b.output_tps,
+                "max_throughput_concurrency": None if b is None else b.concurrency,
+                "max_request_rate": None if b is None else b.request_rate,
+                "max_total_tps": None if b is None else b.total_tps,
+                "max_throughput_is_maximum": self.is_maximum, "throughput_sweep_stopped": self.stopped,
+                "throughput_sweep": [dataclasses.asdict(lv) for lv in self.levels]}
+
+
+def level_fits(est_s: float | None, remaining_s: float | None, lengths_left: int) -> bool:
+    """A sweep level runs when its estimated duration fits this length's share of the remaining budget."""
+    if remaining_s is None:
+        return True
+    return est_s is not None and est_s <= remaining_s / max(lengths_left, 1)
 
 
 def best_fit_statement(fit: ScalingFit) -> str:
@@ -118,7 +188,9 @@ class LongContext(ProcedureRun[LongContextParams]):
 
     @staticmethod
     def plan(p: LongContextParams) -> dict[str, Any]:
-        return {"requests": p.warmup_requests + p.requests_per_length * len(set(p.lengths)), "min_duration_s": 0.0}
+        sweep = sum(p.throughput_waves * c for c in p.throughput_concurrencies if c > p.concurrency)
+        return {"requests": p.warmup_requests + (p.requests_per_length + sweep) * len(set(p.lengths)),
+                "min_duration_s": 0.0}
 
     async def prepare(self) -> None:
         p, ctx = self.p, self.ctx
@@ -137,7 +209,7 @@ class LongContext(ProcedureRun[LongContextParams]):
         self.runs: dict[int, Measured] = {}
 
     def connections(self) -> int | None:
-        return max(self.p.concurrency, 8)
+        return max(self.p.concurrency, 8, *self.p.throughput_concurrencies)
 
     async def warm_up(self, client: LLMClient) -> WarmupResult:
         """Short-context warm-up (§5.9.3 step 1), on prompts of its own stream."""
@@ -159,6 +231,48 @@ class LongContext(ProcedureRun[LongContextParams]):
                                               ClosedLoop(p.concurrency, max_requests=len(specs)),
                                               drain_timeout_s=self.ctx.settings.timeout,
                                               extra={"context_length": L})
+        self.sweeps: dict[int, LengthThroughput] = {}
+        self.sweep_runs: list[Measured] = []
+        for i, L in enumerate(self.lengths):  # maximum throughput per length (§5.9.4), ascending
+            self.sweeps[L] = await self._sweep(client, L, len(self.lengths) - i)
+
+    async def _sweep(self, client: LLMClient, L: int, lengths_left: int) -> LengthThroughput:
+        """Closed loops at rising concurrency until a plateau, failures or the time budget (§5.9.4)."""
+        p, ctx = self.p, self.ctx
+        res = LengthThroughput(L, [SweepLevel.of(p.concurrency, self.runs[L])])
+        todo = [c for c in p.throughput_concurrencies if c > p.concurrency]
+        if not todo:
+            res.stopped = "no sweep: no throughput concurrency above the latency runs'"
+            return res
+        for k, c in enumerate(todo):
+            best = res.best
+            n = p.throughput_waves * c
+            est = n * self.out_tokens / best.output_tps if best is not None and best.output_tps else None
+            if not level_fits(est, ctx.remaining_s(), lengths_left):
+                res.stopped = f"time budget: concurrency {c} not run" + (f" (~{est:.0f} s)" if est else "")
+                ctx.budget_cuts.append(f"context {L}: throughput sweep stopped before concurrency {c}")
+                return res
+            wl = build_workload("long-context", n=n, seed=self.seeds.derive(f"throughput-{L}", k),
+                                tokenizer=ctx.tokenizer, lengths=[L], order="ascending",
+                                output_tokens=self.out_tokens, force_output=True)
+            ctx.progress(f"context {L}: throughput at concurrency {c}, {n} requests")
+            m = await self.measure(client, f"ctx{L:06d}-throughput-c{c:03d}", wl.specs, ClosedLoop(c, max_requests=n),
+                                   drain_timeout_s=ctx.settings.timeout,
+                                   extra={"context_length": L, "throughput_sweep": True, "concurrency": c})
+            self.sweep_runs.append(m)
+            level = SweepLevel.of(c, m)
+            res.levels.append(level)
+            if level.failed:
+                res.stopped, res.is_maximum = f"{level.failed} failed requests at concurrency {c}", True
+                return res
+            if best is None or level.output_tps is None or best.output_tps is None:
+                continue
+            if level.output_tps < best.output_tps * (1 + p.plateau_gain):
+                res.stopped = f"plateau: concurrency {c} gained < {p.plateau_gain:.0%} over the best"
+                res.is_maximum = True
+                return res
+        res.stopped = f"still rising at the largest sweep concurrency {todo[-1]}"
+        return res
 
     def summarize(self) -> Outcome:
         p, lengths, runs = self.p, self.lengths, self.runs
@@ -181,7 +295,8 @@ class LongContext(ProcedureRun[LongContextParams]):
                                 "n/a" if math.isnan(tps) else f"{tps:.1f}", str(sum(met.errors_by_type.values()))])
             per_length[str(L)] = {"n": n, "ttft_mean_s": mean, "ttft_p50_s": p50, "ttft_p95_s": p95,
                                   "e2e_mean_s": e2e_mean, "ms_per_1k_tokens": per_1k,
-                                  "output_tps_at_concurrency": tps, "errors": dict(met.errors_by_type)}
+                                  "output_tps_at_concurrency": tps, "errors": dict(met.errors_by_type),
+                                  **self.sweeps[L].to_json()}
             pr = met.per_request
             ok = np.asarray(pr["ok"], dtype=bool)
             ttft = np.asarray(pr["ttft"], dtype=float)[ok]
@@ -200,8 +315,8 @@ class LongContext(ProcedureRun[LongContextParams]):
         detail = Table("Per-length latency (§5.9.4)",
                        ["Context (tokens)", "n", "TTFT Mean", "TTFT P50", "TTFT P95", "E2E Mean",
                         f"Output tok/s at concurrency {p.concurrency}", "Errors"], rows_detail,
-                       notes=[("maximum throughput per length is not measured: 5.9.3 runs at low concurrency only; the "
-                              "output throughput shown is at the test's concurrency")])
+                       notes=["output throughput at the latency runs' concurrency; the maximum per length is in "
+                              "the next table"])
         n_min = min((per_length[str(L)]["n"] for L in lengths), default=0)
         measurements: dict[str, Any] = {
             "lengths": lengths, "per_length": per_length, "best_fit": fit_line,
@@ -217,18 +332,53 @@ class LongContext(ProcedureRun[LongContextParams]):
             v = per_length[str(L)]
             if v["ttft_mean_s"] is not None:
                 measurements[f"ttft_mean_ms_{L}"] = round(v["ttft_mean_s"] * 1000, 3)
+            if v["max_output_tps"] is not None:
+                measurements[f"max_output_tps_{L}"] = round(v["max_output_tps"], 2)
         self.n_min, self.fit = n_min, fit
         return Outcome(
-            metrics=runs[lengths[-1]].metrics, tables=[table12, detail], measurements=measurements,
-            workload=self.declaration, runs=[runs[L] for L in lengths],
+            metrics=runs[lengths[-1]].metrics, tables=[table12, detail, self._throughput_table()],
+            measurements=measurements, workload=self.declaration,
+            runs=[runs[L] for L in lengths] + self.sweep_runs, fact_runs=[runs[L] for L in lengths],
             notes=[fit_line, "primary metrics (SLO assertions) = the longest context"] + self.length_notes,
             plots={"scaling": {"length": pts_L, "ttft_s": pts_t,
                                "fit": None if fit is None else {"k": fit.exponent, "c": fit.power_coefficient,
                                                                 "r2": fit.r2_loglog}}},
         )
 
+    def _throughput_table(self) -> Table:
+        """Maximum throughput achievable at each context length (§5.9.4), from the concurrency sweeps."""
+        rows = []
+        for L in self.lengths:
+            sw = self.sweeps[L]
+            b = sw.best
+            bound = "" if sw.is_maximum else ">= "
+            rows.append([str(L), "n/a" if b is None or b.output_tps is None else f"{bound}{b.output_tps:.1f}",
+                         "n/a" if b is None else str(b.concurrency),
+                         "n/a" if b is None or b.request_rate is None else f"{b.request_rate:.2f}",
+                         "n/a" if b is None or b.total_tps is None else f"{b.total_tps:.0f}",
+                         ", ".join(f"{lv.concurrency}: " + ("n/a" if lv.output_tps is None else f"{lv.output_tps:.1f}")
+                                   for lv in sw.levels),
+                         ("maximum" if sw.is_maximum else "lower bound") + f" ({sw.stopped})"])
+        p = self.p
+        return Table("Maximum throughput per context length (§5.9.4)",
+                     ["Context (tokens)", "Max Output tok/s", "At Concurrency", "Requests/s", "Total tok/s",
+                      "Sweep (concurrency: output tok/s)", "Result"], rows,
+                     notes=[f"closed loops at concurrency {p.concurrency} (the latency runs) then "
+                            f"{', '.join(map(str, p.throughput_concurrencies))}, {p.throughput_waves} x concurrency "
+                            f"requests each, {self.out_tokens} output tokens; throughput = tokens of successful "
+                            "requests / (first submission to last response)",
+                            f"the sweep ends at a plateau (gain < {p.plateau_gain:.0%} over the best level), at failed "
+                            "requests, or at the time budget; '>=' marks a lower bound"])
+
     def checks(self, out: Outcome) -> dict[str, Check]:
-        return _checks(self.p, self.lengths, self.out_tokens, self.n_min, self.fit, self.declaration)
+        checks = _checks(self.p, self.lengths, self.out_tokens, self.n_min, self.fit, self.declaration)
+        short = [f"{L} ({sw.stopped})" for L, sw in self.sweeps.items() if not sw.is_maximum]
+        checks["5.9.4-REPORT-4"] = (
+            Check.unmet("5.9.4-REPORT-4", "maximum throughput not reached at " + "; ".join(short)
+                        + ": lower bounds reported") if short else
+            Check.met("5.9.4-REPORT-4", "maximum throughput per length from a concurrency sweep to a plateau or "
+                      "to failures"))
+        return checks
 
 
 def _checks(p: LongContextParams, lengths: list[int], out_tokens: int, n_min: int, fit: ScalingFit | None,
@@ -257,8 +407,6 @@ def _checks(p: LongContextParams, lengths: list[int], out_tokens: int, n_min: in
         "5.9.4-REPORT-2": Check.met("5.9.4-REPORT-2", "ms per 1K input tokens per length"),
         "5.9.4-REPORT-3": (Check.met("5.9.4-REPORT-3", f"k = {fit.exponent:.3f}, R^2 = {fit.r2_loglog:.4f}")
                            if fit is not None else Check.unmet("5.9.4-REPORT-3", "no fit")),
-        "5.9.4-REPORT-4": Check.unmet("5.9.4-REPORT-4", "maximum throughput per length not measured (5.9.3 runs "
-                                      "at low concurrency; run 5.2 per length for it)"),
         "5.9.5-REPORT-1": Check.met("5.9.5-REPORT-1", "Table 12 and the best-fit statement"),
     }
 

@@ -14,7 +14,9 @@ allocator (``self.seeds``, seeds.py), one named stream per purpose.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -24,7 +26,7 @@ import numpy as np
 
 from .. import tokencount
 from ..client import LLMClient
-from ..compliance import Check, RunFacts
+from ..compliance import Check, ColdStartFacts, RunFacts
 from ..load import ClosedLoop, OpenLoop
 from ..metrics import RunMetrics
 from ..records import RequestRecord, RequestSpec
@@ -35,14 +37,15 @@ from .base import (
     Procedure,
     ProcedureContext,
     ProcedureResult,
+    SkipProcedure,
     Table,
     params_json,
     register,
 )
 from .common import Measured, client_for, finish, measure, run_facts, warm_up
-from .helpers import cache_hit_summary, level_specs
+from .helpers import cache_hit_summary, fmt_ms, level_specs
 
-__all__ = ["Outcome", "ProcedureRun", "as_run", "now_iso"]
+__all__ = ["ColdStart", "Outcome", "ProcedureRun", "as_run", "now_iso"]
 
 P = TypeVar("P")
 
@@ -78,6 +81,83 @@ def as_run(workload: Mapping[str, Any], cap: int | None, records: Sequence[Reque
     w["output_length"] = {**(w.get("output_length") or {}), **dist(outs), "unit": "tokens",
                           "control": "max_tokens" + (f" (capped at {cap})" if capped else "")}
     return w
+
+
+#: server counters of finished requests: 0 right after a restart proves nothing was served before
+FINISHED_COUNTERS = ("llmbench:requests_finished_total", "vllm:request_success_total")
+
+
+@dataclass
+class ColdStart:
+    """§4.5.3 cold start: the SUT restarted through the configure hook's ``restart`` setting, the first
+    requests sent one at a time before any warm-up, and as many requests of the same workload
+    sent the same way after the warm-up (the warm reference)."""
+
+    restart_s: float  # the restart call until it returned (stop, start, the server answering)
+    cold: Measured
+    warm: Measured | None = None
+
+    @staticmethod
+    def ttfts(m: Measured | None) -> list[float | None]:
+        """TTFT (s) per request in send order; None for a request that failed."""
+        if m is None:
+            return []
+        recs = sorted(m.records, key=lambda r: r.sent_ns)
+        return [(r.first_token_ns - r.sent_ns) / 1e9 if r.ok and r.first_token_ns is not None else None
+                for r in recs]
+
+    @property
+    def server_requests_before(self) -> float | None:
+        before = self.cold.server_before or {}
+        return next((before[n] for n in FINISHED_COUNTERS if n in before), None)
+
+    def to_json(self) -> dict[str, Any]:
+        cold, warm = self.ttfts(self.cold), [t for t in self.ttfts(self.warm) if t is not None]
+        first = cold[0] if cold else None
+        warm_p50 = float(np.median(warm)) if warm else None
+        first_rec = min(self.cold.records, key=lambda r: r.sent_ns) if self.cold.records else None
+        return {
+            "restart_s": round(self.restart_s, 3),
+            "requests": len(cold),
+            "first_ttft_s": first,
+            "first_e2e_s": (first_rec.end_ns - first_rec.sent_ns) / 1e9
+            if first_rec is not None and first_rec.ok and first_rec.end_ns else None,
+            "first_error": None if first_rec is None or first_rec.ok else first_rec.error_message,
+            "cold_ttft_s": cold,
+            "warm_ttft_s": self.ttfts(self.warm),
+            "warm_ttft_p50_s": warm_p50,
+            "first_over_warm_p50": first / warm_p50 if first is not None and warm_p50 else None,
+            "server_requests_before": self.server_requests_before,
+            "warmup_requests_before": 0,  # the cold requests are the first the client sends after the restart
+            "cold_run": self.cold.summary.label,
+            "warm_run": None if self.warm is None else self.warm.summary.label,
+        }
+
+    def table(self) -> Table:
+        d = self.to_json()
+        rows = [[f"cold #{i + 1}" + (" (first after restart)" if i == 0 else ""), fmt_ms(t) if t is not None
+                 else "failed"] for i, t in enumerate(d["cold_ttft_s"])]
+        rows += [[f"warm #{i + 1}", fmt_ms(t) if t is not None else "failed"] for i, t in enumerate(d["warm_ttft_s"])]
+        ratio = d["first_over_warm_p50"]
+        return Table("Cold start (§4.5.3)", ["Request", "TTFT"], rows, notes=[
+            f"COLD START measurement: the SUT was restarted ({d['restart_s']:.1f} s until it answered) and the first "
+            f"{d['requests']} requests were sent one at a time before any warm-up; the warm rows are as many "
+            "requests of the same workload sent the same way after the warm-up",
+            f"first request TTFT {fmt_ms(d['first_ttft_s'])} vs warm P50 {fmt_ms(d['warm_ttft_p50_s'])}"
+            + (f" ({ratio:.2f}x)" if ratio is not None else ""),
+            "server requests finished before the first cold request: "
+            + ("not reported (no /metrics counter)" if d["server_requests_before"] is None
+               else f"{d['server_requests_before']:g}")])
+
+    def measurements(self) -> dict[str, Any]:
+        d = self.to_json()
+
+        def ms(v: float | None) -> float | None:
+            return None if v is None else round(v * 1000, 3)
+
+        return {"cold_start_first_ttft_ms": ms(d["first_ttft_s"]), "cold_start_warm_ttft_p50_ms":
+                ms(d["warm_ttft_p50_s"]), "cold_start_ratio": d["first_over_warm_p50"],
+                "cold_start_restart_s": d["restart_s"], "cold_start_requests": d["requests"]}
 
 
 def now_iso() -> str:
@@ -131,6 +211,7 @@ class ProcedureRun(Generic[P]):
         self.measured: list[Measured] = []
         self.reserved_prompts: set[str] = set()  # hashes of planned measured prompts (see reserve)
         self.warmup_prompts: set[str] = set()  # hashes of the prompts the warm-up sent
+        self.cold_start: ColdStart | None = None  # set by measure_cold_start (§4.5.3)
 
     # ---- the pipeline -------------------------------------------------------------------------
 
@@ -153,6 +234,13 @@ class ProcedureRun(Generic[P]):
         workload = as_run(out.workload, getattr(self.p, "max_output_tokens", None),
                           [r for m in fact_runs for r in m.records])
         facts = run_facts(self.ctx, workload=workload, warmup=self.warmup, measured=fact_runs, **out.facts)
+        cold = self.cold_start
+        if cold is not None:  # labelled in the result: table, notes, measurements, heading (§4.5.3-MUST-2)
+            out.tables.append(cold.table())
+            out.measurements.update(cold.measurements())
+            out.notes.insert(0, cold.table().notes[0])
+            facts.cold_start = ColdStartFacts(restarted=True, requests=len(cold.cold.records),
+                                              server_requests_before=cold.server_requests_before, labelled=True)
         self.adjust_facts(facts)
         checks = self.checks(out)
         checks.update({rid: c for rid, c in self.reference_checks(workload).items() if rid not in checks})
@@ -161,6 +249,7 @@ class ProcedureRun(Generic[P]):
             metrics=out.metrics, runs=[m.summary for m in runs],
             measurements=out.measurements, tables=out.tables, notes=out.notes, plots=out.plots,
             capacity=out.capacity, started=self.started, finished=now_iso(),
+            cold_start=None if cold is None else cold.to_json(),
         )
         finish(self.ctx, result, facts, checks)
         return result
@@ -217,6 +306,31 @@ class ProcedureRun(Generic[P]):
         """Facts only this procedure knows (e.g. the guardrail states it compared)."""
 
     # ---- shared step implementations ----------------------------------------------------------
+
+    async def restart_sut(self) -> float:
+        """§4.5.3: restart the SUT through the configure hook's ``restart`` setting (same flags, empty
+        caches; a thread, so a slow model load does not hold the event loop). Seconds it took."""
+        t0 = time.perf_counter()
+        if not await asyncio.to_thread(self.ctx.configure_sut, "restart", True):
+            raise SkipProcedure(f"{self.id}: a cold-start measurement (§4.5.3) restarts the SUT through the "
+                                "'restart' setting of pytest_llmbench_configure_sut; no implementation can restart "
+                                "this server (the plugin restarts servers it started: the embedded simulator and "
+                                "the llama-server fixture)")
+        return time.perf_counter() - t0
+
+    async def measure_cold_start(self, client: LLMClient, specs: Sequence[RequestSpec], restart_s: float) -> None:
+        """The cold requests: the first the client sends after the restart, one at a time (§4.5.3)."""
+        self.ctx.progress(f"cold start: {len(specs)} requests right after the restart, before any warm-up")
+        cold = await self.measure(client, "cold-start", specs, ClosedLoop(1, max_requests=len(specs)),
+                                  drain_timeout_s=self.ctx.settings.timeout, extra={"cold_start": True})
+        self.cold_start = ColdStart(restart_s, cold)
+
+    async def measure_warm_reference(self, client: LLMClient, specs: Sequence[RequestSpec]) -> None:
+        """As many requests as the cold ones, sent the same way after the warm-up (§4.5.3 comparison)."""
+        assert self.cold_start is not None
+        self.cold_start.warm = await self.measure(client, "warm-reference", specs, ClosedLoop(1, max_requests=len(specs)),
+                                                  drain_timeout_s=self.ctx.settings.timeout,
+                                                  extra={"cold_start_reference": True})
 
     def reserve(self, specs: Iterable[RequestSpec]) -> None:
         """Declare prompts the measured runs will send, so the warm-up never sends them (§4.5.1)."""

@@ -176,7 +176,8 @@ def _proc_view(p: Mapping[str, Any], with_figures: bool) -> dict[str, Any]:
     cfg = p["configuration"]
     return {
         "anchor": p["anchor"],
-        "heading": f"{p['procedure']} {p['title']}",
+        "heading": f"{p['procedure']} {p['title']}" + (" — COLD START measurement (§4.5.3)" if p.get("cold_start")
+                                                       else ""),
         "procedure": p["procedure"],
         "complete": p["complete"],
         "key": p["key"],

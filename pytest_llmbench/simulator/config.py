@@ -59,6 +59,7 @@ class SimConfig:
     decode_per_seq_ms: float = 0.15  # extra cost per sequence decoded in an iteration
     prefill_per_token_ms: float = 0.1  # linear prefill cost per uncached prompt token (a)
     prefill_per_token2_ms: float = 3e-6  # attention term b: chunk [s,e) costs b*(e^2 - s^2)
+    cold_start_ms: float = 0.0  # extra cost of the first iteration after process start (JIT, graph capture; §4.5.3)
     # --- scheduler ----------------------------------------------------------------------------
     max_num_seqs: int = 64  # max sequences in the running batch
     max_num_batched_tokens: int = 2048  # chunked: token budget per iteration; else prefill cap
@@ -190,6 +191,10 @@ class SimConfig:
         if guardrail:
             s += self.predicted_input_guardrail_s(prompt_tokens)
         return s
+
+    def predicted_cold_start_s(self) -> float:
+        """Extra time the first iteration after a (re)start takes (§4.5.3 cold start)."""
+        return self.cold_start_ms * self.time_scale / 1000.0
 
     def predicted_itl_s(self, batch_size: int) -> float:
         """Steady decode inter-token latency with ``batch_size`` sequences decoding (§5.4)."""

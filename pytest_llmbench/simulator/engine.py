@@ -152,6 +152,7 @@ class Engine:
         self.running: list[Sequence] = []
         self.counters = EngineCounters()
         self.draining = False
+        self.cold = True  # the first iteration after process start pays cold_start_ms (§4.5.3)
 
     # ------------------------------------------------------------------ requests
     def check_fits(self, prompt_tokens: int, max_tokens: int) -> None:
@@ -328,6 +329,9 @@ class Engine:
         for _, s, e in chunks:
             prefill_ms += cfg.prefill_chunk_ms(s, e)
         ms = cfg.iteration_ms(len(decoding), prefill_ms)
+        if self.cold:
+            ms += cfg.cold_start_ms
+            self.cold = False
         return Iteration(now_ns, round(ms * cfg.time_scale * 1e6), decoding, chunks, ms)
 
     # ------------------------------------------------------------------ progress

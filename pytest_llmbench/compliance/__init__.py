@@ -31,10 +31,11 @@ from . import (  # noqa: F401  # noqa: F401  (register their evaluators)
     s4_6_streaming,
     s4_7_clocks,
     s4_8_guardrails,
+    s5_decide,
     s5_procedures,
 )
 from .declarations import DECLARATION_FACTS, Declarations
-from .engine import CONDITIONS
+from .engine import CONDITIONS, DECIDERS, decide
 from .evaluate import coverage, evaluate_test, procedure_items
 from .facts import ClockFacts, LoadFacts, RecordAudit, RunFacts, WarmupFacts
 from .registry import (
@@ -52,6 +53,7 @@ from .verdict import Check, ComplianceResult, Status, Verdict, verdict_of
 
 __all__ = [
     "CONDITIONS",
+    "DECIDERS",
     "DECLARATION_FACTS",
     "LOAD_CAPABILITIES",
     "SESSION_ITEMS",
@@ -72,6 +74,7 @@ __all__ = [
     "WarmupFacts",
     "applicable_items",
     "coverage",
+    "decide",
     "evaluate_test",
     "procedure_items",
     "registry",

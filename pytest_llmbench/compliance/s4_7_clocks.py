@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from .engine import _blank, _Ctx, _need, _short, declaration_hook, evaluator
+from .engine import _blank, _Ctx, _need, _short, declaration_hook, evaluator, tool_test
 from .registry import NTP_LIMIT_S
 from .s4_8_guardrails import _onoff
 from .verdict import Check
@@ -58,7 +58,11 @@ def _ptp(ctx: _Ctx, rid: str) -> Check:
     if f.clock.cross_host_intervals is None:
         return _need(rid, "whether any interval combines timestamps of two hosts")
     if not f.clock.cross_host_intervals:
-        return Check.met(rid, "no interval combines timestamps of two hosts: sub-ms sync not needed")
+        test = tool_test("one_clock_per_interval")
+        c = Check.met(rid, f"no interval combines timestamps of two hosts (verified by {test}): sub-ms sync not "
+                           "needed", test=test)
+        c.source = "tool-verified"
+        return c
     if (method or "").lower() == "ptp":
         return Check.met(rid, "PTP used for cross-host intervals")
     return Check.unmet(rid, f"cross-host intervals measured with {method or 'unknown'} sync; PTP recommended")

@@ -27,6 +27,7 @@ from pytest_llmbench.compliance import (
     evaluate_test,
     procedure_items,
     registry,
+    timestamp_format_of,
 )
 from pytest_llmbench.compliance.facts import RecordAudit
 
@@ -158,7 +159,9 @@ CASES: dict[str, Case] = {
                            context_decl=_set(clock_sync={"method": "ntp", "accuracy_ms": 2}),
                            unmet={"network_rtt_s": None}),
     "4.7.3-MUST-1": Case(unmet={"latency_adjustment": {"method": "", "value": None}}),
-    "4.7.4-MUST-1": Case(unmet={"clock.timestamp_sample": "2026-11-22T06:52:18Z", "clock.timestamp_format": "iso8601_s"}),
+    # the format is read off the run's written first send time (timestamp_format_of)
+    "4.7.4-MUST-1": Case(unmet={"clock.timestamp_sample": "2026-11-22T06:52:18Z",
+                                "clock.timestamp_format": timestamp_format_of("2026-11-22T06:52:18Z")}),
     "4.7.4-SHOULD-1": Case(unmet={"clock.timestamp_format": "unix_ns", "clock.timestamp_sample": "1763794338123456789"}),
     "4.8-MUST-1": Case(unmet={"guardrails": None}, decl=_drop("guardrails")),
     "4.8.1-MUST-1": Case(unmet={"guardrails": None}, decl=_drop("guardrails")),
@@ -323,6 +326,12 @@ def test_procedures_decide_their_items_through_compliance() -> None:
         text = path.read_text(encoding="utf-8")
         built = {m.group(1) for m in re.finditer(r'Check(?:\.\w+)?\(\s*"([^"]+)"', text)}
         assert not built & set(engine.DECIDERS), (path.name, sorted(built & set(engine.DECIDERS)))
+
+
+def test_timestamp_format_is_read_off_the_written_text() -> None:
+    assert timestamp_format_of("2026-11-22T06:52:18.123Z") == "iso8601_ms"
+    assert timestamp_format_of("1763794338123") == "unix_ms"
+    assert timestamp_format_of("2026-11-22T06:52:18Z") is None and timestamp_format_of(None) is None
 
 
 def test_tool_verified_items_name_tests_that_exist() -> None:

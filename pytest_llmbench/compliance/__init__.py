@@ -48,6 +48,7 @@ from .registry import (
     applicable_items,
     registry,
 )
+from .s4_7_clocks import timestamp_format_of
 from .session import SESSION_ITEMS, rejudge_session
 from .verdict import Check, ComplianceResult, Status, Verdict, verdict_of
 
@@ -79,5 +80,6 @@ __all__ = [
     "procedure_items",
     "registry",
     "rejudge_session",
+    "timestamp_format_of",
     "verdict_of",
 ]

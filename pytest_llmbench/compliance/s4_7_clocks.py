@@ -120,10 +120,19 @@ _TS_PATTERNS = {
 _TS_RECOMMENDED = ("iso8601_ms", "unix_ms")
 
 
+def timestamp_format_of(sample: str | None) -> str | None:
+    """The §4.7.4 format a written timestamp is in (None: no sample, or no known format)."""
+    if sample is None:
+        return None
+    return next((name for name, pat in _TS_PATTERNS.items() if re.match(pat, str(sample))), None)
+
+
 @evaluator("4.7.4-MUST-1", "4.7.4-SHOULD-1")
 def _timestamps(ctx: _Ctx, rid: str) -> Check:
     c = ctx.facts.clock
     fmt = c.timestamp_format
+    if fmt is None and c.timestamp_sample is not None:
+        return Check.unmet(rid, f"timestamp {c.timestamp_sample!r} is in none of the formats {', '.join(_TS_PATTERNS)}")
     if fmt is None:
         return _need(rid, "timestamp format")
     if fmt not in _TS_PATTERNS:

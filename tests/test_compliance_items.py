@@ -2,9 +2,11 @@
 
 For each verdict-setting item an evaluator answers, :data:`CASES` gives the facts under which it
 holds and a change of facts (or of declarations: declared vs undeclared) under which it fails.
-The test fails when an evaluator item has no case, so a new item cannot arrive without an unmet
-case. Items only a procedure answers are listed by ``procedure_items`` and tested with their
-procedure (tests/test_procedure_5_*.py).
+Items only a procedure can observe (its runs, tables, plots) are decided by a registered decider
+(``compliance.decide``) from the observations the procedure passes; :data:`DECIDER_CASES` gives the
+observations under which each is met and a change under which it is unmet. The tests fail when a
+verdict-setting item that can apply to some procedure has neither an evaluator case nor a decider
+case, so a new item cannot arrive without an unmet case.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pytest_llmbench.compliance import (
     evaluate_test,
     procedure_items,
     registry,
+    timestamp_format_of,
 )
 from pytest_llmbench.compliance.facts import RecordAudit
 
@@ -156,7 +159,9 @@ CASES: dict[str, Case] = {
                            context_decl=_set(clock_sync={"method": "ntp", "accuracy_ms": 2}),
                            unmet={"network_rtt_s": None}),
     "4.7.3-MUST-1": Case(unmet={"latency_adjustment": {"method": "", "value": None}}),
-    "4.7.4-MUST-1": Case(unmet={"clock.timestamp_sample": "2026-11-22T06:52:18Z", "clock.timestamp_format": "iso8601_s"}),
+    # the format is read off the run's written first send time (timestamp_format_of)
+    "4.7.4-MUST-1": Case(unmet={"clock.timestamp_sample": "2026-11-22T06:52:18Z",
+                                "clock.timestamp_format": timestamp_format_of("2026-11-22T06:52:18Z")}),
     "4.7.4-SHOULD-1": Case(unmet={"clock.timestamp_format": "unix_ns", "clock.timestamp_sample": "1763794338123456789"}),
     "4.8-MUST-1": Case(unmet={"guardrails": None}, decl=_drop("guardrails")),
     "4.8.1-MUST-1": Case(unmet={"guardrails": None}, decl=_drop("guardrails")),
@@ -211,10 +216,56 @@ CASES["4.7.3-MUST-1"] = Case(context=REMOTE, context_decl=SYNCED,
                              unmet={"latency_adjustment": {"method": "", "value": None}})
 
 
+#: decider items: (observations under which the item is met, the change under which it is unmet)
+DECIDER_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "5.1.2-MUST-2": ({"planned": 10_000, "sent": 10_000}, {"sent": 9_000}),
+    "5.1.2-MUST-3": ({"n_ok": 1000}, {"n_ok": 999}),
+    "5.1.2-MUST-4": ({"n_ok": 10_000}, {"n_ok": 9_999}),
+    "5.1.3-MUST-1": ({"pre_content": 10, "requests": 100, "noted": True}, {"noted": False}),
+    "5.1.4-MUST-1": ({"reported": {f"TTFT P{q}": "12.0 ms" for q in ("50", "90", "95", "99", "99.9")}},
+                     {"reported": {f"TTFT P{q}": "12.0 ms" if q != "99.9" else "n/a" for q in
+                                   ("50", "90", "95", "99", "99.9")}}),
+    "5.1.4-MUST-2": ({"n_ok": 1000, "notes": ["sample count n=1000 successful measured requests"]},
+                     {"notes": ["TTFT = first content token"]}),
+    "5.1.4-SHOULD-1": ({"buckets": ["0-256", "256-512"]}, {"buckets": ["0-100", "100-512"]}),
+    "5.1.5-SHOULD-1": ({"rows": ["Requests", "TTFT P50", "TTFT P90", "TTFT P95", "TTFT P99", "TTFT P99.9",
+                                 "TTFT Mean", "TTFT Min", "TTFT Max"]}, {"rows": ["Requests", "TTFT P50"]}),
+    "5.1.5-SHOULD-2": ({"samples": 1000}, {"samples": 0}),
+    **{f"5.1.5-MUST-{i}": ({"line": "gateway at http://127.0.0.1:8000", "what": "summary line", "source": "parameter"},
+                           {"line": None}) for i in (1, 3, 4, 5, 6)},
+    **{f"5.1.5-MUST-{i}": ({"line": "declared value (decl.toml)", "what": "summary line", "key": "model, hardware",
+                            "source": "declared"}, {"line": None}) for i in (2, 7, 8)},
+    "5.2.2-MUST-2": ({"level_duration_s": 300.0, "send_windows_s": [300.0, 301.0]}, {"send_windows_s": []}),
+    "5.2.2-SHOULD-1": ({"level_duration_s": 300.0}, {"level_duration_s": 60.0}),
+    "5.2.2-MUST-4": ({"loop": "open", "start": 1.0, "stop": 64.0, "step": None}, {"start": 0.0}),
+    "5.2.2-MUST-5": ({"loop": "closed", "start": 1, "stop": 256, "step": 8}, {"stop": 0}),
+    "5.4.2-MUST-1": ({"min_output_tokens": 50, "ok_requests": 100, "short_requests": 0, "shortest": 50},
+                     {"short_requests": 3, "shortest": 12}),
+    "5.4.2-SHOULD-2": ({"fractions": [0.25, 0.5, 0.75, 0.9]}, {"fractions": [0.5]}),
+    "5.4.3-MUST-1": ({"checked": 100, "mismatched": 0}, {"mismatched": 1}),
+    "5.6.2-SHOULD-1": ({"fraction": 0.8, "rate": None, "queue_growing": False}, {"queue_growing": True}),
+    "5.7.2-MUST-1": ({"ran": ["disabled", "enabled"], "state_off": False, "state_on": True},
+                     {"state_off": None, "state_on": None}),
+    "7.4-SHOULD-3": ({"sampled": True, "stop_rule": "stops at the first failing level"}, {"sampled": False}),
+}
+
+
 def verdict_items() -> list[str]:
     """MUST/SHOULD items an evaluator answers and that can apply to some procedure (not §6: issue 14)."""
+    return [rid for rid in _procedure_verdict_items() if rid in engine.EVALUATORS]
+
+
+def _procedure_verdict_items() -> list[str]:
+    """Every MUST/SHOULD that can apply to some procedure (5.1–5.10)."""
     applies = {req.id for t in TESTS if t != "6" for req, _ in applicable_items(t)}
-    return [r.id for r in registry() if r.in_verdict and r.id in applies and r.id in engine.EVALUATORS]
+    return [r.id for r in registry() if r.in_verdict and r.id in applies]
+
+
+def decider_items() -> list[str]:
+    """MUST/SHOULD items that can apply to some procedure and that no evaluator answers (the §6
+    comparison's own items, which bind a compared run, belong to the comparison: issue 14)."""
+    return [rid for rid in _procedure_verdict_items()
+            if rid not in engine.EVALUATORS and registry()[rid].applies_to != "6"]
 
 
 def _judge(case: Case, change: Change, decl_change: Callable[[dict[str, Any]], dict[str, Any]] | None) -> Any:
@@ -243,6 +294,44 @@ def test_item_can_be_met_and_unmet(rid: str) -> None:
     assert unmet.fails, f"{rid} still {unmet.status.value} in its unmet case: {unmet.reason}"
     if case.decl is not None and not case.unmet and unmet.status is Status.NEEDS_DECLARATION:
         assert unmet.key and unmet.fix == f"declare {unmet.key}", unmet  # undeclared: names the key
+
+
+def test_every_procedure_item_has_a_decider_and_a_case() -> None:
+    """Each verdict-setting item no evaluator answers is decided by compliance from observations, with a case."""
+    items = decider_items()
+    assert not set(items) - set(engine.DECIDERS), f"procedure items without a decider: {set(items) - set(engine.DECIDERS)}"
+    missing = sorted(set(items) - set(DECIDER_CASES))
+    assert not missing, f"procedure items without a met/unmet case: {missing}"
+
+
+@pytest.mark.parametrize("rid", decider_items())
+def test_procedure_item_can_be_met_and_unmet(rid: str) -> None:
+    met_obs, change = DECIDER_CASES[rid]
+    met = engine.decide(rid, **met_obs)
+    assert met.status is Status.MET, f"{rid} not met in its met case: {met.reason}"
+    assert met.reason and met.source not in ("", "none", "not-applicable"), met
+    assert change, f"{rid}: no unmet case"
+    unmet = engine.decide(rid, **{**met_obs, **change})
+    assert unmet.fails, f"{rid} still {unmet.status.value} in its unmet case: {unmet.reason}"
+    assert unmet.reason, unmet
+
+
+def test_procedures_decide_their_items_through_compliance() -> None:
+    """No procedure builds the check of a decider item itself (it passes observations to ``decide``)."""
+    import re
+    from pathlib import Path
+
+    src = Path(engine.__file__).resolve().parents[1] / "procedures"
+    for path in sorted(src.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        built = {m.group(1) for m in re.finditer(r'Check(?:\.\w+)?\(\s*"([^"]+)"', text)}
+        assert not built & set(engine.DECIDERS), (path.name, sorted(built & set(engine.DECIDERS)))
+
+
+def test_timestamp_format_is_read_off_the_written_text() -> None:
+    assert timestamp_format_of("2026-11-22T06:52:18.123Z") == "iso8601_ms"
+    assert timestamp_format_of("1763794338123") == "unix_ms"
+    assert timestamp_format_of("2026-11-22T06:52:18Z") is None and timestamp_format_of(None) is None
 
 
 def test_tool_verified_items_name_tests_that_exist() -> None:

@@ -113,6 +113,21 @@ def test_itl_option_c_uses_server_timestamps() -> None:
     assert summarize(multi_chunk_run(), itl_option="auto").itl_option == "C"
 
 
+def test_no_interval_combines_the_clocks_of_two_hosts() -> None:
+    """§4.7.2: every interval comes from one host's clock. Offsetting the server's clock (as between two
+    unsynchronised hosts) changes no metric, so sub-ms cross-host sync is never needed (4.7.2-SHOULD-1)."""
+    base = summarize(multi_chunk_run(), itl_option="C")
+    shifted = multi_chunk_run()
+    for r in shifted:
+        r.server_token_ns = [t + 7_000_000_123 for t in r.server_token_ns or []]
+        r.server_timing = {"queue_ns": 1_000_000, "prefill_ns": 2_000_000}
+    unshifted = multi_chunk_run()
+    for r in unshifted:
+        r.server_timing = {"queue_ns": 1_000_000, "prefill_ns": 2_000_000}
+    assert summarize(shifted, itl_option="C").to_json() == summarize(unshifted, itl_option="C").to_json()
+    assert base.distributions["itl"].samples == approx([0.005, 0.005, 0.018])
+
+
 def test_itl_option_c_without_server_times_is_an_error() -> None:
     run = multi_chunk_run()
     run[0].server_token_ns = None

@@ -66,9 +66,15 @@ def test_500_requests_is_not_compliant_and_the_report_says_why(pytester: pytest.
 
 
 # standard-size 5.1 on the simulator: 10,000 requests, full §4.5.1 warm-up, the default workload
-# (Synthetic-Uniform, as defined: no output cap, no stand-in). At rate=120 the uncapped workload
-# saturates the simulator at --llm-time-scale 0.1 (measured: 5,491 of 10,000 rejected with 429, so
-# 5.1.2-MUST-4 is honestly unmet); rate=50 is served without errors (~5 min on a busy machine).
+# (Synthetic-Uniform, as defined: no output cap, no stand-in), --llm-time-scale 0.1. Rate 120 is over
+# what the simulator and client deliver on a shared 2-core host, not a simulator queue setting: the
+# default engine's modelled capacity for this workload is about 128 req/s at time-scale 0.1 (20.5k
+# output tok/s, simulate_closed_loop), so 120 req/s Poisson already queues on a virtual clock (TTFT
+# P50 0.8 s); and even an engine twice as large (128 sequences, 64k-token KV cache; modelled TTFT P50
+# 6 ms at 120 req/s) completed only 4,238 of 10,000 requests in 106 s (about 40 req/s; 5,762
+# answered 429 once the 1024-request waiting queue filled; P99 send lag 0.77 s) at load average 8.6,
+# because 120 req/s means about 19k SSE chunks/s through both processes. At rate 50 every request is
+# served.
 FULL = "requests=10000, load=poisson(rate=50)"
 FULL_ARGS = ("--llm-profile", "standard", "--llm-time-scale", "0.1")
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "declarations-simulator.toml"
@@ -125,3 +131,6 @@ def test_capped_stand_in_run_is_a_custom_workload(pytester: pytest.Pytester) -> 
     assert wl["custom"] is True and "output capped at 8 tokens" in wl["name"] and "stand-in" in wl["name"]
     assert wl["output_length"]["params"]["max"] <= 8
     assert proc["compliance"]["verdict"] != "unconditionally compliant"
+    # judged as the custom workload it is: the §4.3.1 specification items apply to it
+    by_id = {i["id"]: i for i in _items(proc)}
+    assert all(by_id[rid]["status"] != "not-applicable" for rid in ("4.3-MUST-1", "4.3.1-MUST-1", "4.3.1-MUST-2"))

@@ -31,10 +31,11 @@ from . import (  # noqa: F401  # noqa: F401  (register their evaluators)
     s4_6_streaming,
     s4_7_clocks,
     s4_8_guardrails,
+    s5_decide,
     s5_procedures,
 )
 from .declarations import DECLARATION_FACTS, Declarations
-from .engine import CONDITIONS
+from .engine import CONDITIONS, DECIDERS, decide
 from .evaluate import coverage, evaluate_test, procedure_items
 from .facts import ClockFacts, ColdStartFacts, LoadFacts, RecordAudit, RunFacts, WarmupFacts
 from .registry import (
@@ -47,11 +48,13 @@ from .registry import (
     applicable_items,
     registry,
 )
+from .s4_7_clocks import timestamp_format_of
 from .session import SESSION_ITEMS, rejudge_session
 from .verdict import Check, ComplianceResult, Status, Verdict, verdict_of
 
 __all__ = [
     "CONDITIONS",
+    "DECIDERS",
     "DECLARATION_FACTS",
     "LOAD_CAPABILITIES",
     "SESSION_ITEMS",
@@ -73,9 +76,11 @@ __all__ = [
     "WarmupFacts",
     "applicable_items",
     "coverage",
+    "decide",
     "evaluate_test",
     "procedure_items",
     "registry",
     "rejudge_session",
+    "timestamp_format_of",
     "verdict_of",
 ]

@@ -133,17 +133,47 @@ EVALUATORS: dict[str, Evaluator] = {}
 DECLARATION_HOOKS: dict[str, str] = {}
 
 
-def evaluator(*ids: str) -> Callable[[Evaluator], Evaluator]:
-    """Register a general evaluator for one or more requirement ids."""
+def _register(table: dict[str, Any], what: str, *ids: str) -> Callable[[Any], Any]:
+    """A decorator putting one function in ``table`` under each of ``ids`` (twice is an error)."""
 
-    def deco(fn: Evaluator) -> Evaluator:
+    def deco(fn: Any) -> Any:
         for rid in ids:
-            if rid in EVALUATORS:
-                raise ComplianceError(f"two evaluators for {rid}")
-            EVALUATORS[rid] = fn
+            if rid in table:
+                raise ComplianceError(f"two {what} for {rid}")
+            table[rid] = fn
         return fn
 
     return deco
+
+
+def evaluator(*ids: str) -> Callable[[Evaluator], Evaluator]:
+    """Register a general evaluator for one or more requirement ids."""
+    return _register(EVALUATORS, "evaluators", *ids)
+
+
+Decider = Callable[..., Check]
+#: requirement id -> decider of an item only a procedure can observe (its runs, tables, plots):
+#: the procedure passes its observations, the decision and its thresholds live here (issue 13)
+DECIDERS: dict[str, Decider] = {}
+
+
+def decides(*ids: str) -> Callable[[Decider], Decider]:
+    """Register the decider of one or more procedure items (called as ``fn(rid, **observations)``)."""
+    return _register(DECIDERS, "deciders", *ids)
+
+
+def decide(rid: str, **observations: Any) -> Check:
+    """A procedure's check for ``rid``, decided from what the procedure observed on its runs.
+
+    The source kind comes from ``data/compliance_items.yaml`` unless the decider set it; an
+    unknown id is an error (a procedure cannot invent an item).
+    """
+    if rid not in DECIDERS:
+        raise ComplianceError(f"no decider for {rid}: register one in compliance/s5_procedures.py")
+    c = DECIDERS[rid](rid, **observations)
+    if c.id != rid:
+        raise ComplianceError(f"decider for {rid} returned a check for {c.id}")
+    return finalize(c)
 
 
 def declaration_hook(rid: str, fact: str | None = None) -> None:

@@ -150,6 +150,8 @@ class RunFacts:
 
     sut_boundary: str | None = None  # model-engine | gateway | compound (§4.1)
     boundary_declared_before_start: bool | None = None
+    #: where the boundary was set before the session's first request (option, ini, the embedded simulator)
+    boundary_source: str | None = None
     load: LoadFacts = field(default_factory=LoadFacts)
     clock: ClockFacts = field(default_factory=ClockFacts)
     streaming: bool | None = None

@@ -100,7 +100,7 @@ def _load_yaml(name: str) -> Any:
 @functools.cache
 def registry() -> _Registry:
     """The draft's 325 items plus the applicability matrix, loaded once from package data."""
-    from .engine import DECLARATION_HOOKS, EVALUATORS, _condition
+    from .engine import DECIDERS, DECLARATION_HOOKS, EVALUATORS, _condition
 
     raw = _load_yaml("requirements.yaml")
     items: dict[str, Requirement] = {}
@@ -139,7 +139,7 @@ def registry() -> _Registry:
                 cells[t] = str(cond)
         rows.append(_Row(tuple(ids), cells, str(r.get("note", ""))))
     reg = _Registry(items, tuple(rows))
-    for rid in list(EVALUATORS) + list(DECLARATION_HOOKS):
+    for rid in list(EVALUATORS) + list(DECLARATION_HOOKS) + list(DECIDERS):
         if rid not in items:
             raise ComplianceError(f"the compliance package registers {rid!r}, which is not a requirement id")
     return reg

@@ -24,7 +24,8 @@ def _boundary(ctx: _Ctx, rid: str) -> Check:
     if rid == "4.1-MUST-1" and f.boundary_declared_before_start is not True:
         why = "after" if f.boundary_declared_before_start is False else "not known to be before"
         return Check.unmet(rid, f"SUT boundary {f.boundary} declared {why} the first request", boundary=f.boundary)
-    return Check.met(rid, f"SUT boundary: {f.boundary}", boundary=f.boundary)
+    src = f" (set by {f.boundary_source} before the first request)" if f.boundary_source else ""
+    return Check.met(rid, f"SUT boundary: {f.boundary}{src}", boundary=f.boundary, source=f.boundary_source)
 
 
 @evaluator("4.2-MUST-1")

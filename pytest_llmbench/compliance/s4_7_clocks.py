@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from .engine import _blank, _Ctx, _need, _short, declaration_hook, evaluator
+from .engine import _blank, _Ctx, _need, _short, declaration_hook, evaluator, tool_test
 from .registry import NTP_LIMIT_S
 from .s4_8_guardrails import _onoff
 from .verdict import Check
@@ -58,7 +58,11 @@ def _ptp(ctx: _Ctx, rid: str) -> Check:
     if f.clock.cross_host_intervals is None:
         return _need(rid, "whether any interval combines timestamps of two hosts")
     if not f.clock.cross_host_intervals:
-        return Check.met(rid, "no interval combines timestamps of two hosts: sub-ms sync not needed")
+        test = tool_test("one_clock_per_interval")
+        c = Check.met(rid, f"no interval combines timestamps of two hosts (verified by {test}): sub-ms sync not "
+                           "needed", test=test)
+        c.source = "tool-verified"
+        return c
     if (method or "").lower() == "ptp":
         return Check.met(rid, "PTP used for cross-host intervals")
     return Check.unmet(rid, f"cross-host intervals measured with {method or 'unknown'} sync; PTP recommended")
@@ -116,10 +120,19 @@ _TS_PATTERNS = {
 _TS_RECOMMENDED = ("iso8601_ms", "unix_ms")
 
 
+def timestamp_format_of(sample: str | None) -> str | None:
+    """The §4.7.4 format a written timestamp is in (None: no sample, or no known format)."""
+    if sample is None:
+        return None
+    return next((name for name, pat in _TS_PATTERNS.items() if re.match(pat, str(sample))), None)
+
+
 @evaluator("4.7.4-MUST-1", "4.7.4-SHOULD-1")
 def _timestamps(ctx: _Ctx, rid: str) -> Check:
     c = ctx.facts.clock
     fmt = c.timestamp_format
+    if fmt is None and c.timestamp_sample is not None:
+        return Check.unmet(rid, f"timestamp {c.timestamp_sample!r} is in none of the formats {', '.join(_TS_PATTERNS)}")
     if fmt is None:
         return _need(rid, "timestamp format")
     if fmt not in _TS_PATTERNS:

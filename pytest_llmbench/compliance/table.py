@@ -1,22 +1,25 @@
 """The by-level-and-source table of docs/slo-and-compliance.md, generated from the registry.
 
-Counts the MUST and SHOULD items that can bind a procedure (5.1–5.10; §6 belongs to the
-comparison) by where their evidence comes from on a real endpoint: the source kind in
-``data/compliance_items.yaml`` for the items an evaluator or declaration answers, ``procedure``
-for the items a procedure answers from its own runs. tests/test_compliance_items.py keeps the
-document's copy current.
+Counts the MUST and SHOULD items that can bind a procedure (5.1–5.10) by where their evidence
+comes from on a real endpoint: the source kind in ``data/compliance_items.yaml`` for the items an
+evaluator or a decider answers (a decider decides an item from what a procedure observed), and
+``declared`` for declaration hooks. The §6 items that bind a compared run belong to the comparison
+(issue 14), which does not exist yet: they are counted as ``§6 comparison`` and are unmet in any
+compared run. An item with no source in the data file is an error, never a default.
+tests/test_compliance_items.py keeps the document's copy current.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from .engine import DECLARATION_HOOKS, EVALUATORS, item_data
+from .engine import DECIDERS, DECLARATION_HOOKS, EVALUATORS, item_data
+from .registry import ComplianceError
 from .registry import TESTS, applicable_items, registry
 
 __all__ = ["SOURCE_COLUMNS", "source_counts", "source_table"]
 
-SOURCE_COLUMNS = ("measured", "runtime-check", "tool-verified", "parameter", "declared", "procedure")
+SOURCE_COLUMNS = ("measured", "runtime-check", "tool-verified", "parameter", "declared", "§6 comparison")
 
 
 def source_counts() -> dict[str, Counter[str]]:
@@ -27,10 +30,16 @@ def source_counts() -> dict[str, Counter[str]]:
     for req in registry():
         if not req.in_verdict or req.id not in applies:
             continue
-        if req.id in EVALUATORS:
-            src = "declared" if req.id in DECLARATION_HOOKS else str(data.get(req.id, {}).get("source", "measured"))
+        if req.id in DECLARATION_HOOKS:
+            src = "declared"
+        elif req.id in EVALUATORS or req.id in DECIDERS:
+            if "source" not in data.get(req.id, {}):
+                raise ComplianceError(f"compliance_items.yaml: {req.id} has no source")
+            src = str(data[req.id]["source"])
+        elif req.applies_to == "6":
+            src = "§6 comparison"
         else:
-            src = "procedure"
+            raise ComplianceError(f"{req.id} can bind a procedure but nothing decides it")
         out[req.level][src] += 1
     return out
 

@@ -29,6 +29,7 @@ from ..compliance import (
     RunFacts,
     WarmupFacts,
     evaluate_test,
+    timestamp_format_of,
 )
 from ..export_aiperf import write_aiperf_export
 from ..load import ClosedLoop, LoadResult, OpenLoop, run_load
@@ -443,8 +444,13 @@ def run_facts(
         )
     info = ctx.sut.server_info
     guard = info.get("guardrails") if ctx.sut.embedded else None
+    # §4.1: the boundary is fixed when the session starts the SUT, before any request: from the
+    # option/ini that set it, or the embedded simulator (a model engine) when none did
+    src = ctx.settings.sources.get("boundary")
+    boundary_from = src if src and src != "default" else ("the embedded simulator" if ctx.sut.embedded else None)
     streamed = sum(1 for r in records if len(r.chunk_ns) > 0)
     sent = [r.sent_ns for r in records if r.sent_ns]
+    ts_sample = anchor.iso(min(sent)) if sent else None
     if prefix_caching:
         pc, pc_source = prefix_caching, "set by the procedure through its SUT hook"
     elif ctx.sut.embedded and "prefix_cache" in info:
@@ -453,13 +459,16 @@ def run_facts(
         pc, pc_source = None, None
     return RunFacts(
         sut_boundary=ctx.sut.boundary,
-        boundary_declared_before_start=True,
+        boundary_declared_before_start=boundary_from is not None,
+        boundary_source=boundary_from,
         load=load,
         clock=ClockFacts.local(single_host=_is_loopback(ctx.sut.base_url),
                                sync_method="single-host" if _is_loopback(ctx.sut.base_url) else None,
+                               # metrics difference one clock each: tool_tests.one_clock_per_interval
                                cross_host_intervals=False,
-                               timestamp_format="iso8601_ms",
-                               timestamp_sample=anchor.iso(min(sent)) if sent else None),
+                               # the format the run's first send time is written in, read off that text
+                               timestamp_format=timestamp_format_of(ts_sample),
+                               timestamp_sample=ts_sample),
         # observed: records whose response arrived as an SSE event stream with timed chunks
         streaming=(streamed > 0) if records else None,
         protocol="sse" if streamed else None,

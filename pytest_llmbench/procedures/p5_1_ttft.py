@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..client import LLMClient
-from ..compliance import Check
+from ..compliance import Check, decide
 from ..warmup import WarmupResult
 from ..workloads import build_workload
 from .base import LoadSpec, Table, poisson
 from .common import declarations, resolve_load
-from .helpers import cap_output, declared_checks, fmt_ms, percentile_row, sample_list
+from .helpers import cap_output, fmt_ms, percentile_row, sample_list
 from .pipeline import Outcome, ProcedureRun
 
 P99_MIN, P999_MIN = 1000, 10_000  # §5.1.2 / §5.1.4.3
@@ -128,7 +128,7 @@ class TTFT(ProcedureRun[TTFTParams]):
                    for q in TTFT_PERCENTILES if n_ok},
                 "ttft_mean_ms": round(ttft.mean.value * 1000, 3) if n_ok else None,
                 "errors": sum(metrics.errors_by_type.values()),
-                "config_summary": self.config_summary,
+                "config_summary": {k: line for k, (line, _) in self.config_summary.items()},
             },
             notes=undersampled + ([f"{self.pre_content} requests sent non-content chunks (e.g. role-only) before "
                                    "the first content token; TTFT is time to first content token (§5.1.3.1)"]
@@ -167,12 +167,13 @@ class TTFT(ProcedureRun[TTFTParams]):
                                 [[name, *percentile_row(metrics, name)] for name in parts]))
         return tables
 
-    #: §5.1.5 summary lines a client cannot observe on a real endpoint: the declaration key that answers each
-    DECLARED_LINES: ClassVar[dict[str, str]] = {"model identifier and hardware": "model' and 'hardware",
-                      "prefix caching state": "prefix_caching", "guardrail configuration": "guardrails"}
+    #: §5.1.5 summary lines a client cannot observe on a real endpoint: the declaration keys that answer each
+    DECLARED_LINES: ClassVar[dict[str, str]] = {"model identifier and hardware": "model, hardware",
+                                                "prefix caching state": "prefix_caching", "guardrail configuration": "guardrails"}
 
-    def _config_summary(self) -> dict[str, str | None]:
-        """The §5.1.5 configuration summary, one line per REQUIRED item (None: not known, see DECLARED_LINES)."""
+    def _config_summary(self) -> dict[str, tuple[str | None, str]]:
+        """The §5.1.5 configuration summary: per REQUIRED item its line (None: not known, see
+        DECLARED_LINES) and where the line comes from (parameter, measured or declared)."""
         ctx, p, m, wu = self.ctx, self.p, self.main, self.warmup
         assert wu is not None
         info = ctx.sut.server_info
@@ -182,55 +183,48 @@ class TTFT(ProcedureRun[TTFTParams]):
                     f"{', '.join(f'{k}={v}' for k, v in hw.items())} ({decl.source})"
                     if isinstance(model, dict) and isinstance(hw, dict) else None)
         if ctx.sut.embedded and "prefix_cache" in info:
-            prefix = f"{'enabled' if info.get('prefix_cache') else 'disabled'} (simulator /admin/config)"
+            prefix = (f"{'enabled' if info.get('prefix_cache') else 'disabled'} (simulator /admin/config)", "measured")
         else:
-            prefix = f"{decl['prefix_caching']} ({decl.source})" if "prefix_caching" in decl else None
+            prefix = (f"{decl['prefix_caching']} ({decl.source})" if "prefix_caching" in decl else None, "declared")
         if ctx.sut.embedded and "guardrails" in info:
-            guard = f"{info['guardrails']} (simulator /admin/config)"
+            guard = (f"{info['guardrails']} (simulator /admin/config)", "measured")
         else:
             g = decl.get("guardrails")
-            guard = f"{', '.join(f'{k}={v}' for k, v in g.items())} ({decl.source})" if isinstance(g, dict) else None
+            guard = (f"{', '.join(f'{k}={v}' for k, v in g.items())} ({decl.source})" if isinstance(g, dict) else None,
+                     "declared")
         return {
-            "SUT configuration and boundary": f"{ctx.sut.boundary} at {ctx.sut.base_url}",
-            "model identifier and hardware": model_hw,
-            "workload name or full specification": self.wl.declaration.name,
-            "load model and its parameters": p.load.describe() + (
+            "SUT configuration and boundary": (f"{ctx.sut.boundary} at {ctx.sut.base_url}", "parameter"),
+            "model identifier and hardware": (model_hw, "declared"),
+            "workload name or full specification": (self.wl.declaration.name, "parameter"),
+            "load model and its parameters": (p.load.describe() + (
                 f" = {self.load_desc['resolved_rate']:.2f} req/s" if "resolved_rate" in self.load_desc else ""),
-            "request count and test duration": f"{len(m.records)} requests in {m.load.duration_s:.1f} s",
-            "warm-up procedure followed": f"{wu.ok} requests, {wu.output_tokens} output tokens, "
-                                          f"drained={wu.drained}, probes stable={wu.stable}",
+                "parameter"),
+            "request count and test duration": (f"{len(m.records)} requests in {m.load.duration_s:.1f} s", "measured"),
+            "warm-up procedure followed": (f"{wu.ok} requests, {wu.output_tokens} output tokens, "
+                                           f"drained={wu.drained}, probes stable={wu.stable}", "measured"),
             "prefix caching state": prefix,
             "guardrail configuration": guard,
         }
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        n_ok, pre = self.n_ok, self.pre_content
-        table1 = out.tables[0]
-        checks = declared_checks({
-            "5.1.2-MUST-2": (self.p.requests >= 1, f"request count {self.p.requests} defined"),
-            "5.1.2-MUST-3": (n_ok >= P99_MIN, f"{n_ok} >= {P99_MIN} successful requests for P99",
-                             f"{n_ok} requests < {P99_MIN} required for P99"),
-            "5.1.2-MUST-4": (n_ok >= P999_MIN, f"{n_ok} >= {P999_MIN} successful requests for P99.9",
-                             f"{n_ok} requests < {P999_MIN} required for P99.9"),
-            "5.1.3-MUST-1": (True, f"{pre} requests had non-content chunks before the first content token; TTFT "
-                             "measures time to first content token",
-                             {"pre_content_requests": pre, "ttft_definition": "first_content"}),
-            "5.1.4-MUST-1": (n_ok > 0, "P50, P90, P95, P99 and P99.9 reported",
-                             "no successful request: no percentile"),
-            "5.1.4-MUST-2": (f"n={n_ok}" in table1.notes[0], f"sample count stated: n={n_ok}"),
-            "5.1.4-SHOULD-1": (True, "buckets [0,256) ... [4096,inf) as recommended"),
-            "5.1.5-SHOULD-1": (any(t is table1 for t in out.tables), "Table 1 in the report"),
-            "5.1.5-SHOULD-2": (n_ok > 0, "TTFT histogram and CDF in report.html", "no TTFT samples to plot"),
-        })
-        checks.update(declared_checks({
-            f"5.1.5-MUST-{i}": (bool(value), f"{key}: {value}",
-                                f"{key} not known to the client: declare '{self.DECLARED_LINES.get(key, key)}'")
-            for i, (key, value) in enumerate(self.config_summary.items(), start=1)}))
-        for i, key in enumerate(self.config_summary, start=1):
-            c = checks[f"5.1.5-MUST-{i}"]
-            if key in self.DECLARED_LINES:
-                c.key = self.DECLARED_LINES[key].split("'")[0]
-                c.source = "declared" if c.holds else "none"
-            else:
-                c.source = "parameter" if c.holds else "none"
+        """The 5.1 items, decided by compliance from what this run sent and what its report holds."""
+        n_ok, m = self.n_ok, self.measured[0]
+        table1, table2 = out.tables[0], out.tables[1]
+        written = {row[0]: row[1] for row in table1.rows}
+        pre_noted = any("non-content" in n and "first content token" in n for n in out.notes)
+        checks = {
+            "5.1.2-MUST-2": decide("5.1.2-MUST-2", planned=self.p.requests, sent=len(m.records)),
+            "5.1.2-MUST-3": decide("5.1.2-MUST-3", n_ok=n_ok),
+            "5.1.2-MUST-4": decide("5.1.2-MUST-4", n_ok=n_ok),
+            "5.1.3-MUST-1": decide("5.1.3-MUST-1", pre_content=self.pre_content, requests=len(m.records),
+                                   noted=pre_noted),
+            "5.1.4-MUST-1": decide("5.1.4-MUST-1", reported=written),
+            "5.1.4-MUST-2": decide("5.1.4-MUST-2", n_ok=n_ok, notes=table1.notes),
+            "5.1.4-SHOULD-1": decide("5.1.4-SHOULD-1", buckets=[row[0] for row in table2.rows]),
+            "5.1.5-SHOULD-1": decide("5.1.5-SHOULD-1", rows=list(written)),
+            "5.1.5-SHOULD-2": decide("5.1.5-SHOULD-2", samples=len(out.plots.get("ttft_samples_s") or ())),
+        }
+        for i, (what, (line, source)) in enumerate(self.config_summary.items(), start=1):
+            key = self.DECLARED_LINES.get(what)
+            checks[f"5.1.5-MUST-{i}"] = decide(f"5.1.5-MUST-{i}", line=line, what=what, key=key, source=source)
         return checks

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..client import LLMClient
-from ..compliance import Check
+from ..compliance import Check, decide
 from ..metrics import RunMetrics, summarize
 from ..stats import jain_index, latency_inflation, slowdown, starvation_rate
 from ..workloads import FAIRNESS_CLASSES, build_workload
@@ -420,19 +420,7 @@ class Fairness(ProcedureRun[FairnessParams]):
 def _checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mixed: Measured,
             isolated: dict[str, Measured], mixed_cls: dict[str, RunMetrics | None], fraction: float | None,
             wu: Any, decl: dict[str, Any], overloaded: bool | None) -> dict[str, Check]:
-    lo, hi = LOAD_BAND
-    if overloaded:
-        c_load = Check.unmet("5.6.2-SHOULD-1", "the SUT's queue grew during the mixed run: the offered load "
-                             + (f"({fraction:.0%} of the request-rate capacity) " if fraction is not None else "")
-                             + "is above saturation for this class mix", fraction=fraction, queue_growing=True)
-    elif fraction is None:
-        c_load = Check.unmet("5.6.2-SHOULD-1", f"load given as an absolute rate ({p.load.rate:g} req/s): its "
-                             f"fraction of saturation is unknown; use capacity_fraction in [{lo}, {hi}]")
-    elif lo <= fraction <= hi:
-        c_load = Check.met("5.6.2-SHOULD-1", f"offered load {fraction:.0%} of saturation", fraction=fraction)
-    else:
-        c_load = Check.unmet("5.6.2-SHOULD-1", f"offered load {fraction:.0%} of saturation, outside the "
-                             f"RECOMMENDED {lo:.0%}-{hi:.0%}", fraction=fraction)
+    c_load = decide("5.6.2-SHOULD-1", fraction=fraction, rate=p.load.rate, queue_growing=overloaded)
     counts = {c: sum(1 for r in mixed.records if r.request_class == c) for c in classes}
     ok_counts = {c: (0 if mixed_cls[c] is None else mixed_cls[c].distributions["ttft"].n) for c in classes}  # type: ignore[union-attr]
     n = sum(counts.values())

@@ -208,7 +208,7 @@ class TTFT(ProcedureRun[TTFTParams]):
 
     def checks(self, out: Outcome) -> dict[str, Check]:
         """The 5.1 items, decided by compliance from what this run sent and what its report holds."""
-        n_ok, m = self.n_ok, self.measured[0]
+        n_ok, m = self.n_ok, self.main
         table1, table2 = out.tables[0], out.tables[1]
         written = {row[0]: row[1] for row in table1.rows}
         pre_noted = any("non-content" in n and "first content token" in n for n in out.notes)

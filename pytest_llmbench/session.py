@@ -17,7 +17,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -240,13 +240,14 @@ class Session:
             settings=self.settings,
             tokenizer=self.tokenizer,
             run_root=run_root,
-            get_capacity=self.get_capacity,
+            get_capacity=self.get_capacity,  # replaced below: the look-up does not spend this budget
             configure_sut=self.configure_sut,
             progress=self._progress(proc.id),
             session_workloads=self.workloads_used,
             repetition=repetition,
             deadline=time.monotonic() + self.settings.max_duration if self.settings.max_duration else None,
         )
+        ctx.get_capacity = self._capacity_outside_budget(ctx)
         t0 = time.perf_counter()
         try:
             result = await proc.run(ctx, params)
@@ -259,6 +260,20 @@ class Session:
             raise
         result.duration_s = time.perf_counter() - t0
         return result
+
+    def _capacity_outside_budget(self, ctx: ProcedureContext) -> Callable[[str], Awaitable[Capacity]]:
+        """``get_capacity`` for one procedure: a 5.2/5.5 search run for it has its own time budget,
+        so the dependent procedure's deadline moves by the time the look-up took."""
+
+        async def get(kind: str) -> Capacity:
+            t = time.monotonic()
+            try:
+                return await self.get_capacity(kind)
+            finally:
+                if ctx.deadline is not None:
+                    ctx.deadline += time.monotonic() - t
+
+        return get
 
     async def get_capacity(self, kind: str) -> Capacity:
         """Capacity by precedence: declared value, else a 5.2/5.5 run in this session (§5.3.3)."""

@@ -89,3 +89,25 @@ def test_search_level_window_expects_min_requests() -> None:
     with pytest.raises(ValueError, match="min_level_requests"):
         ThroughputParams(min_level_requests=0).validate()
 
+
+
+async def test_capacity_lookup_does_not_spend_the_dependent_procedures_budget() -> None:
+    """A 5.2 search run for 5.10's capacity has its own budget: 5.10's deadline moves by its length."""
+    import asyncio
+    import types
+
+    from pytest_llmbench.procedures.base import Capacity
+    from pytest_llmbench.session import Session
+
+    class _Owner:
+        async def get_capacity(self, kind: str) -> Capacity:
+            await asyncio.sleep(0.05)
+            return Capacity(rate=1.0)
+
+    ctx = types.SimpleNamespace(deadline=1000.0)
+    get = Session._capacity_outside_budget(_Owner(), ctx)  # type: ignore[arg-type]
+    cap = await get("rate")
+    assert cap.rate == 1.0 and ctx.deadline >= 1000.05  # one-sided: a slow host only moves it further
+    no_budget = types.SimpleNamespace(deadline=None)
+    await Session._capacity_outside_budget(_Owner(), no_budget)("rate")  # type: ignore[arg-type]
+    assert no_budget.deadline is None

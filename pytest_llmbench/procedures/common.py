@@ -51,6 +51,7 @@ __all__ = [
     "level_duration",
     "level_requests",
     "measure",
+    "request_floor_s",
     "run_facts",
     "warm_up",
 ]
@@ -201,13 +202,19 @@ def _level_share_s(ctx: ProcedureContext, levels_left: int) -> float | None:
     return max(left, 0.0) * (1.0 - DRAIN_BUDGET_SHARE) / max(levels_left, 1)
 
 
+def request_floor_s(rate: float, duration_s: float, min_requests: int) -> float:
+    """``duration_s``, or longer on a slow SUT: long enough to expect ``min_requests`` arrivals at
+    ``rate`` (a level of one or two requests measures nothing)."""
+    return max(duration_s, min_requests / rate) if rate > 0 else duration_s
+
+
 def level_duration(ctx: ProcedureContext, label: str, rate: float, duration_s: float, *,
                    min_requests: int, levels_left: int = 1) -> float:
     """An open-loop level's length (§4.2.3): ``duration_s``, longer when a slow SUT would get fewer
     than ``min_requests`` arrivals at ``rate``; within a time budget the remaining time is shared
     by the ``levels_left`` levels, never below the ``min_requests`` floor (the cut is noted)."""
-    floor = min_requests / rate if rate > 0 else duration_s
-    d = max(duration_s, floor)
+    d = request_floor_s(rate, duration_s, min_requests)
+    floor = min_requests / rate if rate > 0 else duration_s  # what a budget cut keeps
     share = _level_share_s(ctx, levels_left)
     if share is not None and share < d:
         fitted = max(share, floor)

@@ -53,7 +53,7 @@ from ..seeds import Seeds
 from ..stats import completion_rate_saturated, tail_blowup
 from ..warmup import WarmupResult
 from .base import Capacity, ProcedureContext, Table
-from .common import Measured, measure
+from .common import Measured, measure, request_floor_s
 from .helpers import (
     RAMP_UP_FRACTION,
     QueueTrend,
@@ -424,7 +424,7 @@ def level_window_s(rate: float, p: ThroughputParams) -> float:
     """An open-loop level's sending window: ``level_duration_s``, longer on a slow SUT so that the
     level expects at least ``min_level_requests`` arrivals (§5.2.2.1; a level of one or two requests
     cannot be judged sustainable or not)."""
-    return max(p.level_duration_s, p.min_level_requests / rate) if rate > 0 else p.level_duration_s
+    return request_floor_s(rate, p.level_duration_s, p.min_level_requests)
 
 
 def probe_window_s(p: ThroughputParams, warmup: WarmupResult | None) -> float:

@@ -35,6 +35,7 @@ report: the plot is left out and a note says why.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -350,7 +351,15 @@ def _series(procedure: str, runs: list[Any], measurements: Mapping[str, Any]) ->
     return out
 
 
-def run_overlays(result: Any) -> dict[str, dict[str, Any]]:
+def _result_series(result: Any) -> list[_Series]:
+    """:func:`_series` of a procedure result, each getter memoised: the overlays and the
+    differences read the same runs' samples, extracted and sorted once."""
+    series = _series(result.procedure, list(getattr(result, "runs", None) or []),
+                     getattr(result, "measurements", None) or {})
+    return [(label, group, dashed, functools.cache(get)) for label, group, dashed, get in series]
+
+
+def run_overlays(result: Any, series: list[_Series] | None = None) -> dict[str, dict[str, Any]]:
     """``cdfs_<metric>`` plot entries: one empirical CDF per run compared by the procedure (see
     :data:`OVERLAYS`); nothing when fewer than two runs have samples."""
     from .registry import METRICS
@@ -359,8 +368,7 @@ def run_overlays(result: Any) -> dict[str, dict[str, Any]]:
     if spec is None:
         return {}
     by, metrics, section = spec
-    series = _series(result.procedure, list(getattr(result, "runs", None) or []),
-                     getattr(result, "measurements", None) or {})
+    series = series if series is not None else _result_series(result)
     out: dict[str, dict[str, Any]] = {}
     for metric in metrics:
         entries = []
@@ -376,7 +384,7 @@ def run_overlays(result: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def configuration_differences(result: Any) -> dict[str, Any] | None:
+def configuration_differences(result: Any, series: list[_Series] | None = None) -> dict[str, Any] | None:
     """§5.7 (cache on − off) and §5.10 (guardrails on − off) percentile differences against the first
     configuration, each with a bootstrap CI (gate.significance.percentile_change); ``within_noise``
     when the interval includes 0. None for other procedures or without a baseline's samples."""
@@ -386,8 +394,7 @@ def configuration_differences(result: Any) -> dict[str, Any] | None:
     spec = DIFFERENCES.get(str(getattr(result, "procedure", "")))
     if spec is None:
         return None
-    series = _series(result.procedure, list(getattr(result, "runs", None) or []),
-                     getattr(result, "measurements", None) or {})
+    series = series if series is not None else _result_series(result)
     if len(series) < 2:
         return None
     base_label, _, _, base_get = series[0]
@@ -420,8 +427,9 @@ def derived_plots(result: Any) -> tuple[dict[str, Any], list[str]]:
     out: dict[str, Any] = {}
     notes: list[str] = []
     try:
-        out.update(run_overlays(result))
-        diff = configuration_differences(result)
+        series = _result_series(result) if str(getattr(result, "procedure", "")) in OVERLAYS else None
+        out.update(run_overlays(result, series))
+        diff = configuration_differences(result, series)
         if diff is not None:
             out["differences"] = diff
     except (ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -369,17 +369,30 @@ class LlamaServer:
         self.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line of ``python -m pytest_llmbench.llama_server``."""
     parser = argparse.ArgumentParser(prog="python -m pytest_llmbench.llama_server", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd")
     sub.add_parser("install", help="install model + server into the cache (idempotent)")
     serve = sub.add_parser("serve", help="install if needed and run llama-server until interrupted")
+    defaults = {"port": 8080, "threads": 2, "ctx_size": 16384, "parallel": 4}
     for p in (parser, serve):
-        p.add_argument("--port", type=int, default=8080, help="port on 127.0.0.1 (0: a free one)")
-        p.add_argument("--threads", type=int, default=2)
-        p.add_argument("--ctx-size", type=int, default=16384)
-        p.add_argument("--parallel", type=int, default=4)
+        # SUPPRESS on both: an option given before the sub-command is not reset by the
+        # sub-command's default (``--port 9000 serve`` and ``serve --port 9000`` agree)
+        p.add_argument("--port", type=int, default=argparse.SUPPRESS,
+                       help=f"port on 127.0.0.1 (0: a free one; default {defaults['port']})")
+        p.add_argument("--threads", type=int, default=argparse.SUPPRESS)
+        p.add_argument("--ctx-size", type=int, default=argparse.SUPPRESS)
+        p.add_argument("--parallel", type=int, default=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    for key, value in defaults.items():
+        if not hasattr(args, key):
+            setattr(args, key, value)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     try:
         inst = install()
     except InstallError as exc:

@@ -19,13 +19,12 @@ def test_guardrail_tables(llm_result):
     names = ["Baseline", "Input Filter", "Output Filter", "Full Filter"]
     assert [row[0] for row in table13.rows] == names
     assert [row[0] for row in table14.rows] == names
-    assert llm_result.measurements["baseline_refusals"] == 0
+    assert llm_result.measured("baseline_refusals") == 0
 
 
 @pytest.mark.llm_procedure("5.10", **GUARDRAILS)
 def test_guardrail_budget(llm_result):
     """Example budget: full guardrails add at most 250 ms to median E2E and cost at most 30 % throughput."""
-    m = llm_result.measurements
-    level = f"{m['report_level'] * 100:g}pct"
-    assert m[f"total_overhead_e2e_p50_ms_{level}"] <= 250
-    assert m["full_throughput_reduction_pct"] >= -30
+    level = f"{llm_result.measured('report_level') * 100:g}pct"
+    assert llm_result.measured(f"total_overhead_e2e_p50_ms_{level}") <= 250
+    assert llm_result.measured("full_throughput_reduction_pct") >= -30

@@ -14,7 +14,7 @@ from pytest_llmbench import assert_slo
 def test_max_sustainable_throughput(llm_result):
     """Example SLOs at the maximum sustainable load: adapt the thresholds to your service."""
     assert llm_result.capacity is not None and llm_result.capacity.rate > 0, llm_result.notes
-    assert llm_result.measurements["max_output_throughput_tok_s"] >= 100  # tok/s
+    assert llm_result.measured("max_output_throughput_tok_s") >= 100  # tok/s
     assert_slo(llm_result, "success_rate >= 99%", "ttft.p50 <= 2s")
 
 

@@ -12,10 +12,9 @@ from pytest_llmbench import assert_slo
 @pytest.mark.llm_procedure("5.3", workload="synthetic-uniform", ttft_p99_slo_s=0.5)
 def test_curve_and_operating_point(llm_result):
     """Example checks a user would write on the curve: an operating point exists and serves well."""
-    m = llm_result.measurements
-    assert m["level_count"] >= 10
-    assert m["optimal_index"] is not None, "no load level meets TTFT P99 <= 500 ms"
-    assert m["optimal_output_tok_s"] >= 0.5 * m["max_achieved_tok_s"]
+    assert llm_result.measured("level_count") >= 10
+    assert llm_result.measurements["optimal_index"] is not None, "no load level meets TTFT P99 <= 500 ms"
+    assert llm_result.measured("optimal_output_tok_s") >= 0.5 * llm_result.measured("max_achieved_tok_s")
     assert_slo(llm_result, "success_rate >= 99%")  # at the optimal operating point
 
 
@@ -25,6 +24,6 @@ def test_table5_shape(llm_result):
     t5 = llm_result.tables[0]
     assert t5.columns == ["Offered (r/s)", "Achieved (tok/s)", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99",
                           "Success"]
-    assert len(t5.rows) == llm_result.measurements["level_count"]
+    assert len(t5.rows) == llm_result.measured("level_count")
     assert any(n.startswith("Knee point:") for n in t5.notes)
     assert any(n.startswith("Saturation point:") for n in t5.notes)

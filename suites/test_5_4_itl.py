@@ -13,7 +13,7 @@ from pytest_llmbench import assert_slo
 def test_streaming_smoothness(llm_result):
     """Example SLOs on streaming smoothness: adapt the thresholds to your service."""
     assert_slo(llm_result, "itl.p50 <= 100ms", "itl.p99 <= 1s", "success_rate >= 99%")
-    assert llm_result.measurements["max_pause_p99_ms"] <= 2000
+    assert llm_result.measured("max_pause_p99_ms") <= 2000
 
 
 @pytest.mark.llm_procedure("5.4", workload="synthetic-uniform")
@@ -22,5 +22,5 @@ def test_itl_table_and_output_lengths(llm_result):
     rows = {row[0] for row in llm_result.tables[0].rows}
     assert {"ITL Samples", "ITL P50", "ITL P90", "ITL P95", "ITL P99", "ITL P99.9", "ITL Mean", "ITL Std Dev",
             "P99/P50 Ratio"} <= rows
-    assert llm_result.measurements["requests_below_min_output"] == 0
+    assert llm_result.measured("requests_below_min_output") == 0
     assert llm_result.checks["5.4.3-MUST-1"].holds  # TTFT is never an ITL sample

@@ -23,5 +23,5 @@ def test_capacity_found(llm_result):
 @pytest.mark.llm_procedure("5.5")
 def test_capacity_slo(llm_result):
     """Example SLO for your service: it must hold at least 8 concurrent requests."""
-    assert llm_result.measurements["max_concurrency"] >= 8
-    assert llm_result.measurements["output_throughput_at_max_tps"] > 0
+    assert llm_result.measured("max_concurrency") >= 8
+    assert llm_result.measured("output_throughput_at_max_tps") > 0

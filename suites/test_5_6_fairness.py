@@ -22,14 +22,14 @@ def test_fairness_tables(llm_result):
     assert [row[0] for row in table8.rows] == ["Short", "Long"]
     assert [row[0] for row in table9.rows] == ["Jain's Fairness Index", "Short Class Starvation",
                                                "Long Class Starvation", "Jain's index over the 2 classes (secondary)"]
-    m = llm_result.measurements
-    assert m["jain_index"] is not None and 0.0 < m["jain_index"] <= 1.0
-    assert m["jain_index_per_class"] is not None and 0.5 <= m["jain_index_per_class"] <= 1.0
+    assert 0.0 < llm_result.measured("jain_index") <= 1.0
+    assert 0.5 <= llm_result.measured("jain_index_per_class") <= 1.0
 
 
 @pytest.mark.llm_procedure("5.6", **FAIRNESS)
 def test_fairness_slo(llm_result):
     """Example fairness SLOs: adapt the thresholds to your service."""
-    m = llm_result.measurements
-    assert m["short_ttft_p99_ms"] <= 2000, "short requests waited > 2 s for their first token behind long ones"
-    assert m["short_starvation_rate"] <= 0.25, "more than 25 % of short requests waited > 5x their median"
+    assert llm_result.measured("short_ttft_p99_ms") <= 2000, \
+        "short requests waited > 2 s for their first token behind long ones"
+    assert llm_result.measured("short_starvation_rate") <= 0.25, \
+        "more than 25 % of short requests waited > 5x their median"

@@ -17,12 +17,12 @@ def test_prefix_cache_table(llm_result):
     table10 = llm_result.tables[0]
     assert table10.columns == ["Configuration", "TTFT P50", "TTFT P95", "TTFT P99"]
     assert [row[0] for row in table10.rows] == ["Cache Disabled", "Cache (Cold)", "Cache (Warm)"]
-    m = llm_result.measurements
-    assert m["disabled_prefix_hit_rate"] in (0, None), "cache hits while the cache was disabled"
-    assert m["warm_prefix_hit_rate"] > 0.5, "warm cache served less than half of the shared-prefix tokens"
+    assert llm_result.measurements["disabled_prefix_hit_rate"] in (0, None), "cache hits while the cache was disabled"
+    assert llm_result.measured("warm_prefix_hit_rate") > 0.5, \
+        "warm cache served less than half of the shared-prefix tokens"
 
 
 @pytest.mark.llm_procedure("5.7", **CACHE)
 def test_prefix_cache_pays_off(llm_result):
     """Example goal: a warm prefix cache cuts median TTFT by at least 20 % on this workload."""
-    assert llm_result.measurements["warm_ttft_reduction_p50_pct"] >= 20
+    assert llm_result.measured("warm_ttft_reduction_p50_pct") >= 20

@@ -24,6 +24,6 @@ def test_memory_pressure_graceful(llm_result):
     against ``completion`` and the runs' ``success_rate`` (Table 11's Cancelled column). How many
     that is depends on ``drain_s`` (2 s in smoke); assert on ``completion`` to require them all.
     """
-    for level in llm_result.measurements["levels"]:
+    for level in llm_result.measured("levels"):
         assert level["fail_rate"] is not None and level["fail_rate"] <= 0.01, level
         assert level["capacity_errors"] == 0, level

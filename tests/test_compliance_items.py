@@ -212,8 +212,8 @@ CASES["4.6.3-SHOULD-1"] = Case(test="5.4", context={"itl_method": "server", "ser
 SYNCED = _set(clock_sync={"method": "ntp", "accuracy_ms": 2})
 CASES["4.7.2-MUST-1"] = Case(context=REMOTE, context_decl=SYNCED, decl=_set(clock_sync={"method": "ntp",
                                                                                            "accuracy_ms": 25}))
-CASES["4.7.3-MUST-1"] = Case(context=REMOTE, context_decl=SYNCED,
-                             unmet={"latency_adjustment": {"method": "", "value": None}})
+CASES["4.7.3-MUST-1"] = Case(context={**REMOTE, "latency_adjustment": {"method": "RTT/2 subtracted", "value": 0.004}},
+                             context_decl=SYNCED, unmet={"latency_adjustment": {"method": "", "value": None}})
 
 
 #: decider items: (observations under which the item is met, the change under which it is unmet)
@@ -236,7 +236,7 @@ DECIDER_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     **{f"5.1.5-MUST-{i}": ({"line": "declared value (decl.toml)", "what": "summary line", "key": "model, hardware",
                             "source": "declared"}, {"line": None}) for i in (2, 7, 8)},
     "5.2.2-MUST-2": ({"level_duration_s": 300.0, "send_windows_s": [300.0, 301.0]}, {"send_windows_s": []}),
-    "5.2.2-SHOULD-1": ({"level_duration_s": 300.0}, {"level_duration_s": 60.0}),
+    "5.2.2-SHOULD-1": ({"send_windows_s": [300.2, 299.5]}, {"send_windows_s": [300.2, 60.0]}),
     "5.2.2-MUST-4": ({"loop": "open", "start": 1.0, "stop": 64.0, "step": None}, {"start": 0.0}),
     "5.2.2-MUST-5": ({"loop": "closed", "start": 1, "stop": 256, "step": 8}, {"stop": 0}),
     "5.4.2-MUST-1": ({"min_output_tokens": 50, "ok_requests": 100, "short_requests": 0, "shortest": 50},
@@ -362,3 +362,20 @@ def test_docs_source_table_is_current() -> None:
     counts = source_counts()
     assert sum(counts["MUST"].values()) == 93 and sum(counts["SHOULD"].values()) == 34
     assert not {"constant", "none", ""} & {s for c in counts.values() for s in c}
+
+
+def test_cross_host_intervals_come_from_the_hosts_that_timed_the_records() -> None:
+    """4.7.2-SHOULD-1 reads which hosts timed the run (procedures/common._load_hosts), not a literal."""
+    import socket
+    from types import SimpleNamespace
+
+    from pytest_llmbench.procedures.common import _load_hosts
+
+    def run(sharding: Any) -> Any:
+        return SimpleNamespace(load=SimpleNamespace(parameters={"sharding": sharding} if sharding else {}))
+
+    assert _load_hosts([run(None)]) == {socket.gethostname()}
+    one = {"hosts": ["a"], "parent_host": "a"}
+    two = {"hosts": ["a", "b"], "parent_host": "a"}
+    assert _load_hosts([run(one), run(one)]) == {"a"}
+    assert _load_hosts([run(one), run(two)]) == {"a", "b"}

@@ -45,3 +45,15 @@ def test_outage_skips_with_the_reason_shown(pytester: pytest.Pytester, monkeypat
     res = pytester.runpytest("-rs", "-p", "no:randomly")
     res.assert_outcomes(skipped=2)
     res.stdout.fnmatch_lines(["*SKIPPED*llama-server not available*no C/C++ compiler*"])
+
+
+@pytest.mark.parametrize("argv", [["--port", "9000", "serve"], ["serve", "--port", "9000"]])
+def test_port_before_or_after_serve(argv: list[str]) -> None:
+    # an option before the sub-command used to be reset by the sub-command's default (8080)
+    args = ls.parse_args(argv)
+    assert (args.cmd, args.port, args.threads, args.parallel) == ("serve", 9000, 2, 4)
+
+
+def test_serve_defaults() -> None:
+    args = ls.parse_args(["serve"])
+    assert (args.port, args.threads, args.ctx_size, args.parallel) == (8080, 2, 16384, 4)

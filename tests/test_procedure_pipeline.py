@@ -119,3 +119,40 @@ def test_each_procedure_draws_warmup_and_measured_prompts_from_different_streams
     seeds = {pid: base.ProcedureContext.seeds(ctx, pid) for pid in procedure_ids()}  # type: ignore[arg-type]
     values = [s.derive(purpose, 0) for s in seeds.values() for purpose in ("warmup", "measure", "level", "arrivals")]
     assert len(set(values)) == len(values)
+
+
+def _result(measurements: dict[str, Any], notes: list[str]) -> base.ProcedureResult:
+    return base.ProcedureResult(procedure="5.6", title="t", params={}, profile="smoke", metrics=None,
+                                measurements=measurements, notes=notes)
+
+
+def test_measured_returns_the_value() -> None:
+    assert _result({"short_ttft_p99_ms": 812.5}, []).measured("short_ttft_p99_ms") == 812.5
+    assert _result({"levels": []}, []).measured("levels") == []  # empty is a value, only None is missing
+
+
+def test_measured_none_fails_with_the_procedures_notes() -> None:
+    r = _result({"short_ttft_p99_ms": None}, ["short class: 0 completed requests (budget 60 s)"])
+    with pytest.raises(base.MeasurementMissing, match=r"5\.6 measured no 'short_ttft_p99_ms'.*short class: 0 completed"):
+        r.measured("short_ttft_p99_ms")
+    assert issubclass(base.MeasurementMissing, AssertionError)  # a test failure, not an error
+
+
+def test_measured_unknown_key_lists_the_known_ones() -> None:
+    with pytest.raises(base.MeasurementMissing, match=r"no measurement 'jain'.*known: jain_index, level_count"):
+        _result({"jain_index": 0.9, "level_count": 3}, []).measured("jain")
+
+
+def test_a_suite_style_slo_on_a_missing_figure_fails_rather_than_crashes(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        from pytest_llmbench.procedures.base import ProcedureResult
+
+        def test_slo():
+            r = ProcedureResult(procedure="5.6", title="t", params={}, profile="smoke", metrics=None,
+                                measurements={"short_ttft_p99_ms": None}, notes=["no short-class sample"])
+            assert r.measured("short_ttft_p99_ms") <= 2000
+    """)
+    res = pytester.runpytest_inprocess("-p", "no:llmbench")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*MeasurementMissing: procedure 5.6 measured no 'short_ttft_p99_ms'*no short-class sample*"])
+    res.stdout.no_fnmatch_line("*TypeError: '<=' not supported*")

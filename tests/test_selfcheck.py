@@ -54,18 +54,24 @@ def _record(i: int, error_ms: float, *, ok: bool = True) -> RequestRecord:
 # ---------------------------------------------------------------------------------------------- synthetic
 
 
-def test_percentile_flag_by_absolute_bound_and_by_share() -> None:
+def test_percentile_flag_by_share_of_the_figure() -> None:
     delay = _delay(p50=0.2, p99=2.0)
     checks = {c.figure: c for c in check_figures(
         [("ttft_p50", 50.0, 0.100), ("ttft_p99", 99.0, 0.500), ("itl_p50", 50.0, 0.003), ("e2e_p50", 50.0, 2.0)],
         delay)}
     # the receive delay (not the loop lag of 9 ms) is the client delay while a probe ran
     assert checks["ttft_p50"].client_delay_ms == 0.2 and checks["ttft_p50"].share == pytest.approx(0.002)
-    assert not checks["ttft_p50"].flagged and not checks["e2e_p50"].flagged  # 0.2 ms, under 1 ms and 5 %
-    assert checks["ttft_p99"].flagged and checks["ttft_p99"].share == pytest.approx(0.004)  # 2 ms > 1 ms
+    assert not checks["ttft_p50"].flagged and not checks["e2e_p50"].flagged  # 0.2 % and 0.01 %
+    # 2 ms is more than 1 ms but 0.4 % of a 500 ms TTFT: not a measurable share, not flagged
+    assert not checks["ttft_p99"].flagged and checks["ttft_p99"].share == pytest.approx(0.004)
     assert checks["itl_p50"].flagged and checks["itl_p50"].share == pytest.approx(0.2 / 3)  # 6.7 % > 5 %
-    # the bounds are parameters: looser ones leave the same figures unflagged
-    loose = check_figures([("ttft_p99", 99.0, 0.5), ("itl_p50", 50.0, 0.003)], delay, DelayThresholds(abs_ms=5, rel=0.1))
+    # 2 ms at P99 of a 30 ms TTFT is 6.7 %: flagged
+    assert check_figures([("ttft_p99", 99.0, 0.030)], delay)[0].flagged
+    # a zero figure has no share: the absolute bound decides (0.2 ms under 1 ms, 2 ms over it)
+    zero = check_figures([("itl_p50", 50.0, 0.0), ("itl_p99", 99.0, 0.0)], delay)
+    assert [(c.share, c.flagged) for c in zero] == [(None, False), (None, True)]
+    # the bounds are parameters: a looser share leaves the same figures unflagged
+    loose = check_figures([("ttft_p99", 99.0, 0.030), ("itl_p50", 50.0, 0.003)], delay, DelayThresholds(rel=0.1))
     assert not any(c.flagged for c in loose)
 
 
@@ -98,7 +104,7 @@ def test_option_c_error_flags_the_run_above_1_ms_at_p99() -> None:
 
 def test_procedure_check_reads_the_runs_and_the_report_marks_flagged_percentiles() -> None:
     metrics = {"distributions": {
-        "ttft": {"n": 100, "unit": "s", "mean": None, "percentiles": {"p50": {"value": 0.1}, "p99": {"value": 0.5}}},
+        "ttft": {"n": 100, "unit": "s", "mean": None, "percentiles": {"p50": {"value": 0.1}, "p99": {"value": 0.03}}},
         "queue_wait": {"n": 100, "unit": "s", "percentiles": {"p99": {"value": 0.001}}},  # server-side: not checked
     }}
     runs = [{"load": {"client_delay": _delay(0.2, 2.0).to_json()}},
@@ -106,7 +112,7 @@ def test_procedure_check_reads_the_runs_and_the_report_marks_flagged_percentiles
             {"load": {}}]  # a sharded run: no client delay
     check = procedure_check(runs, metrics)
     assert check is not None and [f["figure"] for f in check["figures"]] == ["ttft_p50", "ttft_p99"]
-    assert [f["flagged"] for f in check["figures"]] == [False, True]  # the worst run's 2 ms at P99
+    assert [f["flagged"] for f in check["figures"]] == [False, True]  # the worst run's 2 ms at P99: 6.7 % of 30 ms
     assert check["flagged"] and check["option_c_error"]["p99_ms"] == pytest.approx(0.4)
     assert procedure_check([{"load": {}}], metrics) is None
     rows = _dist_rows(metrics, check)
@@ -161,7 +167,7 @@ def test_closed_loop_64_streams_with_server_timestamps_reports_consistent_fields
             assert f["share"] == pytest.approx(f["client_delay_ms"] / (f["value_s"] * 1e3))
         else:
             assert f["share"] is None
-        assert f["flagged"] == (f["client_delay_ms"] > th.abs_ms or (f["share"] or 0) > th.rel)
+        assert f["flagged"] == (f["share"] > th.rel if f["share"] is not None else f["client_delay_ms"] > th.abs_ms)
     assert check["flagged"] == (any(f["flagged"] for f in figures.values()) or e["p99_ms"] > th.option_c_p99_ms)
     assert len(check["reasons"]) == sum(f["flagged"] for f in figures.values()) + (e["p99_ms"] > th.option_c_p99_ms)
     table = _client_delay_table(check)[0]

@@ -56,6 +56,7 @@ class ClockFacts:
     sync_method: str | None = None  # "single-host" | "ntp" | "ptp" | "chrony" ...
     sync_accuracy_s: float | None = None  # measured offset/accuracy when not single host
     cross_host_intervals: bool | None = None  # intervals combine timestamps of two hosts (sub-ms sync)
+    load_hosts: tuple[str, ...] = ()  # hosts whose clocks timed the run's records (shards/: more than one)
     timestamp_format: str | None = None  # "iso8601_ms" | "iso8601_us" | "unix_ms" | "unix_us" | "unix_ns"
     timestamp_sample: str | None = None  # one serialized timestamp, checked against the format
 

@@ -50,8 +50,9 @@ def _prefer_server(ctx: _Ctx, rid: str) -> Check:
     f = ctx.facts
     if f.server_token_timestamps is None:
         return _need(rid, "whether the server sends per-token timestamps")
-    if not f.server_token_timestamps:
-        return Check.met(rid, "server provides no per-token timestamps: option C unavailable")
+    if not f.server_token_timestamps:  # conditional ("when the server provides them")
+        return Check.not_applicable(rid, "the server sent no per-token timestamps on this run's records: "
+                                         "option C unavailable")
     if f.itl_method == "server":
         return Check.met(rid, "server-side per-token timestamps used (option C)")
     return Check.unmet(rid, f"server timestamps available but ITL option {f.itl_method!r} used")

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "Capacity",
     "LoadSpec",
+    "MeasurementMissing",
     "bursty",
     "closed",
     "poisson",
@@ -49,6 +50,11 @@ __all__ = [
 
 class ProcedureError(ValueError):
     """Bad procedure id or parameters (reported at collection time)."""
+
+
+class MeasurementMissing(AssertionError):
+    """A test asked for a measurement the run did not produce (an assertion failure, not a crash):
+    raised by :meth:`ProcedureResult.measured` with the procedure's notes saying why."""
 
 
 class SkipProcedure(Exception):
@@ -128,6 +134,24 @@ class ProcedureResult:
     duration_s: float = 0.0
     complete: bool = True
     cold_start: dict[str, Any] | None = None  # a cold-start measurement (§4.5.3, pipeline.ColdStart)
+
+    def measured(self, key: str) -> Any:
+        """``measurements[key]``, or :class:`MeasurementMissing` naming why there is none.
+
+        A procedure records ``None`` for a figure it could not measure (no sample in a class, no
+        level meeting the criterion, a budget that left a level empty); comparing that ``None``
+        in an SLO would crash with a ``TypeError``. This fails the test instead, with the
+        procedure's own notes, e.g. ``llm_result.measured("short_ttft_p99_ms") <= 2000``.
+        """
+        __tracebackhide__ = True  # a failure points at the test's line (a plain local; no pytest import)
+        if key not in self.measurements:
+            known = ", ".join(sorted(self.measurements)) or "none"
+            raise MeasurementMissing(f"procedure {self.procedure} has no measurement {key!r} (known: {known})")
+        value = self.measurements[key]
+        if value is None:
+            why = "; ".join(self.notes) if self.notes else "the procedure left no note"
+            raise MeasurementMissing(f"procedure {self.procedure} measured no {key!r} on this run: {why}")
+        return value
 
     def to_json(self) -> dict[str, Any]:
         return {

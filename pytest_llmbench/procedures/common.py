@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import math
+import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -456,6 +457,7 @@ def run_facts(
     src = ctx.settings.sources.get("boundary")
     boundary_from = src if src and src != "default" else ("the embedded simulator" if ctx.sut.embedded else None)
     streamed = sum(1 for r in records if len(r.chunk_ns) > 0)
+    hosts = _load_hosts(measured)
     sent = [r.sent_ns for r in records if r.sent_ns]
     ts_sample = anchor.iso(min(sent)) if sent else None
     if prefix_caching:
@@ -471,8 +473,10 @@ def run_facts(
         load=load,
         clock=ClockFacts.local(single_host=_is_loopback(ctx.sut.base_url),
                                sync_method="single-host" if _is_loopback(ctx.sut.base_url) else None,
-                               # metrics difference one clock each: tool_tests.one_clock_per_interval
-                               cross_host_intervals=False,
+                               # per-record intervals use one clock each (tool_tests.one_clock_per_interval);
+                               # a run window spans hosts when shards ran on more than one
+                               cross_host_intervals=len(hosts) > 1,
+                               load_hosts=tuple(sorted(hosts)),
                                # the format the run's first send time is written in, read off that text
                                timestamp_format=timestamp_format_of(ts_sample),
                                timestamp_sample=ts_sample),
@@ -507,6 +511,22 @@ def run_facts(
         secrets_redacted=True,
         exceeds_capacity=exceeds_capacity,
     )
+
+
+def _load_hosts(measured: Sequence[Measured]) -> set[str]:
+    """Hosts whose clocks timed the records (§4.7.2): this one for an in-process run, every shard's
+    host and the parent's for a sharded run (its window runs from the parent's start to the
+    last response, moved onto the parent's clock by wall-clock anchors)."""
+    hosts: set[str] = set()
+    for m in measured:
+        sh = m.load.parameters.get("sharding") if isinstance(m.load.parameters, dict) else None
+        if sh:
+            hosts.update(str(h) for h in sh.get("hosts") or ())
+            if sh.get("parent_host"):
+                hosts.add(str(sh["parent_host"]))
+        else:
+            hosts.add(socket.gethostname())
+    return hosts
 
 
 def _counting_used(records: Sequence[RequestRecord]) -> dict[str, int]:

@@ -655,7 +655,7 @@ def _checks(p: ThroughputParams, levels: list[tuple[Measured, LevelAssessment, s
                           if p.level_duration_s >= DRAFT_MIN_DURATION_S else
                           Check.unmet("5.2.2-PARAM-1", f"levels ran {p.level_duration_s:g} s < the draft's minimum "
                                       f"{DRAFT_MIN_DURATION_S:g} s (profile {p.level_duration_s:g} s)"))
-    c["5.2.2-SHOULD-1"] = decide("5.2.2-SHOULD-1", level_duration_s=p.level_duration_s)
+    c["5.2.2-SHOULD-1"] = decide("5.2.2-SHOULD-1", send_windows_s=windows)
     for rid in ("5.2.2-MUST-4", "5.2.2-MUST-5"):
         c[rid] = decide(rid, loop="closed" if closed else "open", start=start, stop=stop, step=step,
                         note="" if closed else range_source)

@@ -138,7 +138,8 @@ def _client_delay_table(check: Mapping[str, Any] | None) -> list[dict[str, Any]]
     th = check.get("thresholds") or {}
     verdict = f"FLAGGED {FLAG}" if check.get("flagged") else "not flagged"
     notes = [f"Self-check: {verdict}. A latency percentile is flagged ({FLAG} in the distribution table) when the "
-             f"client delay at that percentile exceeds {th.get('abs_ms', 1):g} ms or {th.get('rel', 0.05):.0%} of it; "
+             f"client delay at that percentile exceeds {th.get('rel', 0.05):.0%} of it ({th.get('abs_ms', 1):g} ms for a "
+             f"zero percentile); "
              f"the run is flagged then, or when the option-C error P99 exceeds {th.get('option_c_p99_ms', 1):g} ms."]
     notes += list(check.get("reasons") or [])
     return [{"title": "Client-delay self-check", "columns": ["Client figure", "P50", "P99", "Detail"],

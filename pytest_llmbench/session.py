@@ -106,6 +106,9 @@ class Session:
         self.sut: SUT | None = None
         self.simulator: Any = None
         self.results: dict[str, ProcedureResult] = {}
+        # a procedure that raised (error or skip) raises the same again for every later test that
+        # asks for it, without running it again (like a session fixture whose set-up failed)
+        self.failures: dict[str, Exception] = {}
         self.capacity: dict[str, Capacity] = {}
         self._capacity_errors: dict[str, str] = {}
         self.workloads_used: set[str] = set()  # shared with every ProcedureContext (§4.3.2-MUST-1)
@@ -186,7 +189,13 @@ class Session:
         key = params_key(proc.id, params)
         if key in self.results:
             return self.results[key]
-        return run_coroutine(self._run_async(proc, params))
+        if key in self.failures:
+            raise self.failures[key]
+        try:
+            return run_coroutine(self._run_async(proc, params))
+        except Exception as exc:  # KeyboardInterrupt/SystemExit end the session: never cached
+            self.failures[key] = exc
+            raise
 
     async def _run_async(self, proc: Procedure, params: Any) -> ProcedureResult:
         key = params_key(proc.id, params)

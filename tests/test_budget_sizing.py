@@ -12,14 +12,15 @@ from dataclasses import dataclass, field
 import pytest
 
 from pytest_llmbench.load import ClosedLoop
-from pytest_llmbench.procedures.common import _budget_load, level_duration, level_requests
-from pytest_llmbench.procedures.p5_2_throughput import (
+from pytest_llmbench.procedures.common import (
     PROBE_MAX_S,
     PROBE_MIN_COMPLETIONS,
-    ThroughputParams,
-    level_window_s,
+    _budget_load,
+    level_duration,
+    level_requests,
     probe_window_s,
 )
+from pytest_llmbench.procedures.p5_2_throughput import ThroughputParams, level_window_s
 from pytest_llmbench.warmup import WarmupPolicy, WarmupResult
 
 
@@ -74,12 +75,11 @@ def _warmup(ok: int, duration_s: float) -> WarmupResult:
 
 
 def test_probe_window_from_the_warmup_completion_rate() -> None:
-    p = ThroughputParams(probe_duration_s=2.0)
-    assert probe_window_s(p, None) == 2.0
-    assert probe_window_s(p, _warmup(400, 4.0)) == 2.0  # fast SUT: 100 req/s completes plenty in 2 s
-    slow = probe_window_s(p, _warmup(20, 40.0))  # 0.5 req/s
+    assert probe_window_s(2.0, None) == 2.0
+    assert probe_window_s(2.0, _warmup(400, 4.0)) == 2.0  # fast SUT: 100 req/s completes plenty in 2 s
+    slow = probe_window_s(2.0, _warmup(20, 40.0))  # 0.5 req/s
     assert slow == pytest.approx(PROBE_MIN_COMPLETIONS / 0.5)
-    assert probe_window_s(p, _warmup(1, 1000.0)) == PROBE_MAX_S  # bounded
+    assert probe_window_s(2.0, _warmup(1, 1000.0)) == PROBE_MAX_S  # bounded
 
 
 def test_search_level_window_expects_min_requests() -> None:
@@ -111,3 +111,24 @@ async def test_capacity_lookup_does_not_spend_the_dependent_procedures_budget() 
     no_budget = types.SimpleNamespace(deadline=None)
     await Session._capacity_outside_budget(_Owner(), no_budget)("rate")  # type: ignore[arg-type]
     assert no_budget.deadline is None
+
+
+def test_fairness_runs_fit_the_budget_on_a_slow_sut() -> None:
+    """5.6 smoke on a SUT of 0.2 req/s: 150 mixed requests (30 long at 20 %) would take 25 min for the
+    isolated and mixed runs; a 60 s budget caps the mixed run to what half of it holds, never below 10."""
+    from types import SimpleNamespace
+
+    from pytest_llmbench.procedures.p5_6_fairness import MIN_BUDGET_REQUESTS, Fairness, FairnessParams
+    from pytest_llmbench.seeds import Seeds
+    from pytest_llmbench.tokenizer import get_tokenizer
+
+    p = FairnessParams(requests_per_class=30, max_output_tokens=96)
+    for left, rate, expect in ((60.0, 0.2, MIN_BUDGET_REQUESTS), (600.0, 0.2, 48), (None, 0.2, 150)):
+        run = object.__new__(Fairness)
+        run.p, run.rate = p, rate
+        run.ctx = SimpleNamespace(remaining_s=lambda left=left: left, budget_cuts=[], tokenizer=get_tokenizer())
+        run.seeds = Seeds(42, "5.6")
+        run.classes, run.shares = ["short", "long"], {"short": 0.8, "long": 0.2}
+        run._build()
+        assert len(run.specs) == expect, (left, len(run.specs))
+        assert bool(run.ctx.budget_cuts) == (expect < 150)

@@ -33,3 +33,24 @@ def test_failed_capacity_search_runs_once_and_names_the_fix(budget: float | None
     assert messages[0].startswith("procedure 5.2 did not determine a capacity")
     assert ("60 s per procedure (smoke profile default)" in messages[0]) is names_budget
     assert ("--llm-capacity rate=VALUE" in messages[0]) is names_budget
+
+
+def test_a_procedure_that_raised_raises_again_without_running_again() -> None:
+    """Two tests of one procedure: the second gets the first one's error (like a session fixture whose
+    set-up failed), not a second run of the whole procedure on a slow SUT."""
+    session = Session(Settings(profile="smoke"))
+    runs: list[str] = []
+
+    async def failing(proc: Any, params: Any) -> Any:
+        runs.append(proc.id)
+        raise RuntimeError("5.6: no short-class request completed")
+
+    session._run_async = failing  # type: ignore[method-assign]
+    proc = SimpleNamespace(id="5.6")
+    for _test in range(3):
+        with pytest.raises(RuntimeError, match="no short-class request completed"):
+            session.run(proc, {"workload": "synthetic-skewed"})  # type: ignore[arg-type]
+    assert runs == ["5.6"]
+    with pytest.raises(RuntimeError):  # other parameters are another run
+        session.run(proc, {"workload": "other"})  # type: ignore[arg-type]
+    assert runs == ["5.6", "5.6"]

@@ -32,6 +32,7 @@ from pytest_llmbench.shards import NotShardable, parse_workers, plan_shards
 from pytest_llmbench.storage import RECORDS_FILE, iter_records
 
 RATE = 60.0  # declared capacity (req/s): 5.1 runs at half of it
+KS_MIN_P = 1e-6  # Poisson sends: KS p-value bound (false failures 1e-6; a wrong process fails by far)
 
 
 def _specs(n: int) -> list[RequestSpec]:
@@ -147,7 +148,9 @@ def test_merged_send_times_follow_the_requested_poisson_schedule(ttft_runs: dict
     sent = np.sort([r.handoff_ns for r in recs])  # the schedule the shards kept (connection set-up excluded)
     assert all(r.sent_ns >= r.intended_ns for r in recs)
     ks = stats.kstest(np.diff(sent) / 1e9, "expon", args=(0, 1 / arrival["rate"]))
-    assert ks.pvalue > 0.01, ks
+    # the runtime check's bound (compliance arrival_fit_min_p): false-failure rate 1e-6 under the null,
+    # robust to a busy host's send lateness; evenly spaced sends (uniform arrival) give p ~ 1e-46
+    assert ks.pvalue > KS_MIN_P, ks
 
 
 def test_capacity_search_with_two_workers_keeps_the_accounting(tmp_path: Path) -> None:
@@ -236,4 +239,4 @@ def test_ray_two_nodes_one_shard_each(ray_cluster: Any, tmp_path: Path) -> None:
         (Path(result.runs[0].run_dir) / "run.json").read_text())["loads"][0]["parameters"]["arrival"]["rate"]
     # one host: the merged send times are tested (across hosts each shard's own would be)
     sent = np.sort([r.handoff_ns for r in recs])  # the schedule the shards kept (connection set-up excluded)
-    assert stats.kstest(np.diff(sent) / 1e9, "expon", args=(0, 1 / rate)).pvalue > 0.01
+    assert stats.kstest(np.diff(sent) / 1e9, "expon", args=(0, 1 / rate)).pvalue > KS_MIN_P

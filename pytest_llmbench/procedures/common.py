@@ -209,6 +209,20 @@ def request_floor_s(rate: float, duration_s: float, min_requests: int) -> float:
     return max(duration_s, min_requests / rate) if rate > 0 else duration_s
 
 
+PROBE_MIN_COMPLETIONS = 10  # a closed-loop capacity probe runs long enough to complete about this many
+PROBE_MAX_S = 120.0  # ... but no longer than this
+
+
+def probe_window_s(duration_s: float, warmup: WarmupResult | None) -> float:
+    """A closed-loop capacity probe's length: ``duration_s``, longer when the warm-up's completion
+    rate (at a lower concurrency, so a lower bound on the probe's) says fewer than
+    ``PROBE_MIN_COMPLETIONS`` requests would complete; at most ``PROBE_MAX_S`` (or ``duration_s``)."""
+    if warmup is None or not warmup.ok or not warmup.duration_s > 0:
+        return duration_s
+    rate = warmup.ok / warmup.duration_s
+    return min(max(duration_s, PROBE_MIN_COMPLETIONS / rate), max(PROBE_MAX_S, duration_s))
+
+
 def level_duration(ctx: ProcedureContext, label: str, rate: float, duration_s: float, *,
                    min_requests: int, levels_left: int = 1) -> float:
     """An open-loop level's length (§4.2.3): ``duration_s``, longer when a slow SUT would get fewer

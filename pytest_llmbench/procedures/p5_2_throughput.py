@@ -30,7 +30,7 @@ stability and the throughput trend over the window are reported per level.
 
 Without ``rate_min``/``rate_max``/``rate_step``, a short closed-loop probe at
 ``probe_concurrency`` (long enough to complete about ``PROBE_MIN_COMPLETIONS`` requests at the
-warm-up's completion rate, :func:`probe_window_s`) estimates the capacity and the range is derived from it (0.5x, 2x, step
+warm-up's completion rate, ``common.probe_window_s``) estimates the capacity and the range is derived from it (0.5x, 2x, step
 0.25x); the derived values are reported (5.2.2-MUST-4). The result's ``capacity`` is what
 procedures defined relative to capacity (5.3, 5.4, 5.6, 5.10) use.
 """
@@ -53,7 +53,7 @@ from ..seeds import Seeds
 from ..stats import completion_rate_saturated, tail_blowup
 from ..warmup import WarmupResult
 from .base import Capacity, ProcedureContext, Table
-from .common import Measured, measure, request_floor_s
+from .common import Measured, measure, probe_window_s, request_floor_s
 from .helpers import (
     RAMP_UP_FRACTION,
     QueueTrend,
@@ -71,8 +71,6 @@ from .pipeline import Outcome, ProcedureRun
 
 DRAFT_MIN_DURATION_S = 60.0  # §5.2.2.1
 DRAFT_RECOMMENDED_DURATION_S = 300.0  # §5.2.2.1
-PROBE_MIN_COMPLETIONS = 10  # the capacity probe runs long enough to complete about this many requests
-PROBE_MAX_S = 120.0  # ... but no longer than this
 
 
 @dataclass
@@ -134,7 +132,7 @@ class ThroughputParams:
 
 PROFILES: dict[str, dict[str, Any]] = {
     "smoke": {"level_duration_s": 3.0, "probe_duration_s": 2.0, "tolerance": 0.15, "max_levels": 6,
-              "min_level_requests": 12, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
+              "min_level_requests": 6, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
     "standard": {},
     "full": {"level_duration_s": DRAFT_RECOMMENDED_DURATION_S, "probe_duration_s": 60.0},
 }
@@ -427,16 +425,6 @@ def level_window_s(rate: float, p: ThroughputParams) -> float:
     return request_floor_s(rate, p.level_duration_s, p.min_level_requests)
 
 
-def probe_window_s(p: ThroughputParams, warmup: WarmupResult | None) -> float:
-    """The capacity probe's length: ``probe_duration_s``, longer when the warm-up's completion rate
-    (at a lower concurrency, so a lower bound on the probe's) says fewer than
-    ``PROBE_MIN_COMPLETIONS`` requests would complete; at most ``PROBE_MAX_S``."""
-    if warmup is None or not warmup.ok or not warmup.duration_s > 0:
-        return p.probe_duration_s
-    rate = warmup.ok / warmup.duration_s
-    return min(max(p.probe_duration_s, PROBE_MIN_COMPLETIONS / rate), max(PROBE_MAX_S, p.probe_duration_s))
-
-
 async def _probe_capacity(ctx: ProcedureContext, client: Any, p: ThroughputParams, seed: int,
                           duration_s: float) -> Measured:
     """A closed-loop run at ``probe_concurrency``: the preliminary capacity estimate."""
@@ -488,7 +476,7 @@ class Throughput(ProcedureRun[ThroughputParams]):
             return float(p.concurrency_min), step, float(p.concurrency_max), "declared"
         if p.rate_min is None or p.rate_max is None or p.rate_step is None:
             self.probe = await _probe_capacity(self.ctx, client, p, self.seeds.derive("probe"),
-                                               probe_window_s(p, self.warmup))
+                                               probe_window_s(p.probe_duration_s, self.warmup))
             self.estimate = self.probe.metrics.scalar("request_throughput").value
             if not self.estimate or not math.isfinite(self.estimate):
                 raise RuntimeError("5.2: the capacity probe completed no request; cannot derive a rate range "

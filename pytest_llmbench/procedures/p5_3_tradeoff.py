@@ -104,7 +104,7 @@ class TradeoffParams:
 
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"level_duration_s": 2.0, "min_level_requests": 4, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
+    "smoke": {"level_duration_s": 2.0, "min_level_requests": 2, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
     "standard": {},
     "full": {"level_duration_s": 300.0},
 }

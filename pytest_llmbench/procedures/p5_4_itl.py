@@ -44,7 +44,7 @@ DRAFT_MIN_OUTPUT = 50  # §5.4.2 MUST
 DRAFT_MIN_REQUESTS = 100  # §5.4.2
 DRAFT_MIN_SAMPLES = 5000  # §5.4.2 "yielding 5000+ ITL samples"
 DRAFT_LEVELS = (0.25, 0.5, 0.75, 0.9)  # §5.4.2 RECOMMENDED, fractions of saturation
-MIN_LEVEL_REQUESTS = 5  # a time budget never cuts a level below this many requests
+MIN_LEVEL_REQUESTS = 3  # a time budget never cuts a level below this many requests (~190 gaps smoke)
 
 
 @dataclass

@@ -43,7 +43,7 @@ from ..workloads.standard import _mix_counts  # the workload's own class-count r
 from ..warmup import WarmupResult
 from ..load import ClosedLoop
 from .base import LoadSpec, Table, poisson
-from .common import Measured, resolve_load
+from .common import Measured, level_requests, probe_window_s, resolve_load
 from .helpers import cap_output, closed_level_stream, fmt_ms, pvalue, queue_trend, steady_window_ns
 from .pipeline import Outcome, ProcedureRun
 
@@ -115,6 +115,9 @@ def _shares(mix: dict[str, float]) -> dict[str, float]:
     return {k: v / total for k, v in mix.items()}
 
 
+MIN_BUDGET_REQUESTS = 10  # a time budget never cuts the mixed run below this (about two long requests)
+
+
 def _mixed_count(p: FairnessParams, rate: float) -> int:
     """Requests for the mixed run: >= requests_per_class per class and a send window >= duration_s."""
     shares = _shares(p.mix)
@@ -175,7 +178,12 @@ class Fairness(ProcedureRun[FairnessParams]):
         """The mixed run's requests and loads, once the rate is known."""
         p, ctx, rate = self.p, self.ctx, self.rate
         assert rate is not None
-        self.wl = build_workload(p.workload, n=_mixed_count(p, rate), seed=self.seeds.derive("measure"),
+        # within a time budget, the isolated runs and the mixed run (twice the mixed run's requests at
+        # this rate in all, isolation "total") get what the remaining budget holds, never fewer than
+        # MIN_BUDGET_REQUESTS; the cut is a noted reduction below the per-class minimum
+        n = level_requests(ctx, "5.6 mixed and isolated runs", rate, _mixed_count(p, rate),
+                           min_requests=MIN_BUDGET_REQUESTS, levels_left=2)
+        self.wl = build_workload(p.workload, n=n, seed=self.seeds.derive("measure"),
                                  tokenizer=ctx.tokenizer, classes=FAIRNESS_CLASSES, mix=dict(p.mix))
         self.specs = cap_output(self.wl.specs, p.max_output_tokens)
         self.by_class = {c: [s for s in self.specs if s.request_class == c] for c in self.classes}
@@ -187,7 +195,7 @@ class Fairness(ProcedureRun[FairnessParams]):
         for ``probe_duration_s`` on requests of the mix from their own seed stream; its completion rate
         over the steady window (first 10 % excluded) is the capacity the load fraction applies to."""
         p, ctx = self.p, self.ctx
-        c, d = p.probe_concurrency, p.probe_duration_s
+        c, d = p.probe_concurrency, probe_window_s(p.probe_duration_s, self.warmup)  # longer on a slow SUT
         wl = build_workload(p.workload, n=3 * c + math.ceil(30 * d), seed=self.seeds.derive("capacity-probe"),
                             tokenizer=ctx.tokenizer, classes=FAIRNESS_CLASSES, mix=dict(p.mix))
         self.probe_stats: dict[str, int] = {}
@@ -195,7 +203,7 @@ class Fairness(ProcedureRun[FairnessParams]):
         self.probe = await self.measure(client, f"capacity-probe-c{c}",
                                         closed_level_stream(cap_output(wl.specs, p.max_output_tokens), 0, d,
                                                             self.probe_stats),
-                                        ClosedLoop(c, duration_s=d), drain_timeout_s=max(30.0, d),
+                                        ClosedLoop(c, duration_s=d), drain_timeout_s=max(30.0, d), sized=True,
                                         extra={"phase_role": "capacity probe", "concurrency": c, "mix": dict(p.mix)})
         lo, hi = steady_window_ns(self.probe)  # completions while the loop was full: no drain tail
         done = sum(1 for r in self.probe.records if r.ok and r.end_ns is not None and lo <= r.end_ns <= hi)
@@ -234,12 +242,12 @@ class Fairness(ProcedureRun[FairnessParams]):
                                              max_requests=len(self.by_class[c]),
                                              seed=self.seeds.derive("isolated-arrivals", k))
             self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
-            self.isolated[c] = await self.measure(client, f"isolated-{c}", self.by_class[c], iso_load,
+            self.isolated[c] = await self.measure(client, f"isolated-{c}", self.by_class[c], iso_load, sized=True,
                                                   extra={"class": c, "rate": self.iso_rates[c],
                                                          "isolation": p.isolation})
         # steps 3-5: the mixed run, replaying the same requests: flush what the isolated runs cached
         self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
-        self.mixed = await self.measure(client, "mixed", self.specs, self.mixed_load,
+        self.mixed = await self.measure(client, "mixed", self.specs, self.mixed_load, sized=True,
                                         extra={"load_spec": self.load_desc, "rate": self.rate,
                                                "mix": dict(p.mix)})
 

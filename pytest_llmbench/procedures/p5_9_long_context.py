@@ -91,7 +91,9 @@ class LongContextParams:
 
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"requests_per_length": 5, "max_output_tokens": 16, "warmup_requests": 16, "warmup_tokens": 1000,
+    # three lengths: on a CPU-only server a 16K prefill alone takes minutes
+    "smoke": {"requests_per_length": 3, "lengths": (1024, 2048, 4096), "max_output_tokens": 16,
+              "warmup_requests": 16, "warmup_tokens": 1000,
               "throughput_concurrencies": (2, 4, 8), "throughput_waves": 2},
     "standard": {},
     "full": {},
@@ -227,9 +229,10 @@ class LongContext(ProcedureRun[LongContextParams]):
         for L in self.lengths:  # ascending (§5.9.3 step 2)
             specs = self.by_length[L]
             self.ctx.progress(f"context {L}: {len(specs)} requests at concurrency {p.concurrency}")
+            # sized: requests_per_length bounds the run; a time budget cuts the sweeps below, not these
             self.runs[L] = await self.measure(client, f"ctx{L:06d}", specs,
                                               ClosedLoop(p.concurrency, max_requests=len(specs)),
-                                              drain_timeout_s=self.ctx.settings.timeout,
+                                              drain_timeout_s=self.ctx.settings.timeout, sized=True,
                                               extra={"context_length": L})
         self.sweeps: dict[int, LengthThroughput] = {}
         self.sweep_runs: list[Measured] = []

@@ -35,6 +35,7 @@ one.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import SimpleNamespace
@@ -91,10 +92,9 @@ def _header_block_bytes(first_line: str, items: Any) -> int:
     Header text is latin-1 on the wire (one byte per character), so ``len`` of the str or
     bytes is the byte count; no encoding pass is needed.
     """
-    n = len(first_line) + 4
-    for k, v in items:
-        n += len(k) + len(v) + 4
-    return n
+    items = list(items)
+    # the lengths summed in C (map), not one Python-level len() per name and value
+    return len(first_line) + 4 + sum(map(len, itertools.chain.from_iterable(items))) + 4 * len(items)
 
 
 def _ctx_factory(trace_request_ctx: Any = None) -> Any:

@@ -7,7 +7,7 @@
 * The same without declarations: each unmet item names the declaration key that would answer it.
 * A capped run on a synthetic stand-in is a custom workload, never "unconditionally compliant".
 
-The 10,000-request runs take about 4-5 min each and are marked ``slow`` (deselected by ``-m "not slow"``).
+The 10,000-request runs take about 7 min each and are marked ``slow`` (deselected by ``-m "not slow"``).
 4.2.5-MUST-1 (sends isolated from responses: Spearman rho and P99 lag vs the mean gap) depends on the
 machine being otherwise idle; when it is the only unmet MUST the test is skipped with the measured
 figures, never passed.
@@ -74,8 +74,12 @@ def test_500_requests_is_not_compliant_and_the_report_says_why(pytester: pytest.
 # 6 ms at 120 req/s) completed only 4,238 of 10,000 requests in 106 s (about 40 req/s; 5,762
 # answered 429 once the 1024-request waiting queue filled; P99 send lag 0.77 s) at load average 8.6,
 # because 120 req/s means about 19k SSE chunks/s through both processes. At rate 50 every request is
-# served.
-FULL = "requests=10000, load=poisson(rate=50)"
+# served, but on a quiet 2-core host (load average 0.7) the P99 send lag was 2.09 ms against the
+# 4.2.5-MUST-1 bound of 10 % of the 19.9 ms mean gap (Spearman |rho| 0.03 and 0.02: not associated
+# with the load, yet over the bound). Rate 30 doubles the bound (3.3 ms) for 5.6 min of sending; with
+# one other job on the host (load average 1.4) its P99 lag was 3.58 ms (rho 0.08, 0.06): the lag is
+# the event loop's busy passes on a shared 2-core host, not the rate, so the test skips there.
+FULL = "requests=10000, load=poisson(rate=30)"
 FULL_ARGS = ("--llm-profile", "standard", "--llm-time-scale", "0.1")
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "declarations-simulator.toml"
 

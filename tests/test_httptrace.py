@@ -212,7 +212,7 @@ async def test_new_connection_then_reuse_reflects_injected_delays() -> None:
     assert p1["data_sent"] == srv.received[0]
     assert p1["data_received"] == srv.sent[0]
     # T_submit (sent_ns) is the last request byte, after the connection set-up: TTFT excludes it
-    # (the stamp is taken as the transport pulls the final byte, just before its write is traced)
+    # (the trace's body-sent time is T_submit itself: the client's stamp as the transport pulls the final byte)
     assert first.http_trace["create_end_ns"] <= first.sent_ns <= first.http_trace["body_sent_ns"]
     assert (first.sent_ns - first.queued_ns) / 1e9 >= p1["connecting"]
     assert (first.first_token_ns - first.sent_ns) / 1e9 >= HEADER_DELAY

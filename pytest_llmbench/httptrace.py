@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
     import aiohttp
+    from aiohttp.tracing import Trace
 
 __all__ = [
     "CURRENT_TRACE",
@@ -166,10 +167,8 @@ def _stamp_once(key: str) -> Callable[..., Awaitable[None]]:
 
 
 @functools.cache
-def _connector_class() -> type[aiohttp.TCPConnector]:
-    """The traced ``TCPConnector`` subclass (built on first use: aiohttp is imported only then)."""
-    import aiohttp
-    from aiohttp.client_reqrep import ClientRequest
+def _hooks_class() -> type[Trace]:
+    """:class:`ConnectorHooks` (built on first use: aiohttp is imported only then)."""
     from aiohttp.tracing import Trace
 
     class ConnectorHooks(Trace):
@@ -195,6 +194,24 @@ def _connector_class() -> type[aiohttp.TCPConnector]:
         send_dns_cache_hit = _stamp_once("dns_cache_hit_ns")
         send_dns_cache_miss = _stamp_once("dns_cache_miss_ns")
 
+    return ConnectorHooks
+
+
+def _connector_hooks() -> Trace:
+    """A new :class:`ConnectorHooks` (one per connector)."""
+    import aiohttp
+
+    empty = aiohttp.TraceConfig()
+    empty.freeze()
+    return _hooks_class()(None, empty, SimpleNamespace())  # type: ignore[arg-type]
+
+
+@functools.cache
+def _connector_class() -> type[aiohttp.TCPConnector]:
+    """The traced ``TCPConnector`` subclass (built on first use: aiohttp is imported only then)."""
+    import aiohttp
+    from aiohttp.client_reqrep import ClientRequest
+
     class TracingConnector(aiohttp.TCPConnector):
         """A ``TCPConnector`` whose ``connect`` passes :class:`ConnectorHooks` as a trace.
 
@@ -207,9 +224,7 @@ def _connector_class() -> type[aiohttp.TCPConnector]:
 
         def __init__(self, **kwargs: Any) -> None:
             super().__init__(**kwargs)
-            empty = aiohttp.TraceConfig()
-            empty.freeze()
-            self._hooks: list[Trace] = [ConnectorHooks(None, empty, SimpleNamespace())]  # type: ignore[arg-type]
+            self._hooks: list[Trace] = [_connector_hooks()]
 
         async def connect(self, req: ClientRequest, traces: list[Trace],
                           timeout: aiohttp.ClientTimeout) -> aiohttp.connector.Connection:

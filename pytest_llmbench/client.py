@@ -122,7 +122,7 @@ class ClientConfig:
         if self.max_connections is not None and self.max_connections < 1:
             raise ValueError(f"max_connections must be >= 1 or None, got {self.max_connections}")
         if self.http_trace and self.transport != "aiohttp":
-            raise ValueError(f"http_trace (--llm-http-trace) needs transport 'aiohttp' (its TraceConfig hooks "
+            raise ValueError(f"http_trace (--llm-http-trace) needs transport 'aiohttp' (its connector hooks "
                              f"give the HTTP phases), got {self.transport!r}")
         if self.read_bufsize < 1024:
             raise ValueError(f"read_bufsize must be >= 1024 bytes, got {self.read_bufsize}")
@@ -261,6 +261,11 @@ async def stamped_body(body: bytes, stamp: SubmitStamp) -> AsyncIterator[bytes]:
         yield body[:-1]
     stamp.ns = time.perf_counter_ns()
     yield body[-1:]
+
+
+def _body_writes(body: bytes) -> int:
+    """How many writes :func:`stamped_body` makes of ``body`` (the request's chunks sent)."""
+    return 2 if len(body) > 1 else len(body)
 
 
 def _body_headers(headers: Mapping[str, str], body: bytes) -> dict[str, str]:
@@ -439,7 +444,8 @@ class AiohttpTransport:
     def __init__(self, config: ClientConfig, max_connections: int | None) -> None:
         import aiohttp
 
-        connector = aiohttp.TCPConnector(
+        make = httptrace.make_connector if config.http_trace else aiohttp.TCPConnector
+        connector = make(
             limit=max_connections or 0,
             limit_per_host=0,
             force_close=not config.reuse_connections,
@@ -454,17 +460,31 @@ class AiohttpTransport:
             read_bufsize=config.read_bufsize,
             max_line_size=config.read_bufsize,
             max_field_size=config.read_bufsize,
-            trace_configs=[httptrace.make_trace_config()] if config.http_trace else None,
         )
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str], submit: SubmitStamp,
                    trace: httptrace.HttpTraceData | None = None) -> Response:
-        with _BEFORE:
-            resp = await self._session.post(url, data=stamped_body(body, submit), headers=_body_headers(headers, body),
-                                            trace_request_ctx=trace)
-        if trace is not None:
-            return httptrace.TracedResponse(_AiohttpResponse(resp), trace)
-        return _AiohttpResponse(resp)
+        if trace is None:
+            with _BEFORE:
+                resp = await self._session.post(url, data=stamped_body(body, submit),
+                                                headers=_body_headers(headers, body))
+            return _AiohttpResponse(resp)
+        token = httptrace.CURRENT_TRACE.set(trace)  # the connector's hooks stamp into it
+        try:
+            with _BEFORE:
+                resp = await self._session.post(url, data=stamped_body(body, submit),
+                                                headers=_body_headers(headers, body))
+        except BaseException:  # before the response headers (cancellation included)
+            trace["exception_ns"] = time.perf_counter_ns()
+            if submit.ns:  # the body went out whole (one cut off before its last byte counts none)
+                httptrace.note_request_sent(trace, submit.ns, len(body), _body_writes(body))
+            raise
+        finally:
+            httptrace.CURRENT_TRACE.reset(token)
+        httptrace.note_response(trace, resp)
+        # T_submit; the answer when it came before the last body byte was pulled (as record.sent_ns)
+        httptrace.note_request_sent(trace, submit.ns or trace["response_headers_ns"], len(body), _body_writes(body))
+        return httptrace.TracedResponse(_AiohttpResponse(resp), trace)
 
     async def get(self, url: str, headers: Mapping[str, str]) -> tuple[int, bytes]:
         with _BEFORE:
@@ -829,7 +849,7 @@ class LLMClient:
 
     async def _exchange(self, transport: Transport, body: bytes, rec: RequestRecord, submit: SubmitStamp) -> None:
         if self.config.http_trace:
-            rec.http_trace = httptrace.new_trace()  # type: ignore[assignment]
+            rec.http_trace = httptrace.new_trace(rec.queued_ns)  # type: ignore[assignment]
             resp = await transport.post(self._url, body, self._headers, submit, trace=rec.http_trace)
         else:
             resp = await transport.post(self._url, body, self._headers, submit)

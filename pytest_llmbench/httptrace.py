@@ -1,21 +1,31 @@
-"""HTTP request-lifecycle timings from aiohttp's client tracing (AIPerf "HTTP Trace Metrics").
+"""HTTP request-lifecycle timings for the aiohttp transport (AIPerf "HTTP Trace Metrics").
 
 Opt-in (``ClientConfig.http_trace=True``, plain ``aiohttp`` transport only). Every request gets
 one :class:`HttpTraceData` dict in ``RequestRecord.http_trace``: raw ``perf_counter_ns`` event
-times plus byte and chunk counts. aiohttp's ``TraceConfig`` signals are per request (pool
-queue, DNS, connection create/reuse, headers sent, body chunk sent, response headers). Nothing
-is added per response read: the body side is filled once per response, from the client's own
-per-read clock stamps (:func:`note_stream_reads`) and the byte count aiohttp's body stream
-keeps (:class:`TracedResponse`), so a traced stream runs the same per-chunk code as an untraced
-one.
+times plus byte and chunk counts. No ``aiohttp.TraceConfig`` is installed (it builds a ``Trace``
+per request and sends six signals, each with a parameters object, whether or not anything
+happened). Instead, each figure comes from where its event happens, at no cost elsewhere:
+
+* the transport's ``post()`` makes the request's dict current (:data:`CURRENT_TRACE`, a
+  ``ContextVar``) for the connector, stamps an exception, and when the response headers are in,
+  stamps them and takes both header blocks' sizes from the response (:func:`note_response`);
+* the request start and the last body byte are the client's own stamps (``record.queued_ns``,
+  and T_submit ``record.sent_ns`` from ``client.stamped_body``; :func:`note_request_sent`);
+* connection events come from the connector (:func:`make_connector`): pool wait, creation, reuse
+  and DNS are stamped by hooks aiohttp's connector calls only when they happen (see there);
+* nothing is added per response read: the body side is filled once per response, from the
+  client's own per-read clock stamps (:func:`note_stream_reads`) and the byte count aiohttp's body
+  stream keeps (:class:`TracedResponse`), so a traced stream runs the same per-chunk code as an
+  untraced one.
 
 :func:`phases` turns one dict into AIPerf's 14 ``http_req_*`` values (k6/HAR phases):
 
-* ``blocked``    = pool wait (``on_connection_queued_start`` → ``_end``), 0 without a wait
-* ``dns_lookup`` = ``on_dns_resolvehost_start`` → ``_end``, 0 on a cache hit / IP literal / reuse
+* ``blocked``    = pool wait (connector queued start → end), 0 without a wait
+* ``dns_lookup`` = resolver call start → end, 0 on a cache hit / IP literal / reuse
 * ``connecting`` = connection create span − the DNS span inside it (aiohttp resolves inside
   ``create``; TLS handshake included), 0 on reuse
-* ``sending``    = connection ready → request body written (headers when there is no body)
+* ``sending``    = connection ready → request body written (T_submit: the last body byte; headers
+  when there is no body)
 * ``waiting``    = request written → first response *body* byte (TTFB): the client's stamp of
   the first read that completed an SSE event
 * ``receiving``  = first → last response body byte: to the read that carried ``[DONE]`` (the
@@ -25,28 +35,38 @@ one.
 * ``data_sent`` / ``data_received``: request line + headers + body bytes / status line + headers
   + body bytes, the header blocks reconstructed from the header lists as HTTP/1.1 serialises
   them; body bytes received are after chunked-transfer decoding (framing not counted)
-* ``chunks_sent`` = body writes (``on_request_chunk_sent``); ``chunks_received`` = reads of the
-  response body stream that completed a chunk the client timed (the first SSE event and every
-  event with ``choices``: the distinct per-read stamps); a read that completed only ``[DONE]``,
-  the usage chunk, a comment or part of an event is not counted (AIPerf counts every read). A
-  body read whole, non-streaming or an error, counts once; aiohttp's buffer may merge socket reads
+* ``chunks_sent`` = body writes (``client.stamped_body`` writes the body less its last byte, then
+  that byte); ``chunks_received`` = reads of the response body stream that completed a chunk the
+  client timed (the first SSE event and every event with ``choices``: the distinct per-read
+  stamps); a read that completed only ``[DONE]``, the usage chunk, a comment or part of an event
+  is not counted (AIPerf counts every read). A body read whole, non-streaming or an error, counts
+  once; aiohttp's buffer may merge socket reads
 * ``connection_reused`` = 1 when a pooled connection was taken, else 0
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from types import SimpleNamespace
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    import aiohttp
+    from aiohttp.tracing import Trace
 
 __all__ = [
+    "CURRENT_TRACE",
     "HTTP_PHASES",
     "HttpTraceData",
     "TracedResponse",
-    "make_trace_config",
+    "make_connector",
     "new_trace",
+    "note_request_sent",
+    "note_response",
     "note_stream_reads",
     "phases",
 ]
@@ -57,7 +77,7 @@ _clock = time.perf_counter_ns
 class HttpTraceData(TypedDict, total=False):
     """One request's trace: ``*_ns`` are ``perf_counter_ns`` readings, the rest counts."""
 
-    request_start_ns: int
+    request_start_ns: int  # hand-over to the transport (record.queued_ns)
     queued_start_ns: int
     queued_end_ns: int
     create_start_ns: int
@@ -67,12 +87,12 @@ class HttpTraceData(TypedDict, total=False):
     dns_end_ns: int
     dns_cache_hit_ns: int
     dns_cache_miss_ns: int
-    headers_sent_ns: int
-    body_sent_ns: int  # last body chunk written
-    response_headers_ns: int  # response status line + headers parsed (on_request_end)
+    headers_sent_ns: int  # not stamped since the body's end is (records written before may have it)
+    body_sent_ns: int  # last body byte handed to the connection: T_submit (record.sent_ns)
+    response_headers_ns: int  # response status line + headers parsed (session.post returned)
     first_byte_ns: int  # first read of the response body that completed an event (note_stream_reads)
     last_byte_ns: int  # the read that carried [DONE], or the body's end
-    exception_ns: int
+    exception_ns: int  # the request failed before its response headers
     request_header_bytes: int
     request_body_bytes: int
     request_chunks: int
@@ -81,9 +101,17 @@ class HttpTraceData(TypedDict, total=False):
     response_chunks: int
 
 
-def new_trace() -> HttpTraceData:
-    """An empty trace for one request (passed to the transport as ``trace_request_ctx``)."""
-    return HttpTraceData(request_body_bytes=0, request_chunks=0, response_body_bytes=0, response_chunks=0)
+#: The trace of the request the current task is sending (set by the transport's ``post()``);
+#: the connector hooks stamp into it. ``None``: untraced (e.g. ``GET /metrics``).
+CURRENT_TRACE: ContextVar[HttpTraceData | None] = ContextVar("llmbench_http_trace", default=None)
+
+
+def new_trace(request_start_ns: int | None = None) -> HttpTraceData:
+    """An empty trace for one request, started at ``request_start_ns`` (the hand-over)."""
+    t = HttpTraceData(request_body_bytes=0, request_chunks=0, response_body_bytes=0, response_chunks=0)
+    if request_start_ns is not None:
+        t["request_start_ns"] = request_start_ns
+    return t
 
 
 def _header_block_bytes(first_line: str, items: Any) -> int:
@@ -97,74 +125,118 @@ def _header_block_bytes(first_line: str, items: Any) -> int:
     return len(first_line) + 4 + sum(map(len, itertools.chain.from_iterable(items))) + 4 * len(items)
 
 
-def _ctx_factory(trace_request_ctx: Any = None) -> Any:
-    # requests sent without a trace dict (GET /metrics) write into a throwaway namespace
-    return trace_request_ctx if isinstance(trace_request_ctx, dict) else SimpleNamespace()
+def note_request_sent(trace: HttpTraceData, sent_ns: int, body_bytes: int, writes: int) -> None:
+    """The request body went out whole: its last byte at ``sent_ns`` (T_submit), in ``writes``."""
+    trace["body_sent_ns"] = sent_ns
+    trace["request_body_bytes"] = body_bytes
+    trace["request_chunks"] = writes
 
 
-def _stamp(key: str) -> Any:
-    async def on_event(session: Any, ctx: Any, params: Any) -> None:
-        if isinstance(ctx, dict):
-            ctx[key] = _clock()
-
-    return on_event
-
-
-def _stamp_once(key: str) -> Any:
-    async def on_event(session: Any, ctx: Any, params: Any) -> None:
-        if isinstance(ctx, dict) and key not in ctx:
-            ctx[key] = _clock()
-
-    return on_event
+def note_response(trace: HttpTraceData, resp: Any) -> None:
+    """The response headers of an ``aiohttp.ClientResponse`` are in: stamp them, and size both
+    header blocks. The request's headers are the ones aiohttp wrote (``request_info.headers`` is a
+    view of the request's final headers, ``Host``, ``User-Agent``, ``Accept-Encoding``,
+    ``Content-Length``, ``Connection`` included), its target the URL's path and query."""
+    trace["response_headers_ns"] = _clock()
+    info = resp.request_info
+    trace["request_header_bytes"] = _header_block_bytes(f"{info.method} {info.url.raw_path_qs} HTTP/1.1",
+                                                        info.headers.items())
+    v = resp.version
+    trace["response_header_bytes"] = _header_block_bytes(f"HTTP/{v.major}.{v.minor} {resp.status} {resp.reason or ''}",
+                                                         resp.raw_headers)
 
 
-async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
-    if isinstance(ctx, dict):
-        ctx["headers_sent_ns"] = _clock()
-        url = params.url
-        target = url.raw_path_qs if hasattr(url, "raw_path_qs") else str(url)
-        ctx["request_header_bytes"] = _header_block_bytes(f"{params.method} {target} HTTP/1.1",
-                                                          params.headers.items())
+def _stamp(key: str) -> Callable[..., Awaitable[None]]:
+    """A connector hook that stamps ``key`` into the current request's trace."""
+    async def hook(self: Any, *args: Any) -> None:
+        t = CURRENT_TRACE.get()
+        if t is not None:
+            t[key] = _clock()  # type: ignore[literal-required]
+
+    return hook
 
 
-async def _on_chunk_sent(session: Any, ctx: Any, params: Any) -> None:
-    if isinstance(ctx, dict):
-        ctx["body_sent_ns"] = _clock()
-        ctx["request_body_bytes"] = ctx.get("request_body_bytes", 0) + len(params.chunk)
-        ctx["request_chunks"] = ctx.get("request_chunks", 0) + 1
+def _stamp_once(key: str) -> Callable[..., Awaitable[None]]:
+    """As :func:`_stamp`, keeping the first stamp (a lookup may hit the cache after a miss)."""
+    async def hook(self: Any, *args: Any) -> None:
+        t = CURRENT_TRACE.get()
+        if t is not None and key not in t:
+            t[key] = _clock()  # type: ignore[literal-required]
+
+    return hook
 
 
-async def _on_request_end(session: Any, ctx: Any, params: Any) -> None:
-    if isinstance(ctx, dict):
-        ctx["response_headers_ns"] = _clock()
-        resp = params.response
-        ctx["response_header_bytes"] = _header_block_bytes(
-            f"HTTP/{resp.version.major}.{resp.version.minor} {resp.status} {resp.reason or ''}",
-            resp.raw_headers)
+@functools.cache
+def _hooks_class() -> type[Trace]:
+    """:class:`ConnectorHooks` (built on first use: aiohttp is imported only then)."""
+    from aiohttp.tracing import Trace
+
+    class ConnectorHooks(Trace):
+        """The connection-level events, as aiohttp's connector reports them to a ``Trace``.
+
+        ``connect(req, traces, timeout)`` calls these ``send_*`` methods on every element of
+        ``traces`` exactly where the event happens, and never otherwise: a pool wait (queued
+        start/end, only when the pool is full), a new connection (create start/end, with the DNS
+        lookup, cache hit or miss inside it) or a pooled one taken (reuse). Checked identical, call
+        sites and signatures, from aiohttp 3.9.0 (the lower bound) through 3.14.x (installed). One
+        instance per connector; each hook stamps into :data:`CURRENT_TRACE`. The request-level
+        ``send_*`` methods are never called from the connector; were one called, it would send
+        on the empty frozen ``TraceConfig`` this is built with (a no-op).
+        """
+
+        send_connection_queued_start = _stamp("queued_start_ns")
+        send_connection_queued_end = _stamp("queued_end_ns")
+        send_connection_create_start = _stamp("create_start_ns")
+        send_connection_create_end = _stamp("create_end_ns")
+        send_connection_reuseconn = _stamp("reused_ns")
+        send_dns_resolvehost_start = _stamp("dns_start_ns")
+        send_dns_resolvehost_end = _stamp("dns_end_ns")
+        send_dns_cache_hit = _stamp_once("dns_cache_hit_ns")
+        send_dns_cache_miss = _stamp_once("dns_cache_miss_ns")
+
+    return ConnectorHooks
 
 
-def make_trace_config() -> Any:
-    """An ``aiohttp.TraceConfig`` filling the :class:`HttpTraceData` passed as
-    ``trace_request_ctx``. Every signal fires once per request (none per response chunk)."""
+def _connector_hooks() -> Trace:
+    """A new :class:`ConnectorHooks` (one per connector)."""
     import aiohttp
 
-    tc = aiohttp.TraceConfig(trace_config_ctx_factory=_ctx_factory)
-    tc.on_request_start.append(_stamp("request_start_ns"))
-    tc.on_connection_queued_start.append(_stamp("queued_start_ns"))
-    tc.on_connection_queued_end.append(_stamp("queued_end_ns"))
-    tc.on_connection_create_start.append(_stamp("create_start_ns"))
-    tc.on_connection_create_end.append(_stamp("create_end_ns"))
-    tc.on_connection_reuseconn.append(_stamp("reused_ns"))
-    tc.on_dns_resolvehost_start.append(_stamp("dns_start_ns"))
-    tc.on_dns_resolvehost_end.append(_stamp("dns_end_ns"))
-    tc.on_dns_cache_hit.append(_stamp_once("dns_cache_hit_ns"))
-    tc.on_dns_cache_miss.append(_stamp_once("dns_cache_miss_ns"))
-    tc.on_request_headers_sent.append(_on_headers_sent)
-    tc.on_request_chunk_sent.append(_on_chunk_sent)
-    tc.on_request_end.append(_on_request_end)
-    tc.on_request_exception.append(_stamp("exception_ns"))
-    tc.freeze()
-    return tc
+    empty = aiohttp.TraceConfig()
+    empty.freeze()
+    return _hooks_class()(None, empty, SimpleNamespace())  # type: ignore[arg-type]
+
+
+@functools.cache
+def _connector_class() -> type[aiohttp.TCPConnector]:
+    """The traced ``TCPConnector`` subclass (built on first use: aiohttp is imported only then)."""
+    import aiohttp
+    from aiohttp.client_reqrep import ClientRequest
+
+    class TracingConnector(aiohttp.TCPConnector):
+        """A ``TCPConnector`` whose ``connect`` passes :class:`ConnectorHooks` as a trace.
+
+        ``connect(req, traces, timeout)`` is the connector's public entry point (the session calls
+        it once per request with its own traces: none, as no ``TraceConfig`` is installed). A
+        weak set of protocols seen before would tell reuse from creation but not a pool wait from
+        the start of a creation after it; aiohttp's own connection events do both, at the points
+        they happen, and cost one hook (the reuse stamp) on a request that takes a pooled connection.
+        """
+
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._hooks: list[Trace] = [_connector_hooks()]
+
+        async def connect(self, req: ClientRequest, traces: list[Trace],
+                          timeout: aiohttp.ClientTimeout) -> aiohttp.connector.Connection:
+            return await super().connect(req, [*traces, *self._hooks] if traces else self._hooks, timeout)
+
+    return TracingConnector
+
+
+def make_connector(**kwargs: Any) -> aiohttp.TCPConnector:
+    """A ``TCPConnector`` (``kwargs`` as for it) that stamps connection events into
+    :data:`CURRENT_TRACE`: pool wait, connection creation, DNS lookup, reuse."""
+    return _connector_class()(**kwargs)
 
 
 class TracedResponse:

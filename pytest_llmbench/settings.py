@@ -106,7 +106,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("runs", "repeat each procedure N times in the session (§6.3: at least 3 for across-run CIs)", 1, "int"),
     Option("runs-cooldown", "seconds of idle time between repetitions of --llm-runs", 0.0, "float"),
     Option("http-trace", "record each request's HTTP phases (blocked, DNS, connecting, sending, waiting/TTFB, "
-           "receiving; aiohttp TraceConfig) as the http_* metrics (AIPerf http_req_*)", False, "bool"),
+           "receiving; aiohttp transport) as the http_* metrics (AIPerf http_req_*)", False, "bool"),
     Option("refusal-pattern", "regular expression: a completion whose text matches it counts as refused "
            "(§4.8.1; besides content_filter, policy error codes and the refusal field, refusals.py)"),
     Option("refusal-codes", "extra error codes of HTTP 400/403/422 answers that count as refusals (repeatable or "

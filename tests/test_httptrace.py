@@ -15,6 +15,7 @@ import socket
 import ssl
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -212,7 +213,7 @@ async def test_new_connection_then_reuse_reflects_injected_delays() -> None:
     assert p1["data_sent"] == srv.received[0]
     assert p1["data_received"] == srv.sent[0]
     # T_submit (sent_ns) is the last request byte, after the connection set-up: TTFT excludes it
-    # (the stamp is taken as the transport pulls the final byte, just before its write is traced)
+    # (the trace's body-sent time is T_submit itself: the client's stamp as the transport pulls the final byte)
     assert first.http_trace["create_end_ns"] <= first.sent_ns <= first.http_trace["body_sent_ns"]
     assert (first.sent_ns - first.queued_ns) / 1e9 >= p1["connecting"]
     assert (first.first_token_ns - first.sent_ns) / 1e9 >= HEADER_DELAY
@@ -360,6 +361,11 @@ async def test_failed_connection_keeps_partial_trace() -> None:
     assert rec.http_trace is not None and "exception_ns" in rec.http_trace
     p = httptrace.phases(rec.http_trace)
     assert p["waiting"] is None and p["duration"] is None  # no response: undefined, not 0
+    # the connection attempt is in it, nothing of the body went out
+    t = rec.http_trace
+    assert t["request_start_ns"] == rec.queued_ns <= t["create_start_ns"] <= t["exception_ns"]
+    assert "create_end_ns" not in t and "body_sent_ns" not in t
+    assert p["chunks_sent"] == 0 and t["request_body_bytes"] == 0
 
 
 async def test_tracing_off_leaves_records_unchanged() -> None:
@@ -383,3 +389,121 @@ def test_old_records_without_trace_fields_load() -> None:
     rec = RequestRecord.from_json(d)
     assert rec.http_trace is None and rec.reasoning_tokens_client is None
     assert all(v is None for v in httptrace.phases(rec.http_trace).values())
+
+
+# --- the hooks that replace aiohttp's TraceConfig (connector events, the request's own stamps) -------
+
+
+async def test_new_connection_without_reuse_hits_the_dns_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep-alive off: every request creates a connection. The first resolves (cache miss, DNS_DELAY),
+    the second takes the cached address: DNS 0, its TLS handshake still in connecting, not reused.
+    The request headers aiohttp adds when it sends (``Connection: close``) are in data_sent."""
+    import aiohttp.connector
+
+    monkeypatch.setattr(aiohttp.connector, "DefaultResolver", _SlowResolver)
+    async with LoopbackServer() as srv, \
+            LLMClient(_config(srv.port, host="slow.invalid", reuse_connections=False)) as client:
+        recs = [await client.send(_spec(i)) for i in range(2)]
+    assert all(r.ok for r in recs), [r.error_message for r in recs]
+    assert len(srv.hello_read_ns) == 2  # two TLS handshakes: two connections
+    (t1, p1), (t2, p2) = ((r.http_trace, httptrace.phases(r.http_trace)) for r in recs)
+    assert t1 is not None and t2 is not None
+    assert "dns_cache_miss_ns" in t1 and p1["dns_lookup"] >= DNS_DELAY
+    assert "dns_cache_hit_ns" in t2 and "dns_start_ns" not in t2 and p2["dns_lookup"] == 0
+    for i, (t, p) in enumerate(((t1, p1), (t2, p2))):
+        assert p["connection_reused"] == 0 and "reused_ns" not in t
+        assert p["connecting"] >= TLS_DELAY and p["blocked"] == 0
+        assert p["data_sent"] == srv.received[i] and p["data_received"] == srv.sent[i]
+        _check_sums(p)
+
+
+async def test_pool_wait_then_a_new_connection_are_told_apart() -> None:
+    """One connection slot, keep-alive off: the second request waits for the slot (blocked), then
+    creates its own connection (connecting, after the wait); the first neither waited nor was reused."""
+    async with LoopbackServer() as srv, \
+            LLMClient(_config(srv.port, reuse_connections=False), max_connections=1) as client:
+        recs = await asyncio.gather(client.send(_spec(0)), client.send(_spec(1)))
+    assert all(r.ok for r in recs), [r.error_message for r in recs]
+    traces = sorted((r.http_trace for r in recs), key=lambda t: "queued_start_ns" in t)  # type: ignore[operator]
+    first, waited = traces
+    assert first is not None and waited is not None
+    pf, pw = httptrace.phases(first), httptrace.phases(waited)
+    assert "queued_start_ns" not in first and pf["blocked"] == 0  # no wait: exactly 0
+    assert pw["blocked"] >= HEADER_DELAY + BODY_GAP
+    assert waited["queued_end_ns"] <= waited["create_start_ns"]  # the creation after the wait
+    for t, p in ((first, pf), (waited, pw)):
+        assert p["connecting"] >= TLS_DELAY and p["connection_reused"] == 0 and "reused_ns" not in t
+        _check_sums(p)
+
+
+async def test_concurrent_requests_stamp_their_own_traces() -> None:
+    """The connector's hooks reach each request's trace through a context variable: of two requests
+    in flight at once, the one that took the pooled connection (left by an untraced GET) has only
+    the reuse stamp, the other only its own creation; the untraced GET stamps nothing anywhere."""
+    async with LoopbackServer() as srv, LLMClient(_config(srv.port)) as client:
+        status, _ = await client.get(client.server_root + "/metrics")
+        assert status == 200
+        assert httptrace.CURRENT_TRACE.get() is None
+        recs = await asyncio.gather(client.send(_spec(0)), client.send(_spec(1)))
+    assert all(r.ok for r in recs), [r.error_message for r in recs]
+    assert len(srv.hello_read_ns) == 2  # the GET's connection, and one more
+    reused = [r.http_trace for r in recs if "reused_ns" in r.http_trace]  # type: ignore[operator]
+    created = [r.http_trace for r in recs if "create_start_ns" in r.http_trace]  # type: ignore[operator]
+    assert len(reused) == 1 and len(created) == 1
+    assert "create_start_ns" not in reused[0] and "create_end_ns" not in reused[0]
+    assert "reused_ns" not in created[0]
+    pr, pc = httptrace.phases(reused[0]), httptrace.phases(created[0])
+    assert pr["connection_reused"] == 1 and pr["connecting"] == 0
+    assert pc["connection_reused"] == 0 and pc["connecting"] >= TLS_DELAY
+
+
+async def test_traced_transport_installs_no_trace_config() -> None:
+    """Tracing on adds no ``TraceConfig`` (no ``Trace`` or signals per request); the connector's hooks
+    are one object per connector and stamp only into the current request's trace."""
+    from aiohttp import TCPConnector
+
+    from pytest_llmbench.client import AiohttpTransport
+
+    transport = AiohttpTransport(_config(1), None)
+    try:
+        session = transport._session
+        assert session.trace_configs == []
+        connector = session.connector
+        assert isinstance(connector, TCPConnector) and type(connector) is not TCPConnector
+        (hooks,) = connector._hooks  # type: ignore[union-attr]
+        await hooks.send_connection_reuseconn()  # no current trace: nothing to stamp, no error
+        t = httptrace.new_trace(5)
+        token = httptrace.CURRENT_TRACE.set(t)
+        try:
+            await hooks.send_connection_reuseconn()
+            await hooks.send_dns_cache_hit("h")
+            first_hit = t["dns_cache_hit_ns"]
+            await hooks.send_dns_cache_hit("h")
+        finally:
+            httptrace.CURRENT_TRACE.reset(token)
+        assert t["reused_ns"] >= t["request_start_ns"] == 5 and t["dns_cache_hit_ns"] == first_hit
+    finally:
+        await transport.aclose()
+    untraced = AiohttpTransport(replace(_config(1), http_trace=False), None)
+    try:
+        assert type(untraced._session.connector) is TCPConnector
+    finally:
+        await untraced.aclose()
+
+
+def test_request_and_response_header_bytes_from_the_response() -> None:
+    """Header blocks sized from what aiohttp keeps on the response: the request's final headers and
+    target, the response's status line and raw headers (each ``Name: value\\r\\n``, a blank line)."""
+    from multidict import CIMultiDict, CIMultiDictProxy
+    from yarl import URL
+
+    req_headers = CIMultiDictProxy(CIMultiDict({"Host": "h:1", "Content-Length": "12"}))
+    resp = SimpleNamespace(
+        request_info=SimpleNamespace(method="POST", url=URL("http://h:1/v1/x?a=b"), headers=req_headers),
+        version=SimpleNamespace(major=1, minor=1), status=200, reason="OK",
+        raw_headers=((b"Content-Type", b"text/event-stream"),))
+    t = httptrace.new_trace()
+    httptrace.note_response(t, resp)
+    assert t["request_header_bytes"] == len(b"POST /v1/x?a=b HTTP/1.1\r\nHost: h:1\r\nContent-Length: 12\r\n\r\n")
+    assert t["response_header_bytes"] == len(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+    assert "response_headers_ns" in t

@@ -183,7 +183,6 @@ class RunFacts:
     latency_adjustment: dict[str, Any] | None = None  # {"method", "value"} when TTFT was adjusted
     endpoint_scheme: str | None = None  # http | https
     tls_verified: bool | None = None
-    secrets_redacted: bool | None = None  # API key read from env, never written (§7)
     compared: bool = False  # results are compared across SUTs (§6)
     exceeds_capacity: bool = False  # the test drives load beyond capacity (§7.4)
     session_tests: tuple[str, ...] = ()  # tests run in the same session/report

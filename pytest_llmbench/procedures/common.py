@@ -522,7 +522,6 @@ def run_facts(
         prefix_cache_under_test=prefix_cache_under_test,
         endpoint_scheme=ctx.sut.base_url.split(":", 1)[0],
         tls_verified=ctx.sut.verify_tls,
-        secrets_redacted=True,
         exceeds_capacity=exceeds_capacity,
     )
 

@@ -101,6 +101,7 @@ class ProbeResult:
     e2e_s: float | None
     ttft_s: float | None
     error_type: str | None = None
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens: > 0 shows a prefix cache
 
 
 @dataclass
@@ -187,8 +188,9 @@ async def probe(client: LLMClient, spec: RequestSpec, when: str, *, sink: Record
         sink.write(rec)
     if rec.ok and rec.end_ns is not None:
         ttft = (rec.first_token_ns - rec.sent_ns) / 1e9 if rec.first_token_ns is not None else None
-        return ProbeResult(when, True, (rec.end_ns - rec.sent_ns) / 1e9, ttft)
-    return ProbeResult(when, False, None, None, rec.error_type.value if rec.error_type else None)
+        return ProbeResult(when, True, (rec.end_ns - rec.sent_ns) / 1e9, ttft, cached_tokens=rec.cached_tokens)
+    return ProbeResult(when, False, None, None, rec.error_type.value if rec.error_type else None,
+                       cached_tokens=rec.cached_tokens)
 
 
 def _max_variation(lat: Sequence[float]) -> float:

@@ -379,3 +379,45 @@ def test_cross_host_intervals_come_from_the_hosts_that_timed_the_records() -> No
     two = {"hosts": ["a", "b"], "parent_host": "a"}
     assert _load_hosts([run(one), run(one)]) == {"a"}
     assert _load_hosts([run(one), run(two)]) == {"a", "b"}
+
+
+def test_prefix_warmup_item_applies_only_where_the_prefix_cache_is_under_test() -> None:
+    """4.5.1-MUST-4 ("when prefix caching is on and under test"): not applicable to 5.1 whatever the cache
+    state; under test, the state comes from the SUT or else the ``prefix_caching`` declaration."""
+    case = Case(test="5.7")
+
+    def item(change: Change, **decl: Any) -> Any:
+        return _judge(case, change, _set(**decl) if decl else None)["4.5.1-MUST-4"]
+
+    in_5_1 = evaluate_test("5.1", all_procedure_checks("5.1"), _apply(good_facts("5.1"), {"prefix_caching": None}),
+                           dict(GOOD_DECLARATIONS))["4.5.1-MUST-4"]
+    assert in_5_1.status is Status.NOT_APPLICABLE, in_5_1
+    tested = {"prefix_caching": None, "prefix_cache_under_test": True, "warmup.prefix_populated": True}
+    assert item(tested, prefix_caching="enabled").status is Status.MET
+    assert item(tested, prefix_caching="disabled").status is Status.NOT_APPLICABLE
+    assert item({**tested, "warmup.prefix_populated": False}, prefix_caching="enabled").fails
+    assert item({**tested, "prefix_caching": "enabled", "warmup.prefix_populated": False}).fails
+
+
+def test_prefix_caching_state_is_measured_from_cached_tokens() -> None:
+    """5.1.2-MUST-13: a server that reports cached prompt tokens (repeated warm-up probes, or any measured
+    request) has prefix caching enabled, measured; none proves nothing and leaves it to the declaration."""
+    from types import SimpleNamespace
+
+    from pytest_llmbench.procedures.common import _prefix_cache_observed
+    from pytest_llmbench.warmup import ProbeResult
+
+    def probe(cached: int | None) -> ProbeResult:
+        return ProbeResult("after", True, 1.0, 0.1, cached_tokens=cached)
+
+    warm = SimpleNamespace(probes_before=[probe(0)], probes_after=[probe(426), probe(426), probe(None)])
+    recs = [SimpleNamespace(cached_tokens=c) for c in (0, None, 0)]
+    state, source = _prefix_cache_observed(warm, recs)  # type: ignore[arg-type]
+    assert state == "enabled" and source.startswith("measured") and "2 repeated warm-up probes (max 426)" in source
+    cold = SimpleNamespace(probes_before=[probe(0)], probes_after=[probe(None)])
+    assert _prefix_cache_observed(cold, recs) == (None, None)  # type: ignore[arg-type]
+    hit = [SimpleNamespace(cached_tokens=c) for c in (0, 12, 0)]
+    assert "1 of 3 measured requests (max 12)" in _prefix_cache_observed(None, hit)[1]  # type: ignore[arg-type,operator]
+    facts = _apply(good_facts("5.1"), {"prefix_caching": state, "prefix_caching_source": source})
+    check = evaluate_test("5.1", all_procedure_checks("5.1"), facts, _drop("prefix_caching")(dict(GOOD_DECLARATIONS)))
+    assert check["5.1.2-MUST-13"].status is Status.MET and check["5.1.2-MUST-13"].source == "measured"

@@ -38,6 +38,7 @@ class LlamaCppAdapter(ServerAdapter):
             params = gen.get("params") if isinstance(gen, dict) else None
             if isinstance(params, dict) and isinstance(params.get("cache_prompt"), bool):
                 info["prefix_cache"] = params["cache_prompt"]  # the default a request without the field gets
+                info["prefix_cache_source"] = "/props default_generation_settings.params.cache_prompt"
             if isinstance(gen, dict) and isinstance(gen.get("n_ctx"), int):
                 info["context_window"] = gen["n_ctx"]
                 info["context_window_source"] = "/props default_generation_settings.n_ctx (per slot)"
@@ -58,6 +59,7 @@ class LlamaCppAdapter(ServerAdapter):
         if setting == "prefix_cache":
             sut.extra_body["cache_prompt"] = bool(value)
             sut.server_info["prefix_cache"] = bool(value)
+            sut.server_info["prefix_cache_source"] = "set through pytest_llmbench_configure_sut (cache_prompt)"
             sut.server_info["prefix_cache_switch"] = "per-request cache_prompt"
             return True
         if setting == "flush_prefix_cache" and value:

@@ -221,6 +221,15 @@ def _bool_decl(decl: Declarations, key: str) -> bool | None:
     return None if v is None else bool(v)
 
 
+def _prefix_cache_tested(f: RunFacts, decl: Declarations) -> bool | None:
+    """§4.5.1: false when the procedure does not test the prefix cache, whatever its state; else
+    whether it is enabled, as the SUT reported it or, failing that, as declared (``prefix_caching``)."""
+    if not f.prefix_cache_under_test:
+        return False
+    state = f.prefix_caching if f.prefix_caching is not None else decl.get("prefix_caching")
+    return None if state is None else str(state).strip().lower() == "enabled"
+
+
 def _is_custom(f: RunFacts) -> bool | None:
     if not f.workload or not f.workload.get("name"):
         return None
@@ -254,9 +263,7 @@ CONDITIONS: dict[str, tuple[Condition, str]] = {
     "model_engine": (_boundary_is("model-engine"), "the SUT boundary is Model Engine"),
     "application_gateway": (_boundary_is("gateway"), "the SUT boundary is Application Gateway"),
     "compound_system": (_boundary_is("compound"), "the SUT boundary is Compound System"),
-    "prefix_cache_tested": (lambda f, d: None if f.prefix_caching is None
-                            else (f.prefix_caching == "enabled" and f.prefix_cache_under_test),
-                            "prefix caching is enabled and under test"),
+    "prefix_cache_tested": (lambda f, d: _prefix_cache_tested(f, d), "prefix caching is enabled and under test"),
     "cold_start": (lambda f, d: f.warmup.cold_start or f.cold_start is not None, "the run measures cold start"),
     "remote_sut": (lambda f, d: _remote(f), "load generator and SUT are on different machines"),
     "single_host": (lambda f, d: f.clock.single_host, "load generator and SUT share one machine"),

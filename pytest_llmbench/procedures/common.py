@@ -478,8 +478,12 @@ def run_facts(
         pc, pc_source = prefix_caching, "set by the procedure through its SUT hook"
     elif ctx.sut.embedded and "prefix_cache" in info:
         pc, pc_source = ("enabled" if info.get("prefix_cache") else "disabled"), "reported by the simulator's /admin/config"
+    elif isinstance(info.get("prefix_cache"), bool) and info.get("prefix_cache_source"):
+        # observed by the server's adapter (llama.cpp: /props), not its documented default
+        pc = "enabled" if info["prefix_cache"] else "disabled"
+        pc_source = f"reported by the server ({info['prefix_cache_source']})"
     else:
-        pc, pc_source = None, None
+        pc, pc_source = _prefix_cache_observed(warmup, records)
     return RunFacts(
         sut_boundary=ctx.sut.boundary,
         boundary_declared_before_start=boundary_from is not None,
@@ -524,6 +528,22 @@ def run_facts(
         tls_verified=ctx.sut.verify_tls,
         exceeds_capacity=exceeds_capacity,
     )
+
+
+def _prefix_cache_observed(warmup: WarmupResult | None, records: Sequence[RequestRecord]) -> tuple[str | None, str | None]:
+    """§5.1.2: prefix caching is enabled when the server reported cached prompt tokens for any
+    request of this run (the warm-up probes repeat one prompt); no cached token proves nothing
+    (measured prompts are disjoint), so the state is then left to the ``prefix_caching`` declaration."""
+    probes = [p for p in ((warmup.probes_before + warmup.probes_after) if warmup else ()) if p.cached_tokens]
+    hits = [r.cached_tokens for r in records if r.cached_tokens]
+    if not probes and not hits:
+        return None, None
+    where = []
+    if probes:
+        where.append(f"{len(probes)} repeated warm-up probes (max {max(p.cached_tokens or 0 for p in probes)})")
+    if hits:
+        where.append(f"{len(hits)} of {len(records)} measured requests (max {max(hits)})")
+    return "enabled", "measured: the server reported cached prompt tokens for " + " and ".join(where)
 
 
 def _load_hosts(measured: Sequence[Measured]) -> set[str]:

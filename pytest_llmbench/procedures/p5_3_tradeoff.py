@@ -258,58 +258,9 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
         else:
             primary = max(knee - 1, 0)
         min_p99 = min((x for x in p99 if math.isfinite(x)), default=None)
-
-        def rate_txt(i: int | None) -> str:
-            return "not reached" if i is None else f"{points[i].offered:.2f} req/s ({points[i].fraction:.0%} of capacity)"
-
-        knee_line = (f"Knee point: {rate_txt(knee)} (TTFT P99 {fmt_censored(p99_cp[knee])} exceeds "
-                     f"{p.knee_factor:g}x the minimum {fmt_ms(min_p99)}, intervals apart)" if knee is not None else
-                     f"Knee point: not reached outside the noise (TTFT P99 stays within {p.knee_factor:g}x the "
-                     f"minimum {fmt_ms(min_p99)}, or the P99 intervals overlap)")
-        peak = sat_rule.reference
-        sat_line = (f"Saturation point: {rate_txt(sat)} (achieved throughput {achieved[sat]:.0f} tok/s < "
-                    f"{achieved[peak]:.0f} tok/s at {points[peak].offered:.2f} req/s, intervals apart)"
-                    if sat is not None and peak is not None else
-                    "Saturation point: not reached outside the noise (achieved throughput never decreased "
-                    "significantly from an earlier level)")
-        noise_notes = [x for x in (rule_note("Knee point", knee_rule, points),
-                                   rule_note("Saturation point", sat_rule, points)) if x]
         cancelled = sum(pt.cancelled for pt in points)
-        if slo_given:
-            slo_txt = ", ".join(x for x in (f"TTFT P99 <= {fmt_ms(p.ttft_p99_slo_s)}" if p.ttft_p99_slo_s else "",
-                                            f"TPOT P99 <= {fmt_ms(p.tpot_p99_slo_s)}" if p.tpot_p99_slo_s else "") if x)
-            opt_line = (f"Optimal operating point: {rate_txt(opt)}, {achieved[opt]:.0f} tok/s ({slo_txt})"
-                        if opt is not None else f"Optimal operating point: none (no level meets {slo_txt})")
-        else:
-            opt_line = "Optimal operating point: no SLO given (set ttft_p99_slo_s / tpot_p99_slo_s)"
         growing = [pt for pt in points if pt.queue == "growing"]
-        table5 = Table(
-            "Table 5: Throughput-Latency Table",
-            ["Offered (r/s)", "Achieved (tok/s)", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "Success"],
-            [[f"{pt.offered:.2f}", f"{pt.achieved_tps:.0f}", fmt_censored(pt.everyone.ttft[50.0]),
-              fmt_censored(pt.everyone.ttft[99.0]), fmt_ms(pt.tpot[0]), fmt_ms(pt.tpot[2]), f"{pt.success:.1%}"]
-             for pt in points if pt.everyone is not None],
-            notes=[knee_line, sat_line, opt_line, *noise_notes,
-                   (f"capacity estimate {cap.rate:.2f} req/s ({cap.source or 'unknown source'}); open-loop "
-                    f"{p.arrival} arrivals, {p.level_duration_s:g} s per level, ascending"),
-                   "achieved throughput over each level's steady window (first 10% excluded, §5.2.3.2)",
-                   (f"Success = successful / sent; {cancelled} request(s) cancelled at the end of a level's drain "
-                    "count against it" if cancelled else "Success = successful / sent (no request cancelled)"),
-                   CENSORED_NOTE,
-                   (f"noise tolerance: the knee needs the level's TTFT P99 95% CI above {p.knee_factor:g}x the upper "
-                    "end of the minimum P99's CI; saturation needs the level's throughput 95% CI below the lower end "
-                    "of an earlier level's (order-statistic and batch-means intervals)")])
-        detail = Table(
-            "Per-level detail (§5.3.4)",
-            ["Load", "Offered (r/s)", "TTFT P95", "TPOT P95", "E2E P50", "E2E P95", "E2E P99", "Success",
-             "Sent", "Failed", "Cancelled", "Queue", "Fluid rate"],
-            [[f"{pt.fraction:.0%}", f"{pt.offered:.2f}", fmt_censored(pt.everyone.ttft[95.0]), fmt_ms(pt.tpot[1]),
-              *(fmt_censored(pt.everyone.e2e[q]) for q in (50.0, 95.0, 99.0)), f"{pt.success:.1%}",
-              str(pt.everyone.sent), str(pt.everyone.failed), str(pt.everyone.cancelled), pt.queue,
-              fmt_num(fluid_rate(m.metrics), "tok/s", 0)]
-             for pt, m in zip(points, runs) if pt.everyone is not None],
-            notes=[("queue growth: OLS slope of the server's waiting gauge (client in-flight count without /metrics) "
-                    "significant and >= max(2, 2% of arrivals) over the steady window"), FLUID_RATE_NOTE])
+        tables = self._tables(self._point_lines(achieved, p99_cp, min_p99), cancelled)
         measurements: dict[str, Any] = {
             "capacity_rate_req_s": cap.rate, "capacity_source": cap.source, "levels": [pt.to_json() for pt in points],
             "level_count": len(points), "level_duration_s": p.level_duration_s,
@@ -335,9 +286,71 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
             "knee_literal_index": knee_rule.literal, "saturation_literal_index": sat_rule.literal}
         if knee is None and knee_rule.within_noise:  # no marker: say where the literal rule fired
             curve["knee_note"] = rule_note("knee", knee_rule, points)
-        return Outcome(metrics=runs[primary].metrics, tables=[table5, detail], measurements=measurements,
+        return Outcome(metrics=runs[primary].metrics, tables=tables, measurements=measurements,
                        workload=self.declaration or {"name": p.workload}, plots={"curve": curve},
                        facts={"itl_reported": True, "exceeds_capacity": max(self.fractions) > 1.0})
+
+    def _point_lines(self, achieved: list[float], p99_cp: list[Any], min_p99: float | None) -> list[str]:
+        """Table 5's knee, saturation and optimal-point statements with their noise notes (§5.3.4)."""
+        p, points = self.p, self.points
+        knee, sat, opt, knee_rule, sat_rule = self.knee, self.sat, self.opt, self.knee_rule, self.sat_rule
+        slo_given = self.slo_given
+
+        def rate_txt(i: int | None) -> str:
+            return "not reached" if i is None else f"{points[i].offered:.2f} req/s ({points[i].fraction:.0%} of capacity)"
+
+        knee_line = (f"Knee point: {rate_txt(knee)} (TTFT P99 {fmt_censored(p99_cp[knee])} exceeds "
+                     f"{p.knee_factor:g}x the minimum {fmt_ms(min_p99)}, intervals apart)" if knee is not None else
+                     f"Knee point: not reached outside the noise (TTFT P99 stays within {p.knee_factor:g}x the "
+                     f"minimum {fmt_ms(min_p99)}, or the P99 intervals overlap)")
+        peak = sat_rule.reference
+        sat_line = (f"Saturation point: {rate_txt(sat)} (achieved throughput {achieved[sat]:.0f} tok/s < "
+                    f"{achieved[peak]:.0f} tok/s at {points[peak].offered:.2f} req/s, intervals apart)"
+                    if sat is not None and peak is not None else
+                    "Saturation point: not reached outside the noise (achieved throughput never decreased "
+                    "significantly from an earlier level)")
+        noise_notes = [x for x in (rule_note("Knee point", knee_rule, points),
+                                   rule_note("Saturation point", sat_rule, points)) if x]
+        if slo_given:
+            slo_txt = ", ".join(x for x in (f"TTFT P99 <= {fmt_ms(p.ttft_p99_slo_s)}" if p.ttft_p99_slo_s else "",
+                                            f"TPOT P99 <= {fmt_ms(p.tpot_p99_slo_s)}" if p.tpot_p99_slo_s else "") if x)
+            opt_line = (f"Optimal operating point: {rate_txt(opt)}, {achieved[opt]:.0f} tok/s ({slo_txt})"
+                        if opt is not None else f"Optimal operating point: none (no level meets {slo_txt})")
+        else:
+            opt_line = "Optimal operating point: no SLO given (set ttft_p99_slo_s / tpot_p99_slo_s)"
+        return [knee_line, sat_line, opt_line, *noise_notes]
+
+    def _tables(self, lines: list[str], cancelled: int) -> list[Table]:
+        """Table 5 and the per-level detail (§5.3.4)."""
+        p, points, cap, runs = self.p, self.points, self.cap, self.measured
+        table5 = Table(
+            "Table 5: Throughput-Latency Table",
+            ["Offered (r/s)", "Achieved (tok/s)", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "Success"],
+            [[f"{pt.offered:.2f}", f"{pt.achieved_tps:.0f}", fmt_censored(pt.everyone.ttft[50.0]),
+              fmt_censored(pt.everyone.ttft[99.0]), fmt_ms(pt.tpot[0]), fmt_ms(pt.tpot[2]), f"{pt.success:.1%}"]
+             for pt in points if pt.everyone is not None],
+            notes=[*lines,
+                   (f"capacity estimate {cap.rate:.2f} req/s ({cap.source or 'unknown source'}); open-loop "
+                    f"{p.arrival} arrivals, {p.level_duration_s:g} s per level, ascending"),
+                   "achieved throughput over each level's steady window (first 10% excluded, §5.2.3.2)",
+                   (f"Success = successful / sent; {cancelled} request(s) cancelled at the end of a level's drain "
+                    "count against it" if cancelled else "Success = successful / sent (no request cancelled)"),
+                   CENSORED_NOTE,
+                   (f"noise tolerance: the knee needs the level's TTFT P99 95% CI above {p.knee_factor:g}x the upper "
+                    "end of the minimum P99's CI; saturation needs the level's throughput 95% CI below the lower end "
+                    "of an earlier level's (order-statistic and batch-means intervals)")])
+        detail = Table(
+            "Per-level detail (§5.3.4)",
+            ["Load", "Offered (r/s)", "TTFT P95", "TPOT P95", "E2E P50", "E2E P95", "E2E P99", "Success",
+             "Sent", "Failed", "Cancelled", "Queue", "Fluid rate"],
+            [[f"{pt.fraction:.0%}", f"{pt.offered:.2f}", fmt_censored(pt.everyone.ttft[95.0]), fmt_ms(pt.tpot[1]),
+              *(fmt_censored(pt.everyone.e2e[q]) for q in (50.0, 95.0, 99.0)), f"{pt.success:.1%}",
+              str(pt.everyone.sent), str(pt.everyone.failed), str(pt.everyone.cancelled), pt.queue,
+              fmt_num(fluid_rate(m.metrics), "tok/s", 0)]
+             for pt, m in zip(points, runs) if pt.everyone is not None],
+            notes=[("queue growth: OLS slope of the server's waiting gauge (client in-flight count without /metrics) "
+                    "significant and >= max(2, 2% of arrivals) over the steady window"), FLUID_RATE_NOTE])
+        return [table5, detail]
 
     def checks(self, out: Outcome) -> dict[str, Check]:
         return _checks(self.p, self.points, self.cap, self.knee, self.sat, self.opt, self.slo_given, self.measured)

@@ -263,7 +263,7 @@ CONDITIONS: dict[str, tuple[Condition, str]] = {
     "model_engine": (_boundary_is("model-engine"), "the SUT boundary is Model Engine"),
     "application_gateway": (_boundary_is("gateway"), "the SUT boundary is Application Gateway"),
     "compound_system": (_boundary_is("compound"), "the SUT boundary is Compound System"),
-    "prefix_cache_tested": (lambda f, d: _prefix_cache_tested(f, d), "prefix caching is enabled and under test"),
+    "prefix_cache_tested": (_prefix_cache_tested, "prefix caching is enabled and under test"),
     "cold_start": (lambda f, d: f.warmup.cold_start or f.cold_start is not None, "the run measures cold start"),
     "remote_sut": (lambda f, d: _remote(f), "load generator and SUT are on different machines"),
     "single_host": (lambda f, d: f.clock.single_host, "load generator and SUT share one machine"),

@@ -474,16 +474,7 @@ def run_facts(
     hosts = _load_hosts(measured)
     sent = [r.sent_ns for r in records if r.sent_ns]
     ts_sample = anchor.iso(min(sent)) if sent else None
-    if prefix_caching:
-        pc, pc_source = prefix_caching, "set by the procedure through its SUT hook"
-    elif ctx.sut.embedded and "prefix_cache" in info:
-        pc, pc_source = ("enabled" if info.get("prefix_cache") else "disabled"), "reported by the simulator's /admin/config"
-    elif isinstance(info.get("prefix_cache"), bool) and info.get("prefix_cache_source"):
-        # observed by the server's adapter (llama.cpp: /props), not its documented default
-        pc = "enabled" if info["prefix_cache"] else "disabled"
-        pc_source = f"reported by the server ({info['prefix_cache_source']})"
-    else:
-        pc, pc_source = _prefix_cache_observed(warmup, records)
+    pc, pc_source = prefix_cache_state(ctx, warmup, records, prefix_caching)
     return RunFacts(
         sut_boundary=ctx.sut.boundary,
         boundary_declared_before_start=boundary_from is not None,
@@ -528,6 +519,23 @@ def run_facts(
         tls_verified=ctx.sut.verify_tls,
         exceeds_capacity=exceeds_capacity,
     )
+
+
+def prefix_cache_state(ctx: ProcedureContext, warmup: WarmupResult | None, records: Sequence[RequestRecord],
+                       set_by_procedure: str | None = None) -> tuple[str | None, str | None]:
+    """The SUT's prefix-caching state and where it comes from (§5.1.2), or ``(None, None)`` when the
+    run does not show it: the procedure's own setting through its SUT hook, what the SUT reports
+    (the simulator's /admin/config; an adapter that observed it, e.g. llama.cpp's /props or hook,
+    never its documented default), or cached prompt tokens served during this run."""
+    info = ctx.sut.server_info
+    if set_by_procedure:
+        return set_by_procedure, "set by the procedure through its SUT hook"
+    if ctx.sut.embedded and "prefix_cache" in info:
+        return ("enabled" if info.get("prefix_cache") else "disabled"), "reported by the simulator's /admin/config"
+    if isinstance(info.get("prefix_cache"), bool) and info.get("prefix_cache_source"):
+        state = "enabled" if info["prefix_cache"] else "disabled"
+        return state, f"reported by the server ({info['prefix_cache_source']})"
+    return _prefix_cache_observed(warmup, records)
 
 
 def _prefix_cache_observed(warmup: WarmupResult | None, records: Sequence[RequestRecord]) -> tuple[str | None, str | None]:

@@ -22,7 +22,7 @@ from ..compliance import Check, decide
 from ..warmup import WarmupResult
 from ..workloads import build_workload
 from .base import LoadSpec, Table, poisson
-from .common import declarations, resolve_load
+from .common import declarations, prefix_cache_state, resolve_load
 from .helpers import cap_output, fmt_ms, percentile_row, sample_list
 from .pipeline import Outcome, ProcedureRun
 
@@ -182,8 +182,9 @@ class TTFT(ProcedureRun[TTFTParams]):
         model_hw = (f"model {ctx.sut.model} ({', '.join(f'{k}={v}' for k, v in model.items())}); hardware "
                     f"{', '.join(f'{k}={v}' for k, v in hw.items())} ({decl.source})"
                     if isinstance(model, dict) and isinstance(hw, dict) else None)
-        if ctx.sut.embedded and "prefix_cache" in info:
-            prefix = (f"{'enabled' if info.get('prefix_cache') else 'disabled'} (simulator /admin/config)", "measured")
+        state, source = prefix_cache_state(ctx, wu, m.records)  # the state the compliance facts carry
+        if state is not None:
+            prefix = (f"{state} ({source})", "measured")
         else:
             prefix = (f"{decl['prefix_caching']} ({decl.source})" if "prefix_caching" in decl else None, "declared")
         if ctx.sut.embedded and "guardrails" in info:

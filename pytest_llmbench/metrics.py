@@ -309,6 +309,487 @@ def _check_itl_option(itl_option: str) -> str:
     return opt
 
 
+_NS = 1e-9  # nanoseconds -> seconds
+
+
+@dataclass
+class _Rows:
+    """The records' fields as arrays, one entry per record sorted by submission; times in ns after ``t0``."""
+
+    recs: list[RequestRecord]
+    t0: int
+    t_end: int  # last response (or last submission when no record ended)
+    sent: np.ndarray  # int64
+    end: np.ndarray  # int64; ``t_end`` where the record has no end
+    has_end: np.ndarray
+    first_tok: np.ndarray
+    first_chunk: np.ndarray
+    intended: np.ndarray
+    isl: np.ndarray
+    max_tokens: np.ndarray
+    in_client: np.ndarray
+    in_server: np.ndarray
+    out_client: np.ndarray
+    out_server: np.ndarray
+    err: np.ndarray  # ErrorType | None
+    ok: np.ndarray
+    failed: np.ndarray
+    cancelled: np.ndarray
+    server: dict[str, np.ndarray]  # server_timing: queue_ns, prefill_ns, preemptions, preempted_tokens
+
+    @property
+    def n(self) -> int:
+        return len(self.recs)
+
+    @property
+    def duration(self) -> float:
+        """First submission to last response, seconds."""
+        return (self.t_end - self.t0) * _NS
+
+    @property
+    def okf(self) -> np.ndarray:
+        """1.0 for successful rows, NaN for the others (multiplying hides a metric of a failed request)."""
+        return np.where(self.ok, 1.0, _NAN)
+
+    @classmethod
+    def of(cls, recs: list[RequestRecord]) -> _Rows:
+        t0 = min(r.sent_ns for r in recs)
+        ends = [r.end_ns for r in recs if r.end_ns is not None]
+        t_end = max(ends) if ends else max(r.sent_ns for r in recs)
+
+        def rel(v: int | None) -> float:
+            return _NAN if v is None else float(v - t0)
+
+        ok = np.array([r.error_type is None for r in recs])
+        failed = np.array([r.failed for r in recs])
+        timing = [r.server_timing or {} for r in recs]
+        return cls(
+            recs=recs, t0=t0, t_end=t_end,
+            sent=np.array([r.sent_ns - t0 for r in recs], dtype=np.int64),
+            end=np.array([(r.end_ns if r.end_ns is not None else t_end) - t0 for r in recs], dtype=np.int64),
+            has_end=np.array([r.end_ns is not None for r in recs]),
+            first_tok=np.array([rel(r.first_token_ns) for r in recs]),
+            first_chunk=np.array([rel(r.first_chunk_ns) for r in recs]),
+            intended=np.array([rel(r.intended_ns) for r in recs]),
+            isl=np.array([r.input_tokens for r in recs], dtype=np.float64),
+            max_tokens=np.array([r.max_tokens for r in recs], dtype=np.float64),
+            in_client=np.array([_f(r.input_tokens_client) for r in recs]),
+            in_server=np.array([_f(r.input_tokens_server) for r in recs]),
+            out_client=np.array([_f(r.output_tokens_client) for r in recs]),
+            out_server=np.array([_f(r.output_tokens_server) for r in recs]),
+            err=np.array([r.error_type for r in recs], dtype=object),
+            ok=ok, failed=failed, cancelled=~ok & ~failed,
+            server={k: np.array([_f(s.get(k)) for s in timing])
+                    for k in ("queue_ns", "prefill_ns", "preemptions", "preempted_tokens")},
+        )
+
+
+def _chunk_tokens_of(r: RequestRecord) -> list[int]:
+    """Tokens per chunk: the tokenizer's counts, else 1 per non-whitespace text chunk."""
+    if len(r.chunk_tokens) == len(r.chunk_ns):
+        return r.chunk_tokens
+    if r.chunk_tokens:
+        raise ValueError(f"record {r.index}: {len(r.chunk_tokens)} chunk_tokens for {len(r.chunk_ns)} chunks")
+    return [1 if t.strip() else 0 for t in r.chunk_text]
+
+
+def _first_reasoning(r: RequestRecord, t0: int) -> float:
+    """Arrival (ns after ``t0``) of the first non-whitespace reasoning chunk, NaN when none streamed."""
+    cr = r.chunk_reasoning
+    if cr and cr.count("") != len(cr):
+        for t, txt in zip(r.chunk_ns, cr):
+            if txt and txt.strip():
+                return float(t - t0)
+    return _NAN
+
+
+@dataclass
+class _Chunks:
+    """Every streamed chunk of the run, flattened in record order."""
+
+    counts: np.ndarray  # chunks per record
+    ns: np.ndarray  # arrival, ns after t0
+    tokens: np.ndarray  # tokens per chunk
+    owner: np.ndarray  # row of the record
+    token_sum: np.ndarray  # tokens per record, summed over its chunks
+    first_reasoning: np.ndarray  # per record, see _first_reasoning
+
+    @classmethod
+    def of(cls, recs: list[RequestRecord], t0: int) -> _Chunks:
+        n = len(recs)
+        counts = np.fromiter((len(r.chunk_ns) for r in recs), dtype=np.int64, count=n)
+        total = int(counts.sum())
+        c_ns = np.fromiter(itertools.chain.from_iterable(r.chunk_ns for r in recs), dtype=np.int64,
+                           count=total) - t0
+        c_tok = np.fromiter(itertools.chain.from_iterable(_chunk_tokens_of(r) for r in recs), dtype=np.int64,
+                            count=total)
+        owner = np.repeat(np.arange(n), counts)
+        if total > 1:
+            bad = (np.diff(c_ns) < 0) & (owner[1:] == owner[:-1])
+            if bad.any():
+                raise ValueError(f"record {recs[int(owner[1:][bad][0])].index}: chunk_ns is not non-decreasing")
+        return cls(counts, c_ns, c_tok, owner, _segment_sum(c_tok, counts),
+                   np.array([_first_reasoning(r, t0) for r in recs], dtype=np.float64))
+
+
+def _output_lengths(rows: _Rows, ch: _Chunks) -> np.ndarray:
+    """OSL per record: the server's usage, else the client's count, else the chunks' tokens (§4.4)."""
+    return np.where(~np.isnan(rows.out_server), rows.out_server,
+                    np.where(~np.isnan(rows.out_client), rows.out_client, ch.token_sum))
+
+
+def _latency_columns(rows: _Rows, ch: _Chunks, osl: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-request latency and size-ratio columns, seconds (§5.1.3.1, §5.4.3, §4.4.2); successful rows only."""
+    sent_f = rows.sent.astype(np.float64)
+    okf = rows.okf
+    first_tok, first_reason = rows.first_tok, ch.first_reasoning
+    ttft = (first_tok - sent_f) * _NS * okf
+    incl_reason = np.fmin(first_reason, first_tok)
+    e2e = np.where(rows.has_end, (rows.end - rows.sent) * _NS, _NAN) * okf
+    isl, mt = rows.isl, rows.max_tokens
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cols = {
+            "ttft": ttft,
+            "ttft_any_chunk": (rows.first_chunk - sent_f) * _NS * okf,
+            "ttft_incl_reasoning": np.where(~np.isnan(first_reason), (incl_reason - sent_f) * _NS, _NAN) * okf,
+            "ttfo": np.where(first_reason < first_tok, ttft, _NAN),
+            "e2e": e2e,
+            "tpot": np.where(osl >= 2, (e2e - ttft) / (osl - 1), _NAN),
+            "output_tps_per_request": np.where((osl > 0) & (e2e > 0), osl / e2e, _NAN),
+            "prefill_tps_per_request": np.where(ttft > 0, isl / ttft, _NAN),
+            "normalized_latency": np.where(osl > 0, e2e / osl, _NAN),
+            "send_lag": (sent_f - rows.intended) * _NS,
+            "schedule_latency": np.where(rows.has_end, (rows.end - rows.intended) * _NS, _NAN) * okf,
+            "input_usage_diff_pct": np.where(rows.in_client > 0, (rows.in_server - rows.in_client)
+                                             / rows.in_client * 100.0, _NAN),
+            "output_usage_diff_pct": np.where(rows.out_client > 0, (rows.out_server - rows.out_client)
+                                              / rows.out_client * 100.0, _NAN),
+            "osl_mismatch_pct": np.where(mt > 0, (osl - mt) / mt * 100.0, _NAN) * okf,
+        }
+    return cols
+
+
+@dataclass
+class _Itl:
+    """Token times and the pooled ITL samples of every §4.6.3 option this run supports."""
+
+    samples: dict[str, ItlSamples]
+    option: str  # the option reported as "itl" (``auto`` resolved)
+    ttst: np.ndarray  # time to second token, per record (s)
+    tokens: ux.TokenTimes  # option-B token times of every record (failed ones feed user idle latency)
+    content: np.ndarray  # chunk mask: content chunks from the first content token on
+    sizes: np.ndarray  # tokens of each content chunk
+    single_token_chunks: bool
+    per_request: dict[str, np.ndarray]  # itl_mean, jitter, max_pause, itl_count of the chosen option
+
+
+def _server_itl(rows: _Rows) -> ItlSamples | None:
+    """Option C: gaps between server per-token timestamps of successful records that carry them."""
+    has_c = np.array([bool(r.server_token_ns) for r in rows.recs]) & rows.ok
+    if not has_c.any():
+        return None
+    lists = [rows.recs[i].server_token_ns for i in np.flatnonzero(has_c)]
+    counts = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
+    s_ns = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(counts.sum()))
+    s_vals, s_owner = _pairs_diff(s_ns, np.repeat(np.flatnonzero(has_c), counts))
+    if (s_vals < 0).any():
+        raise ValueError(f"record {rows.recs[int(s_owner[s_vals < 0][0])].index}: "
+                         f"server_token_ns is not non-decreasing")
+    return ItlSamples("C", s_vals * _NS, s_owner)
+
+
+def _resolve_itl_option(opt: str, rows: _Rows, osl: np.ndarray) -> str:
+    """``auto`` -> C when every successful multi-token record has server timestamps, else B; C checked."""
+    has_c = np.array([bool(r.server_token_ns) for r in rows.recs]) & rows.ok
+    need_c = rows.ok & (osl >= 2)
+    complete = bool(has_c[need_c].all()) if need_c.any() else bool(has_c.any())
+    if opt == "AUTO":
+        return "C" if complete else "B"
+    if opt == "C" and not complete:
+        missing = int((need_c & ~has_c).sum())
+        raise ValueError(f"itl_option 'C' needs server_token_ns on every successful multi-token "
+                         f"request; {missing} lack it (use 'B' or 'auto', §4.6.3)")
+    return opt
+
+
+def _itl(rows: _Rows, ch: _Chunks, osl: np.ndarray, opt: str) -> _Itl:
+    """ITL per §5.4.3 from the first content token on, under options A, B and C (§4.6.3)."""
+    n, ok = rows.n, rows.ok
+    ft_chunk = rows.first_tok[ch.owner]
+    content = (ch.tokens > 0) & (ch.ns >= np.where(np.isnan(ft_chunk), np.inf, ft_chunk))
+    content_ok = content & ok[ch.owner]
+    a_vals, a_owner = _pairs_diff(ch.ns[content_ok], ch.owner[content_ok])
+    samples = {"A": ItlSamples("A", a_vals * _NS, a_owner)}
+    ttst = np.full(n, _NAN)
+    if a_owner.size:
+        u, first_idx = np.unique(a_owner, return_index=True)
+        ttst[u] = a_vals[first_idx] * _NS
+    sizes = ch.tokens[content]
+    b_ns_all = np.repeat(ch.ns[content], sizes)
+    b_own_all = np.repeat(ch.owner[content], sizes)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(b_own_all, minlength=n), out=offsets[1:])
+    sel_b = ok[b_own_all]
+    b_vals, b_owner = _pairs_diff(b_ns_all[sel_b], b_own_all[sel_b])
+    single = bool((sizes == 1).all())
+    samples["B"] = ItlSamples("B", a_vals * _NS if single else b_vals * _NS, a_owner if single else b_owner)
+    server = _server_itl(rows)
+    if server is not None:
+        samples["C"] = server
+    opt = _resolve_itl_option(opt, rows, osl)
+    chosen = samples[opt]
+    itl_count, itl_mean, jitter, max_pause = _per_request_stats(chosen.values, chosen.owner, n)
+    for arr in (itl_mean, jitter, max_pause):
+        arr[~ok] = _NAN
+    return _Itl(samples, opt, ttst, ux.TokenTimes(b_ns_all, offsets, rows.sent), content, sizes, single,
+                {"itl_mean": itl_mean, "jitter": jitter, "max_pause": max_pause, "itl_count": itl_count})
+
+
+def _experience(rows: _Rows, ttft: np.ndarray, tokens: ux.TokenTimes, prefill_deadline: ux.PrefillDeadline | None,
+                decode_deadline: float, reading_speed: float, ttft_allowance: float
+                ) -> tuple[np.ndarray, np.ndarray, ux.PrefillDeadline | None]:
+    """Fluidity index and user idle latency per record, and the prefill deadline used (experience.py)."""
+    fluid = np.full(rows.n, _NAN)
+    ttft_ok = ~np.isnan(ttft)
+    if prefill_deadline is None and ttft_ok.any():
+        prefill_deadline = ux.PrefillDeadline.fit(rows.isl[ttft_ok], ttft[ttft_ok],
+                                                  source="non-negative quadratic fit of this run's TTFTs")
+    if prefill_deadline is not None:
+        fluid = ux.fluidity_index(tokens, prefill_deadline(rows.isl), decode_deadline)
+        fluid[~rows.ok] = _NAN
+    idle = ux.user_idle_latency(tokens, reading_speed=reading_speed, ttft_allowance=ttft_allowance,
+                                end_ns=rows.end, complete=rows.ok)
+    idle[~(rows.ok | rows.failed)] = _NAN
+    return fluid, idle, prefill_deadline
+
+
+def _columns(rows: _Rows, osl: np.ndarray, lat: dict[str, np.ndarray], itl: _Itl, fluid: np.ndarray,
+             idle: np.ndarray) -> dict[str, np.ndarray]:
+    """The per-request table (registry.py names the units)."""
+    srv = rows.server
+    return {
+        "index": np.array([r.index for r in rows.recs], dtype=np.int64),
+        "request_class": np.array([r.request_class for r in rows.recs], dtype=object),
+        "error_type": np.array([None if e is None else e.value for e in rows.err], dtype=object),
+        "ok": rows.ok, "failed": rows.failed, "cancelled": rows.cancelled,
+        "sent": rows.sent.astype(np.float64) * _NS, "end": np.where(rows.has_end, rows.end * _NS, _NAN),
+        **{k: lat[k] for k in ("ttft", "ttft_any_chunk", "ttft_incl_reasoning", "ttfo")},
+        "ttst": itl.ttst * rows.okf, "e2e": lat["e2e"], "tpot": lat["tpot"],
+        **itl.per_request,
+        "isl": rows.isl, "osl": osl, "max_tokens": rows.max_tokens,
+        **{k: lat[k] for k in ("output_tps_per_request", "prefill_tps_per_request", "normalized_latency",
+                               "send_lag", "schedule_latency", "input_usage_diff_pct", "output_usage_diff_pct",
+                               "osl_mismatch_pct")},
+        "queue_wait": srv["queue_ns"] * _NS, "prefill": srv["prefill_ns"] * _NS,
+        "preemptions": srv["preemptions"], "preempted_tokens": srv["preempted_tokens"],
+        "fluidity": fluid, "user_idle_latency": idle,
+    }
+
+
+def _distributions(columns: dict[str, np.ndarray], rows: _Rows, ch: _Chunks, itl: _Itl,
+                   percentiles: Sequence[float], confidence: float
+                   ) -> tuple[dict[str, Distribution], dict[str, Distribution]]:
+    """Distributions of the per-request columns and ITL samples, and TTFT by input length (§5.1.4.2)."""
+    ok, n = rows.ok, rows.n
+
+    def dist(name: str, values: np.ndarray, unit: str) -> Distribution:
+        return distribution(name, values, unit, percentiles, confidence=confidence)
+
+    dists: dict[str, Distribution] = {name: dist(name, columns[name][ok], UNITS[name]) for name in _CORE}
+    for name in _OPTIONAL:
+        vals = columns[name][np.ones(n, dtype=bool) if name in ("send_lag", "user_idle_latency") else ok]
+        if np.count_nonzero(~np.isnan(vals)):
+            dists[name] = dist(name, vals, UNITS[name])
+    samples = itl.samples
+    dists["inter_chunk"] = dist("time_between_chunks", samples["A"].values, "s")
+    dists["itl_distributed"] = (replace(dists["inter_chunk"], name="itl_distributed") if itl.single_token_chunks
+                                else dist("itl_distributed", samples["B"].values, "s"))
+    if "C" in samples:
+        dists["itl_server"] = dist("itl_server", samples["C"].values, "s")
+    dists["itl"] = replace({"A": dists["inter_chunk"], "B": dists["itl_distributed"],
+                            "C": dists.get("itl_server")}[itl.option],
+                           name="time_between_chunks" if itl.option == "A" else "itl")
+    dists["chunk_size"] = dist("chunk_size", itl.sizes[ok[ch.owner[itl.content]]].astype(np.float64), "tokens")
+
+    ttft, isl = columns["ttft"], rows.isl
+    by_length: dict[str, Distribution] = {}
+    for lo, hi in INPUT_LENGTH_BUCKETS:
+        sel = ok & (isl >= lo) & (isl < hi)
+        if sel.any():
+            label = f"[{lo},{'inf' if math.isinf(hi) else int(hi)})"
+            by_length[label] = dist(f"ttft{label}", ttft[sel], "s")
+    return dists, by_length
+
+
+@dataclass
+class _Scalars:
+    """Collects a run's scalar estimates; ``windows`` maps a name suffix to a (start, end) window in seconds."""
+
+    windows: dict[str, tuple[float, float]]
+    batches: int
+    confidence: float
+    out: dict[str, Estimate] = field(default_factory=dict)
+
+    def count(self, name: str, k: int, unit: str = "requests") -> None:
+        self.out[name] = Estimate(float(k), int(k), unit, method="count")
+
+    def proportion(self, name: str, k: int, n: int) -> None:
+        self.out[name] = proportion_estimate(k, n, confidence=self.confidence)
+
+    def sums(self, t: np.ndarray, w: np.ndarray | None) -> dict[str, tuple[np.ndarray, int]]:
+        """Per-batch event sums of each window (events at times ``t`` s, weights ``w``)."""
+        return {suf: window_sums(t, w, a, b, self.batches) for suf, (a, b) in self.windows.items()}
+
+    def rate(self, name: str, s: dict[str, tuple[np.ndarray, int]], unit: str) -> None:
+        """``name`` over the steady-state window and ``name_full`` over the whole run (§5.2.3.2)."""
+        for suf, (a, b) in self.windows.items():
+            self.out[name + suf] = rate_from_window_sums(s[suf][0], s[suf][1], b - a, unit=unit,
+                                                         confidence=self.confidence)
+
+
+def _count_scalars(sc: _Scalars, rows: _Rows) -> None:
+    """Request counts and the success, error and refusal rates (failed + successful = judged)."""
+    ok, failed = rows.ok, rows.failed
+    n_ok, judged = int(ok.sum()), int(ok.sum()) + int(failed.sum())
+    n_refused = int(sum(1 for e in rows.err if e is ErrorType.REFUSED))
+    sc.count("request_count", rows.n)
+    sc.count("completed_count", n_ok)
+    sc.count("error_count", int(failed.sum()))
+    sc.count("cancelled_count", int(rows.cancelled.sum()))
+    sc.count("refusals", n_refused)
+    sc.proportion("success_rate", n_ok, judged)
+    sc.proportion("error_rate", int(failed.sum()), judged)
+    sc.proportion("refusal_rate", n_refused, judged)
+    w0, w1 = sc.windows[""]
+    sc.out["benchmark_duration"] = Estimate(rows.duration, rows.n, "s", method="first submission to last response")
+    sc.out["steady_state_duration"] = Estimate(w1 - w0, rows.n, "s", method="steady-state window length")
+
+
+def _throughput_scalars(sc: _Scalars, rows: _Rows, ch: _Chunks, osl: np.ndarray, gpu_count: int | None
+                        ) -> np.ndarray:
+    """Request, output, input and total token throughput (§5.2.4); returns each chunk's OSL-scaled tokens.
+
+    Output tokens count at their chunk's arrival (scaled so a record's chunks add up to its OSL; a
+    non-streamed response's tokens at its end), input tokens at the first token, requests at completion.
+    """
+    ok, has_end, end, n = rows.ok, rows.has_end, rows.end, rows.n
+    chunk_ok = ok[ch.owner] & (ch.tokens > 0)
+    scale = np.divide(osl, ch.token_sum, out=np.zeros(n), where=ch.token_sum > 0)
+    no_chunks = ok & (ch.token_sum == 0) & (osl > 0) & has_end
+    out_t = np.concatenate((ch.ns[chunk_ok] * _NS, end[no_chunks] * _NS))
+    out_w = np.concatenate((ch.tokens[chunk_ok] * scale[ch.owner[chunk_ok]], osl[no_chunks]))
+    in_at = np.where(np.isnan(rows.first_tok), end.astype(np.float64), rows.first_tok)
+    in_sel = ok & has_end
+    out_s, in_s = sc.sums(out_t, out_w), sc.sums(in_at[in_sel] * _NS, rows.isl[in_sel])
+    sc.rate("request_throughput", sc.sums(end[ok & has_end] * _NS, None), "requests/s")
+    sc.rate("output_throughput", out_s, "tokens/s")
+    sc.rate("input_throughput", in_s, "tokens/s")
+    sc.rate("total_token_throughput", {k: (out_s[k][0] + in_s[k][0], out_s[k][1] + in_s[k][1]) for k in out_s},
+            "tokens/s")
+    if gpu_count:
+        o = sc.out["output_throughput"]
+        sc.out["tokens_per_gpu_second"] = Estimate(
+            o.value / gpu_count, o.n, "tokens/s/GPU",
+            None if o.ci_low is None else o.ci_low / gpu_count,
+            None if o.ci_high is None else o.ci_high / gpu_count, o.confidence, o.undersampled,
+            f"output throughput / {gpu_count} GPUs")
+    return np.where(ok[ch.owner], ch.tokens * scale[ch.owner], ch.tokens)
+
+
+def _slo_scalars(sc: _Scalars, rows: _Rows, per_request: PerRequest, slos: Sequence[RequestSLO]) -> None:
+    """Requests meeting every per-request SLO: the ``good`` column, good fraction and goodput (§5.3.4)."""
+    good = rows.ok.copy()
+    for slo in slos:
+        vals = per_request[slo.metric]
+        res = np.asarray(slo.ok(vals), dtype=bool)
+        if res.shape != vals.shape:
+            raise ValueError(f"SLO on {slo.metric!r} returned shape {res.shape}, expected {vals.shape}")
+        good &= res | np.isnan(vals.astype(np.float64))
+    per_request.columns["good"] = good
+    sc.count("good_count", int(good.sum()))
+    sc.proportion("good_fraction", int(good.sum()), int(rows.ok.sum()) + int(rows.failed.sum()))
+    sc.rate("goodput", sc.sums(rows.end[good & rows.has_end] * _NS, None), "requests/s")
+
+
+def _preemption_scalars(sc: _Scalars, rows: _Rows) -> None:
+    """Preemption rate, recovery rate and tokens lost per preemption, where the server reports them (§5.8.4)."""
+    preemptions, lost_tokens = rows.server["preemptions"], rows.server["preempted_tokens"]
+    reported = ~np.isnan(preemptions)
+    if not reported.any():
+        return
+    pre = reported & (preemptions > 0)
+    sc.proportion("preemption_rate", int(pre.sum()), int(reported.sum()))
+    sc.proportion("preemption_recovery_rate", int((pre & rows.ok).sum()), int(pre.sum()))
+    events = float(np.nansum(preemptions[pre]))
+    lost = np.nansum(lost_tokens[pre])
+    sc.out["tokens_lost_per_preemption"] = Estimate(
+        float(lost / events) if events else _NAN, int(events), "tokens/preemption",
+        undersampled=events == 0, method="Σ preempted_tokens / Σ preemptions")
+
+
+def _shape_scalars(sc: _Scalars, rows: _Rows, osl: np.ndarray, lat: dict[str, np.ndarray], itl: _Itl,
+                   itl_d: Distribution) -> None:
+    """ITL tail ratio, single-token chunk fraction, OSL mismatches and usage discrepancies (§4.4, §5.4.4)."""
+    p50, p99 = itl_d.percentiles.get(50.0), itl_d.percentiles.get(99.0)
+    if p50 is None or p99 is None:
+        p50, p99 = itl_d.percentile(50.0), itl_d.percentile(99.0)
+    sc.out["itl_tail_ratio"] = Estimate(p99.value / p50.value if p50.value > 0 else _NAN, itl_d.n, "ratio",
+                                        undersampled=p99.undersampled, method="P99 / P50 of ITL samples")
+    if itl.sizes.size:
+        sc.proportion("single_token_chunk_fraction", int((itl.sizes == 1).sum()), int(itl.sizes.size))
+    mt = rows.max_tokens
+    mm = rows.ok & (mt > 0) & (np.abs(osl - mt) > np.minimum(0.05 * mt, 50))
+    sc.count("osl_mismatch_count", int(mm.sum()))
+    disc = ((np.abs(np.nan_to_num(lat["input_usage_diff_pct"])) > 10)
+            | (np.abs(np.nan_to_num(lat["output_usage_diff_pct"])) > 10))
+    sc.count("usage_discrepancy_count", int(disc.sum()))
+
+
+def _experience_scalars(sc: _Scalars, rows: _Rows, osl: np.ndarray, idle: np.ndarray, tokens: ux.TokenTimes,
+                        dp_model: ux.PrefillDeadline | None, *, alpha: float, reading_speed: float,
+                        ttft_allowance: float) -> None:
+    """Smooth goodput, AIPerf's run totals, token-weighted goodput (eq. 5) and the fluid token rate."""
+    ok, duration = rows.ok, rows.duration
+    judged = ok | rows.failed
+    if duration > 0 and judged.any():
+        sc.out["smooth_goodput"] = Estimate(
+            ux.smooth_goodput(np.where(ok, osl, 0.0)[judged], idle[judged], duration, alpha=alpha),
+            int(judged.sum()), "tokens/s", method=f"smooth goodput, alpha={alpha:g}, V=1/{reading_speed:g} "
+            f"s/token, TTFT allowance {ttft_allowance:g} s, f(l)=max(l,0)")
+    for name, v in mx.run_values(rows.recs).items():
+        if v is not None:
+            sc.out[name] = Estimate(float(v), rows.n, registry.METRICS[name].unit,
+                                    method=registry.METRICS[name].definition)
+    if duration > 0 and judged.any():
+        sc.out["token_weighted_goodput"] = Estimate(
+            mx.token_weighted_goodput_of(np.where(ok, np.nan_to_num(osl), 0.0), ok & (idle == 0.0), duration),
+            int(judged.sum()), "tokens/s", method=f"Σ OSL of requests meeting every deadline A + i/V (A = "
+            f"{ttft_allowance:g} s, V = {reading_speed:g} s/token) / whole run (smooth goodput paper eq. 5)")
+    if dp_model is not None and ok.any():
+        fr = ux.fluid_token_generation_rate(_subset_tokens(tokens, ok), dp_model(rows.isl[ok]),
+                                            failed=int(rows.failed.sum()))
+        sc.out["fluid_token_rate"] = Estimate(fr.rate, fr.n, "tokens/s", undersampled=not math.isfinite(fr.rate),
+                                              method=f"{fr.method} (min fluidity {fr.min_fluidity:g}, "
+                                              f"{fr.request_fraction:.0%} of requests)")
+
+
+def _window_labels(scalars: dict[str, Estimate], w0: float, w1: float, duration: float,
+                   steady_state_fraction: float) -> dict[str, str]:
+    """The window each scalar covers, as the report prints it (§5.2.3.2)."""
+    steady = (f"steady state: [{w0:.3f}, {w1:.3f}] s after the first submission (first "
+              f"{steady_state_fraction:.0%} of {duration:.3f} s excluded, §5.2.3.2)")
+    whole = f"whole run: [0, {duration:.3f}] s (first submission to last response)"
+    windows: dict[str, str] = {}
+    for k in scalars:
+        if k.endswith("_full") or k in ("benchmark_duration", "smooth_goodput", "token_weighted_goodput"):
+            windows[k] = whole
+        elif k in _STEADY_SCALARS:
+            windows[k] = steady
+        else:
+            windows[k] = "all measured requests (no time window)"
+    return windows
+
+
 def summarize(
     records: Iterable[RequestRecord],
     *,
@@ -346,356 +827,47 @@ def summarize(
     if not recs:
         raise ValueError(f"no records to summarise (phase filter: {phase!r})")
     recs.sort(key=lambda r: (r.sent_ns, r.index))
-    n = len(recs)
 
-    # ---- one pass over the records for the scalar fields -------------------------------------
-    t0 = min(r.sent_ns for r in recs)
-    ends = [r.end_ns for r in recs if r.end_ns is not None]
-    t_end = max(ends) if ends else max(r.sent_ns for r in recs)
-    sent = np.array([r.sent_ns - t0 for r in recs], dtype=np.int64)
-    end_i = np.array([(r.end_ns if r.end_ns is not None else t_end) - t0 for r in recs], dtype=np.int64)
-    has_end = np.array([r.end_ns is not None for r in recs])
-    first_tok = np.array([_f(None if r.first_token_ns is None else r.first_token_ns - t0) for r in recs])
-    first_chunk = np.array([_f(None if r.first_chunk_ns is None else r.first_chunk_ns - t0) for r in recs])
-    intended = np.array([_f(None if r.intended_ns is None else r.intended_ns - t0) for r in recs])
-    isl = np.array([r.input_tokens for r in recs], dtype=np.float64)
-    max_tokens = np.array([r.max_tokens for r in recs], dtype=np.float64)
-    in_client = np.array([_f(r.input_tokens_client) for r in recs])
-    in_server = np.array([_f(r.input_tokens_server) for r in recs])
-    out_client = np.array([_f(r.output_tokens_client) for r in recs])
-    out_server = np.array([_f(r.output_tokens_server) for r in recs])
-    err = np.array([r.error_type for r in recs], dtype=object)
-    ok = np.array([r.error_type is None for r in recs])
-    failed = np.array([r.failed for r in recs])
-    cancelled = ~ok & ~failed
-    st = [r.server_timing or {} for r in recs]
-    queue_ns = np.array([_f(s.get("queue_ns")) for s in st])
-    prefill_ns = np.array([_f(s.get("prefill_ns")) for s in st])
-    preemptions = np.array([_f(s.get("preemptions")) for s in st])
-    preempted_tokens = np.array([_f(s.get("preempted_tokens")) for s in st])
-
-    # ---- chunks, flattened ----------------------------------------------------------------
-    n_chunks = np.fromiter((len(r.chunk_ns) for r in recs), dtype=np.int64, count=n)
-    total_chunks = int(n_chunks.sum())
-    c_ns = np.fromiter(itertools.chain.from_iterable(r.chunk_ns for r in recs), dtype=np.int64,
-                       count=total_chunks) - t0
-
-    def _tokens_of(r: RequestRecord) -> list[int]:
-        if len(r.chunk_tokens) == len(r.chunk_ns):
-            return r.chunk_tokens
-        if r.chunk_tokens:
-            raise ValueError(f"record {r.index}: {len(r.chunk_tokens)} chunk_tokens for "
-                             f"{len(r.chunk_ns)} chunks")
-        return [1 if t.strip() else 0 for t in r.chunk_text]  # no tokenizer counts: 1 per text chunk
-
-    c_tok = np.fromiter(itertools.chain.from_iterable(_tokens_of(r) for r in recs), dtype=np.int64,
-                        count=total_chunks)
-    c_own = np.repeat(np.arange(n), n_chunks)
-    if total_chunks > 1:
-        bad = (np.diff(c_ns) < 0) & (c_own[1:] == c_own[:-1])
-        if bad.any():
-            r = recs[int(c_own[1:][bad][0])]
-            raise ValueError(f"record {r.index}: chunk_ns is not non-decreasing")
-    osl_chunks = _segment_sum(c_tok, n_chunks)
-    osl = np.where(~np.isnan(out_server), out_server, np.where(~np.isnan(out_client), out_client, osl_chunks))
-
-    # reasoning: first chunk with non-whitespace reasoning (only records that streamed any)
-    first_reason = np.full(n, _NAN)
-    for i, r in enumerate(recs):
-        cr = r.chunk_reasoning
-        if cr and cr.count("") != len(cr):
-            for t, txt in zip(r.chunk_ns, r.chunk_reasoning):
-                if txt and txt.strip():
-                    first_reason[i] = t - t0
-                    break
-
-    # ---- per-request latency metrics (seconds; successful requests only) ------------------------
-    ns = 1e-9
-    sent_f = sent.astype(np.float64)
-    okf = np.where(ok, 1.0, _NAN)  # multiplies to NaN for unsuccessful rows
-    ttft = (first_tok - sent_f) * ns * okf
-    ttft_any = (first_chunk - sent_f) * ns * okf
-    incl_reason = np.fmin(first_reason, first_tok)
-    ttft_incl_reasoning = np.where(~np.isnan(first_reason), (incl_reason - sent_f) * ns, _NAN) * okf
-    ttfo = np.where(first_reason < first_tok, ttft, _NAN)
-    e2e = np.where(has_end, (end_i - sent) * ns, _NAN) * okf
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(osl >= 2, (e2e - ttft) / (osl - 1), _NAN)
-        output_tps = np.where((osl > 0) & (e2e > 0), osl / e2e, _NAN)
-        prefill_tps = np.where(ttft > 0, isl / ttft, _NAN)
-        norm_lat = np.where(osl > 0, e2e / osl, _NAN)
-        in_diff = np.where(in_client > 0, (in_server - in_client) / in_client * 100.0, _NAN)
-        out_diff = np.where(out_client > 0, (out_server - out_client) / out_client * 100.0, _NAN)
-        osl_mm = np.where(max_tokens > 0, (osl - max_tokens) / max_tokens * 100.0, _NAN) * okf
-    send_lag = (sent_f - intended) * ns
-    schedule_latency = np.where(has_end, (end_i - intended) * ns, _NAN) * okf
-
-    # ---- content chunks and token times (§5.4.3: from the first content token on) --------------
-    ft_chunk = first_tok[c_own]
-    content = (c_tok > 0) & (c_ns >= np.where(np.isnan(ft_chunk), np.inf, ft_chunk))
-    content_ok = content & ok[c_own]
-    a_ns, a_own = c_ns[content_ok], c_own[content_ok]
-    a_vals, a_owner = _pairs_diff(a_ns, a_own)
-    itl = {"A": ItlSamples("A", a_vals * ns, a_owner)}
-    ttst = np.full(n, _NAN)
-    if a_owner.size:
-        u, first_idx = np.unique(a_owner, return_index=True)
-        ttst[u] = a_vals[first_idx] * ns
-    # option B token times of every request (failed ones too: they feed user idle latency)
-    tok_rep = c_tok[content]
-    b_ns_all = np.repeat(c_ns[content], tok_rep)
-    b_own_all = np.repeat(c_own[content], tok_rep)
-    tok_counts = np.bincount(b_own_all, minlength=n)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(tok_counts, out=offsets[1:])
-    tokens = ux.TokenTimes(b_ns_all, offsets, sent)
-    sel_b = ok[b_own_all]
-    b_vals, b_owner = _pairs_diff(b_ns_all[sel_b], b_own_all[sel_b])
-    single_token_chunks = bool((tok_rep == 1).all())
-    itl["B"] = ItlSamples("B", a_vals * ns if single_token_chunks else b_vals * ns,
-                          a_owner if single_token_chunks else b_owner)
-    # option C: server per-token timestamps
-    has_c = np.array([bool(r.server_token_ns) for r in recs]) & ok
-    if has_c.any():
-        c_lists = [recs[i].server_token_ns for i in np.flatnonzero(has_c)]
-        c_counts = np.fromiter((len(x) for x in c_lists), dtype=np.int64, count=len(c_lists))
-        s_ns = np.fromiter(itertools.chain.from_iterable(c_lists), dtype=np.int64, count=int(c_counts.sum()))
-        s_own = np.repeat(np.flatnonzero(has_c), c_counts)
-        s_vals, s_owner = _pairs_diff(s_ns, s_own)
-        if (s_vals < 0).any():
-            r = recs[int(s_owner[s_vals < 0][0])]
-            raise ValueError(f"record {r.index}: server_token_ns is not non-decreasing")
-        itl["C"] = ItlSamples("C", s_vals * ns, s_owner)
-    need_c = ok & (osl >= 2)
-    c_complete = bool(has_c[need_c].all()) if need_c.any() else bool(has_c.any())
-    if opt == "AUTO":
-        opt = "C" if ("C" in itl and c_complete) else "B"
-    if opt == "C" and not ("C" in itl and c_complete):
-        missing = int((need_c & ~has_c).sum())
-        raise ValueError(f"itl_option 'C' needs server_token_ns on every successful multi-token "
-                         f"request; {missing} lack it (use 'B' or 'auto', §4.6.3)")
-    chosen = itl[opt]
-    itl_count, itl_mean, jitter, max_pause = _per_request_stats(chosen.values, chosen.owner, n)
-    for arr in (itl_mean, jitter, max_pause):
-        arr[~ok] = _NAN
-
-    # ---- experience metrics -------------------------------------------------------------
-    fluid = np.full(n, _NAN)
-    dp_model = prefill_deadline
-    ttft_ok = ~np.isnan(ttft)
-    if dp_model is None and ttft_ok.any():
-        dp_model = ux.PrefillDeadline.fit(isl[ttft_ok], ttft[ttft_ok],
-                                          source="non-negative quadratic fit of this run's TTFTs")
-    if dp_model is not None:
-        fluid = ux.fluidity_index(tokens, dp_model(isl), decode_deadline)
-        fluid[~ok] = _NAN
-    judged = ok | failed
-    idle = ux.user_idle_latency(tokens, reading_speed=reading_speed, ttft_allowance=ttft_allowance,
-                                end_ns=end_i, complete=ok)
-    idle[~judged] = _NAN
-
-    columns: dict[str, np.ndarray] = {
-        "index": np.array([r.index for r in recs], dtype=np.int64),
-        "request_class": np.array([r.request_class for r in recs], dtype=object),
-        "error_type": np.array([None if e is None else e.value for e in err], dtype=object),
-        "ok": ok, "failed": failed, "cancelled": cancelled,
-        "sent": sent_f * ns, "end": np.where(has_end, end_i * ns, _NAN),
-        "ttft": ttft, "ttft_any_chunk": ttft_any, "ttft_incl_reasoning": ttft_incl_reasoning,
-        "ttfo": ttfo, "ttst": ttst * okf, "e2e": e2e, "tpot": tpot,
-        "itl_mean": itl_mean, "jitter": jitter, "max_pause": max_pause, "itl_count": itl_count,
-        "isl": isl, "osl": osl, "max_tokens": max_tokens,
-        "output_tps_per_request": output_tps, "prefill_tps_per_request": prefill_tps,
-        "normalized_latency": norm_lat, "send_lag": send_lag, "schedule_latency": schedule_latency,
-        "input_usage_diff_pct": in_diff, "output_usage_diff_pct": out_diff,
-        "osl_mismatch_pct": osl_mm, "queue_wait": queue_ns * ns, "prefill": prefill_ns * ns,
-        "preemptions": preemptions, "preempted_tokens": preempted_tokens,
-        "fluidity": fluid, "user_idle_latency": idle,
-    }
+    rows = _Rows.of(recs)
+    ch = _Chunks.of(recs, rows.t0)
+    osl = _output_lengths(rows, ch)
+    lat = _latency_columns(rows, ch, osl)
+    itl = _itl(rows, ch, osl, opt)
+    fluid, idle, dp_model = _experience(rows, lat["ttft"], itl.tokens, prefill_deadline, decode_deadline,
+                                        reading_speed, ttft_allowance)
+    columns = _columns(rows, osl, lat, itl, fluid, idle)
     columns.update(mx.per_request_table(recs))  # AIPerf per-request metrics and HTTP phases (metrics_extra)
-    per_request = PerRequest(columns, itl)
-
-    # ---- distributions ------------------------------------------------------------------
-    def dist(name: str, values: np.ndarray, unit: str) -> Distribution:
-        return distribution(name, values, unit, percentiles, confidence=confidence)
-
-    dists: dict[str, Distribution] = {}
-    for name in _CORE:
-        dists[name] = dist(name, columns[name][ok], UNITS[name])
-    for name in _OPTIONAL:
-        rows = np.ones(n, dtype=bool) if name in ("send_lag", "user_idle_latency") else ok
-        vals = columns[name][rows]
-        if np.count_nonzero(~np.isnan(vals)):
-            dists[name] = dist(name, vals, UNITS[name])
-    dists["inter_chunk"] = dist("time_between_chunks", itl["A"].values, "s")
-    dists["itl_distributed"] = (replace(dists["inter_chunk"], name="itl_distributed")
-                                if single_token_chunks else dist("itl_distributed", itl["B"].values, "s"))
-    if "C" in itl:
-        dists["itl_server"] = dist("itl_server", itl["C"].values, "s")
-    dists["itl"] = replace({"A": dists["inter_chunk"], "B": dists["itl_distributed"],
-                            "C": dists.get("itl_server")}[opt],
-                           name="time_between_chunks" if opt == "A" else "itl")
-    sizes = tok_rep[ok[c_own[content]]].astype(np.float64)
-    dists["chunk_size"] = dist("chunk_size", sizes, "tokens")
-
-    ttft_buckets: dict[str, Distribution] = {}
-    for lo, hi in INPUT_LENGTH_BUCKETS:
-        sel = ok & (isl >= lo) & (isl < hi)
-        if sel.any():
-            label = f"[{lo},{'inf' if math.isinf(hi) else int(hi)})"
-            ttft_buckets[label] = dist(f"ttft{label}", ttft[sel], "s")
-
+    per_request = PerRequest(columns, itl.samples)
+    dists, ttft_buckets = _distributions(columns, rows, ch, itl, percentiles, confidence)
     itl_d = dists["itl"]
-    mod = modality(itl_d.samples, assume_sorted=True) if itl_d.samples is not None else None
-    tail = tail_shape(itl_d.samples, assume_sorted=True) if itl_d.samples is not None else None
 
-    # ---- scalars ---------------------------------------------------------------------------
-    duration = (t_end - t0) * ns
+    duration = rows.duration
     w0, w1 = steady_state_window(0.0, duration, steady_state_fraction)
-    scalars: dict[str, Estimate] = {}
-
-    def count(name: str, k: int, unit: str = "requests") -> None:
-        scalars[name] = Estimate(float(k), int(k), unit, method="count")
-
-    n_ok, n_failed = int(ok.sum()), int(failed.sum())
-    judged_n = n_ok + n_failed
-    count("request_count", n)
-    count("completed_count", n_ok)
-    count("error_count", n_failed)
-    count("cancelled_count", int(cancelled.sum()))
-    n_refused = int(sum(1 for e in err if e is ErrorType.REFUSED))
-    count("refusals", n_refused)
-    scalars["success_rate"] = proportion_estimate(n_ok, judged_n, confidence=confidence)
-    scalars["error_rate"] = proportion_estimate(n_failed, judged_n, confidence=confidence)
-    scalars["refusal_rate"] = proportion_estimate(n_refused, judged_n, confidence=confidence)
-    scalars["benchmark_duration"] = Estimate(duration, n, "s", method="first submission to last response")
-    scalars["steady_state_duration"] = Estimate(w1 - w0, n, "s", method="steady-state window length")
-
-    # events for throughput
-    req_t = end_i[ok & has_end] * ns
-    chunk_ok = ok[c_own] & (c_tok > 0)
-    scale = np.divide(osl, osl_chunks, out=np.zeros(n), where=osl_chunks > 0)
-    out_t = c_ns[chunk_ok] * ns
-    out_w = c_tok[chunk_ok] * scale[c_own[chunk_ok]]
-    no_chunks = ok & (osl_chunks == 0) & (osl > 0) & has_end  # non-streamed: tokens at the end
-    out_t = np.concatenate((out_t, end_i[no_chunks] * ns))
-    out_w = np.concatenate((out_w, osl[no_chunks]))
-    in_at = np.where(np.isnan(first_tok), end_i.astype(np.float64), first_tok)
-    in_sel = ok & has_end
-    in_t, in_w = in_at[in_sel] * ns, isl[in_sel]
-
-    windows_s = {"": (w0, w1), "_full": (0.0, duration)}
-
-    def sums(t: np.ndarray, w: np.ndarray | None) -> dict[str, tuple[np.ndarray, int]]:
-        return {suf: window_sums(t, w, a, b, batches) for suf, (a, b) in windows_s.items()}
-
-    def rate(name: str, s: dict[str, tuple[np.ndarray, int]], unit: str) -> None:
-        for suf, (a, b) in windows_s.items():
-            scalars[name + suf] = rate_from_window_sums(s[suf][0], s[suf][1], b - a, unit=unit,
-                                                        confidence=confidence)
-
-    out_s, in_s = sums(out_t, out_w), sums(in_t, in_w)
-    rate("request_throughput", sums(req_t, None), "requests/s")
-    rate("output_throughput", out_s, "tokens/s")
-    rate("input_throughput", in_s, "tokens/s")
-    rate("total_token_throughput", {k: (out_s[k][0] + in_s[k][0], out_s[k][1] + in_s[k][1]) for k in out_s},
-         "tokens/s")
-    if gpu_count:
-        o = scalars["output_throughput"]
-        scalars["tokens_per_gpu_second"] = Estimate(
-            o.value / gpu_count, o.n, "tokens/s/GPU",
-            None if o.ci_low is None else o.ci_low / gpu_count,
-            None if o.ci_high is None else o.ci_high / gpu_count, o.confidence, o.undersampled,
-            f"output throughput / {gpu_count} GPUs")
-
+    sc = _Scalars({"": (w0, w1), "_full": (0.0, duration)}, batches, confidence)
+    _count_scalars(sc, rows)
+    held_w = _throughput_scalars(sc, rows, ch, osl, gpu_count)
     if slos:
-        good = ok.copy()
-        for slo in slos:
-            vals = per_request[slo.metric]
-            res = np.asarray(slo.ok(vals), dtype=bool)
-            if res.shape != vals.shape:
-                raise ValueError(f"SLO on {slo.metric!r} returned shape {res.shape}, expected {vals.shape}")
-            good &= res | np.isnan(vals.astype(np.float64))
-        columns["good"] = good
-        count("good_count", int(good.sum()))
-        scalars["good_fraction"] = proportion_estimate(int(good.sum()), judged_n, confidence=confidence)
-        rate("goodput", sums(end_i[good & has_end] * ns, None), "requests/s")
-
-    held_w = np.where(ok[c_own], c_tok * scale[c_own], c_tok)  # OSL-scaled for successful rows
-    tif, conc = _in_flight(sent * ns, end_i * ns, isl, c_ns * ns, held_w, n_chunks, w0, w1, batches,
-                           confidence)
-    scalars["tokens_in_flight"], scalars["concurrency"] = tif, conc
-
-    reported = ~np.isnan(preemptions)
-    if reported.any():
-        pre = reported & (preemptions > 0)
-        scalars["preemption_rate"] = proportion_estimate(int(pre.sum()), int(reported.sum()), confidence=confidence)
-        scalars["preemption_recovery_rate"] = proportion_estimate(int((pre & ok).sum()), int(pre.sum()),
-                                                                  confidence=confidence)
-        events = float(np.nansum(preemptions[pre]))
-        lost = np.nansum(preempted_tokens[pre])
-        scalars["tokens_lost_per_preemption"] = Estimate(
-            float(lost / events) if events else _NAN, int(events), "tokens/preemption",
-            undersampled=events == 0, method="Σ preempted_tokens / Σ preemptions")
-
-    p50, p99 = itl_d.percentiles.get(50.0), itl_d.percentiles.get(99.0)
-    if p50 is None or p99 is None:
-        p50, p99 = itl_d.percentile(50.0), itl_d.percentile(99.0)
-    scalars["itl_tail_ratio"] = Estimate(p99.value / p50.value if p50.value > 0 else _NAN, itl_d.n, "ratio",
-                                         undersampled=p99.undersampled, method="P99 / P50 of ITL samples")
-    n_content = int(tok_rep.size)
-    if n_content:
-        scalars["single_token_chunk_fraction"] = proportion_estimate(int((tok_rep == 1).sum()), n_content,
-                                                                     confidence=confidence)
-    mm = ok & (max_tokens > 0) & (np.abs(osl - max_tokens) > np.minimum(0.05 * max_tokens, 50))
-    count("osl_mismatch_count", int(mm.sum()))
-    disc = (np.abs(np.nan_to_num(in_diff)) > 10) | (np.abs(np.nan_to_num(out_diff)) > 10)
-    count("usage_discrepancy_count", int(disc.sum()))
-    n_tokens = np.where(ok, osl, 0.0)[judged]
-    if duration > 0 and judged.any():
-        scalars["smooth_goodput"] = Estimate(
-            ux.smooth_goodput(n_tokens, idle[judged], duration, alpha=alpha), int(judged.sum()),
-            "tokens/s", method=f"smooth goodput, alpha={alpha:g}, V=1/{reading_speed:g} s/token, "
-            f"TTFT allowance {ttft_allowance:g} s, f(l)=max(l,0)")
-
-    # ---- AIPerf run totals, token-weighted goodput (eq. 5), fluid token rate (metrics_extra) -----
-    for name, v in mx.run_values(recs).items():
-        if v is not None:
-            scalars[name] = Estimate(float(v), n, registry.METRICS[name].unit, method=registry.METRICS[name].definition)
-    if duration > 0 and judged.any():
-        scalars["token_weighted_goodput"] = Estimate(
-            mx.token_weighted_goodput_of(np.where(ok, np.nan_to_num(osl), 0.0), ok & (idle == 0.0), duration),
-            int(judged.sum()), "tokens/s", method=f"Σ OSL of requests meeting every deadline A + i/V (A = "
-            f"{ttft_allowance:g} s, V = {reading_speed:g} s/token) / whole run (smooth goodput paper eq. 5)")
-    if dp_model is not None and ok.any():
-        fr = ux.fluid_token_generation_rate(_subset_tokens(tokens, ok), dp_model(isl[ok]), failed=n_failed)
-        scalars["fluid_token_rate"] = Estimate(fr.rate, fr.n, "tokens/s", undersampled=not math.isfinite(fr.rate),
-                                               method=f"{fr.method} (min fluidity {fr.min_fluidity:g}, "
-                                               f"{fr.request_fraction:.0%} of requests)")
-
-    # ---- windows ------------------------------------------------------------------------
-    steady = (f"steady state: [{w0:.3f}, {w1:.3f}] s after the first submission (first "
-              f"{steady_state_fraction:.0%} of {duration:.3f} s excluded, §5.2.3.2)")
-    whole = f"whole run: [0, {duration:.3f}] s (first submission to last response)"
-    windows: dict[str, str] = {}
-    for k in scalars:
-        if k.endswith("_full") or k in ("benchmark_duration", "smooth_goodput", "token_weighted_goodput"):
-            windows[k] = whole
-        elif k in _STEADY_SCALARS:
-            windows[k] = steady
-        else:
-            windows[k] = "all measured requests (no time window)"
+        _slo_scalars(sc, rows, per_request, slos)
+    sc.out["tokens_in_flight"], sc.out["concurrency"] = _in_flight(
+        rows.sent * _NS, rows.end * _NS, rows.isl, ch.ns * _NS, held_w, ch.counts, w0, w1, batches, confidence)
+    _preemption_scalars(sc, rows)
+    _shape_scalars(sc, rows, osl, lat, itl, itl_d)
+    _experience_scalars(sc, rows, osl, idle, itl.tokens, dp_model, alpha=alpha, reading_speed=reading_speed,
+                        ttft_allowance=ttft_allowance)
 
     definitions = dict(DEFINITIONS)
-    definitions["itl_option"] = f"{opt}: {ITL_OPTIONS[opt]}"
+    definitions["itl_option"] = f"{itl.option}: {ITL_OPTIONS[itl.option]}"
     definitions["fluidity_parameters"] = (
         f"D_d = {decode_deadline:g} s; D_p = {dp_model.source if dp_model else 'n/a'}"
         f"{'' if dp_model is None else f' + {dp_model.slack:g} s slack'}")
     return RunMetrics(
-        distributions=dists, scalars=scalars,
-        errors_by_type=dict(sorted(Counter(e.value for e in err[failed]).items())),
-        per_request=per_request, windows=windows, ttft_by_input_length=ttft_buckets,
-        itl_option=opt, itl_modality=mod, itl_tail=tail, definitions=definitions,
-        steady_window=(w0, w1), prefill_deadline=dp_model, tokens=tokens,
+        distributions=dists, scalars=sc.out,
+        errors_by_type=dict(sorted(Counter(e.value for e in rows.err[rows.failed]).items())),
+        per_request=per_request, windows=_window_labels(sc.out, w0, w1, duration, steady_state_fraction),
+        ttft_by_input_length=ttft_buckets, itl_option=itl.option, itl_modality=(
+            modality(itl_d.samples, assume_sorted=True) if itl_d.samples is not None else None),
+        itl_tail=tail_shape(itl_d.samples, assume_sorted=True) if itl_d.samples is not None else None,
+        definitions=definitions, steady_window=(w0, w1), prefill_deadline=dp_model, tokens=itl.tokens,
     )
 
 

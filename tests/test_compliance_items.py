@@ -219,8 +219,8 @@ CASES["4.7.3-MUST-1"] = Case(context={**REMOTE, "latency_adjustment": {"method":
 #: decider items: (observations under which the item is met, the change under which it is unmet)
 DECIDER_CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "5.1.2-MUST-2": ({"planned": 10_000, "sent": 10_000}, {"sent": 9_000}),
-    "5.1.2-MUST-3": ({"n_ok": 1000}, {"n_ok": 999}),
-    "5.1.2-MUST-4": ({"n_ok": 10_000}, {"n_ok": 9_999}),
+    "5.1.2-MUST-3": ({"successful": 1000, "ttft_samples": 975}, {"successful": 999, "ttft_samples": 999}),
+    "5.1.2-MUST-4": ({"successful": 10_000, "ttft_samples": 10_000}, {"successful": 9_999, "ttft_samples": 9_990}),
     "5.1.3-MUST-1": ({"pre_content": 10, "requests": 100, "noted": True}, {"noted": False}),
     "5.1.4-MUST-1": ({"reported": {f"TTFT P{q}": "12.0 ms" for q in ("50", "90", "95", "99", "99.9")}},
                      {"reported": {f"TTFT P{q}": "12.0 ms" if q != "99.9" else "n/a" for q in
@@ -421,3 +421,17 @@ def test_prefix_caching_state_is_measured_from_cached_tokens() -> None:
     facts = _apply(good_facts("5.1"), {"prefix_caching": state, "prefix_caching_source": source})
     check = evaluate_test("5.1", all_procedure_checks("5.1"), facts, _drop("prefix_caching")(dict(GOOD_DECLARATIONS)))
     assert check["5.1.2-MUST-13"].status is Status.MET and check["5.1.2-MUST-13"].source == "measured"
+
+
+def test_request_count_items_count_successful_requests_and_name_those_without_ttft() -> None:
+    """§5.1.2.1 sets the request count; a successful all-whitespace response has no TTFT (§5.1.3.1).
+
+    Against llama-server (Gemma 3 270M), 25 of 1000 successful requests streamed only whitespace:
+    the request count is met, and the evidence says how many TTFT samples the percentiles rest on.
+    """
+    met = engine.decide("5.1.2-MUST-3", successful=1000, ttft_samples=975)
+    assert met.status is Status.MET
+    assert met.reason == ("1000 >= 1000 successful requests for P99; TTFT defined for 975 "
+                          "(25 streamed no non-whitespace content, §5.1.3.1)")
+    unmet = engine.decide("5.1.2-MUST-4", successful=1000, ttft_samples=1000)
+    assert unmet.status is Status.UNMET and unmet.reason == "1000 requests < 10000 required for P99.9"

@@ -72,7 +72,7 @@ def _streaming(ctx: _Ctx, rid: str) -> Check:
 
 
 _AUDIT_FIELDS = {
-    "4.2.2-MUST-2": ("missing_chunk_times", "per-chunk arrival times"),
+    "4.2.2-MUST-2": ("missing_chunk_times", "set of per-chunk arrival times"),
     "4.2.6-MUST-1": ("missing_submit", "submission timestamp"),
     "4.2.6-MUST-2": ("missing_first_token", "first-token timestamp"),
     "4.2.6-MUST-3": ("missing_chunk_times", "arrival time of every later token/chunk"),

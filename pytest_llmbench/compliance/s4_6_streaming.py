@@ -33,7 +33,8 @@ def _chunking(ctx: _Ctx, rid: str) -> Check:
     frac = ctx.facts.single_token_chunk_fraction
     if frac is None:
         return _need(rid, "tokens-per-chunk measurement")
-    kind = "one token per chunk" if frac >= 1.0 else f"multi-token chunks occur ({frac:.1%} single-token)"
+    kind = ("one token per chunk" if frac >= 1.0 else
+            f"multi-token chunks occur ({100 * (1 - frac):.2g}% of content chunks carry several tokens)")
     return Check.met(rid, kind, single_token_chunk_fraction=frac)
 
 

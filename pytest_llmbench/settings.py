@@ -77,7 +77,8 @@ OPTIONS: tuple[Option, ...] = (
            None, "list"),
     Option("declarations", "TOML/YAML file of tester declarations (hardware, model version, ...)", None, "path"),
     Option("insecure", "do not verify TLS certificates (recorded in the report)", False, "bool"),
-    Option("timeout", "per-request total timeout in seconds", 300.0, "float"),
+    Option("timeout", "per-request timeout in seconds: the whole request, and the longest wait for its first "
+           "byte or between two reads", 300.0, "float"),
     Option("time-scale", "embedded simulator: factor applied to every modelled delay", 0.25, "float"),
     Option("sim-config", "embedded simulator: TOML/JSON configuration file", None, "path"),
     Option("strict-sampling", "fail SLOs on under-sampled percentiles (§5.1.4.3)", False, "bool"),

@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -494,3 +495,25 @@ async def test_arrival_after_server_send_time(server_process: str) -> None:
 
 if __name__ == "__main__":
     serve_forever()
+
+
+def test_procedure_client_waits_for_the_first_byte_as_long_as_llm_timeout(tmp_path: Path) -> None:
+    """A saturated server may send nothing until it starts the prefill: ``--llm-timeout`` bounds that wait.
+
+    A fixed 120 s cap on the silence made 2 requests of a 5.1 run against llama-server (1000 requests,
+    Poisson 0.3 req/s, 2 cores, TTFT P99 above 100 s) time out although the tester allowed 300 s.
+    """
+    from pytest_llmbench.procedures.base import ProcedureContext
+    from pytest_llmbench.procedures.common import client_for
+    from pytest_llmbench.settings import Settings
+    from pytest_llmbench.sut import SUT
+
+    async def no_capacity(kind: str) -> Any:
+        raise AssertionError(kind)
+
+    for timeout in (30.0, 300.0, 900.0):
+        ctx = ProcedureContext(sut=SUT(base_url="http://127.0.0.1:9/v1", model="m", api="completions"),
+                               settings=Settings(report=tmp_path, timeout=timeout), tokenizer=get_tokenizer(),
+                               run_root=tmp_path, get_capacity=no_capacity, configure_sut=lambda s, v: False)
+        config = client_for(ctx).config
+        assert config.read_timeout_s == config.total_timeout_s == timeout

@@ -187,6 +187,9 @@ def test_5_1(llm_result):
     ttft = llm_result.metrics.distributions["ttft"]
     # every request accounted for; a base model may stream only whitespace (no first content token, §5.1.3.1)
     assert ttft.n + ttft.dropped == 12 and ttft.n >= 9, (ttft.n, ttft.dropped)
+    blank = [n for n in llm_result.notes if "streamed no non-whitespace content" in n]
+    assert blank == ([f"{ttft.dropped} of 12 successful requests streamed no non-whitespace content: no TTFT "
+                      "(§5.1.3.1)"] if ttft.dropped else []), llm_result.notes
 
 @pytest.mark.llm_procedure("5.4", requests=12, levels=(0.5,), min_output_tokens=8, max_output_tokens=16,
                            warmup_requests=4, warmup_tokens=64)

@@ -107,7 +107,7 @@ def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> 
         api_key_env=sut.api_key_env,
         verify_tls=sut.verify_tls,
         total_timeout_s=s.timeout,
-        read_timeout_s=min(s.timeout, 120.0),
+        read_timeout_s=s.timeout,  # a saturated server may stay silent until prefill: --llm-timeout bounds it
         token_id_prompts=sut.api == "completions",
         request_server_timing=sut.embedded,
         tokenizer=None,

@@ -15,6 +15,7 @@ import pytest
 
 from procedure_harness import procedure_context
 from pytest_llmbench.procedures.base import Capacity, ProcedureContext, ProcedureError, SkipProcedure, get_procedure
+from pytest_llmbench.procedures.p5_10_guardrails import Guardrails
 from pytest_llmbench.records import ErrorType
 from pytest_llmbench.settings import Settings
 from pytest_llmbench.simulator import SimConfig, start_simulator
@@ -226,3 +227,20 @@ def test_skips_without_a_configuration_hook(tmp_path: Path) -> None:
 def test_bad_parameters_are_rejected(bad: dict[str, Any]) -> None:
     with pytest.raises(ProcedureError):
         PROC.make_params("standard", bad)
+
+
+@pytest.mark.parametrize(("measured", "compares"), [({"none", "full"}, True), ({"none", "input", "output"}, True),
+                                                    ({"full"}, False), ({"none"}, False), (set(), False)])
+def test_only_a_run_with_guardrails_off_and_on_counts_as_the_comparison(measured: set[str], compares: bool,
+                                                                        tmp_path: Path) -> None:
+    """4.8.2-SHOULD-2 asks for an on/off comparison: a 5.10 that measured only one side does not provide it."""
+    from pytest_llmbench.compliance import RunFacts
+
+    ctx = ProcedureContext(sut=SUT(base_url="http://127.0.0.1:9/v1", model="m", api="completions"),
+                           settings=Settings(report=tmp_path), tokenizer=get_tokenizer(), run_root=tmp_path,
+                           get_capacity=None, configure_sut=lambda s, v: False)  # type: ignore[arg-type]
+    proc = Guardrails(ctx, PROC.make_params("smoke", {"configurations": ("none", "input", "output", "full")}))
+    proc.runs = {(c, 0.5): None for c in measured}
+    facts = RunFacts(session_tests=("5.1",))
+    proc.adjust_facts(facts)
+    assert ("5.10" in facts.session_tests) is compares and "5.1" in facts.session_tests

@@ -428,7 +428,9 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         if self.ctx.sut.embedded:  # the filters that were on in any compared configuration
             facts.guardrails = {"input_filter": "on" if {"input", "full"} & set(cfgs) else "off",
                                 "output_filter": "on" if {"output", "full"} & set(cfgs) else "off"}
-        facts.session_tests = tuple(sorted(set(facts.session_tests) | {"5.10"}))  # this is the on/off comparison
+        measured = {c for c, _ in self.runs}
+        if "none" in measured and measured - {"none"}:  # guardrails measured off and on: the §4.8.2 comparison
+            facts.session_tests = tuple(sorted(set(facts.session_tests) | {"5.10"}))
 
 
 def _checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes: dict[str, Measured],

@@ -106,6 +106,54 @@ def test_report_items_refer_to_the_table_object_not_its_title() -> None:
     assert bad["5.2.5-REPORT-1"].status is Status.UNMET and bad["5.2.5-REPORT-2"].status is Status.UNMET
 
 
+def test_report_items_are_read_back_from_the_written_tables() -> None:
+    """5.3/5.4 REPORT items: met only when the table is in the result and the column/row has a value in every row."""
+    from pytest_llmbench.procedures.helpers import reported, reported_line
+    from pytest_llmbench.procedures.p5_3_tradeoff import _report_checks as report_5_3
+    from pytest_llmbench.procedures.p5_4_itl import _report_checks as report_5_4
+
+    t5 = Table("Table 5: Throughput-Latency Table", ["Offered (r/s)", "Achieved (tok/s)", "TTFT P50", "TTFT P99",
+                                                     "TPOT P50", "TPOT P99", "Success"],
+               [["1.00", "50", "10 ms", "20 ms", "5 ms", "9 ms", "100.0%"]],
+               notes=["Knee point: not reached", "Saturation point: 1.00 req/s", "Optimal operating point: none"])
+    detail = Table("Per-level detail (§5.3.4)", ["Load", "TTFT P95", "TPOT P95", "E2E P50", "E2E P95", "E2E P99",
+                                                 "Queue"], [["10%", "15 ms", "7 ms", "1 s", "2 s", "3 s", "stable"]])
+    ok = report_5_3(t5, detail, [t5, detail])
+    assert {c.status for c in ok.values()} == {Status.MET}, {k: c.reason for k, c in ok.items()}
+    assert ok["5.3.4-REPORT-9"].reason == "Knee point: not reached"
+    assert ok["5.3.4-REPORT-5"].reason == "E2E P50/P95/P99 per level: E2E P50, E2E P95, E2E P99 in Per-level detail (§5.3.4)"
+    dropped = report_5_3(t5, detail, [t5])  # the detail table never reached the result
+    assert dropped["5.3.4-REPORT-7"].status is Status.UNMET and "not in the result" in dropped["5.3.4-REPORT-7"].reason
+    blank = Table(detail.title, detail.columns, [["10%", "15 ms", "7 ms", "1 s", "2 s", "", "stable"]])
+    assert report_5_3(t5, blank, [t5, blank])["5.3.4-REPORT-5"].status is Status.UNMET
+    no_knee = Table(t5.title, t5.columns, t5.rows, notes=["Saturation point: 1.00 req/s"])
+    assert reported_line("5.3.4-REPORT-9", no_knee, "Knee point:", [no_knee]).status is Status.UNMET
+
+    t6 = Table("Table 6: ITL Results (50%)", ["Metric", "Value"],
+               [["ITL Samples", "900"], *([f"ITL P{q}", "5 ms"] for q in ("50", "90", "95", "99", "99.9")),
+                ["ITL Mean", "5 ms"], ["ITL Std Dev", "1 ms"], ["P99/P50 Ratio", "1.8"]])
+    shape = Table("Per-request ITL statistics", ["Load", "Jitter P50", "Jitter P95", "Jitter P99", "Max Pause P50",
+                                                 "Max Pause P95", "Max Pause P99", "Modality", "Tail", "P99/P50"],
+                  [["50%", "1 ms", "2 ms", "3 ms", "9 ms", "12 ms", "15 ms", "unimodal", "light", "1.80"]])
+    ok4 = report_5_4([t6], shape, [t6, shape])
+    assert {c.status for c in ok4.values()} == {Status.MET}, {k: c.reason for k, c in ok4.items()}
+    no_std = Table(t6.title, t6.columns, [r for r in t6.rows if r[0] != "ITL Std Dev"])
+    assert report_5_4([no_std], shape, [no_std, shape])["5.4.4-REPORT-3"].status is Status.UNMET
+    assert reported("X", "x", [(t6, "ITL Mean")], [Table(t6.title, t6.columns, t6.rows)]).status is Status.UNMET
+
+    from pytest_llmbench.procedures.p5_7_prefix_cache import _report_checks as report_5_7
+    t10 = Table("Table 10: Cache Effectiveness", ["Configuration", "TTFT P50", "TTFT P95", "TTFT P99"],
+                [["Cache Disabled", "90 ms", "99 ms", "120 ms"], ["Cache (Cold)", "40 ms", "60 ms", "70 ms"]])
+    fx = Table("Prefix cache effect (§5.7.4)", ["Configuration", "TTFT Reduction P50", "TTFT Reduction P95",
+                                                "TTFT Reduction P99", "Output Throughput", "Throughput Change"],
+               [["Cache (Cold)", "55%", "39%", "42%", "80.0 tok/s", "+3%"]])
+    ok7 = report_5_7(["disabled", "cold"], t10, fx, [t10, fx])
+    assert {c.status for c in ok7.values()} == {Status.MET}, {k: c.reason for k, c in ok7.items()}
+    no_cold = Table(t10.title, t10.columns, t10.rows[:1])
+    lost = report_5_7(["disabled", "cold"], no_cold, fx, [no_cold])
+    assert lost["5.7.4-REPORT-2"].status is Status.UNMET and lost["5.7.4-REPORT-3"].status is Status.UNMET
+
+
 def test_one_cap_output_caps_max_and_min_tokens() -> None:
     specs = [RequestSpec(index=0, workload="w", input_tokens=4, max_tokens=100, prompt_text="a b", min_tokens=100),
              RequestSpec(index=1, workload="w", input_tokens=4, max_tokens=10, prompt_text="c d")]

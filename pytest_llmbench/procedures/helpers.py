@@ -22,7 +22,7 @@ from ..workloads import build_workload
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..metrics import RunMetrics
-    from .base import ProcedureContext
+    from .base import ProcedureContext, Table
     from .common import Measured
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "percentile_row",
     "pvalue",
     "queue_trend",
+    "reported",
     "sample_list",
     "steady_window_ns",
 ]
@@ -402,3 +403,40 @@ def declared_checks(spec: Mapping[str, CheckSpec]) -> dict[str, Check]:
         ok = pred() if callable(pred) else pred
         out[rid] = (Check.met(rid, met_reason, **evidence) if ok else Check.unmet(rid, unmet_reason, **evidence))
     return out
+
+
+def _values(table: Table, name: str) -> list[str] | None:
+    """The cells of column ``name``, or of the row whose first cell is ``name``; None when neither exists."""
+    if name in table.columns:
+        i = table.columns.index(name)
+        return [str(row[i]) for row in table.rows]
+    row = next((r for r in table.rows if r and r[0] == name), None)
+    return None if row is None else [str(x) for x in row[1:]]
+
+
+def reported(rid: str, what: str, needs: Sequence[tuple[Table, str]], tables: Sequence[Table]) -> Check:
+    """A REPORT item read back from what the result holds (§5.x.4/§5.x.5), not asserted.
+
+    Met when every ``(table, name)`` is one of the result's ``tables`` (identity, not title), and
+    ``name`` (a column, or a row label) has a value in every row of it: a column the procedure forgot,
+    a table it dropped or a blank cell makes the item unmet.
+    """
+    gaps: list[str] = []
+    for table, name in needs:
+        cells = _values(table, name) if any(t is table for t in tables) else None
+        if cells is None:
+            gaps.append(f"{table.title}: no {name!r}" if any(t is table for t in tables)
+                        else f"{table.title} not in the result")
+        elif not cells or any(not c.strip() for c in cells):
+            gaps.append(f"{table.title}: {name!r} blank")
+    if gaps:
+        return Check.unmet(rid, f"{what}: " + "; ".join(gaps))
+    titles = list(dict.fromkeys(t.title.split(":")[0] for t, _ in needs))
+    names = list(dict.fromkeys(n for _, n in needs))
+    return Check.met(rid, f"{what}: {', '.join(names)} in {' and '.join(titles)}")
+
+
+def reported_line(rid: str, table: Table, prefix: str, tables: Sequence[Table]) -> Check:
+    """A REPORT item met by a written line of ``table``'s notes starting with ``prefix`` (e.g. the knee point)."""
+    line = next((n for n in table.notes if n.startswith(prefix)), None) if any(t is table for t in tables) else None
+    return Check.met(rid, line) if line else Check.unmet(rid, f"no '{prefix}' line under {table.title}")

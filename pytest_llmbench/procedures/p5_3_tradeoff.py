@@ -59,6 +59,8 @@ from .helpers import (
     level_specs,
     pvalue,
     queue_trend,
+    reported,
+    reported_line,
 )
 from .pipeline import Outcome, ProcedureRun
 
@@ -350,14 +352,35 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
              for pt, m in zip(points, runs) if pt.everyone is not None],
             notes=[("queue growth: OLS slope of the server's waiting gauge (client in-flight count without /metrics) "
                     "significant and >= max(2, 2% of arrivals) over the steady window"), FLUID_RATE_NOTE])
+        self.table5, self.detail = table5, detail
         return [table5, detail]
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        return _checks(self.p, self.points, self.cap, self.knee, self.sat, self.opt, self.slo_given, self.measured)
+        return {**_checks(self.p, self.points, self.cap, self.sat, self.measured),
+                **_report_checks(self.table5, self.detail, out.tables)}
 
 
-def _checks(p: TradeoffParams, points: list[LevelPoint], cap: Any, knee: int | None, sat: int | None,
-            opt: int | None, slo_given: bool, runs: list[Measured]) -> dict[str, Check]:
+def _report_checks(t5: Table, detail: Table, tables: list[Table]) -> dict[str, Check]:
+    """5.3.4/5.3.5 REPORT items, read back from the written Table 5 and per-level detail."""
+    per_level = {
+        "5.3.4-REPORT-1": ("offered load per level", [(t5, "Offered (r/s)")]),
+        "5.3.4-REPORT-2": ("achieved output throughput per level", [(t5, "Achieved (tok/s)")]),
+        "5.3.4-REPORT-3": ("TTFT P50/P95/P99 per level", [(t5, "TTFT P50"), (detail, "TTFT P95"), (t5, "TTFT P99")]),
+        "5.3.4-REPORT-4": ("TPOT P50/P95/P99 per level", [(t5, "TPOT P50"), (detail, "TPOT P95"), (t5, "TPOT P99")]),
+        "5.3.4-REPORT-5": ("E2E P50/P95/P99 per level", [(detail, "E2E P50"), (detail, "E2E P95"), (detail, "E2E P99")]),
+        "5.3.4-REPORT-6": ("success rate per level (successful / sent)", [(t5, "Success")]),
+        "5.3.4-REPORT-7": ("queue growth indicator per level", [(detail, "Queue")]),
+        "5.3.5-REPORT-1": ("Table 5", [(t5, name) for name in t5.columns[:1]]),
+    }
+    c = {rid: reported(rid, what, needs, tables) for rid, (what, needs) in per_level.items()}
+    for rid, prefix in (("5.3.4-REPORT-8", "Optimal operating point:"), ("5.3.4-REPORT-9", "Knee point:"),
+                        ("5.3.4-REPORT-10", "Saturation point:")):
+        c[rid] = reported_line(rid, t5, prefix, tables)
+    return c
+
+
+def _checks(p: TradeoffParams, points: list[LevelPoint], cap: Any, sat: int | None,
+            runs: list[Measured]) -> dict[str, Check]:
     fr = [pt.fraction for pt in points]
     c: dict[str, Check] = {}
     c["5.3.2-PARAM-1"] = Check.met("5.3.2-PARAM-1", f"workload {p.workload}")
@@ -384,18 +407,5 @@ def _checks(p: TradeoffParams, points: list[LevelPoint], cap: Any, knee: int | N
     c["5.3.3-PARAM-3"] = (Check.met("5.3.3-PARAM-3", "levels run in ascending order of offered load")
                           if starts == sorted(starts) else Check.unmet("5.3.3-PARAM-3", "levels not run in order"))
     c["5.3.3-PARAM-4"] = Check.met("5.3.3-PARAM-4", "throughput-latency curve in report.html (plots['curve'])")
-    for rid, what in (("5.3.4-REPORT-1", "offered load"), ("5.3.4-REPORT-2", "achieved output throughput"),
-                      ("5.3.4-REPORT-3", "TTFT P50/P95/P99"), ("5.3.4-REPORT-4", "TPOT P50/P95/P99"),
-                      ("5.3.4-REPORT-5", "E2E P50/P95/P99"),
-                      ("5.3.4-REPORT-6", "success rate (successful / sent, cancelled requests counted)"),
-                      ("5.3.4-REPORT-7", "queue growth indicator")):
-        c[rid] = Check.met(rid, f"{what} per level (Table 5 / per-level detail)")
-    c["5.3.4-REPORT-8"] = Check.met("5.3.4-REPORT-8", "optimal operating point reported" if slo_given
-                                    else "reported as 'no SLO given'", optimal_index=opt)
-    c["5.3.4-REPORT-9"] = Check.met("5.3.4-REPORT-9", "knee point reported" + ("" if knee is not None
-                                                                              else " (not reached)"), knee_index=knee)
-    c["5.3.4-REPORT-10"] = Check.met("5.3.4-REPORT-10", "saturation point reported" + (
-        "" if sat is not None else " (not reached)"), saturation_index=sat)
-    c["5.3.5-REPORT-1"] = Check.met("5.3.5-REPORT-1", "Table 5 with knee and saturation lines")
     return c
 

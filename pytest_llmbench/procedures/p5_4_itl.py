@@ -37,7 +37,7 @@ from ..workloads import build_workload
 from ..warmup import WarmupResult
 from .base import Table
 from .common import Measured, level_requests
-from .helpers import FLUID_RATE_NOTE, cap_output, fluid_rate, fmt_ms, fmt_num, pvalue, sample_list
+from .helpers import FLUID_RATE_NOTE, cap_output, fluid_rate, fmt_ms, fmt_num, pvalue, reported, sample_list
 from .pipeline import Outcome, ProcedureRun
 
 DRAFT_MIN_OUTPUT = 50  # §5.4.2 MUST
@@ -218,7 +218,9 @@ class ITL(ProcedureRun[ITLParams]):
         primary = int(np.argmin([abs(f - 0.5) for f in fractions]))
         tables = [_table6(m.metrics, f"Table 6: ITL Results ({frac:.0%} of capacity, {frac * cap.rate:.2f} req/s)")
                   for frac, m in zip(fractions, runs)]
+        self.table6s = list(tables)
         level_meas = self._shape(tables)
+        self.shape_table = tables[-1]
         raised_total = self.raised_total
         short = sum(a.short_requests for a in audits)
         ok_reqs = sum(a.ok_requests for a in audits)
@@ -283,7 +285,8 @@ class ITL(ProcedureRun[ITLParams]):
         return level_meas
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        return _checks(self.p, self.fractions, self.audits, self.measured, self.declaration or {})
+        return {**_checks(self.p, self.fractions, self.audits, self.measured, self.declaration or {}),
+                **_report_checks(self.table6s, self.shape_table, out.tables)}
 
 
 def _ms(v: float | None) -> float | None:
@@ -323,14 +326,27 @@ def _checks(p: ITLParams, fractions: list[float], audits: list[ItlAudit], runs: 
     c["5.4.3-PARAM-3"] = Check.met("5.4.3-PARAM-3", "samples pooled over every request of a level")
     c["5.4.3-PARAM-4"] = Check.met("5.4.3-PARAM-4", "per-request jitter = std dev of its ITLs")
     c["5.4.3-PARAM-5"] = Check.met("5.4.3-PARAM-5", "per-request maximum pause = its largest ITL")
-    for rid, what in (("5.4.4-REPORT-1", "ITL P50/P90/P95/P99/P99.9"), ("5.4.4-REPORT-2", "ITL mean"),
-                      ("5.4.4-REPORT-3", "ITL std dev"), ("5.4.4-REPORT-4", "jitter P50/P95/P99"),
-                      ("5.4.4-REPORT-5", "max pause P50/P95/P99"), ("5.4.4-REPORT-6", "modality (dip test)"),
-                      ("5.4.4-REPORT-7", "tail type and P99/P50"), ("5.4.5-REPORT-1", "Table 6 per level")):
-        c[rid] = Check.met(rid, f"{what} reported per level")
     fracs = [m.metrics.scalar("single_token_chunk_fraction").value for m in runs
              if "single_token_chunk_fraction" in m.metrics.scalars]
     if fracs:
         c["B.2.1-PARAM-1"] = Check.met("B.2.1-PARAM-1", f"single-token chunk share {min(fracs):.1%} (lowest level)")
     return c
 
+
+def _report_checks(table6s: list[Table], shape: Table, tables: list[Table]) -> dict[str, Check]:
+    """5.4.4/5.4.5 REPORT items, read back from each level's Table 6 and the per-request shape table."""
+    def each(*names: str) -> list[tuple[Table, str]]:
+        return [(t, n) for t in table6s for n in names]
+
+    items = {
+        "5.4.4-REPORT-1": ("ITL P50/P90/P95/P99/P99.9 per level",
+                           each("ITL P50", "ITL P90", "ITL P95", "ITL P99", "ITL P99.9")),
+        "5.4.4-REPORT-2": ("ITL mean per level", each("ITL Mean")),
+        "5.4.4-REPORT-3": ("ITL standard deviation per level", each("ITL Std Dev")),
+        "5.4.4-REPORT-4": ("jitter P50/P95/P99 per level", [(shape, f"Jitter P{q}") for q in (50, 95, 99)]),
+        "5.4.4-REPORT-5": ("max pause P50/P95/P99 per level", [(shape, f"Max Pause P{q}") for q in (50, 95, 99)]),
+        "5.4.4-REPORT-6": ("modality (dip test) per level", [(shape, "Modality")]),
+        "5.4.4-REPORT-7": ("tail type and P99/P50 ratio per level", [(shape, "Tail"), (shape, "P99/P50")]),
+        "5.4.5-REPORT-1": (f"Table 6 for each of the {len(table6s)} levels", each("ITL Samples")),
+    }
+    return {rid: reported(rid, what, needs, tables) for rid, (what, needs) in items.items()}

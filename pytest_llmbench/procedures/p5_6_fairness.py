@@ -44,7 +44,7 @@ from ..warmup import WarmupResult
 from ..load import ClosedLoop
 from .base import LoadSpec, Table, poisson
 from .common import Measured, level_requests, probe_window_s, resolve_load
-from .helpers import cap_output, closed_level_stream, fmt_ms, pvalue, queue_trend, steady_window_ns
+from .helpers import cap_output, closed_level_stream, fmt_ms, pvalue, queue_trend, reported, steady_window_ns
 from .pipeline import Outcome, ProcedureRun
 
 MIN_PER_CLASS = 500  # §5.6.2
@@ -263,7 +263,9 @@ class Fairness(ProcedureRun[FairnessParams]):
                          "tpot_p50_s": pvalue(mc, "tpot", 50) if mc else None}
                      for c in classes for mc, ic in [(self.mixed_cls[c], self.iso_cls[c])]}
         notes = self._notes(meas)
-        return Outcome(metrics=mixed.metrics, tables=[*self._tables8_9(), self._table_inflation()],
+        self.t8, self.t9 = self._tables8_9()
+        self.t_inflation = self._table_inflation()
+        return Outcome(metrics=mixed.metrics, tables=[self.t8, self.t9, self.t_inflation],
                        measurements=meas, workload=self.wl.declaration.to_json(), notes=notes,
                        plots={"classes": plots_cls},
                        runs=([self.probe] if self.probe is not None else []) + [isolated[c] for c in classes] + [mixed],
@@ -421,8 +423,9 @@ class Fairness(ProcedureRun[FairnessParams]):
     def checks(self, out: Outcome) -> dict[str, Check]:
         p = self.p
         fraction = self.load_desc.get("capacity_fraction") if p.load.rate is None else None
-        return _checks(p, self.classes, self.shares, self.mixed, self.isolated, self.mixed_cls, fraction,
-                       self.warmup, self.wl.declaration.to_json(), self.overloaded)
+        return {**_checks(p, self.classes, self.shares, self.mixed, self.isolated, self.mixed_cls, fraction,
+                          self.warmup, self.wl.declaration.to_json(), self.overloaded),
+                **_report_checks(self.classes, self.t8, self.t9, self.t_inflation, out.tables)}
 
 
 def _checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mixed: Measured,
@@ -470,14 +473,19 @@ def _checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mix
                           if untagged == 0 and missing_times == 0 else
                           Check.unmet("5.6.3-PARAM-4", f"{untagged} untagged records, {missing_times} successful "
                                       "records without first-token/completion time")),
-        "5.6.4-REPORT-1": Check.met("5.6.4-REPORT-1", "per-class TTFT P50/P95/P99 in the inflation table"),
-        "5.6.4-REPORT-2": Check.met("5.6.4-REPORT-2", "latency inflation per class at P50 and P99"),
-        "5.6.4-REPORT-3": Check.met("5.6.4-REPORT-3", "Jain's index over the mixed run's requests, x_i = TTFT_i / "
-                                    "isolated TTFT P50 of its class (normalisation declared in Table 9)"),
-        "5.6.4-REPORT-4": Check.met("5.6.4-REPORT-4", f"starvation = TTFT > {p.starvation_factor:g}x class median "
-                                    "('wait' read as TTFT, declared)"),
-        "5.6.5-REPORT-1": Check.met("5.6.5-REPORT-1", "Table 8 with Class, Count, TTFT P50/P99, TPOT P50/P99"),
-        "5.6.5-REPORT-2": Check.met("5.6.5-REPORT-2", "Table 9 with Jain's index and per-class starvation"),
     }
 
 
+def _report_checks(classes: list[str], t8: Table, t9: Table, inflation: Table, tables: list[Table]) -> dict[str, Check]:
+    """5.6.4/5.6.5 REPORT items, read back from Tables 8 and 9 and the inflation table."""
+    starvation = [(t9, f"{c.capitalize()} Class Starvation") for c in classes]
+    items = {
+        "5.6.4-REPORT-1": ("per-class TTFT P50/P95/P99", [(inflation, f"Mixed P{q}") for q in (50, 95, 99)]),
+        "5.6.4-REPORT-2": ("latency inflation per class", [(inflation, "Inflation P50"), (inflation, "Inflation P99")]),
+        "5.6.4-REPORT-3": ("Jain's fairness index", [(t9, "Jain's Fairness Index")]),
+        "5.6.4-REPORT-4": ("starvation rate per class", starvation),
+        "5.6.5-REPORT-1": ("Table 8", [(t8, n) for n in ("Class", "Count", "TTFT P50", "TTFT P99", "TPOT P50",
+                                                          "TPOT P99")]),
+        "5.6.5-REPORT-2": ("Table 9", [(t9, "Jain's Fairness Index"), *starvation]),
+    }
+    return {rid: reported(rid, what, needs, tables) for rid, (what, needs) in items.items()}

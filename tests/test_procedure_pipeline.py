@@ -204,3 +204,28 @@ def test_a_suite_style_slo_on_a_missing_figure_fails_rather_than_crashes(pyteste
     res.assert_outcomes(failed=1)
     res.stdout.fnmatch_lines(["*MeasurementMissing: procedure 5.6 measured no 'short_ttft_p99_ms'*no short-class sample*"])
     res.stdout.no_fnmatch_line("*TypeError: '<=' not supported*")
+
+
+def test_5_1_waits_for_every_request_up_to_llm_timeout(tmp_path: Path) -> None:
+    """§5.1.3 step 5: 5.1's measured run drains for --llm-timeout, not the 60 s default of other runs.
+
+    Against llama-server at 0.3 req/s (2 cores) the queue held about 100 requests: a 60 s drain after
+    the last send would have cancelled most of them, and 5.1.2-MUST-3 counts successful requests.
+    """
+    import asyncio
+
+    from pytest_llmbench.procedures.p5_1_ttft import TTFT
+    from pytest_llmbench.settings import Settings
+
+    seen: dict[str, Any] = {}
+
+    async def fake_measure(client: Any, label: str, specs: Any, load: Any, **kw: Any) -> Any:
+        seen.update(kw, label=label)
+        return SimpleNamespace()
+
+    ctx = SimpleNamespace(settings=Settings(report=tmp_path, timeout=900.0), seeds=lambda proc: None)
+    proc = TTFT.__new__(TTFT)
+    proc.ctx, proc.cold_specs, proc.specs, proc.load, proc.load_desc = ctx, [], [], None, {}
+    proc.measure = fake_measure  # type: ignore[method-assign]
+    asyncio.run(proc.run_loads(client=None))  # type: ignore[arg-type]
+    assert seen["label"] == "measure" and seen["drain_timeout_s"] == 900.0

@@ -108,7 +108,10 @@ class TTFT(ProcedureRun[TTFTParams]):
     async def run_loads(self, client: LLMClient) -> None:
         if self.cold_specs:
             await self.measure_warm_reference(client, self.warm_specs)
-        self.main = await self.measure(client, "measure", self.specs, self.load, extra={"load_spec": self.load_desc})
+        # §5.1.3 step 5 "continue until request count is reached": every request may take as long as
+        # --llm-timeout allows, also after the last send (a saturated SUT drains a queue; 60 s cut it short)
+        self.main = await self.measure(client, "measure", self.specs, self.load, extra={"load_spec": self.load_desc},
+                                       drain_timeout_s=self.ctx.settings.timeout)
 
     def summarize(self) -> Outcome:
         m = self.main

@@ -499,3 +499,21 @@ def test_json_and_table_forms() -> None:
     assert "6.2-REPORT-1" not in shown and "6.1-MUST-1" in shown  # verdict levels are never hidden
     assert "6.2-REPORT-1" in {r[0] for r in res.rows()}
     assert json.loads(json.dumps(good_facts().to_json()))["load"]["rate"] == 4.0
+
+
+def test_compound_boundary_needs_the_tester_to_declare_what_it_holds() -> None:
+    """4.1.3-PARAM-1: the plugin reaches a Compound System only through its API; the tester declares the rest."""
+    facts = dataclasses.replace(good_facts("5.1"), sut_boundary="compound")
+    undeclared = evaluate_test("5.1", all_procedure_checks("5.1"), facts, GOOD_DECLARATIONS)["4.1.3-PARAM-1"]
+    assert undeclared.status is Status.NEEDS_DECLARATION and undeclared.key == "4.1.3-PARAM-1"
+    assert "set '4.1.3-PARAM-1' in the declarations file" in undeclared.reason
+    said = "task driver: agent harness; retrieval: pgvector + reranker; tools: none"
+    declared = evaluate_test("5.1", all_procedure_checks("5.1"), facts,
+                             {**GOOD_DECLARATIONS, "4.1.3-PARAM-1": said})["4.1.3-PARAM-1"]
+    assert declared.status is Status.MET and declared.source == "declared" and said in declared.reason
+    refused = evaluate_test("5.1", all_procedure_checks("5.1"), facts,
+                            {**GOOD_DECLARATIONS, "4.1.3-PARAM-1": {"met": False, "note": "no task driver"}})
+    assert refused["4.1.3-PARAM-1"].status is Status.UNMET
+    engine_facts = dataclasses.replace(good_facts("5.1"), sut_boundary="model-engine")
+    engine = evaluate_test("5.1", all_procedure_checks("5.1"), engine_facts, GOOD_DECLARATIONS)
+    assert engine["4.1.3-PARAM-1"].status is Status.NOT_APPLICABLE

@@ -517,3 +517,15 @@ def test_compound_boundary_needs_the_tester_to_declare_what_it_holds() -> None:
     engine_facts = dataclasses.replace(good_facts("5.1"), sut_boundary="model-engine")
     engine = evaluate_test("5.1", all_procedure_checks("5.1"), engine_facts, GOOD_DECLARATIONS)
     assert engine["4.1.3-PARAM-1"].status is Status.NOT_APPLICABLE
+
+
+def test_the_documented_declarations_example_loads(tmp_path: Path) -> None:
+    """docs/slo-and-compliance.md's [tool.llmbench.declarations] block: every key known (an unknown key is an error)."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "slo-and-compliance.md").read_text(encoding="utf-8")
+    block = re.search(r"```toml\n(\[tool\.llmbench\.declarations\]\n.*?)```", doc, re.S)
+    assert block, "the declarations example is gone from docs/slo-and-compliance.md"
+    (tmp_path / "pyproject.toml").write_text(block.group(1), encoding="utf-8")
+    decl = Declarations.from_pyproject(tmp_path / "pyproject.toml")
+    assert {"model", "hardware", "prefix_caching", "4.1.3-PARAM-1"} <= set(decl)

@@ -21,9 +21,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
+
+from pytest_llmbench.llama_server import LlamaServer, install
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST = '''
@@ -45,23 +46,6 @@ def _prioritise(pid: int) -> str:
         return group.read_text().strip()
     except OSError as exc:
         return f"not changed ({exc.strerror or exc}); as root the load generator gets priority"
-
-
-def _wait_ready(server: subprocess.Popen[bytes], url: str, limit_s: float = 1800.0) -> None:
-    """Until llama-server answers /health (the first use builds it: minutes); raise if it exits."""
-    import httpx
-
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"llama-server exited with {server.returncode} before it was ready")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise SystemExit(f"llama-server not ready after {limit_s:.0f} s")
 
 
 def _table(results: Path) -> int:
@@ -92,14 +76,10 @@ def main() -> int:
     report = args.report or Path(tempfile.mkdtemp(prefix="llama-verdict-"))
     work = Path(tempfile.mkdtemp(prefix="llama-verdict-test-"))
     (work / "test_llama_verdict.py").write_text(TEST.format(requests=args.requests, rate=args.rate))
-    server = subprocess.Popen([sys.executable, "-m", "pytest_llmbench.llama_server", "serve", "--port",
-                               str(args.port)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                              start_new_session=True)  # its own autogroup: normal priority
-    try:
-        _wait_ready(server, f"http://127.0.0.1:{args.port}")
+    with LlamaServer(install(), port=args.port) as server:  # its own session (autogroup): normal priority
         bench = subprocess.Popen([
             sys.executable, "-m", "pytest", str(work / "test_llama_verdict.py"), "-p", "no:cacheprovider", "-q",
-            "--llm-endpoint", f"http://127.0.0.1:{args.port}/v1", "--llm-boundary", "model-engine",
+            "--llm-endpoint", server.endpoint, "--llm-boundary", "model-engine",
             "--llm-declarations", str(ROOT / "examples" / "declarations-llama-server.toml"),
             "--llm-profile", "standard", "--llm-max-duration", "0", "--llm-timeout", str(args.timeout),
             "--llm-report", str(report)], cwd=work, start_new_session=True)
@@ -109,9 +89,6 @@ def main() -> int:
         except KeyboardInterrupt:  # its own session: pass Ctrl-C on, and let it write what it measured
             bench.send_signal(signal.SIGINT)
             rc = bench.wait()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     results = report / "results.json"
     if not results.exists():
         print(f"no results.json under {report} (pytest exit {rc})")

@@ -405,6 +405,11 @@ def declared_checks(spec: Mapping[str, CheckSpec]) -> dict[str, Check]:
     return out
 
 
+def _holds(tables: Sequence[Table], table: Table) -> bool:
+    """``table`` is one of ``tables`` by identity (a look-alike with the same title does not count)."""
+    return any(t is table for t in tables)
+
+
 def _values(table: Table, name: str) -> list[str] | None:
     """The cells of column ``name``, or of the row whose first cell is ``name``; None when neither exists."""
     if name in table.columns:
@@ -423,10 +428,10 @@ def reported(rid: str, what: str, needs: Sequence[tuple[Table, str]], tables: Se
     """
     gaps: list[str] = []
     for table, name in needs:
-        cells = _values(table, name) if any(t is table for t in tables) else None
-        if cells is None:
-            gaps.append(f"{table.title}: no {name!r}" if any(t is table for t in tables)
-                        else f"{table.title} not in the result")
+        if not _holds(tables, table):
+            gaps.append(f"{table.title} not in the result")
+        elif (cells := _values(table, name)) is None:
+            gaps.append(f"{table.title}: no {name!r}")
         elif not cells or any(not c.strip() for c in cells):
             gaps.append(f"{table.title}: {name!r} blank")
     if gaps:
@@ -438,5 +443,5 @@ def reported(rid: str, what: str, needs: Sequence[tuple[Table, str]], tables: Se
 
 def reported_line(rid: str, table: Table, prefix: str, tables: Sequence[Table]) -> Check:
     """A REPORT item met by a written line of ``table``'s notes starting with ``prefix`` (e.g. the knee point)."""
-    line = next((n for n in table.notes if n.startswith(prefix)), None) if any(t is table for t in tables) else None
+    line = next((n for n in table.notes if n.startswith(prefix)), None) if _holds(tables, table) else None
     return Check.met(rid, line) if line else Check.unmet(rid, f"no '{prefix}' line under {table.title}")

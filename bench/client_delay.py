@@ -20,8 +20,8 @@ import itertools
 import numpy as np
 
 from pytest_llmbench.client import ClientConfig, LLMClient
-from pytest_llmbench.load import ClosedLoop, run_load
-from pytest_llmbench.selfcheck import assess, option_c_error
+from pytest_llmbench.loadgen.load import ClosedLoop, run_load
+from pytest_llmbench.loadgen.selfcheck import assess, option_c_error
 from pytest_llmbench.simulator import SimConfig, start_simulator
 from pytest_llmbench.workloads import build_workload
 

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import loadgen  # noqa: E402
 
 from pytest_llmbench.client import ClientConfig, LLMClient  # noqa: E402
-from pytest_llmbench.load import LoadResult, run_closed_loop  # noqa: E402
-from pytest_llmbench.records import RequestSpec  # noqa: E402
+from pytest_llmbench.common.records import RequestSpec  # noqa: E402
+from pytest_llmbench.loadgen.load import LoadResult, run_closed_loop  # noqa: E402
 
 Key = str
 

@@ -40,7 +40,7 @@ from aiohttp.tracing import Trace  # noqa: E402
 from multidict import CIMultiDict, CIMultiDictProxy  # noqa: E402
 from yarl import URL  # noqa: E402
 
-from pytest_llmbench import httptrace  # noqa: E402
+from pytest_llmbench.client import httptrace  # noqa: E402
 
 URL_ = URL("http://127.0.0.1:8000/v1/chat/completions")
 HEADERS = CIMultiDict({"Host": "127.0.0.1:8000", "Content-Type": "application/json", "Accept": "text/event-stream",

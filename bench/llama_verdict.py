@@ -24,7 +24,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from pytest_llmbench.llama_server import LlamaServer, install
+from pytest_llmbench.sut.adapters.llamacpp.server import LlamaServer, install
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST = '''

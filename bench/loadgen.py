@@ -44,11 +44,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the checkout, not an installed copy
 
 from pytest_llmbench.client import TRANSPORTS, ClientConfig, LLMClient  # noqa: E402
-from pytest_llmbench.load import ArrivalProcess, LoadResult, run_closed_loop, run_open_loop  # noqa: E402
-from pytest_llmbench.load import ClosedLoop  # noqa: E402
-from pytest_llmbench.records import RequestSpec  # noqa: E402
-from pytest_llmbench.shards import run_sharded  # noqa: E402
-from pytest_llmbench.shards.local import LocalBackend  # noqa: E402
+from pytest_llmbench.common.records import RequestSpec  # noqa: E402
+from pytest_llmbench.loadgen.load import (  # noqa: E402
+    ArrivalProcess,
+    ClosedLoop,  # noqa: E402
+    LoadResult,
+    run_closed_loop,
+    run_open_loop,
+)
+from pytest_llmbench.loadgen.shards import run_sharded  # noqa: E402
+from pytest_llmbench.loadgen.shards.local import LocalBackend  # noqa: E402
 
 MOCK_RELATIVE = Path("shared/tools/mock_openai_server.py")
 

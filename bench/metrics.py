@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from pytest_llmbench.metrics import summarize
-from pytest_llmbench.records import RequestRecord
+from pytest_llmbench.common.records import RequestRecord
+from pytest_llmbench.measure.metrics import summarize
 
 
 def make_records(n_records: int, tokens: int, seed: int = 0) -> list[RequestRecord]:

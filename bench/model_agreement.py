@@ -25,13 +25,13 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]  # the checkout and the tests' s
 
 import test_procedure_5_3 as t53  # noqa: E402
 import test_procedure_5_4 as t54  # noqa: E402
+from procedure_harness import procedure_context  # noqa: E402
 
 from pytest_llmbench import closed  # noqa: E402
+from pytest_llmbench.measure.stats import knee_point  # noqa: E402
 from pytest_llmbench.procedures.base import Capacity, get_procedure  # noqa: E402
 from pytest_llmbench.simulator import SimConfig, start_simulator  # noqa: E402
 from pytest_llmbench.simulator.predict import simulate_closed_loop  # noqa: E402
-from pytest_llmbench.stats import knee_point  # noqa: E402
-from procedure_harness import procedure_context  # noqa: E402
 
 
 def knee_5_3(root: Path) -> None:

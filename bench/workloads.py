@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from pytest_llmbench.tokenizer import get_tokenizer
+from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.workloads import build_workload, text_factory
 
 

@@ -1,26 +1,52 @@
 """pytest-llmbench: the LLM-serving benchmarking methodology (draft-gaikwad-llm-benchmarking-
-methodology-00) as pytest tests. See README.md; architecture in shared/DESIGN.md."""
+methodology-00) as pytest tests. See README.md; the layers in docs/architecture.md.
 
-from importlib.metadata import PackageNotFoundError, version
+The public names load on first use (module ``__getattr__``), so ``import pytest_llmbench.report``
+or ``python -m pytest_llmbench report`` loads the renderer, not the load generator.
+"""
 
-from .procedures.base import LoadSpec, bursty, closed, poisson, uniform
+from __future__ import annotations
 
-try:
-    __version__ = version("pytest-llmbench")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0.0.0+unknown"
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .procedures.base import LoadSpec, bursty, closed, poisson, uniform
+
+#: public name -> module that defines it
+_LAZY = {name: "pytest_llmbench.procedures.base" for name in ("LoadSpec", "bursty", "closed", "poisson", "uniform")}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("pytest-llmbench")
+        except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+            value = "0.0.0+unknown"
+    elif name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+    else:
+        raise AttributeError(f"module 'pytest_llmbench' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def assert_slo(result: object, *slos: str, strict: bool = False) -> object:
     """Assert SLOs on a procedure result (or RunMetrics), e.g. ``assert_slo(r, "ttft.p99<=500ms")``.
 
-    Fails the test with value, threshold, sample count and confidence interval (slo.py).
+    Fails the test with value, threshold, sample count and confidence interval (``measure/slo.py``).
     """
     __tracebackhide__ = True
-    from .slo import assert_slo as _assert_slo
+    from .measure.slo import assert_slo as _assert_slo
 
     metrics = getattr(result, "metrics", result)
     return _assert_slo(metrics, *slos, strict=strict)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
 
 
 __all__ = ["LoadSpec", "__version__", "assert_slo", "bursty", "closed", "poisson", "uniform"]

@@ -18,6 +18,6 @@ def pytest_llmbench_configure_sut(sut: Any, setting: str, value: Any) -> bool | 
     no implementation makes it, the procedure's test is skipped with that reason and the
     compliance table shows the unmet item. The plugin's own implementation (trylast) switches
     the embedded simulator through its admin endpoint (``restart``: a new simulator process); the
-    server adapters (``pytest_llmbench.adapters``, registered by ``pytest_llmbench.llama_fixture``)
+    server adapters (``pytest_llmbench.sut.adapters``, registered by ``pytest_llmbench.llama_fixture``)
     make llama.cpp's ``prefix_cache``/``flush_prefix_cache`` and restart servers this process started.
     """

@@ -2,7 +2,7 @@
 
 Fixtures (session scope, started on first use):
 
-- ``llama_server``: a :class:`~pytest_llmbench.llama_server.LlamaServer` built from PyPI sources
+- ``llama_server``: a :class:`~pytest_llmbench.sut.adapters.llamacpp.server.LlamaServer` built from PyPI sources
   into the cache (``LLMBENCH_LLAMA_CACHE``, default ``~/.cache/pytest-llmbench/llama-server``), on
   a free loopback port, healthy; stopped at the end of the session (only the process it started).
 - ``llama_endpoint``: its OpenAI base URL (``http://127.0.0.1:PORT/v1``) for ``--llm-endpoint``.
@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from . import adapters
-from .llama_server import InstallError, LlamaServer, install
+from .sut import adapters
+from .sut.adapters.llamacpp.server import InstallError, LlamaServer, install
 
 MARKER = "real_sut"
 _INSTALL_FAILED = pytest.StashKey[str]()

@@ -10,7 +10,6 @@ outcomes (``UsageError``, skip, fail, exit).
 from __future__ import annotations
 
 import contextlib
-
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -31,7 +30,7 @@ from .procedures.base import (
 )
 from .session import Session, configure_embedded
 from .settings import LLMBenchConfigError, Settings, parse_capacity
-from .sut import SUT, EndpointError
+from .sut.system import SUT, EndpointError
 
 MARKER = "llm_procedure"
 SESSION_KEY = pytest.StashKey["LLMBenchPlugin"]()
@@ -116,7 +115,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         item.add_marker(pytest.mark.llmbench)
         selected.append(item)
     if selected and not (bench.settings.dry_run or config.option.collectonly):
-        from .tokenizer import TokenizerError
+        from .common.tokenizer import TokenizerError
 
         try:  # a bad --llm-tokenizer is one message now, not an error inside every procedure
             _ = bench.session.tokenizer
@@ -168,7 +167,7 @@ def _validate_workload(proc: Procedure, params: Any) -> None:
 
 
 def _validate_slos(slos: list[str], where: str) -> None:
-    from .slo import SLOError, parse_slo
+    from .measure.slo import SLOError, parse_slo
 
     for text in slos:
         try:
@@ -272,7 +271,7 @@ class LLMBenchPlugin:
             slos = list(entry[2]) + list(self.settings.slo)
             try:
                 if slos and result.metrics is not None:
-                    from .slo import assert_slo
+                    from .measure.slo import assert_slo
 
                     assert_slo(result.metrics, *slos, strict=self.settings.strict_sampling)
             except AssertionError as exc:
@@ -287,7 +286,7 @@ class LLMBenchPlugin:
         """The gate's failure messages for this test (and its JUnit properties), [] when not comparing."""
         if self.gate is None or not self.gate.comparing:
             return []
-        from .results import build_document
+        from .document.build import build_document
 
         doc = build_document(self.session.result(complete=False, test_outcomes=self.test_outcomes))
         verdict = self.gate.check_test(doc, item.nodeid)
@@ -311,8 +310,8 @@ class LLMBenchPlugin:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         try:
             if self.session.results or self.session.partial:
+                from .document.build import build_document, write_exports
                 from .report import write_reports
-                from .results import build_document, write_exports
 
                 # selected llmbench tests that never ran (pytest -x, a pytest.exit) make it incomplete
                 not_run = [item.nodeid for item in getattr(session, "items", ())

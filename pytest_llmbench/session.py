@@ -34,7 +34,7 @@ from .procedures.base import (
     params_key,
 )
 from .settings import Settings, parse_capacity
-from .sut import SUT, EndpointError, check_endpoint, identify_server
+from .sut.system import SUT, EndpointError, check_endpoint, identify_server
 
 __all__ = ["ConfigureSUT", "ProgressFactory", "Session", "SessionResult", "TerminationSignals",
            "configure_embedded", "partial_result", "run_coroutine"]
@@ -78,7 +78,7 @@ def configure_embedded(sut: SUT, setting: str, value: Any) -> bool | None:
 
     ``restart`` restarts a server this process started (the simulator: a new process)."""
     if setting == "restart":
-        from .adapters import configure
+        from .sut.adapters import configure
 
         return configure(sut, setting, value)
     if not sut.embedded:
@@ -157,7 +157,7 @@ class Session:
             import httpx
 
             sut.server_info = httpx.get(sut.root_url + "/admin/config", timeout=ADMIN_TIMEOUT_S).json()
-            from .adapters import register_restart
+            from .sut.adapters import register_restart
 
             register_restart(sut.root_url, self.simulator.restart)
         identify_server(sut, s.server_kind)
@@ -168,7 +168,7 @@ class Session:
     def tokenizer(self) -> Any:
         """The reference tokenizer (§4.4), loaded once; raises ``TokenizerError`` when it cannot be."""
         if self._tokenizer is None:
-            from .tokenizer import get_tokenizer
+            from .common.tokenizer import get_tokenizer
 
             self._tokenizer = get_tokenizer(self.settings.tokenizer)
         return self._tokenizer
@@ -350,8 +350,8 @@ def partial_result(proc: Procedure, params: Any, run_root: Path, profile: str,
     Every run directory under ``run_root`` is summarised from its ``records.jsonl`` (measure
     phase only; warm-up and probes never count); the note says why the procedure stopped.
     """
-    from .metrics import summarize
-    from .storage import StorageError, iter_records
+    from .common.storage import StorageError, iter_records
+    from .measure.metrics import summarize
 
     if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
         why = f"interrupted ({signal_name or 'Ctrl-C'}) before the procedure finished"

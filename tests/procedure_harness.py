@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.procedures.base import Capacity, ProcedureContext
 from pytest_llmbench.settings import Settings
-from pytest_llmbench.sut import SUT
-from pytest_llmbench.tokenizer import get_tokenizer
+from pytest_llmbench.sut.system import SUT
 
 
 def procedure_context(sim: Any, root: Path, *, capacity: Capacity | None = None, run_root: Path | None = None,

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from pytest_llmbench import adapters
 from pytest_llmbench.client import ClientConfig, build_body
-from pytest_llmbench.records import RequestSpec
+from pytest_llmbench.common.records import RequestSpec
+from pytest_llmbench.loadgen.warmup import RUNNING_METRICS, WAITING_METRICS, parse_prometheus
 from pytest_llmbench.settings import SERVER_KINDS
-from pytest_llmbench.sut import SUT
-from pytest_llmbench.warmup import RUNNING_METRICS, WAITING_METRICS, parse_prometheus
+from pytest_llmbench.sut import adapters
+from pytest_llmbench.sut.system import SUT
 
 FIXTURES = sorted((Path(__file__).parent / "data" / "servers").glob("*.json"))
 
@@ -128,7 +128,7 @@ def test_simulator_restart_is_a_new_process_on_the_same_port() -> None:
 def test_identify_server_override_and_detection_on_a_live_http_server() -> None:
     from pytest_llmbench.simulator.config import SimConfig
     from pytest_llmbench.simulator.process import start_simulator
-    from pytest_llmbench.sut import EndpointError, identify_server
+    from pytest_llmbench.sut.system import EndpointError, identify_server
 
     with start_simulator(SimConfig(time_scale=0.05)) as sim:
         sut = SUT(base_url=sim.base_url, model="m")  # as if it were a real endpoint

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 import pytest
 from faultserver import FaultServer, start_fault_server
 
+import pytest_llmbench.measure.slo
+
 # imported here so that in-process pytester runs reuse them (numpy cannot be imported twice)
 import pytest_llmbench.procedures
-import pytest_llmbench.slo
 import pytest_llmbench.workloads  # noqa: F401
 
 SUITE = '''

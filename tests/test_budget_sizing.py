@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pytest_llmbench.load import ClosedLoop
+from pytest_llmbench.loadgen.load import ClosedLoop
+from pytest_llmbench.loadgen.warmup import WarmupPolicy, WarmupResult
 from pytest_llmbench.procedures.common import (
     PROBE_MAX_S,
     PROBE_MIN_COMPLETIONS,
@@ -21,7 +22,6 @@ from pytest_llmbench.procedures.common import (
     probe_window_s,
 )
 from pytest_llmbench.procedures.p5_2_throughput import ThroughputParams, level_window_s
-from pytest_llmbench.warmup import WarmupPolicy, WarmupResult
 
 
 @dataclass
@@ -118,9 +118,9 @@ def test_fairness_runs_fit_the_budget_on_a_slow_sut() -> None:
     isolated and mixed runs; a 60 s budget caps the mixed run to what half of it holds, never below 10."""
     from types import SimpleNamespace
 
+    from pytest_llmbench.common.seeds import Seeds
+    from pytest_llmbench.common.tokenizer import get_tokenizer
     from pytest_llmbench.procedures.p5_6_fairness import MIN_BUDGET_REQUESTS, Fairness, FairnessParams
-    from pytest_llmbench.seeds import Seeds
-    from pytest_llmbench.tokenizer import get_tokenizer
 
     p = FairnessParams(requests_per_class=30, max_output_tokens=96)
     for left, rate, expect in ((60.0, 0.2, MIN_BUDGET_REQUESTS), (600.0, 0.2, 48), (None, 0.2, 150)):

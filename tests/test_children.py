@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmbench.children import die_with_parent
+from pytest_llmbench.sut.children import die_with_parent
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
 
@@ -49,7 +49,7 @@ def _kill_parent_and_wait(script: str, tmp_path: Path, wait_s: float = 10.0) -> 
 def test_a_plain_child_dies_with_its_parent(tmp_path: Path) -> None:
     _, gone = _kill_parent_and_wait("""
         import subprocess, sys, time
-        from pytest_llmbench.children import die_with_parent
+        from pytest_llmbench.sut.children import die_with_parent
         p = subprocess.Popen(["sleep", "120"], preexec_fn=die_with_parent(), start_new_session=True)
         print(p.pid, flush=True)
         time.sleep(120)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -21,8 +20,8 @@ import pytest
 from aiohttp import web
 
 from pytest_llmbench.client import ClientConfig, LLMClient, assign_chunk_tokens, build_body
-from pytest_llmbench.records import ErrorType, RequestSpec
-from pytest_llmbench.tokenizer import get_tokenizer
+from pytest_llmbench.common.records import ErrorType, RequestSpec
+from pytest_llmbench.common.tokenizer import get_tokenizer
 
 CAPTURES = Path(__file__).parent / "data" / "sse-captures"  # copies of shared/reference/sse-captures
 SECRET = "sk-test-very-secret-0123456789"
@@ -399,7 +398,7 @@ async def test_connect_error() -> None:
 async def test_cancelled_request_keeps_its_chunks(server: str) -> None:
     config = ClientConfig(base_url=server, model="m")
     async with LLMClient(config) as c:
-        from pytest_llmbench.records import RequestRecord
+        from pytest_llmbench.common.records import RequestRecord
 
         sp = spec("stall:5")
         rec = RequestRecord.from_spec(sp)
@@ -506,7 +505,7 @@ def test_procedure_client_waits_for_the_first_byte_as_long_as_llm_timeout(tmp_pa
     from pytest_llmbench.procedures.base import ProcedureContext
     from pytest_llmbench.procedures.common import client_for
     from pytest_llmbench.settings import Settings
-    from pytest_llmbench.sut import SUT
+    from pytest_llmbench.sut.system import SUT
 
     async def no_capacity(kind: str) -> Any:
         raise AssertionError(kind)

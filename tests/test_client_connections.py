@@ -10,12 +10,11 @@ from typing import AsyncIterator
 
 import pytest
 from aiohttp import web
-
-from pytest_llmbench.adapters import get_adapter
-from pytest_llmbench.client import ClientConfig, LLMClient
-from pytest_llmbench.records import RequestSpec
-
 from test_client import make_app
+
+from pytest_llmbench.client import ClientConfig, LLMClient
+from pytest_llmbench.common.records import RequestSpec
+from pytest_llmbench.sut.adapters import get_adapter
 
 PEERS: list[tuple[str, int]] = []
 

@@ -32,7 +32,7 @@ from pytest_llmbench.client import (
     make_transport,
     map_transport_errors,
 )
-from pytest_llmbench.records import ErrorType, RequestSpec
+from pytest_llmbench.common.records import ErrorType, RequestSpec
 
 T, C, P = ErrorType.TIMEOUT, ErrorType.CONNECT, ErrorType.PROTOCOL
 URL = "http://127.0.0.1:9/v1"

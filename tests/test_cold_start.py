@@ -16,15 +16,15 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
-
 from procedure_harness import procedure_context
+
+from pytest_llmbench.common.storage import iter_records
+from pytest_llmbench.document.build import build_document
 from pytest_llmbench.procedures.base import ProcedureResult, SkipProcedure, closed, get_procedure
 from pytest_llmbench.report import schema
 from pytest_llmbench.report import write_reports as doc_write_reports
-from pytest_llmbench.results import build_document
 from pytest_llmbench.session import SessionResult
 from pytest_llmbench.simulator import SimConfig, start_simulator
-from pytest_llmbench.storage import iter_records
 
 PROC = get_procedure("5.1")
 CONFIG = SimConfig(time_scale=1.0, cold_start_ms=250.0, step_ms=5.0, prefill_per_token_ms=0.005,

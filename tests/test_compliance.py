@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_llmbench import compliance as cm
-from pytest_llmbench.compliance import engine
+from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.compliance import (
     LOAD_CAPABILITIES,
     Check,
@@ -26,11 +26,11 @@ from pytest_llmbench.compliance import (
     WarmupFacts,
     applicable_items,
     coverage,
+    engine,
     evaluate_test,
     procedure_items,
     registry,
 )
-from pytest_llmbench.records import ErrorType, RequestRecord
 
 SPEC = Path("/work/shared/spec/requirements.yaml")
 

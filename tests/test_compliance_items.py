@@ -404,8 +404,8 @@ def test_prefix_caching_state_is_measured_from_cached_tokens() -> None:
     request) has prefix caching enabled, measured; none proves nothing and leaves it to the declaration."""
     from types import SimpleNamespace
 
+    from pytest_llmbench.loadgen.warmup import ProbeResult
     from pytest_llmbench.procedures.common import _prefix_cache_observed
-    from pytest_llmbench.warmup import ProbeResult
 
     def probe(cached: int | None) -> ProbeResult:
         return ProbeResult("after", True, 1.0, 0.1, cached_tokens=cached)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench import experience as ux
-from pytest_llmbench.experience import PrefillDeadline, TokenTimes
+from pytest_llmbench.measure import experience as ux
+from pytest_llmbench.measure.experience import PrefillDeadline, TokenTimes
 
 MS = 1_000_000
 

@@ -8,14 +8,14 @@ import json
 
 import pytest
 
-from pytest_llmbench.export_aiperf import (
+from pytest_llmbench.common.records import ClockAnchor, ErrorType, RequestRecord
+from pytest_llmbench.measure.export_aiperf import (
     STAT_KEYS,
     aiperf_csv,
     aiperf_record_lines,
     aiperf_summary,
     write_aiperf_export,
 )
-from pytest_llmbench.records import ClockAnchor, ErrorType, RequestRecord
 
 S = 1_000_000_000
 ANCHOR = ClockAnchor(perf_ns=0, unix_ns=1_700_000_000 * S)

@@ -32,15 +32,15 @@ from faultserver import (
 )
 
 from pytest_llmbench.client import ClientConfig, LLMClient
-from pytest_llmbench.load import (
+from pytest_llmbench.common.records import FAILURE_TYPES, ErrorType, RequestRecord, RequestSpec
+from pytest_llmbench.common.storage import RECORDS_FILE, RunWriter, load_run
+from pytest_llmbench.loadgen.load import (
     ArrivalProcess,
     ClosedLoop,
     LoadResult,
     OpenLoop,
     run_load,
 )
-from pytest_llmbench.records import FAILURE_TYPES, ErrorType, RequestRecord, RequestSpec
-from pytest_llmbench.storage import RECORDS_FILE, RunWriter, load_run
 
 READ_TIMEOUT_S = 0.4
 CAP = 6  # tokens per normal completion (server --cap)

@@ -13,16 +13,32 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench.gate import (RuleError, StoredRun, across_runs, compare, junit_properties, list_runs, load_run,
-                                  parse_rule, render_comparison_markdown, save, summarize_runs)
+from pytest_llmbench.common.records import RECORDS_FORMAT
+from pytest_llmbench.gate import (
+    RuleError,
+    StoredRun,
+    across_runs,
+    compare,
+    junit_properties,
+    list_runs,
+    load_run,
+    parse_rule,
+    render_comparison_markdown,
+    save,
+    summarize_runs,
+)
 from pytest_llmbench.gate.cli import compare_main, history_main
 from pytest_llmbench.gate.compare import IncomparableRunsError, check_comparable, load_as_written
 from pytest_llmbench.gate.history import change_points, history
 from pytest_llmbench.gate.metricinfo import UnknownMetricError, metric_info
-from pytest_llmbench.gate.significance import (across_runs_change, bootstrap_percentile_draws, mean_change,
-                                               percentile_change, scalar_change)
+from pytest_llmbench.gate.significance import (
+    across_runs_change,
+    bootstrap_percentile_draws,
+    mean_change,
+    percentile_change,
+    scalar_change,
+)
 from pytest_llmbench.gate.storage import GateStorageError
-from pytest_llmbench.records import RECORDS_FORMAT
 from pytest_llmbench.gate.systems import compare_systems, render_html, render_markdown
 
 STORE = Path(__file__).parent / "data" / "gate" / "store"
@@ -340,8 +356,8 @@ def test_change_points_and_history(store: Path, capsys):
 
 
 def test_save_from_a_report_directory_recomputes_samples_from_records(tmp_path: Path, store: Path):
-    from pytest_llmbench.records import RequestRecord
-    from pytest_llmbench.storage import RunWriter
+    from pytest_llmbench.common.records import RequestRecord
+    from pytest_llmbench.common.storage import RunWriter
 
     def rec(i: int, ttft_ms: float) -> RequestRecord:
         r = RequestRecord(index=i, workload="fake", spec_input_tokens=10, max_tokens=4)
@@ -434,7 +450,7 @@ def test_a_run_of_llm_runs_counts_as_its_repetitions(store: Path):
 
 
 def test_a_metric_without_direction_cannot_be_gated():
-    from pytest_llmbench.registry import METRICS
+    from pytest_llmbench.measure.registry import METRICS
 
     neutral = next(k for k, v in METRICS.items() if v.direction == "neutral" and v.kind != "column")
     with pytest.raises(RuleError, match=neutral):

@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 
-from pytest_llmbench import httptrace
-from pytest_llmbench.client import TRANSPORTS, ClientConfig, LLMClient
-from pytest_llmbench.records import ErrorType, RequestRecord, RequestSpec
+from pytest_llmbench.client import TRANSPORTS, ClientConfig, LLMClient, httptrace
+from pytest_llmbench.common.records import ErrorType, RequestRecord, RequestSpec
 
 trustme = pytest.importorskip("trustme")
 

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from faultserver import FaultServer, start_fault_server
 
-from pytest_llmbench.storage import write_text_atomic
-from pytest_llmbench.storage import (
+from pytest_llmbench.common.storage import (
     RECORDS_FILE,
     iter_records,
     load_run,
     write_json_atomic,
+    write_text_atomic,
 )
 
 SUITE = '''
@@ -147,7 +147,7 @@ def test_pytest_x_stops_early_and_still_reports(pytester: pytest.Pytester, fault
 
 CRASH_CONFTEST = '''
 from dataclasses import dataclass
-from pytest_llmbench.load import ArrivalProcess, OpenLoop
+from pytest_llmbench.loadgen.load import ArrivalProcess, OpenLoop
 from pytest_llmbench.procedures.base import Procedure, register
 from pytest_llmbench.procedures.common import client_for, measure
 from pytest_llmbench.workloads import build_workload

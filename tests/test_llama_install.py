@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmbench import llama_server as ls
+from pytest_llmbench.sut.adapters.llamacpp import server as ls
 
 
 def test_cache_dir_and_build_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

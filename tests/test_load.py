@@ -23,9 +23,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pytest_llmbench import load as load_mod
 from pytest_llmbench.client import ClientConfig, LLMClient
-from pytest_llmbench.load import (
+from pytest_llmbench.common.records import ErrorType, RequestRecord, RequestSpec
+from pytest_llmbench.common.storage import RunWriter, load_run
+from pytest_llmbench.loadgen import load as load_mod
+from pytest_llmbench.loadgen.load import (
     ArrivalProcess,
     ClosedLoop,
     LoadResult,
@@ -37,8 +39,6 @@ from pytest_llmbench.load import (
     steady_state_records,
     steady_state_window,
 )
-from pytest_llmbench.records import ErrorType, RequestRecord, RequestSpec
-from pytest_llmbench.storage import RunWriter, load_run
 
 
 @pytest.fixture(scope="module")

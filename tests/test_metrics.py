@@ -12,14 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from pytest_llmbench.metrics import (
+from pytest_llmbench.common.records import ErrorType, RequestRecord
+from pytest_llmbench.measure.metrics import (
     DEFINITIONS,
     RequestSLO,
     RunMetrics,
     summarize,
     throughput_at_ttft_p99,
 )
-from pytest_llmbench.records import ErrorType, RequestRecord
 
 MS = 1_000_000
 

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import pytest_llmbench
-from pytest_llmbench import httptrace, registry
-from pytest_llmbench import metrics_extra as mx
-from pytest_llmbench.metrics import summarize
-from pytest_llmbench.records import ErrorType, RequestRecord
+from pytest_llmbench.client import httptrace
+from pytest_llmbench.common.records import ErrorType, RequestRecord
+from pytest_llmbench.measure import metrics_extra as mx
+from pytest_llmbench.measure import registry
+from pytest_llmbench.measure.metrics import summarize
 
 S = 1_000_000_000  # ns per second
 AIPERF_LIST = Path(pytest_llmbench.__file__).parent / "data" / "aiperf_metrics.txt"
@@ -67,7 +68,7 @@ def test_reasoning_moves_aiperf_ttft_and_splits_the_output_count() -> None:
 
 
 def test_counts_of_old_records_use_the_tokenizer() -> None:
-    from pytest_llmbench.tokenizer import get_tokenizer
+    from pytest_llmbench.common.tokenizer import get_tokenizer
 
     tok = get_tokenizer("cl100k_base")
     r = rec(chunks=((0.5, "", "let me think", 3), (1.0, "Hello world", "", 2)), end=1.0, osl=5,
@@ -149,7 +150,7 @@ def test_fluid_token_rate_of_a_steady_stream() -> None:
     # every request: TTFT 0.2 s = D_p (no slack), then one token every 0.1 s. With D_d < 0.1 s
     # every later token misses (fluidity 1/20), with D_d = 0.1 s all meet: the smallest passing
     # D_d is 0.1 s, the rate 10 tok/s (bisection keeps the passing side, tolerance 1e-3)
-    from pytest_llmbench.experience import PrefillDeadline
+    from pytest_llmbench.measure.experience import PrefillDeadline
 
     recs = [rec(i, sent=float(i), chunks=tuple((i + 0.2 + 0.1 * k, "t", "", 1) for k in range(20)),
                 end=i + 0.2 + 1.9, osl=20) for i in range(5)]
@@ -235,7 +236,7 @@ def test_every_aiperf_metric_is_mapped_or_has_a_reason() -> None:
 def test_existing_equivalents_name_real_metrics() -> None:
     """Each AIPERF_EQUIVALENTS target is a distribution, scalar or per-request column of a run
     (one with reasoning and SLOs, so that conditional metrics exist) or a record field."""
-    from pytest_llmbench.slo import parse_slo
+    from pytest_llmbench.measure.slo import parse_slo
 
     recs = [rec(i, sent=0.1 * i, chunks=((0.1 * i + 0.05, "", "hm", 1), (0.1 * i + 0.2, "a", "", 1),
                                          (0.1 * i + 0.3, "b", "", 1)),
@@ -265,7 +266,7 @@ def test_docs_map_every_aiperf_metric() -> None:
     ("inter_token_latency.p99 <= 40 ms", "aiperf_itl", 0.04),
 ])
 def test_new_metrics_parse_as_slos_and_evaluate(text: str, metric: str, threshold: float) -> None:
-    from pytest_llmbench.slo import evaluate, parse_slo
+    from pytest_llmbench.measure.slo import evaluate, parse_slo
 
     s = parse_slo(text)
     assert (s.metric, s.threshold) == (metric, pytest.approx(threshold))

@@ -9,8 +9,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench.metrics import summarize
-from pytest_llmbench.records import ErrorType, RequestRecord
+from pytest_llmbench.common.records import ErrorType, RequestRecord
+from pytest_llmbench.measure.metrics import summarize
 
 MS = 1_000_000
 

@@ -14,8 +14,8 @@ FAKE_CONFTEST = '''
 import json, pathlib
 from dataclasses import dataclass
 from pytest_llmbench.procedures.base import Procedure, ProcedureResult, Table, register
-from pytest_llmbench.metrics import summarize
-from pytest_llmbench.records import RequestRecord
+from pytest_llmbench.measure.metrics import summarize
+from pytest_llmbench.common.records import RequestRecord
 
 COUNTER = pathlib.Path("runs.txt")
 

@@ -12,16 +12,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from procedure_harness import procedure_context
+
+from pytest_llmbench.common.records import ErrorType
+from pytest_llmbench.common.storage import iter_records
+from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.procedures.base import Capacity, ProcedureContext, ProcedureError, SkipProcedure, get_procedure
 from pytest_llmbench.procedures.p5_10_guardrails import Guardrails
-from pytest_llmbench.records import ErrorType
 from pytest_llmbench.settings import Settings
 from pytest_llmbench.simulator import SimConfig, start_simulator
-from pytest_llmbench.storage import iter_records
-from pytest_llmbench.sut import SUT
-from pytest_llmbench.tokenizer import get_tokenizer
+from pytest_llmbench.sut.system import SUT
 
 PROC = get_procedure("5.10")
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from procedure_harness import procedure_context
+
 from pytest_llmbench.procedures.base import (
     ProcedureContext,
     ProcedureError,

@@ -24,19 +24,19 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from procedure_harness import procedure_context
+
+from pytest_llmbench.common.records import ErrorType, RequestRecord
+from pytest_llmbench.measure.stats import censored_percentile, knee_point, knee_point_ci, saturation_point_ci
 from pytest_llmbench.procedures.base import (
     Capacity,
     ProcedureContext,
     ProcedureError,
     get_procedure,
 )
-from pytest_llmbench.records import ErrorType, RequestRecord
 from pytest_llmbench.simulator import SimConfig, start_simulator
 from pytest_llmbench.simulator.engine import Engine, Sequence, run_virtual
 from pytest_llmbench.simulator.predict import simulate_closed_loop
-from pytest_llmbench.stats import censored_percentile, knee_point, knee_point_ci, saturation_point_ci
 
 CFG = SimConfig(time_scale=0.5, seed=42)
 
@@ -208,7 +208,7 @@ def _rec(i: int, sent_ms: float, first_ms: float | None, end_ms: float, *, cance
 
 def overloaded_level() -> SimpleNamespace:
     """90 requests with TTFT 100 ms; 10 cancelled after 5 s: 5 before their first token, 5 after it (300 ms)."""
-    from pytest_llmbench.metrics import summarize
+    from pytest_llmbench.measure.metrics import summarize
 
     recs = [_rec(i, i * 10.0, i * 10.0 + 100, i * 10.0 + 130) for i in range(90)]
     recs += [_rec(90 + i, 1000.0 + i, None, 6000.0 + i, cancelled=True) for i in range(5)]

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from procedure_harness import procedure_context
-from pytest_llmbench.metrics import summarize
+
+from pytest_llmbench.common.records import RequestRecord, RequestSpec
+from pytest_llmbench.common.storage import iter_records
+from pytest_llmbench.measure.metrics import summarize
 from pytest_llmbench.procedures.base import (
     Capacity,
     ProcedureContext,
@@ -22,10 +24,8 @@ from pytest_llmbench.procedures.base import (
     get_procedure,
 )
 from pytest_llmbench.procedures.p5_4_itl import audit_itl, force_min_output
-from pytest_llmbench.records import RequestRecord, RequestSpec
 from pytest_llmbench.simulator import SimConfig, start_simulator
 from pytest_llmbench.simulator.predict import simulate_closed_loop
-from pytest_llmbench.storage import iter_records
 
 # time_scale 1: an 8 ms iteration, far above the event loop's ~1 ms timer resolution
 CFG = SimConfig(time_scale=1.0, seed=3)

@@ -30,11 +30,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from procedure_harness import procedure_context
+
+from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.procedures.base import ProcedureContext, get_procedure
 from pytest_llmbench.procedures.p5_5_capacity import capacity_error, closed_level_stream, next_level
-from pytest_llmbench.records import ErrorType, RequestRecord
 from pytest_llmbench.simulator import SimConfig, start_simulator
 from pytest_llmbench.simulator.predict import simulate_closed_loop
 

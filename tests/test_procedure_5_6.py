@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from procedure_harness import procedure_context
+
 from pytest_llmbench import closed, poisson
+from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.procedures.base import Capacity, ProcedureContext, ProcedureError, get_procedure
 from pytest_llmbench.procedures.p5_6_fairness import FairnessParams, _mixed_count
 from pytest_llmbench.simulator import SimConfig, start_simulator
-from pytest_llmbench.storage import iter_records
 from pytest_llmbench.workloads.standard import _mix_counts
 
 PROC = get_procedure("5.6")

@@ -5,24 +5,24 @@ server counters, the original cache setting is restored."""
 from __future__ import annotations
 
 import asyncio
-import json
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-
 from procedure_harness import procedure_context
+
 from pytest_llmbench import closed
+from pytest_llmbench.common.storage import iter_records
+from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.procedures.base import Capacity, ProcedureContext, SkipProcedure, get_procedure
 from pytest_llmbench.procedures.p5_7_prefix_cache import prefix_specs
 from pytest_llmbench.settings import Settings
 from pytest_llmbench.simulator import SimConfig, start_simulator
-from pytest_llmbench.storage import iter_records
-from pytest_llmbench.sut import SUT
-from pytest_llmbench.tokenizer import get_tokenizer
+from pytest_llmbench.sut.system import SUT
 from pytest_llmbench.workloads import build_workload
 
 PROC = get_procedure("5.7")

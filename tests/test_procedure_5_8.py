@@ -19,16 +19,16 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from procedure_harness import procedure_context
-from pytest_llmbench.metrics import summarize
+
+from pytest_llmbench.common.records import ErrorType
+from pytest_llmbench.common.storage import iter_records
+from pytest_llmbench.measure.metrics import summarize
 from pytest_llmbench.procedures.base import Capacity, ProcedureContext, RunSummary, get_procedure
 from pytest_llmbench.procedures.common import Measured
 from pytest_llmbench.procedures.p5_8_memory_pressure import NOT_MEASURABLE, _assess, _degradation, level_concurrency
-from pytest_llmbench.records import ErrorType
 from pytest_llmbench.simulator import SimConfig, start_simulator
 from pytest_llmbench.simulator.predict import simulate_closed_loop
-from pytest_llmbench.storage import iter_records
 
 IN, OUT = 224, 64
 CONFIG = SimConfig(time_scale=0.5, kv_capacity_tokens=12 * 288, prefix_cache=False, seed=5)

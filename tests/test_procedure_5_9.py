@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from procedure_harness import procedure_context
+
+from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.procedures.base import ProcedureContext, get_procedure
 from pytest_llmbench.procedures.p5_9_long_context import effective_lengths
 from pytest_llmbench.simulator import SimConfig, start_simulator
-from pytest_llmbench.storage import iter_records
 
 LENGTHS = (1024, 2048, 4096, 8192, 16384)
 CONFIG = SimConfig(time_scale=0.5, prefill_per_token2_ms=1e-5, context_window=16384 + 8, seed=9)

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 import pytest_llmbench.procedures as procedures
+from pytest_llmbench.common.records import RequestSpec
 from pytest_llmbench.compliance import Status
 from pytest_llmbench.procedures import base
 from pytest_llmbench.procedures.base import Table, get_procedure, procedure_ids
 from pytest_llmbench.procedures.helpers import cap_output, declared_checks
 from pytest_llmbench.procedures.p5_2_throughput import _report_checks
 from pytest_llmbench.procedures.pipeline import ProcedureRun
-from pytest_llmbench.records import RequestSpec
 
 PKG = Path(procedures.__file__).parent
 

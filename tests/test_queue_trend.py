@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from pytest_llmbench.measure.stats import queue_growing
 from pytest_llmbench.procedures.helpers import queue_trend
-from pytest_llmbench.stats import queue_growing
 
 
 def _measured(t: np.ndarray, d: np.ndarray, window: float = 60.0) -> SimpleNamespace:

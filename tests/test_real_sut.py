@@ -17,12 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_llmbench import adapters
 from pytest_llmbench.client import ClientConfig, LLMClient
-from pytest_llmbench.llama_server import LlamaServer
-from pytest_llmbench.records import RequestRecord, RequestSpec
-from pytest_llmbench.sse import SSEParser
-from pytest_llmbench.sut import SUT, identify_server
+from pytest_llmbench.client.sse import SSEParser
+from pytest_llmbench.common.records import RequestRecord, RequestSpec
+from pytest_llmbench.sut import adapters
+from pytest_llmbench.sut.adapters.llamacpp.server import LlamaServer
+from pytest_llmbench.sut.system import SUT, identify_server
 
 pytestmark = pytest.mark.real_sut
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pytest_llmbench.records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
+from pytest_llmbench.common.records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
 
 
 def _record() -> RequestRecord:

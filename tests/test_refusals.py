@@ -15,8 +15,8 @@ import pytest
 from aiohttp import web
 
 from pytest_llmbench.client import ClientConfig, LLMClient
-from pytest_llmbench.records import ErrorType, RequestRecord, RequestSpec
-from pytest_llmbench.refusals import RefusalPolicy, policy_code, refusal_reason
+from pytest_llmbench.common.records import ErrorType, RequestRecord, RequestSpec
+from pytest_llmbench.measure.refusals import RefusalPolicy, policy_code, refusal_reason
 from pytest_llmbench.settings import LLMBenchConfigError, resolve
 
 

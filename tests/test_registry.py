@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from pytest_llmbench import registry, slo, units
-from pytest_llmbench.metrics import DEFINITIONS, UNITS, summarize
-from pytest_llmbench.records import RequestRecord
+from pytest_llmbench.common.records import RequestRecord
+from pytest_llmbench.document.build import DIST_FIGURES, KEY_RESULT_UNITS, SCALAR_FIGURES
+from pytest_llmbench.measure import registry, slo, units
+from pytest_llmbench.measure.metrics import DEFINITIONS, UNITS, summarize
 from pytest_llmbench.report.terminal import HEADER
-from pytest_llmbench.results import DIST_FIGURES, KEY_RESULT_UNITS, SCALAR_FIGURES
 
 MS = 1_000_000
 

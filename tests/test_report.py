@@ -18,6 +18,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.compliance import (
     LOAD_CAPABILITIES,
     Check,
@@ -28,11 +29,9 @@ from pytest_llmbench.compliance import (
     WarmupFacts,
     evaluate_test,
 )
-from pytest_llmbench.metrics import summarize
+from pytest_llmbench.document.build import REDACTED, build_document, iso_ms
+from pytest_llmbench.measure.metrics import summarize
 from pytest_llmbench.procedures.base import Capacity, ProcedureResult, RunSummary, Table
-from pytest_llmbench.records import ErrorType, RequestRecord
-from pytest_llmbench.report import terminal_rows as doc_terminal_rows
-from pytest_llmbench.report import write_reports as doc_write_reports
 from pytest_llmbench.report import (
     ReportError,
     dumps_document,
@@ -42,10 +41,11 @@ from pytest_llmbench.report import (
     render_markdown,
     schema,
 )
-from pytest_llmbench.results import REDACTED, build_document, iso_ms
+from pytest_llmbench.report import terminal_rows as doc_terminal_rows
+from pytest_llmbench.report import write_reports as doc_write_reports
 from pytest_llmbench.session import SessionResult
 from pytest_llmbench.settings import Settings
-from pytest_llmbench.sut import SUT
+from pytest_llmbench.sut.system import SUT
 
 MS = 1_000_000
 KEY_ENV = "LLMBENCH_TEST_PLANTED_KEY"

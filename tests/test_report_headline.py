@@ -177,7 +177,7 @@ def test_overlaid_cdfs_one_per_run(doc: dict[str, Any], html: str, procedure: st
     assert series == [s["label"] for s in d["series"]]
     assert svg.count('<g class="legend">') == 1 and re.search(r'data-label="[^"]+ \(ms', svg)
     # the single-run CDF of the overlaid metric is not drawn again
-    assert f'data-kind="cdf"' not in svg and f"{d['title']} cumulative distribution" not in sec
+    assert 'data-kind="cdf"' not in svg and f"{d['title']} cumulative distribution" not in sec
 
 
 def test_configuration_differences_carry_their_noise_band(doc: dict[str, Any], html: str, md: str) -> None:
@@ -197,7 +197,7 @@ def test_configuration_differences_carry_their_noise_band(doc: dict[str, Any], h
 
 
 def test_slo_line_on_the_latency_curve(doc: dict[str, Any]) -> None:
-    from pytest_llmbench.results import slo_objectives
+    from pytest_llmbench.document.build import slo_objectives
 
     d = copy.deepcopy(doc)
     p53 = next(p for p in d["procedures"] if p["procedure"] == "5.3")

@@ -11,13 +11,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench.metrics import summarize
-from pytest_llmbench.records import RequestRecord
+from pytest_llmbench.common.records import RequestRecord
+from pytest_llmbench.document.plotdata import (
+    CDF_POINTS,
+    configuration_differences,
+    normalise,
+    run_overlays,
+    samples_summary,
+)
+from pytest_llmbench.measure.metrics import summarize
+from pytest_llmbench.measure.stats import scaling_fit
 from pytest_llmbench.report.figures import figures_for
 from pytest_llmbench.report.fmt import fmt_duration, fmt_est, fmt_num, fmt_time, fmt_value, md_cell
-from pytest_llmbench.plotdata import CDF_POINTS, configuration_differences, normalise, run_overlays, samples_summary
 from pytest_llmbench.report.svg import Chart, Scale, grouped_bars, log_ticks, nice_ticks
-from pytest_llmbench.stats import scaling_fit
 
 NS = "{http://www.w3.org/2000/svg}"
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)

@@ -24,9 +24,9 @@ from faultserver import (
 )
 
 from pytest_llmbench.client import ClientConfig, LLMClient
-from pytest_llmbench.records import ErrorType, RequestSpec
-from pytest_llmbench.storage import iter_records
-from pytest_llmbench.tokenizer import get_tokenizer
+from pytest_llmbench.common.records import ErrorType, RequestSpec
+from pytest_llmbench.common.storage import iter_records
+from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.workloads import build_workload
 
 KEY_ENV = "LLMB_GATEWAY_AUTH"  # deliberately not a name the report's generic scrubber recognises

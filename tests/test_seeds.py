@@ -1,4 +1,4 @@
-"""The seed allocator (pytest_llmbench.seeds): deterministic, independent named streams."""
+"""The seed allocator (pytest_llmbench.common.seeds): deterministic, independent named streams."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_llmbench.seeds import WORKLOAD_GENERATOR_VERSION, Seeds, derive_seed
+from pytest_llmbench.common.seeds import WORKLOAD_GENERATOR_VERSION, Seeds, derive_seed
 
 PROCS = ["5.1", "5.2", "5.3", "5.4", "5.5", "5.6", "5.7", "5.8", "5.9", "5.10"]
 PURPOSES = ["warmup", "measure", "arrivals", "level", "retry", "probe", "class"]

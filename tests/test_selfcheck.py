@@ -11,14 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from procedure_harness import procedure_context
-from pytest_llmbench.load import ClosedLoop
-from pytest_llmbench.procedures.common import client_for, measure
-from pytest_llmbench.records import ErrorType, RequestRecord
-from pytest_llmbench.report.render import FLAG, _client_delay_table, _dist_rows
-from pytest_llmbench.results import jsonable
-from pytest_llmbench.selfcheck import (
+
+from pytest_llmbench.common.records import ErrorType, RequestRecord
+from pytest_llmbench.common.storage import iter_records
+from pytest_llmbench.document.build import jsonable
+from pytest_llmbench.loadgen.load import ClosedLoop
+from pytest_llmbench.loadgen.selfcheck import (
     DELAY_PERCENTILES,
     ClientDelay,
     DelayThresholds,
@@ -28,8 +27,9 @@ from pytest_llmbench.selfcheck import (
     percentiles_ms,
     procedure_check,
 )
+from pytest_llmbench.procedures.common import client_for, measure
+from pytest_llmbench.report.render import FLAG, _client_delay_table, _dist_rows
 from pytest_llmbench.simulator import SimConfig, start_simulator
-from pytest_llmbench.storage import iter_records
 from pytest_llmbench.workloads import build_workload
 
 MS = 1_000_000

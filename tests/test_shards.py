@@ -21,15 +21,15 @@ from scipy import stats
 from test_interrupt import SUITE, WITH_SIGINT, count_lines, endpoint_args, read_results, slow_server  # noqa: F401
 
 import pytest_llmbench.procedures  # noqa: F401  (registers the procedures)
-from pytest_llmbench.load import ArrivalProcess, ClosedLoop, OpenLoop
+from pytest_llmbench.common.records import RequestSpec
+from pytest_llmbench.common.storage import RECORDS_FILE, iter_records
+from pytest_llmbench.document.build import build_document
+from pytest_llmbench.loadgen.load import ArrivalProcess, ClosedLoop, OpenLoop
+from pytest_llmbench.loadgen.shards import NotShardable, parse_workers, plan_shards
 from pytest_llmbench.procedures.base import ProcedureResult, get_procedure
 from pytest_llmbench.procedures.helpers import closed_level_stream
-from pytest_llmbench.records import RequestSpec
-from pytest_llmbench.results import build_document
 from pytest_llmbench.session import Session
 from pytest_llmbench.settings import LLMBenchConfigError, Settings, resolve
-from pytest_llmbench.shards import NotShardable, parse_workers, plan_shards
-from pytest_llmbench.storage import RECORDS_FILE, iter_records
 
 RATE = 60.0  # declared capacity (req/s): 5.1 runs at half of it
 KS_MIN_P = 1e-6  # Poisson sends: KS p-value bound (false failures 1e-6; a wrong process fails by far)

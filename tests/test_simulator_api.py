@@ -13,10 +13,10 @@ import httpx
 import openai
 import pytest
 
+from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.simulator import SimConfig, SimulatorError, parse_prometheus_text, start_simulator
 from pytest_llmbench.simulator.app import Simulator
 from pytest_llmbench.simulator.process import SimulatorProcess
-from pytest_llmbench.tokenizer import get_tokenizer
 
 MODEL = "llmbench-sim"
 

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.simulator import Engine, Sequence, SimConfig, SimConfigError, run_virtual
 from pytest_llmbench.simulator.engine import QueueFullError
 from pytest_llmbench.simulator.generation import input_refused, plan_output, request_seed
 from pytest_llmbench.simulator.kv import BlockManager
 from pytest_llmbench.simulator.vocab import get_vocabulary
-from pytest_llmbench.tokenizer import get_tokenizer
 
 MS = 1_000_000  # ns
 

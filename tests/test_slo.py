@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench.slo import (
+from pytest_llmbench.measure.slo import (
     METRICS,
     SLO,
     SLOError,
@@ -25,7 +25,7 @@ from pytest_llmbench.slo import (
     parse_slo_list,
     required_samples,
 )
-from pytest_llmbench.stats import Distribution, Estimate
+from pytest_llmbench.measure.stats import Distribution, Estimate
 
 
 @dataclass
@@ -320,8 +320,8 @@ def test_slo_type_validates_and_serialises() -> None:
 
 def test_against_real_run_metrics() -> None:
     """The Protocol matches metrics.RunMetrics: hand-computed TTFTs 10..59 ms, one per request."""
-    metrics = pytest.importorskip("pytest_llmbench.metrics")
-    from pytest_llmbench.records import RequestRecord
+    metrics = pytest.importorskip("pytest_llmbench.measure.metrics")
+    from pytest_llmbench.common.records import RequestRecord
 
     ms = 1_000_000
     records = []

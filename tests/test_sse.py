@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench.sse import SSEDecodeError, SSEError, SSEEvent, SSEParser, parse_sse
+from pytest_llmbench.client.sse import SSEDecodeError, SSEError, SSEEvent, SSEParser, parse_sse
 
 CAPTURES = Path(__file__).parent / "data" / "sse-captures"  # copies of shared/reference/sse-captures
 

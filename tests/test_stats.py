@@ -9,9 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench import stats as S
-from pytest_llmbench.stats import Distribution, Estimate
-
+from pytest_llmbench.measure import stats as S
+from pytest_llmbench.measure.stats import Distribution, Estimate
 
 # ---------------------------------------------------------------------------------- percentiles
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmbench.records import ClockAnchor, ErrorType, RequestRecord
-from pytest_llmbench.storage import (
+from pytest_llmbench.common.records import ClockAnchor, ErrorType, RequestRecord
+from pytest_llmbench.common.storage import (
     RECORDS_FILE,
     RUN_FILE,
     RunMetadata,
@@ -76,7 +76,7 @@ def test_interrupted_run_keeps_every_written_record(tmp_path: Path) -> None:
         import os, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_storage import make_record
-        from pytest_llmbench.storage import RunWriter
+        from pytest_llmbench.common.storage import RunWriter
         w = RunWriter({str(tmp_path)!r})
         for i in range(25):
             w.write(make_record(i))
@@ -118,7 +118,7 @@ def test_missing_run_directory_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_run_json_carries_the_records_format_and_older_files_are_read(tmp_path: Path) -> None:
-    from pytest_llmbench.records import RECORDS_FORMAT
+    from pytest_llmbench.common.records import RECORDS_FORMAT
 
     with RunWriter(tmp_path / "run", metadata=RunMetadata(profile="smoke")) as w:
         w.write(make_record(0))

@@ -10,9 +10,9 @@ import statistics
 
 import pytest
 
-from pytest_llmbench import tokencount
 from pytest_llmbench.client import ClientConfig, LLMClient
-from pytest_llmbench.records import RequestRecord, RequestSpec
+from pytest_llmbench.common.records import RequestRecord, RequestSpec
+from pytest_llmbench.measure import tokencount
 
 
 def _rec(texts: list[str], server_total: int | None) -> RequestRecord:

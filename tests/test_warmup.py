@@ -13,9 +13,9 @@ import pytest
 from aiohttp import web
 
 from pytest_llmbench.client import ClientConfig, LLMClient
-from pytest_llmbench.records import RequestSpec
-from pytest_llmbench.storage import RunWriter, load_run
-from pytest_llmbench.warmup import WarmupPolicy, parse_prometheus, run_warmup
+from pytest_llmbench.common.records import RequestSpec
+from pytest_llmbench.common.storage import RunWriter, load_run
+from pytest_llmbench.loadgen.warmup import WarmupPolicy, parse_prometheus, run_warmup
 
 TOKENS = 50
 

@@ -8,12 +8,13 @@ import asyncio
 from pathlib import Path
 
 from procedure_harness import procedure_context
+
 from pytest_llmbench import closed
+from pytest_llmbench.common.records import RequestRecord
+from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.procedures.base import get_procedure
 from pytest_llmbench.procedures.helpers import cache_hit_summary
-from pytest_llmbench.records import RequestRecord
 from pytest_llmbench.simulator import SimConfig, start_simulator
-from pytest_llmbench.storage import iter_records
 
 
 def test_5_1_warmup_prompts_are_disjoint_from_measured_ones(tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from pytest_llmbench.records import RequestSpec
-from pytest_llmbench.tokenizer import get_tokenizer
+from pytest_llmbench.common.records import RequestSpec
+from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.workloads import (
     A5_TARGET_LENGTHS,
     FAIRNESS_CLASSES,

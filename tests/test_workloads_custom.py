@@ -9,8 +9,8 @@ import pytest
 import yaml
 from scipy import stats
 
-from pytest_llmbench.records import RequestSpec
-from pytest_llmbench.tokenizer import get_tokenizer
+from pytest_llmbench.common.records import RequestSpec
+from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.workloads import (
     WorkloadError,
     build_workload,

@@ -23,7 +23,7 @@ section (``s4_2_load`` ... ``s5_procedures``), per-item data in ``data/items.yam
 
 from __future__ import annotations
 
-from . import (  # noqa: F401  # noqa: F401  (register their evaluators)
+from . import (  # noqa: F401  (register their evaluators)
     s4_2_load,
     s4_3_workloads,
     s4_4_tokens,
@@ -34,7 +34,7 @@ from . import (  # noqa: F401  # noqa: F401  (register their evaluators)
     s5_decide,
     s5_procedures,
 )
-from .declarations import DECLARATION_FACTS, Declarations
+from .declarations import DECLARATION_FACTS, Declarations, effective_declarations
 from .engine import CONDITIONS, DECIDERS, decide
 from .evaluate import coverage, evaluate_test, procedure_items
 from .facts import ClockFacts, ColdStartFacts, LoadFacts, RecordAudit, RunFacts, WarmupFacts
@@ -67,6 +67,7 @@ __all__ = [
     "ComplianceResult",
     "DeclarationError",
     "Declarations",
+    "effective_declarations",
     "LoadFacts",
     "RecordAudit",
     "Requirement",

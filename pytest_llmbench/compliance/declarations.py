@@ -154,3 +154,22 @@ def _as_declarations(d: Declarations | Mapping[str, Any] | None) -> Declarations
     return Declarations(d or {}, source="(inline)")
 
 
+
+
+def effective_declarations(settings: Any, own: Mapping[str, Any] | None = None) -> Declarations:
+    """The tester declarations in force: what the SUT declares about itself (``own``: the embedded
+    simulator's, from ``sut.self_declarations``), then the user's file (``--llm-declarations``) or
+    ``[tool.llmbench.declarations]`` in pyproject.toml, which overrides it.
+
+    One function for the compliance engine and the reports.
+    """
+    data: dict[str, Any] = {}
+    source = []
+    if own:
+        data.update(own)
+        source.append("embedded simulator")
+    user = Declarations.load(getattr(settings, "declarations", None), rootdir=getattr(settings, "rootdir", None))
+    if len(user):
+        data.update(dict(user))
+        source.append(user.source)
+    return Declarations(data, source=" + ".join(source) or "(none)")

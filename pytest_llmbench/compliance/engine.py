@@ -9,7 +9,7 @@ from typing import Any
 
 from .declarations import DECLARATION_FACTS, Declarations
 from .facts import RunFacts
-from .registry import STANDARD_WORKLOADS, ComplianceError, registry
+from .registry import STANDARD_WORKLOADS, VALIDATORS, ComplianceError, registry
 from .verdict import SOURCES, Check, Status
 
 # ============================================================================================
@@ -322,3 +322,17 @@ def _need(rid: str, what: str) -> Check:
     return Check.unmet(rid, f"not recorded: {what}")
 
 
+
+
+def _validate(reg: Any) -> None:
+    """The registry knows every condition of applicability.yaml and every item id registered here."""
+    for n, row in enumerate(reg.rows):
+        for cond in row.cells.values():
+            if cond is not None and _condition(cond) is None:
+                raise ComplianceError(f"applicability.yaml row {n}: unknown condition {cond!r}")
+    for rid in list(EVALUATORS) + list(DECLARATION_HOOKS) + list(DECIDERS):
+        if rid not in reg.items:
+            raise ComplianceError(f"the compliance package registers {rid!r}, which is not a requirement id")
+
+
+VALIDATORS.append(_validate)

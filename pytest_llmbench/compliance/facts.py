@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import ErrorType, RequestRecord
+from ..common.records import ErrorType, RequestRecord
 from .registry import _BOUNDARY_ALIASES, LOAD_CAPABILITIES, ComplianceError
 from .verdict import _jsonable
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .engine import DECIDERS, DECLARATION_HOOKS, EVALUATORS, item_data
-from .registry import ComplianceError
-from .registry import TESTS, applicable_items, registry
+from .registry import TESTS, ComplianceError, applicable_items, registry
 
 __all__ = ["SOURCE_COLUMNS", "source_counts", "source_table"]
 

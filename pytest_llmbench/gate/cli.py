@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..storage import write_text_atomic
+from ..common.files import write_text_atomic
 from .compare import compare
 from .history import history, render_history
 from .present import render_comparison

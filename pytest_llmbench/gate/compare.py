@@ -17,12 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from ..slo import format_quantity
-from ..stats import mean_estimate, percentile_estimate
-from .metricinfo import metric_info
+from ..measure.slo import format_quantity
+from ..measure.stats import mean_estimate, percentile_estimate
 from .rules import Rule, parse_rule
-from .significance import (DEFAULT_SEED, Change, across_runs_change, mean_change, percentile_change,
-                           scalar_change)
+from .significance import (
+    DEFAULT_SEED,
+    MIN_RUNS,
+    Change,
+    across_runs_change,
+    mean_change,
+    percentile_change,
+    scalar_change,
+)
 from .storage import StoredRun, primary_label, records_format_key, repetition_views
 
 __all__ = [
@@ -274,8 +280,6 @@ class Comparison:
         6.3-PARAM-1: at least 3 runs on each side; 6.3-REPORT-1: a CI for every compared figure;
         6.3-PARAM-2: every compared figure names its test and p-value.
         """
-        from .repeated import MIN_RUNS
-
         outcomes = [o for p in self.pairs for o in p.outcomes]
         with_change = [o for o in outcomes if o.change is not None]
         nb, nn = len(self.baseline), len(self.new)

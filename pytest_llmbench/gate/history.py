@@ -109,7 +109,7 @@ def history(runs: Sequence[StoredRun], figure: str = "ttft.p99", *, test: str | 
 
 def render_history(series: Sequence[HistorySeries]) -> str:
     """A plain table per series; ``◆`` marks a run that starts a new segment (a change point)."""
-    from ..slo import format_quantity
+    from ..measure.slo import format_quantity
     from .metricinfo import metric_info
 
     lines = []

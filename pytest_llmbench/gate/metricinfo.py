@@ -1,7 +1,7 @@
 """The one adapter between the gate and the metric registry (§6: direction of a change).
 
 Everything in :mod:`pytest_llmbench.gate` asks :func:`metric_info` what a metric is; the answer
-comes from :mod:`pytest_llmbench.registry` (kind, unit family, direction, title).
+comes from :mod:`pytest_llmbench.measure.registry` (kind, unit family, direction, title).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ class GateMetric:
 
 
 def metric_info(name: str) -> GateMetric:
-    """The definition of metric ``name`` (or an alias) from :func:`pytest_llmbench.registry.lookup`.
+    """The definition of metric ``name`` (or an alias) from :func:`pytest_llmbench.measure.registry.lookup`.
 
     A metric without a direction (``neutral``) or a per-request column cannot be gated.
     """
-    from ..registry import METRICS, lookup
+    from ..measure.registry import METRICS, lookup
 
     try:
         m = lookup(name)

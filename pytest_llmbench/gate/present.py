@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..slo import format_quantity
+from ..measure.slo import format_quantity
 from .compare import Comparison, FigureOutcome
 
 __all__ = ["junit_properties", "render_comparison", "render_comparison_markdown"]

@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from .compare import DEFAULT_FIGURES, _matches, figure_value
+from .rules import parse_rule
+from .significance import MIN_RUNS
+
 __all__ = ["MIN_RUNS", "RunsSummary", "across_runs", "summarize_runs"]
 
-#: §6.3: "Conduct multiple independent runs (at least 3)".
-MIN_RUNS = 3
 
 
 @dataclass(frozen=True)
@@ -71,9 +73,6 @@ def across_runs(runs: Sequence[Any], figures: Sequence[str] | None = None, *,
 
     ``runs`` are :class:`~.storage.StoredRun`; ``figures`` default to :data:`~.compare.DEFAULT_FIGURES`.
     """
-    from .compare import DEFAULT_FIGURES, _matches, figure_value
-    from .rules import parse_rule
-
     figs = list(figures or DEFAULT_FIGURES)
     out: dict[str, dict[str, RunsSummary]] = {}
     if not runs:

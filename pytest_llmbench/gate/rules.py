@@ -67,7 +67,7 @@ class Rule:
         return self.metric if self.statistic is None else f"{self.metric}.{self.statistic}"
 
     def threshold_text(self) -> str:
-        from ..slo import format_quantity
+        from ..measure.slo import format_quantity
 
         if self.relative:
             return f"{self.threshold * 100:g}%"
@@ -109,7 +109,7 @@ def parse_rule(text: str) -> Rule:
     num, unit = float(tm.group("num")), tm.group("unit")
     if unit == "%":
         return Rule(text.strip(), name, stat, level, num / 100.0, True)
-    from ..slo import SLOError, parse_slo
+    from ..measure.slo import SLOError, parse_slo
 
     op = ">=" if info.higher_is_better else "<="
     try:

@@ -33,10 +33,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats as sps
 
+#: §6.3: "Conduct multiple independent runs (at least 3)".
+MIN_RUNS = 3
+
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
     "Change",
     "DEFAULT_SEED",
+    "MIN_RUNS",
     "across_runs_change",
     "bootstrap_percentile_draws",
     "mean_change",

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from ..storage import iter_records, write_json_atomic
+from ..common.files import write_json_atomic
+from ..common.storage import iter_records
 
 __all__ = [
     "DEFAULT_STORAGE",
@@ -145,7 +146,7 @@ def samples_from_metrics(metrics: Any) -> dict[str, np.ndarray]:
 
 
 def _samples_from_run_dir(run_dir: Path, itl_option: str) -> dict[str, np.ndarray]:
-    from ..metrics import summarize
+    from ..measure.metrics import summarize
 
     try:
         return samples_from_metrics(summarize(iter_records(run_dir), itl_option=itl_option))
@@ -386,8 +387,8 @@ def _records_format_of(doc: Mapping[str, Any], base: Path | None) -> str:
 
 def records_format_key(run_json: Path | None) -> str:
     """``"<run.json schema> records <major>.x"`` of one ``run.json`` (this plugin's when unreadable)."""
-    from ..records import RECORDS_FORMAT
-    from ..storage import SCHEMA
+    from ..common.records import RECORDS_FORMAT
+    from ..common.storage import SCHEMA
 
     meta: dict[str, Any] = {"schema": SCHEMA, "records_format": RECORDS_FORMAT}
     if run_json is not None:

@@ -11,8 +11,8 @@ from typing import Any
 
 import jinja2
 
-from ..slo import format_quantity
-from .compare import DEFAULT_FIGURES, _matches, comparability_key, figure_value, load_as_written
+from ..measure.slo import format_quantity
+from .compare import DEFAULT_FIGURES, _matches, comparability_key, figure_value
 from .metricinfo import metric_info
 from .rules import parse_rule
 from .storage import StoredRun

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..seeds import Seeds
+from ..common.seeds import Seeds
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..common.tokenizer import Tokenizer
     from ..compliance import Check, RunFacts
-    from ..metrics import RunMetrics
+    from ..measure.metrics import RunMetrics
     from ..settings import Settings
-    from ..sut import SUT
-    from ..tokenizer import Tokenizer
+    from ..sut.system import SUT
 
 __all__ = [
     "Capacity",

@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..adapters import metric_names
 from ..client import ClientConfig, LLMClient
+from ..common.files import write_text_atomic
+from ..common.records import ClockAnchor, RequestRecord, RequestSpec
+from ..common.storage import RECORDS_FILE, RunMetadata, RunWriter
 from ..compliance import (
     LOAD_CAPABILITIES,
     Check,
@@ -29,18 +31,18 @@ from ..compliance import (
     RecordAudit,
     RunFacts,
     WarmupFacts,
+    effective_declarations,
     evaluate_test,
     timestamp_format_of,
 )
-from ..export_aiperf import write_aiperf_export
-from ..load import ClosedLoop, LoadResult, OpenLoop, run_load
-from ..metrics import RunMetrics, summarize
-from ..records import ClockAnchor, RequestRecord, RequestSpec
-from ..selfcheck import option_c_error
-from ..refusals import RefusalPolicy
-from ..storage import RECORDS_FILE, RunMetadata, RunWriter, write_text_atomic
-from ..sut import effective_declarations
-from ..warmup import WarmupPolicy, WarmupResult, run_warmup, sample_server_metrics
+from ..loadgen.load import ClosedLoop, LoadResult, OpenLoop, run_load
+from ..loadgen.selfcheck import option_c_error
+from ..loadgen.warmup import WarmupPolicy, WarmupResult, run_warmup, sample_server_metrics
+from ..measure.export_aiperf import write_aiperf_export
+from ..measure.metrics import RunMetrics, summarize
+from ..measure.refusals import RefusalPolicy
+from ..sut.adapters import metric_names
+from ..sut.system import self_declarations
 from .base import ProcedureContext, ProcedureResult, RunSummary
 
 __all__ = [
@@ -377,7 +379,7 @@ async def _run_measured(ctx: ProcedureContext, client: LLMClient, specs: Iterabl
     """The load generator in process, or over shards when ``--llm-workers``/``--llm-ray-address`` ask."""
     s = ctx.settings
     if str(s.workers).strip() not in ("", "1") or s.ray_address:
-        from ..shards import NotShardable, backend_for, run_sharded
+        from ..loadgen.shards import NotShardable, backend_for, run_sharded
 
         backend = backend_for(s.workers, s.ray_address)
         if backend is not None:
@@ -423,8 +425,8 @@ def declarations(ctx: ProcedureContext) -> Declarations:
 
 
 def _declarations(ctx: ProcedureContext) -> Declarations:
-    """The declarations in force (sut.effective_declarations) plus the procedure's own ones."""
-    decl = effective_declarations(ctx.settings, ctx.sut)
+    """The declarations in force (compliance.effective_declarations) plus the procedure's own ones."""
+    decl = effective_declarations(ctx.settings, self_declarations(ctx.sut))
     if not ctx.declarations:
         return decl
     return Declarations({**dict(decl), **ctx.declarations}, source=decl.source)
@@ -668,7 +670,7 @@ async def resolve_load(
     ``seed`` drives the arrival gaps (one stream from ``ctx.seeds(...)``). Returns the load and a
     JSON description (with the capacity source when one was used).
     """
-    from ..load import ArrivalProcess
+    from ..loadgen.load import ArrivalProcess
 
     desc: dict[str, Any] = spec.to_json()
     if spec.model == "closed":

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
+from ..common.records import RequestRecord, RequestSpec
 from ..compliance import Check
-from ..metrics import STEADY_STATE_FRACTION, steady_state_window
-from ..records import RequestRecord, RequestSpec
-from ..stats import CensoredPercentile, censored_percentile, proportion_estimate, queue_growing
+from ..measure.metrics import STEADY_STATE_FRACTION, steady_state_window
+from ..measure.stats import CensoredPercentile, censored_percentile, proportion_estimate, queue_growing
 from ..workloads import build_workload
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..metrics import RunMetrics
+    from ..measure.metrics import RunMetrics
     from .base import ProcedureContext, Table
     from .common import Measured
 
@@ -251,7 +251,7 @@ class AllRequests:
     §5.3.3 step 3b-3d records *all* request timings: a request the harness cancelled at the end of
     the drain (overload) is neither a success nor absent. It counts against the success rate
     (``ok / sent``) and, in TTFT and E2E percentiles, as a right-censored sample
-    (:func:`~pytest_llmbench.stats.censored_percentile`).
+    (:func:`~pytest_llmbench.measure.stats.censored_percentile`).
     """
 
     sent: int
@@ -349,7 +349,7 @@ def pvalue(metrics: RunMetrics, name: str, p: float) -> float | None:
 def parse_criteria(criteria: Sequence[str]) -> list[Any]:
     """Capacity criteria as SLO expressions (slo.py), e.g. Etalon's ``fluidity.p1 >= 0.9`` or
     ``fluid_token_rate >= 20 tok/s``; a ValueError names a bad one (§5.2.2.3, §5.5.2)."""
-    from ..slo import SLOError, parse_slo
+    from ..measure.slo import SLOError, parse_slo
 
     if isinstance(criteria, str):
         raise ValueError(f"criteria must be a list of SLO expressions, got the string {criteria!r}")
@@ -365,7 +365,7 @@ def parse_criteria(criteria: Sequence[str]) -> list[Any]:
 def criteria_failures(criteria: Sequence[str], metrics: RunMetrics) -> list[str]:
     """One reason per capacity criterion (SLO expression) a level's run does not meet; a criterion
     whose metric is undefined in the run fails (Etalon: capacity is the load the SLO still holds at)."""
-    from ..slo import evaluate
+    from ..measure.slo import evaluate
 
     return [f"criterion {r.slo}: {r.message}" for r in (evaluate(c, metrics) for c in parse_criteria(criteria))
             if not r.passed]

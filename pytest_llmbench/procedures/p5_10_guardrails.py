@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import LLMClient
+from ..common.records import ErrorType
 from ..compliance import Check, RunFacts
-from ..records import ErrorType
-from ..warmup import WarmupResult
+from ..loadgen.warmup import WarmupResult
 from ..workloads import build_workload
 from .base import LoadSpec, ProcedureContext, SkipProcedure, Table
 from .common import Measured, refusal_policy, resolve_load

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from ..client import LLMClient
 from ..compliance import Check, decide
-from ..warmup import WarmupResult
+from ..loadgen.warmup import WarmupResult
 from ..workloads import build_workload
 from .base import LoadSpec, Table, poisson
 from .common import declarations, prefix_cache_state, resolve_load

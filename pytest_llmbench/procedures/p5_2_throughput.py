@@ -46,12 +46,12 @@ from typing import Any
 import numpy as np
 
 from ..client import LLMClient
+from ..common.seeds import Seeds
 from ..compliance import Check, decide
-from ..load import ArrivalProcess, ClosedLoop, OpenLoop
-from ..metrics import RunMetrics
-from ..seeds import Seeds
-from ..stats import completion_rate_saturated, tail_blowup
-from ..warmup import WarmupResult
+from ..loadgen.load import ArrivalProcess, ClosedLoop, OpenLoop
+from ..loadgen.warmup import WarmupResult
+from ..measure.metrics import RunMetrics
+from ..measure.stats import completion_rate_saturated, tail_blowup
 from .base import Capacity, ProcedureContext, Table
 from .common import Measured, measure, probe_window_s, request_floor_s
 from .helpers import (

@@ -41,9 +41,9 @@ from typing import Any
 
 from ..client import LLMClient
 from ..compliance import Check
-from ..load import ArrivalProcess, OpenLoop
-from ..stats import NoisyRule, knee_point_ci, optimal_operating_point, saturation_point_ci
-from ..warmup import WarmupResult
+from ..loadgen.load import ArrivalProcess, OpenLoop
+from ..loadgen.warmup import WarmupResult
+from ..measure.stats import NoisyRule, knee_point_ci, optimal_operating_point, saturation_point_ci
 from .base import Table
 from .common import Measured, level_duration
 from .helpers import (

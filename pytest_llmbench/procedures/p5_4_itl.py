@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 
 from ..client import LLMClient
+from ..common.records import RequestRecord, RequestSpec
 from ..compliance import Check, decide
-from ..load import ArrivalProcess, OpenLoop
-from ..metrics import ITL_OPTIONS, RunMetrics
-from ..records import RequestRecord, RequestSpec
+from ..loadgen.load import ArrivalProcess, OpenLoop
+from ..loadgen.warmup import WarmupResult
+from ..measure.metrics import ITL_OPTIONS, RunMetrics
 from ..workloads import build_workload
-from ..warmup import WarmupResult
 from .base import Table
 from .common import Measured, level_requests
 from .helpers import FLUID_RATE_NOTE, cap_output, fluid_rate, fmt_ms, fmt_num, pvalue, reported, sample_list

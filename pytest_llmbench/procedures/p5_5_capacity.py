@@ -30,12 +30,19 @@ from typing import Any
 
 from ..client import LLMClient
 from ..compliance import Check, decide
-from ..load import ClosedLoop
-from ..warmup import WarmupResult
+from ..loadgen.load import ClosedLoop
+from ..loadgen.warmup import WarmupResult
 from .base import Capacity, ProcedureContext, Table
 from .common import Measured
-from .helpers import (build_level_specs, capacity_error, closed_level_stream, criteria_failures, fmt_ms,
-                      parse_criteria, pvalue)
+from .helpers import (
+    build_level_specs,
+    capacity_error,
+    closed_level_stream,
+    criteria_failures,
+    fmt_ms,
+    parse_criteria,
+    pvalue,
+)
 from .pipeline import Outcome, ProcedureRun
 
 __all__ = [

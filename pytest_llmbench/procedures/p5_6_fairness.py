@@ -36,12 +36,12 @@ import numpy as np
 
 from ..client import LLMClient
 from ..compliance import Check, decide
-from ..metrics import RunMetrics, summarize
-from ..stats import jain_index, latency_inflation, slowdown, starvation_rate
+from ..loadgen.load import ClosedLoop
+from ..loadgen.warmup import WarmupResult
+from ..measure.metrics import RunMetrics, summarize
+from ..measure.stats import jain_index, latency_inflation, slowdown, starvation_rate
 from ..workloads import FAIRNESS_CLASSES, build_workload
 from ..workloads.standard import _mix_counts  # the workload's own class-count rule
-from ..warmup import WarmupResult
-from ..load import ClosedLoop
 from .base import LoadSpec, Table, poisson
 from .common import Measured, level_requests, probe_window_s, resolve_load
 from .helpers import cap_output, closed_level_stream, fmt_ms, pvalue, queue_trend, reported, steady_window_ns

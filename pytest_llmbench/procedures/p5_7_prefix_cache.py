@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import LLMClient
+from ..common.records import RequestSpec
 from ..compliance import Check, RunFacts, decide
-from ..records import RequestSpec
-from ..warmup import WarmupResult
+from ..loadgen.warmup import WarmupResult
 from ..workloads import build_workload, completion_prompt_ids, sequence_sha256
 from .base import LoadSpec, ProcedureContext, SkipProcedure, Table, closed
 from .common import Measured, resolve_load
-from .helpers import cap_output, fmt_ms, pvalue, reported as reported_in
+from .helpers import cap_output, fmt_ms, pvalue
+from .helpers import reported as reported_in
 from .pipeline import Outcome, ProcedureRun
 
 P99_MIN = 1000  # §5.1.4.3

@@ -40,11 +40,11 @@ from typing import Any
 
 import numpy as np
 
-from ..adapters import metric_names
 from ..client import LLMClient
 from ..compliance import Check, decide
-from ..load import ClosedLoop
-from ..warmup import WarmupResult
+from ..loadgen.load import ClosedLoop
+from ..loadgen.warmup import WarmupResult
+from ..sut.adapters import metric_names
 from .base import Table
 from .common import Measured
 from .helpers import (
@@ -52,9 +52,9 @@ from .helpers import (
     AllRequests,
     all_requests,
     build_level_specs,
-    count_cancelled_as_unsuccessful,
     capacity_error,
     closed_level_stream,
+    count_cancelled_as_unsuccessful,
     fmt_censored,
     fmt_ms,
 )

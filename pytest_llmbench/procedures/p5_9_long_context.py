@@ -8,7 +8,7 @@ fit scaling models.
 Measurements (§5.9.4), per length: TTFT mean, P50, P95; prefill scaling = TTFT / input length
 (Table 12's "ms/1K tokens" = mean TTFT in ms / (length / 1000)); the scaling exponent k of
 TTFT ∝ L^k (least squares of log TTFT on log L over every successful request,
-:func:`~pytest_llmbench.stats.scaling_fit`) next to a linear fit a + b·L; the better one by R²
+:func:`~pytest_llmbench.measure.stats.scaling_fit`) next to a linear fit a + b·L; the better one by R²
 in linear space is the "best fit" line (§5.9.5).
 
 "Throughput at length: maximum throughput achievable at each context length" (§5.9.4) needs more
@@ -37,14 +37,14 @@ import numpy as np
 
 from ..client import LLMClient
 from ..compliance import Check
-from ..load import ClosedLoop
-from ..stats import ScalingFit, scaling_fit
-from ..warmup import WarmupResult
+from ..loadgen.load import ClosedLoop
+from ..loadgen.warmup import WarmupResult
+from ..measure.stats import ScalingFit, scaling_fit
 from ..workloads import build_workload
 from .base import Table
 from .common import Measured
-from .pipeline import Outcome, ProcedureRun
 from .helpers import fmt_ms, pvalue
+from .pipeline import Outcome, ProcedureRun
 
 __all__ = ["PROFILES", "LongContextParams", "best_fit_statement", "effective_lengths"]
 

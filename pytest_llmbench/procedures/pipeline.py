@@ -24,13 +24,13 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from .. import tokencount
 from ..client import LLMClient
+from ..common.records import RequestRecord, RequestSpec
 from ..compliance import Check, ColdStartFacts, RunFacts
-from ..load import ClosedLoop, OpenLoop
-from ..metrics import RunMetrics
-from ..records import RequestRecord, RequestSpec
-from ..warmup import WarmupResult
+from ..loadgen.load import ClosedLoop, OpenLoop
+from ..loadgen.warmup import WarmupResult
+from ..measure import tokencount
+from ..measure.metrics import RunMetrics
 from ..workloads import Workload, reference_checks
 from .base import (
     Capacity,

@@ -1,6 +1,6 @@
 """Reports (App. C): render ``results.json`` (versioned, ``schema.json``) as ``report.md`` and ``report.html``.
 
-This package only renders a document: ``results.build_document`` computes every figure before,
+This package only renders a document: ``document.build.build_document`` computes every figure before,
 and nothing here imports what measures (import-linter contract in pyproject.toml). The plugin
 calls :func:`write_reports` with the document at session end and prints :func:`terminal_rows`;
 :func:`rebuild` (``python -m pytest_llmbench report``) renders ``report.md`` and ``report.html``
@@ -10,14 +10,13 @@ file + ``os.replace``).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..storage import write_text_atomic
+from ..common.files import write_text_atomic
+from ..document.schema import SCHEMA_VERSION, ReportError, dumps_document, load_document, schema
 from .render import render_html, render_markdown, render_summary
 from .terminal import rows_from_document
 
@@ -44,29 +43,6 @@ REPORT_FILES = (RESULTS_FILE, MARKDOWN_FILE, HTML_FILE, SUMMARY_FILE)
 #: GitHub's PR-comment limit is 65,536 characters; summary.md stays below this.
 SUMMARY_LIMIT = 60_000
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
-
-#: Version of the results.json layout; a reader renders every document of the same major version.
-#: 1.1: figures carry units in ``metrics`` (the metric registry's entries for every figure shown).
-#: 1.2: ``headline``, ``compliance_overview``, optional ``comparison``; per procedure ``order``, ``warnings``,
-#: ``sweep``, ``summary_level``; per test ``label`` and ``warnings``; procedures in draft order;
-#: ``procedures[].compliance.items[]`` (per-item evidence, source, key, fix).
-SCHEMA_VERSION = "1.3"
-
-
-class ReportError(ValueError):
-    """A results.json that cannot be rebuilt (names the file and the problem)."""
-
-
-def schema() -> dict[str, Any]:
-    """The JSON Schema of ``results.json`` (``report/schema.json``)."""
-    text = resources.files("pytest_llmbench.report").joinpath("schema.json").read_text(encoding="utf-8")
-    return json.loads(text)
-
-
-def dumps_document(doc: Mapping[str, Any]) -> str:
-    """``results.json`` text: indented, UTF-8, no NaN (strict JSON)."""
-    return json.dumps(doc, ensure_ascii=False, indent=1, allow_nan=False) + "\n"
-
 
 def _render_all(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
     paths = {"markdown": out_dir / MARKDOWN_FILE, "html": out_dir / HTML_FILE, "summary": out_dir / SUMMARY_FILE}
@@ -100,24 +76,6 @@ def write_reports(doc: Mapping[str, Any], out_dir: str | os.PathLike[str] | None
 def terminal_rows(doc: Mapping[str, Any], report_path: str | os.PathLike[str] | None = None) -> list[str]:
     """The terminal summary of a document: one row per procedure run, verdicts, and the report path."""
     return rows_from_document(doc, Path(report_path).as_posix() if report_path is not None else None)
-
-
-def load_document(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a results.json and check it is a report document this version can render."""
-    p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ReportError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    except json.JSONDecodeError as exc:
-        raise ReportError(f"{p}: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict) or "schema_version" not in doc:
-        raise ReportError(f"{p}: not a pytest-llmbench results.json (no schema_version)")
-    major = str(doc["schema_version"]).split(".")[0]
-    if major != SCHEMA_VERSION.split(".")[0]:
-        raise ReportError(f"{p}: schema_version {doc['schema_version']} is not supported "
-                          f"(this version renders {SCHEMA_VERSION})")
-    return doc
 
 
 def rebuild(results_json: str | os.PathLike[str], out_dir: str | os.PathLike[str] | None = None) -> dict[str, Path]:

@@ -12,10 +12,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..units import UNITS, format_value, unit_family
+from ..measure.units import UNITS, format_value, unit_family
 from .fmt import fmt_num, fmt_time
-from .svg import (FAIL_COLOUR, MARK_COLOUR, MUTED_COLOUR, PALETTE, PASS_COLOUR, SERIES_COLOURS, SLO_COLOUR, Chart,
-                  grouped_bars, interval_rows)
+from .svg import (
+    FAIL_COLOUR,
+    MARK_COLOUR,
+    MUTED_COLOUR,
+    PALETTE,
+    PASS_COLOUR,
+    SERIES_COLOURS,
+    SLO_COLOUR,
+    Chart,
+    grouped_bars,
+    interval_rows,
+)
 
 __all__ = ["Figure", "diff_reading", "figures_for", "metric_name"]
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..units import fmt_num, fmt_pct, fmt_time, format_value
+from ..measure.units import fmt_num, fmt_pct, fmt_time, format_value
 
 __all__ = ["fmt_ci", "fmt_duration", "fmt_est", "fmt_num", "fmt_pct", "fmt_time", "fmt_value", "is_estimate",
            "md_cell", "md_text"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..registry import TERMINAL_COLUMNS
+from ..measure.registry import TERMINAL_COLUMNS
 from .fmt import fmt_est
 
 __all__ = ["SHORT_VERDICT", "headline_lines", "rows_from_document"]

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..tokenizer import get_tokenizer
+from ..common.tokenizer import get_tokenizer
 from .config import GUARDRAIL_MODES, RUNTIME_FIELDS, SimConfig, SimConfigError
 from .engine import ABORTED, Engine, EngineError, KVCapacityError, QueueFullError, Sequence, ShuttingDownError
 from .generation import OutputPlan, input_refused, plan_output, request_seed

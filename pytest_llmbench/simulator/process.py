@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
-from ..children import die_with_parent
+from ..sut.children import die_with_parent
 from .config import SimConfig
 from .metrics import parse_prometheus_text
 

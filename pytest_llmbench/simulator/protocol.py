@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..tokenizer import Tokenizer
+from ..common.tokenizer import Tokenizer
 from .config import SimConfig
 
 __all__ = ["APIError", "ChunkEncoder", "ParsedRequest", "error_body", "parse_request"]

@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from ..tokenizer import get_tokenizer
+from ..common.tokenizer import get_tokenizer
 
 __all__ = ["Vocabulary", "get_vocabulary"]
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..tokenizer import Tokenizer, get_tokenizer
+from ..common.tokenizer import Tokenizer, get_tokenizer
 from .core import (
     MismatchStats,
     Workload,
@@ -108,8 +108,8 @@ def build_workload(
 ) -> Workload:
     """Build ``n`` requests of a named workload, a custom spec file, or replay a request file.
 
-    ``tokenizer`` (a :class:`~pytest_llmbench.tokenizer.Tokenizer` or a name for
-    :func:`~pytest_llmbench.tokenizer.get_tokenizer`) defines the token unit; default
+    ``tokenizer`` (a :class:`~pytest_llmbench.common.tokenizer.Tokenizer` or a name for
+    :func:`~pytest_llmbench.common.tokenizer.get_tokenizer`) defines the token unit; default
     cl100k_base (§4.4.2 option B). Same arguments, same requests, byte for byte.
     """
     tok = get_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer

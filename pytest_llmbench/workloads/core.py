@@ -1,6 +1,6 @@
 """Workload container, declaration (§4.3.1, §4.3.3), replay files and prompt rendering (§4.4).
 
-A :class:`Workload` is the exact list of :class:`~pytest_llmbench.records.RequestSpec` to send
+A :class:`Workload` is the exact list of :class:`~pytest_llmbench.common.records.RequestSpec` to send
 plus its :class:`WorkloadDeclaration`, the text a report prints about it. The request sequence is
 serialized canonically (one spec per line, sorted keys, UTF-8), so the same seed gives the same
 bytes and the SHA-256 of those bytes identifies the sequence (4.3.3-MUST-1, 4.3.3-SHOULD-1).
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from ..records import RequestSpec
-from ..seeds import WORKLOAD_GENERATOR_VERSION
-from ..tokenizer import Tokenizer, get_tokenizer
+from ..common.records import RequestSpec
+from ..common.seeds import WORKLOAD_GENERATOR_VERSION
+from ..common.tokenizer import Tokenizer, get_tokenizer
 from .distributions import LengthDistribution, WorkloadError
 
 __all__ = [

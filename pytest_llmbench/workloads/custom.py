@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ..records import RequestSpec
-from ..tokenizer import Tokenizer, TokenizerError, get_tokenizer
+from ..common.records import RequestSpec
+from ..common.tokenizer import Tokenizer, TokenizerError, get_tokenizer
 from .core import Workload, WorkloadDeclaration, finish
 from .distributions import DISTRIBUTION_PARAMS, LengthDistribution, WorkloadError
 from .text import SYSTEM_PROMPT_SOURCE, CodeWriter, comment_marker, text_factory

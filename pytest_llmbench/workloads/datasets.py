@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..tokenizer import Tokenizer
+from ..common.tokenizer import Tokenizer
 from .distributions import WorkloadError
 
 __all__ = ["CodeSource", "ShareGPTSelection", "load_code_dataset", "load_sharegpt"]

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..records import RequestSpec
-from ..tokenizer import Tokenizer
+from ..common.records import RequestSpec
+from ..common.tokenizer import Tokenizer
 from .core import Workload, WorkloadDeclaration, finish
 from .datasets import load_code_dataset, load_sharegpt
 from .distributions import LengthDistribution, WorkloadError
@@ -145,7 +145,7 @@ def _standin_dataset(label: str) -> dict[str, Any]:
 
 
 def _tok(tokenizer: Tokenizer | None) -> Tokenizer:
-    from ..tokenizer import get_tokenizer
+    from ..common.tokenizer import get_tokenizer
 
     return tokenizer if tokenizer is not None else get_tokenizer()
 

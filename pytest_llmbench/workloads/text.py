@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..tokenizer import Tokenizer
+from ..common.tokenizer import Tokenizer
 from .distributions import WorkloadError
 
 __all__ = ["Fitted", "QUESTION", "SYSTEM_PROMPT_SOURCE", "TextFactory", "text_factory"]

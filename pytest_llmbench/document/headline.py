@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from .registry import METRICS
+from ..measure.registry import METRICS
 
 __all__ = ["annotate", "draft_order"]
 

@@ -29,17 +29,17 @@ import io
 import json
 import math
 from collections import Counter
-from importlib.metadata import PackageNotFoundError, version
 from collections.abc import Iterable, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import httptrace
+from ..common.records import ClockAnchor, RequestRecord
 from . import metrics_extra as mx
+from .http_phases import phases
 from .metrics import RequestSLO, summarize
-from .records import ClockAnchor, RequestRecord
 
 __all__ = ["STAT_KEYS", "aiperf_csv", "aiperf_record_lines", "aiperf_summary", "write_aiperf_export"]
 
@@ -154,7 +154,7 @@ def _record_metrics(r: RequestRecord, row: int, run: Any, tokenizer: Any) -> dic
     gaps = pr.itl["A"].for_request(row) if "A" in pr.itl else np.empty(0)
     if gaps.size:
         v["inter_chunk_latency"] = [float(g) * 1e3 for g in gaps]
-    for ph, val in httptrace.phases(r.http_trace).items():
+    for ph, val in phases(r.http_trace).items():
         if _finite(val):
             v[f"http_req_{ph}"] = val * 1e3 if HEADERS[f"http_req_{ph}"][1] == _MS else val
     out: dict[str, tuple[Any, str]] = {}

@@ -5,7 +5,7 @@ report, the terminal table, the JUnit properties or the step summary shows is co
 before (key results, throughput at TTFT P99 < 500 ms, plot quantiles, histograms and fits) and
 stored with its unit; ``report/`` only renders the dict, which is what ``results.json`` holds, so
 a report can be rebuilt from disk byte for byte (``python -m pytest_llmbench report``). The layout
-is versioned (:data:`~.report.SCHEMA_VERSION`) and described by ``report/schema.json``.
+is versioned (:data:`~.schema.SCHEMA_VERSION`) and described by ``document/schema.json``.
 
 Secrets never reach the document: the API key is only named (``sut.api_key_env``), and as a
 second line of defence every string is scrubbed of the values of that variable and of any
@@ -27,13 +27,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..compliance import effective_declarations, registry
+from ..loadgen.selfcheck import procedure_check
+from ..measure.registry import FIGURES, METRICS, lookup
+from ..session import SessionResult
+from ..sut.system import self_declarations
 from .headline import annotate, draft_order
 from .plotdata import derived_plots, normalise
-from .registry import FIGURES, METRICS, lookup
-from .compliance import registry
-from .selfcheck import procedure_check
-from .report import SCHEMA_VERSION
-from .session import SessionResult
+from .schema import SCHEMA_VERSION
 
 __all__ = ["DRAFT", "SCHEMA_VERSION", "build_document", "iso_ms", "jsonable", "secret_values", "write_exports"]
 
@@ -168,9 +169,7 @@ def _plugin_version() -> str:
 
 def _declarations(result: SessionResult, notes: list[str]) -> dict[str, Any]:
     try:
-        from .sut import effective_declarations
-
-        decl = effective_declarations(result.settings, result.sut)
+        decl = effective_declarations(result.settings, self_declarations(result.sut))
     except Exception as exc:  # a bad file must not lose the report
         notes.append(f"declarations could not be read: {exc}")
         return {}
@@ -425,7 +424,7 @@ def _pick_primary(procs: list[tuple[dict[str, Any], Any]]) -> tuple[dict[str, An
 
 def _mvr(doc: dict[str, Any], procs: list[tuple[dict[str, Any], Any]], decl: Mapping[str, Any],
          notes: list[str]) -> dict[str, Any]:
-    from .metrics import throughput_at_ttft_p99
+    from ..measure.metrics import throughput_at_ttft_p99
 
     sut = doc.get("sut")
     version = doc["tool"]["version"]
@@ -529,7 +528,7 @@ def _mvr(doc: dict[str, Any], procs: list[tuple[dict[str, Any], Any]], decl: Map
 
 def _item_titles() -> dict[str, tuple[str, str]]:
     """id -> (readable title, applies_to) of every compliance item (data/requirements.yaml)."""
-    from .compliance import registry
+    from ..compliance import registry
 
     return {r.id: (r.summary, r.applies_to) for r in registry()}
 
@@ -546,7 +545,7 @@ def slo_objectives(texts: list[str]) -> list[dict[str, Any]]:
     """The SLO expressions of a test parsed for plotting: metric, statistic, operator, threshold in the
     metric's base unit (registry), label and threshold text; an expression that does not parse is left out
     (the test itself reports it)."""
-    from .slo import SLOError, parse_slo
+    from ..measure.slo import SLOError, parse_slo
 
     out = []
     for text in texts:
@@ -584,10 +583,10 @@ def _repetitions(index: int, entry: Mapping[str, Any], reps: list[Any], isolatio
                  report_dir: Path) -> dict[str, Any]:
     """``--llm-runs N`` (§6.3): every repetition's result and, per key figure, the across-run mean,
     SD, CV and Student-t CI (``gate.summarize_runs``), read from each repetition's summaries."""
-    from .gate.compare import DEFAULT_FIGURES, _summary_value
-    from .gate.repeated import summarize_runs
-    from .gate.rules import parse_rule
-    from .gate.storage import primary_label
+    from ..gate.compare import DEFAULT_FIGURES, _summary_value
+    from ..gate.repeated import summarize_runs
+    from ..gate.rules import parse_rule
+    from ..gate.storage import primary_label
 
     runs = []
     for rep in reps:
@@ -666,7 +665,7 @@ def write_exports(doc: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> di
     import csv
     import io
 
-    from .storage import write_text_atomic
+    from ..common.files import write_text_atomic
 
     out = Path(out_dir)
     buf = io.StringIO()
@@ -742,7 +741,7 @@ def _load_generation(settings: Any, procs: list[tuple[dict[str, Any], Any]]) -> 
 
 
 def build_document(result: SessionResult, *, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Everything the reports show, as plain JSON (see ``report/schema.json``)."""
+    """Everything the reports show, as plain JSON (see ``document/schema.json``)."""
     settings = result.settings
     report_dir = Path(settings.report)
     started = float(result.started)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..records import RequestRecord
+from ...common.records import RequestRecord
 from .core import ShardHello, ShardReport, ShardTask, hello, make_client, run_shard
 
 __all__ = ["RayBackend"]

@@ -1,8 +1,8 @@
 """Records -> per-request and aggregate metrics (§4.6.3, §5.1.4, §5.2.4, §5.4.3-4, §5.5.4, §5.8.4).
 
-:func:`summarize` turns a run's :class:`~pytest_llmbench.records.RequestRecord` list into a
+:func:`summarize` turns a run's :class:`~pytest_llmbench.common.records.RequestRecord` list into a
 :class:`RunMetrics`: one :class:`PerRequest` table (numpy arrays, one entry per record, NaN where
-undefined), pooled ITL samples, :class:`~pytest_llmbench.stats.Distribution` summaries with
+undefined), pooled ITL samples, :class:`~pytest_llmbench.measure.stats.Distribution` summaries with
 confidence intervals and throughput scalars. Record times are ``perf_counter_ns``; every figure
 is reported in seconds or per-second rates. Every definition chosen where sources differ is in
 :data:`DEFINITIONS` (printed by the report) and in ``docs/metrics.md``.
@@ -33,13 +33,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..common.records import ErrorType, RequestRecord
 from . import experience as ux
 from . import metrics_extra as mx
 from . import registry
-from .records import ErrorType, RequestRecord
 from .stats import (
     DEFAULT_PERCENTILES,
-    DEFINITIONS as STATS_DEFINITIONS,
     Distribution,
     Estimate,
     Modality,
@@ -50,6 +49,9 @@ from .stats import (
     rate_from_window_sums,
     tail_shape,
     window_sums,
+)
+from .stats import (
+    DEFINITIONS as STATS_DEFINITIONS,
 )
 
 __all__ = [
@@ -813,7 +815,7 @@ def summarize(
     ``"B"``, ``"C"`` or ``"auto"`` (C when every successful multi-token request carries server
     token timestamps, else B). ``prefill_deadline`` (Etalon ``D_p``) defaults to a fit of this
     run's TTFTs; ``decode_deadline``/``reading_speed``/``ttft_allowance``/``alpha`` parametrise
-    the experience metrics (:mod:`pytest_llmbench.experience`).
+    the experience metrics (:mod:`pytest_llmbench.measure.experience`).
     """
     opt = _check_itl_option(itl_option)
     if not 0.0 <= steady_state_fraction < 1.0:

@@ -1,7 +1,7 @@
 """Metrics from AIPerf, Etalon and the smooth-goodput paper that :mod:`metrics` does not compute.
 
-Pure functions over :class:`~pytest_llmbench.records.RequestRecord` lists (or over the
-:class:`~pytest_llmbench.metrics.RunMetrics` that :func:`metrics.summarize` made from them), each
+Pure functions over :class:`~pytest_llmbench.common.records.RequestRecord` lists (or over the
+:class:`~pytest_llmbench.measure.metrics.RunMetrics` that :func:`metrics.summarize` made from them), each
 citing its source; the metrics are declared in the registry (:data:`registry.EXTRA_METRICS`)
 and :func:`metrics.summarize` merges them into every run. Sources (``/work/shared/reference/``):
 
@@ -17,18 +17,18 @@ stopped by the harness at a window's end, are neither). Times in seconds.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from . import httptrace, registry
+from ..common.records import RequestRecord
+from . import registry
 from .experience import FluidRate
-from .records import RequestRecord
+from .http_phases import HTTP_PHASES, phases
 from .registry import Metric
 
 if TYPE_CHECKING:
-    from .metrics import RunMetrics
-    from .tokenizer import Tokenizer
+    from ..common.tokenizer import Tokenizer
 
 __all__ = [
     "AIPERF_EQUIVALENTS",
@@ -186,8 +186,8 @@ def per_request_table(records: Sequence[RequestRecord], tokenizer: Tokenizer | N
     out: dict[str, np.ndarray] = {}
     for name, fn in PER_REQUEST.items():
         out[name] = np.array([_nan(fn(r, tokenizer)) for r in records], dtype=np.float64)
-    traces = [httptrace.phases(r.http_trace) for r in records]
-    for ph in httptrace.HTTP_PHASES:
+    traces = [phases(r.http_trace) for r in records]
+    for ph in HTTP_PHASES:
         out[f"http_{ph}"] = np.array([_nan(p[ph]) for p in traces], dtype=np.float64)
     return out
 
@@ -251,7 +251,18 @@ def token_weighted_goodput_of(n_tokens: np.ndarray, met: np.ndarray, duration: f
     return float(np.sum(np.where(m, n, 0.0)) / duration)
 
 
-def token_weighted_goodput(run: RunMetrics, good: np.ndarray | None = None) -> float:
+class SummarisedRun(Protocol):
+    """What the two run-level functions below read of a :class:`~.metrics.RunMetrics` (typed here so
+    this module, which ``metrics`` imports, does not import ``metrics`` back)."""
+
+    per_request: Any
+
+    def scalar(self, name: str) -> Any: ...
+
+    def fluid_token_generation_rate(self, *, min_fluidity: float, request_fraction: float) -> FluidRate: ...
+
+
+def token_weighted_goodput(run: SummarisedRun, good: np.ndarray | None = None) -> float:
     """Token-weighted goodput (smooth-goodput paper eq. 5) of a summarised run, tokens/s.
 
     A request counts its OSL when every token met its deadline ``d_i = A + i/V`` (eq. 4; the
@@ -266,7 +277,7 @@ def token_weighted_goodput(run: RunMetrics, good: np.ndarray | None = None) -> f
     return token_weighted_goodput_of(n, met & ok, run.scalar("benchmark_duration").value)
 
 
-def fluid_token_generation_rate(run: RunMetrics, *, min_fluidity: float = 0.9,
+def fluid_token_generation_rate(run: SummarisedRun, *, min_fluidity: float = 0.9,
                                 request_fraction: float = 0.99) -> FluidRate:
     """Etalon §4.2 fluid token generation rate of a summarised run (``experience.
     fluid_token_generation_rate`` on the run's option-B token times and fitted ``D_p``)."""

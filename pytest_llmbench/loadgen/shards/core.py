@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from ..client import ClientConfig, LLMClient
+from ...client import ClientConfig, LLMClient
+from ...common.records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
 from ..load import ArrivalProcess, ClosedLoop, LagStats, LoadResult, OpenLoop, SelfCheck, run_load
-from ..records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
 
 __all__ = [
     "DealtArrival",
@@ -301,7 +301,7 @@ async def run_shard(task: ShardTask, client: LLMClient, start_unix_ns: int, emit
 
 
 def make_client(task: ShardTask) -> LLMClient:
-    from ..tokenizer import get_tokenizer
+    from ...common.tokenizer import get_tokenizer
 
     return LLMClient(task.config, max_connections=task.max_connections, tokenizer=get_tokenizer(task.tokenizer))
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["SUT", "EndpointError", "check_endpoint", "effective_declarations", "identify_server", "BOUNDARY_NAMES",
+__all__ = ["SUT", "EndpointError", "check_endpoint", "self_declarations", "identify_server", "BOUNDARY_NAMES",
            "SIMULATOR_DECLARATIONS", "SIMULATOR_KIND"]
 
 #: Report names of the boundaries of §4.1.
@@ -150,28 +150,18 @@ SIMULATOR_DECLARATIONS: dict[str, Any] = {
 }
 
 
-def effective_declarations(settings: Any, sut: SUT | None) -> Any:
-    """The tester declarations in force: the simulator's own (when it is the SUT), then the user's
-    file (``--llm-declarations``) or ``[tool.llmbench.declarations]`` in pyproject.toml.
-
-    Returns a :class:`compliance.Declarations`; one function for the compliance engine and reports.
-    """
-    from .compliance import Declarations
-
-    data: dict[str, Any] = {}
-    source = []
-    if sut is not None and sut.embedded:
-        data.update(SIMULATOR_DECLARATIONS)
-        data["model"] = {**SIMULATOR_DECLARATIONS["model"], "name": sut.model or "llmbench-sim"}
-        guard = sut.server_info.get("guardrails", "none")
-        data["guardrails"] = {
-            "input_filter": "on" if guard in ("input", "full") else "off",
-            "output_filter": "on" if guard in ("output", "full") else "off",
-            "systems": "none" if guard == "none" else f"embedded simulator guardrail model ({guard})",
-        }
-        source.append("embedded simulator")
-    user = Declarations.load(getattr(settings, "declarations", None), rootdir=getattr(settings, "rootdir", None))
-    if len(user):
-        data.update(dict(user))
-        source.append(user.source)
-    return Declarations(data, source=" + ".join(source) or "(none)")
+def self_declarations(sut: SUT | None) -> dict[str, Any]:
+    """What the SUT declares about itself because the plugin knows it: the embedded simulator's
+    model, hardware, engine, loading, clock and guardrail state (§4.1, §5.1.2, §4.7, §4.8); empty
+    for any other server. ``compliance.effective_declarations`` lays the user's file over these."""
+    if sut is None or not sut.embedded:
+        return {}
+    data: dict[str, Any] = dict(SIMULATOR_DECLARATIONS)
+    data["model"] = {**SIMULATOR_DECLARATIONS["model"], "name": sut.model or "llmbench-sim"}
+    guard = sut.server_info.get("guardrails", "none")
+    data["guardrails"] = {
+        "input_filter": "on" if guard in ("input", "full") else "off",
+        "output_filter": "on" if guard in ("output", "full") else "off",
+        "systems": "none" if guard == "none" else f"embedded simulator guardrail model ({guard})",
+    }
+    return data

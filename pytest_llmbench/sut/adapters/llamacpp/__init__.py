@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .base import Fetch, ServerAdapter, sut_post
+from ..base import Fetch, ServerAdapter, sut_post
 
 
 class LlamaCppAdapter(ServerAdapter):

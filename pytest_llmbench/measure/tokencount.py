@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .records import RequestRecord
+from ..common.records import RequestRecord
 
 __all__ = [
     "EXACT_METHODS",

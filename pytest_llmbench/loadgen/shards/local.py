@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ..records import RequestRecord
+from ...common.records import RequestRecord
 from .core import ShardHello, ShardReport, ShardTask, hello, make_client, run_shard
 
 __all__ = ["LocalBackend"]

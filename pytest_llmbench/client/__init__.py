@@ -1,7 +1,7 @@
 """One request to an OpenAI-compatible endpoint -> one :class:`RequestRecord` (§4.2.2, §4.2.6).
 
 :class:`LLMClient` sends chat or completions requests, streaming (SSE, parsed by
-:mod:`pytest_llmbench.sse`) or not, and times every chunk with ``time.perf_counter_ns()`` at the
+:mod:`pytest_llmbench.client.sse`) or not, and times every chunk with ``time.perf_counter_ns()`` at the
 read that completed its ``data:`` event (App. B.1.1). T_submit (``sent_ns``) is the moment the
 transport sends the last byte of the request body, after any connection set-up (App. B.1.1);
 the earlier hand-over to the transport is kept as ``queued_ns``. The first token is the first chunk whose
@@ -28,11 +28,12 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from . import httptrace, tokencount
-from .records import ErrorType, RequestRecord, RequestSpec
-from .refusals import RefusalPolicy, policy_code, refusal_reason
+from ..common.records import ErrorType, RequestRecord, RequestSpec
+from ..common.tokenizer import Tokenizer, get_tokenizer
+from ..measure import tokencount
+from ..measure.refusals import RefusalPolicy, policy_code, refusal_reason
+from . import httptrace
 from .sse import SSEDecodeError, SSEError, SSEParser
-from .tokenizer import Tokenizer, get_tokenizer
 
 try:  # orjson is ~3-5x faster than json on the per-chunk hot path
     import orjson as _orjson

@@ -14,9 +14,9 @@ import socket
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from ..client import LLMClient
+from ...client import LLMClient
+from ...common.records import ClockAnchor, RequestRecord, RequestSpec
 from ..load import ClosedLoop, LoadResult, OpenLoop, RecordSink, SelfCheck
-from ..records import ClockAnchor, RequestRecord, RequestSpec
 from .core import NotShardable, ShardHello, ShardReport, ShardTask, clock_shift_ns, merge, plan_shards, shift_record
 
 __all__ = ["Backend", "NotShardable", "ShardError", "backend_for", "parse_workers", "run_sharded"]

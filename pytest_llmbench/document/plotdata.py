@@ -190,7 +190,7 @@ def _scaling(v: Any) -> dict[str, Any]:
     elif fit is None:
         pairs = [(a, b) for a, b in zip(length, ttft) if a and b and a > 0 and b > 0]
         if len({a for a, _ in pairs}) >= 2:
-            from .stats import scaling_fit
+            from ..measure.stats import scaling_fit
 
             f = scaling_fit([a for a, _ in pairs], [b for _, b in pairs])
             out_fit = {"k": f.exponent, "c": f.power_coefficient, "r2": f.r2_loglog,
@@ -312,7 +312,7 @@ def _class_samples(metrics: Any, name: str, cls: str) -> np.ndarray:
 
 
 def _rate_text(v: Any) -> str:
-    from .units import format_value
+    from ..measure.units import format_value
 
     return format_value(v, "requests/s", style="compact") if isinstance(v, (int, float)) else ""
 
@@ -362,7 +362,7 @@ def _result_series(result: Any) -> list[_Series]:
 def run_overlays(result: Any, series: list[_Series] | None = None) -> dict[str, dict[str, Any]]:
     """``cdfs_<metric>`` plot entries: one empirical CDF per run compared by the procedure (see
     :data:`OVERLAYS`); nothing when fewer than two runs have samples."""
-    from .registry import METRICS
+    from ..measure.registry import METRICS
 
     spec = OVERLAYS.get(str(getattr(result, "procedure", "")))
     if spec is None:
@@ -388,8 +388,8 @@ def configuration_differences(result: Any, series: list[_Series] | None = None) 
     """§5.7 (cache on − off) and §5.10 (guardrails on − off) percentile differences against the first
     configuration, each with a bootstrap CI (gate.significance.percentile_change); ``within_noise``
     when the interval includes 0. None for other procedures or without a baseline's samples."""
-    from .gate.significance import BOOTSTRAP_RESAMPLES, DEFAULT_SEED, percentile_change
-    from .stats import required_samples
+    from ..gate.significance import BOOTSTRAP_RESAMPLES, DEFAULT_SEED, percentile_change
+    from ..measure.stats import required_samples
 
     spec = DIFFERENCES.get(str(getattr(result, "procedure", "")))
     if spec is None:

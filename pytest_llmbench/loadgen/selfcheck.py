@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .records import RequestRecord
+from ..common.records import RequestRecord
 
 __all__ = [
     "DELAY_PERCENTILES",

@@ -1,0 +1,57 @@
+"""The ``results.json`` document as a format: its version, its JSON Schema (``schema.json`` beside
+this module), how it is written and read back. The builder (``document.build``) and the renderers
+(``report/``) both depend on this module and on nothing of each other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SCHEMA_VERSION", "ReportError", "dumps_document", "load_document", "schema"]
+
+#: Version of the results.json layout; a reader renders every document of the same major version.
+#: 1.1: figures carry units in ``metrics`` (the metric registry's entries for every figure shown).
+#: 1.2: ``headline``, ``compliance_overview``, optional ``comparison``; per procedure ``order``, ``warnings``,
+#: ``sweep``, ``summary_level``; per test ``label`` and ``warnings``; procedures in draft order;
+#: ``procedures[].compliance.items[]`` (per-item evidence, source, key, fix).
+SCHEMA_VERSION = "1.3"
+
+
+class ReportError(ValueError):
+    """A results.json that cannot be rebuilt (names the file and the problem)."""
+
+
+def schema() -> dict[str, Any]:
+    """The JSON Schema of ``results.json`` (``document/schema.json``)."""
+    text = resources.files("pytest_llmbench.document").joinpath("schema.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def dumps_document(doc: Mapping[str, Any]) -> str:
+    """``results.json`` text: indented, UTF-8, no NaN (strict JSON)."""
+    return json.dumps(doc, ensure_ascii=False, indent=1, allow_nan=False) + "\n"
+
+
+def load_document(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a results.json and check it is a report document this version can render."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ReportError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{p}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or "schema_version" not in doc:
+        raise ReportError(f"{p}: not a pytest-llmbench results.json (no schema_version)")
+    major = str(doc["schema_version"]).split(".")[0]
+    if major != SCHEMA_VERSION.split(".")[0]:
+        raise ReportError(f"{p}: schema_version {doc['schema_version']} is not supported "
+                          f"(this version renders {SCHEMA_VERSION})")
+    return doc
+
+

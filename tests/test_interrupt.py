@@ -19,13 +19,8 @@ from pathlib import Path
 import pytest
 from faultserver import FaultServer, start_fault_server
 
-from pytest_llmbench.common.storage import (
-    RECORDS_FILE,
-    iter_records,
-    load_run,
-    write_json_atomic,
-    write_text_atomic,
-)
+from pytest_llmbench.common.files import write_json_atomic, write_text_atomic
+from pytest_llmbench.common.storage import RECORDS_FILE, iter_records, load_run
 
 SUITE = '''
 import pytest

@@ -12,10 +12,10 @@ Every outcome is classified into :class:`ErrorType` (:mod:`.errors`) and no exce
 ``cancelled``).
 
 The package, like httpx: :mod:`.config` (``ClientConfig``, the body), :mod:`.transports`
-(aiohttp with its HTTP-trace hooks, httpx, httpx-aiohttp), :mod:`.errors` (the one error map),
-:mod:`.stream` (the response reader), :mod:`.sse` (the SSE parser). The API key is read from the
-environment variable named by ``ClientConfig.api_key_env``; it is never stored in the config,
-records, logs or error messages.
+(aiohttp with its HTTP-trace hooks, httpx, httpx-aiohttp, an in-process ``MockTransport``),
+:mod:`.errors` (the one error map), :mod:`.stream` (the response reader), :mod:`.sse` (the SSE
+parser). The API key is read from the environment variable named by ``ClientConfig.api_key_env``;
+it is never stored in the config, records, logs or error messages.
 """
 
 from __future__ import annotations
@@ -41,7 +41,16 @@ from .errors import (
 )
 from .sse import SSEDecodeError, SSEError
 from .stream import ResponseReader, assign_chunk_tokens, dumps
-from .transports import Response, SubmitStamp, Transport, httptrace, make_transport
+from .transports import (
+    MockRequest,
+    MockResponse,
+    MockTransport,
+    Response,
+    SubmitStamp,
+    Transport,
+    httptrace,
+    make_transport,
+)
 from .transports.aiohttp import AiohttpTransport
 from .transports.httpx import HttpxTransport
 
@@ -58,6 +67,9 @@ __all__ = [
     "ErrorRule",
     "HttpxTransport",
     "LLMClient",
+    "MockRequest",
+    "MockResponse",
+    "MockTransport",
     "Response",
     "SubmitStamp",
     "TRANSPORTS",
@@ -78,6 +90,7 @@ class LLMClient:
 
     ``max_connections`` overrides ``config.max_connections`` (the load generator sizes the pool to
     the load). ``tokenizer`` overrides ``config.tokenizer`` for client-side token counts.
+    ``transport`` replaces the one ``config.transport`` names (e.g. a ``MockTransport``).
     """
 
     def __init__(
@@ -86,8 +99,10 @@ class LLMClient:
         *,
         max_connections: int | None = None,
         tokenizer: Tokenizer | None = None,
+        transport: Transport | None = None,
     ) -> None:
         self.config = config
+        self._given_transport = transport
         self._max_connections = max_connections if max_connections is not None else config.max_connections
         self._url = config.base_url.rstrip("/") + config.path
         self._tokenizer = tokenizer
@@ -135,12 +150,12 @@ class LLMClient:
 
     def _ensure_transport(self) -> Transport:
         if self._transport is None:
-            self._transport = make_transport(self.config, self._max_connections)
+            self._transport = self._given_transport or make_transport(self.config, self._max_connections)
         return self._transport
 
     @property
     def transport_name(self) -> str:
-        return self.config.transport
+        return self._given_transport.name if self._given_transport is not None else self.config.transport
 
     @property
     def max_connections(self) -> int | None:
@@ -153,6 +168,7 @@ class LLMClient:
 
     def describe(self) -> dict[str, Any]:
         d = self.config.describe()
+        d["transport"] = self.transport_name
         d["url"] = self._url
         d["max_connections"] = self._max_connections
         d["protocol"] = "sse" if self.config.stream else "http-json"

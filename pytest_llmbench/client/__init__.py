@@ -5,7 +5,8 @@ chunk at the read that completed its ``data:`` event (App. B.1.1; :mod:`.stream`
 (``sent_ns``) is the moment the transport sends the last byte of the request body, after any
 connection set-up (App. B.1.1); the earlier hand-over to the transport is kept as ``queued_ns``.
 Per-chunk token counts are assigned after the stream ends by tokenizing the joined output once
-(§4.6.3).
+(§4.6.3). What a server adds to the OpenAI API is read by its adapter (``adapter=``, from
+``pytest_llmbench.sut.adapters``), never by a server-kind test here.
 
 Every outcome is classified into :class:`ErrorType` (:mod:`.errors`) and no exception escapes
 :meth:`LLMClient.send` except the caller's own cancellation (the record passed in is then marked
@@ -30,6 +31,7 @@ from ..common.records import ErrorType, RequestRecord, RequestSpec
 from ..common.tokenizer import Tokenizer, get_tokenizer
 from ..measure import tokencount
 from ..measure.refusals import refusal_reason
+from ..sut.adapters import GENERIC, ServerAdapter
 from .config import API_KINDS, TRANSPORTS, ClientConfig, build_body
 from .errors import (
     ERROR_MAP,
@@ -91,6 +93,8 @@ class LLMClient:
     ``max_connections`` overrides ``config.max_connections`` (the load generator sizes the pool to
     the load). ``tokenizer`` overrides ``config.tokenizer`` for client-side token counts.
     ``transport`` replaces the one ``config.transport`` names (e.g. a ``MockTransport``).
+    ``adapter`` reads the server's response extensions (default: the generic adapter, which reads
+    every known one); ``SUT.adapter`` gives the SUT's.
     """
 
     def __init__(
@@ -100,8 +104,10 @@ class LLMClient:
         max_connections: int | None = None,
         tokenizer: Tokenizer | None = None,
         transport: Transport | None = None,
+        adapter: ServerAdapter | None = None,
     ) -> None:
         self.config = config
+        self.adapter = adapter if adapter is not None else GENERIC
         self._given_transport = transport
         self._max_connections = max_connections if max_connections is not None else config.max_connections
         self._url = config.base_url.rstrip("/") + config.path
@@ -130,7 +136,7 @@ class LLMClient:
         self._get_headers = {k: v for k, v in headers.items() if k != "Content-Type"}
         self._system_ids: dict[str, list[int]] = {}
         self._transport: Transport | None = None
-        self._reader = ResponseReader(config)
+        self._reader = ResponseReader(config, self.adapter)
 
     def __repr__(self) -> str:
         return f"LLMClient({self._url!r}, api={self.config.api!r}, transport={self.transport_name!r})"
@@ -165,6 +171,15 @@ class LLMClient:
     @property
     def tokenizer(self) -> Tokenizer | None:
         return self._tokenizer
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The request headers, ``Authorization`` included (for an adapter's own requests; never log them)."""
+        return dict(self._headers)
+
+    @property
+    def verify_tls(self) -> bool:
+        return self.config.verify_tls
 
     def describe(self) -> dict[str, Any]:
         d = self.config.describe()
@@ -291,41 +306,6 @@ class LLMClient:
         rec.token_count_method = tokencount.REFERENCE
         tokencount.apply_one_per_chunk(rec)  # server tokens when one token per content chunk (§4.4)
         return rec
-
-    async def reconcile_token_counts(self, records: list[RequestRecord], *, concurrency: int = 4,
-                                     timeout_s: float = 30.0) -> int:
-        """Per-chunk counts in the server's tokens via llama.cpp ``POST /tokenize`` (with pieces,
-        no special tokens), once per record not already exact; after the run, so the measured
-        load is not perturbed (tokencount.py). Returns the number of records recounted; a server
-        without the endpoint leaves the reference counts (the declared fallback)."""
-        import httpx
-
-        todo = [r for r in records if tokencount.needs_server_count(r)]
-        if not todo:
-            return 0
-        url = self.server_root + "/tokenize"
-        sem = asyncio.Semaphore(concurrency)
-        done = 0
-        async with httpx.AsyncClient(verify=self.config.verify_tls, timeout=timeout_s) as hx:
-            async def one(rec: RequestRecord) -> bool:
-                nonlocal done
-                reasoning = rec.chunk_reasoning if len(rec.chunk_reasoning) == len(rec.chunk_text) \
-                    else [""] * len(rec.chunk_text)
-                text = "".join(r + t for t, r in zip(rec.chunk_text, reasoning))  # as apply_pieces aligns
-                async with sem:
-                    resp = await hx.post(url, headers=self._headers,
-                                         json={"content": text, "with_pieces": True, "add_special": False})
-                if resp.status_code != 200:
-                    return False
-                tokencount.apply_pieces(rec, tokencount.piece_byte_lengths(resp.json().get("tokens") or []))
-                done += 1
-                return True
-
-            first = await one(todo[0])
-            if not first:
-                return 0
-            await asyncio.gather(*(one(r) for r in todo[1:]))
-        return done
 
     async def _exchange(self, transport: Transport, body: bytes, rec: RequestRecord, submit: SubmitStamp) -> None:
         if self.config.http_trace:

@@ -5,6 +5,8 @@ Every chunk is stamped with ``time.perf_counter_ns()`` at the read that complete
 event (one clock read per socket read). The first token is the first chunk whose *content* has a
 non-whitespace character (``records.TTFT_RULE``, §5.1.3.1). Per-chunk token counts are assigned
 after the stream ends by tokenizing the joined output once (:func:`assign_chunk_tokens`, §4.6.3).
+A server's own extensions of a streamed object (llama.cpp ``timings``, the simulator's
+``llmbench_timing``) are its adapter's to read (``ServerAdapter.parse_extensions``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from ..common.records import ErrorType, RequestRecord
 from ..common.tokenizer import Tokenizer
 from ..measure.refusals import RefusalPolicy, policy_code
+from ..sut.adapters import ServerAdapter
 from .config import ClientConfig
 from .errors import TransportError, classify_status
 from .sse import SSEParser
@@ -37,10 +40,7 @@ except ImportError:  # pragma: no cover - fallback when orjson is not installed
         return _json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-__all__ = ["SERVER_TIMING_FIELDS", "ResponseReader", "assign_chunk_tokens", "dumps", "loads"]
-
-#: Per-request fields the embedded simulator sends on the finish chunk (``llmbench_timing``).
-SERVER_TIMING_FIELDS = ("queue_ns", "prefill_ns", "preemptions", "preempted_tokens", "cached_tokens")
+__all__ = ["ResponseReader", "assign_chunk_tokens", "dumps", "loads"]
 
 
 def assign_chunk_tokens(tokenizer: Tokenizer, texts: list[str]) -> list[int]:
@@ -103,15 +103,19 @@ def _stream_error(err: Any, policy: RefusalPolicy | None = None) -> TransportErr
 
 class ResponseReader:
     """Reads a :class:`Response` into a :class:`RequestRecord` as ``config`` asked (stream or not,
-    chat or completions); a failure found in the response raises a classified :class:`TransportError`."""
+    chat or completions) and ``adapter`` reads the server's extensions; a failure found in the
+    response raises a classified :class:`TransportError`."""
 
-    __slots__ = ("chat", "stream", "require_done", "refusals")
+    __slots__ = ("chat", "stream", "require_done", "refusals", "parse_extensions", "metadata_keys")
 
-    def __init__(self, config: ClientConfig) -> None:
+    def __init__(self, config: ClientConfig, adapter: ServerAdapter) -> None:
         self.chat = config.api == "chat"
         self.stream = config.stream
         self.require_done = config.require_done
         self.refusals = config.refusals
+        self.parse_extensions = adapter.parse_extensions
+        #: an object with one of these keys is read beyond its choices (see ``read_stream``)
+        self.metadata_keys = frozenset({"error", *adapter.extension_keys})
 
     async def read(self, resp: Response, rec: RequestRecord) -> None:
         """Status, content type, then the body (stream or JSON) into ``rec``."""
@@ -178,6 +182,7 @@ class ResponseReader:
         clock = time.perf_counter_ns
         _loads = loads
         chat = self.chat
+        metadata_keys = self.metadata_keys
         ns_app = rec.chunk_ns.append
         text_app = rec.chunk_text.append
         reas_app = rec.chunk_reasoning.append
@@ -228,7 +233,7 @@ class ResponseReader:
                     if fr:
                         rec.finish_reason = fr
                 # metadata is rare; "usage": null rides on every chunk with include_usage
-                if not choices or obj.get("usage") or "llmbench_timing" in obj or "error" in obj or "timings" in obj:
+                if not choices or obj.get("usage") or not metadata_keys.isdisjoint(obj):
                     self._metadata(obj, rec)
         parser.close()
         if rec.end_ns is None:
@@ -241,30 +246,11 @@ class ResponseReader:
             raise TransportError(ErrorType.PROTOCOL, "stream closed without data: [DONE]")
 
     def _metadata(self, obj: dict[str, Any], rec: RequestRecord) -> None:
+        """An in-stream error, the usage, then the server's extensions (its adapter's)."""
         err = obj.get("error")
         if err:
             raise _stream_error(err, self.refusals)
         usage = obj.get("usage")
         if usage:
             rec.usage = usage
-        timing = obj.get("llmbench_timing")
-        if timing:
-            tok = timing.get("token_ns")
-            if tok:
-                if rec.server_token_ns is None:
-                    rec.server_token_ns = []
-                rec.server_token_ns.extend(tok)
-            st = rec.server_timing
-            if st is None:
-                st = rec.server_timing = {}
-            unix = timing.get("token_unix_ns")
-            if tok and unix and "unix_minus_monotonic_ns" not in st:
-                st["unix_minus_monotonic_ns"] = unix[0] - tok[0]
-            for k in SERVER_TIMING_FIELDS:
-                if k in timing:
-                    st[k] = timing[k]
-        timings = obj.get("timings")  # llama.cpp per-request timings on the finish chunk
-        if isinstance(timings, dict):
-            if rec.server_timing is None:
-                rec.server_timing = {}
-            rec.server_timing["timings"] = timings
+        self.parse_extensions(obj, rec)

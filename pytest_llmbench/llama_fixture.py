@@ -10,20 +10,23 @@ Fixtures (session scope, started on first use):
 When the toolchain or a package cannot be had (no compiler, no registry), the fixtures *skip* the
 test with the reason (shown by ``pytest -rs``); they never fail for an outage.
 
-Also the adapters' ``pytest_llmbench_configure_sut`` (llama.cpp prefix cache on/off and flush,
-``restart`` of servers this process started). Registered as the ``llmbench_llama`` pytest11 plugin.
+Registered as the ``llmbench_llama`` pytest11 plugin, so every pytest session imports this module:
+the build-and-run module (:mod:`~pytest_llmbench.sut.adapters.llamacpp.server`, POSIX-only
+``fcntl``) is imported inside the fixture, when a test asks for a server.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from .sut import adapters
-from .sut.adapters.llamacpp.server import InstallError, LlamaServer, install
+
+if TYPE_CHECKING:
+    from .sut.adapters.llamacpp.server import LlamaServer
 
 MARKER = "real_sut"
 _INSTALL_FAILED = pytest.StashKey[str]()
@@ -33,12 +36,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{MARKER}: runs against a real server (llama-server with Gemma 3 270M, built on first use); "
         "deselect with -m 'not real_sut'")
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_llmbench_configure_sut(sut: Any, setting: str, value: Any) -> bool | None:
-    """The server adapters' switches (llama.cpp ``prefix_cache``/``flush_prefix_cache``, ``restart``)."""
-    return adapters.configure(sut, setting, value)
 
 
 def default_threads() -> int:
@@ -54,6 +51,8 @@ def default_threads() -> int:
 @pytest.fixture(scope="session")
 def llama_server(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
     """A running llama-server (Gemma 3 270M, 4 slots, 16K unified KV cache, /metrics, slot erase)."""
+    from .sut.adapters.llamacpp.server import InstallError, LlamaServer, install
+
     failed = pytestconfig.stash.get(_INSTALL_FAILED, None)
     if failed:
         pytest.skip(failed)

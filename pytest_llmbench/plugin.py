@@ -30,6 +30,7 @@ from .procedures.base import (
 )
 from .session import Session, configure_embedded
 from .settings import LLMBenchConfigError, Settings, parse_capacity
+from .sut import adapters
 from .sut.system import SUT, EndpointError
 
 MARKER = "llm_procedure"
@@ -178,8 +179,11 @@ def _validate_slos(slos: list[str], where: str) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_llmbench_configure_sut(sut: SUT, setting: str, value: Any) -> bool | None:
-    """Default implementation: the embedded simulator switches through its admin endpoint."""
-    return configure_embedded(sut, setting, value)
+    """Default implementation: the server adapters' switches (llama.cpp ``prefix_cache`` and
+    ``flush_prefix_cache``, ``restart`` of a server this process started), else the embedded
+    simulator's admin endpoint."""
+    made = adapters.configure(sut, setting, value)
+    return made if made is not None else configure_embedded(sut, setting, value)
 
 
 def _hook_configure(config: pytest.Config) -> Callable[[SUT, str, Any], bool]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,6 @@ __all__ = ["APIS", "BOUNDARIES", "EXPORTS", "LLMBenchConfigError", "OPTIONS", "O
 BOUNDARIES = ("model-engine", "gateway", "compound")
 PROFILES = ("smoke", "standard", "full")
 APIS = ("completions", "chat")
-SERVER_KINDS = ("llama.cpp", "vllm", "sglang", "openai", "openai-compatible")  # = adapters.KINDS
 
 
 class LLMBenchConfigError(ValueError):
@@ -37,7 +36,7 @@ class Option:
     help: str
     default: Any = None
     kind: str = "str"  # str | int | float | bool | path | list | choice | optional (flag with optional value)
-    choices: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()  # a choice without them has its choices passed to resolve() (server-kind)
 
     @property
     def flag(self) -> str:
@@ -87,8 +86,9 @@ OPTIONS: tuple[Option, ...] = (
            "(shards/, README 'When one machine is not enough')", "1"),
     Option("ray-address", "run load-generator shards as Ray actors: auto (running cluster), local (start one "
            "here) or a cluster address; needs pytest-llmbench[ray]"),
-    Option("server-kind", "server kind instead of detecting it (adapters/): llama.cpp, vllm, sglang, openai or "
-           "openai-compatible (no extensions)", None, "choice", SERVER_KINDS),
+    # its choices are the server adapters' kinds (sut/adapters, a layer above): options.py passes them
+    Option("server-kind", "server kind instead of detecting it (sut/adapters/; openai-compatible: an unrecognised "
+           "server)", None, "choice"),
     Option("max-duration", "time budget per procedure in seconds (warm-up, measurement and drain); runs are "
            "cut to fit and every reduction below a draft minimum is reported unmet. Default: "
            f"{SMOKE_MAX_DURATION_S:g} s in the smoke profile, none otherwise; 0 = no budget", None, "float"),
@@ -180,7 +180,7 @@ class Settings:
         return d
 
 
-def _convert(opt: Option, raw: Any, where: str) -> Any:
+def _convert(opt: Option, raw: Any, where: str, choices: Sequence[str] = ()) -> Any:
     try:
         if opt.kind == "int":
             return int(raw)
@@ -208,8 +208,9 @@ def _convert(opt: Option, raw: Any, where: str) -> Any:
             text = str(raw).strip().lower().replace("_", "-")
             aliases = {"engine": "model-engine", "application-gateway": "gateway", "compound-system": "compound"}
             text = aliases.get(text, text)
-            if text not in opt.choices:
-                raise ValueError(f"{raw!r} is not one of {', '.join(opt.choices)}")
+            allowed = opt.choices or choices
+            if allowed and text not in allowed:
+                raise ValueError(f"{raw!r} is not one of {', '.join(allowed)}")
             return text
         return str(raw)
     except (TypeError, ValueError) as exc:
@@ -220,9 +221,15 @@ def resolve(
     getoption: Callable[[str], Any],
     getini: Callable[[str], Any],
     environ: dict[str, str] | None = None,
+    choices: Mapping[str, Sequence[str]] | None = None,
 ) -> Settings:
-    """Resolve every option by precedence CLI > environment > ini > default."""
+    """Resolve every option by precedence CLI > environment > ini > default.
+
+    ``choices``: option name -> the choices a layer above supplies (``server-kind``: the adapters'
+    kinds, from options.py); a choice option given none is checked where it is used.
+    """
     environ = dict(os.environ) if environ is None else environ
+    choices = choices or {}
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for opt in OPTIONS:
@@ -237,10 +244,10 @@ def resolve(
             raw, where = ini, f"ini {opt.ini}"
         else:
             if opt.default is not None:
-                values[attr] = _convert(opt, opt.default, "default")
+                values[attr] = _convert(opt, opt.default, "default", choices.get(opt.name, ()))
             sources[attr] = "default"
             continue
-        values[attr] = _convert(opt, raw, where)
+        values[attr] = _convert(opt, raw, where, choices.get(opt.name, ()))
         sources[attr] = where
     settings = Settings(**values, sources=sources)
     if settings.max_duration is None and settings.profile == "smoke":

@@ -13,7 +13,7 @@ import pytest
 from pytest_llmbench.client import ClientConfig, build_body
 from pytest_llmbench.common.records import RequestSpec
 from pytest_llmbench.loadgen.warmup import RUNNING_METRICS, WAITING_METRICS, parse_prometheus
-from pytest_llmbench.settings import SERVER_KINDS
+from pytest_llmbench.options import SERVER_KINDS
 from pytest_llmbench.sut import adapters
 from pytest_llmbench.sut.system import SUT
 

@@ -13,6 +13,7 @@ import pytest
 from pytest_llmbench.client import ClientConfig, LLMClient
 from pytest_llmbench.common.records import RequestRecord, RequestSpec
 from pytest_llmbench.measure import tokencount
+from pytest_llmbench.sut.adapters import LLAMACPP
 
 
 def _rec(texts: list[str], server_total: int | None) -> RequestRecord:
@@ -82,7 +83,7 @@ def test_llama_server_chunk_counts_and_tpot(llama_server) -> None:  # type: igno
             r2.token_count_method = tokencount.REFERENCE
             forced.append(r2)
         async with LLMClient(cfg) as c:
-            n = await c.reconcile_token_counts(forced)
+            n = await LLAMACPP.recount_tokens(forced, c)
         return recs, n
 
     forced: list[RequestRecord] = []

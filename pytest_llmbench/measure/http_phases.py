@@ -1,5 +1,5 @@
 """AIPerf's HTTP-trace phases of one request, from the event times the aiohttp transport stamps
-(``RequestRecord.http_trace``; see ``client/httptrace.py`` for where each event is stamped).
+(``RequestRecord.http_trace``; see ``client/transports/httptrace.py`` for where each event is stamped).
 
 :func:`phases` turns one dict into AIPerf's 14 ``http_req_*`` values (k6/HAR phases):
 

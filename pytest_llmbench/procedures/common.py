@@ -119,7 +119,7 @@ def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> 
         reuse_connections=sut.reuse_connections,
         refusals=refusal_policy(s),
     )
-    return LLMClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer)
+    return LLMClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer, adapter=sut.adapter)
 
 
 async def warm_up(
@@ -345,7 +345,7 @@ async def measure(
         ctx.budget_cuts.append(f"{label}: cut to {cap:.0f} s by the time budget ({result.sent} requests sent, "
                                f"{planned} planned)")
     server_after = await sample_server_metrics(client) if server_before else None
-    if ctx.sut.server_kind == "llama.cpp" and await client.reconcile_token_counts(result.records):
+    if await ctx.sut.adapter.recount_tokens(result.records, client):  # in the server's tokens (§4.4)
         _rewrite_records(run_dir, result.records, keep_text=not ctx.settings.drop_text)
     if "aiperf" in ctx.settings.export:  # --llm-export aiperf: AIPerf's files next to the records
         write_aiperf_export(run_dir / "aiperf", result.records, anchor=anchor, tokenizer=ctx.tokenizer, slos=slos)

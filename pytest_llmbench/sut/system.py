@@ -12,6 +12,9 @@ from typing import Any
 
 import httpx
 
+from .adapters import ServerAdapter, adapter_for, detect, get_adapter, http_fetch
+from .adapters.simulator import SIMULATOR_KIND
+
 __all__ = ["SUT", "EndpointError", "check_endpoint", "self_declarations", "identify_server", "BOUNDARY_NAMES",
            "SIMULATOR_DECLARATIONS", "SIMULATOR_KIND"]
 
@@ -55,6 +58,11 @@ class SUT:
             if key:
                 return {"Authorization": f"Bearer {key}"}
         return {}
+
+    @property
+    def adapter(self) -> ServerAdapter:
+        """The server's adapter: its response extensions and token recount (``adapters.adapter_for``)."""
+        return adapter_for(self)
 
     @property
     def root_url(self) -> str:
@@ -108,16 +116,11 @@ def check_endpoint(base_url: str, model: str | None, *, headers: dict[str, str] 
     return model, listed
 
 
-SIMULATOR_KIND = "llmbench-simulator"
-
-
 def identify_server(sut: SUT, override: str | None = None) -> None:
     """Set ``sut.server_kind`` and its adapter's contributions: detected from ``/v1/models``,
     ``/props``, ``/version``, ``/get_model_info`` (:func:`adapters.detect`) unless ``override``
     (``--llm-server-kind``) names it; server facts (version, context window) go to ``server_info``.
     """
-    from .adapters import detect, get_adapter, http_fetch
-
     if sut.embedded:
         sut.server_kind, sut.server_kind_source = SIMULATOR_KIND, "embedded simulator"
         return

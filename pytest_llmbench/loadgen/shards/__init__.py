@@ -87,7 +87,7 @@ async def run_sharded(
         ShardTask(index=i, count=len(parts), config=client.config,
                   max_connections=part_load.concurrency if isinstance(part_load, ClosedLoop) else client.max_connections,
                   tokenizer=tokenizer, specs=part_specs, load=part_load, phase=phase,
-                  drain_timeout_s=drain_timeout_s, self_check=check)
+                  drain_timeout_s=drain_timeout_s, self_check=check, adapter=client.adapter)
         for i, (part_specs, part_load) in enumerate(parts)
     ]
     anchor, host = ClockAnchor.now(), socket.gethostname()

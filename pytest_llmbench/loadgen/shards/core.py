@@ -34,6 +34,7 @@ import numpy as np
 
 from ...client import ClientConfig, LLMClient
 from ...common.records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
+from ...sut.adapters import ServerAdapter
 from ..load import ArrivalProcess, ClosedLoop, LagStats, LoadResult, OpenLoop, SelfCheck, run_load
 
 __all__ = [
@@ -83,6 +84,7 @@ class ShardTask:
     phase: str = "measure"
     drain_timeout_s: float | None = 60.0
     self_check: SelfCheck = field(default_factory=SelfCheck)
+    adapter: ServerAdapter | None = None  # reads the server's response extensions (None: the generic one)
 
 
 @dataclass
@@ -303,7 +305,8 @@ async def run_shard(task: ShardTask, client: LLMClient, start_unix_ns: int, emit
 def make_client(task: ShardTask) -> LLMClient:
     from ...common.tokenizer import get_tokenizer
 
-    return LLMClient(task.config, max_connections=task.max_connections, tokenizer=get_tokenizer(task.tokenizer))
+    return LLMClient(task.config, max_connections=task.max_connections, tokenizer=get_tokenizer(task.tokenizer),
+                     adapter=task.adapter)
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,10 +5,14 @@ An adapter names the server kind, recognises it from ``GET /v1/models``, ``/prop
 or ``/get_model_info``, contributes extra request-body fields (through ``SUT.extra_body``, merged
 by the client into every body), names the server's Prometheus metrics by role, describes the
 server (version, per-slot context window, ...) for the SUT description in reports, and
-implements the ``pytest_llmbench_configure_sut`` settings it can make (:func:`configure`).
+implements the ``pytest_llmbench_configure_sut`` settings it can make (:func:`configure`). On the
+response side it reads the server's extensions of a streamed object (``parse_extensions``, called
+by the client) and recounts tokens in the server's own tokens after a run (``recount_tokens``).
 
-Kinds: ``llama.cpp`` (tested live in CI), ``vllm``, ``sglang``, ``openai`` (tested against
-documented response formats only) and ``openai-compatible`` (anything else: no extensions).
+Kinds (:data:`KINDS`, the choices of ``--llm-server-kind``): ``llama.cpp`` (tested live in CI),
+``vllm``, ``sglang``, ``openai`` (tested against documented response formats only) and
+``openai-compatible`` (anything else: no request extensions, every known response extension read).
+The embedded simulator has its own adapter (:data:`SIMULATOR`), found by :func:`adapter_for`.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import METRIC_ROLES, Fetch, ServerAdapter, http_fetch
+from .base import METRIC_ROLES, Fetch, ServerAdapter, ServerClient, http_fetch
 from .llamacpp import LLAMACPP
 from .others import GENERIC, OPENAI, SGLANG, VLLM
+from .simulator import SIMULATOR
 
-__all__ = ["ADAPTERS", "KINDS", "METRIC_ROLES", "Fetch", "ServerAdapter", "configure", "detect", "get_adapter",
-           "http_fetch", "metric_names", "register_restart", "unregister_restart"]
+__all__ = ["ADAPTERS", "GENERIC", "KINDS", "LLAMACPP", "METRIC_ROLES", "OPENAI", "SGLANG", "SIMULATOR", "VLLM",
+           "Fetch", "ServerAdapter", "ServerClient", "adapter_for", "configure", "detect", "get_adapter", "http_fetch",
+           "metric_names", "register_restart", "unregister_restart"]
 
 #: Detection order: specific servers first, the generic fallback last.
 ADAPTERS: tuple[ServerAdapter, ...] = (LLAMACPP, SGLANG, VLLM, OPENAI, GENERIC)
@@ -36,6 +42,14 @@ def get_adapter(kind: str) -> ServerAdapter:
     if key not in _BY_KIND:
         raise ValueError(f"unknown server kind {kind!r}: use one of {', '.join(KINDS)}")
     return _BY_KIND[key]
+
+
+def adapter_for(sut: Any) -> ServerAdapter:
+    """The adapter a SUT's responses are read with: the embedded simulator's, the identified
+    kind's (``sut.server_kind``), else the generic fallback."""
+    if getattr(sut, "embedded", False):
+        return SIMULATOR
+    return _BY_KIND.get(getattr(sut, "server_kind", ""), GENERIC)
 
 
 def detect(fetch: Fetch, models: dict[str, Any] | None = None) -> tuple[ServerAdapter, str]:

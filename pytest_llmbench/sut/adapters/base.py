@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
+
+from ...common.records import RequestRecord
 
 #: Roles of server metrics the procedures read; each adapter names its Prometheus series per role.
 METRIC_ROLES = ("waiting", "running", "preemptions", "kv_usage", "prefix_hits", "prefix_queries")
@@ -38,10 +40,25 @@ def sut_post(sut: Any, path: str, json: Any = None, timeout: float = 30.0) -> ht
     return httpx.post(sut.root_url + path, json=json, headers=sut.headers(), verify=sut.verify_tls, timeout=timeout)
 
 
+class ServerClient(Protocol):
+    """What :meth:`ServerAdapter.recount_tokens` uses of the load generator's client (duck-typed:
+    the sut layer imports no client)."""
+
+    @property
+    def server_root(self) -> str: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def verify_tls(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class ServerAdapter:
     """One serving engine's extensions. Subclasses override :meth:`probe`, :meth:`describe`,
-    :meth:`configure`; the data fields say the rest.
+    :meth:`configure`, and on the response side :attr:`extension_keys`, :meth:`parse_extensions`
+    and :meth:`recount_tokens`; the data fields say the rest.
 
     ``request_fields``: body fields sent with every request (through ``SUT.extra_body``).
     ``metrics``: role (:data:`METRIC_ROLES`) -> Prometheus names, first present wins.
@@ -69,6 +86,22 @@ class ServerAdapter:
     def configure(self, sut: Any, setting: str, value: Any) -> bool | None:
         """Make a ``pytest_llmbench_configure_sut`` setting; None when this server cannot."""
         return None
+
+    @property
+    def extension_keys(self) -> frozenset[str]:
+        """Top-level keys of a streamed response object that carry this server's extensions: the
+        client calls :meth:`parse_extensions` on an object holding one (and on every metadata object)."""
+        return frozenset()
+
+    def parse_extensions(self, obj: dict[str, Any], rec: RequestRecord) -> None:
+        """Record this server's extensions of one streamed response object (App. B.1.1) in ``rec``
+        (``server_timing``, ``server_token_ns``). Runs on the client's read path: keep it short."""
+        return None
+
+    async def recount_tokens(self, records: Sequence[RequestRecord], client: ServerClient) -> int:
+        """After a run, recount per-chunk output tokens in the server's own tokens (§4.4,
+        measure/tokencount.py). Returns the number of records recounted; 0 keeps the reference counts."""
+        return 0
 
     def summary(self) -> dict[str, Any]:
         return {"kind": self.kind, "title": self.title, "honours": list(self.honours),

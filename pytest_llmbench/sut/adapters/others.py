@@ -2,14 +2,19 @@
 
 Not tested live here (none runs on this CI's CPU): tests/test_adapters.py checks them against
 response bodies written from each server's documented formats, versions named in ``documented``.
+vLLM, SGLang and OpenAI send no response extensions the client reads.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
+from ...common.records import RequestRecord
 from .base import Fetch, ServerAdapter, sut_post
+from .llamacpp import LLAMACPP
+from .simulator import SIMULATOR
 
 
 def _models_max_len(fetch: Fetch) -> int | None:
@@ -118,8 +123,27 @@ OPENAI = ServerAdapter(
     documented="OpenAI API reference (2024-10 onwards: prompt_tokens_details.cached_tokens, stream_options)",
 )
 
-GENERIC = ServerAdapter(
+@dataclass(frozen=True)
+class GenericAdapter(ServerAdapter):
+    """An unrecognised server: no request fields and no token recount, but every known server's
+    response extensions (``reads``) are read where they appear, as namespaced keys cannot be
+    mistaken: a llama.cpp behind a proxy still gives its ``timings``, a simulator started by hand
+    its ``llmbench_timing``. Also the adapter of a client given none."""
+
+    reads: tuple[ServerAdapter, ...] = ()
+
+    @property
+    def extension_keys(self) -> frozenset[str]:
+        return frozenset().union(*(a.extension_keys for a in self.reads))
+
+    def parse_extensions(self, obj: dict[str, Any], rec: RequestRecord) -> None:
+        for a in self.reads:
+            a.parse_extensions(obj, rec)
+
+
+GENERIC = GenericAdapter(
     kind="openai-compatible", title="OpenAI-compatible server (unrecognised)",
     honours=("ignore_eos", "min_tokens"),  # sent as before; a server may ignore them
     documented="OpenAI-compatible API only",
+    reads=(SIMULATOR, LLAMACPP),
 )

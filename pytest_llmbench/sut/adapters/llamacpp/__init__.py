@@ -9,14 +9,25 @@
   (llama.cpp's default is on); ``flush_prefix_cache`` erases every slot with
   ``POST /slots/{id}?action=erase``, which needs the server started with ``--slot-save-path DIR``
   (without it llama-server answers 501 and the setting is reported as not possible).
+- Responses: the finish chunk's ``timings`` (prompt_ms, predicted_ms, predicted_n, ...) go to
+  ``server_timing["timings"]``; after a run, ``POST /tokenize`` recounts each chunk in the server's
+  own tokens (§4.4, :meth:`LlamaCppAdapter.recount_tokens`).
+- The build-and-run tool for a real llama-server is :mod:`.server` (``python -m pytest_llmbench
+  llama-server install|serve``); nothing here imports it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Sequence
 from typing import Any
 
-from ..base import Fetch, ServerAdapter, sut_post
+from ....common.records import RequestRecord
+from ....measure import tokencount
+from ..base import Fetch, ServerAdapter, ServerClient, sut_post
+
+_KEYS = frozenset({"timings"})
 
 
 class LlamaCppAdapter(ServerAdapter):
@@ -65,6 +76,54 @@ class LlamaCppAdapter(ServerAdapter):
         if setting == "flush_prefix_cache" and value:
             return flush_slots(sut)
         return None
+
+    @property
+    def extension_keys(self) -> frozenset[str]:
+        return _KEYS
+
+    def parse_extensions(self, obj: dict[str, Any], rec: RequestRecord) -> None:
+        """The per-request ``timings`` object on the finish chunk -> ``rec.server_timing["timings"]``."""
+        timings = obj.get("timings")
+        if isinstance(timings, dict):
+            if rec.server_timing is None:
+                rec.server_timing = {}
+            rec.server_timing["timings"] = timings
+
+    async def recount_tokens(self, records: Sequence[RequestRecord], client: ServerClient, *,
+                             concurrency: int = 4, timeout_s: float = 30.0) -> int:
+        """Per-chunk counts in the server's tokens via ``POST /tokenize`` (with pieces, no special
+        tokens), once per record not already exact; after the run, so the measured load is not
+        perturbed (§4.4, tokencount.py). Returns the number of records recounted; a server without
+        the endpoint leaves the reference counts (the declared fallback)."""
+        import httpx
+
+        todo = [r for r in records if tokencount.needs_server_count(r)]
+        if not todo:
+            return 0
+        url = client.server_root + "/tokenize"
+        headers = dict(client.headers)
+        sem = asyncio.Semaphore(concurrency)
+        done = 0
+        async with httpx.AsyncClient(verify=client.verify_tls, timeout=timeout_s) as hx:
+            async def one(rec: RequestRecord) -> bool:
+                nonlocal done
+                reasoning = rec.chunk_reasoning if len(rec.chunk_reasoning) == len(rec.chunk_text) \
+                    else [""] * len(rec.chunk_text)
+                text = "".join(r + t for t, r in zip(rec.chunk_text, reasoning))  # as apply_pieces aligns
+                async with sem:
+                    resp = await hx.post(url, headers=headers,
+                                         json={"content": text, "with_pieces": True, "add_special": False})
+                if resp.status_code != 200:
+                    return False
+                tokencount.apply_pieces(rec, tokencount.piece_byte_lengths(resp.json().get("tokens") or []))
+                done += 1
+                return True
+
+            first = await one(todo[0])
+            if not first:
+                return 0
+            await asyncio.gather(*(one(r) for r in todo[1:]))
+        return done
 
 
 def slot_ids(sut: Any) -> list[int]:

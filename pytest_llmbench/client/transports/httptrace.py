@@ -10,7 +10,7 @@ happened). Instead, each figure comes from where its event happens, at no cost e
   ``ContextVar``) for the connector, stamps an exception, and when the response headers are in,
   stamps them and takes both header blocks' sizes from the response (:func:`note_response`);
 * the request start and the last body byte are the client's own stamps (``record.queued_ns``,
-  and T_submit ``record.sent_ns`` from ``client.stamped_body``; :func:`note_request_sent`);
+  and T_submit ``record.sent_ns`` from ``transports.base.stamped_body``; :func:`note_request_sent`);
 * connection events come from the connector (:func:`make_connector`): pool wait, creation, reuse
   and DNS are stamped by hooks aiohttp's connector calls only when they happen (see there);
 * nothing is added per response read: the body side is filled once per response, from the
@@ -32,7 +32,7 @@ from contextvars import ContextVar
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from ..measure.http_phases import HTTP_PHASES, phases
+from ...measure.http_phases import HTTP_PHASES, phases
 
 if TYPE_CHECKING:
     import aiohttp

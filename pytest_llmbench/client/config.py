@@ -1,0 +1,116 @@
+"""What the client sends: :class:`ClientConfig` (how to reach the SUT, what to ask of it) and the
+OpenAI request body built from one :class:`~pytest_llmbench.common.records.RequestSpec` (§4.2.2)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..common.records import RequestSpec
+from ..measure.refusals import RefusalPolicy
+
+__all__ = ["API_KINDS", "TRANSPORTS", "ClientConfig", "build_body"]
+
+API_KINDS = ("chat", "completions")
+TRANSPORTS = ("aiohttp", "httpx-aiohttp", "httpx")
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """How to reach the SUT and what to ask of it. Times in seconds; ``None`` = no limit.
+
+    ``base_url`` is the API root the paths ``/chat/completions`` and ``/completions`` are
+    appended to (e.g. ``http://127.0.0.1:8000/v1``). ``api_key_env`` names the environment
+    variable that holds the API key (the key itself is never part of the config).
+    """
+
+    base_url: str
+    model: str
+    api: str = "chat"
+    stream: bool = True
+    api_key_env: str | None = None
+    transport: str = "aiohttp"
+    connect_timeout_s: float | None = 10.0
+    read_timeout_s: float | None = 300.0  # longest silence between two reads
+    total_timeout_s: float | None = 1800.0
+    verify_tls: bool = True
+    max_connections: int | None = None  # None: unlimited (open loop); closed loop passes N
+    read_bufsize: int = 4 * 1024 * 1024  # large reads for long contexts (vllm#39963)
+    token_id_prompts: bool = False  # completions: send prompt_ids instead of prompt_text
+    send_extra_fields: bool = True  # min_tokens / ignore_eos (vLLM extensions)
+    reuse_connections: bool = True  # HTTP keep-alive; False: a new connection per request
+    include_usage: bool = True  # stream_options.include_usage
+    request_server_timing: bool = False  # ask the embedded simulator for llmbench_timing
+    http_trace: bool = False  # per-request HTTP timings into record.http_trace (transports/httptrace.py)
+    require_done: bool = True  # a stream that closes without [DONE] is a protocol error
+    tokenizer: str | None = "cl100k_base"  # client-side output counts; None: do not count
+    error_message_chars: int = 500
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    refusals: RefusalPolicy = field(default_factory=RefusalPolicy)  # what counts as refused (refusals.py)
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+        if self.api not in API_KINDS:
+            raise ValueError(f"api must be one of {API_KINDS}, got {self.api!r}")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
+        for name in ("connect_timeout_s", "read_timeout_s", "total_timeout_s"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise ValueError(f"{name} must be > 0 or None, got {v!r}")
+        if self.max_connections is not None and self.max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1 or None, got {self.max_connections}")
+        if self.http_trace and self.transport != "aiohttp":
+            raise ValueError(f"http_trace (--llm-http-trace) needs transport 'aiohttp' (its connector hooks "
+                             f"give the HTTP phases), got {self.transport!r}")
+        if self.read_bufsize < 1024:
+            raise ValueError(f"read_bufsize must be >= 1024 bytes, got {self.read_bufsize}")
+        for k in self.headers:
+            if k.lower() == "authorization":
+                raise ValueError("put the API key in an environment variable and name it in api_key_env")
+
+    @property
+    def path(self) -> str:
+        return "/chat/completions" if self.api == "chat" else "/completions"
+
+    def describe(self) -> dict[str, Any]:
+        """The configuration as recorded in run.json (the API key's *variable name* only)."""
+        d = asdict(self)
+        d["extra_body"] = dict(self.extra_body)
+        d["headers"] = sorted(self.headers)  # header names only
+        return d
+
+
+def build_body(config: ClientConfig, spec: RequestSpec, *, system_ids: list[int] | None = None) -> dict[str, Any]:
+    """The JSON body for ``spec`` (chat: [system], user; completions: text or token ids)."""
+    body: dict[str, Any] = {"model": config.model}
+    if config.api == "chat":
+        messages = []
+        if spec.system_prompt:
+            messages.append({"role": "system", "content": spec.system_prompt})
+        messages.append({"role": "user", "content": spec.prompt_text})
+        body["messages"] = messages
+    elif config.token_id_prompts and spec.prompt_ids is not None:
+        body["prompt"] = (system_ids or []) + list(spec.prompt_ids)
+    else:
+        body["prompt"] = (spec.system_prompt or "") + spec.prompt_text
+    body["max_tokens"] = spec.max_tokens
+    body["temperature"] = spec.temperature
+    if spec.stop:
+        body["stop"] = list(spec.stop)
+    if config.send_extra_fields:
+        if spec.min_tokens is not None:
+            body["min_tokens"] = spec.min_tokens
+        if spec.ignore_eos:
+            body["ignore_eos"] = True
+    body["stream"] = config.stream
+    if config.stream and config.include_usage:
+        body["stream_options"] = {"include_usage": True}
+    if config.request_server_timing:
+        body["llmbench_timing"] = True
+    if config.extra_body:
+        body.update(config.extra_body)
+    return body

@@ -1,0 +1,256 @@
+"""Reading one response into its record: SSE chunks timed as they arrive (App. B.1.1), or one
+JSON body; usage, finish reason, refusals and in-stream errors (§4.2.6, §4.8.1).
+
+Every chunk is stamped with ``time.perf_counter_ns()`` at the read that completed its ``data:``
+event (one clock read per socket read). The first token is the first chunk whose *content* has a
+non-whitespace character (``records.TTFT_RULE``, §5.1.3.1). Per-chunk token counts are assigned
+after the stream ends by tokenizing the joined output once (:func:`assign_chunk_tokens`, §4.6.3).
+A server's own extensions of a streamed object (llama.cpp ``timings``, the simulator's
+``llmbench_timing``) are its adapter's to read (``ServerAdapter.parse_extensions``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..common.records import ErrorType, RequestRecord
+from ..common.tokenizer import Tokenizer
+from ..measure.refusals import RefusalPolicy, policy_code
+from ..sut.adapters import ServerAdapter
+from .config import ClientConfig
+from .errors import TransportError, classify_status
+from .sse import SSEParser
+from .transports.base import Response
+
+try:  # orjson is ~3-5x faster than json on the per-chunk hot path
+    import orjson as _orjson
+
+    loads = _orjson.loads
+
+    def dumps(obj: Any) -> bytes:
+        return _orjson.dumps(obj)
+
+except ImportError:  # pragma: no cover - fallback when orjson is not installed
+    import json as _json
+
+    loads = _json.loads
+
+    def dumps(obj: Any) -> bytes:
+        return _json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+__all__ = ["ResponseReader", "assign_chunk_tokens", "dumps", "loads"]
+
+
+def assign_chunk_tokens(tokenizer: Tokenizer, texts: list[str]) -> list[int]:
+    """Tokens per chunk: tokenize ``"".join(texts)`` once, give each token to the chunk that
+    holds its first character (§4.6.3). Never tokenizes chunks one by one."""
+    counts = [0] * len(texts)
+    joined = "".join(texts)
+    if not joined:
+        return counts
+    starts = tokenizer.token_starts(joined)
+    j = 0
+    end = len(texts[0])
+    last = len(texts) - 1
+    for s in starts:
+        while s >= end and j < last:
+            j += 1
+            end += len(texts[j])
+        counts[j] += 1
+    return counts
+
+
+def _error_message(body: bytes) -> str:
+    """The human message of an error body (OpenAI ``{"error": {"message": ...}}`` or raw text)."""
+    try:
+        obj = loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace").strip()
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            for key in ("message", "detail", "msg"):
+                if isinstance(err.get(key), str):
+                    return err[key]
+        elif isinstance(err, str):
+            return err
+    return body.decode("utf-8", "replace").strip()
+
+
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return loads(body)
+    except ValueError:
+        return None
+
+
+def _stream_error(err: Any, policy: RefusalPolicy | None = None) -> TransportError:
+    """An ``{"error": ...}`` object sent inside a 200 stream (vLLM does this); a policy code is a refusal."""
+    code = err.get("code") if isinstance(err, dict) else None
+    msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+    refusal = policy_code(None, {"error": err}, policy)
+    if refusal is not None:
+        return TransportError(ErrorType.REFUSED, f"policy refusal in stream ({refusal}): {msg}")
+    try:
+        code = int(code)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        code = 500
+    et = classify_status(code) or ErrorType.HTTP_5XX
+    return TransportError(et, f"error event in stream: {msg}")
+
+
+class ResponseReader:
+    """Reads a :class:`Response` into a :class:`RequestRecord` as ``config`` asked (stream or not,
+    chat or completions) and ``adapter`` reads the server's extensions; a failure found in the
+    response raises a classified :class:`TransportError`."""
+
+    __slots__ = ("chat", "stream", "require_done", "refusals", "parse_extensions", "metadata_keys")
+
+    def __init__(self, config: ClientConfig, adapter: ServerAdapter) -> None:
+        self.chat = config.api == "chat"
+        self.stream = config.stream
+        self.require_done = config.require_done
+        self.refusals = config.refusals
+        self.parse_extensions = adapter.parse_extensions
+        #: an object with one of these keys is read beyond its choices (see ``read_stream``)
+        self.metadata_keys = frozenset({"error", *adapter.extension_keys})
+
+    async def read(self, resp: Response, rec: RequestRecord) -> None:
+        """Status, content type, then the body (stream or JSON) into ``rec``."""
+        rec.status = resp.status
+        et = classify_status(resp.status)
+        if et is not None:
+            raw = await resp.read_body(64 * 1024)
+            code = policy_code(resp.status, _json_or_none(raw), self.refusals)
+            if code is not None:  # a content-policy rejection is a refusal (§4.8.1)
+                raise TransportError(ErrorType.REFUSED, f"HTTP {resp.status} policy refusal ({code}): "
+                                     f"{_error_message(raw)}")
+            raise TransportError(et, f"HTTP {resp.status}: {_error_message(raw)}")
+        if self.stream:
+            if not resp.content_type.startswith("text/event-stream"):
+                raw = await resp.read_body(64 * 1024)
+                raise TransportError(
+                    ErrorType.PROTOCOL,
+                    f"streaming request answered with Content-Type {resp.content_type!r}, "
+                    f"not text/event-stream: {_error_message(raw)}",
+                )
+            await self.read_stream(resp, rec)
+        else:
+            await self.read_json(resp, rec)
+
+    async def read_json(self, resp: Response, rec: RequestRecord) -> None:
+        """A non-streaming answer: one chunk, timed when the whole body is in."""
+        raw = await resp.read_body(1 << 31)
+        now = time.perf_counter_ns()
+        rec.end_ns = now
+        obj = loads(raw)
+        if not isinstance(obj, dict):
+            raise TransportError(ErrorType.PARSE, "response body is not a JSON object")
+        if "error" in obj and not obj.get("choices"):
+            raise _stream_error(obj["error"], self.refusals)
+        choices = obj.get("choices")
+        if choices:
+            c = choices[0]
+            if self.chat:
+                msg = c.get("message") or {}
+                content = msg.get("content") or ""
+                reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
+                if msg.get("refusal"):
+                    rec.refusal = msg["refusal"]
+            else:
+                content = c.get("text") or ""
+                reasoning = ""
+            rec.first_chunk_ns = now
+            rec.chunk_ns.append(now)
+            rec.chunk_text.append(content)
+            rec.chunk_reasoning.append(reasoning)
+            if content and not content.isspace():
+                rec.first_token_ns = now
+            rec.finish_reason = c.get("finish_reason")
+        else:
+            raise TransportError(ErrorType.PROTOCOL, "response has no choices")
+        if obj.get("usage"):
+            rec.usage = obj["usage"]
+
+    async def read_stream(self, resp: Response, rec: RequestRecord) -> None:
+        """The hot path: read, time, parse, record. One clock read per socket read (App. B.1.1)."""
+        parser = SSEParser()
+        feed = parser.feed
+        read = resp.read_chunk
+        clock = time.perf_counter_ns
+        _loads = loads
+        chat = self.chat
+        metadata_keys = self.metadata_keys
+        ns_app = rec.chunk_ns.append
+        text_app = rec.chunk_text.append
+        reas_app = rec.chunk_reasoning.append
+        done = False
+        events_seen = 0
+        while True:
+            data = await read()
+            if not data:
+                break
+            now = clock()
+            events = feed(data)
+            if not events:
+                continue
+            if rec.first_chunk_ns is None:
+                rec.first_chunk_ns = now
+            events_seen += len(events)
+            for ev in events:
+                d = ev.data
+                if d == "[DONE]":
+                    if not done:
+                        done = True
+                        rec.end_ns = now
+                    continue
+                obj = _loads(d)
+                if type(obj) is not dict:
+                    raise TransportError(ErrorType.PARSE, f"SSE data is not a JSON object: {d[:80]!r}")
+                choices = obj.get("choices")
+                if choices:
+                    c = choices[0]
+                    if chat:
+                        delta = c.get("delta")
+                        if delta:
+                            content = delta.get("content") or ""
+                            reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                            if delta.get("refusal"):  # OpenAI: the refusal streams instead of content
+                                rec.refusal = (rec.refusal or "") + delta["refusal"]
+                        else:
+                            content = reasoning = ""
+                    else:
+                        content = c.get("text") or ""
+                        reasoning = ""
+                    ns_app(now)
+                    text_app(content)
+                    reas_app(reasoning)
+                    if rec.first_token_ns is None and content and not content.isspace():
+                        rec.first_token_ns = now
+                    fr = c.get("finish_reason")
+                    if fr:
+                        rec.finish_reason = fr
+                # metadata is rare; "usage": null rides on every chunk with include_usage
+                if not choices or obj.get("usage") or not metadata_keys.isdisjoint(obj):
+                    self._metadata(obj, rec)
+        parser.close()
+        if rec.end_ns is None:
+            rec.end_ns = clock()
+        if parser.partial:
+            raise TransportError(ErrorType.PROTOCOL, "stream ended inside an SSE event")
+        if events_seen == 0:
+            raise TransportError(ErrorType.PROTOCOL, "empty stream: no SSE events")
+        if not done and self.require_done:
+            raise TransportError(ErrorType.PROTOCOL, "stream closed without data: [DONE]")
+
+    def _metadata(self, obj: dict[str, Any], rec: RequestRecord) -> None:
+        """An in-stream error, the usage, then the server's extensions (its adapter's)."""
+        err = obj.get("error")
+        if err:
+            raise _stream_error(err, self.refusals)
+        usage = obj.get("usage")
+        if usage:
+            rec.usage = usage
+        self.parse_extensions(obj, rec)

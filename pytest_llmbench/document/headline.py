@@ -291,48 +291,17 @@ def _busy_time(procs: list[Mapping[str, Any]]) -> tuple[float, list[str]]:
     return round(total, 3), nested
 
 
-def _p99(run: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    d = ((run.get("metrics") or {}).get("distributions") or {}).get("ttft") or {}
-    return (d.get("percentiles") or {}).get("p99")
-
-
 def enrich_curve(p: Mapping[str, Any], capacity: Mapping[str, Any]) -> None:
-    """Add the capacity and a knee-within-noise note to a ``curve`` plot (§5.3.4), in place.
-
-    The draft's knee rule (first level whose TTFT P99 exceeds 2x the minimum P99) can fire on
-    under-sampled P99s; when the knee level's P99 interval reaches below 2x the upper bound of the
-    minimum's, the marker is flagged as within the noise.
-    """
-    res = p.get("result") or {}
-    curve = (res.get("plots") or {}).get("curve")
+    """Add the session's request-rate capacity (its output throughput) to a ``curve`` plot over
+    offered req/s, in place (§5.3.4). Whether a knee fired within the noise is the procedure's
+    judgement (5.3's ``knee_note``, stats.knee_point_ci), not re-judged here."""
+    curve = ((p.get("result") or {}).get("plots") or {}).get("curve")
     if not isinstance(curve, dict):
         return
-    n = len(curve.get("offered") or [])
     cap = next((c.get("output_throughput") for c in capacity.values()
                 if isinstance(c, Mapping) and c.get("rate") is not None and c.get("output_throughput")), None)
     if cap is not None and curve.get("offered_unit") == "req/s":
         curve.setdefault("capacity_tps", float(cap))
-    if "knee_literal_index" in curve:  # the procedure applied the noise tolerance itself (stats.knee_point_ci)
-        return
-    knee = curve.get("knee_index")
-    runs = res.get("runs") or []
-    p99s = curve.get("ttft_p99_s") or []
-    if knee is None or len(runs) != n or not p99s:
-        return
-    finite = [(v, i) for i, v in enumerate(p99s) if isinstance(v, (int, float))]
-    if not finite:
-        return
-    lo_i = min(finite)[1]
-    k, m = _p99(runs[knee]), _p99(runs[lo_i])
-    if not k or not m:
-        return
-    if m.get("ci_high") is None or k.get("ci_low") is None:  # too few samples for a bounded interval
-        curve["knee_note"] = (f"knee rule fired within the noise: with {m.get('n')} and {k.get('n')} samples the "
-                              "P99 confidence intervals are unbounded, so the 2x rule cannot separate the levels")
-    elif k["ci_low"] <= 2.0 * m["ci_high"]:
-        curve["knee_note"] = (f"knee rule fired within the noise: the knee level's P99 95% CI starts at "
-                              f"{k['ci_low'] * 1000:.1f} ms, below 2x the upper CI bound of the minimum P99 "
-                              f"({2 * m['ci_high'] * 1000:.1f} ms)")
 
 
 def annotate(doc: dict[str, Any], titles: Mapping[str, tuple[str, str]]) -> None:

@@ -3,9 +3,12 @@
 ``ProcedureRun.execute`` does, in order: the start stamp, ``prepare`` (workloads and loads,
 capacity look-ups), a client for the SUT, ``warm_up`` (§4.5), ``run_loads`` (the procedure's
 load levels or search; every run recorded through :meth:`ProcedureRun.measure`), ``restore``
-(undo SUT configuration switches, always), ``summarize`` (tables, measurements, notes, plots),
-the run facts, ``checks`` (declared, see :func:`helpers.declared_checks`), the result and its
-compliance verdict (``common.finish``).
+(undo SUT configuration switches, always), ``summarize`` (tables, measurements, notes, plots, and
+what the procedure shows: its primary run, headline key figures, sweep result, warnings and the
+runs it overlays; ``document/`` only aggregates these), the run facts, ``checks`` (declared, see
+:func:`helpers.declared_checks`), the result and its compliance verdict (``common.finish``). A
+measurement key the procedure does not declare (``measurement_keys``/``measurement_patterns``)
+fails the run: the keys are its contract with the suites and SLO assertions.
 
 A subclass that sets ``id`` registers itself (``__init_subclass__``): parameters still come from
 the dataclass defaults < profile < marker (``base.Procedure.make_params``). Seeds come from one

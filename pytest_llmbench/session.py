@@ -30,7 +30,7 @@ from .procedures.base import (
     ProcedureResult,
     RunSummary,
     SkipProcedure,
-    get_procedure,
+    capacity_provider,
     params_key,
 )
 from .settings import Settings, parse_capacity
@@ -285,7 +285,8 @@ class Session:
         return get
 
     async def get_capacity(self, kind: str) -> Capacity:
-        """Capacity by precedence: declared value, else a 5.2/5.5 run in this session (§5.3.3)."""
+        """Capacity by precedence: declared value, else a run in this session of the procedure that
+        declares it provides that capacity (``provides_capacity``: 5.2 rate, 5.5 concurrency; §5.3.3)."""
         if kind in self.capacity:
             return self.capacity[kind]
         if kind in self._capacity_errors:  # one failed search per session, not one per dependent test
@@ -295,7 +296,7 @@ class Session:
             cap = (Capacity(rate=value, source="declared (--llm-capacity)") if kind == "rate"
                    else Capacity(concurrency=int(value), source="declared (--llm-capacity)"))
         else:
-            proc = get_procedure("5.2" if kind == "rate" else "5.5")
+            proc = capacity_provider(kind)
             params = proc.make_params(self.settings.profile, {})
             result = await self._run_async(proc, params)
             if result.capacity is None:

@@ -21,6 +21,7 @@ from pytest_llmbench.document.plotdata import (
 )
 from pytest_llmbench.measure.metrics import summarize
 from pytest_llmbench.measure.stats import scaling_fit
+from pytest_llmbench.procedures import p5_4_itl, p5_6_fairness, p5_10_guardrails
 from pytest_llmbench.report.figures import figures_for
 from pytest_llmbench.report.fmt import fmt_duration, fmt_est, fmt_num, fmt_time, fmt_value, md_cell
 from pytest_llmbench.report.svg import Chart, Scale, grouped_bars, log_ticks, nice_ticks
@@ -228,7 +229,7 @@ def _guardrail_result(overhead_s: float, n: int = 400) -> SimpleNamespace:
         runs.append(_run(f"{g}-50pct", {"guardrails": g, "capacity_fraction": 0.5}, ttft=ttft, e2e=ttft + 0.4))
     runs.append(_run("none-throughput-probe", {"guardrails": "none", "throughput_probe": True},
                      ttft=np.full(n, 9.0), e2e=np.full(n, 9.0)))
-    return SimpleNamespace(procedure="5.10", runs=runs, measurements={"report_level": 0.5})
+    return SimpleNamespace(procedure="5.10", runs=runs, overlays=p5_10_guardrails.overlays(runs, 0.5))
 
 
 def test_overlay_has_one_cdf_per_configuration_at_the_report_level() -> None:
@@ -257,7 +258,7 @@ def test_overlay_axis_is_log_for_a_wide_spread_and_cut_at_p999_otherwise() -> No
     rng = np.random.default_rng(3)
     narrow = [_run(f"L{i}", {"capacity_fraction": f, "offered_rate": 10.0 * f},
                    itl=np.append(0.01 + rng.gamma(3.0, 0.001, 3000), 5.0)) for i, f in enumerate((0.25, 0.5))]
-    d = run_overlays(SimpleNamespace(procedure="5.4", runs=narrow, measurements={}))["cdfs_itl"]
+    d = run_overlays(SimpleNamespace(procedure="5.4", runs=narrow, overlays=p5_4_itl.overlays(narrow)))["cdfs_itl"]
     assert d["series"][0]["label"].startswith("25% of capacity (2.5 req/s")
     [fig] = figures_for("5.4", {"cdfs_itl": d})
     root = ET.fromstring(fig.svg)
@@ -268,7 +269,7 @@ def test_overlay_axis_is_log_for_a_wide_spread_and_cut_at_p999_otherwise() -> No
     wide[-1].metrics.per_request = {"ttft": np.r_[rng.lognormal(-3, 0.3, 300), rng.lognormal(0.5, 0.3, 100)],
                                     "request_class": np.array(["short"] * 300 + ["long"] * 100, dtype=object),
                                     "ok": np.ones(400, dtype=bool)}
-    d = run_overlays(SimpleNamespace(procedure="5.6", runs=wide, measurements={}))["cdfs_ttft"]
+    d = run_overlays(SimpleNamespace(procedure="5.6", runs=wide, overlays=p5_6_fairness.overlays(wide)))["cdfs_ttft"]
     assert [(s["label"], s["dashed"], s["n"]) for s in d["series"]] == [
         ("short, mixed", False, 300), ("short, isolated", True, 500), ("long, mixed", False, 100),
         ("long, isolated", True, 500)]

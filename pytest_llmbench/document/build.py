@@ -30,6 +30,7 @@ from typing import Any
 from ..compliance import effective_declarations, registry
 from ..loadgen.selfcheck import procedure_check
 from ..measure.registry import FIGURES, METRICS, lookup
+from ..procedures.pipeline import LATENCY, MAX_OUTPUT_THROUGHPUT
 from ..session import SessionResult
 from ..sut.system import self_declarations
 from .headline import annotate, draft_order
@@ -413,12 +414,19 @@ def _procedure(index: int, key: str, result: Any, report_dir: Path) -> dict[str,
 # --------------------------------------------------------------------------------------------
 
 
+def _declared(result: Any, group: str) -> list[Any]:
+    """The key figures of ``group`` a procedure result declares (base.KeyFigure)."""
+    return [f for f in getattr(result, "key_figures", None) or [] if f.group == group]
+
+
 def _pick_primary(procs: list[tuple[dict[str, Any], Any]]) -> tuple[dict[str, Any], Any] | None:
+    """C.1's latency source: the procedure that ranks its latency figures first (the headline's
+    latency figures), else the first with metrics."""
     with_metrics = [(p, r) for p, r in procs if r.metrics is not None]
-    for wanted in ("5.1", "5.2"):
-        for p, r in with_metrics:
-            if p["procedure"] == wanted:
-                return p, r
+    ranked = [(min(f.rank for f in figs), i) for i, (_, r) in enumerate(with_metrics)
+              if (figs := _declared(r, LATENCY))]
+    if ranked:
+        return with_metrics[min(ranked)[1]]
     return with_metrics[0] if with_metrics else None
 
 
@@ -465,10 +473,10 @@ def _mvr(doc: dict[str, Any], procs: list[tuple[dict[str, Any], Any]], decl: Map
             thr = m.scalars.get("output_throughput")
             if thr is not None and math.isfinite(thr.value) and (best is None or thr.value > best[0]):
                 best = (float(thr.value), f"{p['procedure']} {label}")
-    for p, r in procs:  # one definition: the sustainable maximum of §5.2 when it ran (not a capacity probe)
-        mx = (getattr(r, "measurements", None) or {}).get("max_output_throughput_tok_s")
-        if p["procedure"] == "5.2" and isinstance(mx, (int, float)) and math.isfinite(mx):
-            best = (float(mx), f"5.2 {p['title']}, best level of its sweep")
+    for p, r in procs:  # one definition: a declared maximum (5.2's sustainable one), not a capacity probe
+        for f in getattr(r, "key_figures", None) or []:
+            if f.name == MAX_OUTPUT_THROUGHPUT and isinstance(f.value, (int, float)) and math.isfinite(f.value):
+                best = (float(f.value), f"{p['procedure']} {p['title']}, {f.level}")
     key["units"] = dict(KEY_RESULT_UNITS)
     key["max_throughput_tps"] = best[0] if best else None
     key["max_throughput_source"] = best[1] if best else None

@@ -19,17 +19,11 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from ..measure.registry import METRICS
-
 __all__ = ["annotate", "draft_order"]
 
 VERDICTS = ("unconditionally compliant", "conditionally compliant", "not compliant")
 #: success rate below which a procedure's verdict cell carries a warning (§5.10: refusals, errors)
 SUCCESS_WARN = 0.99
-#: Jain index per request below which 5.6 is flagged as unfair (§5.6.4)
-JAIN_WARN = 0.8
-#: TTFT inflation (mixed / isolated P99) above which 5.6 is flagged
-INFLATION_WARN = 2.0
 STATUS_RANK = {"unmet": 0, "needs-declaration": 1, "met": 2, "not-applicable": 3}
 
 
@@ -66,20 +60,6 @@ def _level_text(load: Mapping[str, Any] | None) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _cancelled(p: Mapping[str, Any]) -> tuple[int, int]:
-    """(cancelled, sent) over the runs of a procedure (§5.8: cancelled requests did not complete)."""
-    cancelled = sent = 0
-    for r in (p.get("result") or {}).get("runs") or []:
-        load = r.get("load") or {}
-        s, ok = load.get("sent"), load.get("ok")
-        if isinstance(s, int) and isinstance(ok, int):
-            sent += s
-    for lv in _meas(p).get("levels") or []:
-        if isinstance(lv, Mapping) and isinstance(lv.get("cancelled"), int):
-            cancelled += lv["cancelled"]
-    return cancelled, sent
-
-
 def completion_levels(p: Mapping[str, Any]) -> list[dict[str, Any]]:
     """§5.8.4 completion per oversubscription level counting cancelled requests as not completed:
     completed (the load generator's ``ok``) over sent, next to the level's ``cancelled`` count.
@@ -99,32 +79,14 @@ def completion_levels(p: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def procedure_warnings(p: Mapping[str, Any]) -> list[str]:
-    """Findings that must be visible next to the verdict: low success, unfairness, cancellations."""
+    """Findings that must be visible next to the verdict: low success, then what the procedure
+    declares (runs below 99 % success, unfairness, cancellations ...), then the client's timing,
+    invalid runs and an incomplete run."""
     out: list[str] = []
-    m = _meas(p)
     sr = _val(p["figures"].get("success_rate"))
     if sr is not None and sr < SUCCESS_WARN:
         out.append(f"success rate {sr * 100:.1f}%")
-    low = []
-    for r in (p.get("result") or {}).get("runs") or []:
-        load = r.get("load") or {}
-        s, ok = load.get("sent"), load.get("ok")
-        if isinstance(s, int) and isinstance(ok, int) and s and ok / s < SUCCESS_WARN and p["procedure"] != "5.8":
-            low.append((ok / s, f"{r.get('label')} {ok} of {s}"))
-    if low:
-        out.append(f"{len(low)} run(s) below {SUCCESS_WARN:.0%} success (lowest: {min(low)[1]})")
-    cancelled, sent = _cancelled(p)
-    if cancelled:
-        out.append(f"{cancelled} of {sent} requests cancelled (count as not completed)")
-    jain = _val(m.get("jain_index_per_request"))
-    if jain is not None and jain < JAIN_WARN:
-        out.append(f"unfair: Jain index per request {jain:.2f}")
-    for cls in ("short", "long"):
-        infl = _val(m.get(f"{cls}_inflation_p99"))
-        if infl is not None and infl > INFLATION_WARN:
-            out.append(f"{cls} requests' TTFT P99 inflated {infl:.1f}x by the mix")
-    if m.get("mixed_queue_growing"):
-        out.append("queue grew during the mixed run (above saturation)")
+    out.extend(str(w) for w in (p.get("result") or {}).get("warnings") or [])
     timing = p.get("client_delay") or {}
     if timing.get("flagged"):
         reasons = timing.get("reasons") or []
@@ -139,10 +101,11 @@ def procedure_warnings(p: Mapping[str, Any]) -> list[str]:
 
 
 def primary_run(p: Mapping[str, Any]) -> str:
-    """The run behind the procedure's summary figures (its ``metrics``), by label, with its level."""
+    """The run behind the procedure's summary figures (the run it declares primary), with its level."""
     res = p.get("result") or {}
+    label = res.get("primary_run")
     for r in res.get("runs") or []:
-        if r.get("metrics") is not None and r.get("metrics") == res.get("metrics"):
+        if label is not None and r.get("label") == label:
             return f"{r.get('label')} ({_level_text(r.get('load'))})"
     return "all runs pooled" if res.get("metrics") else "none"
 
@@ -166,44 +129,17 @@ def sweep(p: Mapping[str, Any]) -> dict[str, Any] | None:
         parts.append(_range(rates, "req/s offered"))
     if conc:
         parts.append("concurrency " + _range(conc, "").strip())
-    m = _meas(p)
-    proc = p["procedure"]
-    result = None
-    if proc == "5.2" and m.get("sustainable_rate_req_s") is not None:
-        result = (f"sustainable {_n(m['sustainable_rate_req_s'])} req/s; max output "
-                  f"{_n(m.get('max_output_throughput_tok_s') or 0)} tok/s")
-    elif proc == "5.3" and m.get("optimal_rate_req_s") is not None:
-        knee = m.get("knee_rate_req_s")
-        sat = m.get("saturation_rate_req_s")
-        result = (f"knee {_n(knee) + ' req/s' if knee is not None else 'not reached'}; saturation "
-                  f"{_n(sat) + ' req/s' if sat is not None else 'not reached'}; highest throughput meeting the SLO "
-                  f"{_n(m.get('optimal_output_tok_s') or 0)} tok/s at {_n(m['optimal_rate_req_s'])} req/s")
-    elif proc == "5.5":
-        cap = next((n for n in (p.get("result") or {}).get("notes") or [] if "Maximum concurrent" in n), None)
-        result = cap
-    elif proc == "5.8" and m.get("degradation"):
-        result = str(m["degradation"]).split(";")[-1].strip()
-    elif proc == "5.9" and m.get("scaling_exponent") is not None:
-        result = f"TTFT ∝ L^{m['scaling_exponent']:.2f}"
+    declared = (p.get("result") or {}).get("sweep") or {}
+    result = declared.get("result")
     labels = [str(r.get("label")) for r in runs]
-    return {"levels": len(runs), "primary": primary_run(p), "range": ", ".join(parts) or f"{len(runs)} runs: {', '.join(labels[:6])}",
+    return {"levels": len(runs), "primary": primary_run(p),
+            "range": declared.get("range") or ", ".join(parts) or f"{len(runs)} runs: {', '.join(labels[:6])}",
             "result": result or "see the tables below"}
 
 
 # --------------------------------------------------------------------------------------------
 # key figures
 # --------------------------------------------------------------------------------------------
-
-
-def _figure(name: str, title: str, value: float | None, unit: str, p: Mapping[str, Any], level: str,
-            metric: str | None, definition: str | None = None, undersampled: bool = False) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    reg = METRICS.get(metric) if metric else None
-    return {"name": name, "title": title, "value": value, "unit": unit, "undersampled": undersampled,
-            "procedure": p["procedure"], "procedure_title": p["title"], "anchor": p["anchor"], "level": level,
-            "workload": str(p["configuration"].get("workload") or "not recorded"),
-            "definition": definition or (reg.definition if reg is not None else "")}
 
 
 def _primary_level(p: Mapping[str, Any]) -> str:
@@ -214,42 +150,29 @@ def _primary_level(p: Mapping[str, Any]) -> str:
 
 
 def key_figures(procs: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """4-6 figures, one definition each, from the procedure that defines them."""
-    by = {p["procedure"]: p for p in procs}
-    out: list[dict[str, Any] | None] = []
-    lat = by.get("5.1") or by.get("5.4") or next((p for p in procs if p["figures"].get("ttft_p50")), None)
-    if lat is not None:
-        lvl = _primary_level(lat)
-        for fig, title in (("ttft_p50", "TTFT P50"), ("ttft_p99", "TTFT P99"), ("tpot_p99", "TPOT P99")):
-            e = lat["figures"].get(fig)
-            if e:
-                out.append(_figure(fig, title, _val(e), "s", lat, lvl, fig.split("_")[0],
-                                   undersampled=bool(e.get("undersampled"))))
-    p52 = by.get("5.2")
-    if p52 is not None:
-        m = _meas(p52)
-        rate = _val(m.get("sustainable_rate_req_s"))
-        out.append(_figure("sustainable_rate", "Sustainable request rate", rate, "req/s", p52,
-                           "highest offered rate the SUT kept up with", None,
-                           "highest offered request rate at which achieved throughput kept up with offered load "
-                           "and the queue stayed bounded (§5.2.4)"))
-        out.append(_figure("max_output_throughput", "Max output throughput", _val(m.get("max_output_throughput_tok_s")),
-                           "tok/s", p52, "best level of the 5.2 sweep", "output_throughput"))
-    p55 = by.get("5.5")
-    if p55 is not None:
-        m = _meas(p55)
-        cap = (p55.get("result") or {}).get("capacity") or {}
-        conc = cap.get("concurrency")
-        out.append(_figure("capacity_concurrency", "Capacity (concurrent requests)", _val(conc), "requests", p55,
-                           f"closed loop; {_n(m.get('output_throughput_at_max_tps') or 0)} tok/s at that concurrency",
-                           None, "highest concurrency at which every criterion held (TTFT P99 and errors, §5.5.4); "
-                           "a capacity at this workload, not a throughput ceiling"))
-    p53 = by.get("5.3")
-    if p53 is not None and not p52:
-        m = _meas(p53)
-        out.append(_figure("optimal_throughput", "Throughput at the optimal point", _val(m.get("optimal_output_tok_s")),
-                           "tok/s", p53, f"{_n(m.get('optimal_rate_req_s') or 0)} req/s offered", "output_throughput"))
-    return [f for f in out if f is not None][:6]
+    """At most 6 figures the procedures declare (``result.key_figures``), one definition each: per
+    group the figures of the procedure that ranks them first (ties: draft order), in rank order."""
+    winner: dict[str, tuple[int, int]] = {}  # group -> (rank, procedure index)
+    for i, p in enumerate(procs):
+        for f in (p.get("result") or {}).get("key_figures") or []:
+            best = winner.get(f["group"])
+            if best is None or (f["rank"], i) < best:
+                winner[f["group"]] = (f["rank"], i)
+    chosen = {(g, i) for g, (_, i) in winner.items()}
+    out = []
+    for i, p in enumerate(procs):
+        for f in (p.get("result") or {}).get("key_figures") or []:
+            value = _val(f.get("value"))
+            if (f["group"], i) not in chosen or value is None:
+                continue
+            out.append((f["rank"], i, {
+                "name": f["name"], "title": f["title"], "value": value, "unit": f["unit"],
+                "undersampled": bool(f.get("undersampled")), "procedure": p["procedure"],
+                "procedure_title": p["title"], "anchor": p["anchor"],
+                "level": f.get("level") or _primary_level(p),
+                "workload": str(p["configuration"].get("workload") or "not recorded"),
+                "definition": f.get("definition") or ""}))
+    return [f for _, _, f in sorted(out, key=lambda x: (x[0], x[1]))][:6]
 
 
 # --------------------------------------------------------------------------------------------
@@ -368,53 +291,17 @@ def _busy_time(procs: list[Mapping[str, Any]]) -> tuple[float, list[str]]:
     return round(total, 3), nested
 
 
-def _p99(run: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    d = ((run.get("metrics") or {}).get("distributions") or {}).get("ttft") or {}
-    return (d.get("percentiles") or {}).get("p99")
-
-
 def enrich_curve(p: Mapping[str, Any], capacity: Mapping[str, Any]) -> None:
-    """Add P50s, the capacity and a knee-within-noise note to a ``curve`` plot (§5.3.4), in place.
-
-    The draft's knee rule (first level whose TTFT P99 exceeds 2x the minimum P99) can fire on
-    under-sampled P99s; when the knee level's P99 interval reaches below 2x the upper bound of the
-    minimum's, the marker is flagged as within the noise.
-    """
-    res = p.get("result") or {}
-    curve = (res.get("plots") or {}).get("curve")
+    """Add the session's request-rate capacity (its output throughput) to a ``curve`` plot over
+    offered req/s, in place (§5.3.4). Whether a knee fired within the noise is the procedure's
+    judgement (5.3's ``knee_note``, stats.knee_point_ci), not re-judged here."""
+    curve = ((p.get("result") or {}).get("plots") or {}).get("curve")
     if not isinstance(curve, dict):
         return
-    n = len(curve.get("offered") or [])
-    levels = _meas(p).get("levels")
-    if isinstance(levels, list) and len(levels) == n and all(isinstance(lv, Mapping) for lv in levels):
-        p50 = [lv.get("ttft_p50_ms") for lv in levels]
-        if all(isinstance(v, (int, float)) for v in p50):
-            curve.setdefault("ttft_p50_s", [float(v) / 1000.0 for v in p50])
     cap = next((c.get("output_throughput") for c in capacity.values()
                 if isinstance(c, Mapping) and c.get("rate") is not None and c.get("output_throughput")), None)
     if cap is not None and curve.get("offered_unit") == "req/s":
         curve.setdefault("capacity_tps", float(cap))
-    if "knee_literal_index" in curve:  # the procedure applied the noise tolerance itself (stats.knee_point_ci)
-        return
-    knee = curve.get("knee_index")
-    runs = res.get("runs") or []
-    p99s = curve.get("ttft_p99_s") or []
-    if knee is None or len(runs) != n or not p99s:
-        return
-    finite = [(v, i) for i, v in enumerate(p99s) if isinstance(v, (int, float))]
-    if not finite:
-        return
-    lo_i = min(finite)[1]
-    k, m = _p99(runs[knee]), _p99(runs[lo_i])
-    if not k or not m:
-        return
-    if m.get("ci_high") is None or k.get("ci_low") is None:  # too few samples for a bounded interval
-        curve["knee_note"] = (f"knee rule fired within the noise: with {m.get('n')} and {k.get('n')} samples the "
-                              "P99 confidence intervals are unbounded, so the 2x rule cannot separate the levels")
-    elif k["ci_low"] <= 2.0 * m["ci_high"]:
-        curve["knee_note"] = (f"knee rule fired within the noise: the knee level's P99 95% CI starts at "
-                              f"{k['ci_low'] * 1000:.1f} ms, below 2x the upper CI bound of the minimum P99 "
-                              f"({2 * m['ci_high'] * 1000:.1f} ms)")
 
 
 def annotate(doc: dict[str, Any], titles: Mapping[str, tuple[str, str]]) -> None:

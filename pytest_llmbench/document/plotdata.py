@@ -19,11 +19,12 @@ key                    value
 =====================  ===========================================================================
 
 :func:`run_overlays` adds, from the runs themselves, one ``cdfs_<metric>`` entry per metric a
-procedure compares across runs: a CDF per load level (§5.4.5 ITL), per request class (§5.6.4
-TTFT, mixed and isolated), per configuration (§5.7.4 TTFT, §5.10.4 TTFT and E2E at the report
-level). :func:`configuration_differences` gives the §5.7 (cache on − off) and §5.10 (guardrails
-on − off) percentile differences with a bootstrap CI (gate.significance.percentile_change), so a
-difference whose interval includes 0 reads "within noise".
+procedure declares it compares across runs (``ProcedureResult.overlays``: the series, each a run
+or one request class of a run, in the procedure's words): e.g. a CDF per load level (§5.4.5 ITL),
+per request class (§5.6.4), per configuration (§5.7.4, §5.10.4). :func:`configuration_differences`
+gives the percentile differences the procedure declares against its first series with a bootstrap
+CI (gate.significance.percentile_change), so a difference whose interval includes 0 reads "within
+noise". Nothing here knows a procedure.
 
 :func:`normalise` turns that into the report form stored in ``results.json``: sample arrays
 become ``{"kind": "samples", "n", "stats" (exact quantiles of *all* samples), "histogram" (exact
@@ -273,22 +274,6 @@ def normalise(raw: Mapping[str, Any] | None, metrics: Any = None) -> tuple[dict[
 # overlaid CDFs and configuration differences, from the runs of a procedure
 # --------------------------------------------------------------------------------------------
 
-#: What each procedure compares across its runs: (what a series is, metrics overlaid, section).
-OVERLAYS: dict[str, tuple[str, tuple[str, ...], str]] = {
-    "5.4": ("load level", ("itl",), "§5.4.5"),  # ITL distribution per load level
-    "5.6": ("request class", ("ttft",), "§5.6.4"),  # per-class TTFT, mixed and isolated
-    "5.7": ("configuration", ("ttft",), "§5.7.4"),  # cache off / on (cold, warm)
-    "5.10": ("configuration", ("ttft", "e2e"), "§5.10.4"),  # guardrails off / on, at the report level
-}
-#: Configuration names as the draft's tables name them (Table 10 rows, Table 13 columns), so the
-#: overlaid CDFs, the differences and the procedures' own tables and bars use one vocabulary.
-CACHE_NAMES = {"disabled": "Cache Disabled", "cold": "Cache (Cold)", "warm": "Cache (Warm)"}
-GUARDRAIL_NAMES = {"none": "Baseline", "input": "Input Filter", "output": "Output Filter", "full": "Full Filter"}
-#: Percentiles whose configuration difference is reported (Table 10: P50/P95/P99; Table 13: P50/P99).
-DIFFERENCES: dict[str, tuple[tuple[str, tuple[float, ...]], ...]] = {
-    "5.7": (("ttft", (50.0, 95.0, 99.0)),),
-    "5.10": (("ttft", (50.0, 99.0)), ("e2e", (50.0, 99.0))),
-}
 #: Quantiles kept per overlaid series (P1 lets the report choose a log axis).
 SERIES_QUANTILES = (1.0, 50.0, 90.0, 99.0, 99.9)
 DIFF_CONFIDENCE = 0.95
@@ -311,63 +296,44 @@ def _class_samples(metrics: Any, name: str, cls: str) -> np.ndarray:
     return _sorted_finite(np.asarray(vals, dtype=float)[keep])
 
 
-def _rate_text(v: Any) -> str:
-    from ..measure.units import format_value
-
-    return format_value(v, "requests/s", style="compact") if isinstance(v, (int, float)) else ""
-
-
 #: A series: (label, colour group, dashed, samples getter by metric name)
 _Series = tuple[str, int, bool, Any]
 
 
-def _series(procedure: str, runs: list[Any], measurements: Mapping[str, Any]) -> list[_Series]:
-    """The runs (or run parts) a procedure compares, labelled in the reader's words, baseline first."""
+def _result_series(result: Any) -> list[_Series]:
+    """The series a procedure result declares (``result.overlays``, base.Overlays), each a memoised
+    getter of its run's samples (or of one request class of it): the overlays and the differences
+    read the same samples, extracted and sorted once. A series whose run is not reported is left out."""
+    spec = getattr(result, "overlays", None)
+    if spec is None:
+        return []
+    runs: dict[str, Any] = {}
+    for r in getattr(result, "runs", None) or []:
+        runs.setdefault(r.label, r)
     out: list[_Series] = []
-    extra = [(r, getattr(r, "extra", None) or {}) for r in runs]
-    if procedure == "5.4":
-        for i, (r, e) in enumerate((r, e) for r, e in extra if e.get("capacity_fraction") is not None):
-            rate = _rate_text(e.get("offered_rate"))
-            label = f"{e['capacity_fraction'] * 100:g}% of capacity" + (f" ({rate})" if rate else "")
-            out.append((label, i, False, lambda m, r=r: _dist_samples(r.metrics, m)))
-    elif procedure == "5.6":
-        mixed = next((r for r, e in extra if r.label == "mixed"), None)
-        isolated = [(r, str(e["class"])) for r, e in extra if e.get("class") is not None]
-        for i, (r, cls) in enumerate(isolated):
-            if mixed is not None:
-                out.append((f"{cls}, mixed", i, False, lambda m, c=cls: _class_samples(mixed.metrics, m, c)))
-            out.append((f"{cls}, isolated", i, True, lambda m, r=r: _dist_samples(r.metrics, m)))
-    elif procedure == "5.7":
-        for i, (r, e) in enumerate((r, e) for r, e in extra if e.get("prefix_cache") is not None):
-            state = "disabled" if e["prefix_cache"] == "disabled" else ("warm" if e.get("prepopulated") else "cold")
-            out.append((CACHE_NAMES[state], i, False, lambda m, r=r: _dist_samples(r.metrics, m)))
-    elif procedure == "5.10":
-        level = measurements.get("report_level")
-        sel = [(r, e) for r, e in extra if e.get("guardrails") is not None and not e.get("throughput_probe")
-               and (level is None or e.get("capacity_fraction") == level)]
-        for i, (r, e) in enumerate(sel):
-            g = str(e["guardrails"])
-            out.append((GUARDRAIL_NAMES.get(g, g), i, False, lambda m, r=r: _dist_samples(r.metrics, m)))
+    for s in spec.series:
+        run = runs.get(s.run)
+        if run is None:
+            continue
+        if s.request_class is not None:
+            def get(m: str, run: Any = run, cls: str = s.request_class) -> np.ndarray:
+                return _class_samples(run.metrics, m, cls)
+        else:
+            def get(m: str, run: Any = run) -> np.ndarray:
+                return _dist_samples(run.metrics, m)
+        out.append((s.label, s.group, s.dashed, functools.cache(get)))
     return out
 
 
-def _result_series(result: Any) -> list[_Series]:
-    """:func:`_series` of a procedure result, each getter memoised: the overlays and the
-    differences read the same runs' samples, extracted and sorted once."""
-    series = _series(result.procedure, list(getattr(result, "runs", None) or []),
-                     getattr(result, "measurements", None) or {})
-    return [(label, group, dashed, functools.cache(get)) for label, group, dashed, get in series]
-
-
 def run_overlays(result: Any, series: list[_Series] | None = None) -> dict[str, dict[str, Any]]:
-    """``cdfs_<metric>`` plot entries: one empirical CDF per run compared by the procedure (see
-    :data:`OVERLAYS`); nothing when fewer than two runs have samples."""
+    """``cdfs_<metric>`` plot entries: one empirical CDF per run the procedure declares it compares
+    (``result.overlays``); nothing when fewer than two runs have samples."""
     from ..measure.registry import METRICS
 
-    spec = OVERLAYS.get(str(getattr(result, "procedure", "")))
+    spec = getattr(result, "overlays", None)
     if spec is None:
         return {}
-    by, metrics, section = spec
+    by, metrics, section = spec.by, spec.metrics, spec.section
     series = series if series is not None else _result_series(result)
     out: dict[str, dict[str, Any]] = {}
     for metric in metrics:
@@ -385,21 +351,22 @@ def run_overlays(result: Any, series: list[_Series] | None = None) -> dict[str, 
 
 
 def configuration_differences(result: Any, series: list[_Series] | None = None) -> dict[str, Any] | None:
-    """§5.7 (cache on − off) and §5.10 (guardrails on − off) percentile differences against the first
-    configuration, each with a bootstrap CI (gate.significance.percentile_change); ``within_noise``
-    when the interval includes 0. None for other procedures or without a baseline's samples."""
+    """The percentile differences a procedure declares (``result.overlays.differences``, e.g. §5.7 cache
+    on − off, §5.10 guardrails on − off) against its first series, each with a bootstrap CI
+    (gate.significance.percentile_change); ``within_noise`` when the interval includes 0. None when it
+    declares none or without a baseline's samples."""
     from ..gate.significance import BOOTSTRAP_RESAMPLES, DEFAULT_SEED, percentile_change
     from ..measure.stats import required_samples
 
-    spec = DIFFERENCES.get(str(getattr(result, "procedure", "")))
-    if spec is None:
+    spec = getattr(getattr(result, "overlays", None), "differences", None)
+    if not spec:
         return None
     series = series if series is not None else _result_series(result)
     if len(series) < 2:
         return None
     base_label, _, _, base_get = series[0]
     rows: list[dict[str, Any]] = []
-    for metric, pcts in spec:
+    for metric, pcts in spec:  # (metric, percentiles)
         xb = base_get(metric)
         for label, _, _, get in series[1:]:
             xn = get(metric)
@@ -427,7 +394,7 @@ def derived_plots(result: Any) -> tuple[dict[str, Any], list[str]]:
     out: dict[str, Any] = {}
     notes: list[str] = []
     try:
-        series = _result_series(result) if str(getattr(result, "procedure", "")) in OVERLAYS else None
+        series = _result_series(result) if getattr(result, "overlays", None) is not None else None
         out.update(run_overlays(result, series))
         diff = configuration_differences(result, series)
         if diff is not None:

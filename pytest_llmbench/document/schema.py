@@ -19,7 +19,9 @@ __all__ = ["SCHEMA_VERSION", "ReportError", "dumps_document", "load_document", "
 #: 1.2: ``headline``, ``compliance_overview``, optional ``comparison``; per procedure ``order``, ``warnings``,
 #: ``sweep``, ``summary_level``; per test ``label`` and ``warnings``; procedures in draft order;
 #: ``procedures[].compliance.items[]`` (per-item evidence, source, key, fix).
-SCHEMA_VERSION = "1.3"
+#: 1.4: per procedure result what the procedure declares: ``primary_run``, ``key_figures``, ``sweep``,
+#: ``warnings``, ``overlays`` (the headline and plots aggregate them); 1.3 documents still render.
+SCHEMA_VERSION = "1.4"
 
 
 class ReportError(ValueError):

@@ -126,8 +126,12 @@ def sut_fingerprint(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def primary_label(result: Mapping[str, Any]) -> str | None:
-    """The label of a procedure result's primary run: the run whose metrics are ``result.metrics``."""
+    """The label of a procedure result's primary run: the one it declares (``primary_run``, results.json
+    1.4); in an older document, the run whose metrics equal ``result.metrics``."""
     runs = result.get("runs") or []
+    declared = result.get("primary_run")
+    if declared is not None and any(str(r.get("label")) == str(declared) for r in runs):
+        return str(declared)
     primary = result.get("metrics")
     for run in runs:
         if primary is not None and run.get("metrics") == primary:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,9 +30,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Capacity",
+    "KeyFigure",
     "LoadSpec",
     "MeasurementMissing",
     "bursty",
+    "capacity_provider",
     "closed",
     "poisson",
     "uniform",
@@ -40,7 +43,10 @@ __all__ = [
     "ProcedureError",
     "ProcedureResult",
     "RunSummary",
+    "Series",
+    "Overlays",
     "SkipProcedure",
+    "Sweep",
     "Table",
     "get_procedure",
     "procedure_ids",
@@ -112,6 +118,73 @@ class Capacity:
 
 
 @dataclass
+class KeyFigure:
+    """A figure a procedure offers the headline (App. C.1 key results), with its own definition.
+
+    The headline shows, per ``group``, the figures of the procedure whose figures in that group
+    have the lowest ``rank``, every shown figure in ``rank`` order; a figure whose value is None
+    keeps its group but is not shown. ``level`` None: the procedure's primary level.
+    """
+
+    name: str
+    title: str
+    value: float | None
+    unit: str
+    group: str
+    rank: int
+    level: str | None = None
+    definition: str = ""
+    metric: str | None = None  # the registry metric the figure is a statistic of, if any
+    undersampled: bool = False  # fewer samples than §5.1.4.3 asks for the percentile
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Sweep:
+    """What a procedure with several load levels or configurations found: its result sentence and,
+    when the runs' offered loads do not say it, its tested range (§5.2.4, §5.3.4, §5.5.4, §5.8.4, §5.9.4)."""
+
+    result: str
+    range: str | None = None  # None: the runs' offered rates and concurrencies
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Series:
+    """One run (or one request class of a run) a procedure overlays with others on a CDF."""
+
+    label: str  # in the reader's words ("Cache (Warm)", "short, mixed", "50% of capacity (4 req/s)")
+    run: str  # the label of the run (``RunSummary.label``) whose samples it draws
+    group: int = 0  # colour group: series of one group share a colour
+    dashed: bool = False
+    request_class: str | None = None  # only this class's successful requests of the run (§5.6 mixed)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Overlays:
+    """The runs a procedure compares: one empirical CDF per series and metric, and, for
+    ``differences``, each series' percentile differences from the first (baseline) series."""
+
+    by: str  # what a series is: "load level", "request class", "configuration"
+    metrics: list[str]  # registry metric names overlaid, in the procedure's order
+    section: str  # the draft section that asks for the comparison
+    series: list[Series]
+    differences: list[tuple[str, list[float]]] = field(default_factory=list)  # (metric, percentiles)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"by": self.by, "metrics": list(self.metrics), "section": self.section,
+                "series": [s.to_json() for s in self.series],
+                "differences": [[m, list(p)] for m, p in self.differences]}
+
+
+@dataclass
 class ProcedureResult:
     """Everything a procedure produced: parameters, runs, measurements, tables, compliance facts."""
 
@@ -134,6 +207,13 @@ class ProcedureResult:
     duration_s: float = 0.0
     complete: bool = True
     cold_start: dict[str, Any] | None = None  # a cold-start measurement (§4.5.3, pipeline.ColdStart)
+    # what the procedure declares for the document (results.json 1.4): the run behind ``metrics``,
+    # headline figures, sweep result, warnings next to its verdict, the runs it overlays
+    primary_run: str | None = None
+    key_figures: list[KeyFigure] = field(default_factory=list)
+    sweep: Sweep | None = None
+    warnings: list[str] = field(default_factory=list)
+    overlays: Overlays | None = None
 
     def measured(self, key: str) -> Any:
         """``measurements[key]``, or :class:`MeasurementMissing` naming why there is none.
@@ -174,6 +254,11 @@ class ProcedureResult:
             "duration_s": self.duration_s,
             "complete": self.complete,
             "cold_start": self.cold_start,
+            "primary_run": self.primary_run,
+            "key_figures": [f.to_json() for f in self.key_figures],
+            "sweep": self.sweep.to_json() if self.sweep is not None else None,
+            "warnings": list(self.warnings),
+            "overlays": self.overlays.to_json() if self.overlays is not None else None,
         }
 
 
@@ -228,6 +313,18 @@ class Procedure:
     run: RunFn
     profiles: dict[str, dict[str, Any]]
     plan: PlanFn  # params -> {"requests": int, "min_duration_s": float} for --collect-only / dry run
+    #: the capacity its result declares (``ProcedureResult.capacity``) for others to run against
+    #: (§5.3.3): "rate" (req/s) or "concurrency"; None: it declares none
+    provides_capacity: str | None = None
+    #: the measurement keys its results carry (``ProcedureResult.measurements``), and regular
+    #: expressions for the families named per level, class or configuration
+    measurement_keys: tuple[str, ...] = ()
+    measurement_patterns: tuple[str, ...] = ()
+
+    def undeclared(self, keys: Iterable[str]) -> list[str]:
+        """The keys of ``keys`` this procedure does not declare (neither a name nor a pattern match)."""
+        names = set(self.measurement_keys)
+        return [k for k in keys if k not in names and not any(re.fullmatch(p, k) for p in self.measurement_patterns)]
 
     def param_names(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self.params_type)]
@@ -267,6 +364,14 @@ def register(procedure: Procedure) -> Procedure:
 def procedure_ids() -> list[str]:
     """Registered procedure ids in draft order (the package ``__init__`` imports every procedure)."""
     return sorted(_REGISTRY, key=lambda s: tuple(int(x) for x in s.split(".")))
+
+
+def capacity_provider(kind: str) -> Procedure:
+    """The registered procedure that declares it provides capacity ``kind`` ("rate" | "concurrency")."""
+    for pid in procedure_ids():
+        if _REGISTRY[pid].provides_capacity == kind:
+            return _REGISTRY[pid]
+    raise ProcedureError(f"no registered procedure provides a {kind!r} capacity")
 
 
 def get_procedure(proc_id: str) -> Procedure:

@@ -36,6 +36,7 @@ __all__ = [
     "build_level_specs",
     "cache_hit_summary",
     "cap_output",
+    "cancelled_warning",
     "capacity_error",
     "LevelStream",
     "closed_level_stream",
@@ -45,6 +46,7 @@ __all__ = [
     "fluid_rate",
     "fmt_ms",
     "fmt_num",
+    "fmt_short",
     "level_specs",
     "parse_criteria",
     "percentile_row",
@@ -445,3 +447,27 @@ def reported_line(rid: str, table: Table, prefix: str, tables: Sequence[Table]) 
     """A REPORT item met by a written line of ``table``'s notes starting with ``prefix`` (e.g. the knee point)."""
     line = next((n for n in table.notes if n.startswith(prefix)), None) if _holds(tables, table) else None
     return Check.met(rid, line) if line else Check.unmet(rid, f"no '{prefix}' line under {table.title}")
+
+
+# --------------------------------------------------------------------------------------------
+# what a procedure declares for the document's headline (sweep sentences, warnings)
+# --------------------------------------------------------------------------------------------
+
+
+def fmt_short(v: float, digits: int = 3) -> str:
+    """``digits`` significant digits with thousands separators, whole numbers from 10**digits up:
+    the headline's sweep sentences and levels (``12.3``, ``1,234``)."""
+    return f"{v:,.{digits}g}" if abs(v) < 10 ** digits else f"{v:,.0f}"
+
+
+def cancelled_warning(cancelled: int, runs: Sequence[Measured]) -> list[str]:
+    """The headline warning for requests cancelled at a level's drain (§5.3, §5.8: they did not
+    complete), over every request the reported runs sent; none when nothing was cancelled."""
+    if not cancelled:
+        return []
+    sent = 0
+    for m in runs:
+        load = m.summary.load or {}
+        if isinstance(load.get("sent"), int) and isinstance(load.get("ok"), int):
+            sent += load["sent"]
+    return [f"{cancelled} of {sent} requests cancelled (count as not completed)"]

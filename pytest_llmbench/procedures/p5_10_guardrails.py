@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +37,7 @@ from ..common.records import ErrorType
 from ..compliance import Check, RunFacts
 from ..loadgen.warmup import WarmupResult
 from ..workloads import build_workload
-from .base import LoadSpec, ProcedureContext, SkipProcedure, Table
+from .base import LoadSpec, Overlays, ProcedureContext, RunSummary, Series, SkipProcedure, Table
 from .common import Measured, refusal_policy, resolve_load
 from .helpers import cap_output, fmt_ms, pvalue
 from .pipeline import Outcome, ProcedureRun
@@ -171,10 +172,28 @@ def _switch(ctx: ProcedureContext, mode: str) -> None:
                             "implementation can switch the SUT's guardrails (see docs/guardrails.md)")
 
 
+def overlays(runs: Sequence[RunSummary], report_level: float | None) -> Overlays:
+    """TTFT and E2E per guardrail configuration at the report level (§5.10.4), named as Table 13
+    names them, and their P50/P99 differences from the first (the baseline when it ran)."""
+    sel = [r for r in runs if r.extra.get("guardrails") is not None and not r.extra.get("throughput_probe")
+           and (report_level is None or r.extra.get("capacity_fraction") == report_level)]
+    series = [Series(LABELS.get(str(r.extra["guardrails"]), str(r.extra["guardrails"])), r.label, group=i)
+              for i, r in enumerate(sel)]
+    return Overlays("configuration", ["ttft", "e2e"], "§5.10.4", series,
+                    differences=[("ttft", [50.0, 99.0]), ("e2e", [50.0, 99.0])])
+
+
 class Guardrails(ProcedureRun[GuardrailParams]):
     """§5.10.3: every guardrail configuration at every load level, same requests and schedule."""
 
     id, title, params_type, profiles = "5.10", "Guardrail Overhead", GuardrailParams, PROFILES
+    measurement_keys = ("requests_per_level", "capacity_rate_rps", "report_level", "levels")
+    #: per configuration (KEYS) and load level ("50pct")
+    measurement_patterns = (
+        r"(baseline|input|output|full)_[0-9.]+pct_(ttft_p[0-9]+_ms|e2e_p[0-9]+_ms|refused|successful)",
+        r"(input_filter_overhead_ttft|total_overhead_e2e|output_filter_overhead_e2e)_p[0-9]+_ms_[0-9.]+pct",
+        r"(baseline|input|output|full)_(throughput_saturated|offered_output_tps|max_throughput_tps"
+        r"|throughput_reduction_pct|refusals|refusals_server|requests)")
 
     @staticmethod
     def plan(p: GuardrailParams) -> dict[str, Any]:
@@ -267,7 +286,8 @@ class Guardrails(ProcedureRun[GuardrailParams]):
                              for c in cfgs}}
         measured = [runs[(c, f)] for c in cfgs for f in levels] + [probes[c] for c in cfgs if c in probes]
         return Outcome(metrics=runs[(cfgs[-1], rl)].metrics, tables=tables, measurements=meas,
-                       workload=self.wl.declaration.to_json(), notes=self._notes(), plots=plots, runs=measured)
+                       workload=self.wl.declaration.to_json(), notes=self._notes(), plots=plots, runs=measured,
+                       overlays=overlays([m.summary for m in measured], rl))
 
     @property
     def cap_rate(self) -> float | None:

@@ -24,7 +24,7 @@ from ..workloads import build_workload
 from .base import LoadSpec, Table, poisson
 from .common import declarations, prefix_cache_state, resolve_load
 from .helpers import cap_output, fmt_ms, percentile_row, sample_list
-from .pipeline import Outcome, ProcedureRun
+from .pipeline import Outcome, ProcedureRun, latency_figures
 
 P99_MIN, P999_MIN = 1000, 10_000  # §5.1.2 / §5.1.4.3
 
@@ -66,6 +66,8 @@ class TTFT(ProcedureRun[TTFTParams]):
     """§5.1.3: one measured run at the declared load; Tables 1 and 2 (§5.1.5)."""
 
     id, title, params_type, profiles = "5.1", "Time to First Token", TTFTParams, PROFILES
+    measurement_keys = ("requests", "ttft_n", "ttft_mean_ms", "errors", "config_summary")
+    measurement_patterns = (r"ttft_p[0-9.]+_ms",)
 
     @staticmethod
     def plan(p: TTFTParams) -> dict[str, Any]:
@@ -142,6 +144,8 @@ class TTFT(ProcedureRun[TTFTParams]):
                 "token; TTFT is time to first content token (§5.1.3.1)"] if self.pre_content else []),
             plots={"ttft_samples_s": sample_list(metrics.per_request_values("ttft"))},
             fact_runs=[m],  # the cold-start runs are reported, the facts describe the measured run
+            primary_run=m.summary.label,
+            key_figures=latency_figures(metrics, 0),  # the headline's latency figures come from 5.1 first
         )
 
     def _tables(self, undersampled: list[str]) -> list[Table]:

@@ -51,8 +51,9 @@ from ..compliance import Check, decide
 from ..loadgen.load import ArrivalProcess, ClosedLoop, OpenLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.metrics import RunMetrics
+from ..measure.registry import METRICS
 from ..measure.stats import completion_rate_saturated, tail_blowup
-from .base import Capacity, ProcedureContext, Table
+from .base import Capacity, KeyFigure, ProcedureContext, Sweep, Table
 from .common import Measured, measure, probe_window_s, request_floor_s
 from .helpers import (
     RAMP_UP_FRACTION,
@@ -60,6 +61,7 @@ from .helpers import (
     criteria_failures,
     fmt_ms,
     fmt_num,
+    fmt_short,
     level_specs,
     parse_criteria,
     percentile_row,
@@ -67,7 +69,7 @@ from .helpers import (
     queue_trend,
     steady_window_ns,
 )
-from .pipeline import Outcome, ProcedureRun
+from .pipeline import MAX_OUTPUT_THROUGHPUT, THROUGHPUT, Outcome, ProcedureRun
 
 DRAFT_MIN_DURATION_S = 60.0  # §5.2.2.1
 DRAFT_RECOMMENDED_DURATION_S = 300.0  # §5.2.2.1
@@ -452,6 +454,14 @@ class Throughput(ProcedureRun[ThroughputParams]):
     """§5.2.3: warm-up, a capacity probe when no range is given, then the saturation search."""
 
     id, title, params_type, profiles = "5.2", "Output Token Throughput", ThroughputParams, PROFILES
+    provides_capacity = "rate"  # the highest sustainable request rate (§5.2.4, §5.3.3)
+    measurement_keys = (
+        "load_model", "levels_tested", "slo_applied", "ttft_p99_slo_ms", "tpot_p99_slo_ms", "level_duration_s",
+        "range_source", "search_start", "search_step", "search_stop", "capacity_estimate_req_s",
+        "lowest_saturated_level", "max_output_throughput_tok_s", "max_request_throughput_req_s",
+        "max_input_throughput_tok_s", "sustainable_rate_req_s", "sustainable_concurrency", "tokens_per_gpu_second",
+        "batch_utilization")
+    measurement_patterns = (r"(ttft|tpot|e2e)_p[0-9]+_ms",)
 
     @staticmethod
     def plan(p: ThroughputParams) -> dict[str, Any]:
@@ -537,7 +547,26 @@ class Throughput(ProcedureRun[ThroughputParams]):
         return Outcome(metrics=metrics, tables=tables, measurements=measurements, workload=decl, notes=notes,
                        plots={"search": search_plot}, capacity=capacity,
                        runs=[m for m, _, _ in levels] + ([self.probe] if self.probe is not None else []),
-                       facts={"itl_reported": True, "exceeds_capacity": self.hi is not None})
+                       facts={"itl_reported": True, "exceeds_capacity": self.hi is not None},
+                       key_figures=self._key_figures(), sweep=self._sweep())
+
+    def _key_figures(self) -> list[KeyFigure]:
+        """The sustainable rate and the maximum output throughput (§5.2.4): the headline's throughput."""
+        m = self.measurements
+        return [KeyFigure("sustainable_rate", "Sustainable request rate", m.get("sustainable_rate_req_s"), "req/s",
+                          THROUGHPUT, 10, level="highest offered rate the SUT kept up with",
+                          definition="highest offered request rate at which achieved throughput kept up with "
+                                     "offered load and the queue stayed bounded (§5.2.4)"),
+                KeyFigure(MAX_OUTPUT_THROUGHPUT, "Max output throughput", m.get("max_output_throughput_tok_s"),
+                          "tok/s", THROUGHPUT, 11, level="best level of the 5.2 sweep", metric="output_throughput",
+                          definition=METRICS["output_throughput"].definition)]
+
+    def _sweep(self) -> Sweep | None:
+        m = self.measurements
+        if m.get("sustainable_rate_req_s") is None:
+            return None
+        return Sweep(f"sustainable {fmt_short(m['sustainable_rate_req_s'])} req/s; max output "
+                     f"{fmt_short(m.get('max_output_throughput_tok_s') or 0)} tok/s")
 
     def _at_maximum(self, best: tuple[Measured, LevelAssessment, str], notes: list[str]) -> Capacity:
         """Tables 3 and 4 and the measurements at the maximum sustainable load (§5.2.4)."""

@@ -43,26 +43,29 @@ from ..client import LLMClient
 from ..compliance import Check
 from ..loadgen.load import ArrivalProcess, OpenLoop
 from ..loadgen.warmup import WarmupResult
+from ..measure.registry import METRICS
 from ..measure.stats import NoisyRule, knee_point_ci, optimal_operating_point, saturation_point_ci
-from .base import Table
+from .base import KeyFigure, Sweep, Table
 from .common import Measured, level_duration
 from .helpers import (
     CENSORED_NOTE,
     FLUID_RATE_NOTE,
     AllRequests,
     all_requests,
+    cancelled_warning,
     count_cancelled_as_unsuccessful,
     fluid_rate,
     fmt_censored,
     fmt_ms,
     fmt_num,
+    fmt_short,
     level_specs,
     pvalue,
     queue_trend,
     reported,
     reported_line,
 )
-from .pipeline import Outcome, ProcedureRun
+from .pipeline import THROUGHPUT, Outcome, ProcedureRun
 
 DRAFT_MIN_DURATION_S = 60.0  # §5.3.2
 DRAFT_LEVELS = tuple(round(0.1 * k, 1) for k in range(1, 13))  # §5.3.3 step 2: 10% ... 120%
@@ -196,10 +199,26 @@ def rule_note(name: str, rule: NoisyRule, points: list[LevelPoint]) -> str | Non
             f"({rule.reason}); {then}")
 
 
+def _sweep(m: dict[str, Any]) -> Sweep | None:
+    """The curve's knee, saturation and optimal point in one sentence (§5.3.4); None without an optimum."""
+    if m.get("optimal_rate_req_s") is None:
+        return None
+    knee, sat = m.get("knee_rate_req_s"), m.get("saturation_rate_req_s")
+    return Sweep(f"knee {fmt_short(knee) + ' req/s' if knee is not None else 'not reached'}; saturation "
+                 f"{fmt_short(sat) + ' req/s' if sat is not None else 'not reached'}; highest throughput meeting the "
+                 f"SLO {fmt_short(m.get('optimal_output_tok_s') or 0)} tok/s at {fmt_short(m['optimal_rate_req_s'])} req/s")
+
+
 class Tradeoff(ProcedureRun[TradeoffParams]):
     """§5.3.3: open-loop levels as fractions of capacity, ascending; the curve, knee and saturation."""
 
     id, title, params_type, profiles = "5.3", "Throughput-Latency Tradeoff", TradeoffParams, PROFILES
+    measurement_keys = (
+        "capacity_rate_req_s", "capacity_source", "levels", "level_count", "level_duration_s", "knee_index",
+        "knee_rate_req_s", "saturation_index", "saturation_rate_req_s", "knee_literal_index", "knee_within_noise",
+        "saturation_literal_index", "saturation_within_noise", "cancelled_requests", "sent_requests", "optimal_index",
+        "optimal_rate_req_s", "optimal_output_tok_s", "max_achieved_tok_s", "min_ttft_p99_ms", "queue_growing_levels",
+        "slo_applied", "fluid_token_rate_tok_s")
 
     @staticmethod
     def plan(p: TradeoffParams) -> dict[str, Any]:
@@ -288,9 +307,17 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
             "knee_literal_index": knee_rule.literal, "saturation_literal_index": sat_rule.literal}
         if knee is None and knee_rule.within_noise:  # no marker: say where the literal rule fired
             curve["knee_note"] = rule_note("knee", knee_rule, points)
+        p50 = [lv.get("ttft_p50_ms") for lv in measurements["levels"]]
+        if all(isinstance(v, (int, float)) for v in p50):  # the P50 line beside the P99 (as Table 5 rounds it)
+            curve["ttft_p50_s"] = [float(v) / 1000.0 for v in p50]
         return Outcome(metrics=runs[primary].metrics, tables=tables, measurements=measurements,
                        workload=self.declaration or {"name": p.workload}, plots={"curve": curve},
-                       facts={"itl_reported": True, "exceeds_capacity": max(self.fractions) > 1.0})
+                       facts={"itl_reported": True, "exceeds_capacity": max(self.fractions) > 1.0},
+                       key_figures=[KeyFigure(
+                           "optimal_throughput", "Throughput at the optimal point", measurements["optimal_output_tok_s"],
+                           "tok/s", THROUGHPUT, 30, level=f"{fmt_short(measurements['optimal_rate_req_s'] or 0)} req/s "
+                           "offered", metric="output_throughput", definition=METRICS["output_throughput"].definition)],
+                       sweep=_sweep(measurements), warnings=cancelled_warning(cancelled, runs))
 
     def _point_lines(self, achieved: list[float], p99_cp: list[Any], min_p99: float | None) -> list[str]:
         """Table 5's knee, saturation and optimal-point statements with their noise notes (§5.3.4)."""

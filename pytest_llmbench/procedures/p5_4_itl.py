@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,11 +35,12 @@ from ..compliance import Check, decide
 from ..loadgen.load import ArrivalProcess, OpenLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.metrics import ITL_OPTIONS, RunMetrics
+from ..measure.units import format_value
 from ..workloads import build_workload
-from .base import Table
+from .base import Overlays, RunSummary, Series, Table
 from .common import Measured, level_requests
 from .helpers import FLUID_RATE_NOTE, cap_output, fluid_rate, fmt_ms, fmt_num, pvalue, reported, sample_list
-from .pipeline import Outcome, ProcedureRun
+from .pipeline import Outcome, ProcedureRun, latency_figures
 
 DRAFT_MIN_OUTPUT = 50  # §5.4.2 MUST
 DRAFT_MIN_REQUESTS = 100  # §5.4.2
@@ -163,10 +165,28 @@ def _table6(metrics: RunMetrics, title: str) -> Table:
                         "the submission-to-first-token interval is never an ITL sample (§5.4.3)"])
 
 
+def overlays(runs: Sequence[RunSummary]) -> Overlays:
+    """The ITL distribution per load level, one CDF each (§5.4.5), labelled by capacity fraction and rate."""
+    series = []
+    for i, r in enumerate(r for r in runs if r.extra.get("capacity_fraction") is not None):
+        e = r.extra
+        rate = e.get("offered_rate")
+        rate_text = format_value(rate, "requests/s", style="compact") if isinstance(rate, (int, float)) else ""
+        label = f"{e['capacity_fraction'] * 100:g}% of capacity" + (f" ({rate_text})" if rate_text else "")
+        series.append(Series(label, r.label, group=i))
+    return Overlays("load level", ["itl"], "§5.4.5", series)
+
+
 class ITL(ProcedureRun[ITLParams]):
     """§5.4.3: each load level's requests with a forced minimum output; Table 6 per level."""
 
     id, title, params_type, profiles = "5.4", "Inter-Token Latency Distribution", ITLParams, PROFILES
+    measurement_keys = (
+        "capacity_rate_req_s", "capacity_source", "itl_option", "itl_method", "primary_level_fraction", "levels",
+        "requests_below_min_output", "requests_ok", "min_output_tokens", "itl_samples", "itl_mean_ms", "itl_std_ms",
+        "p99_p50_ratio", "modality", "dip_p_value", "tail", "tail_xi", "short_requests", "ok_requests",
+        "concurrency_mean", "fluid_token_rate_tok_s")
+    measurement_patterns = (r"(itl|jitter|max_pause)_p[0-9.]+_ms",)
 
     @staticmethod
     def plan(p: ITLParams) -> dict[str, Any]:
@@ -242,7 +262,8 @@ class ITL(ProcedureRun[ITLParams]):
                        workload=self.declaration or {"name": p.workload}, notes=notes,
                        plots={"itl_samples_s": sample_list(pm.distributions["itl"].samples
                                                            if pm.distributions["itl"].samples is not None else [])},
-                       facts={"itl_reported": True, "exceeds_capacity": max(fractions) > 1.0})
+                       facts={"itl_reported": True, "exceeds_capacity": max(fractions) > 1.0},
+                       key_figures=latency_figures(pm, 3), overlays=overlays([m.summary for m in runs]))
 
     def _shape(self, tables: list[Table]) -> list[dict[str, Any]]:
         """Per-request ITL statistics and distribution shape per level (§5.4.4.2, §5.4.4.3)."""

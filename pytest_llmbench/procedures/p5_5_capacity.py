@@ -32,7 +32,7 @@ from ..client import LLMClient
 from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
-from .base import Capacity, ProcedureContext, Table
+from .base import Capacity, KeyFigure, ProcedureContext, Sweep, Table
 from .common import Measured
 from .helpers import (
     build_level_specs,
@@ -40,10 +40,11 @@ from .helpers import (
     closed_level_stream,
     criteria_failures,
     fmt_ms,
+    fmt_short,
     parse_criteria,
     pvalue,
 )
-from .pipeline import Outcome, ProcedureRun
+from .pipeline import CAPACITY, Outcome, ProcedureRun
 
 __all__ = [
     "DEFAULT_TTFT_P99_S",
@@ -178,6 +179,11 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
     """§5.5.3: closed-loop levels searched for the highest concurrency meeting the criteria; Table 7."""
 
     id, title, params_type, profiles = "5.5", "Concurrent Request Capacity", CapacityParams, PROFILES
+    provides_capacity = "concurrency"  # the highest concurrency meeting every criterion (§5.5.4)
+    measurement_keys = (
+        "max_concurrency", "ttft_p99_threshold_ms", "ttft_p99_threshold_source", "levels_tested", "search_converged",
+        "search_bracket", "levels", "output_throughput_at_max_tps", "tokens_in_flight_at_max",
+        "concurrency_held_at_max", "ttft_p99_at_max_ms", "server_preemptions_by_level")
 
     @staticmethod
     def plan(p: CapacityParams) -> dict[str, Any]:
@@ -306,7 +312,15 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
             notes=notes, capacity=capacity, runs=[outcomes[c].measured for c in order],
             plots={"search": [{"level": c, "passed": outcomes[c].passed, "value": outcomes[c].ttft_p99_s,
                                "label": f"concurrency {c}: TTFT P99"} for c in order]},
-            facts={"itl_reported": True, "exceeds_capacity": hi is not None})
+            facts={"itl_reported": True, "exceeds_capacity": hi is not None},
+            key_figures=[KeyFigure(
+                "capacity_concurrency", "Capacity (concurrent requests)", None if capacity is None
+                else capacity.concurrency, "requests", CAPACITY, 20,
+                level=f"closed loop; {fmt_short(measurements.get('output_throughput_at_max_tps') or 0)} tok/s at that "
+                      "concurrency",
+                definition="highest concurrency at which every criterion held (TTFT P99 and errors, §5.5.4); "
+                           "a capacity at this workload, not a throughput ceiling")],
+            sweep=Sweep(notes[0]) if lo else None)
 
     def checks(self, out: Outcome) -> dict[str, Check]:
         return _checks(self.p, self.outcomes, self.order, self.lo, bool(self.converged), self.threshold,

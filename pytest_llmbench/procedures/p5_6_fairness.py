@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +43,7 @@ from ..measure.metrics import RunMetrics, summarize
 from ..measure.stats import jain_index, latency_inflation, slowdown, starvation_rate
 from ..workloads import FAIRNESS_CLASSES, build_workload
 from ..workloads.standard import _mix_counts  # the workload's own class-count rule
-from .base import LoadSpec, Table, poisson
+from .base import LoadSpec, Overlays, RunSummary, Series, Table, poisson
 from .common import Measured, level_requests, probe_window_s, resolve_load
 from .helpers import cap_output, closed_level_stream, fmt_ms, pvalue, queue_trend, reported, steady_window_ns
 from .pipeline import Outcome, ProcedureRun
@@ -148,10 +149,51 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None or math.isnan(x) else f"{x * 100:.1f}%"
 
 
+#: Jain index per request below which the headline calls the run unfair (§5.6.4)
+JAIN_WARN = 0.8
+#: TTFT inflation (mixed / isolated P99) above which the headline names the class
+INFLATION_WARN = 2.0
+
+
+def warnings(meas: Mapping[str, Any]) -> list[str]:
+    """Unfairness the reader must see next to the verdict: a low Jain index, a class's TTFT P99
+    inflated by the mix, a queue that grew during the mixed run (§5.6.4)."""
+    out = []
+    jain = meas.get("jain_index_per_request")
+    if isinstance(jain, (int, float)) and jain < JAIN_WARN:
+        out.append(f"unfair: Jain index per request {jain:.2f}")
+    for cls in ("short", "long"):
+        infl = meas.get(f"{cls}_inflation_p99")
+        if isinstance(infl, (int, float)) and infl > INFLATION_WARN:
+            out.append(f"{cls} requests' TTFT P99 inflated {infl:.1f}x by the mix")
+    if meas.get("mixed_queue_growing"):
+        out.append("queue grew during the mixed run (above saturation)")
+    return out
+
+
+def overlays(runs: Sequence[RunSummary]) -> Overlays:
+    """Per class, its TTFT in the mixed run and run on its own (dashed), one colour per class (§5.6.4)."""
+    mixed = next((r for r in runs if r.label == "mixed"), None)
+    series = []
+    for i, r in enumerate(r for r in runs if r.extra.get("class") is not None):
+        cls = str(r.extra["class"])
+        if mixed is not None:
+            series.append(Series(f"{cls}, mixed", mixed.label, group=i, request_class=cls))
+        series.append(Series(f"{cls}, isolated", r.label, group=i, dashed=True))
+    return Overlays("request class", ["ttft"], "§5.6.4", series)
+
+
 class Fairness(ProcedureRun[FairnessParams]):
     """§5.6.3: each class in isolation, then the mixed run replaying the same requests; Tables 8, 9."""
 
     id, title, params_type, profiles = "5.6", "Scheduling Fairness", FairnessParams, PROFILES
+    measurement_keys = (
+        "mixed_rate_rps", "requests", "mixed_window_s", "isolation", "jain_index", "jain_index_per_request",
+        "jain_index_n", "jain_index_per_class", "capacity_mode", "capacity_rate_rps", "capacity_source", "errors",
+        "mixed_queue_growing")
+    #: per request class of the mix (its names are parameters)
+    measurement_patterns = (r".+_(count|isolated_rate_rps|inflation_p50|inflation_p99|starvation_rate)",
+                            r".+_(isolated_)?ttft_p[0-9]+_ms", r".+_tpot_p[0-9]+_ms")
 
     @staticmethod
     def plan(p: FairnessParams) -> dict[str, Any]:
@@ -269,7 +311,9 @@ class Fairness(ProcedureRun[FairnessParams]):
                        measurements=meas, workload=self.wl.declaration.to_json(), notes=notes,
                        plots={"classes": plots_cls},
                        runs=([self.probe] if self.probe is not None else []) + [isolated[c] for c in classes] + [mixed],
-                       fact_runs=[mixed, *isolated.values()], facts={"itl_reported": True})
+                       fact_runs=[mixed, *isolated.values()], facts={"itl_reported": True},
+                       warnings=warnings(meas), overlays=overlays([m.summary for m in (
+                           ([self.probe] if self.probe is not None else []) + [isolated[c] for c in classes] + [mixed])]))
 
     def _fairness(self) -> None:
         p, classes, mixed, isolated = self.p, self.classes, self.mixed, self.isolated

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ from ..common.records import RequestSpec
 from ..compliance import Check, RunFacts, decide
 from ..loadgen.warmup import WarmupResult
 from ..workloads import build_workload, completion_prompt_ids, sequence_sha256
-from .base import LoadSpec, ProcedureContext, SkipProcedure, Table, closed
+from .base import LoadSpec, Overlays, ProcedureContext, RunSummary, Series, SkipProcedure, Table, closed
 from .common import Measured, resolve_load
 from .helpers import cap_output, fmt_ms, pvalue
 from .helpers import reported as reported_in
@@ -153,10 +154,27 @@ def _switch(ctx: ProcedureContext, setting: str, value: Any) -> None:
                             "implementation can switch the SUT's prefix cache (see docs/prefix-cache.md)")
 
 
+def overlays(runs: Sequence[RunSummary]) -> Overlays:
+    """TTFT per cache configuration (§5.7.4), named as Table 10 names them, and its P50/P95/P99
+    differences from the first (cache disabled)."""
+    series = []
+    for i, r in enumerate(r for r in runs if r.extra.get("prefix_cache") is not None):
+        e = r.extra
+        state = "disabled" if e["prefix_cache"] == "disabled" else ("warm" if e.get("prepopulated") else "cold")
+        series.append(Series(ROW_NAMES[state], r.label, group=i))
+    return Overlays("configuration", ["ttft"], "§5.7.4", series, differences=[("ttft", [50.0, 95.0, 99.0])])
+
+
 class PrefixCache(ProcedureRun[PrefixCacheParams]):
     """§5.7.3: the same requests with the cache disabled, enabled cold and enabled warm; Table 10."""
 
     id, title, params_type, profiles = "5.7", "Prefix Cache Effectiveness", PrefixCacheParams, PROFILES
+    measurement_keys = ("requests", "shared_prefixes", "load", "request_sequence_sha256")
+    #: per configuration: disabled, cold, warm
+    measurement_patterns = (
+        r"(disabled|cold|warm)_(ttft_p[0-9]+_ms|output_throughput_tps|request_throughput_rps|prefix_hit_rate"
+        r"|prompt_cached_fraction|server_hit_rate|cached_tokens|server_hit_tokens|ttft_reduction_p[0-9]+_pct"
+        r"|throughput_improvement_pct|request_throughput_improvement_pct)",)
 
     @staticmethod
     def plan(p: PrefixCacheParams) -> dict[str, Any]:
@@ -223,7 +241,8 @@ class PrefixCache(ProcedureRun[PrefixCacheParams]):
         return Outcome(metrics=primary.metrics, tables=tables, measurements=meas,
                        workload=self.wl.declaration.to_json(), notes=self._notes(), plots={"configs": configs_plot},
                        runs=list(runs.values()),
-                       facts={"prefix_caching": "enabled", "prefix_cache_under_test": True})
+                       facts={"prefix_caching": "enabled", "prefix_cache_under_test": True},
+                       overlays=overlays([m.summary for m in runs.values()]))
 
     def _notes(self) -> list[str]:
         p, runs, populate = self.p, self.runs, self.populate

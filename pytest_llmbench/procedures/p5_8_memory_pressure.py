@@ -45,13 +45,14 @@ from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from ..sut.adapters import metric_names
-from .base import Table
+from .base import Sweep, Table
 from .common import Measured
 from .helpers import (
     CENSORED_NOTE,
     AllRequests,
     all_requests,
     build_level_specs,
+    cancelled_warning,
     capacity_error,
     closed_level_stream,
     count_cancelled_as_unsuccessful,
@@ -234,6 +235,11 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
     """§5.8.3: closed-loop levels beyond 5.5's capacity; preemption, recovery and failures; Table 11."""
 
     id, title, params_type, profiles = "5.8", "Memory Pressure Behavior", MemoryPressureParams, PROFILES
+    oversubscribes = True  # levels above capacity: their low completion is what §5.8 measures
+    measurement_keys = ("capacity_concurrency", "capacity_source", "levels", "degradation", "aborted",
+                        "cancelled_requests", "sent_requests")
+    #: per oversubscription level, l100 = 100% of capacity
+    measurement_patterns = (r"l[0-9]+_(cancelled|completion_pct|preemption_rate_pct|fail_rate_pct|ttft_p99_ms)",)
 
     @staticmethod
     def plan(p: MemoryPressureParams) -> dict[str, Any]:
@@ -350,7 +356,9 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
                 "achieved_tps": [o.measured.metrics.scalar("output_throughput").value for o in outcomes],
                 "ttft_p99_s": [o.ttft_p99_s for o in outcomes], "knee_index": None, "saturation_index": None,
             }},
-            runs=[o.measured for o in outcomes], facts={"exceeds_capacity": True})
+            runs=[o.measured for o in outcomes], facts={"exceeds_capacity": True},
+            sweep=Sweep(str(degradation).split(";")[-1].strip()) if degradation else None,
+            warnings=cancelled_warning(measurements["cancelled_requests"], [o.measured for o in outcomes]))
 
     def checks(self, out: Outcome) -> dict[str, Check]:
         return _checks(self.p, self.cap_n, self.cap_src, self.outcomes, self.levels, self.degradation)

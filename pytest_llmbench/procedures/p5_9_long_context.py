@@ -41,7 +41,7 @@ from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.stats import ScalingFit, scaling_fit
 from ..workloads import build_workload
-from .base import Table
+from .base import Sweep, Table
 from .common import Measured
 from .helpers import fmt_ms, pvalue
 from .pipeline import Outcome, ProcedureRun
@@ -187,6 +187,11 @@ class LongContext(ProcedureRun[LongContextParams]):
     """§5.9.3: short-context warm-up, then each length ascending at low concurrency; Table 12."""
 
     id, title, params_type, profiles = "5.9", "Long Context Scaling", LongContextParams, PROFILES
+    measurement_keys = (
+        "lengths", "per_length", "best_fit", "output_tokens", "concurrency", "scaling_exponent", "scaling_exponent_ci",
+        "r2_loglog", "r2_linear", "r2_power", "best_model", "per_token_cost_us", "linear_intercept_ms",
+        "power_coefficient")
+    measurement_patterns = (r"(ttft_mean_ms|max_output_tps)_[0-9]+",)  # per context length
 
     @staticmethod
     def plan(p: LongContextParams) -> dict[str, Any]:
@@ -346,6 +351,7 @@ class LongContext(ProcedureRun[LongContextParams]):
             plots={"scaling": {"length": pts_L, "ttft_s": pts_t,
                                "fit": None if fit is None else {"k": fit.exponent, "c": fit.power_coefficient,
                                                                 "r2": fit.r2_loglog}}},
+            sweep=Sweep(f"TTFT ∝ L^{fit.exponent:.2f}") if fit is not None and math.isfinite(fit.exponent) else None,
         )
 
     def _throughput_table(self) -> Table:

@@ -3,9 +3,12 @@
 ``ProcedureRun.execute`` does, in order: the start stamp, ``prepare`` (workloads and loads,
 capacity look-ups), a client for the SUT, ``warm_up`` (§4.5), ``run_loads`` (the procedure's
 load levels or search; every run recorded through :meth:`ProcedureRun.measure`), ``restore``
-(undo SUT configuration switches, always), ``summarize`` (tables, measurements, notes, plots),
-the run facts, ``checks`` (declared, see :func:`helpers.declared_checks`), the result and its
-compliance verdict (``common.finish``).
+(undo SUT configuration switches, always), ``summarize`` (tables, measurements, notes, plots, and
+what the procedure shows: its primary run, headline key figures, sweep result, warnings and the
+runs it overlays; ``document/`` only aggregates these), the run facts, ``checks`` (declared, see
+:func:`helpers.declared_checks`), the result and its compliance verdict (``common.finish``). A
+measurement key the procedure does not declare (``measurement_keys``/``measurement_patterns``)
+fails the run: the keys are its contract with the suites and SLO assertions.
 
 A subclass that sets ``id`` registers itself (``__init_subclass__``): parameters still come from
 the dataclass defaults < profile < marker (``base.Procedure.make_params``). Seeds come from one
@@ -31,21 +34,28 @@ from ..loadgen.load import ClosedLoop, OpenLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure import tokencount
 from ..measure.metrics import RunMetrics
+from ..measure.registry import METRICS
 from ..workloads import Workload, reference_checks
 from .base import (
     Capacity,
+    KeyFigure,
+    Overlays,
     Procedure,
     ProcedureContext,
+    ProcedureError,
     ProcedureResult,
     SkipProcedure,
+    Sweep,
     Table,
+    get_procedure,
     params_json,
     register,
 )
 from .common import Measured, client_for, finish, measure, run_facts, warm_up
 from .helpers import cache_hit_summary, fmt_ms, level_specs
 
-__all__ = ["ColdStart", "Outcome", "ProcedureRun", "as_run", "now_iso"]
+__all__ = ["ColdStart", "Outcome", "CAPACITY", "LATENCY", "MAX_OUTPUT_THROUGHPUT", "PIPELINE_KEYS", "ProcedureRun", "THROUGHPUT", "as_run", "latency_figures", "low_success_warnings",
+           "now_iso"]
 
 P = TypeVar("P")
 
@@ -160,6 +170,55 @@ class ColdStart:
                 "cold_start_restart_s": d["restart_s"], "cold_start_requests": d["requests"]}
 
 
+#: measurement keys every procedure's result may carry: the pipeline's prompt hygiene, the
+#: cold-start figures (§4.5.3) and the verdict copied by common.finish
+PIPELINE_KEYS = ("token_counts_exact_share", "token_count_methods", "measured_cache_hit_fraction",
+                 "measured_requests_over_half_cached", "measured_prompts_seen_in_warmup", "measured_prompt_repeats",
+                 "cold_start_first_ttft_ms", "cold_start_warm_ttft_p50_ms", "cold_start_ratio", "cold_start_restart_s",
+                 "cold_start_requests", "compliance_verdict")
+#: success rate below which a run is named in the procedure's warnings (§5.10: refusals, errors)
+SUCCESS_WARN = 0.99
+#: the key-figure group of the headline's latency figures, and the rank of a procedure that does not
+#: declare its own (ties go to draft order)
+LATENCY = "latency"
+THROUGHPUT = "throughput"  # 5.2's sustainable maximum, else 5.3's optimal point
+CAPACITY = "capacity"  # 5.5's concurrency
+#: the declared figure that is App. C.1's "Max Throughput" (the sustainable maximum, not a capacity probe)
+MAX_OUTPUT_THROUGHPUT = "max_output_throughput"
+DEFAULT_LATENCY_RANK = 6  # 5.1 ranks its own 0, 5.4 3; every other group ranks 10 and up
+LATENCY_FIGURES = (("ttft_p50", "TTFT P50", "ttft", 50.0), ("ttft_p99", "TTFT P99", "ttft", 99.0),
+                   ("tpot_p99", "TPOT P99", "tpot", 99.0))
+
+
+def latency_figures(metrics: RunMetrics | None, rank: int) -> list[KeyFigure]:
+    """TTFT P50/P99 and TPOT P99 of the primary run as headline figures (§5.1.4, §5.4), group
+    :data:`LATENCY`; none without TTFT samples, a figure without samples left out."""
+    dists = getattr(metrics, "distributions", None) or {}
+    ttft = dists.get("ttft")
+    if ttft is None or ttft.n == 0:
+        return []
+    out = []
+    for i, (name, title, metric, q) in enumerate(LATENCY_FIGURES):
+        d = dists.get(metric)
+        if d is None or d.n == 0 or q not in d.percentiles:
+            continue
+        est = d.percentiles[q]
+        out.append(KeyFigure(name, title, est.value, "s", LATENCY, rank + i, metric=metric,
+                             definition=METRICS[metric].definition, undersampled=bool(est.undersampled)))
+    return out
+
+
+def low_success_warnings(runs: Sequence[Measured]) -> list[str]:
+    """The runs whose success (ok / sent) fell below :data:`SUCCESS_WARN`, the lowest named."""
+    low = []
+    for m in runs:
+        load = m.summary.load or {}
+        s, ok = load.get("sent"), load.get("ok")
+        if isinstance(s, int) and isinstance(ok, int) and s and ok / s < SUCCESS_WARN:
+            low.append((ok / s, f"{m.summary.label} {ok} of {s}"))
+    return [f"{len(low)} run(s) below {SUCCESS_WARN:.0%} success (lowest: {min(low)[1]})"] if low else []
+
+
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -178,6 +237,12 @@ class Outcome:
     runs: list[Measured] | None = None  # the runs reported, in order; None = every measured run
     fact_runs: list[Measured] | None = None  # the runs the facts describe, primary first; None = runs
     facts: dict[str, Any] = field(default_factory=dict)  # run_facts options (itl_reported=..., ...)
+    # declared for the document (results.json 1.4); see base.ProcedureResult
+    primary_run: str | None = None  # None: the reported run whose metrics are ``metrics``
+    key_figures: list[KeyFigure] = field(default_factory=list)  # none in group "latency": latency_figures()
+    sweep: Sweep | None = None
+    warnings: list[str] = field(default_factory=list)  # after the runs' low-success warning
+    overlays: Overlays | None = None
 
 
 class ProcedureRun(Generic[P]):
@@ -187,11 +252,23 @@ class ProcedureRun(Generic[P]):
     title: ClassVar[str]
     params_type: ClassVar[type]
     profiles: ClassVar[Mapping[str, dict[str, Any]]]
+    #: the capacity this procedure's result declares for others (§5.3.3): "rate" | "concurrency" | None
+    provides_capacity: ClassVar[str | None] = None
+    #: its measurement keys (names, and regular expressions for per-level/class/configuration families);
+    #: the pipeline's own keys (PIPELINE_KEYS) are declared here
+    measurement_keys: ClassVar[tuple[str, ...]] = ()
+    measurement_patterns: ClassVar[tuple[str, ...]] = ()
+    #: its runs are meant to exceed the SUT's capacity, so a run's low success is the measurement,
+    #: not a warning (§5.8)
+    oversubscribes: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "id" in cls.__dict__:
-            register(Procedure(cls.id, cls.title, cls.params_type, cls.entry, dict(cls.profiles), cls.plan))
+            register(Procedure(cls.id, cls.title, cls.params_type, cls.entry, dict(cls.profiles), cls.plan,
+                               provides_capacity=cls.provides_capacity,
+                               measurement_keys=tuple(cls.measurement_keys) + PIPELINE_KEYS,
+                               measurement_patterns=tuple(cls.measurement_patterns)))
 
     @classmethod
     async def entry(cls, ctx: ProcedureContext, p: Any) -> ProcedureResult:
@@ -244,12 +321,23 @@ class ProcedureRun(Generic[P]):
         self.adjust_facts(facts)
         checks = self.checks(out)
         checks.update({rid: c for rid, c in self.reference_checks(workload).items() if rid not in checks})
+        undeclared = get_procedure(self.id).undeclared(out.measurements)
+        if undeclared:
+            raise ProcedureError(f"procedure {self.id} wrote measurements it does not declare "
+                                 f"(measurement_keys / measurement_patterns): {', '.join(sorted(undeclared))}")
+        primary = out.primary_run or next((m.summary.label for m in runs if m.metrics is out.metrics), None)
+        figures = list(out.key_figures)
+        if not any(f.group == LATENCY for f in figures):
+            figures += latency_figures(out.metrics, DEFAULT_LATENCY_RANK)
         result = ProcedureResult(
             procedure=self.id, title=self.title, params=params_json(self.p), profile=self.ctx.settings.profile,
             metrics=out.metrics, runs=[m.summary for m in runs],
             measurements=out.measurements, tables=out.tables, notes=out.notes, plots=out.plots,
             capacity=out.capacity, started=self.started, finished=now_iso(),
             cold_start=None if cold is None else cold.to_json(),
+            primary_run=primary, key_figures=figures, sweep=out.sweep,
+            warnings=([] if self.oversubscribes else low_success_warnings(runs)) + out.warnings,
+            overlays=out.overlays,
         )
         finish(self.ctx, result, facts, checks)
         return result

@@ -92,6 +92,11 @@ def item_data() -> dict[str, Any]:
     return _load_yaml("compliance_items.yaml")
 
 
+def item(rid: str) -> dict[str, Any]:
+    """One item's data of ``data/compliance_items.yaml`` (``{}`` when it has none)."""
+    return dict(item_data()["items"].get(rid) or {})
+
+
 def threshold(name: str) -> float:
     """One threshold of ``data/compliance_items.yaml`` (KeyError names a missing one)."""
     return float(item_data()["thresholds"][name])

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import LLMClient
+from ..common import draft
 from ..common.records import ErrorType
 from ..compliance import Check, RunFacts
 from ..loadgen.warmup import WarmupResult
@@ -44,7 +45,7 @@ from .pipeline import Outcome, ProcedureRun
 GUARDRAIL_CONFIGS = ("none", "input", "output", "full")
 LABELS = {"none": "Baseline", "input": "Input Filter", "output": "Output Filter", "full": "Full Filter"}
 KEYS = {"none": "baseline", "input": "input", "output": "output", "full": "full"}
-DRAFT_LEVELS = (0.25, 0.5, 0.75)  # §5.10.2
+DRAFT_LEVELS = draft.value("guardrails.levels")  # §5.10.2
 REFUSED_COUNTERS = ("llmbench:requests_refused_total",)
 
 
@@ -57,12 +58,12 @@ class GuardrailParams:
     configurations: tuple[str, ...] = GUARDRAIL_CONFIGS
     load_fractions: tuple[float, ...] = DRAFT_LEVELS
     arrival: str = "poisson"
-    requests_per_level: int = 1000  # the draft sets none; 1000 = enough for P99 (§5.1.4.3)
+    requests_per_level: int = draft.value("ttft.p99_min_requests")  # the draft sets none: enough for P99 (§5.1.4.3)
     report_level: float = 0.5  # the load level shown in Table 13 (every level is in the detail table)
     throughput_probe_fraction: float | None = 1.5  # saturation run at this multiple of the capacity rate
     throughput_probe_requests: int = 500
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
 
     def validate(self) -> None:
@@ -91,13 +92,7 @@ class GuardrailParams:
             raise ValueError(f"max_output_tokens must be >= 1, got {self.max_output_tokens}")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"load_fractions": (0.5,), "requests_per_level": 100, "throughput_probe_requests": 160,
-              "warmup_requests": 20, "warmup_tokens": 1500,
-              "max_output_tokens": 32},
-    "standard": {},
-    "full": {},  # the draft RECOMMENDS only the workload (Conversation), already the default
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.10')  # data/profiles.yaml
 
 
 SATURATED_SHARE = 0.95  # delivered below this share of the offered output tok/s: the server fell behind

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from ..client import LLMClient
+from ..common import draft
 from ..common.seeds import Seeds
 from ..compliance import Check, decide
 from ..loadgen.load import ArrivalProcess, ClosedLoop, OpenLoop
@@ -69,8 +70,7 @@ from .helpers import (
 )
 from .pipeline import Outcome, ProcedureRun
 
-DRAFT_MIN_DURATION_S = 60.0  # §5.2.2.1
-DRAFT_RECOMMENDED_DURATION_S = 300.0  # §5.2.2.1
+DRAFT_MIN_DURATION_S = draft.value("throughput.level_min_s")  # §5.2.2.1
 
 
 @dataclass
@@ -94,10 +94,10 @@ class ThroughputParams:
     probe_concurrency: int = 64
     probe_duration_s: float = 20.0
     min_level_requests: int = 30  # expected arrivals per open-loop level: longer levels on a slow SUT
-    tail_factor: float = 10.0  # §5.2.3.1 rule 3
-    completion_threshold: float = 0.9  # §5.2.3.1 rule 2
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    tail_factor: float = draft.value("throughput.tail_factor")  # §5.2.3.1 rule 3
+    completion_threshold: float = draft.value("throughput.completion_threshold")  # §5.2.3.1 rule 2
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
     criteria: list[str] = field(default_factory=list)  # extra SLOs (§5.2.2.3), e.g. "fluidity.p1 >= 0.9"
 
@@ -130,12 +130,7 @@ class ThroughputParams:
             raise ValueError("probe_concurrency must be >= 1 and probe_duration_s > 0")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"level_duration_s": 3.0, "probe_duration_s": 2.0, "tolerance": 0.15, "max_levels": 6,
-              "min_level_requests": 6, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
-    "standard": {},
-    "full": {"level_duration_s": DRAFT_RECOMMENDED_DURATION_S, "probe_duration_s": 60.0},
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.2')  # data/profiles.yaml
 
 
 # --------------------------------------------------------------------------------------------

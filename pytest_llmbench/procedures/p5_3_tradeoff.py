@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import LLMClient
+from ..common import draft
 from ..compliance import Check
 from ..loadgen.load import ArrivalProcess, OpenLoop
 from ..loadgen.warmup import WarmupResult
@@ -64,8 +65,8 @@ from .helpers import (
 )
 from .pipeline import Outcome, ProcedureRun
 
-DRAFT_MIN_DURATION_S = 60.0  # §5.3.2
-DRAFT_LEVELS = tuple(round(0.1 * k, 1) for k in range(1, 13))  # §5.3.3 step 2: 10% ... 120%
+DRAFT_MIN_DURATION_S = draft.value("tradeoff.level_min_s")  # §5.3.2
+DRAFT_LEVELS = draft.value("tradeoff.levels")  # §5.3.3 step 2: 10% ... 120%
 
 
 @dataclass
@@ -78,10 +79,10 @@ class TradeoffParams:
     arrival: str = "poisson"  # open loop is REQUIRED (§5.3.2); poisson or uniform arrivals
     ttft_p99_slo_s: float | None = None  # for the optimal operating point (§5.3.4)
     tpot_p99_slo_s: float | None = None
-    knee_factor: float = 2.0  # §5.3.4: P99 > 2x the minimum P99
+    knee_factor: float = draft.value("tradeoff.knee_factor")  # §5.3.4: P99 > 2x the minimum P99
     min_level_requests: int = 30  # expected arrivals per level: a slow SUT gets longer levels
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
 
     def __post_init__(self) -> None:
@@ -105,11 +106,7 @@ class TradeoffParams:
             raise ValueError(f"knee_factor must be > 1, got {self.knee_factor}")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"level_duration_s": 2.0, "min_level_requests": 2, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
-    "standard": {},
-    "full": {"level_duration_s": 300.0},
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.3')  # data/profiles.yaml
 
 
 @dataclass

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..client import LLMClient
+from ..common import draft
 from ..common.records import RequestRecord, RequestSpec
 from ..compliance import Check, decide
 from ..loadgen.load import ArrivalProcess, OpenLoop
@@ -40,10 +41,10 @@ from .common import Measured, level_requests
 from .helpers import FLUID_RATE_NOTE, cap_output, fluid_rate, fmt_ms, fmt_num, pvalue, reported, sample_list
 from .pipeline import Outcome, ProcedureRun
 
-DRAFT_MIN_OUTPUT = 50  # §5.4.2 MUST
-DRAFT_MIN_REQUESTS = 100  # §5.4.2
-DRAFT_MIN_SAMPLES = 5000  # §5.4.2 "yielding 5000+ ITL samples"
-DRAFT_LEVELS = (0.25, 0.5, 0.75, 0.9)  # §5.4.2 RECOMMENDED, fractions of saturation
+DRAFT_MIN_OUTPUT = draft.value("itl.min_output_tokens")  # §5.4.2 MUST
+DRAFT_MIN_REQUESTS = draft.value("itl.min_requests")  # §5.4.2
+DRAFT_MIN_SAMPLES = draft.value("itl.min_samples")  # §5.4.2 "yielding 5000+ ITL samples"
+DRAFT_LEVELS = draft.value("itl.levels")  # §5.4.2 RECOMMENDED, fractions of saturation
 MIN_LEVEL_REQUESTS = 3  # a time budget never cuts a level below this many requests (~190 gaps smoke)
 
 
@@ -56,8 +57,8 @@ class ITLParams:
     levels: tuple[float, ...] = DRAFT_LEVELS  # fractions of the request-rate capacity (saturation)
     min_output_tokens: int = DRAFT_MIN_OUTPUT
     arrival: str = "poisson"
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     max_output_tokens: int | None = None  # cap on max_tokens (never below min_output_tokens); recorded
 
     def __post_init__(self) -> None:
@@ -78,11 +79,7 @@ class ITLParams:
             raise ValueError(f"arrival must be 'poisson' or 'uniform', got {self.arrival!r}")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
-    "standard": {},
-    "full": {"requests": 1000},
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.4')  # data/profiles.yaml
 
 
 def force_min_output(specs: list[RequestSpec], min_tokens: int, cap: int | None) -> tuple[list[RequestSpec], int]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import LLMClient
+from ..common import draft
 from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
@@ -58,8 +59,9 @@ __all__ = [
 ]
 
 DEFAULT_TTFT_P99_S = 2.0  # at time_scale 1 (real endpoints); × time_scale on the simulator
-MIN_LEVEL_S, MIN_COMPLETIONS_PER_SLOT = 60.0, 100  # §5.5.3 step 3c
-MIN_COMPLETION = 0.99  # §5.5.2
+MIN_LEVEL_S = draft.value("capacity.level_min_s")  # §5.5.3 step 3c
+MIN_COMPLETIONS_PER_SLOT = draft.value("capacity.min_completions_per_slot")
+MIN_COMPLETION = draft.value("capacity.min_completion")  # §5.5.2
 
 
 @dataclass
@@ -77,8 +79,8 @@ class CapacityParams:
     min_level_s: float = MIN_LEVEL_S
     min_completions_per_slot: int = MIN_COMPLETIONS_PER_SLOT
     level_timeout_s: float = 3600.0  # safety cap on one level's submission window
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     criteria: list[str] = field(default_factory=list)  # extra SLOs a level must meet, e.g. "fluidity.p1 >= 0.9"
 
     def validate(self) -> None:
@@ -102,13 +104,7 @@ class CapacityParams:
             raise ValueError("workload_params must be a dict of build_workload arguments")  # noqa: TRY004
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    # short levels, coarse bracket: a handful of levels of a few seconds each
-    "smoke": {"min_level_s": 2.0, "min_completions_per_slot": 2, "resolution": 16, "max_concurrency": 128,
-              "warmup_requests": 16, "warmup_tokens": 2000},
-    "standard": {},
-    "full": {},
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.5')  # data/profiles.yaml
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ..client import LLMClient
+from ..common import draft
 from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
@@ -47,9 +48,9 @@ from .common import Measured, level_requests, probe_window_s, resolve_load
 from .helpers import cap_output, closed_level_stream, fmt_ms, pvalue, queue_trend, reported, steady_window_ns
 from .pipeline import Outcome, ProcedureRun
 
-MIN_PER_CLASS = 500  # §5.6.2
-MIN_DURATION_S = 300.0  # §5.6.3 step 4
-LOAD_BAND = (0.7, 0.9)  # §5.6.2 RECOMMENDED fraction of saturation
+MIN_PER_CLASS = draft.value("fairness.min_requests_per_class")  # §5.6.2
+MIN_DURATION_S = draft.value("fairness.min_duration_s")  # §5.6.3 step 4
+LOAD_BAND = draft.value("fairness.load_band")  # §5.6.2 RECOMMENDED fraction of saturation
 ISOLATION_MODES = ("total", "class-share")
 CAPACITY_MODES = ("mix-probe", "session")
 
@@ -68,8 +69,8 @@ class FairnessParams:
     probe_concurrency: int = 64  # closed-loop probe of the mix's saturation throughput
     probe_duration_s: float = 20.0
     starvation_factor: float = 5.0
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
 
     def validate(self) -> None:
@@ -102,12 +103,7 @@ class FairnessParams:
             raise ValueError(f"max_output_tokens must be >= 1, got {self.max_output_tokens}")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"requests_per_class": 30, "duration_s": 3.0, "warmup_requests": 20, "warmup_tokens": 1500,
-              "max_output_tokens": 96, "probe_duration_s": 2.0},
-    "standard": {},
-    "full": {},  # the draft RECOMMENDS nothing beyond its minimums for 5.6
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.6')  # data/profiles.yaml
 
 
 def _shares(mix: dict[str, float]) -> dict[str, float]:

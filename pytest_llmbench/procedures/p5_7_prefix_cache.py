@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import LLMClient
+from ..common import draft
 from ..common.records import RequestSpec
 from ..compliance import Check, RunFacts, decide
 from ..loadgen.warmup import WarmupResult
@@ -33,7 +34,7 @@ from .helpers import cap_output, fmt_ms, pvalue
 from .helpers import reported as reported_in
 from .pipeline import Outcome, ProcedureRun
 
-P99_MIN = 1000  # §5.1.4.3
+P99_MIN = draft.value("ttft.p99_min_requests")  # §5.1.4.3
 #: (hit tokens, queried tokens) counter pairs of known servers, first match wins.
 HIT_COUNTERS = (
     ("llmbench:prefix_cache_hit_tokens_total", "llmbench:prefix_cache_queried_tokens_total"),
@@ -53,8 +54,8 @@ class PrefixCacheParams:
     requests: int = P99_MIN
     load: LoadSpec = field(default_factory=lambda: closed(4))
     warm_run: bool = True  # Table 10's "Cache (Warm)" row: pre-populate the shared prefixes first
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
 
     def validate(self) -> None:
@@ -69,11 +70,7 @@ class PrefixCacheParams:
             raise ValueError(f"max_output_tokens must be >= 1, got {self.max_output_tokens}")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"requests": 120, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 16},
-    "standard": {},
-    "full": {},  # the draft RECOMMENDS only the workload (Code Completion), already the default
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.7')  # data/profiles.yaml
 
 
 def prefix_specs(specs: list[RequestSpec], tokenizer: Any) -> list[RequestSpec]:

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..client import LLMClient
+from ..common import draft
 from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
@@ -62,7 +63,7 @@ from .pipeline import Outcome, ProcedureRun
 
 __all__ = ["PROFILES", "LevelPressure", "MemoryPressureParams", "level_concurrency"]
 
-MIN_LEVEL_S = 120.0  # §5.8.3 step 3b
+MIN_LEVEL_S = draft.value("memory_pressure.level_min_s")  # §5.8.3 step 3b
 
 #: /metrics counters, first present name wins (the simulator's, then vLLM's).
 PREEMPTION_EVENTS = ("llmbench:num_preemptions_total", *metric_names("preemptions"))
@@ -84,8 +85,8 @@ class MemoryPressureParams:
     capacity_concurrency: int | None = None  # declared capacity; None: ctx.get_capacity("concurrency")
     drain_s: float | None = None  # wait for in-flight requests after a level; None: the session timeout
     abort_fail_rate: float = 0.5  # cascade guard (§7.4): stop raising the level above this failure rate
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
 
     def validate(self) -> None:
         self.levels = tuple(float(x) for x in self.levels)
@@ -105,14 +106,7 @@ class MemoryPressureParams:
             raise ValueError("workload_params must be a dict of build_workload arguments")  # noqa: TRY004
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    # short levels of shorter documents; requests still queued 2 s after a level are cancelled
-    # (counted, neither complete nor failed)
-    "smoke": {"level_s": 2.5, "drain_s": 2.0, "workload_params": {"lengths": [512, 1024]},
-              "warmup_requests": 8, "warmup_tokens": 1000},
-    "standard": {},
-    "full": {},
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.8')  # data/profiles.yaml
 
 
 def level_concurrency(level: float, capacity: int) -> int:

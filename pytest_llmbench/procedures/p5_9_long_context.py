@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..client import LLMClient
+from ..common import draft
 from ..compliance import Check
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
@@ -48,9 +49,9 @@ from .pipeline import Outcome, ProcedureRun
 
 __all__ = ["PROFILES", "LongContextParams", "best_fit_statement", "effective_lengths"]
 
-MIN_REQUESTS_PER_LENGTH = 20  # §5.9.2
-DRAFT_OUTPUT_TOKENS = 256  # §5.9.2
-MAX_CONCURRENCY = 4  # §5.9.2 "low concurrency (1-4)"
+MIN_REQUESTS_PER_LENGTH = draft.value("long_context.min_requests_per_length")  # §5.9.2
+DRAFT_OUTPUT_TOKENS = draft.value("long_context.output_tokens")  # §5.9.2
+MAX_CONCURRENCY = draft.value("long_context.max_concurrency")  # §5.9.2 "low concurrency (1-4)"
 
 
 @dataclass
@@ -63,8 +64,8 @@ class LongContextParams:
     output_tokens: int = DRAFT_OUTPUT_TOKENS
     max_output_tokens: int | None = None  # cap on the output (shorter runs); recorded as unmet 5.9.2-PARAM-2
     context_window: int | None = None  # None: the simulator's, else no clamping
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     warmup_input_tokens: int = 256  # short-context warm-up (§5.9.3 step 1)
     throughput_concurrencies: tuple[int, ...] = (2, 4, 8, 16, 32, 64)  # max-throughput sweep (§5.9.4); () = none
     throughput_waves: int = 3  # requests per sweep level = waves x concurrency
@@ -90,14 +91,7 @@ class LongContextParams:
             raise ValueError("throughput_waves must be >= 1 and plateau_gain > 0")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    # three lengths: on a CPU-only server a 16K prefill alone takes minutes
-    "smoke": {"requests_per_length": 3, "lengths": (1024, 2048, 4096), "max_output_tokens": 16,
-              "warmup_requests": 16, "warmup_tokens": 1000,
-              "throughput_concurrencies": (2, 4, 8), "throughput_waves": 2},
-    "standard": {},
-    "full": {},
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.9')  # data/profiles.yaml
 
 
 def effective_lengths(lengths: tuple[int, ...], window: int | None, output_tokens: int) -> tuple[list[int], list[str]]:

@@ -158,7 +158,7 @@ def _level_duration_recommended(rid: str, *, send_windows_s: Sequence[float]) ->
 @decides("5.2.2-MUST-4", "5.2.2-MUST-5")
 def _search_range(rid: str, *, loop: str, start: float, stop: float, step: float | None, note: str = "") -> Check:
     """§5.2.2: the search range (rate for open loop, concurrency for closed loop) and its step."""
-    mine = "open" if rid == "5.2.2-MUST-4" else "closed"
+    mine = item(rid)["loop"]  # open: the arrival-rate range (MUST-4); closed: the concurrency range (MUST-5)
     if loop != mine:
         return Check.not_applicable(rid, f"{loop}-loop search: no {'arrival-rate' if mine == 'open' else 'concurrency'}"
                                          " range")

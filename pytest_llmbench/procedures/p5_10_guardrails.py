@@ -34,7 +34,7 @@ from typing import Any
 from ..client import LLMClient
 from ..common import draft
 from ..common.records import ErrorType
-from ..compliance import Check, RunFacts
+from ..compliance import Check, RunFacts, decide
 from ..loadgen.warmup import WarmupResult
 from ..workloads import build_workload
 from .base import LoadSpec, ProcedureContext, SkipProcedure, Table
@@ -436,36 +436,25 @@ def _checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes:
     level_ok = sorted(levels) == sorted(DRAFT_LEVELS)
     mismatched = {c: s for c, s in states.items() if s is not None and s != c}
     return {
-        "5.10.2-PARAM-1": (Check.met("5.10.2-PARAM-1", "benign content: synthetic random-word prompts")
-                           if synthetic else
-                           Check.needs_declaration("5.10.2-PARAM-1", "dataset content: the tester must declare "
-                                                   "that it is benign")),
-        "5.10.2-PARAM-2": (Check.met("5.10.2-PARAM-2", "configurations: " + ", ".join(LABELS[c] for c in cfgs)
-                                     + ("" if not mismatched else f" (SUT reported {mismatched})"))
-                           if not missing and not mismatched else
-                           Check.unmet("5.10.2-PARAM-2", "not run: " + ", ".join(missing) if missing
+        "5.10.2-PARAM-1": decide("5.10.2-PARAM-1", ok=True if synthetic else None,
+                                 met="benign content: synthetic random-word prompts",
+                                 needs="dataset content: the tester must declare that it is benign"),
+        "5.10.2-PARAM-2": (decide("5.10.2-PARAM-2", ok=not missing and not mismatched, met="configurations: " + ", ".join(LABELS[c] for c in cfgs)
+                                     + ("" if not mismatched else f" (SUT reported {mismatched})"), unmet="not run: " + ", ".join(missing) if missing
                                        else f"SUT reported other guardrail states: {mismatched}")),
-        "5.10.2-PARAM-3": (Check.met("5.10.2-PARAM-3", "levels 25/50/75 % of capacity") if level_ok else
-                           Check.unmet("5.10.2-PARAM-3", "levels " + "/".join(f"{f:.0%}" for f in levels)
+        "5.10.2-PARAM-3": (decide("5.10.2-PARAM-3", ok=bool(level_ok), met="levels 25/50/75 % of capacity", unmet="levels " + "/".join(f"{f:.0%}" for f in levels)
                                        + " of capacity instead of 25/50/75 %")),
-        "5.10.3-PARAM-1": (Check.met("5.10.3-PARAM-1", "baseline warmed up and run at every level; every other "
-                                     "configuration warmed up again after its switch")
-                           if "none" in cfgs else Check.unmet("5.10.3-PARAM-1", "no baseline configuration")),
-        "5.10.3-PARAM-2": Check.met("5.10.3-PARAM-2", f"{len(runs)} runs: every configuration at every level"),
-        "5.10.4-REPORT-1": Check.met("5.10.4-REPORT-1", "TTFT P50/P95/P99 and E2E per configuration and level"),
-        "5.10.4-REPORT-2": (Check.met("5.10.4-REPORT-2", "input filter overhead at P50 and P99 per level")
-                            if {"none", "input"} <= set(cfgs) else
-                            Check.unmet("5.10.4-REPORT-2", "needs the Baseline and Input Filter configurations")),
-        "5.10.4-REPORT-3": (Check.met("5.10.4-REPORT-3", "total overhead at P50 and P99 per level")
-                            if {"none", "full"} <= set(cfgs) else
-                            Check.unmet("5.10.4-REPORT-3", "needs the Baseline and Full Filter configurations")),
-        "5.10.4-REPORT-4": (Check.met("5.10.4-REPORT-4", "throughput reduction from a saturation run beyond the "
+        "5.10.3-PARAM-1": (decide("5.10.3-PARAM-1", ok="none" in cfgs, met="baseline warmed up and run at every level; every other "
+                                     "configuration warmed up again after its switch", unmet="no baseline configuration")),
+        "5.10.3-PARAM-2": decide("5.10.3-PARAM-2", ok=True, met=f"{len(runs)} runs: every configuration at every level"),
+        "5.10.4-REPORT-1": decide("5.10.4-REPORT-1", ok=True, met="TTFT P50/P95/P99 and E2E per configuration and level"),
+        "5.10.4-REPORT-2": (decide("5.10.4-REPORT-2", ok={"none", "input"} <= set(cfgs), met="input filter overhead at P50 and P99 per level", unmet="needs the Baseline and Input Filter configurations")),
+        "5.10.4-REPORT-3": (decide("5.10.4-REPORT-3", ok={"none", "full"} <= set(cfgs), met="total overhead at P50 and P99 per level", unmet="needs the Baseline and Full Filter configurations")),
+        "5.10.4-REPORT-4": (decide("5.10.4-REPORT-4", ok="none" in cfgs, met="throughput reduction from a saturation run beyond the "
                                       "measured capacity per configuration" if probes else
-                                      "throughput reduction at the highest level (no saturation run)")
-                            if "none" in cfgs else
-                            Check.unmet("5.10.4-REPORT-4", "needs the Baseline configuration")),
-        "5.10.5-REPORT-1": Check.met("5.10.5-REPORT-1", "Table 13"),
-        "5.10.5-REPORT-2": Check.met("5.10.5-REPORT-2", "Table 14"),
+                                      "throughput reduction at the highest level (no saturation run)", unmet="needs the Baseline configuration")),
+        "5.10.5-REPORT-1": decide("5.10.5-REPORT-1", ok=True, met="Table 13"),
+        "5.10.5-REPORT-2": decide("5.10.5-REPORT-2", ok=True, met="Table 14"),
     }
 
 

@@ -307,26 +307,23 @@ def _checks(p: ITLParams, fractions: list[float], audits: list[ItlAudit], runs: 
                                mismatched=sum(a.span_mismatches for a in audits))
     n_min = min(len([r for r in m.records if r.ok]) for m in runs)
     samples_min = min(a.samples for a in audits)
-    c["5.4.2-PARAM-1"] = (Check.met("5.4.2-PARAM-1", f">= {DRAFT_MIN_REQUESTS} requests and {samples_min} ITL samples "
-                                    "per level") if n_min >= DRAFT_MIN_REQUESTS and samples_min >= DRAFT_MIN_SAMPLES
-                          else Check.unmet("5.4.2-PARAM-1", f"per level: >= {n_min} successful requests, >= "
+    c["5.4.2-PARAM-1"] = (decide("5.4.2-PARAM-1", ok=n_min >= DRAFT_MIN_REQUESTS and samples_min >= DRAFT_MIN_SAMPLES, met=f">= {DRAFT_MIN_REQUESTS} requests and {samples_min} ITL samples "
+                                    "per level", unmet=f"per level: >= {n_min} successful requests, >= "
                                            f"{samples_min} ITL samples (draft: {DRAFT_MIN_REQUESTS} requests, "
                                            f"{DRAFT_MIN_SAMPLES}+ samples)"))
-    c["5.4.2-PARAM-2"] = Check.met("5.4.2-PARAM-2", "levels stated as % of the request-rate capacity (5.2)")
-    c["5.4.2-PARAM-3"] = Check.met("5.4.2-PARAM-3", f"ITL option {runs[0].metrics.itl_option}: "
+    c["5.4.2-PARAM-2"] = decide("5.4.2-PARAM-2", ok=True, met="levels stated as % of the request-rate capacity (5.2)")
+    c["5.4.2-PARAM-3"] = decide("5.4.2-PARAM-3", ok=True, met=f"ITL option {runs[0].metrics.itl_option}: "
                                    f"{ITL_OPTIONS[runs[0].metrics.itl_option]}")
-    c["5.4.3-PARAM-1"] = Check.met("5.4.3-PARAM-1", "warm-up before the first level")
+    c["5.4.3-PARAM-1"] = decide("5.4.3-PARAM-1", ok=True, met="warm-up before the first level")
     bad_count = sum(a.count_mismatches for a in audits)
-    c["5.4.3-PARAM-2"] = (Check.met("5.4.3-PARAM-2", "per request: one ITL sample per token after the first")
-                          if not bad_count else
-                          Check.unmet("5.4.3-PARAM-2", f"{bad_count} requests' sample count != tokens - 1"))
-    c["5.4.3-PARAM-3"] = Check.met("5.4.3-PARAM-3", "samples pooled over every request of a level")
-    c["5.4.3-PARAM-4"] = Check.met("5.4.3-PARAM-4", "per-request jitter = std dev of its ITLs")
-    c["5.4.3-PARAM-5"] = Check.met("5.4.3-PARAM-5", "per-request maximum pause = its largest ITL")
+    c["5.4.3-PARAM-2"] = (decide("5.4.3-PARAM-2", ok=not bad_count, met="per request: one ITL sample per token after the first", unmet=f"{bad_count} requests' sample count != tokens - 1"))
+    c["5.4.3-PARAM-3"] = decide("5.4.3-PARAM-3", ok=True, met="samples pooled over every request of a level")
+    c["5.4.3-PARAM-4"] = decide("5.4.3-PARAM-4", ok=True, met="per-request jitter = std dev of its ITLs")
+    c["5.4.3-PARAM-5"] = decide("5.4.3-PARAM-5", ok=True, met="per-request maximum pause = its largest ITL")
     fracs = [m.metrics.scalar("single_token_chunk_fraction").value for m in runs
              if "single_token_chunk_fraction" in m.metrics.scalars]
     if fracs:
-        c["B.2.1-PARAM-1"] = Check.met("B.2.1-PARAM-1", f"single-token chunk share {min(fracs):.1%} (lowest level)")
+        c["B.2.1-PARAM-1"] = decide("B.2.1-PARAM-1", ok=True, met=f"single-token chunk share {min(fracs):.1%} (lowest level)")
     return c
 
 

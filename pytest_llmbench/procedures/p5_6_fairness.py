@@ -439,35 +439,28 @@ def _checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mix
     observed = {c: counts[c] / n if n else 0.0 for c in classes}
     mix_ok = n > 0 and all(abs(observed[c] - shares[c]) <= 1.0 / n + 1e-9 for c in classes)
     return {
-        "5.6.2-PARAM-1": (Check.met("5.6.2-PARAM-1", f"{len(classes)} classes declared ("
+        "5.6.2-PARAM-1": (decide("5.6.2-PARAM-1", ok=True, met=f"{len(classes)} classes declared ("
                                     + ", ".join(classes) + "); every request tagged", classes=decl.get("classes"))
                           if untagged == 0 else
-                          Check.unmet("5.6.2-PARAM-1", f"{untagged} requests carry no class")),
-        "5.6.2-PARAM-2": (Check.met("5.6.2-PARAM-2", "mix " + ", ".join(f"{c} {shares[c]:.0%}" for c in classes)
-                                    + "; observed " + ", ".join(f"{c} {observed[c]:.1%}" for c in classes))
-                          if mix_ok else
-                          Check.unmet("5.6.2-PARAM-2", f"observed mix {observed} differs from {shares}")),
+                          decide("5.6.2-PARAM-1", ok=False, unmet=f"{untagged} requests carry no class")),
+        "5.6.2-PARAM-2": (decide("5.6.2-PARAM-2", ok=bool(mix_ok), met="mix " + ", ".join(f"{c} {shares[c]:.0%}" for c in classes)
+                                    + "; observed " + ", ".join(f"{c} {observed[c]:.1%}" for c in classes), unmet=f"observed mix {observed} differs from {shares}")),
         "5.6.2-SHOULD-1": c_load,
-        "5.6.2-PARAM-3": (Check.met("5.6.2-PARAM-3", "successful requests per class: "
+        "5.6.2-PARAM-3": (decide("5.6.2-PARAM-3", ok=True, met="successful requests per class: "
                                     + ", ".join(f"{c} {k}" for c, k in ok_counts.items()))
                           if not few else
-                          Check.unmet("5.6.2-PARAM-3", "fewer than 500 successful requests for "
+                          decide("5.6.2-PARAM-3", ok=False, unmet="fewer than 500 successful requests for "
                                       + ", ".join(f"{c} ({k})" for c, k in few.items()), counts=ok_counts)),
-        "5.6.3-PARAM-1": Check.met("5.6.3-PARAM-1", f"warm-up: {wu.ok} requests, {wu.output_tokens} output tokens"),
-        "5.6.3-PARAM-2": (Check.met("5.6.3-PARAM-2", "isolated runs for " + ", ".join(isolated)
-                                    + ", each class alone at the mixed run's total request rate (same total load)")
-                          if p.isolation == "total" else
-                          Check.unmet("5.6.3-PARAM-2", "isolated runs for " + ", ".join(isolated) + " at each "
+        "5.6.3-PARAM-1": decide("5.6.3-PARAM-1", ok=True, met=f"warm-up: {wu.ok} requests, {wu.output_tokens} output tokens"),
+        "5.6.3-PARAM-2": (decide("5.6.3-PARAM-2", ok=p.isolation == "total", met="isolated runs for " + ", ".join(isolated)
+                                    + ", each class alone at the mixed run's total request rate (same total load)", unmet="isolated runs for " + ", ".join(isolated) + " at each "
                                       "class's share of the mixed rate (isolation='class-share'), not at the same "
                                       "total load; use isolation='total'")),
-        "5.6.3-PARAM-3": (Check.met("5.6.3-PARAM-3", f"mixed run submitted requests over {window:.1f} s")
+        "5.6.3-PARAM-3": (decide("5.6.3-PARAM-3", ok=True, met=f"mixed run submitted requests over {window:.1f} s")
                           if window >= MIN_DURATION_S else
-                          Check.unmet("5.6.3-PARAM-3", f"mixed run lasted {window:.1f} s < {MIN_DURATION_S:.0f} s",
-                                      window_s=window)),
-        "5.6.3-PARAM-4": (Check.met("5.6.3-PARAM-4", "every record has class, submission, first-token and "
-                                    "completion times")
-                          if untagged == 0 and missing_times == 0 else
-                          Check.unmet("5.6.3-PARAM-4", f"{untagged} untagged records, {missing_times} successful "
+                          decide("5.6.3-PARAM-3", ok=False, unmet=f"mixed run lasted {window:.1f} s < {MIN_DURATION_S:.0f} s", window_s=window)),
+        "5.6.3-PARAM-4": (decide("5.6.3-PARAM-4", ok=untagged == 0 and missing_times == 0, met="every record has class, submission, first-token and "
+                                    "completion times", unmet=f"{untagged} untagged records, {missing_times} successful "
                                       "records without first-token/completion time")),
     }
 

@@ -342,29 +342,20 @@ def _checks(p: PrefixCacheParams, runs: dict[str, Measured], stats: dict[str, Ca
     sent_same = len({tuple(sorted(r.index for r in m.records)) for m in runs.values()}) == 1
     reported = any(st.reported or st.server_hit is not None for k, st in stats.items() if k != "disabled")
     return {
-        "5.7.2-PARAM-1": (Check.met("5.7.2-PARAM-1", f"{share.get('prefixes', 0)} shared prefixes declared "
-                                    f"({share.get('selection', '')})")
-                          if n_shared else Check.unmet("5.7.2-PARAM-1", "the workload has no shared prefix")),
-        "5.7.2-PARAM-2": (Check.met("5.7.2-PARAM-2", f"prefix lengths {share.get('prefix_lengths')} tokens")
-                          if share.get("prefix_lengths") or share.get("length") not in (None, "none") else
-                          Check.unmet("5.7.2-PARAM-2", "prefix length not declared")),
-        "5.7.2-PARAM-3": Check.met("5.7.2-PARAM-3", f"sharing fraction {share.get('fraction')} declared, "
+        "5.7.2-PARAM-1": (decide("5.7.2-PARAM-1", ok=bool(n_shared), met=f"{share.get('prefixes', 0)} shared prefixes declared "
+                                    f"({share.get('selection', '')})", unmet="the workload has no shared prefix")),
+        "5.7.2-PARAM-2": (decide("5.7.2-PARAM-2", ok=bool(share.get("prefix_lengths") or share.get("length") not in (None, "none")), met=f"prefix lengths {share.get('prefix_lengths')} tokens", unmet="prefix length not declared")),
+        "5.7.2-PARAM-3": decide("5.7.2-PARAM-3", ok=True, met=f"sharing fraction {share.get('fraction')} declared, "
                                    f"{observed:.1%} observed"),
         "5.7.2-MUST-1": decide("5.7.2-MUST-1", ran=[name for name, key in (("disabled", "disabled"), ("enabled", "cold"))
                                                     if key in runs], state_off=state_off, state_on=state_on),
-        "5.7.3-PARAM-1": Check.met("5.7.3-PARAM-1", f"cache disabled; warm-up on synthetic-uniform ({wu.ok} requests) "
+        "5.7.3-PARAM-1": decide("5.7.3-PARAM-1", ok=True, met=f"cache disabled; warm-up on synthetic-uniform ({wu.ok} requests) "
                                    "shares no prefix with the measured workload"),
-        "5.7.3-PARAM-2": (Check.met("5.7.3-PARAM-2", f"TTFT recorded for all {base_ok} baseline requests")
-                          if base_ok == len(base.records) else
-                          Check.unmet("5.7.3-PARAM-2", f"TTFT for {base_ok} of {len(base.records)} baseline requests")),
-        "5.7.3-PARAM-3": Check.met("5.7.3-PARAM-3", "cold run: not pre-populated; warm run: "
+        "5.7.3-PARAM-2": (decide("5.7.3-PARAM-2", ok=base_ok == len(base.records), met=f"TTFT recorded for all {base_ok} baseline requests", unmet=f"TTFT for {base_ok} of {len(base.records)} baseline requests")),
+        "5.7.3-PARAM-3": decide("5.7.3-PARAM-3", ok=True, met="cold run: not pre-populated; warm run: "
                                    + ("pre-populated with every shared prefix" if populated else "not run/not populated")),
-        "5.7.3-PARAM-4": (Check.met("5.7.3-PARAM-4", f"identical request sequence (sha256 {digest[:16]}…)")
-                          if sent_same else
-                          Check.unmet("5.7.3-PARAM-4", "the runs did not send the same requests")),
-        "5.7.4-REPORT-4": (Check.met("5.7.4-REPORT-4", "hit rate from usage.cached_tokens and/or server counters")
-                           if reported else
-                           Check.unmet("5.7.4-REPORT-4", "not measurable: the SUT reports neither cached_tokens nor "
+        "5.7.3-PARAM-4": (decide("5.7.3-PARAM-4", ok=bool(sent_same), met=f"identical request sequence (sha256 {digest[:16]}…)", unmet="the runs did not send the same requests")),
+        "5.7.4-REPORT-4": (decide("5.7.4-REPORT-4", ok=bool(reported), met="hit rate from usage.cached_tokens and/or server counters", unmet="not measurable: the SUT reports neither cached_tokens nor "
                                        "prefix-cache counters")),
     }
 

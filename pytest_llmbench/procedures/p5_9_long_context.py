@@ -37,7 +37,7 @@ import numpy as np
 
 from ..client import LLMClient
 from ..common import draft
-from ..compliance import Check
+from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.stats import ScalingFit, scaling_fit
@@ -371,9 +371,8 @@ class LongContext(ProcedureRun[LongContextParams]):
         checks = _checks(self.p, self.lengths, self.out_tokens, self.n_min, self.fit, self.declaration)
         short = [f"{L} ({sw.stopped})" for L, sw in self.sweeps.items() if not sw.is_maximum]
         checks["5.9.4-REPORT-4"] = (
-            Check.unmet("5.9.4-REPORT-4", "maximum throughput not reached at " + "; ".join(short)
-                        + ": lower bounds reported") if short else
-            Check.met("5.9.4-REPORT-4", "maximum throughput per length from a concurrency sweep to a plateau or "
+            decide("5.9.4-REPORT-4", ok=not (bool(short)), unmet="maximum throughput not reached at " + "; ".join(short)
+                        + ": lower bounds reported", met="maximum throughput per length from a concurrency sweep to a plateau or "
                       "to failures"))
         return checks
 
@@ -381,30 +380,23 @@ class LongContext(ProcedureRun[LongContextParams]):
 def _checks(p: LongContextParams, lengths: list[int], out_tokens: int, n_min: int, fit: ScalingFit | None,
             declaration: dict[str, Any]) -> dict[str, Check]:
     return {
-        "5.9.2-PARAM-1": Check.met("5.9.2-PARAM-1", f"context lengths {lengths}"),
-        "5.9.2-PARAM-2": (Check.met("5.9.2-PARAM-2", f"fixed output {out_tokens} tokens (forced)")
-                          if out_tokens == DRAFT_OUTPUT_TOKENS else
-                          Check.unmet("5.9.2-PARAM-2", f"output fixed at {out_tokens} tokens, not "
+        "5.9.2-PARAM-1": decide("5.9.2-PARAM-1", ok=True, met=f"context lengths {lengths}"),
+        "5.9.2-PARAM-2": (decide("5.9.2-PARAM-2", ok=out_tokens == DRAFT_OUTPUT_TOKENS, met=f"fixed output {out_tokens} tokens (forced)", unmet=f"output fixed at {out_tokens} tokens, not "
                                       f"{DRAFT_OUTPUT_TOKENS} (profile/parameter cap)")),
-        "5.9.2-PARAM-3": (Check.met("5.9.2-PARAM-3", f"closed loop at concurrency {p.concurrency}")
-                          if p.concurrency <= MAX_CONCURRENCY else
-                          Check.unmet("5.9.2-PARAM-3", f"concurrency {p.concurrency} > {MAX_CONCURRENCY}")),
-        "5.9.2-PARAM-4": (Check.met("5.9.2-PARAM-4", f">= {MIN_REQUESTS_PER_LENGTH} successful requests per length "
-                                    f"(min {n_min})")
-                          if n_min >= MIN_REQUESTS_PER_LENGTH else
-                          Check.unmet("5.9.2-PARAM-4", f"only {n_min} successful requests at some length "
+        "5.9.2-PARAM-3": (decide("5.9.2-PARAM-3", ok=p.concurrency <= MAX_CONCURRENCY, met=f"closed loop at concurrency {p.concurrency}", unmet=f"concurrency {p.concurrency} > {MAX_CONCURRENCY}")),
+        "5.9.2-PARAM-4": (decide("5.9.2-PARAM-4", ok=n_min >= MIN_REQUESTS_PER_LENGTH, met=f">= {MIN_REQUESTS_PER_LENGTH} successful requests per length "
+                                    f"(min {n_min})", unmet=f"only {n_min} successful requests at some length "
                                       f"(< {MIN_REQUESTS_PER_LENGTH}; profile requests_per_length = "
                                       f"{p.requests_per_length})")),
-        "5.9.3-PARAM-1": Check.met("5.9.3-PARAM-1", f"warm-up with {p.warmup_input_tokens}-token prompts"),
-        "5.9.3-PARAM-2": Check.met("5.9.3-PARAM-2", "lengths run in ascending order at low concurrency; TTFT and "
+        "5.9.3-PARAM-1": decide("5.9.3-PARAM-1", ok=True, met=f"warm-up with {p.warmup_input_tokens}-token prompts"),
+        "5.9.3-PARAM-2": decide("5.9.3-PARAM-2", ok=True, met="lengths run in ascending order at low concurrency; TTFT and "
                                    "E2E recorded per request"),
-        "5.9.3-PARAM-3": (Check.met("5.9.3-PARAM-3", "power-law (log-log) and linear fits") if fit is not None
-                          else Check.unmet("5.9.3-PARAM-3", "no fit: fewer than two lengths with data")),
-        "5.9.4-REPORT-1": Check.met("5.9.4-REPORT-1", "TTFT mean, P50, P95 per length"),
-        "5.9.4-REPORT-2": Check.met("5.9.4-REPORT-2", "ms per 1K input tokens per length"),
-        "5.9.4-REPORT-3": (Check.met("5.9.4-REPORT-3", f"k = {fit.exponent:.3f}, R^2 = {fit.r2_loglog:.4f}")
-                           if fit is not None else Check.unmet("5.9.4-REPORT-3", "no fit")),
-        "5.9.5-REPORT-1": Check.met("5.9.5-REPORT-1", "Table 12 and the best-fit statement"),
+        "5.9.3-PARAM-3": (decide("5.9.3-PARAM-3", ok=fit is not None, met="power-law (log-log) and linear fits", unmet="no fit: fewer than two lengths with data")),
+        "5.9.4-REPORT-1": decide("5.9.4-REPORT-1", ok=True, met="TTFT mean, P50, P95 per length"),
+        "5.9.4-REPORT-2": decide("5.9.4-REPORT-2", ok=True, met="ms per 1K input tokens per length"),
+        "5.9.4-REPORT-3": decide("5.9.4-REPORT-3", ok=fit is not None, unmet="no fit",
+                                 met=fit and f"k = {fit.exponent:.3f}, R^2 = {fit.r2_loglog:.4f}"),
+        "5.9.5-REPORT-1": decide("5.9.5-REPORT-1", ok=True, met="Table 12 and the best-fit statement"),
     }
 
 

@@ -108,12 +108,25 @@ def tool_test(capability: str) -> str:
 
 
 def finalize(c: Check) -> Check:
-    """Fill the source kind and the fix of a check from the item data (never its status)."""
+    """Fill the source kind and the fix of a check from the item data (never its status).
+
+    An item met by the tool's construction (``construction: <reason>`` in ``data/compliance_items.yaml``)
+    is labelled ``construction`` with its reason whenever it is met by anything but a declaration or a
+    named plugin test. There is no default: a check whose decider, row or item data names no source is
+    an error.
+    """
     data = item_data()["items"].get(c.id, {})
     if c.status is Status.NOT_APPLICABLE:
         c.source = "not-applicable"
+    elif c.status is Status.MET and data.get("construction") and c.source not in ("declared", "tool-verified"):
+        c.source = "construction"
+        c.evidence.setdefault("construction", str(data["construction"]))
     elif c.source not in SOURCES:
-        c.source = str(data.get("source", "measured")) if c.source != "none" else "none"
+        if "source" not in data:
+            raise ComplianceError(f"{c.id}: the check names no source kind and data/compliance_items.yaml gives "
+                                  "the item none (no default: measured, declared, parameter, runtime-check, "
+                                  "tool-verified or construction)")
+        c.source = str(data["source"])
     if c.fails and not c.fix:
         if c.status is Status.NEEDS_DECLARATION and c.key:
             c.fix = f"declare {c.key}"

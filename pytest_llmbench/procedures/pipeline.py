@@ -262,9 +262,8 @@ class ProcedureRun(Generic[P]):
         sent = dataclasses.replace(wl, specs=list(specs)) if specs else wl
         out = {}
         for rid, (ok, why) in reference_checks(sent).items():
-            c = decide(rid, ok=bool(ok), met=why, unmet=f"{why} (workload {workload.get('name')})")
-            c.source = "measured"
-            out[rid] = c
+            out[rid] = decide(rid, ok=bool(ok), met=why, unmet=f"{why} (workload {workload.get('name')})",
+                              source="measured")
         return out
 
     # ---- steps a procedure supplies -----------------------------------------------------------

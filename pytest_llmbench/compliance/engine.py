@@ -92,6 +92,11 @@ def item_data() -> dict[str, Any]:
     return _load_yaml("compliance_items.yaml")
 
 
+def item(rid: str) -> dict[str, Any]:
+    """One item's data of ``data/compliance_items.yaml`` (``{}`` when it has none)."""
+    return dict(item_data()["items"].get(rid) or {})
+
+
 def threshold(name: str) -> float:
     """One threshold of ``data/compliance_items.yaml`` (KeyError names a missing one)."""
     return float(item_data()["thresholds"][name])
@@ -103,12 +108,25 @@ def tool_test(capability: str) -> str:
 
 
 def finalize(c: Check) -> Check:
-    """Fill the source kind and the fix of a check from the item data (never its status)."""
+    """Fill the source kind and the fix of a check from the item data (never its status).
+
+    An item met by the tool's construction (``construction: <reason>`` in ``data/compliance_items.yaml``)
+    is labelled ``construction`` with its reason whenever it is met by anything but a declaration or a
+    named plugin test. There is no default: a check whose decider, row or item data names no source is
+    an error.
+    """
     data = item_data()["items"].get(c.id, {})
     if c.status is Status.NOT_APPLICABLE:
         c.source = "not-applicable"
+    elif c.status is Status.MET and data.get("construction") and c.source not in ("declared", "tool-verified"):
+        c.source = "construction"
+        c.evidence.setdefault("construction", str(data["construction"]))
     elif c.source not in SOURCES:
-        c.source = str(data.get("source", "measured")) if c.source != "none" else "none"
+        if "source" not in data:
+            raise ComplianceError(f"{c.id}: the check names no source kind and data/compliance_items.yaml gives "
+                                  "the item none (no default: measured, declared, parameter, runtime-check, "
+                                  "tool-verified or construction)")
+        c.source = str(data["source"])
     if c.fails and not c.fix:
         if c.status is Status.NEEDS_DECLARATION and c.key:
             c.fix = f"declare {c.key}"
@@ -163,17 +181,39 @@ def decides(*ids: str) -> Callable[[Decider], Decider]:
 
 
 def decide(rid: str, **observations: Any) -> Check:
-    """A procedure's check for ``rid``, decided from what the procedure observed on its runs.
+    """The one way a procedure builds a check: ``rid`` decided from what the procedure observed.
 
-    The source kind comes from ``data/compliance_items.yaml`` unless the decider set it; an
+    An item with a registered decider (``@decides``, ``s5_decide.py``) is decided there from the
+    named observations. Any other item is a row: ``ok`` is the observation (True: met, False: unmet,
+    None: not applicable), ``met`` / ``unmet`` / ``na`` the wording of each outcome, optional
+    ``figure``, ``source`` and ``key``, and every other keyword is evidence (``needs``: the wording when
+    only a declaration can answer). The source kind comes
+    from the decider or row, else from ``data/compliance_items.yaml`` (:func:`finalize`); an
     unknown id is an error (a procedure cannot invent an item).
     """
-    if rid not in DECIDERS:
-        raise ComplianceError(f"no decider for {rid}: register one in compliance/s5_procedures.py")
-    c = DECIDERS[rid](rid, **observations)
+    if rid not in registry():
+        raise ComplianceError(f"no requirement {rid}: a procedure cannot invent an item")
+    c = DECIDERS[rid](rid, **observations) if rid in DECIDERS else row(rid, **observations)
     if c.id != rid:
         raise ComplianceError(f"decider for {rid} returned a check for {c.id}")
     return finalize(c)
+
+
+def row(rid: str, ok: bool | None, met: str = "", unmet: str = "", na: str = "", *, needs: str = "",
+        figure: Any = None, source: str = "", key: str | None = None, **evidence: Any) -> Check:
+    """One decision as data: the observation ``ok`` and the wording of each outcome (see :func:`decide`).
+
+    ``ok`` None with a ``needs`` wording: only the tester can answer (needs-declaration), else not applicable.
+    """
+    if ok is not None and not isinstance(ok, bool):
+        if type(ok).__name__ != "bool_":  # numpy's bool is one; a count or a value is a mistake
+            raise ComplianceError(f"{rid}: the observation ok must be True, False or None, got {ok!r}")
+        ok = bool(ok)
+    status, reason = ((Status.MET, met) if ok is True else (Status.UNMET, unmet) if ok is False
+                      else (Status.NEEDS_DECLARATION, needs) if needs else (Status.NOT_APPLICABLE, na))
+    if not reason:
+        raise ComplianceError(f"{rid}: no wording for the outcome {status.value}")
+    return Check(rid, status, reason, evidence, source, figure=figure, key=key)
 
 
 def declaration_hook(rid: str, fact: str | None = None) -> None:

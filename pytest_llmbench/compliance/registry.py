@@ -23,11 +23,6 @@ _BOUNDARY_ALIASES = {
 }
 PROTOCOLS = ("sse", "websocket", "grpc")
 ITL_METHODS = ("chunk", "distributed", "server")  # §4.6.3 options A, B, C
-#: Largest NTP offset for load generator and SUT on different hosts (§4.7.2).
-NTP_LIMIT_S = 10e-3
-WARMUP_MIN_REQUESTS = 100  # §4.5.1 (conservative reading: both minimums, requirements.md ambiguity 11)
-WARMUP_MIN_OUTPUT_TOKENS = 10_000
-PROBE_STABILITY = 0.10  # §4.5.2: consecutive probes vary by < 10 %
 #: Capabilities a load generator declares in LoadFacts.capabilities (§4.2.3–§4.2.5):
 #: absolute_schedule = open-loop sends scheduled against absolute times, never after responses;
 #: async = asynchronous / multi-threaded implementation (§4.2.5-MUST-2).

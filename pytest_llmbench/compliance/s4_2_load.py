@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .engine import _Ctx, _need, evaluator, threshold, tool_test
+from .engine import _Ctx, _need, evaluator, item, threshold, tool_test
 from .facts import RunFacts
 from .registry import BOUNDARIES, PROTOCOLS, registry
 from .verdict import Check
@@ -21,7 +21,7 @@ def _boundary(ctx: _Ctx, rid: str) -> Check:
         return Check.unmet(rid, "SUT boundary not declared (--llm-boundary: model-engine, gateway or compound)")
     if f.boundary is None:
         return Check.unmet(rid, f"SUT boundary {f.sut_boundary!r} is not one of {', '.join(BOUNDARIES)}")
-    if rid == "4.1-MUST-1" and f.boundary_declared_before_start is not True:
+    if item(rid).get("before_start") and f.boundary_declared_before_start is not True:
         why = "after" if f.boundary_declared_before_start is False else "not known to be before"
         return Check.unmet(rid, f"SUT boundary {f.boundary} declared {why} the first request", boundary=f.boundary)
     src = f" (set by {f.boundary_source} before the first request)" if f.boundary_source else ""
@@ -144,7 +144,7 @@ def _open_loop(ctx: _Ctx, rid: str) -> Check:
 
 @evaluator("4.2.3-MUST-2", "4.2.3-SHOULD-1")
 def _arrivals(ctx: _Ctx, rid: str) -> Check:
-    want = ("poisson",) if rid == "4.2.3-MUST-2" else ("uniform", "bursty")
+    want = tuple(item(rid)["arrivals"])
     ld = ctx.facts.load
     fit = f", KS p = {ld.arrival_fit_p:.2g} on the real send gaps" if ld.arrival_fit_p is not None else ""
     return _capability(rid, ctx.facts, want, f"{' and '.join(want)} arrivals",

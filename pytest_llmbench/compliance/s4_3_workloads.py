@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .declarations import DECLARATION_FACTS
-from .engine import _blank, _Ctx, _is_custom, _need, _short, evaluator
+from .engine import _blank, _Ctx, _is_custom, _need, _short, evaluator, item
 from .facts import RunFacts, _norm_workload
 from .verdict import Check
 
@@ -70,7 +70,7 @@ def _session_has(f: RunFacts, name: str) -> bool:
 @evaluator("4.3.2-MUST-1", "4.3.2-SHOULD-1")
 def _boundary_workload(ctx: _Ctx, rid: str) -> Check:
     f = ctx.facts
-    want = "synthetic-uniform" if rid == "4.3.2-MUST-1" else "conversation"
+    want = item(rid)["workload"]  # the standard workload this boundary's report must include (§4.3.2)
     if f.workload_base is None and not f.session_workloads:
         return _need(rid, "workload declaration")
     if _session_has(f, want):

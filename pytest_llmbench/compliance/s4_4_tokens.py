@@ -9,21 +9,33 @@ from .verdict import Check, Status
 # ---- 4.4 tokenization
 
 
-@evaluator("4.4.1-MUST-1", "4.4.1-MUST-2", "4.4.1-MUST-3")
-def _tokenizer(ctx: _Ctx, rid: str) -> Check:
+@evaluator("4.4.1-MUST-1")
+def _tokenizer_name(ctx: _Ctx, rid: str) -> Check:
     f = ctx.facts
     if f.tokenizer is None:
         return _need(rid, "tokenizer declaration")
-    if rid == "4.4.1-MUST-1":
-        name, version = _tok(f, "name"), _tok(f, "version")
-        if _blank(name) or _blank(version):
-            return Check.unmet(rid, "tokenizer name or version missing", name=name, version=version)
-        return Check.met(rid, f"tokenizer {name} {version}")
-    if rid == "4.4.1-MUST-2":
-        vs = _tok(f, "vocab_size")
-        if not isinstance(vs, int) or isinstance(vs, bool) or vs <= 0:
-            return Check.unmet(rid, f"tokenizer vocabulary size not stated ({vs!r})")
-        return Check.met(rid, f"vocabulary size {vs}")
+    name, version = _tok(f, "name"), _tok(f, "version")
+    if _blank(name) or _blank(version):
+        return Check.unmet(rid, "tokenizer name or version missing", name=name, version=version)
+    return Check.met(rid, f"tokenizer {name} {version}")
+
+
+@evaluator("4.4.1-MUST-2")
+def _tokenizer_vocabulary(ctx: _Ctx, rid: str) -> Check:
+    f = ctx.facts
+    if f.tokenizer is None:
+        return _need(rid, "tokenizer declaration")
+    vs = _tok(f, "vocab_size")
+    if not isinstance(vs, int) or isinstance(vs, bool) or vs <= 0:
+        return Check.unmet(rid, f"tokenizer vocabulary size not stated ({vs!r})")
+    return Check.met(rid, f"vocabulary size {vs}")
+
+
+@evaluator("4.4.1-MUST-3")
+def _tokenizer_source(ctx: _Ctx, rid: str) -> Check:
+    f = ctx.facts
+    if f.tokenizer is None:
+        return _need(rid, "tokenizer declaration")
     src = _tok(f, "source")
     if _blank(src):
         return Check.unmet(rid, "tokenizer source not stated")

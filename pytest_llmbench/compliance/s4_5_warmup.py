@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from ..common import draft
 from .engine import _Ctx, declaration_hook, evaluator
-from .registry import PROBE_STABILITY, WARMUP_MIN_OUTPUT_TOKENS, WARMUP_MIN_REQUESTS
 from .verdict import Check, Status
 
 # ---- 4.5 warm-up
@@ -24,10 +24,12 @@ def _warmup_size(ctx: _Ctx, rid: str) -> Check:
         return Check.not_applicable(rid, "cold-start measurement: warm-up skipped on purpose (4.5.3)")
     ev = {"requests": w.requests, "output_tokens": w.output_tokens}
     short = []
-    if w.requests < WARMUP_MIN_REQUESTS:
-        short.append(f"{w.requests} requests < {WARMUP_MIN_REQUESTS}")
-    if w.output_tokens < WARMUP_MIN_OUTPUT_TOKENS:
-        short.append(f"{w.output_tokens} output tokens < {WARMUP_MIN_OUTPUT_TOKENS}")
+    # §4.5.1, conservative reading: both minimums (requirements.md ambiguity 11)
+    min_requests, min_tokens = draft.value("warmup.min_requests"), draft.value("warmup.min_output_tokens")
+    if w.requests < min_requests:
+        short.append(f"{w.requests} requests < {min_requests}")
+    if w.output_tokens < min_tokens:
+        short.append(f"{w.output_tokens} output tokens < {min_tokens}")
     if short:
         why = " (reduced by the profile)" if w.reduced else ""
         return Check.unmet(rid, f"warm-up too small{why}: {'; '.join(short)}", **ev)
@@ -100,9 +102,11 @@ def _probe_stability(ctx: _Ctx, rid: str) -> Check:
     var = _probe_variation(tuple(w.probes_after))
     if var is None:
         return Check.unmet(rid, f"{len(w.probes_after)} post-warm-up probes; need >= 3 consecutive probes")
-    if var < PROBE_STABILITY:
-        return Check.met(rid, f"consecutive probes vary by at most {var:.1%} (< 10%)", variation=var)
-    return Check.unmet(rid, f"consecutive probes vary by up to {var:.1%} (>= 10%): not stabilised", variation=var)
+    limit = draft.value("warmup.probe_max_variation")  # §4.5.2
+    if var < limit:
+        return Check.met(rid, f"consecutive probes vary by at most {var:.1%} (< {limit:.0%})", variation=var)
+    return Check.unmet(rid, f"consecutive probes vary by up to {var:.1%} (>= {limit:.0%}): not stabilised",
+                       variation=var)
 
 
 @evaluator("4.5.3-MUST-1")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .engine import _Ctx, _need, evaluator
+from .engine import _Ctx, _need, evaluator, item
 from .registry import ITL_METHODS, PROTOCOLS
 from .verdict import Check
 
@@ -11,7 +11,7 @@ from .verdict import Check
 
 @evaluator("4.6.1-SHOULD-1", "4.6.1-SHOULD-2")
 def _protocol_for_boundary(ctx: _Ctx, rid: str) -> Check:
-    want = "sse" if rid == "4.6.1-SHOULD-1" else "grpc"
+    want = item(rid)["protocol"]  # RECOMMENDED for this boundary (§4.6.1)
     p = (ctx.facts.protocol or "").lower()
     if not p:
         return _need(rid, "streaming protocol")
@@ -59,12 +59,23 @@ def _prefer_server(ctx: _Ctx, rid: str) -> Check:
     return Check.unmet(rid, f"server timestamps available but ITL option {f.itl_method!r} used")
 
 
-@evaluator("4.6.3-REPORT-1", "4.6.3-PARAM-1", "4.6.3-PARAM-2")
-def _itl_option_detail(ctx: _Ctx, rid: str) -> Check:
+@evaluator("4.6.3-PARAM-1")
+def _itl_option(ctx: _Ctx, rid: str) -> Check:
+    return Check.met(rid, f"ITL option {ctx.facts.itl_method}")
+
+
+@evaluator("4.6.3-PARAM-2")
+def _itl_option_c(ctx: _Ctx, rid: str) -> Check:
     f = ctx.facts
-    if rid == "4.6.3-PARAM-2" and f.server_token_timestamps is False:
+    if f.server_token_timestamps is False:
         return Check.unmet(rid, "option C declared but the server sent no per-token timestamps")
-    if rid == "4.6.3-REPORT-1" and f.single_token_chunk_fraction is None:
+    return Check.met(rid, f"ITL option {f.itl_method}")
+
+
+@evaluator("4.6.3-REPORT-1")
+def _itl_option_a(ctx: _Ctx, rid: str) -> Check:
+    f = ctx.facts
+    if f.single_token_chunk_fraction is None:
         return Check.unmet(rid, "chunk timing used but no chunk-size distribution recorded")
     return Check.met(rid, f"ITL option {f.itl_method}")
 

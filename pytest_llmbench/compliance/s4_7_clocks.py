@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from .engine import _blank, _Ctx, _need, _short, declaration_hook, evaluator, tool_test
-from .registry import NTP_LIMIT_S
+from ..common import draft
+from .engine import _blank, _Ctx, _need, _short, declaration_hook, evaluator, item, tool_test
 from .s4_8_guardrails import _onoff
 from .verdict import Check
 
@@ -41,9 +41,11 @@ def _ntp(ctx: _Ctx, rid: str) -> Check:
     if acc is None:
         return Check.needs_declaration(rid, "clock sync accuracy unknown: declare 'clock_sync' "
                                             "{method, accuracy_ms} in [tool.llmbench.declarations]")
-    if acc <= NTP_LIMIT_S:
-        return Check.met(rid, f"clock sync {method or '?'} accuracy {acc * 1e3:g} ms <= 10 ms ({src})", accuracy_s=acc)
-    return Check.unmet(rid, f"clock sync accuracy {acc * 1e3:g} ms > 10 ms ({src})", accuracy_s=acc)
+    limit = draft.value("clock.ntp_max_s")  # §4.7.2
+    if acc <= limit:
+        return Check.met(rid, f"clock sync {method or '?'} accuracy {acc * 1e3:g} ms <= {limit * 1e3:g} ms ({src})",
+                         accuracy_s=acc)
+    return Check.unmet(rid, f"clock sync accuracy {acc * 1e3:g} ms > {limit * 1e3:g} ms ({src})", accuracy_s=acc)
 
 
 declaration_hook("4.7.2-MUST-1", "clock_sync")
@@ -143,7 +145,7 @@ def _timestamps(ctx: _Ctx, rid: str) -> Check:
         return Check.unmet(rid, f"timestamp format {fmt!r} not one of {', '.join(_TS_PATTERNS)}")
     if c.timestamp_sample is not None and not re.match(_TS_PATTERNS[fmt], str(c.timestamp_sample)):
         return Check.unmet(rid, f"timestamp {c.timestamp_sample!r} does not match format {fmt}")
-    if rid == "4.7.4-SHOULD-1" and fmt not in _TS_RECOMMENDED:
+    if item(rid).get("recommended_format") and fmt not in _TS_RECOMMENDED:
         return Check.unmet(rid, f"timestamps as {fmt}; ISO 8601 with ms or Unix ms recommended")
     return Check.met(rid, f"timestamps as {fmt}" + (f", e.g. {c.timestamp_sample}" if c.timestamp_sample else ""))
 
@@ -159,7 +161,7 @@ def _client_timing_points(ctx: _Ctx, rid: str) -> Check:
 @evaluator("B.3.1-PARAM-1", "B.3.2-PARAM-1")
 def _sync_params(ctx: _Ctx, rid: str) -> Check:
     method, acc, src = _sync(ctx)
-    limit = 10e-3 if rid == "B.3.1-PARAM-1" else 1e-6
+    limit = draft.value(item(rid)["draft"])  # B.3.1 NTP < 10 ms, B.3.2 PTP < 1 µs
     if acc is None:
         return Check.needs_declaration(rid, "offset unknown: declare 'clock_sync' {method, accuracy_ms}")
     if acc < limit:
@@ -170,15 +172,26 @@ def _sync_params(ctx: _Ctx, rid: str) -> Check:
 # ---- 4.1.x boundary definitions (informational PARAM rows)
 
 
-@evaluator("4.1.1-PARAM-1", "4.1.2-PARAM-1", "4.1.3-PARAM-1")
-def _boundary_definition(ctx: _Ctx, rid: str) -> Check:
+@evaluator("4.1.1-PARAM-1")
+def _model_engine_boundary(ctx: _Ctx, rid: str) -> Check:
     f = ctx.facts
-    if rid == "4.1.2-PARAM-1" and f.endpoint_scheme is not None and f.endpoint_scheme != "https":
-        return Check.unmet(rid, f"Application Gateway reached over {f.endpoint_scheme}, not its external HTTPS API")
-    if rid == "4.1.1-PARAM-1" and f.guardrails and any(
-            _onoff(f.guardrails.get(k)) == "on" for k in ("input_filter", "output_filter")):
+    if f.guardrails and any(_onoff(f.guardrails.get(k)) == "on" for k in ("input_filter", "output_filter")):
         return Check.unmet(rid, "Model Engine boundary but guardrails are on (outside that boundary)")
-    if rid == "4.1.3-PARAM-1" and f.boundary == "compound":
+    return Check.met(rid, f"boundary {f.boundary}")
+
+
+@evaluator("4.1.2-PARAM-1")
+def _gateway_boundary(ctx: _Ctx, rid: str) -> Check:
+    f = ctx.facts
+    if f.endpoint_scheme is not None and f.endpoint_scheme != "https":
+        return Check.unmet(rid, f"Application Gateway reached over {f.endpoint_scheme}, not its external HTTPS API")
+    return Check.met(rid, f"boundary {f.boundary}")
+
+
+@evaluator("4.1.3-PARAM-1")
+def _compound_boundary(ctx: _Ctx, rid: str) -> Check:
+    f = ctx.facts
+    if f.boundary == "compound":
         # the plugin has no task driver, retrieval or tool components: only the tester can say what the
         # compound system's boundary holds
         return ctx.needs(rid, None, "the plugin drives a Compound System only through its external API")

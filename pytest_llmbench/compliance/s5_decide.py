@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .engine import decides, item_data, threshold
+from ..common import draft
+from .engine import decides, item, item_data
 from .verdict import Check, Status
 
 __all__ = ["listed"]
@@ -47,8 +48,7 @@ def _sample_size(rid: str, *, successful: int, ttft_samples: int) -> Check:
     A successful request that streamed no non-whitespace content has no TTFT (§5.1.3.1); the evidence
     names how many, and Table 1 flags a percentile whose sample count is short (§5.1.4.3).
     """
-    need, what = ((int(threshold("ttft_p99_min_requests")), "P99") if rid == "5.1.2-MUST-3"
-                  else (int(threshold("ttft_p999_min_requests")), "P99.9"))
+    need, what = (int(draft.value(item(rid)["draft"])), item(rid)["percentile"])
     short = successful - ttft_samples
     ttft = (f"; TTFT defined for {ttft_samples} ({short} streamed no non-whitespace content, §5.1.3.1)"
             if short > 0 else "")
@@ -145,7 +145,7 @@ def _level_duration(rid: str, *, level_duration_s: float, send_windows_s: Sequen
 def _level_duration_recommended(rid: str, *, send_windows_s: Sequence[float]) -> Check:
     """§5.2.2.1: RECOMMENDED 300 s per level, judged on the send windows the levels really had
     (start → the stop condition; 1 % timer slack), not on the profile's setting."""
-    need = threshold("throughput_level_recommended_s")
+    need = draft.value("throughput.level_recommended_s")
     if not send_windows_s:
         return Check.unmet(rid, "no load level ran")
     shortest = min(send_windows_s)
@@ -158,7 +158,7 @@ def _level_duration_recommended(rid: str, *, send_windows_s: Sequence[float]) ->
 @decides("5.2.2-MUST-4", "5.2.2-MUST-5")
 def _search_range(rid: str, *, loop: str, start: float, stop: float, step: float | None, note: str = "") -> Check:
     """§5.2.2: the search range (rate for open loop, concurrency for closed loop) and its step."""
-    mine = "open" if rid == "5.2.2-MUST-4" else "closed"
+    mine = item(rid)["loop"]  # open: the arrival-rate range (MUST-4); closed: the concurrency range (MUST-5)
     if loop != mine:
         return Check.not_applicable(rid, f"{loop}-loop search: no {'arrival-rate' if mine == 'open' else 'concurrency'}"
                                          " range")
@@ -177,7 +177,7 @@ def _search_range(rid: str, *, loop: str, start: float, stop: float, step: float
 def _itl_min_output(rid: str, *, min_output_tokens: int, ok_requests: int, short_requests: int,
                     shortest: int | None) -> Check:
     """§5.4.2: every request produces at least 50 output tokens (measured on the records)."""
-    need = int(threshold("itl_min_output_tokens"))
+    need = int(draft.value("itl.min_output_tokens"))
     if min_output_tokens < need:
         return Check.unmet(rid, f"min_output_tokens {min_output_tokens} < {need}")
     if ok_requests == 0:
@@ -192,7 +192,7 @@ def _itl_min_output(rid: str, *, min_output_tokens: int, ok_requests: int, short
 @decides("5.4.2-SHOULD-2")
 def _itl_levels(rid: str, *, fractions: Sequence[float]) -> Check:
     """§5.4.2: RECOMMENDED load levels 25 %, 50 %, 75 %, 90 % of saturation."""
-    want = listed("itl_recommended_levels")
+    want = draft.value("itl.levels")
     ok = all(any(abs(f - x) < 1e-6 for f in fractions) for x in want)
     txt = ", ".join(f"{f:.0%}" for f in fractions)
     return _check(rid, ok, f"levels {txt} of saturation",
@@ -224,7 +224,7 @@ def _cascading(rid: str, *, sampled: bool, stop_rule: str) -> Check:
 @decides("5.6.2-SHOULD-1")
 def _contention_load(rid: str, *, fraction: float | None, rate: float | None, queue_growing: bool | None) -> Check:
     """§5.6.2: RECOMMENDED load at 70–90 % of saturation (and the SUT's queue did not grow)."""
-    lo, hi = listed("fairness_load_band")
+    lo, hi = draft.value("fairness.load_band")
     if queue_growing:
         return Check.unmet(rid, "the SUT's queue grew during the mixed run: the offered load "
                            + (f"({fraction:.0%} of the request-rate capacity) " if fraction is not None else "")

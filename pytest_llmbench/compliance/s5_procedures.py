@@ -18,21 +18,41 @@ def _load_model(ctx: _Ctx, rid: str) -> Check:
     return Check.unmet(rid, f"load model not defined ({m!r})")
 
 
-@evaluator("5.1.2-MUST-6", "5.1.2-MUST-7", "5.1.2-MUST-8")
-def _open_params(ctx: _Ctx, rid: str) -> Check:
+def _open_only(ctx: _Ctx, rid: str) -> Check | None:
+    """Unmet without a load model, not applicable to a closed loop; None: an open loop to judge."""
     ld = ctx.facts.load
     if ld.model is None:
         return Check.unmet(rid, "load model not defined (open or closed)")
     if ld.model != "open":
         return Check.not_applicable(rid, f"{ld.model} loop: open-loop parameter")
-    if rid == "5.1.2-MUST-6":
-        if ld.rate is not None and ld.rate > 0:
-            return Check.met(rid, f"arrival rate {ld.rate:g} req/s")
-        return Check.unmet(rid, f"arrival rate not defined ({ld.rate!r})")
-    if rid == "5.1.2-MUST-7":
-        if ld.arrival in ("poisson", "uniform", "bursty"):
-            return Check.met(rid, f"{ld.arrival} arrivals")
-        return Check.unmet(rid, f"arrival distribution not defined ({ld.arrival!r})")
+    return None
+
+
+@evaluator("5.1.2-MUST-6")
+def _open_rate(ctx: _Ctx, rid: str) -> Check:
+    ld = ctx.facts.load
+    if (c := _open_only(ctx, rid)) is not None:
+        return c
+    if ld.rate is not None and ld.rate > 0:
+        return Check.met(rid, f"arrival rate {ld.rate:g} req/s")
+    return Check.unmet(rid, f"arrival rate not defined ({ld.rate!r})")
+
+
+@evaluator("5.1.2-MUST-7")
+def _open_distribution(ctx: _Ctx, rid: str) -> Check:
+    ld = ctx.facts.load
+    if (c := _open_only(ctx, rid)) is not None:
+        return c
+    if ld.arrival in ("poisson", "uniform", "bursty"):
+        return Check.met(rid, f"{ld.arrival} arrivals")
+    return Check.unmet(rid, f"arrival distribution not defined ({ld.arrival!r})")
+
+
+@evaluator("5.1.2-MUST-8")
+def _open_poisson(ctx: _Ctx, rid: str) -> Check:
+    ld = ctx.facts.load
+    if (c := _open_only(ctx, rid)) is not None:
+        return c
     if ld.arrival == "poisson":
         return Check.met(rid, "Poisson arrivals")
     return Check.unmet(rid, f"open-loop TTFT run with {ld.arrival!r} arrivals; Poisson is REQUIRED")

@@ -85,9 +85,11 @@ class Check:
 #: measured (records, responses, reports, with the figure), declared (file and key, or the
 #: simulator's self-declaration), parameter (what the tester chose), runtime-check (a property of
 #: the tool checked on this run's data), tool-verified (a capability this run did not exercise,
-#: named by the plugin test that exercises it in CI), not-applicable (with the reason), none
-#: (nothing answered it: unmet).
-SOURCES = ("measured", "declared", "parameter", "runtime-check", "tool-verified", "not-applicable", "none")
+#: named by the plugin test that exercises it in CI), construction (holds by how the tool is built,
+#: e.g. "the client speaks SSE only": no run can make it unmet; the reason is in the evidence),
+#: not-applicable (with the reason), none (nothing answered it: unmet).
+SOURCES = ("measured", "declared", "parameter", "runtime-check", "tool-verified", "construction", "not-applicable",
+           "none")
 
 
 class Verdict(str, enum.Enum):

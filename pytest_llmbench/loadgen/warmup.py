@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..client import LLMClient, TransportError
+from ..common import draft
 from ..common.records import RequestRecord, RequestSpec
 from ..sut.adapters import metric_names
 from .load import ClosedLoop, LoadProgress, RecordSink, run_load
@@ -44,8 +45,8 @@ __all__ = [
     "sample_server_metrics",
 ]
 
-DRAFT_MIN_REQUESTS = 100  # §4.5.1 item 2
-DRAFT_MIN_OUTPUT_TOKENS = 10_000  # §4.5.1 item 2
+DRAFT_MIN_REQUESTS = draft.value("warmup.min_requests")  # §4.5.1 item 2
+DRAFT_MIN_OUTPUT_TOKENS = draft.value("warmup.min_output_tokens")  # §4.5.1 item 2
 
 #: Server gauges for the request queue, first match wins (the simulator's names first).
 WAITING_METRICS = ("llmbench:num_requests_waiting", *metric_names("waiting"))
@@ -68,7 +69,7 @@ class WarmupPolicy:
     max_duration_s: float = 900.0
     probe_count: int = 3
     probe_max: int = 10
-    probe_tolerance: float = 0.10
+    probe_tolerance: float = draft.value("warmup.probe_max_variation")
     probe_max_tokens: int | None = 16
     drain_timeout_s: float = 120.0
     drain_poll_s: float = 0.2

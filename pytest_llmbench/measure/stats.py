@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..common import draft
+
 __all__ = [
     "DEFAULT_PERCENTILES",
     "DEFINITIONS",
@@ -68,7 +70,8 @@ __all__ = [
 #: Minimum sample counts for a percentile to be reported as adequately sampled (§5.1.4.3):
 #: P99 needs >= 1000 samples, P99.9 >= 10,000. Other percentiles use the order-statistic rule
 #: (at least one sample beyond the quantile on average: n >= 1 / (1 - q)).
-MIN_SAMPLES: dict[float, int] = {99.0: 1000, 99.9: 10_000}
+MIN_SAMPLES: dict[float, int] = {99.0: draft.value("ttft.p99_min_requests"),
+                                 99.9: draft.value("ttft.p999_min_requests")}
 
 #: Percentiles every :class:`Distribution` carries (§5.1.4.1, §5.4.4.1).
 DEFAULT_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)

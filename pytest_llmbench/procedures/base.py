@@ -5,6 +5,7 @@ A procedure module defines a parameters dataclass whose defaults are the draft's
 RECOMMENDED values) and a ``pipeline.ProcedureRun`` subclass, which registers itself through
 :func:`register`; ``procedures/__init__.py`` imports every procedure module, and nothing in this
 module imports them (no import cycle). Marker values win over the profile, the profile over the dataclass defaults.
+The defaults and profiles come from ``data/draft.yaml`` and ``data/profiles.yaml`` (``common.draft``).
 Anything below a draft minimum is recorded as a compliance check, never silently.
 """
 

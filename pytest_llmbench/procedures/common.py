@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..client import ClientConfig, LLMClient
+from ..common import draft
 from ..common.files import write_text_atomic
 from ..common.records import ClockAnchor, RequestRecord, RequestSpec
 from ..common.storage import RECORDS_FILE, RunMetadata, RunWriter
@@ -59,8 +60,6 @@ __all__ = [
     "warm_up",
 ]
 
-DRAFT_WARMUP_REQUESTS = 100  # §4.5.1
-DRAFT_WARMUP_TOKENS = 10_000  # §4.5.1
 QUEUE_GAUGE = "llmbench:num_requests_waiting"
 QUEUE_GAUGES = (QUEUE_GAUGE, *metric_names("waiting"))
 HEARTBEAT_S = 10.0  # progress lines at least this often (the reporter shows one per 15 s in a CI log)
@@ -127,8 +126,8 @@ async def warm_up(
     client: LLMClient,
     specs: Sequence[RequestSpec],
     *,
-    min_requests: int = DRAFT_WARMUP_REQUESTS,
-    min_output_tokens: int = DRAFT_WARMUP_TOKENS,
+    min_requests: int = draft.value("warmup.min_requests"),
+    min_output_tokens: int = draft.value("warmup.min_output_tokens"),
     concurrency: int = 8,
     prefix_specs: Sequence[RequestSpec] = (),
     cold_start: bool = False,

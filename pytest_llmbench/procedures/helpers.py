@@ -8,14 +8,14 @@ import dataclasses
 import math
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..common.records import RequestRecord, RequestSpec
-from ..compliance import Check
+from ..compliance import Check, decide
 from ..measure.metrics import STEADY_STATE_FRACTION, steady_state_window
 from ..measure.stats import CensoredPercentile, censored_percentile, proportion_estimate, queue_growing
 from ..workloads import build_workload
@@ -41,7 +41,6 @@ __all__ = [
     "LevelStream",
     "closed_level_stream",
     "criteria_failures",
-    "declared_checks",
     "FLUID_RATE_NOTE",
     "fluid_rate",
     "fmt_ms",
@@ -386,27 +385,6 @@ def sample_list(values: Any, limit: int = 20_000) -> list[float]:
 
 #: A declared check: ``(met, reason)`` or ``(met, reason_if_met, reason_if_unmet)``, optionally
 #: followed by an evidence dict. ``met`` may be a bool or a zero-argument predicate.
-CheckSpec = Union[tuple[Any, str], tuple[Any, str, Any], tuple[Any, str, str, Mapping[str, Any]]]
-
-
-def declared_checks(spec: Mapping[str, CheckSpec]) -> dict[str, Check]:
-    """``{requirement_id: (predicate, reason[, unmet_reason][, evidence])}`` -> ``{id: Check}`` (§2).
-
-    The requirement id is written once; the verdict follows the predicate, so a declared check
-    can always fail.
-    """
-    out: dict[str, Check] = {}
-    for rid, item in spec.items():
-        if not isinstance(item, tuple) or len(item) < 2:
-            raise ValueError(f"check {rid}: expected (predicate, reason[, unmet_reason][, evidence]), got {item!r}")
-        pred, met_reason, *rest = item
-        evidence = rest.pop() if rest and isinstance(rest[-1], Mapping) else {}
-        unmet_reason = rest[0] if rest else met_reason
-        ok = pred() if callable(pred) else pred
-        out[rid] = (Check.met(rid, met_reason, **evidence) if ok else Check.unmet(rid, unmet_reason, **evidence))
-    return out
-
-
 def _holds(tables: Sequence[Table], table: Table) -> bool:
     """``table`` is one of ``tables`` by identity (a look-alike with the same title does not count)."""
     return any(t is table for t in tables)
@@ -437,16 +415,16 @@ def reported(rid: str, what: str, needs: Sequence[tuple[Table, str]], tables: Se
         elif not cells or any(not c.strip() for c in cells):
             gaps.append(f"{table.title}: {name!r} blank")
     if gaps:
-        return Check.unmet(rid, f"{what}: " + "; ".join(gaps))
+        return decide(rid, ok=False, unmet=f"{what}: " + "; ".join(gaps))
     titles = list(dict.fromkeys(t.title.split(":")[0] for t, _ in needs))
     names = list(dict.fromkeys(n for _, n in needs))
-    return Check.met(rid, f"{what}: {', '.join(names)} in {' and '.join(titles)}")
+    return decide(rid, ok=True, met=f"{what}: {', '.join(names)} in {' and '.join(titles)}")
 
 
 def reported_line(rid: str, table: Table, prefix: str, tables: Sequence[Table]) -> Check:
     """A REPORT item met by a written line of ``table``'s notes starting with ``prefix`` (e.g. the knee point)."""
     line = next((n for n in table.notes if n.startswith(prefix)), None) if _holds(tables, table) else None
-    return Check.met(rid, line) if line else Check.unmet(rid, f"no '{prefix}' line under {table.title}")
+    return decide(rid, ok=bool(line), met=line, unmet=f"no '{prefix}' line under {table.title}")
 
 
 # --------------------------------------------------------------------------------------------

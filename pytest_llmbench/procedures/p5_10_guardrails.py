@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import LLMClient
+from ..common import draft
 from ..common.records import ErrorType
-from ..compliance import Check, RunFacts
+from ..compliance import Check, RunFacts, decide
 from ..loadgen.warmup import WarmupResult
 from ..workloads import build_workload
 from .base import LoadSpec, Overlays, ProcedureContext, RunSummary, Series, SkipProcedure, Table
@@ -45,7 +46,7 @@ from .pipeline import Outcome, ProcedureRun
 GUARDRAIL_CONFIGS = ("none", "input", "output", "full")
 LABELS = {"none": "Baseline", "input": "Input Filter", "output": "Output Filter", "full": "Full Filter"}
 KEYS = {"none": "baseline", "input": "input", "output": "output", "full": "full"}
-DRAFT_LEVELS = (0.25, 0.5, 0.75)  # §5.10.2
+DRAFT_LEVELS = draft.value("guardrails.levels")  # §5.10.2
 REFUSED_COUNTERS = ("llmbench:requests_refused_total",)
 
 
@@ -58,12 +59,12 @@ class GuardrailParams:
     configurations: tuple[str, ...] = GUARDRAIL_CONFIGS
     load_fractions: tuple[float, ...] = DRAFT_LEVELS
     arrival: str = "poisson"
-    requests_per_level: int = 1000  # the draft sets none; 1000 = enough for P99 (§5.1.4.3)
+    requests_per_level: int = draft.value("ttft.p99_min_requests")  # the draft sets none: enough for P99 (§5.1.4.3)
     report_level: float = 0.5  # the load level shown in Table 13 (every level is in the detail table)
     throughput_probe_fraction: float | None = 1.5  # saturation run at this multiple of the capacity rate
     throughput_probe_requests: int = 500
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
 
     def validate(self) -> None:
@@ -92,13 +93,7 @@ class GuardrailParams:
             raise ValueError(f"max_output_tokens must be >= 1, got {self.max_output_tokens}")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"load_fractions": (0.5,), "requests_per_level": 100, "throughput_probe_requests": 160,
-              "warmup_requests": 20, "warmup_tokens": 1500,
-              "max_output_tokens": 32},
-    "standard": {},
-    "full": {},  # the draft RECOMMENDS only the workload (Conversation), already the default
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.10')  # data/profiles.yaml
 
 
 SATURATED_SHARE = 0.95  # delivered below this share of the offered output tok/s: the server fell behind
@@ -461,36 +456,25 @@ def _checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes:
     level_ok = sorted(levels) == sorted(DRAFT_LEVELS)
     mismatched = {c: s for c, s in states.items() if s is not None and s != c}
     return {
-        "5.10.2-PARAM-1": (Check.met("5.10.2-PARAM-1", "benign content: synthetic random-word prompts")
-                           if synthetic else
-                           Check.needs_declaration("5.10.2-PARAM-1", "dataset content: the tester must declare "
-                                                   "that it is benign")),
-        "5.10.2-PARAM-2": (Check.met("5.10.2-PARAM-2", "configurations: " + ", ".join(LABELS[c] for c in cfgs)
-                                     + ("" if not mismatched else f" (SUT reported {mismatched})"))
-                           if not missing and not mismatched else
-                           Check.unmet("5.10.2-PARAM-2", "not run: " + ", ".join(missing) if missing
+        "5.10.2-PARAM-1": decide("5.10.2-PARAM-1", ok=True if synthetic else None,
+                                 met="benign content: synthetic random-word prompts",
+                                 needs="dataset content: the tester must declare that it is benign"),
+        "5.10.2-PARAM-2": (decide("5.10.2-PARAM-2", ok=not missing and not mismatched, met="configurations: " + ", ".join(LABELS[c] for c in cfgs)
+                                     + ("" if not mismatched else f" (SUT reported {mismatched})"), unmet="not run: " + ", ".join(missing) if missing
                                        else f"SUT reported other guardrail states: {mismatched}")),
-        "5.10.2-PARAM-3": (Check.met("5.10.2-PARAM-3", "levels 25/50/75 % of capacity") if level_ok else
-                           Check.unmet("5.10.2-PARAM-3", "levels " + "/".join(f"{f:.0%}" for f in levels)
+        "5.10.2-PARAM-3": (decide("5.10.2-PARAM-3", ok=bool(level_ok), met="levels 25/50/75 % of capacity", unmet="levels " + "/".join(f"{f:.0%}" for f in levels)
                                        + " of capacity instead of 25/50/75 %")),
-        "5.10.3-PARAM-1": (Check.met("5.10.3-PARAM-1", "baseline warmed up and run at every level; every other "
-                                     "configuration warmed up again after its switch")
-                           if "none" in cfgs else Check.unmet("5.10.3-PARAM-1", "no baseline configuration")),
-        "5.10.3-PARAM-2": Check.met("5.10.3-PARAM-2", f"{len(runs)} runs: every configuration at every level"),
-        "5.10.4-REPORT-1": Check.met("5.10.4-REPORT-1", "TTFT P50/P95/P99 and E2E per configuration and level"),
-        "5.10.4-REPORT-2": (Check.met("5.10.4-REPORT-2", "input filter overhead at P50 and P99 per level")
-                            if {"none", "input"} <= set(cfgs) else
-                            Check.unmet("5.10.4-REPORT-2", "needs the Baseline and Input Filter configurations")),
-        "5.10.4-REPORT-3": (Check.met("5.10.4-REPORT-3", "total overhead at P50 and P99 per level")
-                            if {"none", "full"} <= set(cfgs) else
-                            Check.unmet("5.10.4-REPORT-3", "needs the Baseline and Full Filter configurations")),
-        "5.10.4-REPORT-4": (Check.met("5.10.4-REPORT-4", "throughput reduction from a saturation run beyond the "
+        "5.10.3-PARAM-1": (decide("5.10.3-PARAM-1", ok="none" in cfgs, met="baseline warmed up and run at every level; every other "
+                                     "configuration warmed up again after its switch", unmet="no baseline configuration")),
+        "5.10.3-PARAM-2": decide("5.10.3-PARAM-2", ok=True, met=f"{len(runs)} runs: every configuration at every level"),
+        "5.10.4-REPORT-1": decide("5.10.4-REPORT-1", ok=True, met="TTFT P50/P95/P99 and E2E per configuration and level"),
+        "5.10.4-REPORT-2": (decide("5.10.4-REPORT-2", ok={"none", "input"} <= set(cfgs), met="input filter overhead at P50 and P99 per level", unmet="needs the Baseline and Input Filter configurations")),
+        "5.10.4-REPORT-3": (decide("5.10.4-REPORT-3", ok={"none", "full"} <= set(cfgs), met="total overhead at P50 and P99 per level", unmet="needs the Baseline and Full Filter configurations")),
+        "5.10.4-REPORT-4": (decide("5.10.4-REPORT-4", ok="none" in cfgs, met="throughput reduction from a saturation run beyond the "
                                       "measured capacity per configuration" if probes else
-                                      "throughput reduction at the highest level (no saturation run)")
-                            if "none" in cfgs else
-                            Check.unmet("5.10.4-REPORT-4", "needs the Baseline configuration")),
-        "5.10.5-REPORT-1": Check.met("5.10.5-REPORT-1", "Table 13"),
-        "5.10.5-REPORT-2": Check.met("5.10.5-REPORT-2", "Table 14"),
+                                      "throughput reduction at the highest level (no saturation run)", unmet="needs the Baseline configuration")),
+        "5.10.5-REPORT-1": decide("5.10.5-REPORT-1", ok=True, met="Table 13"),
+        "5.10.5-REPORT-2": decide("5.10.5-REPORT-2", ok=True, met="Table 14"),
     }
 
 

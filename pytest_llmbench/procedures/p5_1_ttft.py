@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ..client import LLMClient
+from ..common import draft
 from ..compliance import Check, decide
 from ..loadgen.warmup import WarmupResult
 from ..workloads import build_workload
@@ -26,7 +27,7 @@ from .common import declarations, prefix_cache_state, resolve_load
 from .helpers import cap_output, fmt_ms, percentile_row, sample_list
 from .pipeline import Outcome, ProcedureRun, latency_figures
 
-P99_MIN, P999_MIN = 1000, 10_000  # §5.1.2 / §5.1.4.3
+P99_MIN, P999_MIN = draft.value("ttft.p99_min_requests"), draft.value("ttft.p999_min_requests")  # §5.1.2.1
 
 
 @dataclass
@@ -36,8 +37,8 @@ class TTFTParams:
     workload: str = "synthetic-uniform"
     requests: int = P999_MIN  # P99.9 is a required 5.1 measurement, so 10,000
     load: LoadSpec = field(default_factory=lambda: poisson(capacity_fraction=0.5))
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     warmup_probes: int = 3  # probe requests before/after warm-up (§4.5.2); 0 = no verification
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
     cold_start: bool = False  # §4.5.3: restart the SUT and measure the first requests before any warm-up
@@ -52,14 +53,10 @@ class TTFTParams:
             raise ValueError("load must be poisson(...), uniform(...), bursty(...) or closed(...)")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"requests": 300, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
-    "standard": {},
-    "full": {},
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.1')  # data/profiles.yaml
 
 
-TTFT_PERCENTILES = (50, 90, 95, 99, 99.9)  # §5.1.4.1
+TTFT_PERCENTILES = draft.value("ttft.percentiles")  # §5.1.4.1
 
 
 class TTFT(ProcedureRun[TTFTParams]):

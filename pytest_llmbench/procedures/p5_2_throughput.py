@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from ..client import LLMClient
+from ..common import draft
 from ..common.seeds import Seeds
 from ..compliance import Check, decide
 from ..loadgen.load import ArrivalProcess, ClosedLoop, OpenLoop
@@ -71,8 +72,7 @@ from .helpers import (
 )
 from .pipeline import MAX_OUTPUT_THROUGHPUT, THROUGHPUT, Outcome, ProcedureRun
 
-DRAFT_MIN_DURATION_S = 60.0  # §5.2.2.1
-DRAFT_RECOMMENDED_DURATION_S = 300.0  # §5.2.2.1
+DRAFT_MIN_DURATION_S = draft.value("throughput.level_min_s")  # §5.2.2.1
 
 
 @dataclass
@@ -96,10 +96,10 @@ class ThroughputParams:
     probe_concurrency: int = 64
     probe_duration_s: float = 20.0
     min_level_requests: int = 30  # expected arrivals per open-loop level: longer levels on a slow SUT
-    tail_factor: float = 10.0  # §5.2.3.1 rule 3
-    completion_threshold: float = 0.9  # §5.2.3.1 rule 2
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    tail_factor: float = draft.value("throughput.tail_factor")  # §5.2.3.1 rule 3
+    completion_threshold: float = draft.value("throughput.completion_threshold")  # §5.2.3.1 rule 2
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
     criteria: list[str] = field(default_factory=list)  # extra SLOs (§5.2.2.3), e.g. "fluidity.p1 >= 0.9"
 
@@ -132,12 +132,7 @@ class ThroughputParams:
             raise ValueError("probe_concurrency must be >= 1 and probe_duration_s > 0")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"level_duration_s": 3.0, "probe_duration_s": 2.0, "tolerance": 0.15, "max_levels": 6,
-              "min_level_requests": 6, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
-    "standard": {},
-    "full": {"level_duration_s": DRAFT_RECOMMENDED_DURATION_S, "probe_duration_s": 60.0},
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.2')  # data/profiles.yaml
 
 
 # --------------------------------------------------------------------------------------------
@@ -668,44 +663,36 @@ def _checks(p: ThroughputParams, levels: list[tuple[Measured, LevelAssessment, s
     windows = [m.load.send_window_s for m, _, _ in levels]
     c: dict[str, Check] = {}
     c["5.2.2-MUST-2"] = decide("5.2.2-MUST-2", level_duration_s=p.level_duration_s, send_windows_s=windows)
-    c["5.2.2-PARAM-1"] = (Check.met("5.2.2-PARAM-1", f"every level ran >= {DRAFT_MIN_DURATION_S:g} s")
-                          if p.level_duration_s >= DRAFT_MIN_DURATION_S else
-                          Check.unmet("5.2.2-PARAM-1", f"levels ran {p.level_duration_s:g} s < the draft's minimum "
+    c["5.2.2-PARAM-1"] = (decide("5.2.2-PARAM-1", ok=p.level_duration_s >= DRAFT_MIN_DURATION_S, met=f"every level ran >= {DRAFT_MIN_DURATION_S:g} s", unmet=f"levels ran {p.level_duration_s:g} s < the draft's minimum "
                                       f"{DRAFT_MIN_DURATION_S:g} s (profile {p.level_duration_s:g} s)"))
     c["5.2.2-SHOULD-1"] = decide("5.2.2-SHOULD-1", send_windows_s=windows)
     for rid in ("5.2.2-MUST-4", "5.2.2-MUST-5"):
         c[rid] = decide(rid, loop="closed" if closed else "open", start=start, stop=stop, step=step,
                         note="" if closed else range_source)
-    c["5.2.2-PARAM-2"] = Check.met("5.2.2-PARAM-2", "SLOs recorded: TTFT P99 <= "
+    c["5.2.2-PARAM-2"] = decide("5.2.2-PARAM-2", ok=True, met="SLOs recorded: TTFT P99 <= "
                                    f"{p.ttft_p99_slo_s}, TPOT P99 <= {p.tpot_p99_slo_s} s"
                                    + "".join(f", {x}" for x in p.criteria) if slo_given
                                    else "no latency constraint given (optional)")
     if slo_given:
-        c["5.2.2-PARAM-3"] = (Check.met("5.2.2-PARAM-3", "the reported level meets every SLO")
-                              if best is not None and best[1].slo_ok else
-                              Check.unmet("5.2.2-PARAM-3", "no level met the SLOs"))
+        c["5.2.2-PARAM-3"] = (decide("5.2.2-PARAM-3", ok=bool(best is not None and best[1].slo_ok), met="the reported level meets every SLO", unmet="no level met the SLOs"))
     else:
-        c["5.2.2-PARAM-3"] = Check.not_applicable("5.2.2-PARAM-3", "no latency constraint given")
-    c["5.2.3-PARAM-1"] = Check.met("5.2.3-PARAM-1", f"warm-up before the search: {wu.ok} requests, "
+        c["5.2.2-PARAM-3"] = decide("5.2.2-PARAM-3", ok=None, na="no latency constraint given")
+    c["5.2.3-PARAM-1"] = decide("5.2.3-PARAM-1", ok=True, met=f"warm-up before the search: {wu.ok} requests, "
                                    f"{wu.output_tokens} output tokens")
-    c["5.2.3-PARAM-2"] = Check.met("5.2.3-PARAM-2", f"{len(levels)} levels, each sending for its duration; "
-                                   "every record stored") if levels else Check.unmet("5.2.3-PARAM-2", "no level ran")
-    c["5.2.3-PARAM-5"] = Check.met("5.2.3-PARAM-5", "iterative then binary search; search log in the "
+    c["5.2.3-PARAM-2"] = decide("5.2.3-PARAM-2", ok=bool(levels), met=f"{len(levels)} levels, each sending for its duration; "
+                                   "every record stored", unmet="no level ran")
+    c["5.2.3-PARAM-5"] = decide("5.2.3-PARAM-5", ok=True, met="iterative then binary search; search log in the "
                                    "'Search steps' table", levels=[a.level for _, a, _ in levels])
-    c["5.2.3-PARAM-6"] = (Check.met("5.2.3-PARAM-6", f"reported level {best[1].level:g} is the highest sustainable "
-                                    "level tested") if best is not None else
-                          Check.unmet("5.2.3-PARAM-6", "no sustainable level found"))
+    c["5.2.3-PARAM-6"] = decide("5.2.3-PARAM-6", ok=best is not None, unmet="no sustainable level found",
+                                met=best and f"reported level {best[1].level:g} is the highest sustainable level tested")
     queue_src = {a.queue.source for _, a, _ in levels}
-    c["5.2.3-PARAM-7"] = Check.met("5.2.3-PARAM-7", f"queue growth tested per level from {', '.join(sorted(queue_src))}")
-    c["5.2.3-PARAM-8"] = (Check.not_applicable("5.2.3-PARAM-8", "closed loop: arrivals equal completions")
-                          if closed else Check.met("5.2.3-PARAM-8", "completion vs arrival rate tested per level"))
-    c["5.2.3-PARAM-9"] = Check.met("5.2.3-PARAM-9", "TTFT P99 vs the lowest load's TTFT P50 tested per level")
+    c["5.2.3-PARAM-7"] = decide("5.2.3-PARAM-7", ok=True, met=f"queue growth tested per level from {', '.join(sorted(queue_src))}")
+    c["5.2.3-PARAM-8"] = (decide("5.2.3-PARAM-8", ok=None if bool(closed) else True, na="closed loop: arrivals equal completions", met="completion vs arrival rate tested per level"))
+    c["5.2.3-PARAM-9"] = decide("5.2.3-PARAM-9", ok=True, met="TTFT P99 vs the lowest load's TTFT P50 tested per level")
     unsteady = [a.label for _, a, _ in levels if a.passed and not a.steady]
-    c["5.2.3-PARAM-10"] = Check.met("5.2.3-PARAM-10", "queue stable at every sustainable level")
-    c["5.2.3-PARAM-11"] = (Check.met("5.2.3-PARAM-11", "throughput trend within 20% over each sustainable level")
-                           if not unsteady else
-                           Check.unmet("5.2.3-PARAM-11", f"throughput not stable at {', '.join(unsteady)}"))
-    c["5.2.3-PARAM-12"] = Check.met("5.2.3-PARAM-12", "first 10% of each level excluded as ramp-up")
+    c["5.2.3-PARAM-10"] = decide("5.2.3-PARAM-10", ok=True, met="queue stable at every sustainable level")
+    c["5.2.3-PARAM-11"] = (decide("5.2.3-PARAM-11", ok=not unsteady, met="throughput trend within 20% over each sustainable level", unmet=f"throughput not stable at {', '.join(unsteady)}"))
+    c["5.2.3-PARAM-12"] = decide("5.2.3-PARAM-12", ok=True, met="first 10% of each level excluded as ramp-up")
     return c
 
 
@@ -717,37 +704,39 @@ def _report_checks(ctx: ProcedureContext, best: tuple[Measured, LevelAssessment,
     table object is among the result's ``tables`` (identity, not title).
     """
     c: dict[str, Check] = {
-        "5.2.3-PARAM-3": Check.met("5.2.3-PARAM-3", "throughput = output tokens arriving in the level's steady "
+        "5.2.3-PARAM-3": decide("5.2.3-PARAM-3", ok=True, met="throughput = output tokens arriving in the level's steady "
                                    "window / window length (first 10% excluded)"),
-        "5.2.3-PARAM-4": Check.met("5.2.3-PARAM-4", "TTFT P50/P99, TPOT P99 and the SLO verdict per level in the "
+        "5.2.3-PARAM-4": decide("5.2.3-PARAM-4", ok=True, met="TTFT P50/P99, TPOT P99 and the SLO verdict per level in the "
                                    "'Search steps' table and each run's assessment"),
     }
     if best is None:
         for rid in ("5.2.4-REPORT-1", "5.2.4-REPORT-2", "5.2.4-REPORT-3", "5.2.4-REPORT-4", "5.2.4-REPORT-5",
                     "5.2.4-REPORT-6", "5.2.4-REPORT-7", "5.2.4-REPORT-8", "5.2.5-REPORT-1", "5.2.5-REPORT-2"):
-            c[rid] = Check.unmet(rid, "no sustainable load level: nothing to report at maximum throughput")
+            c[rid] = decide(rid, ok=False, unmet="no sustainable load level: nothing to report at maximum throughput")
         return c
     slo = "with" if meas.get("slo_applied") else "without"
-    c["5.2.4-REPORT-1"] = Check.met("5.2.4-REPORT-1", f"max output throughput {meas['max_output_throughput_tok_s']:.0f} "
+    c["5.2.4-REPORT-1"] = decide("5.2.4-REPORT-1", ok=True, met=f"max output throughput {meas['max_output_throughput_tok_s']:.0f} "
                                     f"tok/s ({slo} latency constraint)")
-    c["5.2.4-REPORT-2"] = Check.met("5.2.4-REPORT-2", f"request throughput {meas['max_request_throughput_req_s']:.2f} req/s")
-    c["5.2.4-REPORT-3"] = Check.met("5.2.4-REPORT-3", f"input throughput {meas['max_input_throughput_tok_s']:.0f} tok/s")
+    c["5.2.4-REPORT-2"] = decide("5.2.4-REPORT-2", ok=True, met=f"request throughput {meas['max_request_throughput_req_s']:.2f} req/s")
+    c["5.2.4-REPORT-3"] = decide("5.2.4-REPORT-3", ok=True, met=f"input throughput {meas['max_input_throughput_tok_s']:.0f} tok/s")
     if gpus:
-        c["5.2.4-REPORT-4"] = Check.met("5.2.4-REPORT-4", f"{meas['tokens_per_gpu_second']:.1f} tok/s/GPU ({gpus} GPUs)")
+        c["5.2.4-REPORT-4"] = decide("5.2.4-REPORT-4", ok=True, met=f"{meas['tokens_per_gpu_second']:.1f} tok/s/GPU ({gpus} GPUs)")
     elif ctx.sut.embedded:
-        c["5.2.4-REPORT-4"] = Check.not_applicable("5.2.4-REPORT-4", "the simulated engine has no GPU")
+        c["5.2.4-REPORT-4"] = decide("5.2.4-REPORT-4", ok=None, na="the simulated engine has no GPU")
     else:
-        c["5.2.4-REPORT-4"] = Check.unmet("5.2.4-REPORT-4", "GPU count not declared (declarations: hardware.count)")
+        c["5.2.4-REPORT-4"] = decide("5.2.4-REPORT-4", ok=False, unmet="GPU count not declared (declarations: hardware.count)")
     util = meas.get("batch_utilization")
-    c["5.2.4-REPORT-5"] = Check.met("5.2.4-REPORT-5", f"batch utilization {util:.1%}" if util is not None
+    c["5.2.4-REPORT-5"] = decide("5.2.4-REPORT-5", ok=True, met=f"batch utilization {util:.1%}" if util is not None
                                     else "reported as not measurable (no server batch metrics)")
     for rid, name in (("5.2.4-REPORT-6", "ttft"), ("5.2.4-REPORT-7", "tpot"), ("5.2.4-REPORT-8", "e2e")):
         vals = [meas.get(f"{name}_p{q}_ms") for q in (50, 95, 99)]
-        c[rid] = (Check.met(rid, f"{name.upper()} P50/P95/P99 at max load: " + "/".join(f"{v:.1f}" for v in vals) + " ms")
-                  if all(v is not None for v in vals) else Check.unmet(rid, f"{name.upper()} percentiles undefined"))
+        defined = all(v is not None for v in vals)
+        c[rid] = decide(rid, ok=defined, unmet=f"{name.upper()} percentiles undefined",
+                        met=defined and f"{name.upper()} P50/P95/P99 at max load: " + "/".join(f"{v:.1f}" for v in vals)
+                        + " ms")
     for rid, table in required.items():
         name = rid.replace("5.2.5-REPORT-1", "Table 3").replace("5.2.5-REPORT-2", "Table 4")
         present = table is not None and bool(table.rows) and any(t is table for t in tables)
-        c[rid] = Check.met(rid, f"{name} in the report") if present else Check.unmet(rid, f"{name} missing")
+        c[rid] = decide(rid, ok=bool(present), met=f"{name} in the report", unmet=f"{name} missing")
     return c
 

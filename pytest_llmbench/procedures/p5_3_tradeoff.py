@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import LLMClient
-from ..compliance import Check
+from ..common import draft
+from ..compliance import Check, decide
 from ..loadgen.load import ArrivalProcess, OpenLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.registry import METRICS
@@ -67,8 +68,8 @@ from .helpers import (
 )
 from .pipeline import THROUGHPUT, Outcome, ProcedureRun
 
-DRAFT_MIN_DURATION_S = 60.0  # §5.3.2
-DRAFT_LEVELS = tuple(round(0.1 * k, 1) for k in range(1, 13))  # §5.3.3 step 2: 10% ... 120%
+DRAFT_MIN_DURATION_S = draft.value("tradeoff.level_min_s")  # §5.3.2
+DRAFT_LEVELS = draft.value("tradeoff.levels")  # §5.3.3 step 2: 10% ... 120%
 
 
 @dataclass
@@ -81,10 +82,10 @@ class TradeoffParams:
     arrival: str = "poisson"  # open loop is REQUIRED (§5.3.2); poisson or uniform arrivals
     ttft_p99_slo_s: float | None = None  # for the optimal operating point (§5.3.4)
     tpot_p99_slo_s: float | None = None
-    knee_factor: float = 2.0  # §5.3.4: P99 > 2x the minimum P99
+    knee_factor: float = draft.value("tradeoff.knee_factor")  # §5.3.4: P99 > 2x the minimum P99
     min_level_requests: int = 30  # expected arrivals per level: a slow SUT gets longer levels
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
 
     def __post_init__(self) -> None:
@@ -108,11 +109,7 @@ class TradeoffParams:
             raise ValueError(f"knee_factor must be > 1, got {self.knee_factor}")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"level_duration_s": 2.0, "min_level_requests": 2, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
-    "standard": {},
-    "full": {"level_duration_s": 300.0},
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.3')  # data/profiles.yaml
 
 
 @dataclass
@@ -410,29 +407,24 @@ def _checks(p: TradeoffParams, points: list[LevelPoint], cap: Any, sat: int | No
             runs: list[Measured]) -> dict[str, Check]:
     fr = [pt.fraction for pt in points]
     c: dict[str, Check] = {}
-    c["5.3.2-PARAM-1"] = Check.met("5.3.2-PARAM-1", f"workload {p.workload}")
-    c["5.3.2-PARAM-2"] = (Check.met("5.3.2-PARAM-2", f"{p.level_duration_s:g} s per level")
-                          if p.level_duration_s >= DRAFT_MIN_DURATION_S else
-                          Check.unmet("5.3.2-PARAM-2", f"{p.level_duration_s:g} s per level < the draft's minimum "
+    c["5.3.2-PARAM-1"] = decide("5.3.2-PARAM-1", ok=True, met=f"workload {p.workload}")
+    c["5.3.2-PARAM-2"] = (decide("5.3.2-PARAM-2", ok=p.level_duration_s >= DRAFT_MIN_DURATION_S, met=f"{p.level_duration_s:g} s per level", unmet=f"{p.level_duration_s:g} s per level < the draft's minimum "
                                       f"{DRAFT_MIN_DURATION_S:g} s (profile)"))
     reached = any(pt.queue == "growing" for pt in points) or sat is not None
     if len(points) >= 10 and min(fr) <= 0.1 + 1e-9 and reached:
-        c["5.3.2-PARAM-3"] = Check.met("5.3.2-PARAM-3", f"{len(points)} levels from {min(fr):.0%} to {max(fr):.0%} "
+        c["5.3.2-PARAM-3"] = decide("5.3.2-PARAM-3", ok=True, met=f"{len(points)} levels from {min(fr):.0%} to {max(fr):.0%} "
                                        "of capacity; saturation reached")
     else:
         why = [f"only {len(points)} levels" if len(points) < 10 else "",
                f"lowest level {min(fr):.0%} > 10%" if min(fr) > 0.1 + 1e-9 else "",
                "saturation not reached (no growing queue, throughput never dropped)" if not reached else ""]
-        c["5.3.2-PARAM-3"] = Check.unmet("5.3.2-PARAM-3", "; ".join(x for x in why if x))
-    c["5.3.3-PARAM-1"] = Check.met("5.3.3-PARAM-1", f"capacity {cap.rate:.2f} req/s: {cap.source or 'unknown'}",
-                                   capacity_rate=cap.rate, source=cap.source)
+        c["5.3.2-PARAM-3"] = decide("5.3.2-PARAM-3", ok=False, unmet="; ".join(x for x in why if x))
+    c["5.3.3-PARAM-1"] = decide("5.3.3-PARAM-1", ok=True, met=f"capacity {cap.rate:.2f} req/s: {cap.source or 'unknown'}", capacity_rate=cap.rate, source=cap.source)
     grid = tuple(round(x, 6) for x in fr) == tuple(round(x, 6) for x in DRAFT_LEVELS)
-    c["5.3.3-PARAM-2"] = (Check.met("5.3.3-PARAM-2", "levels 10%, 20%, ..., 120% of capacity") if grid else
-                          Check.unmet("5.3.3-PARAM-2", "levels " + ", ".join(f"{x:.0%}" for x in fr)
+    c["5.3.3-PARAM-2"] = (decide("5.3.3-PARAM-2", ok=bool(grid), met="levels 10%, 20%, ..., 120% of capacity", unmet="levels " + ", ".join(f"{x:.0%}" for x in fr)
                                       + " differ from the draft's 10%..120% grid"))
     starts = [m.load.start_ns for m in runs]
-    c["5.3.3-PARAM-3"] = (Check.met("5.3.3-PARAM-3", "levels run in ascending order of offered load")
-                          if starts == sorted(starts) else Check.unmet("5.3.3-PARAM-3", "levels not run in order"))
-    c["5.3.3-PARAM-4"] = Check.met("5.3.3-PARAM-4", "throughput-latency curve in report.html (plots['curve'])")
+    c["5.3.3-PARAM-3"] = (decide("5.3.3-PARAM-3", ok=starts == sorted(starts), met="levels run in ascending order of offered load", unmet="levels not run in order"))
+    c["5.3.3-PARAM-4"] = decide("5.3.3-PARAM-4", ok=True, met="throughput-latency curve in report.html (plots['curve'])")
     return c
 

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..client import LLMClient
+from ..common import draft
 from ..common.records import RequestRecord, RequestSpec
 from ..compliance import Check, decide
 from ..loadgen.load import ArrivalProcess, OpenLoop
@@ -42,10 +43,10 @@ from .common import Measured, level_requests
 from .helpers import FLUID_RATE_NOTE, cap_output, fluid_rate, fmt_ms, fmt_num, pvalue, reported, sample_list
 from .pipeline import Outcome, ProcedureRun, latency_figures
 
-DRAFT_MIN_OUTPUT = 50  # §5.4.2 MUST
-DRAFT_MIN_REQUESTS = 100  # §5.4.2
-DRAFT_MIN_SAMPLES = 5000  # §5.4.2 "yielding 5000+ ITL samples"
-DRAFT_LEVELS = (0.25, 0.5, 0.75, 0.9)  # §5.4.2 RECOMMENDED, fractions of saturation
+DRAFT_MIN_OUTPUT = draft.value("itl.min_output_tokens")  # §5.4.2 MUST
+DRAFT_MIN_REQUESTS = draft.value("itl.min_requests")  # §5.4.2
+DRAFT_MIN_SAMPLES = draft.value("itl.min_samples")  # §5.4.2 "yielding 5000+ ITL samples"
+DRAFT_LEVELS = draft.value("itl.levels")  # §5.4.2 RECOMMENDED, fractions of saturation
 MIN_LEVEL_REQUESTS = 3  # a time budget never cuts a level below this many requests (~190 gaps smoke)
 
 
@@ -58,8 +59,8 @@ class ITLParams:
     levels: tuple[float, ...] = DRAFT_LEVELS  # fractions of the request-rate capacity (saturation)
     min_output_tokens: int = DRAFT_MIN_OUTPUT
     arrival: str = "poisson"
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     max_output_tokens: int | None = None  # cap on max_tokens (never below min_output_tokens); recorded
 
     def __post_init__(self) -> None:
@@ -80,11 +81,7 @@ class ITLParams:
             raise ValueError(f"arrival must be 'poisson' or 'uniform', got {self.arrival!r}")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 64},
-    "standard": {},
-    "full": {"requests": 1000},
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.4')  # data/profiles.yaml
 
 
 def force_min_output(specs: list[RequestSpec], min_tokens: int, cap: int | None) -> tuple[list[RequestSpec], int]:
@@ -331,26 +328,23 @@ def _checks(p: ITLParams, fractions: list[float], audits: list[ItlAudit], runs: 
                                mismatched=sum(a.span_mismatches for a in audits))
     n_min = min(len([r for r in m.records if r.ok]) for m in runs)
     samples_min = min(a.samples for a in audits)
-    c["5.4.2-PARAM-1"] = (Check.met("5.4.2-PARAM-1", f">= {DRAFT_MIN_REQUESTS} requests and {samples_min} ITL samples "
-                                    "per level") if n_min >= DRAFT_MIN_REQUESTS and samples_min >= DRAFT_MIN_SAMPLES
-                          else Check.unmet("5.4.2-PARAM-1", f"per level: >= {n_min} successful requests, >= "
+    c["5.4.2-PARAM-1"] = (decide("5.4.2-PARAM-1", ok=n_min >= DRAFT_MIN_REQUESTS and samples_min >= DRAFT_MIN_SAMPLES, met=f">= {DRAFT_MIN_REQUESTS} requests and {samples_min} ITL samples "
+                                    "per level", unmet=f"per level: >= {n_min} successful requests, >= "
                                            f"{samples_min} ITL samples (draft: {DRAFT_MIN_REQUESTS} requests, "
                                            f"{DRAFT_MIN_SAMPLES}+ samples)"))
-    c["5.4.2-PARAM-2"] = Check.met("5.4.2-PARAM-2", "levels stated as % of the request-rate capacity (5.2)")
-    c["5.4.2-PARAM-3"] = Check.met("5.4.2-PARAM-3", f"ITL option {runs[0].metrics.itl_option}: "
+    c["5.4.2-PARAM-2"] = decide("5.4.2-PARAM-2", ok=True, met="levels stated as % of the request-rate capacity (5.2)")
+    c["5.4.2-PARAM-3"] = decide("5.4.2-PARAM-3", ok=True, met=f"ITL option {runs[0].metrics.itl_option}: "
                                    f"{ITL_OPTIONS[runs[0].metrics.itl_option]}")
-    c["5.4.3-PARAM-1"] = Check.met("5.4.3-PARAM-1", "warm-up before the first level")
+    c["5.4.3-PARAM-1"] = decide("5.4.3-PARAM-1", ok=True, met="warm-up before the first level")
     bad_count = sum(a.count_mismatches for a in audits)
-    c["5.4.3-PARAM-2"] = (Check.met("5.4.3-PARAM-2", "per request: one ITL sample per token after the first")
-                          if not bad_count else
-                          Check.unmet("5.4.3-PARAM-2", f"{bad_count} requests' sample count != tokens - 1"))
-    c["5.4.3-PARAM-3"] = Check.met("5.4.3-PARAM-3", "samples pooled over every request of a level")
-    c["5.4.3-PARAM-4"] = Check.met("5.4.3-PARAM-4", "per-request jitter = std dev of its ITLs")
-    c["5.4.3-PARAM-5"] = Check.met("5.4.3-PARAM-5", "per-request maximum pause = its largest ITL")
+    c["5.4.3-PARAM-2"] = (decide("5.4.3-PARAM-2", ok=not bad_count, met="per request: one ITL sample per token after the first", unmet=f"{bad_count} requests' sample count != tokens - 1"))
+    c["5.4.3-PARAM-3"] = decide("5.4.3-PARAM-3", ok=True, met="samples pooled over every request of a level")
+    c["5.4.3-PARAM-4"] = decide("5.4.3-PARAM-4", ok=True, met="per-request jitter = std dev of its ITLs")
+    c["5.4.3-PARAM-5"] = decide("5.4.3-PARAM-5", ok=True, met="per-request maximum pause = its largest ITL")
     fracs = [m.metrics.scalar("single_token_chunk_fraction").value for m in runs
              if "single_token_chunk_fraction" in m.metrics.scalars]
     if fracs:
-        c["B.2.1-PARAM-1"] = Check.met("B.2.1-PARAM-1", f"single-token chunk share {min(fracs):.1%} (lowest level)")
+        c["B.2.1-PARAM-1"] = decide("B.2.1-PARAM-1", ok=True, met=f"single-token chunk share {min(fracs):.1%} (lowest level)")
     return c
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import LLMClient
+from ..common import draft
 from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
@@ -59,8 +60,9 @@ __all__ = [
 ]
 
 DEFAULT_TTFT_P99_S = 2.0  # at time_scale 1 (real endpoints); × time_scale on the simulator
-MIN_LEVEL_S, MIN_COMPLETIONS_PER_SLOT = 60.0, 100  # §5.5.3 step 3c
-MIN_COMPLETION = 0.99  # §5.5.2
+MIN_LEVEL_S = draft.value("capacity.level_min_s")  # §5.5.3 step 3c
+MIN_COMPLETIONS_PER_SLOT = draft.value("capacity.min_completions_per_slot")
+MIN_COMPLETION = draft.value("capacity.min_completion")  # §5.5.2
 
 
 @dataclass
@@ -78,8 +80,8 @@ class CapacityParams:
     min_level_s: float = MIN_LEVEL_S
     min_completions_per_slot: int = MIN_COMPLETIONS_PER_SLOT
     level_timeout_s: float = 3600.0  # safety cap on one level's submission window
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     criteria: list[str] = field(default_factory=list)  # extra SLOs a level must meet, e.g. "fluidity.p1 >= 0.9"
 
     def validate(self) -> None:
@@ -103,13 +105,7 @@ class CapacityParams:
             raise ValueError("workload_params must be a dict of build_workload arguments")  # noqa: TRY004
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    # short levels, coarse bracket: a handful of levels of a few seconds each
-    "smoke": {"min_level_s": 2.0, "min_completions_per_slot": 2, "resolution": 16, "max_concurrency": 128,
-              "warmup_requests": 16, "warmup_tokens": 2000},
-    "standard": {},
-    "full": {},
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.5')  # data/profiles.yaml
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,37 +349,29 @@ def _checks(p: CapacityParams, outcomes: dict[int, LevelOutcome], order: list[in
              or outcomes[c].completions < MIN_COMPLETIONS_PER_SLOT * c]
     mism = sum(int(outcomes[c].measured.metrics.scalar("osl_mismatch_count").value) for c in order)
     checks = {
-        "5.5.2-PARAM-1": (Check.met("5.5.2-PARAM-1", f"max_tokens = min_tokens = {p.output_tokens} with ignore_eos "
+        "5.5.2-PARAM-1": (decide("5.5.2-PARAM-1", ok=True, met=f"max_tokens = min_tokens = {p.output_tokens} with ignore_eos "
                                     "on every request; every successful output reached it")
                           if not mism else
-                          Check.unmet("5.5.2-PARAM-1", f"{mism} successful requests stopped short of the fixed "
-                                      f"{p.output_tokens}-token output (SUT ignored min_tokens/ignore_eos)",
-                                      osl_mismatch=mism)),
-        "5.5.2-PARAM-2": Check.met("5.5.2-PARAM-2", f"initial concurrency {p.initial_concurrency}"),
-        "5.5.2-PARAM-3": Check.met("5.5.2-PARAM-3", f"maximum concurrency {p.max_concurrency}"),
-        "5.5.2-PARAM-4": Check.met("5.5.2-PARAM-4", f"completion >= {p.min_completion:.0%}, TTFT P99 <= "
+                          decide("5.5.2-PARAM-1", ok=False, unmet=f"{mism} successful requests stopped short of the fixed "
+                                      f"{p.output_tokens}-token output (SUT ignored min_tokens/ignore_eos)", osl_mismatch=mism)),
+        "5.5.2-PARAM-2": decide("5.5.2-PARAM-2", ok=True, met=f"initial concurrency {p.initial_concurrency}"),
+        "5.5.2-PARAM-3": decide("5.5.2-PARAM-3", ok=True, met=f"maximum concurrency {p.max_concurrency}"),
+        "5.5.2-PARAM-4": decide("5.5.2-PARAM-4", ok=True, met=f"completion >= {p.min_completion:.0%}, TTFT P99 <= "
                                    f"{fmt_ms(threshold)} ({threshold_src}), no OOM/capacity errors (HTTP 429/503/507 "
                                    "or error text naming memory/KV cache/capacity; a 429 only with such text)", ttft_p99_threshold_s=threshold),
-        "5.5.3-PARAM-1": Check.met("5.5.3-PARAM-1", f"warm-up, then first level = {order[0]}"),
-        "5.5.3-PARAM-2": Check.met("5.5.3-PARAM-2", "closed loop: all slots start together, each completion "
+        "5.5.3-PARAM-1": decide("5.5.3-PARAM-1", ok=True, met=f"warm-up, then first level = {order[0]}"),
+        "5.5.3-PARAM-2": decide("5.5.3-PARAM-2", ok=True, met="closed loop: all slots start together, each completion "
                                    "replaced at once (§4.2.4)"),
-        "5.5.3-PARAM-3": (Check.met("5.5.3-PARAM-3", f"every level ran >= {MIN_LEVEL_S:g} s and >= "
-                                    f"{MIN_COMPLETIONS_PER_SLOT} completions per slot")
-                          if not short else
-                          Check.unmet("5.5.3-PARAM-3", f"levels {short} ran less than {MIN_LEVEL_S:g} s or "
+        "5.5.3-PARAM-3": (decide("5.5.3-PARAM-3", ok=not short, met=f"every level ran >= {MIN_LEVEL_S:g} s and >= "
+                                    f"{MIN_COMPLETIONS_PER_SLOT} completions per slot", unmet=f"levels {short} ran less than {MIN_LEVEL_S:g} s or "
                                       f"{MIN_COMPLETIONS_PER_SLOT} completions per slot (profile: >= "
                                       f"{p.min_level_s:g} s and >= {p.min_completions_per_slot} per slot)")),
-        "5.5.3-PARAM-4": Check.met("5.5.3-PARAM-4", "per level: completion, TTFT/TPOT P99, errors, verdict"),
-        "5.5.3-PARAM-5": (Check.met("5.5.3-PARAM-5", f"search converged to resolution {p.resolution}")
-                          if converged else
-                          Check.unmet("5.5.3-PARAM-5", "search did not converge")),
-        "5.5.4-REPORT-1": (Check.met("5.5.4-REPORT-1", f"maximum concurrency {lo}") if lo else
-                           Check.unmet("5.5.4-REPORT-1", "no level met the criteria")),
-        "5.5.4-REPORT-2": (Check.met("5.5.4-REPORT-2", "output tok/s at the maximum") if lo else
-                           Check.unmet("5.5.4-REPORT-2", "no maximum")),
-        "5.5.4-REPORT-3": (Check.met("5.5.4-REPORT-3", "tokens in flight at the maximum (client-side estimate)")
-                           if lo else Check.unmet("5.5.4-REPORT-3", "no maximum")),
-        "5.5.5-REPORT-1": Check.met("5.5.5-REPORT-1", "Table 7 and the maximum line"),
+        "5.5.3-PARAM-4": decide("5.5.3-PARAM-4", ok=True, met="per level: completion, TTFT/TPOT P99, errors, verdict"),
+        "5.5.3-PARAM-5": (decide("5.5.3-PARAM-5", ok=bool(converged), met=f"search converged to resolution {p.resolution}", unmet="search did not converge")),
+        "5.5.4-REPORT-1": (decide("5.5.4-REPORT-1", ok=bool(lo), met=f"maximum concurrency {lo}", unmet="no level met the criteria")),
+        "5.5.4-REPORT-2": (decide("5.5.4-REPORT-2", ok=bool(lo), met="output tok/s at the maximum", unmet="no maximum")),
+        "5.5.4-REPORT-3": (decide("5.5.4-REPORT-3", ok=bool(lo), met="tokens in flight at the maximum (client-side estimate)", unmet="no maximum")),
+        "5.5.5-REPORT-1": decide("5.5.5-REPORT-1", ok=True, met="Table 7 and the maximum line"),
         "7.4-SHOULD-3": decide("7.4-SHOULD-3", sampled=server_sampled,
                                stop_rule="the search stops raising load at the first failing level"),
     }

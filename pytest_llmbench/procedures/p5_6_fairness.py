@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..client import LLMClient
+from ..common import draft
 from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
@@ -48,9 +49,9 @@ from .common import Measured, level_requests, probe_window_s, resolve_load
 from .helpers import cap_output, closed_level_stream, fmt_ms, pvalue, queue_trend, reported, steady_window_ns
 from .pipeline import Outcome, ProcedureRun
 
-MIN_PER_CLASS = 500  # §5.6.2
-MIN_DURATION_S = 300.0  # §5.6.3 step 4
-LOAD_BAND = (0.7, 0.9)  # §5.6.2 RECOMMENDED fraction of saturation
+MIN_PER_CLASS = draft.value("fairness.min_requests_per_class")  # §5.6.2
+MIN_DURATION_S = draft.value("fairness.min_duration_s")  # §5.6.3 step 4
+LOAD_BAND = draft.value("fairness.load_band")  # §5.6.2 RECOMMENDED fraction of saturation
 ISOLATION_MODES = ("total", "class-share")
 CAPACITY_MODES = ("mix-probe", "session")
 
@@ -69,8 +70,8 @@ class FairnessParams:
     probe_concurrency: int = 64  # closed-loop probe of the mix's saturation throughput
     probe_duration_s: float = 20.0
     starvation_factor: float = 5.0
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
 
     def validate(self) -> None:
@@ -103,12 +104,7 @@ class FairnessParams:
             raise ValueError(f"max_output_tokens must be >= 1, got {self.max_output_tokens}")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"requests_per_class": 30, "duration_s": 3.0, "warmup_requests": 20, "warmup_tokens": 1500,
-              "max_output_tokens": 96, "probe_duration_s": 2.0},
-    "standard": {},
-    "full": {},  # the draft RECOMMENDS nothing beyond its minimums for 5.6
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.6')  # data/profiles.yaml
 
 
 def _shares(mix: dict[str, float]) -> dict[str, float]:
@@ -487,35 +483,28 @@ def _checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mix
     observed = {c: counts[c] / n if n else 0.0 for c in classes}
     mix_ok = n > 0 and all(abs(observed[c] - shares[c]) <= 1.0 / n + 1e-9 for c in classes)
     return {
-        "5.6.2-PARAM-1": (Check.met("5.6.2-PARAM-1", f"{len(classes)} classes declared ("
+        "5.6.2-PARAM-1": (decide("5.6.2-PARAM-1", ok=True, met=f"{len(classes)} classes declared ("
                                     + ", ".join(classes) + "); every request tagged", classes=decl.get("classes"))
                           if untagged == 0 else
-                          Check.unmet("5.6.2-PARAM-1", f"{untagged} requests carry no class")),
-        "5.6.2-PARAM-2": (Check.met("5.6.2-PARAM-2", "mix " + ", ".join(f"{c} {shares[c]:.0%}" for c in classes)
-                                    + "; observed " + ", ".join(f"{c} {observed[c]:.1%}" for c in classes))
-                          if mix_ok else
-                          Check.unmet("5.6.2-PARAM-2", f"observed mix {observed} differs from {shares}")),
+                          decide("5.6.2-PARAM-1", ok=False, unmet=f"{untagged} requests carry no class")),
+        "5.6.2-PARAM-2": (decide("5.6.2-PARAM-2", ok=bool(mix_ok), met="mix " + ", ".join(f"{c} {shares[c]:.0%}" for c in classes)
+                                    + "; observed " + ", ".join(f"{c} {observed[c]:.1%}" for c in classes), unmet=f"observed mix {observed} differs from {shares}")),
         "5.6.2-SHOULD-1": c_load,
-        "5.6.2-PARAM-3": (Check.met("5.6.2-PARAM-3", "successful requests per class: "
+        "5.6.2-PARAM-3": (decide("5.6.2-PARAM-3", ok=True, met="successful requests per class: "
                                     + ", ".join(f"{c} {k}" for c, k in ok_counts.items()))
                           if not few else
-                          Check.unmet("5.6.2-PARAM-3", "fewer than 500 successful requests for "
+                          decide("5.6.2-PARAM-3", ok=False, unmet="fewer than 500 successful requests for "
                                       + ", ".join(f"{c} ({k})" for c, k in few.items()), counts=ok_counts)),
-        "5.6.3-PARAM-1": Check.met("5.6.3-PARAM-1", f"warm-up: {wu.ok} requests, {wu.output_tokens} output tokens"),
-        "5.6.3-PARAM-2": (Check.met("5.6.3-PARAM-2", "isolated runs for " + ", ".join(isolated)
-                                    + ", each class alone at the mixed run's total request rate (same total load)")
-                          if p.isolation == "total" else
-                          Check.unmet("5.6.3-PARAM-2", "isolated runs for " + ", ".join(isolated) + " at each "
+        "5.6.3-PARAM-1": decide("5.6.3-PARAM-1", ok=True, met=f"warm-up: {wu.ok} requests, {wu.output_tokens} output tokens"),
+        "5.6.3-PARAM-2": (decide("5.6.3-PARAM-2", ok=p.isolation == "total", met="isolated runs for " + ", ".join(isolated)
+                                    + ", each class alone at the mixed run's total request rate (same total load)", unmet="isolated runs for " + ", ".join(isolated) + " at each "
                                       "class's share of the mixed rate (isolation='class-share'), not at the same "
                                       "total load; use isolation='total'")),
-        "5.6.3-PARAM-3": (Check.met("5.6.3-PARAM-3", f"mixed run submitted requests over {window:.1f} s")
+        "5.6.3-PARAM-3": (decide("5.6.3-PARAM-3", ok=True, met=f"mixed run submitted requests over {window:.1f} s")
                           if window >= MIN_DURATION_S else
-                          Check.unmet("5.6.3-PARAM-3", f"mixed run lasted {window:.1f} s < {MIN_DURATION_S:.0f} s",
-                                      window_s=window)),
-        "5.6.3-PARAM-4": (Check.met("5.6.3-PARAM-4", "every record has class, submission, first-token and "
-                                    "completion times")
-                          if untagged == 0 and missing_times == 0 else
-                          Check.unmet("5.6.3-PARAM-4", f"{untagged} untagged records, {missing_times} successful "
+                          decide("5.6.3-PARAM-3", ok=False, unmet=f"mixed run lasted {window:.1f} s < {MIN_DURATION_S:.0f} s", window_s=window)),
+        "5.6.3-PARAM-4": (decide("5.6.3-PARAM-4", ok=untagged == 0 and missing_times == 0, met="every record has class, submission, first-token and "
+                                    "completion times", unmet=f"{untagged} untagged records, {missing_times} successful "
                                       "records without first-token/completion time")),
     }
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..client import LLMClient
+from ..common import draft
 from ..common.records import RequestSpec
 from ..compliance import Check, RunFacts, decide
 from ..loadgen.warmup import WarmupResult
@@ -34,7 +35,7 @@ from .helpers import cap_output, fmt_ms, pvalue
 from .helpers import reported as reported_in
 from .pipeline import Outcome, ProcedureRun
 
-P99_MIN = 1000  # §5.1.4.3
+P99_MIN = draft.value("ttft.p99_min_requests")  # §5.1.4.3
 #: (hit tokens, queried tokens) counter pairs of known servers, first match wins.
 HIT_COUNTERS = (
     ("llmbench:prefix_cache_hit_tokens_total", "llmbench:prefix_cache_queried_tokens_total"),
@@ -54,8 +55,8 @@ class PrefixCacheParams:
     requests: int = P99_MIN
     load: LoadSpec = field(default_factory=lambda: closed(4))
     warm_run: bool = True  # Table 10's "Cache (Warm)" row: pre-populate the shared prefixes first
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
 
     def validate(self) -> None:
@@ -70,11 +71,7 @@ class PrefixCacheParams:
             raise ValueError(f"max_output_tokens must be >= 1, got {self.max_output_tokens}")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    "smoke": {"requests": 120, "warmup_requests": 20, "warmup_tokens": 1500, "max_output_tokens": 16},
-    "standard": {},
-    "full": {},  # the draft RECOMMENDS only the workload (Code Completion), already the default
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.7')  # data/profiles.yaml
 
 
 def prefix_specs(specs: list[RequestSpec], tokenizer: Any) -> list[RequestSpec]:
@@ -364,29 +361,20 @@ def _checks(p: PrefixCacheParams, runs: dict[str, Measured], stats: dict[str, Ca
     sent_same = len({tuple(sorted(r.index for r in m.records)) for m in runs.values()}) == 1
     reported = any(st.reported or st.server_hit is not None for k, st in stats.items() if k != "disabled")
     return {
-        "5.7.2-PARAM-1": (Check.met("5.7.2-PARAM-1", f"{share.get('prefixes', 0)} shared prefixes declared "
-                                    f"({share.get('selection', '')})")
-                          if n_shared else Check.unmet("5.7.2-PARAM-1", "the workload has no shared prefix")),
-        "5.7.2-PARAM-2": (Check.met("5.7.2-PARAM-2", f"prefix lengths {share.get('prefix_lengths')} tokens")
-                          if share.get("prefix_lengths") or share.get("length") not in (None, "none") else
-                          Check.unmet("5.7.2-PARAM-2", "prefix length not declared")),
-        "5.7.2-PARAM-3": Check.met("5.7.2-PARAM-3", f"sharing fraction {share.get('fraction')} declared, "
+        "5.7.2-PARAM-1": (decide("5.7.2-PARAM-1", ok=bool(n_shared), met=f"{share.get('prefixes', 0)} shared prefixes declared "
+                                    f"({share.get('selection', '')})", unmet="the workload has no shared prefix")),
+        "5.7.2-PARAM-2": (decide("5.7.2-PARAM-2", ok=bool(share.get("prefix_lengths") or share.get("length") not in (None, "none")), met=f"prefix lengths {share.get('prefix_lengths')} tokens", unmet="prefix length not declared")),
+        "5.7.2-PARAM-3": decide("5.7.2-PARAM-3", ok=True, met=f"sharing fraction {share.get('fraction')} declared, "
                                    f"{observed:.1%} observed"),
         "5.7.2-MUST-1": decide("5.7.2-MUST-1", ran=[name for name, key in (("disabled", "disabled"), ("enabled", "cold"))
                                                     if key in runs], state_off=state_off, state_on=state_on),
-        "5.7.3-PARAM-1": Check.met("5.7.3-PARAM-1", f"cache disabled; warm-up on synthetic-uniform ({wu.ok} requests) "
+        "5.7.3-PARAM-1": decide("5.7.3-PARAM-1", ok=True, met=f"cache disabled; warm-up on synthetic-uniform ({wu.ok} requests) "
                                    "shares no prefix with the measured workload"),
-        "5.7.3-PARAM-2": (Check.met("5.7.3-PARAM-2", f"TTFT recorded for all {base_ok} baseline requests")
-                          if base_ok == len(base.records) else
-                          Check.unmet("5.7.3-PARAM-2", f"TTFT for {base_ok} of {len(base.records)} baseline requests")),
-        "5.7.3-PARAM-3": Check.met("5.7.3-PARAM-3", "cold run: not pre-populated; warm run: "
+        "5.7.3-PARAM-2": (decide("5.7.3-PARAM-2", ok=base_ok == len(base.records), met=f"TTFT recorded for all {base_ok} baseline requests", unmet=f"TTFT for {base_ok} of {len(base.records)} baseline requests")),
+        "5.7.3-PARAM-3": decide("5.7.3-PARAM-3", ok=True, met="cold run: not pre-populated; warm run: "
                                    + ("pre-populated with every shared prefix" if populated else "not run/not populated")),
-        "5.7.3-PARAM-4": (Check.met("5.7.3-PARAM-4", f"identical request sequence (sha256 {digest[:16]}…)")
-                          if sent_same else
-                          Check.unmet("5.7.3-PARAM-4", "the runs did not send the same requests")),
-        "5.7.4-REPORT-4": (Check.met("5.7.4-REPORT-4", "hit rate from usage.cached_tokens and/or server counters")
-                           if reported else
-                           Check.unmet("5.7.4-REPORT-4", "not measurable: the SUT reports neither cached_tokens nor "
+        "5.7.3-PARAM-4": (decide("5.7.3-PARAM-4", ok=bool(sent_same), met=f"identical request sequence (sha256 {digest[:16]}…)", unmet="the runs did not send the same requests")),
+        "5.7.4-REPORT-4": (decide("5.7.4-REPORT-4", ok=bool(reported), met="hit rate from usage.cached_tokens and/or server counters", unmet="not measurable: the SUT reports neither cached_tokens nor "
                                        "prefix-cache counters")),
     }
 

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..client import LLMClient
+from ..common import draft
 from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
@@ -63,7 +64,7 @@ from .pipeline import Outcome, ProcedureRun
 
 __all__ = ["PROFILES", "LevelPressure", "MemoryPressureParams", "level_concurrency"]
 
-MIN_LEVEL_S = 120.0  # §5.8.3 step 3b
+MIN_LEVEL_S = draft.value("memory_pressure.level_min_s")  # §5.8.3 step 3b
 
 #: /metrics counters, first present name wins (the simulator's, then vLLM's).
 PREEMPTION_EVENTS = ("llmbench:num_preemptions_total", *metric_names("preemptions"))
@@ -85,8 +86,8 @@ class MemoryPressureParams:
     capacity_concurrency: int | None = None  # declared capacity; None: ctx.get_capacity("concurrency")
     drain_s: float | None = None  # wait for in-flight requests after a level; None: the session timeout
     abort_fail_rate: float = 0.5  # cascade guard (§7.4): stop raising the level above this failure rate
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
 
     def validate(self) -> None:
         self.levels = tuple(float(x) for x in self.levels)
@@ -106,14 +107,7 @@ class MemoryPressureParams:
             raise ValueError("workload_params must be a dict of build_workload arguments")  # noqa: TRY004
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    # short levels of shorter documents; requests still queued 2 s after a level are cancelled
-    # (counted, neither complete nor failed)
-    "smoke": {"level_s": 2.5, "drain_s": 2.0, "workload_params": {"lengths": [512, 1024]},
-              "warmup_requests": 8, "warmup_tokens": 1000},
-    "standard": {},
-    "full": {},
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.8')  # data/profiles.yaml
 
 
 def level_concurrency(level: float, capacity: int) -> int:
@@ -400,38 +394,29 @@ def _checks(p: MemoryPressureParams, cap_n: int, cap_src: str, outcomes: list[Le
     above = [o for o in outcomes if o.level > 1]
     long_ctx = p.workload == "long-context"
     return {
-        "5.8.2-SHOULD-1": (Check.met("5.8.2-SHOULD-1", "Long Context workload") if long_ctx else
-                           Check.unmet("5.8.2-SHOULD-1", f"workload {p.workload} (the request shape of the 5.5 "
+        "5.8.2-SHOULD-1": (decide("5.8.2-SHOULD-1", ok=bool(long_ctx), met="Long Context workload", unmet=f"workload {p.workload} (the request shape of the 5.5 "
                                        "capacity, so levels are true ratios to it); Long Context is RECOMMENDED: "
                                        "pass workload='long-context'")),
-        "5.8.2-PARAM-1": Check.met("5.8.2-PARAM-1", "levels " + ", ".join(_label(x) for x in levels)
+        "5.8.2-PARAM-1": decide("5.8.2-PARAM-1", ok=True, met="levels " + ", ".join(_label(x) for x in levels)
                                    + f" of capacity {cap_n}"),
-        "5.8.3-PARAM-1": Check.met("5.8.3-PARAM-1", f"capacity {cap_n} concurrent requests: {cap_src}"),
-        "5.8.3-PARAM-2": Check.met("5.8.3-PARAM-2", "SUT configured, warm-up completed (§4.5)"),
-        "5.8.3-PARAM-3": (Check.met("5.8.3-PARAM-3", "; ".join(f"{_label(o.level)} -> {o.concurrency} concurrent"
-                                                                for o in outcomes))
-                          if above else Check.unmet("5.8.3-PARAM-3", "no level above capacity was run")),
-        "5.8.3-PARAM-4": (Check.met("5.8.3-PARAM-4", f"every level ran >= {MIN_LEVEL_S:g} s") if not short else
-                          Check.unmet("5.8.3-PARAM-4", f"levels {', '.join(short)} ran < {MIN_LEVEL_S:g} s "
+        "5.8.3-PARAM-1": decide("5.8.3-PARAM-1", ok=True, met=f"capacity {cap_n} concurrent requests: {cap_src}"),
+        "5.8.3-PARAM-2": decide("5.8.3-PARAM-2", ok=True, met="SUT configured, warm-up completed (§4.5)"),
+        "5.8.3-PARAM-3": (decide("5.8.3-PARAM-3", ok=bool(above), met="; ".join(f"{_label(o.level)} -> {o.concurrency} concurrent"
+                                                                for o in outcomes), unmet="no level above capacity was run")),
+        "5.8.3-PARAM-4": (decide("5.8.3-PARAM-4", ok=not short, met=f"every level ran >= {MIN_LEVEL_S:g} s", unmet=f"levels {', '.join(short)} ran < {MIN_LEVEL_S:g} s "
                                       f"(profile level_s = {p.level_s:g} s)")),
-        "5.8.3-PARAM-5": (Check.met("5.8.3-PARAM-5", "completions, latency, errors by type (OOM/capacity "
-                                    "classified) and server-side preemptions recorded") if measurable else
-                          Check.unmet("5.8.3-PARAM-5", "completions, latency and errors recorded; preemptions "
+        "5.8.3-PARAM-5": (decide("5.8.3-PARAM-5", ok=bool(measurable), met="completions, latency, errors by type (OOM/capacity "
+                                    "classified) and server-side preemptions recorded", unmet="completions, latency and errors recorded; preemptions "
                                       f"{NOT_MEASURABLE} (no server timing or /metrics counters)")),
-        "5.8.3-PARAM-6": Check.needs_declaration("5.8.3-PARAM-6", f"automatic summary: {degradation}"),
-        "5.8.4-REPORT-1": Check.met("5.8.4-REPORT-1", "completion rate per level"),
-        "5.8.4-REPORT-2": (Check.met("5.8.4-REPORT-2", "preemption rate per level") if measurable else
-                           Check.unmet("5.8.4-REPORT-2", f"preemption rate {NOT_MEASURABLE}")),
-        "5.8.4-REPORT-3": (Check.met("5.8.4-REPORT-3", "recovery rate per level (n/a where nothing was preempted)")
-                           if all("per-request" in o.source for o in outcomes) else
-                           Check.unmet("5.8.4-REPORT-3", "recovery rate needs per-request preemption data "
+        "5.8.3-PARAM-6": decide("5.8.3-PARAM-6", ok=None, needs=f"automatic summary: {degradation}"),
+        "5.8.4-REPORT-1": decide("5.8.4-REPORT-1", ok=True, met="completion rate per level"),
+        "5.8.4-REPORT-2": (decide("5.8.4-REPORT-2", ok=bool(measurable), met="preemption rate per level", unmet=f"preemption rate {NOT_MEASURABLE}")),
+        "5.8.4-REPORT-3": (decide("5.8.4-REPORT-3", ok=bool(all("per-request" in o.source for o in outcomes)), met="recovery rate per level (n/a where nothing was preempted)", unmet="recovery rate needs per-request preemption data "
                                        "from the server")),
-        "5.8.4-REPORT-4": (Check.met("5.8.4-REPORT-4", "tokens lost per preemption per level")
-                           if all(o.tokens_lost_per_preemption is not None or o.preemption_events == 0
-                                  for o in outcomes) else
-                           Check.unmet("5.8.4-REPORT-4", "preemption loss needs preempted-token counts from "
+        "5.8.4-REPORT-4": (decide("5.8.4-REPORT-4", ok=bool(all(o.tokens_lost_per_preemption is not None or o.preemption_events == 0
+                                  for o in outcomes)), met="tokens lost per preemption per level", unmet="preemption loss needs preempted-token counts from "
                                        "the server")),
-        "5.8.5-REPORT-1": Check.met("5.8.5-REPORT-1", "Table 11 with a 100 % base row" if 1.0 in levels
+        "5.8.5-REPORT-1": decide("5.8.5-REPORT-1", ok=True, met="Table 11 with a 100 % base row" if 1.0 in levels
                                     else "Table 11 (no 100 % base level requested)"),
         "7.4-SHOULD-3": decide("7.4-SHOULD-3", sampled=sampled,
                                stop_rule=f"levels stop above a {p.abort_fail_rate:.0%} failure rate"),

@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from ..client import LLMClient
-from ..compliance import Check
+from ..common import draft
+from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.stats import ScalingFit, scaling_fit
@@ -48,9 +49,9 @@ from .pipeline import Outcome, ProcedureRun
 
 __all__ = ["PROFILES", "LongContextParams", "best_fit_statement", "effective_lengths"]
 
-MIN_REQUESTS_PER_LENGTH = 20  # §5.9.2
-DRAFT_OUTPUT_TOKENS = 256  # §5.9.2
-MAX_CONCURRENCY = 4  # §5.9.2 "low concurrency (1-4)"
+MIN_REQUESTS_PER_LENGTH = draft.value("long_context.min_requests_per_length")  # §5.9.2
+DRAFT_OUTPUT_TOKENS = draft.value("long_context.output_tokens")  # §5.9.2
+MAX_CONCURRENCY = draft.value("long_context.max_concurrency")  # §5.9.2 "low concurrency (1-4)"
 
 
 @dataclass
@@ -63,8 +64,8 @@ class LongContextParams:
     output_tokens: int = DRAFT_OUTPUT_TOKENS
     max_output_tokens: int | None = None  # cap on the output (shorter runs); recorded as unmet 5.9.2-PARAM-2
     context_window: int | None = None  # None: the simulator's, else no clamping
-    warmup_requests: int = 100
-    warmup_tokens: int = 10_000
+    warmup_requests: int = draft.value("warmup.min_requests")
+    warmup_tokens: int = draft.value("warmup.min_output_tokens")
     warmup_input_tokens: int = 256  # short-context warm-up (§5.9.3 step 1)
     throughput_concurrencies: tuple[int, ...] = (2, 4, 8, 16, 32, 64)  # max-throughput sweep (§5.9.4); () = none
     throughput_waves: int = 3  # requests per sweep level = waves x concurrency
@@ -90,14 +91,7 @@ class LongContextParams:
             raise ValueError("throughput_waves must be >= 1 and plateau_gain > 0")
 
 
-PROFILES: dict[str, dict[str, Any]] = {
-    # three lengths: on a CPU-only server a 16K prefill alone takes minutes
-    "smoke": {"requests_per_length": 3, "lengths": (1024, 2048, 4096), "max_output_tokens": 16,
-              "warmup_requests": 16, "warmup_tokens": 1000,
-              "throughput_concurrencies": (2, 4, 8), "throughput_waves": 2},
-    "standard": {},
-    "full": {},
-}
+PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.9')  # data/profiles.yaml
 
 
 def effective_lengths(lengths: tuple[int, ...], window: int | None, output_tokens: int) -> tuple[list[int], list[str]]:
@@ -383,9 +377,8 @@ class LongContext(ProcedureRun[LongContextParams]):
         checks = _checks(self.p, self.lengths, self.out_tokens, self.n_min, self.fit, self.declaration)
         short = [f"{L} ({sw.stopped})" for L, sw in self.sweeps.items() if not sw.is_maximum]
         checks["5.9.4-REPORT-4"] = (
-            Check.unmet("5.9.4-REPORT-4", "maximum throughput not reached at " + "; ".join(short)
-                        + ": lower bounds reported") if short else
-            Check.met("5.9.4-REPORT-4", "maximum throughput per length from a concurrency sweep to a plateau or "
+            decide("5.9.4-REPORT-4", ok=not (bool(short)), unmet="maximum throughput not reached at " + "; ".join(short)
+                        + ": lower bounds reported", met="maximum throughput per length from a concurrency sweep to a plateau or "
                       "to failures"))
         return checks
 
@@ -393,30 +386,23 @@ class LongContext(ProcedureRun[LongContextParams]):
 def _checks(p: LongContextParams, lengths: list[int], out_tokens: int, n_min: int, fit: ScalingFit | None,
             declaration: dict[str, Any]) -> dict[str, Check]:
     return {
-        "5.9.2-PARAM-1": Check.met("5.9.2-PARAM-1", f"context lengths {lengths}"),
-        "5.9.2-PARAM-2": (Check.met("5.9.2-PARAM-2", f"fixed output {out_tokens} tokens (forced)")
-                          if out_tokens == DRAFT_OUTPUT_TOKENS else
-                          Check.unmet("5.9.2-PARAM-2", f"output fixed at {out_tokens} tokens, not "
+        "5.9.2-PARAM-1": decide("5.9.2-PARAM-1", ok=True, met=f"context lengths {lengths}"),
+        "5.9.2-PARAM-2": (decide("5.9.2-PARAM-2", ok=out_tokens == DRAFT_OUTPUT_TOKENS, met=f"fixed output {out_tokens} tokens (forced)", unmet=f"output fixed at {out_tokens} tokens, not "
                                       f"{DRAFT_OUTPUT_TOKENS} (profile/parameter cap)")),
-        "5.9.2-PARAM-3": (Check.met("5.9.2-PARAM-3", f"closed loop at concurrency {p.concurrency}")
-                          if p.concurrency <= MAX_CONCURRENCY else
-                          Check.unmet("5.9.2-PARAM-3", f"concurrency {p.concurrency} > {MAX_CONCURRENCY}")),
-        "5.9.2-PARAM-4": (Check.met("5.9.2-PARAM-4", f">= {MIN_REQUESTS_PER_LENGTH} successful requests per length "
-                                    f"(min {n_min})")
-                          if n_min >= MIN_REQUESTS_PER_LENGTH else
-                          Check.unmet("5.9.2-PARAM-4", f"only {n_min} successful requests at some length "
+        "5.9.2-PARAM-3": (decide("5.9.2-PARAM-3", ok=p.concurrency <= MAX_CONCURRENCY, met=f"closed loop at concurrency {p.concurrency}", unmet=f"concurrency {p.concurrency} > {MAX_CONCURRENCY}")),
+        "5.9.2-PARAM-4": (decide("5.9.2-PARAM-4", ok=n_min >= MIN_REQUESTS_PER_LENGTH, met=f">= {MIN_REQUESTS_PER_LENGTH} successful requests per length "
+                                    f"(min {n_min})", unmet=f"only {n_min} successful requests at some length "
                                       f"(< {MIN_REQUESTS_PER_LENGTH}; profile requests_per_length = "
                                       f"{p.requests_per_length})")),
-        "5.9.3-PARAM-1": Check.met("5.9.3-PARAM-1", f"warm-up with {p.warmup_input_tokens}-token prompts"),
-        "5.9.3-PARAM-2": Check.met("5.9.3-PARAM-2", "lengths run in ascending order at low concurrency; TTFT and "
+        "5.9.3-PARAM-1": decide("5.9.3-PARAM-1", ok=True, met=f"warm-up with {p.warmup_input_tokens}-token prompts"),
+        "5.9.3-PARAM-2": decide("5.9.3-PARAM-2", ok=True, met="lengths run in ascending order at low concurrency; TTFT and "
                                    "E2E recorded per request"),
-        "5.9.3-PARAM-3": (Check.met("5.9.3-PARAM-3", "power-law (log-log) and linear fits") if fit is not None
-                          else Check.unmet("5.9.3-PARAM-3", "no fit: fewer than two lengths with data")),
-        "5.9.4-REPORT-1": Check.met("5.9.4-REPORT-1", "TTFT mean, P50, P95 per length"),
-        "5.9.4-REPORT-2": Check.met("5.9.4-REPORT-2", "ms per 1K input tokens per length"),
-        "5.9.4-REPORT-3": (Check.met("5.9.4-REPORT-3", f"k = {fit.exponent:.3f}, R^2 = {fit.r2_loglog:.4f}")
-                           if fit is not None else Check.unmet("5.9.4-REPORT-3", "no fit")),
-        "5.9.5-REPORT-1": Check.met("5.9.5-REPORT-1", "Table 12 and the best-fit statement"),
+        "5.9.3-PARAM-3": (decide("5.9.3-PARAM-3", ok=fit is not None, met="power-law (log-log) and linear fits", unmet="no fit: fewer than two lengths with data")),
+        "5.9.4-REPORT-1": decide("5.9.4-REPORT-1", ok=True, met="TTFT mean, P50, P95 per length"),
+        "5.9.4-REPORT-2": decide("5.9.4-REPORT-2", ok=True, met="ms per 1K input tokens per length"),
+        "5.9.4-REPORT-3": decide("5.9.4-REPORT-3", ok=fit is not None, unmet="no fit",
+                                 met=fit and f"k = {fit.exponent:.3f}, R^2 = {fit.r2_loglog:.4f}"),
+        "5.9.5-REPORT-1": decide("5.9.5-REPORT-1", ok=True, met="Table 12 and the best-fit statement"),
     }
 
 

@@ -5,8 +5,8 @@ capacity look-ups), a client for the SUT, ``warm_up`` (§4.5), ``run_loads`` (th
 load levels or search; every run recorded through :meth:`ProcedureRun.measure`), ``restore``
 (undo SUT configuration switches, always), ``summarize`` (tables, measurements, notes, plots, and
 what the procedure shows: its primary run, headline key figures, sweep result, warnings and the
-runs it overlays; ``document/`` only aggregates these), the run facts, ``checks`` (declared, see
-:func:`helpers.declared_checks`), the result and its compliance verdict (``common.finish``). A
+runs it overlays; ``document/`` only aggregates these), the run facts, ``checks`` (each through
+``compliance.decide``), the result and its compliance verdict (``common.finish``). A
 measurement key the procedure does not declare (``measurement_keys``/``measurement_patterns``)
 fails the run: the keys are its contract with the suites and SLO assertions.
 
@@ -29,7 +29,7 @@ import numpy as np
 
 from ..client import LLMClient
 from ..common.records import RequestRecord, RequestSpec
-from ..compliance import Check, ColdStartFacts, RunFacts
+from ..compliance import Check, ColdStartFacts, RunFacts, decide
 from ..loadgen.load import ClosedLoop, OpenLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure import tokencount
@@ -350,9 +350,8 @@ class ProcedureRun(Generic[P]):
         sent = dataclasses.replace(wl, specs=list(specs)) if specs else wl
         out = {}
         for rid, (ok, why) in reference_checks(sent).items():
-            c = Check.met(rid, why) if ok else Check.unmet(rid, f"{why} (workload {workload.get('name')})")
-            c.source = "measured"
-            out[rid] = c
+            out[rid] = decide(rid, ok=bool(ok), met=why, unmet=f"{why} (workload {workload.get('name')})",
+                              source="measured")
         return out
 
     # ---- steps a procedure supplies -----------------------------------------------------------
@@ -387,7 +386,7 @@ class ProcedureRun(Generic[P]):
         raise NotImplementedError
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        """The procedure's requirement checks (helpers.declared_checks)."""
+        """The procedure's requirement checks, each built by ``compliance.decide`` (a decider or a row)."""
         raise NotImplementedError
 
     def adjust_facts(self, facts: RunFacts) -> None:

@@ -15,38 +15,27 @@ bounded below by the model's; the knee and P99s themselves are checked exactly a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from procedure_harness import procedure_context
+from factories import simulator_harness
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.measure.stats import censored_percentile, knee_point, knee_point_ci, saturation_point_ci
 from pytest_llmbench.procedures.base import (
     Capacity,
-    ProcedureContext,
     ProcedureError,
     get_procedure,
 )
-from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.simulator.engine import Engine, Sequence, run_virtual
 from pytest_llmbench.simulator.predict import simulate_closed_loop
 
 CFG = SimConfig(time_scale=0.5, seed=42)
-
-
-@contextlib.contextmanager
-def harness(cfg: SimConfig, root: Path, capacity: Capacity | None) -> Iterator[ProcedureContext]:
-    """A ProcedureContext over a fresh simulator, with a declared capacity (no 5.2 run)."""
-    with start_simulator(cfg) as sim:
-        yield procedure_context(sim, root, capacity=capacity, run_root=root, profile="smoke",
-                                time_scale=cfg.time_scale)
 
 
 def replay_ttft(cfg: SimConfig, records: list[RequestRecord]) -> np.ndarray:
@@ -74,8 +63,9 @@ def curve(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     cap = simulate_closed_loop(CFG, CFG.max_num_seqs, 320, 57).requests_per_s
     proc = get_procedure("5.3")
     params = proc.make_params("smoke", {"ttft_p99_slo_s": 0.1})
-    root = tmp_path_factory.mktemp("p53")
-    with harness(CFG, root, Capacity(rate=0.8 * cap, source="model")) as ctx:
+    root = tmp_path_factory.mktemp("p53")  # the declared capacity stands in for a 5.2 run
+    with simulator_harness(CFG, root, capacity=Capacity(rate=0.8 * cap, source="model"), run_root=root,
+                           profile="smoke", time_scale=CFG.time_scale) as (_, ctx):
         result = asyncio.run(proc.run(ctx, params))
     return result
 

@@ -1,0 +1,185 @@
+"""Shared builders for the plugin's own tests: records, a simulator harness, loopback servers, SSE bytes.
+
+Plain functions (no fixtures; tests/conftest.py wraps the ones a fixture serves better). Imports of
+the measuring stack are made inside the functions that need them, so the scripted servers that run
+this folder's modules as subprocess scripts (tests/faultserver.py, tests/test_client.py) stay light.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pytest_llmbench.common.records import RequestRecord, RequestSpec
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from pytest_llmbench.procedures.base import Capacity, ProcedureContext
+    from pytest_llmbench.simulator import SimConfig
+
+MS = 1_000_000  # ns per millisecond
+S = 1_000_000_000  # ns per second
+
+
+# ============================================================================================ records
+def make_record(index: int = 0, *, sent: float = 0.0, ttft: float = 100.0, itl: float | Sequence[float] = 10.0,
+                n_chunks: int = 4, chunks: Sequence[float] | None = None, tokens: int | Sequence[int] = 1,
+                text: str | Sequence[str] = "x", reasoning: str | Sequence[str] = "",
+                first_token: float | None = None, first_chunk: float | None = None, end: float | None = None,
+                unit: int = MS, spec: RequestSpec | None = None, **fields: Any) -> RequestRecord:
+    """A successful streamed request, its times given in ``unit`` (ms by default) and stored in ns.
+
+    The timeline: sent at ``sent``, the first chunk ``ttft`` later, then ``n_chunks - 1`` more chunks
+    ``itl`` apart (``itl`` a list: the gaps themselves, ``len(itl) + 1`` chunks); or the chunk times
+    ``chunks`` given outright (``chunks=()``: none, e.g. a request that failed before its first byte).
+    Each chunk carries ``tokens``, ``text`` and ``reasoning`` (one value for every chunk, or a list).
+    ``first_chunk`` is the first chunk and ``first_token`` the first chunk whose text is not blank
+    (records.TTFT_RULE) unless given; ``end`` is the last chunk (``sent`` without chunks) unless given.
+
+    The spec is ``RequestRecord.from_spec(spec)`` or workload ``"w"``, 100 input and 16 output tokens.
+    ``status`` is 200. Every other keyword sets that record field, after the timeline is built (a raw
+    ``end_ns=...`` wins over ``end``). Token counts and server fields stay ``None`` unless given.
+    """
+    if spec is not None:
+        r = RequestRecord.from_spec(spec)
+    else:
+        r = RequestRecord(index=index, workload=fields.pop("workload", "w"),
+                          spec_input_tokens=fields.pop("spec_input_tokens", 100),
+                          max_tokens=fields.pop("max_tokens", 16))
+    r.sent_ns = int(sent * unit)
+    if chunks is not None:
+        r.chunk_ns = [int(c * unit) for c in chunks]
+    else:
+        first = r.sent_ns + int(ttft * unit)
+        if hasattr(itl, "__len__"):  # the gaps themselves
+            r.chunk_ns = [first]
+            for gap in itl:
+                r.chunk_ns.append(r.chunk_ns[-1] + int(gap * unit))
+        else:
+            r.chunk_ns = [first + int(k * itl * unit) for k in range(n_chunks)]
+    n = len(r.chunk_ns)
+    r.chunk_tokens = list(tokens) if hasattr(tokens, "__len__") else [tokens] * n
+    r.chunk_text = [text] * n if isinstance(text, str) else list(text)
+    r.chunk_reasoning = [reasoning] * n if isinstance(reasoning, str) else list(reasoning)
+    assert len(r.chunk_tokens) == len(r.chunk_text) == len(r.chunk_reasoning) == n, "one entry per chunk"
+    if first_chunk is not None:
+        r.first_chunk_ns = int(first_chunk * unit)
+    elif n:
+        r.first_chunk_ns = r.chunk_ns[0]
+    if first_token is not None:
+        r.first_token_ns = int(first_token * unit)
+    else:
+        r.first_token_ns = next((t for t, s in zip(r.chunk_ns, r.chunk_text) if s.strip()), None)
+    r.end_ns = int(end * unit) if end is not None else (r.chunk_ns[-1] if n else r.sent_ns)
+    fields.setdefault("status", 200)
+    for name, value in fields.items():
+        if not hasattr(r, name):
+            raise TypeError(f"RequestRecord has no field {name!r}")
+        setattr(r, name, value)
+    return r
+
+
+def measured_ok(run: Any) -> list[RequestRecord]:
+    """The successful measured records a procedure run (``run.run_dir``) wrote to disk."""
+    from pytest_llmbench.common.storage import iter_records
+
+    return [r for r in iter_records(run.run_dir) if r.phase == "measure" and r.ok]
+
+
+# ================================================================================ simulator harness
+def procedure_context(sim: Any, root: Path, *, capacity: Capacity | None = None, run_root: Path | None = None,
+                      **settings: Any) -> ProcedureContext:
+    """A hand-built ProcedureContext over ``sim`` (a SimulatorProcess): reports under ``root``, ``Settings(**settings)``.
+
+    Procedures run directly (no pytest plugin in between) so their numbers can be compared with the
+    simulator's model. Capacity is declared by the test; a procedure asking for a capacity the test
+    did not declare fails the test. ``configure_sut`` sets simulator options (``restart`` starts a new
+    simulator process on the same port, §4.5.3 cold start).
+    """
+    from pytest_llmbench.common.tokenizer import get_tokenizer
+    from pytest_llmbench.procedures.base import ProcedureContext
+    from pytest_llmbench.settings import Settings
+    from pytest_llmbench.sut.system import SUT
+
+    info = sim.get_config()
+    sut = SUT(base_url=sim.base_url, model=info["model_name"], api="completions", embedded=True, server_info=info)
+
+    async def get_capacity(kind: str) -> Capacity:
+        field = "rate" if kind == "rate" else "concurrency"
+        if capacity is None or getattr(capacity, field) is None:
+            raise AssertionError(f"the procedure asked for a {kind} capacity the test did not declare")
+        return capacity
+
+    def configure(setting: str, value: Any) -> bool:
+        if setting == "restart":
+            sim.restart()
+            sut.server_info = sim.get_config()
+            return True
+        sut.server_info = sim.set_config(**{setting: value})
+        return True
+
+    return ProcedureContext(sut=sut, settings=Settings(report=root, **settings), tokenizer=get_tokenizer(),
+                            run_root=run_root or root / "runs", get_capacity=get_capacity, configure_sut=configure)
+
+
+class Harness(NamedTuple):
+    sim: Any  # pytest_llmbench.simulator.SimulatorProcess
+    ctx: ProcedureContext
+
+
+#: The ``harness`` fixture (tests/conftest.py): :func:`simulator_harness` with the test's ``tmp_path`` as root.
+StartHarness = Callable[..., AbstractContextManager[Harness]]
+
+
+@contextmanager
+def simulator_harness(config: SimConfig, root: Path, *, capacity: Capacity | None = None, rate: float | None = None,
+                      **ctx: Any) -> Iterator[Harness]:
+    """``with simulator_harness(cfg, root, profile="smoke", seed=4) as (sim, ctx)``: a simulator started
+    with ``config`` and a :func:`procedure_context` over it (the keywords go to it); stopped on exit.
+
+    ``rate``: the request-rate capacity the test declares, short for
+    ``capacity=Capacity(rate=rate, source="declared by the test")``.
+    """
+    from pytest_llmbench.procedures.base import Capacity
+    from pytest_llmbench.simulator import start_simulator
+
+    if rate is not None:
+        capacity = Capacity(rate=rate, source="declared by the test")
+
+    with start_simulator(config) as sim:
+        yield Harness(sim, procedure_context(sim, root, capacity=capacity, **ctx))
+
+
+# ======================================================================================= SSE bytes
+DONE = b"data: [DONE]\n\n"
+
+
+def sse(*events: Any, done: bool = False, **dumps: Any) -> bytes:
+    """Server-sent events: one ``data: <json>`` event per object (``json.dumps(obj, **dumps)``),
+    then ``data: [DONE]`` when ``done``."""
+    body = b"".join(b"data: " + json.dumps(e, **dumps).encode() + b"\n\n" for e in events)
+    return body + DONE if done else body
+
+
+def delta_chunk(delta: dict[str, Any], finish: str | None = None, **top: Any) -> dict[str, Any]:
+    """A chat-completion chunk: ``top`` fields (id, object, usage ...) first, then one choice with ``delta``."""
+    return {**top, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+# ================================================================================ loopback servers
+@asynccontextmanager
+async def serve_app(app: web.Application, **site: Any) -> AsyncIterator[str]:
+    """Serve an aiohttp ``app`` on 127.0.0.1 at a free port; yields its API base URL (``http://127.0.0.1:<port>/v1``)."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0, **site).start()
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+    finally:
+        await runner.cleanup()

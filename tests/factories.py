@@ -24,25 +24,31 @@ if TYPE_CHECKING:
 MS = 1_000_000  # ns per millisecond
 S = 1_000_000_000  # ns per second
 
+#: One streamed chunk for :func:`make_record`: (time, content text, reasoning text, tokens).
+Chunk = tuple[float, str, str, int]
+
 
 # ============================================================================================ records
-def make_record(index: int = 0, *, sent: float = 0.0, ttft: float = 100.0, itl: float | Sequence[float] = 10.0,
-                n_chunks: int = 4, chunks: Sequence[float] | None = None, tokens: int | Sequence[int] = 1,
+def make_record(index: int = 0, *, sent: float = 0.0, ttft: float | None = None,
+                itl: float | Sequence[float] | None = None, n_chunks: int = 4,
+                chunks: Sequence[float] | Sequence[Chunk] | None = None, tokens: int | Sequence[int] = 1,
                 text: str | Sequence[str] = "x", reasoning: str | Sequence[str] = "",
                 first_token: float | None = None, first_chunk: float | None = None, end: float | None = None,
-                unit: int = MS, spec: RequestSpec | None = None, **fields: Any) -> RequestRecord:
-    """A successful streamed request, its times given in ``unit`` (ms by default) and stored in ns.
+                unit: int = MS, t0: float = 0.0, spec: RequestSpec | None = None, **fields: Any) -> RequestRecord:
+    """A successful streamed request; times are given in ``unit`` (ms by default) from ``t0`` and stored in ns.
 
-    The timeline: sent at ``sent``, the first chunk ``ttft`` later, then ``n_chunks - 1`` more chunks
-    ``itl`` apart (``itl`` a list: the gaps themselves, ``len(itl) + 1`` chunks); or the chunk times
-    ``chunks`` given outright (``chunks=()``: none, e.g. a request that failed before its first byte).
-    Each chunk carries ``tokens``, ``text`` and ``reasoning`` (one value for every chunk, or a list).
+    The timeline: sent at ``sent``; the first chunk ``ttft`` later (default 100 ms), then
+    ``n_chunks - 1`` more chunks ``itl`` apart (default 10 ms; a list of gaps gives ``len(itl) + 1``
+    chunks). Or ``chunks`` gives the chunk times outright (``chunks=()``: none, e.g. a request that
+    failed before its first byte). Each chunk carries ``tokens``, ``text`` and ``reasoning`` (one value
+    for every chunk, or a list), or ``chunks`` lists ``(time, text, reasoning, tokens)`` tuples.
     ``first_chunk`` is the first chunk and ``first_token`` the first chunk whose text is not blank
-    (records.TTFT_RULE) unless given; ``end`` is the last chunk (``sent`` without chunks) unless given.
+    (records.TTFT_RULE), unless given; ``end`` is the last chunk (``sent`` without chunks) unless given.
 
-    The spec is ``RequestRecord.from_spec(spec)`` or workload ``"w"``, 100 input and 16 output tokens.
-    ``status`` is 200. Every other keyword sets that record field, after the timeline is built (a raw
-    ``end_ns=...`` wins over ``end``). Token counts and server fields stay ``None`` unless given.
+    The spec is ``RequestRecord.from_spec(spec)``, or workload ``"w"`` with 100 input and 16 output
+    tokens. ``status`` is 200 unless an ``error_type`` is given. Every other keyword sets that record
+    field after the timeline is built (a raw ``end_ns=...`` wins over ``end``). Token counts and
+    server fields stay ``None`` unless given.
     """
     if spec is not None:
         r = RequestRecord.from_spec(spec)
@@ -50,12 +56,18 @@ def make_record(index: int = 0, *, sent: float = 0.0, ttft: float = 100.0, itl: 
         r = RequestRecord(index=index, workload=fields.pop("workload", "w"),
                           spec_input_tokens=fields.pop("spec_input_tokens", 100),
                           max_tokens=fields.pop("max_tokens", 16))
-    r.sent_ns = int(sent * unit)
-    if chunks is not None:
-        r.chunk_ns = [int(c * unit) for c in chunks]
+    origin = int(t0 * unit)
+    r.sent_ns = origin + int(sent * unit)
+    if chunks is not None and any(isinstance(c, tuple) for c in chunks):
+        times, text, reasoning, tokens = zip(*chunks)  # type: ignore[assignment]
+        r.chunk_ns = [origin + int(c * unit) for c in times]
+    elif chunks is not None:
+        r.chunk_ns = [origin + int(c * unit) for c in chunks]  # type: ignore[operator]
     else:
-        first = r.sent_ns + int(ttft * unit)
-        if hasattr(itl, "__len__"):  # the gaps themselves
+        first = r.sent_ns + (100 * MS if ttft is None else int(ttft * unit))
+        if itl is None:
+            r.chunk_ns = [first + k * 10 * MS for k in range(n_chunks)]
+        elif hasattr(itl, "__len__"):  # the gaps themselves
             r.chunk_ns = [first]
             for gap in itl:
                 r.chunk_ns.append(r.chunk_ns[-1] + int(gap * unit))
@@ -67,20 +79,28 @@ def make_record(index: int = 0, *, sent: float = 0.0, ttft: float = 100.0, itl: 
     r.chunk_reasoning = [reasoning] * n if isinstance(reasoning, str) else list(reasoning)
     assert len(r.chunk_tokens) == len(r.chunk_text) == len(r.chunk_reasoning) == n, "one entry per chunk"
     if first_chunk is not None:
-        r.first_chunk_ns = int(first_chunk * unit)
+        r.first_chunk_ns = origin + int(first_chunk * unit)
     elif n:
         r.first_chunk_ns = r.chunk_ns[0]
     if first_token is not None:
-        r.first_token_ns = int(first_token * unit)
+        r.first_token_ns = origin + int(first_token * unit)
     else:
         r.first_token_ns = next((t for t, s in zip(r.chunk_ns, r.chunk_text) if s.strip()), None)
-    r.end_ns = int(end * unit) if end is not None else (r.chunk_ns[-1] if n else r.sent_ns)
-    fields.setdefault("status", 200)
+    r.end_ns = origin + int(end * unit) if end is not None else (r.chunk_ns[-1] if n else r.sent_ns)
+    if fields.get("error_type") is None:
+        fields.setdefault("status", 200)
     for name, value in fields.items():
         if not hasattr(r, name):
             raise TypeError(f"RequestRecord has no field {name!r}")
         setattr(r, name, value)
     return r
+
+
+def ttft_records(ttfts_ms: Sequence[float]) -> list[RequestRecord]:
+    """One request a second with these TTFTs (ms), each two one-token chunks 1 ms apart (10 tokens in, 2 out)."""
+    return [make_record(i, sent=1000 * i, ttft=ttft, itl=1, n_chunks=2, text=[" a", " b"], workload="fake",
+                        spec_input_tokens=10, max_tokens=4, input_tokens_client=10, output_tokens_client=2)
+            for i, ttft in enumerate(ttfts_ms)]
 
 
 def measured_ok(run: Any) -> list[RequestRecord]:
@@ -93,7 +113,7 @@ def measured_ok(run: Any) -> list[RequestRecord]:
 # ================================================================================ simulator harness
 def procedure_context(sim: Any, root: Path, *, capacity: Capacity | None = None, run_root: Path | None = None,
                       **settings: Any) -> ProcedureContext:
-    """A hand-built ProcedureContext over ``sim`` (a SimulatorProcess): reports under ``root``, ``Settings(**settings)``.
+    """A hand-built ProcedureContext over ``sim`` (a SimulatorProcess): ``Settings(report=root, **settings)``.
 
     Procedures run directly (no pytest plugin in between) so their numbers can be compared with the
     simulator's model. Capacity is declared by the test; a procedure asking for a capacity the test
@@ -173,7 +193,7 @@ def delta_chunk(delta: dict[str, Any], finish: str | None = None, **top: Any) ->
 # ================================================================================ loopback servers
 @asynccontextmanager
 async def serve_app(app: web.Application, **site: Any) -> AsyncIterator[str]:
-    """Serve an aiohttp ``app`` on 127.0.0.1 at a free port; yields its API base URL (``http://127.0.0.1:<port>/v1``)."""
+    """Serve an aiohttp ``app`` on 127.0.0.1 at a free port; yields the API base URL ``http://127.0.0.1:<port>/v1``."""
     from aiohttp import web
 
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)

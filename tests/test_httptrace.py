@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from factories import make_record
 
 from pytest_llmbench.client import TRANSPORTS, ClientConfig, LLMClient, httptrace
 from pytest_llmbench.common.records import ErrorType, RequestRecord, RequestSpec
@@ -383,7 +384,7 @@ def test_http_trace_needs_aiohttp_transport() -> None:
 
 
 def test_old_records_without_trace_fields_load() -> None:
-    d = RequestRecord(index=0, workload="w", spec_input_tokens=1, max_tokens=1).to_json()
+    d = make_record().to_json()
     del d["http_trace"], d["reasoning_tokens_client"]
     rec = RequestRecord.from_json(d)
     assert rec.http_trace is None and rec.reasoning_tokens_client is None

@@ -7,7 +7,7 @@ import asyncio
 
 import numpy as np
 import pytest
-from factories import measured_ok, simulator_harness
+from factories import make_record, measured_ok, simulator_harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -93,20 +93,9 @@ def _spec(i: int, max_tokens: int = 50) -> RequestSpec:
 
 
 def _record(i: int, sent: int, ttft_ns: int, gaps_ns: list[int]) -> RequestRecord:
-    r = RequestRecord.from_spec(_spec(i))
-    r.sent_ns = sent
-    t = sent + ttft_ns
-    r.first_chunk_ns = r.first_token_ns = t
-    times = [t]
-    for g in gaps_ns:
-        t += g
-        times.append(t)
-    r.chunk_ns = times
-    r.chunk_text = [" w"] * len(times)
-    r.chunk_tokens = [1] * len(times)
-    r.output_tokens_server = len(times)
-    r.end_ns = t + 1000
-    return r
+    """Times in ns: the first token ``ttft_ns`` after ``sent``, one more after each gap; the end 1 µs later."""
+    return make_record(spec=_spec(i), unit=1, sent=sent, ttft=ttft_ns, itl=gaps_ns, text=" w",
+                       output_tokens_server=len(gaps_ns) + 1, end=sent + ttft_ns + sum(gaps_ns) + 1000)
 
 
 def test_audit_counts_short_outputs_and_catches_a_ttft_sample() -> None:

@@ -28,11 +28,11 @@ import re
 from pathlib import Path
 
 import pytest
-from factories import simulator_harness
+from factories import make_record, simulator_harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench.common.records import ErrorType, RequestRecord
+from pytest_llmbench.common.records import ErrorType
 from pytest_llmbench.procedures.base import get_procedure
 from pytest_llmbench.procedures.p5_5_capacity import capacity_error, closed_level_stream, next_level
 from pytest_llmbench.simulator import SimConfig
@@ -160,21 +160,17 @@ def test_search_converges_on_a_monotone_criterion(initial, maximum, true_cap, re
             assert lo == min(true_cap, maximum)
 
 
-def _rec(**kw) -> RequestRecord:
-    return RequestRecord(index=0, workload="w", spec_input_tokens=1, max_tokens=1, **kw)
-
-
 def test_capacity_errors_are_recognised():
-    assert capacity_error(_rec(status=429, error_type=ErrorType.RATE_LIMITED, error_message="queue_full"))
+    assert capacity_error(make_record(status=429, error_type=ErrorType.RATE_LIMITED, error_message="queue_full"))
     # a plain 429 is rate limiting (a gateway quota), not the SUT running out of memory
-    assert not capacity_error(_rec(status=429, error_type=ErrorType.RATE_LIMITED,
-                                   error_message="Rate limit reached for requests"))
-    assert capacity_error(_rec(status=503, error_type=ErrorType.HTTP_5XX, error_message="busy"))
-    assert capacity_error(_rec(status=500, error_type=ErrorType.HTTP_5XX,
-                               error_message="CUDA out of memory. Tried to allocate 2.00 GiB"))
-    assert capacity_error(_rec(status=400, error_type=ErrorType.HTTP_4XX, error_message="kv_capacity_exceeded"))
-    assert not capacity_error(_rec(status=400, error_type=ErrorType.HTTP_4XX, error_message="bad temperature"))
-    assert not capacity_error(_rec(status=200))
+    assert not capacity_error(make_record(status=429, error_type=ErrorType.RATE_LIMITED,
+                                          error_message="Rate limit reached for requests"))
+    assert capacity_error(make_record(status=503, error_type=ErrorType.HTTP_5XX, error_message="busy"))
+    assert capacity_error(make_record(status=500, error_type=ErrorType.HTTP_5XX,
+                                      error_message="CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert capacity_error(make_record(status=400, error_type=ErrorType.HTTP_4XX, error_message="kv_capacity_exceeded"))
+    assert not capacity_error(make_record(status=400, error_type=ErrorType.HTTP_4XX, error_message="bad temperature"))
+    assert not capacity_error(make_record())  # a success
 
 
 # ---- Etalon capacity: a fluidity SLO bounds the search (issue 19) ---------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from factories import StartHarness
+from factories import StartHarness, make_record
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.common.storage import iter_records
@@ -42,13 +42,10 @@ def _delay(p50: float, p99: float) -> ClientDelay:
 
 
 def _record(i: int, error_ms: float, *, ok: bool = True) -> RequestRecord:
-    r = RequestRecord(index=i, workload="t", spec_input_tokens=4, max_tokens=4)
-    r.sent_ns = 1_000 * MS
-    r.server_token_ns = [r.sent_ns + 50 * MS, r.sent_ns + 60 * MS]
-    r.first_token_ns = r.server_token_ns[0] + int(error_ms * MS)
-    if not ok:
-        r.error_type = ErrorType.HTTP_5XX
-    return r
+    """Sent at 1 s, the server's first token at 1.05 s, the client's ``error_ms`` later (no chunks kept)."""
+    return make_record(i, workload="t", spec_input_tokens=4, max_tokens=4, sent=1000, chunks=(), end_ns=None,
+                       first_token=1050 + error_ms, server_token_ns=[1050 * MS, 1060 * MS],
+                       error_type=None if ok else ErrorType.HTTP_5XX)
 
 
 # ---------------------------------------------------------------------------------------------- synthetic

@@ -7,10 +7,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from factories import StartHarness
+from factories import StartHarness, make_record
 
 from pytest_llmbench import closed
-from pytest_llmbench.common.records import RequestRecord
 from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.procedures.base import get_procedure
 from pytest_llmbench.procedures.helpers import cache_hit_summary
@@ -37,21 +36,13 @@ def test_5_1_warmup_prompts_are_disjoint_from_measured_ones(tmp_path: Path, harn
     assert m["measured_requests_over_half_cached"] == "0 of 40"
 
 
-def _rec(input_tokens: int, cached: int | None, ok: bool = True) -> RequestRecord:
-    r = RequestRecord(index=0, workload="w", spec_input_tokens=input_tokens, max_tokens=4,
-                      input_tokens_server=input_tokens, cached_tokens=cached, status=200 if ok else 500)
-    r.end_ns = 1
-    r.first_token_ns = 1
-    return r
-
-
 def test_cache_hit_summary_counts_contaminated_requests() -> None:
-    recs = [_rec(100, 90), _rec(100, 0), _rec(100, 50), _rec(100, None)]
+    recs = [make_record(input_tokens_server=100, cached_tokens=cached) for cached in (90, 0, 50, None)]
     s = cache_hit_summary(recs)
     assert s["requests_reporting"] == 3
     assert s["fraction"] == round(140 / 300, 4)
     assert s["requests_over_half_cached"] == 1 and s["share_over_half_cached"] == round(1 / 3, 4)
-    assert cache_hit_summary([_rec(100, None)])["fraction"] is None
+    assert cache_hit_summary([make_record(input_tokens_server=100)])["fraction"] is None
 
 
 def test_time_budget_cuts_a_long_run_and_says_so(harness: StartHarness) -> None:

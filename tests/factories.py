@@ -1,4 +1,5 @@
-"""Shared builders for the plugin's own tests: records, a simulator harness, loopback servers, SSE bytes.
+"""Shared builders for the plugin's own tests: records (no other module in tests/ builds one by hand),
+compliance facts, a simulator harness, SSE bytes, pytester runs against the fault server, loopback servers.
 
 Plain functions (no fixtures; tests/conftest.py wraps the ones a fixture serves better). Imports of
 the measuring stack are made inside the functions that need them, so the scripted servers that run

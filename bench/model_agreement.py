@@ -25,7 +25,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]  # the checkout and the tests' s
 
 import test_procedure_5_3 as t53  # noqa: E402
 import test_procedure_5_4 as t54  # noqa: E402
-from procedure_harness import procedure_context  # noqa: E402
+from factories import procedure_context, simulator_harness  # noqa: E402
 
 from pytest_llmbench import closed  # noqa: E402
 from pytest_llmbench.measure.stats import knee_point  # noqa: E402
@@ -38,7 +38,8 @@ def knee_5_3(root: Path) -> None:
     cfg = t53.CFG
     cap = simulate_closed_loop(cfg, cfg.max_num_seqs, 320, 57).requests_per_s
     proc = get_procedure("5.3")
-    with t53.harness(cfg, root, Capacity(rate=0.8 * cap, source="model")) as ctx:
+    with simulator_harness(cfg, root, capacity=Capacity(rate=0.8 * cap, source="model"), run_root=root,
+                           profile="smoke", time_scale=cfg.time_scale) as (_, ctx):
         res = asyncio.run(proc.run(ctx, proc.make_params("smoke", {"ttft_p99_slo_s": 0.1})))
     offered = [lv["offered_req_s"] for lv in res.measurements["levels"]]
     meas = [r.metrics.percentile("ttft", 99).value for r in res.runs]
@@ -52,7 +53,8 @@ def itl_5_4(root: Path) -> None:
     cfg = t54.CFG
     cap = simulate_closed_loop(cfg, cfg.max_num_seqs, 320, t54.OUT).requests_per_s
     proc = get_procedure("5.4")
-    with t54.harness(cfg, root, Capacity(rate=cap, source="model")) as ctx:
+    with simulator_harness(cfg, root, capacity=Capacity(rate=cap, source="model"), run_root=root,
+                           profile="smoke", time_scale=cfg.time_scale) as (_, ctx):
         res = asyncio.run(proc.run(ctx, proc.make_params("smoke", {"levels": [0.1, 0.25], "requests": 30})))
     for lv, run in zip(res.measurements["levels"], res.runs):
         conc = run.metrics.scalar("concurrency").value

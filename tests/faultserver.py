@@ -14,7 +14,7 @@ the key itself), so a test can check that every request the client sent arrived 
 ``GET /v1/models`` lists the model; ``GET /metrics`` is 404, like a server without metrics.
 
 Run ``python tests/faultserver.py [--mix ...] [--seed N]``: it prints ``PORT <n>``. In tests use
-the :func:`fault_server` fixture (a factory) or :func:`start_fault_server`.
+the ``fault_server`` fixture of tests/conftest.py (a factory) or :func:`start_fault_server`.
 """
 
 from __future__ import annotations
@@ -31,12 +31,13 @@ import subprocess
 import sys
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import DONE, delta_chunk, sse
 
 API_KEY_ENV = "FAULTSERVER_API_KEY"  # the server reads the expected key from here (never argv)
 MODEL = "fault-model"
@@ -113,11 +114,7 @@ def parse_mix(text: str) -> dict[str, float]:
 
 
 # =================================== the server (subprocess) ===================================
-def _sse(obj: Any) -> bytes:
-    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
-
-
-DONE = b"data: [DONE]\n\n"
+COMPACT = {"separators": (",", ":"), "ensure_ascii": False}  # the JSON of the events this server writes
 
 
 class FaultApp:
@@ -262,12 +259,11 @@ class FaultApp:
                 delta["role"] = "assistant"
             if content is not None:
                 delta["content"] = content
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
-            obj = {"id": "f", "object": "chat.completion.chunk", "model": MODEL, "choices": [choice]}
+            obj = delta_chunk(delta, finish, id="f", object="chat.completion.chunk", model=MODEL)
         else:
             obj = {"id": "f", "object": "text_completion", "model": MODEL,
                    "choices": [{"index": 0, "text": content or "", "finish_reason": finish}]}
-        return _sse(obj)
+        return sse(obj, **COMPACT)
 
     async def _stream(self, request: Any, chat: bool, max_tokens: int, fault: str) -> Any:
         from aiohttp import web
@@ -286,7 +282,7 @@ class FaultApp:
             if not chat:  # completions: no role chunk; keep the chunk count equal to chat's
                 await w(c(chat, ""))
             usage = {"prompt_tokens": 8, "completion_tokens": n, "total_tokens": 8 + n}
-            await w(c(chat, None, finish="length") + _sse({"id": "f", "choices": [], "usage": usage}) + DONE)
+            await w(c(chat, None, finish="length") + sse({"id": "f", "choices": [], "usage": usage}, **COMPACT) + DONE)
         elif fault == "reset":
             await w(c(chat, COMPLETION_MARK) + c(chat, TOKEN))
             await asyncio.sleep(0.05)
@@ -330,7 +326,7 @@ class FaultApp:
             await asyncio.sleep(self.stall_s)
             await w(c(chat, None, finish="length") + DONE)
         elif fault == "error_event":
-            await w(c(chat, COMPLETION_MARK) + _sse({"error": {"message": "engine failure", "code": 500}}))
+            await w(c(chat, COMPLETION_MARK) + sse({"error": {"message": "engine failure", "code": 500}}, **COMPACT))
         elif fault == "content_filter":
             await w(c(chat, COMPLETION_MARK) + c(chat, None, finish="content_filter") + DONE)
         elif fault == "huge_chunk":
@@ -501,21 +497,6 @@ def self_signed_cert(directory: Path) -> tuple[str, str]:
                     "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True)
     return str(cert), str(key)
-
-
-@pytest.fixture
-def fault_server() -> Iterator[Callable[..., FaultServer]]:
-    """Factory: ``srv = fault_server(mix={"reset": 0.1}, seed=1)``; stopped after the test."""
-    started: list[FaultServer] = []
-
-    def start(**kwargs: Any) -> FaultServer:
-        srv = start_fault_server(**kwargs)
-        started.append(srv)
-        return srv
-
-    yield start
-    for srv in started:
-        srv.stop()
 
 
 def free_port() -> int:

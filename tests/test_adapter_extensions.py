@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from factories import make_record
 
 from pytest_llmbench.client import ClientConfig, LLMClient, MockResponse, MockTransport
 from pytest_llmbench.common.records import ErrorType, RequestRecord, RequestSpec
@@ -30,7 +31,7 @@ TIMINGS = {"prompt_n": 3, "prompt_ms": 1.5, "predicted_n": 2, "predicted_ms": 4.
 
 
 def record(texts: list[str] | None = None, server_total: int | None = None) -> RequestRecord:
-    r = RequestRecord(index=0, workload="w", spec_input_tokens=1, max_tokens=8, status=200)
+    r = make_record(chunks=(), spec_input_tokens=1, max_tokens=8, status=200)
     r.chunk_text = list(texts or [])
     r.chunk_ns = list(range(len(r.chunk_text)))
     r.chunk_reasoning = [""] * len(r.chunk_text)

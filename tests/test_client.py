@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from factories import DONE, delta_chunk, serve_app, sse, sse_response
 
 from pytest_llmbench.client import ClientConfig, LLMClient, assign_chunk_tokens, build_body
 from pytest_llmbench.common.records import ErrorType, RequestSpec
@@ -28,10 +29,6 @@ SECRET = "sk-test-very-secret-0123456789"
 
 
 # ================================== the scripted server ========================================
-def _chunk(obj: dict) -> bytes:
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
-
-
 def _delta(content: str | None = None, *, role: bool = False, reasoning: str | None = None,
            key: str = "reasoning_content", finish: str | None = None, timing: dict | None = None) -> bytes:
     d: dict = {}
@@ -41,26 +38,17 @@ def _delta(content: str | None = None, *, role: bool = False, reasoning: str | N
         d["content"] = content
     if reasoning is not None:
         d[key] = reasoning
-    obj = {"id": "x", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": d, "finish_reason": finish}]}
+    obj = delta_chunk(d, finish, id="x", object="chat.completion.chunk")
     if timing is not None:
         obj["llmbench_timing"] = timing
-    return _chunk(obj)
+    return sse(obj)
 
 
 def _usage(prompt: int, completion: int, cached: int | None = None) -> bytes:
     u: dict = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
     if cached is not None:
         u["prompt_tokens_details"] = {"cached_tokens": cached}
-    return _chunk({"id": "x", "object": "chat.completion.chunk", "choices": [], "usage": u})
-
-
-DONE = b"data: [DONE]\n\n"
-
-
-async def _sse(request: web.Request) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await resp.prepare(request)
-    return resp
+    return sse({"id": "x", "object": "chat.completion.chunk", "choices": [], "usage": u})
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
@@ -78,7 +66,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if scenario == "wrong_ct":
         return web.json_response({"choices": [{"message": {"content": "hi"}}]})
     if scenario == "echo":  # the request body as the content
-        resp = await _sse(request)
+        resp = await sse_response(request)
         await resp.write(_delta(json.dumps(body, sort_keys=True)) + DONE)
         return resp
     if not stream:
@@ -93,7 +81,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         payload["usage"] = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
         return web.json_response(payload)
 
-    resp = await _sse(request)
+    resp = await sse_response(request)
     w = resp.write
     if scenario == "capture":
         await w((CAPTURES / arg).read_bytes())
@@ -104,9 +92,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
                     + _usage(5, 2, cached=3) + DONE)
         else:
             for t in (" one", " two"):
-                await w(_chunk({"choices": [{"index": 0, "text": t, "finish_reason": None}]}))
-            await w(_chunk({"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
-                            "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}}) + DONE)
+                await w(sse({"choices": [{"index": 0, "text": t, "finish_reason": None}]}))
+            await w(sse({"choices": [{"index": 0, "text": "", "finish_reason": "length"}],
+                         "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}}) + DONE)
     elif scenario == "ttft":  # role-only, empty, whitespace-only chunks before the first real token
         d = float(arg or 0.03)
         await w(_delta("", role=True))
@@ -155,7 +143,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         request.transport.abort()
         return resp
     elif scenario == "error_event":
-        await w(_delta(" one") + _chunk({"error": {"message": "engine died", "code": 500}}))
+        await w(_delta(" one") + sse({"error": {"message": "engine died", "code": 500}}))
     elif scenario == "stall":  # one token then silence for arg seconds
         await w(_delta(" one"))
         await asyncio.sleep(float(arg))
@@ -229,12 +217,8 @@ def serve_forever() -> None:  # python tests/test_client.py
 # ==================================== fixtures ===================================================
 @pytest.fixture
 async def server() -> AsyncIterator[str]:
-    runner = web.AppRunner(make_app(), access_log=None, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    await runner.cleanup()
+    async with serve_app(make_app()) as url:
+        yield url
 
 
 def start_server_process() -> tuple[subprocess.Popen[str], str]:

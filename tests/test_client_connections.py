@@ -10,6 +10,7 @@ from typing import AsyncIterator
 
 import pytest
 from aiohttp import web
+from factories import serve_app
 from test_client import make_app
 
 from pytest_llmbench.client import ClientConfig, LLMClient
@@ -29,13 +30,9 @@ async def _peer(request: web.Request, handler):  # type: ignore[no-untyped-def]
 async def server() -> AsyncIterator[str]:
     app = make_app()
     app.middlewares.append(_peer)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    PEERS.clear()
-    yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    await runner.cleanup()
+    async with serve_app(app) as url:
+        PEERS.clear()
+        yield url
 
 
 @pytest.mark.parametrize("transport", ["aiohttp", "httpx-aiohttp", "httpx"])

@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
-from procedure_harness import procedure_context
+from factories import StartHarness, simulator_harness
 
 from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.document.build import build_document
@@ -24,7 +24,7 @@ from pytest_llmbench.procedures.base import ProcedureResult, SkipProcedure, clos
 from pytest_llmbench.report import schema
 from pytest_llmbench.report import write_reports as doc_write_reports
 from pytest_llmbench.session import SessionResult
-from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator import SimConfig
 
 PROC = get_procedure("5.1")
 CONFIG = SimConfig(time_scale=1.0, cold_start_ms=250.0, step_ms=5.0, prefill_per_token_ms=0.005,
@@ -35,8 +35,7 @@ PARAMS = {"requests": 20, "load": closed(2), "warmup_requests": 10, "warmup_toke
 
 def _run(tmp_path: Path, **extra: Any) -> tuple[ProcedureResult, Any, tuple[int, int]]:
     params = PROC.make_params("smoke", {**PARAMS, **extra})
-    with start_simulator(CONFIG) as sim:
-        ctx = procedure_context(sim, tmp_path, seed=3, timeout=60.0)
+    with simulator_harness(CONFIG, tmp_path, seed=3, timeout=60.0) as (sim, ctx):
         pid_before = sim.proc.pid
         result = asyncio.run(PROC.run(ctx, params))
         return result, ctx, (pid_before, sim.proc.pid)
@@ -114,10 +113,9 @@ def test_without_cold_start_nothing_restarts(tmp_path: Path) -> None:
     assert checks["4.5.3-MUST-1"].status.value == checks["4.5.3-MUST-2"].status.value == "not-applicable"
 
 
-def test_skipped_when_no_hook_can_restart(tmp_path: Path) -> None:
+def test_skipped_when_no_hook_can_restart(harness: StartHarness) -> None:
     params = PROC.make_params("smoke", {**PARAMS, "cold_start": True})
-    with start_simulator(CONFIG) as sim:
-        ctx = procedure_context(sim, tmp_path, seed=3)
+    with harness(CONFIG, seed=3) as (_, ctx):
         ctx.configure_sut = lambda setting, value: False
         with pytest.raises(SkipProcedure, match="'restart' setting of pytest_llmbench_configure_sut"):
             asyncio.run(PROC.run(ctx, params))

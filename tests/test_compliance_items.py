@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from test_compliance import GOOD_DECLARATIONS, all_procedure_checks, good_facts
+from factories import GOOD_DECLARATIONS, all_procedure_checks, good_facts
 
 from pytest_llmbench.compliance import (
     TESTS,

@@ -11,7 +11,7 @@ import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
-from test_compliance import GOOD_DECLARATIONS, all_procedure_checks, good_facts
+from factories import GOOD_DECLARATIONS, all_procedure_checks, good_facts
 
 from pytest_llmbench.compliance import SESSION_ITEMS, Status, Verdict, evaluate_test, rejudge_session
 

@@ -7,6 +7,7 @@ import io
 import json
 
 import pytest
+from factories import MS, S, make_record
 
 from pytest_llmbench.common.records import ClockAnchor, ErrorType, RequestRecord
 from pytest_llmbench.measure.export_aiperf import (
@@ -17,28 +18,12 @@ from pytest_llmbench.measure.export_aiperf import (
     write_aiperf_export,
 )
 
-S = 1_000_000_000
 ANCHOR = ClockAnchor(perf_ns=0, unix_ns=1_700_000_000 * S)
-MS = 1_000_000
 
 
-def _rec(i: int, sent: float, times: tuple[float, ...], osl: int, **kw: object) -> RequestRecord:
-    r = RequestRecord(index=i, workload="w", spec_input_tokens=10, max_tokens=osl)
-    r.sent_ns = int(sent * S)
-    for t in times:
-        r.chunk_ns.append(int(t * S))
-        r.chunk_text.append("x")
-        r.chunk_reasoning.append("")
-        r.chunk_tokens.append(1)
-    if times:
-        r.first_chunk_ns = r.first_token_ns = r.chunk_ns[0]
-        r.end_ns = r.chunk_ns[-1]
-    r.output_tokens_server = osl
-    r.output_tokens_client = osl
-    r.input_tokens_server = 10
-    for k, v in kw.items():
-        setattr(r, k, v)
-    return r
+def _counts(osl: int, isl: int = 10) -> dict[str, int]:
+    """make_record fields: max_tokens and both output counts ``osl``, the server's input count ``isl``."""
+    return {"max_tokens": osl, "output_tokens_server": osl, "output_tokens_client": osl, "input_tokens_server": isl}
 
 
 def _records() -> list[RequestRecord]:
@@ -46,13 +31,15 @@ def _records() -> list[RequestRecord]:
              "response_headers_ns": 50 * MS, "first_byte_ns": 60 * MS, "last_byte_ns": 300 * MS,
              "request_header_bytes": 100, "request_body_bytes": 50, "request_chunks": 1,
              "response_header_bytes": 70, "response_body_bytes": 500, "response_chunks": 3}
-    a = _rec(0, 0.0, (0.1, 0.2, 0.3), 3, http_trace=trace,
-             usage={"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13})
-    b = _rec(1, 0.5, (0.7, 0.8), 2)
-    c = _rec(2, 1.0, (1.3, 1.5, 1.7, 1.9), 4)
-    failed = _rec(3, 1.2, (), 0, end_ns=int(1.4 * S), error_type=ErrorType.HTTP_5XX, status=500,
-                  error_message="HTTP 500: boom", input_tokens_server=33)
-    cancelled = _rec(4, 1.5, (), 0, end_ns=2 * S, error_type=ErrorType.CANCELLED, error_message="cancelled")
+    # one token per chunk, times in s
+    a = make_record(0, chunks=(0.1, 0.2, 0.3), unit=S, spec_input_tokens=10, **_counts(3), http_trace=trace,
+                    usage={"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13})
+    b = make_record(1, sent=0.5, chunks=(0.7, 0.8), unit=S, spec_input_tokens=10, **_counts(2))
+    c = make_record(2, sent=1.0, chunks=(1.3, 1.5, 1.7, 1.9), unit=S, spec_input_tokens=10, **_counts(4))
+    failed = make_record(3, sent=1.2, chunks=(), end=1.4, unit=S, spec_input_tokens=10, **_counts(0, isl=33),
+                         error_type=ErrorType.HTTP_5XX, status=500, error_message="HTTP 500: boom")
+    cancelled = make_record(4, sent=1.5, chunks=(), end=2.0, unit=S, spec_input_tokens=10, **_counts(0),
+                            error_type=ErrorType.CANCELLED, error_message="cancelled")
     return [c, failed, a, cancelled, b]  # any order: exported in submission order
 
 

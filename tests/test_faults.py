@@ -25,7 +25,6 @@ from faultserver import (
     HUGE_TEXT,
     MODEL,
     FaultServer,
-    fault_server,  # noqa: F401  (fixture)
     free_port,
     normal_chunks,
     start_fault_server,
@@ -190,7 +189,7 @@ async def test_mixed_faults_every_request_accounted_for(server: FaultServer, mod
         v for k, v in res.errors.items() if ErrorType(k) in FAILURE_TYPES)
 
 
-async def test_server_side_seeded_mix_counts_match(fault_server) -> None:  # noqa: F811
+async def test_server_side_seeded_mix_counts_match(fault_server) -> None:
     mix = {f: 0.02 for f in FAST_FAULTS}  # 40 % failures of 20 kinds, drawn by the server
     srv = fault_server(mix=mix, seed=5, cap=CAP)
     n = 300
@@ -244,7 +243,7 @@ async def test_records_stream_to_disk_memory_bounded(server: FaultServer, tmp_pa
     assert got == Counter(EXPECTED[f].error_type for f in faults if EXPECTED[f].error_type)
 
 
-async def test_client_survives_a_server_that_dies_mid_run(fault_server) -> None:  # noqa: F811
+async def test_client_survives_a_server_that_dies_mid_run(fault_server) -> None:
     """The SUT process is killed during an open-loop run: the run completes, every request is a record."""
     srv = fault_server(cap=CAP, itl_ms=20.0)
     specs = [spec("none", i, max_tokens=6) for i in range(120)]
@@ -291,7 +290,7 @@ MIX_20 = {"http_500": 0.05, "http_429": 0.04, "reset": 0.03, "malformed_json": 0
 
 
 def test_plugin_run_against_a_failing_gateway_reports_errors_by_type(pytester: pytest.Pytester,
-                                                                     fault_server) -> None:  # noqa: F811
+                                                                     fault_server) -> None:
     srv = fault_server(mix=MIX_20, seed=1, cap=8)
     pytester.makepyfile(test_suite=PLUGIN_SUITE)
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llm-endpoint", srv.url,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from factories import ttft_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -356,25 +357,14 @@ def test_change_points_and_history(store: Path, capsys):
 
 
 def test_save_from_a_report_directory_recomputes_samples_from_records(tmp_path: Path, store: Path):
-    from pytest_llmbench.common.records import RequestRecord
     from pytest_llmbench.common.storage import RunWriter
-
-    def rec(i: int, ttft_ms: float) -> RequestRecord:
-        r = RequestRecord(index=i, workload="fake", spec_input_tokens=10, max_tokens=4)
-        r.sent_ns = 1_000_000_000 * i
-        r.first_chunk_ns = r.first_token_ns = r.sent_ns + int(ttft_ms * 1e6)
-        r.chunk_ns = [r.first_token_ns, r.first_token_ns + 1_000_000]
-        r.chunk_text, r.chunk_reasoning, r.chunk_tokens = [" a", " b"], ["", ""], [1, 1]
-        r.end_ns = r.chunk_ns[-1]
-        r.output_tokens_client, r.input_tokens_client, r.status = 2, 10, 200
-        return r
 
     report = tmp_path / "llmbench-report"
     doc = json.loads(json.dumps(load_run("base", store).document))
     run_dir = doc["procedures"][0]["result"]["runs"][0]["run_dir"]
     with RunWriter(report / run_dir) as w:
-        for i in range(50):
-            w.write(rec(i, 10.0 + i))
+        for r in ttft_records([10.0 + i for i in range(50)]):
+            w.write(r)
     (report / "results.json").write_text(json.dumps(doc))
     saved = save(report, tmp_path / "st", commit="c0ffee")
     key = (doc["procedures"][0]["key"], "measure", "ttft")

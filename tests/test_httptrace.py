@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from factories import delta_chunk, make_record, sse
 
 from pytest_llmbench.client import TRANSPORTS, ClientConfig, LLMClient, httptrace
 from pytest_llmbench.common.records import ErrorType, RequestRecord, RequestSpec
@@ -30,11 +31,6 @@ HEADER_DELAY = 0.15  # request fully read -> response headers written
 BODY_GAP = 0.10  # first SSE event -> the rest of the body
 DNS_DELAY = 0.12
 EVENT_GAP = 0.03  # between the body writes of LoopbackServer.events
-
-
-def _sse(text: str, finish: bool = False) -> bytes:
-    delta = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop" if finish else None}]}
-    return b"data: " + json.dumps(delta).encode() + b"\n\n"
 
 
 class LoopbackServer:
@@ -117,8 +113,8 @@ class LoopbackServer:
                 if self.events is not None:
                     await self._write_events(writer)
                     continue
-                part1 = _sse("Hello")
-                part2 = _sse(" world", finish=True) + b"data: [DONE]\n\n"
+                part1 = sse(delta_chunk("Hello"))
+                part2 = sse(delta_chunk(" world", "stop"), done=True)
                 headers = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                            b"Content-Length: " + str(len(part1) + len(part2)).encode() + b"\r\n\r\n")
                 writer.write(headers)
@@ -232,7 +228,8 @@ async def test_new_connection_then_reuse_reflects_injected_delays() -> None:
 async def test_chunks_and_bytes_received_equal_what_the_server_sent(chunked: bool) -> None:
     # the server's writes, far apart: a role-only chunk first (vLLM's), one write with two chunks,
     # the last with [DONE] too; every write is one read, counted once (not once per chunk)
-    events = [_sse(""), _sse("Hello"), _sse(" big") + _sse(""), _sse(" world", finish=True) + b"data: [DONE]\n\n"]
+    events = [sse(delta_chunk("")), sse(delta_chunk("Hello")), sse(delta_chunk(" big"), delta_chunk("")),
+              sse(delta_chunk(" world", "stop"), done=True)]
     async with LoopbackServer() as srv:
         srv.events, srv.chunked = events, chunked
         async with LLMClient(_config(srv.port)) as client:
@@ -383,7 +380,7 @@ def test_http_trace_needs_aiohttp_transport() -> None:
 
 
 def test_old_records_without_trace_fields_load() -> None:
-    d = RequestRecord(index=0, workload="w", spec_input_tokens=1, max_tokens=1).to_json()
+    d = make_record().to_json()
     del d["http_trace"], d["reasoning_tokens_client"]
     rec = RequestRecord.from_json(d)
     assert rec.http_trace is None and rec.reasoning_tokens_client is None

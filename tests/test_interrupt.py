@@ -17,35 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from factories import SUITE_5_1 as SUITE
+from factories import WITH_SIGINT, count_lines, endpoint_args, read_results
 from faultserver import FaultServer, start_fault_server
 
 from pytest_llmbench.common.files import write_json_atomic, write_text_atomic
 from pytest_llmbench.common.storage import RECORDS_FILE, iter_records, load_run
-
-SUITE = '''
-import pytest
-from pytest_llmbench.procedures.base import poisson
-
-@pytest.mark.llm_procedure("5.1", load=poisson(rate={rate}), requests={requests}, warmup_requests=8,
-                           warmup_tokens=30{extra})
-def test_ttft(llm_result):
-    assert llm_result.metrics is not None
-'''
-
-
-#: ``python`` with SIGINT restored to its default first: a process started from a non-interactive
-#: shell's background job inherits SIGINT *ignored*, and Python then never raises KeyboardInterrupt.
-WITH_SIGINT = [sys.executable, "-c",
-               ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")]
-
-
-@pytest.fixture(scope="module")
-def slow_server() -> Iterator[FaultServer]:
-    """Every completion takes ~8 × 25 ms, so a run has requests in flight when it is interrupted."""
-    srv = start_fault_server(cap=8, itl_ms=25.0)
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture(scope="module")
@@ -53,23 +30,6 @@ def faulty_server() -> Iterator[FaultServer]:
     srv = start_fault_server(mix={"http_500": 0.1, "reset": 0.05, "no_done": 0.05}, seed=3, cap=6)
     yield srv
     srv.stop()
-
-
-def endpoint_args(srv: FaultServer, report: str = "rep") -> list[str]:
-    return ["-p", "no:cacheprovider", "--llm-endpoint", srv.url, "--llm-boundary", "gateway",
-            "--llm-report", report]
-
-
-def count_lines(path: Path) -> int:
-    with open(path, "rb") as f:
-        return sum(1 for line in f if line.endswith(b"\n"))
-
-
-def read_results(report: Path) -> dict:
-    assert not list(report.glob(".*.tmp")), "a temporary report file was left behind"
-    doc = json.loads((report / "results.json").read_text(encoding="utf-8"))
-    assert (report / "report.md").is_file() and (report / "report.html").is_file()
-    return doc
 
 
 def test_sigint_mid_measurement_leaves_parseable_incomplete_reports(pytester: pytest.Pytester,

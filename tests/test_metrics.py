@@ -1,6 +1,6 @@
 """metrics.summarize on small hand-computed traces (every expected number worked out by hand).
 
-Times are written in ms and converted to ns; metrics come back in seconds.
+Times are written in ms (factories.make_record stores them in ns); metrics come back in seconds.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from factories import MS, make_record
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.measure.metrics import (
@@ -20,27 +21,6 @@ from pytest_llmbench.measure.metrics import (
     summarize,
     throughput_at_ttft_p99,
 )
-
-MS = 1_000_000
-
-
-def rec(i: int, sent: float, chunks: list[float], toks: list[int], *, text: list[str] | None = None,
-        reasoning: list[str] | None = None, end: float | None = None, first: float | None = None,
-        first_chunk: float | None = None, isl: int = 100, max_tokens: int = 10,
-        **kw: object) -> RequestRecord:
-    """A record with times in ms; first token = first chunk unless given."""
-    r = RequestRecord(index=i, workload="w", spec_input_tokens=isl, max_tokens=max_tokens)
-    r.sent_ns = int(sent * MS)
-    r.chunk_ns = [int(c * MS) for c in chunks]
-    r.chunk_tokens = list(toks)
-    r.chunk_text = text if text is not None else ["x"] * len(chunks)
-    r.chunk_reasoning = reasoning if reasoning is not None else [""] * len(chunks)
-    r.first_chunk_ns = int((first_chunk if first_chunk is not None else chunks[0]) * MS) if chunks else None
-    r.first_token_ns = int((first if first is not None else chunks[0]) * MS) if chunks else None
-    r.end_ns = int((end if end is not None else (chunks[-1] if chunks else sent)) * MS)
-    for k, v in kw.items():
-        setattr(r, k, v)
-    return r
 
 
 def approx(v: object, rel: float = 1e-9, abs: float = 1e-12) -> object:
@@ -56,9 +36,9 @@ def multi_chunk_run() -> list[RequestRecord]:
     # request 0: sent 0; chunks at 100, 110, 130 ms carrying 1, 2, 1 tokens; server per-token
     #            times 100, 105, 110, 128 ms. OSL = 4.
     # request 1: sent 50; one chunk at 200 ms with one token (single-token response).
-    r0 = rec(0, 0, [100, 110, 130], [1, 2, 1],
-             server_token_ns=[100 * MS, 105 * MS, 110 * MS, 128 * MS])
-    r1 = rec(1, 50, [200], [1], server_token_ns=[199 * MS])
+    r0 = make_record(0, chunks=[100, 110, 130], tokens=[1, 2, 1],
+                     server_token_ns=[100 * MS, 105 * MS, 110 * MS, 128 * MS])
+    r1 = make_record(1, sent=50, chunks=[200], server_token_ns=[199 * MS])
     return [r0, r1]
 
 
@@ -145,7 +125,7 @@ def test_itl_option_c_without_server_times_is_an_error() -> None:
 
 def test_stall_shows_in_max_pause_and_tail_but_not_tpot() -> None:
     # tokens every 10 ms, one 500 ms stall: chunks at 100,110,120,620,630 (one token each)
-    m = summarize([rec(0, 0, [100, 110, 120, 620, 630], [1] * 5)])
+    m = summarize([make_record(0, chunks=[100, 110, 120, 620, 630])])
     pr = m.per_request
     assert pr["max_pause"] == approx([0.5])
     # TPOT = (0.630 - 0.100) / 4 = 0.1325 hides the stall in an average
@@ -161,7 +141,8 @@ def test_stall_shows_in_max_pause_and_tail_but_not_tpot() -> None:
 def test_whitespace_and_role_chunks_do_not_start_ttft() -> None:
     # chunk 0 at 40 ms: role-only (no text, 0 tokens); chunk 1 at 60 ms: "  " whitespace with a
     # token; chunk 2 at 100 ms: first content; chunk 3 at 120 ms.
-    r = rec(0, 0, [40, 60, 100, 120], [0, 1, 1, 1], text=["", "  ", "Hi", " there"], first=100)
+    r = make_record(0, chunks=[40, 60, 100, 120], tokens=[0, 1, 1, 1], text=["", "  ", "Hi", " there"],
+                    first_token=100)
     m = summarize([r])
     assert m.per_request["ttft"] == approx([0.100])
     assert m.per_request["ttft_any_chunk"] == approx([0.040])
@@ -171,8 +152,8 @@ def test_whitespace_and_role_chunks_do_not_start_ttft() -> None:
 
 def test_reasoning_before_output() -> None:
     # reasoning chunks at 50 and 70 ms (no content tokens), content at 200 and 210 ms
-    r = rec(0, 0, [50, 70, 200, 210], [0, 0, 1, 1], text=["", "", "A", "B"],
-            reasoning=["think", "more", "", ""], first=200)
+    r = make_record(0, chunks=[50, 70, 200, 210], tokens=[0, 0, 1, 1], text=["", "", "A", "B"],
+                    reasoning=["think", "more", "", ""], first_token=200)
     m = summarize([r])
     pr = m.per_request
     assert pr["ttft"] == approx([0.200])  # §5.1.3.1: first content token
@@ -180,7 +161,7 @@ def test_reasoning_before_output() -> None:
     assert pr["ttfo"] == approx([0.200])  # reasoning preceded the output
     assert pr["ttst"] == approx([0.010])
     # without reasoning, TTFO is undefined and has no distribution
-    m2 = summarize([rec(0, 0, [100, 110], [1, 1])])
+    m2 = summarize([make_record(0, chunks=[100, 110])])
     assert math.isnan(m2.per_request["ttfo"][0]) and "ttfo" not in m2.distributions
 
 
@@ -191,12 +172,12 @@ def test_reasoning_before_output() -> None:
 
 def failure_run() -> list[RequestRecord]:
     return [
-        rec(0, 0, [100, 120], [1, 1]),
-        rec(1, 10, [], [], error_type=ErrorType.HTTP_5XX, end=30, status=500),
-        rec(2, 20, [], [], error_type=ErrorType.REFUSED, end=40),
-        rec(3, 30, [130], [1], error_type=ErrorType.CANCELLED, end=135),
-        rec(4, 40, [90, 150], [1, 1], error_type=ErrorType.TIMEOUT, end=400),
-        rec(5, 50, [150], [1]),
+        make_record(0, chunks=[100, 120]),
+        make_record(1, sent=10, chunks=[], error_type=ErrorType.HTTP_5XX, end=30, status=500),
+        make_record(2, sent=20, chunks=[], error_type=ErrorType.REFUSED, end=40),
+        make_record(3, sent=30, chunks=[130], error_type=ErrorType.CANCELLED, end=135),
+        make_record(4, sent=40, chunks=[90, 150], error_type=ErrorType.TIMEOUT, end=400),
+        make_record(5, sent=50, chunks=[150]),
     ]
 
 
@@ -219,7 +200,7 @@ def test_failed_requests_counted_not_measured() -> None:
 
 
 def test_single_token_responses_have_no_itl_or_tpot() -> None:
-    m = summarize([rec(0, 0, [100], [1]), rec(1, 0, [80], [1])])
+    m = summarize([make_record(0, chunks=[100]), make_record(1, chunks=[80])])
     assert m.distributions["itl"].n == 0 and m.distributions["tpot"].n == 0
     assert np.isnan(m.per_request["tpot"]).all() and np.isnan(m.per_request["jitter"]).all()
     assert math.isnan(m.percentile("itl", 50).value)
@@ -235,11 +216,11 @@ def test_single_token_responses_have_no_itl_or_tpot() -> None:
 def window_run() -> list[RequestRecord]:
     # run from 0 to 1000 ms; steady-state window [100, 1000] ms (first 10% excluded)
     return [
-        rec(0, 0, [50, 60, 70], [1, 1, 1], isl=10, end=80),  # all inside the ramp-up
-        rec(1, 200, [300, 400], [2, 2], isl=20, end=500),  # 4 tokens, OSL 4
-        rec(2, 600, [900, 1000], [1, 1], isl=30, end=1000,
-            output_tokens_server=4, output_tokens_client=2),  # server says 4: chunks scaled x2
-        rec(3, 700, [], [], error_type=ErrorType.HTTP_5XX, end=800, isl=40),
+        make_record(0, chunks=[50, 60, 70], spec_input_tokens=10, end=80),  # all inside the ramp-up
+        make_record(1, sent=200, chunks=[300, 400], tokens=[2, 2], spec_input_tokens=20, end=500),  # 4 tokens, OSL 4
+        make_record(2, sent=600, chunks=[900, 1000], spec_input_tokens=30, end=1000,
+                    output_tokens_server=4, output_tokens_client=2),  # server says 4: chunks scaled x2
+        make_record(3, sent=700, chunks=[], error_type=ErrorType.HTTP_5XX, end=800, spec_input_tokens=40),
     ]
 
 
@@ -306,7 +287,7 @@ def test_goodput_counts_failed_in_denominator() -> None:
     m2 = summarize(run, slos=[MaxSLO("ttft", 0.2), MaxSLO("e2e", 0.25)])
     assert m2.scalar("good_count").value == 1
     # a TPOT SLO does not apply to a single-token response (TPOT undefined)
-    m3 = summarize([rec(0, 0, [100], [1])], slos=[MaxSLO("tpot", 0.001)])
+    m3 = summarize([make_record(0, chunks=[100])], slos=[MaxSLO("tpot", 0.001)])
     assert m3.scalar("good_count").value == 1
     with pytest.raises(KeyError, match="known"):
         summarize(run, slos=[MaxSLO("no_such_metric", 1.0)])
@@ -319,8 +300,8 @@ def test_goodput_counts_failed_in_denominator() -> None:
 
 
 def test_ttft_by_input_length_buckets() -> None:
-    run = [rec(0, 0, [100], [1], isl=100), rec(1, 0, [200], [1], isl=255), rec(2, 0, [300], [1], isl=256),
-           rec(3, 0, [900], [1], isl=5000)]
+    run = [make_record(i, chunks=[t], spec_input_tokens=isl)
+           for i, (t, isl) in enumerate([(100, 100), (200, 255), (300, 256), (900, 5000)])]
     m = summarize(run)
     assert sorted(m.ttft_by_input_length) == ["[0,256)", "[256,512)", "[4096,inf)"]
     assert m.ttft_by_input_length["[0,256)"].n == 2
@@ -330,12 +311,12 @@ def test_ttft_by_input_length_buckets() -> None:
 
 def test_queue_wait_prefill_and_preemption() -> None:
     run = [
-        rec(0, 0, [100], [1], server_timing={"queue_ns": 30 * MS, "prefill_ns": 60 * MS, "preemptions": 0}),
-        rec(1, 0, [200], [1], server_timing={"queue_ns": 50 * MS, "prefill_ns": 100 * MS, "preemptions": 2,
-                                            "preempted_tokens": 30}),
-        rec(2, 0, [], [], error_type=ErrorType.HTTP_5XX, end=300,
-            server_timing={"preemptions": 1, "preempted_tokens": 15}),
-        rec(3, 0, [150], [1]),  # server reported nothing
+        make_record(0, chunks=[100], server_timing={"queue_ns": 30 * MS, "prefill_ns": 60 * MS, "preemptions": 0}),
+        make_record(1, chunks=[200], server_timing={"queue_ns": 50 * MS, "prefill_ns": 100 * MS, "preemptions": 2,
+                                                    "preempted_tokens": 30}),
+        make_record(2, chunks=[], error_type=ErrorType.HTTP_5XX, end=300,
+                    server_timing={"preemptions": 1, "preempted_tokens": 15}),
+        make_record(3, chunks=[150]),  # server reported nothing
     ]
     m = summarize(run)
     assert m.distributions["queue_wait"].n == 2
@@ -346,21 +327,22 @@ def test_queue_wait_prefill_and_preemption() -> None:
     assert m.scalar("preemption_recovery_rate").value == approx(0.5)
     # (30 + 15) tokens lost over (2 + 1) preemptions = 15
     assert m.scalar("tokens_lost_per_preemption").value == approx(15.0)
-    assert "preemption_rate" not in summarize([rec(0, 0, [100], [1])]).scalars
+    assert "preemption_rate" not in summarize([make_record(0, chunks=[100])]).scalars
 
 
 def test_send_lag_and_schedule_latency() -> None:
-    run = [rec(0, 12, [100], [1], intended_ns=10 * MS), rec(1, 35, [150], [1], intended_ns=20 * MS)]
+    run = [make_record(0, sent=12, chunks=[100], intended_ns=10 * MS),
+           make_record(1, sent=35, chunks=[150], intended_ns=20 * MS)]
     m = summarize(run)
     assert m.per_request["send_lag"] == approx([0.002, 0.015])
     # end - intended: 100 - 10 = 90 ms; 150 - 20 = 130 ms
     assert m.per_request["schedule_latency"] == approx([0.090, 0.130])
-    assert "send_lag" not in summarize([rec(0, 0, [100], [1])]).distributions
+    assert "send_lag" not in summarize([make_record(0, chunks=[100])]).distributions
 
 
 def test_usage_discrepancy_and_osl_mismatch() -> None:
-    r = rec(0, 0, [100, 110], [1, 1], max_tokens=100, input_tokens_client=100, input_tokens_server=110,
-            output_tokens_client=50, output_tokens_server=48)
+    r = make_record(0, chunks=[100, 110], max_tokens=100, input_tokens_client=100, input_tokens_server=110,
+                    output_tokens_client=50, output_tokens_server=48)
     m = summarize([r])
     assert m.per_request["input_usage_diff_pct"] == approx([10.0])
     assert m.per_request["output_usage_diff_pct"] == approx([-4.0])
@@ -394,12 +376,12 @@ def test_unknown_names_list_known_ones_and_json() -> None:
 def test_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="no records"):
         summarize([])
-    r = rec(7, 0, [100, 90], [1, 1])
+    r = make_record(7, chunks=[100, 90])
     with pytest.raises(ValueError, match="record 7"):
         summarize([r])
     with pytest.raises(ValueError, match="steady_state_fraction"):
         summarize(multi_chunk_run(), steady_state_fraction=1.0)
-    w = rec(0, 0, [100], [1])
+    w = make_record(0, chunks=[100])
     w.phase = "warmup"
     with pytest.raises(ValueError, match="phase"):
         summarize([w])
@@ -439,7 +421,7 @@ def test_itl_shape_modality_and_tail() -> None:
         for i in range(30):
             gaps = gap_fn(40)  # type: ignore[operator]
             chunks = list(100 + np.cumsum(np.concatenate(([0.0], gaps))))
-            out.append(rec(i, 0, chunks, [1] * len(chunks)))
+            out.append(make_record(i, chunks=chunks))
         return out
 
     uni = summarize(run(lambda k: rng.normal(20, 1, k)))
@@ -453,20 +435,20 @@ def test_itl_shape_modality_and_tail() -> None:
 
 def test_all_failed_run_and_fallbacks() -> None:
     # every request failed: counts and rates exist, latency distributions are empty, no crash
-    m = summarize([rec(0, 0, [], [], error_type=ErrorType.CONNECT, end=5),
-                   rec(1, 10, [], [], error_type=ErrorType.RATE_LIMITED, end=20, status=429)])
+    m = summarize([make_record(0, chunks=[], error_type=ErrorType.CONNECT, end=5),
+                   make_record(1, sent=10, chunks=[], error_type=ErrorType.RATE_LIMITED, end=20, status=429)])
     assert m.scalar("success_rate").value == 0.0 and m.distributions["ttft"].n == 0
     assert m.errors_by_type == {"connect": 1, "rate_limited": 1}
     assert m.itl_modality is not None and m.itl_modality.verdict == "undetermined"
     assert m.scalar("request_throughput").value == 0.0
     json.dumps(m.to_json(per_request=True), allow_nan=False)
     # no chunk_tokens from the tokenizer: one token per non-whitespace text chunk
-    r = rec(0, 0, [100, 110, 125], [], text=["a", " ", "b"])
+    r = make_record(0, chunks=[100, 110, 125], text=["a", " ", "b"])
     r.chunk_tokens = []
     m2 = summarize([r])
     assert m2.per_request["osl"] == approx([2.0])
     assert m2.distributions["itl"].samples == approx([0.025])
     # a non-streamed response (no chunks): its OSL counts at the end time
-    ns = rec(0, 0, [], [], end=400, output_tokens_server=30)
-    m3 = summarize([rec(1, 0, [10], [1], end=10), ns], steady_state_fraction=0.0)
+    ns = make_record(0, chunks=[], end=400, output_tokens_server=30)
+    m3 = summarize([make_record(1, chunks=[10], end=10), ns], steady_state_fraction=0.0)
     assert m3.scalar("output_throughput").value == approx(31 / 0.4)

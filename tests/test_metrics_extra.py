@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from factories import S, make_record
 
 import pytest_llmbench
 from pytest_llmbench.client import httptrace
@@ -16,54 +17,36 @@ from pytest_llmbench.measure import metrics_extra as mx
 from pytest_llmbench.measure import registry
 from pytest_llmbench.measure.metrics import summarize
 
-S = 1_000_000_000  # ns per second
 AIPERF_LIST = Path(pytest_llmbench.__file__).parent / "data" / "aiperf_metrics.txt"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
-
-
-def rec(index: int = 0, *, sent: float = 0.0, chunks: tuple[tuple[float, str, str, int], ...] = (),
-        end: float | None = None, osl: int | None = None, **kw: object) -> RequestRecord:
-    """A record from (time s, content, reasoning, tokens) chunks; times in seconds from 0."""
-    r = RequestRecord(index=index, workload="w", spec_input_tokens=10, max_tokens=16)
-    r.sent_ns = int(sent * S) + 10 * S
-    for t, text, reasoning, n in chunks:
-        r.chunk_ns.append(int(t * S) + 10 * S)
-        r.chunk_text.append(text)
-        r.chunk_reasoning.append(reasoning)
-        r.chunk_tokens.append(n)
-        if r.first_chunk_ns is None:
-            r.first_chunk_ns = r.chunk_ns[-1]
-        if r.first_token_ns is None and text.strip():
-            r.first_token_ns = r.chunk_ns[-1]
-    if end is not None:
-        r.end_ns = int(end * S) + 10 * S
-    r.output_tokens_server = osl
-    for k, v in kw.items():
-        setattr(r, k, v)
-    return r
+#: make_record: chunks as (time s, content, reasoning, tokens), times in seconds from 10 s
+REC = {"unit": S, "t0": 10, "spec_input_tokens": 10}
+BARE = {**REC, "chunks": ()}  # no chunks, no response
 
 
 # ---- per-request ------------------------------------------------------------------------
 
 
 def test_aiperf_itl_and_output_throughput_per_user() -> None:
-    r = rec(chunks=((1.0, "a", "", 1), (1.5, "b", "", 1), (2.0, "c", "", 1)), end=2.0, osl=3)
+    r = make_record(chunks=((1.0, "a", "", 1), (1.5, "b", "", 1), (2.0, "c", "", 1)), end=2.0, output_tokens_server=3,
+                    **REC)
     assert mx.aiperf_inter_token_latency(r) == pytest.approx(0.5)  # (2.0 - 1.0) / (3 - 1)
     assert mx.output_token_throughput_per_user(r) == pytest.approx(2.0)
-    one = rec(chunks=((1.0, "a", "", 1),), end=1.0, osl=1)
+    one = make_record(chunks=((1.0, "a", "", 1),), end=1.0, output_tokens_server=1, **REC)
     assert mx.aiperf_inter_token_latency(one) is None and mx.output_token_throughput_per_user(one) is None
-    failed = rec(chunks=((1.0, "a", "", 1), (2.0, "b", "", 1)), end=2.0, osl=2, error_type=ErrorType.HTTP_5XX)
+    failed = make_record(chunks=((1.0, "a", "", 1), (2.0, "b", "", 1)), end=2.0, output_tokens_server=2,
+                         error_type=ErrorType.HTTP_5XX, **REC)
     assert mx.aiperf_inter_token_latency(failed) is None
 
 
 def test_reasoning_moves_aiperf_ttft_and_splits_the_output_count() -> None:
     # reasoning at 0.5 s (4 tokens), content at 1.0 and 2.0 s (3 tokens); OSL 7
-    r = rec(chunks=((0.5, "", "think", 4), (1.0, "Hi", "", 1), (2.0, " there", "", 2)), end=2.0, osl=7,
-            output_tokens_client=7, reasoning_tokens_client=4)
+    r = make_record(chunks=((0.5, "", "think", 4), (1.0, "Hi", "", 1), (2.0, " there", "", 2)), end=2.0,
+                    output_tokens_server=7, output_tokens_client=7, reasoning_tokens_client=4, **REC)
     assert mx.aiperf_inter_token_latency(r) == pytest.approx((2.0 - 0.5) / 6)
     assert mx.reasoning_token_count(r) == 4
     assert mx.output_token_count(r) == 3
-    plain = rec(chunks=((1.0, "Hi", "", 1),), end=1.0, osl=1, output_tokens_client=1)
+    plain = make_record(chunks=((1.0, "Hi", "", 1),), end=1.0, output_tokens_server=1, output_tokens_client=1, **REC)
     assert mx.reasoning_token_count(plain) is None and mx.output_token_count(plain) == 1
 
 
@@ -71,8 +54,9 @@ def test_counts_of_old_records_use_the_tokenizer() -> None:
     from pytest_llmbench.common.tokenizer import get_tokenizer
 
     tok = get_tokenizer("cl100k_base")
-    r = rec(chunks=((0.5, "", "let me think", 3), (1.0, "Hello world", "", 2)), end=1.0, osl=5,
-            output_tokens_client=5)  # written before reasoning_tokens_client existed
+    # written before reasoning_tokens_client existed
+    r = make_record(chunks=((0.5, "", "let me think", 3), (1.0, "Hello world", "", 2)), end=1.0,
+                    output_tokens_server=5, output_tokens_client=5, **REC)
     assert mx.reasoning_token_count(r) is None and mx.output_token_count(r) is None
     assert mx.reasoning_token_count(r, tok) == len(tok.encode("let me think"))
     assert mx.output_token_count(r, tok) == len(tok.encode("Hello world"))
@@ -84,39 +68,39 @@ USAGE = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110,
 
 
 def test_usage_fields() -> None:
-    r = rec(chunks=((0.5, "", "hmm", 4), (1.0, "a", "", 6)), end=1.0, osl=10, usage=USAGE,
-            input_tokens_server=100, reasoning_tokens_client=4, output_tokens_client=10)
+    r = make_record(chunks=((0.5, "", "hmm", 4), (1.0, "a", "", 6)), end=1.0, output_tokens_server=10, usage=USAGE,
+                    input_tokens_server=100, reasoning_tokens_client=4, output_tokens_client=10, **REC)
     assert mx.usage_total_tokens(r) == 110
     assert mx.usage_reasoning_tokens(r) == 5
     assert mx.usage_prompt_cache_read_tokens(r) == 40
     assert mx.usage_prompt_cache_write_tokens(r) == 7
     assert mx.usage_prompt_cache_miss_tokens(r) == 60
     assert mx.usage_reasoning_diff_pct(r) == pytest.approx(25.0)  # (5 - 4) / 4
-    anthropic = rec(usage={"cache_read_input_tokens": 9})
+    anthropic = make_record(usage={"cache_read_input_tokens": 9}, **BARE)
     assert mx.usage_prompt_cache_read_tokens(anthropic) == 9
-    bare = rec(cached_tokens=3)
+    bare = make_record(cached_tokens=3, **BARE)
     assert mx.usage_prompt_cache_read_tokens(bare) == 3
     assert mx.usage_total_tokens(bare) is None and mx.usage_reasoning_diff_pct(bare) is None
 
 
 def test_error_isl_only_for_failures() -> None:
-    failed = rec(error_type=ErrorType.TIMEOUT, input_tokens_server=50)
-    cancelled = rec(error_type=ErrorType.CANCELLED, input_tokens_server=70)
+    failed = make_record(error_type=ErrorType.TIMEOUT, input_tokens_server=50, **BARE)
+    cancelled = make_record(error_type=ErrorType.CANCELLED, input_tokens_server=70, **BARE)
     assert mx.error_isl(failed) == 50
-    assert mx.error_isl(cancelled) is None and mx.error_isl(rec()) is None
+    assert mx.error_isl(cancelled) is None and mx.error_isl(make_record(**BARE)) is None
 
 
 # ---- run totals ---------------------------------------------------------------------------
 
 
 def test_run_totals_by_hand() -> None:
-    a = rec(0, chunks=((0.5, "", "hmm", 4), (1.0, "a", "", 6)), end=1.0, osl=10, usage=USAGE,
-            input_tokens_server=100, output_tokens_client=10, reasoning_tokens_client=4)
-    b = rec(1, chunks=((1.0, "b", "", 3),), end=1.0, osl=3, input_tokens_server=300, output_tokens_client=3,
-            usage={"prompt_tokens": 300, "completion_tokens": 3, "total_tokens": 303,
-                   "prompt_tokens_details": {"cached_tokens": 60}})
-    bad = rec(2, error_type=ErrorType.HTTP_5XX, input_tokens_server=25, status=500)
-    cancelled = rec(3, error_type=ErrorType.CANCELLED, input_tokens_server=99)
+    a = make_record(0, chunks=((0.5, "", "hmm", 4), (1.0, "a", "", 6)), end=1.0, output_tokens_server=10, usage=USAGE,
+                    input_tokens_server=100, output_tokens_client=10, reasoning_tokens_client=4, **REC)
+    b = make_record(1, chunks=((1.0, "b", "", 3),), end=1.0, output_tokens_server=3, input_tokens_server=300,
+                    output_tokens_client=3, usage={"prompt_tokens": 300, "completion_tokens": 3, "total_tokens": 303,
+                                                   "prompt_tokens_details": {"cached_tokens": 60}}, **REC)
+    bad = make_record(2, error_type=ErrorType.HTTP_5XX, input_tokens_server=25, status=500, **BARE)
+    cancelled = make_record(3, error_type=ErrorType.CANCELLED, input_tokens_server=99, **BARE)
     v = mx.run_values([a, b, bad, cancelled])
     assert v["total_output_tokens"] == 6 + 3
     assert v["total_osl"] == 13 and v["total_isl"] == 400
@@ -132,9 +116,11 @@ def test_run_totals_by_hand() -> None:
 
 def test_token_weighted_goodput_eq5_by_hand() -> None:
     # V = 20 tok/s (d_i = 0.05 i, A = 0). "fast" delivers token i at 0.04 i: all deadlines met.
-    fast = rec(0, chunks=tuple((0.04 * i, "x", "", 1) for i in (1, 2, 3)), end=0.12, osl=3)
-    slow = rec(1, chunks=tuple((1.0 + 0.01 * i, "y", "", 1) for i in range(5)), end=1.04, osl=5)
-    failed = rec(2, sent=0.5, end=2.0, error_type=ErrorType.HTTP_5XX, status=500)
+    fast = make_record(0, chunks=tuple((0.04 * i, "x", "", 1) for i in (1, 2, 3)), end=0.12, output_tokens_server=3,
+                       **REC)
+    slow = make_record(1, chunks=tuple((1.0 + 0.01 * i, "y", "", 1) for i in range(5)), end=1.04,
+                       output_tokens_server=5, **REC)
+    failed = make_record(2, sent=0.5, end=2.0, error_type=ErrorType.HTTP_5XX, status=500, **BARE)
     run = summarize([fast, slow, failed], reading_speed=20.0, ttft_allowance=0.0)
     duration = 2.0  # first submission (0) to last response (2.0)
     assert run.scalar("benchmark_duration").value == pytest.approx(duration)
@@ -152,8 +138,8 @@ def test_fluid_token_rate_of_a_steady_stream() -> None:
     # D_d is 0.1 s, the rate 10 tok/s (bisection keeps the passing side, tolerance 1e-3)
     from pytest_llmbench.measure.experience import PrefillDeadline
 
-    recs = [rec(i, sent=float(i), chunks=tuple((i + 0.2 + 0.1 * k, "t", "", 1) for k in range(20)),
-                end=i + 0.2 + 1.9, osl=20) for i in range(5)]
+    recs = [make_record(i, sent=float(i), chunks=tuple((i + 0.2 + 0.1 * k, "t", "", 1) for k in range(20)),
+                        end=i + 0.2 + 1.9, output_tokens_server=20, **REC) for i in range(5)]
     fr = mx.fluid_token_generation_rate(summarize(recs, prefill_deadline=PrefillDeadline.constant(0.2)))
     assert fr.rate == pytest.approx(10.0, rel=2e-3) and fr.rate <= 10.0 + 1e-9
 
@@ -172,7 +158,7 @@ def test_http_phases_from_a_hand_built_trace() -> None:
         assert p[k] == pytest.approx(v), k
     assert (p["data_sent"], p["data_received"], p["chunks_sent"], p["chunks_received"]) == (300, 1080, 1, 7)
     assert p["connection_reused"] == 0
-    table = mx.per_request_table([rec(http_trace=t), rec()])
+    table = mx.per_request_table([make_record(http_trace=t, **BARE), make_record(**BARE)])
     assert table["http_waiting"][0] == pytest.approx(0.036) and math.isnan(table["http_waiting"][1])
 
 
@@ -187,7 +173,7 @@ def test_declarations_are_unique_and_complete() -> None:
     """Every metric of metrics_extra is declared once, in the registry, and summarize computes it."""
     names = [d.name for d in mx.EXTRA_METRICS]
     assert len(names) == len(set(names))
-    table = mx.per_request_table([rec()])
+    table = mx.per_request_table([make_record(**BARE)])
     for d in mx.EXTRA_METRICS:
         assert d.definition and d.section and d.unit
         assert registry.lookup(d.name) is d
@@ -195,15 +181,16 @@ def test_declarations_are_unique_and_complete() -> None:
             assert registry.lookup(d.aiperf) is d, f"AIPerf tag {d.aiperf} is not an alias of {d.name}"
         if d.kind != "scalar":
             assert d.name in table, f"{d.name} declared but not computed"
-    computed_runs = set(mx.run_values([rec()])) | {"token_weighted_goodput", "fluid_token_rate"}
+    computed_runs = set(mx.run_values([make_record(**BARE)])) | {"token_weighted_goodput", "fluid_token_rate"}
     assert set(mx.RUN) <= computed_runs
 
 
 def test_summarize_merges_the_extra_metrics_once() -> None:
     """metrics.summarize carries every per-request extra as a column, the AIPerf ITL as a distribution,
     the run totals, token-weighted goodput (eq. 5) and the fluid token rate as scalars."""
-    recs = [rec(i, sent=0.1 * i, chunks=((0.1 * i + 0.05, "a", "", 1), (0.1 * i + 0.15, "b", "", 1),
-                                         (0.1 * i + 0.25, "c", "", 1)), end=0.1 * i + 0.25, osl=3)
+    recs = [make_record(i, sent=0.1 * i, chunks=((0.1 * i + 0.05, "a", "", 1), (0.1 * i + 0.15, "b", "", 1),
+                                                 (0.1 * i + 0.25, "c", "", 1)), end=0.1 * i + 0.25,
+                        output_tokens_server=3, **REC)
             for i in range(5)]
     run = summarize(recs)
     table = mx.per_request_table(sorted(recs, key=lambda r: r.sent_ns))
@@ -238,9 +225,10 @@ def test_existing_equivalents_name_real_metrics() -> None:
     (one with reasoning and SLOs, so that conditional metrics exist) or a record field."""
     from pytest_llmbench.measure.slo import parse_slo
 
-    recs = [rec(i, sent=0.1 * i, chunks=((0.1 * i + 0.05, "", "hm", 1), (0.1 * i + 0.2, "a", "", 1),
-                                         (0.1 * i + 0.3, "b", "", 1)),
-                end=0.1 * i + 0.3, osl=3, input_tokens_server=10, input_tokens_client=9, output_tokens_client=3)
+    recs = [make_record(i, sent=0.1 * i, chunks=((0.1 * i + 0.05, "", "hm", 1), (0.1 * i + 0.2, "a", "", 1),
+                                                 (0.1 * i + 0.3, "b", "", 1)), end=0.1 * i + 0.3,
+                        output_tokens_server=3, input_tokens_server=10, input_tokens_client=9, output_tokens_client=3,
+                        **REC)
             for i in range(4)]
     run = summarize(recs, slos=[parse_slo("ttft <= 10 s")])
     known = (set(run.distributions) | set(run.scalars) | set(run.per_request.names())
@@ -270,7 +258,7 @@ def test_new_metrics_parse_as_slos_and_evaluate(text: str, metric: str, threshol
 
     s = parse_slo(text)
     assert (s.metric, s.threshold) == (metric, pytest.approx(threshold))
-    recs = [rec(i, sent=0.1 * i, chunks=((0.1 * i + 0.05, "a", "", 1), (0.1 * i + 0.15, "b", "", 1)),
-                end=0.1 * i + 0.15, osl=2) for i in range(5)]
+    recs = [make_record(i, sent=0.1 * i, chunks=((0.1 * i + 0.05, "a", "", 1), (0.1 * i + 0.15, "b", "", 1)),
+                        end=0.1 * i + 0.15, output_tokens_server=2, **REC) for i in range(5)]
     res = evaluate(s, summarize(recs))
     assert res.value is not None and math.isfinite(res.value.value), res.message

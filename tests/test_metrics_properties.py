@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
 import numpy as np
+from factories import MS, make_record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.measure.metrics import summarize
-
-MS = 1_000_000
 
 
 @st.composite
@@ -20,28 +20,19 @@ def records(draw: st.DrawFn) -> list[RequestRecord]:
     n = draw(st.integers(1, 8))
     out = []
     for i in range(n):
-        r = RequestRecord(index=i, workload="w", spec_input_tokens=draw(st.integers(1, 5000)),
-                          max_tokens=draw(st.integers(1, 64)))
-        r.sent_ns = draw(st.integers(0, 500)) * MS
-        r.intended_ns = r.sent_ns - draw(st.integers(0, 5)) * MS
+        isl, max_tokens = draw(st.integers(1, 5000)), draw(st.integers(1, 64))
+        sent = draw(st.integers(0, 500))  # ms
+        lag = draw(st.integers(0, 5))
         gaps = draw(st.lists(st.integers(0, 300), min_size=0, max_size=10))
         toks = draw(st.lists(st.integers(0, 3), min_size=len(gaps), max_size=len(gaps)))
         ttft = draw(st.integers(1, 400))
-        t = r.sent_ns + ttft * MS
-        times = []
-        for g in gaps:
-            t += g * MS
-            times.append(t)
-        r.chunk_ns, r.chunk_tokens = times, toks
-        r.chunk_text = ["x" if k else "" for k in toks]
-        r.chunk_reasoning = [""] * len(toks)
-        content = [c for c, k in zip(times, toks) if k]
-        r.first_chunk_ns = times[0] if times else None
-        r.first_token_ns = content[0] if content else None
-        r.end_ns = (times[-1] if times else r.sent_ns) + draw(st.integers(0, 5)) * MS
+        times = list(itertools.accumulate(gaps, initial=sent + ttft))[1:]  # the first gap follows the TTFT
+        end = (times[-1] if times else sent) + draw(st.integers(0, 5))
         kind = draw(st.sampled_from([None, None, None, ErrorType.TIMEOUT, ErrorType.CANCELLED]))
-        r.error_type = kind
-        out.append(r)
+        # a chunk without tokens has no text: the first token is the first chunk with tokens
+        out.append(make_record(i, spec_input_tokens=isl, max_tokens=max_tokens, sent=sent, chunks=times, tokens=toks,
+                               text=["x" if k else "" for k in toks], end=end, intended_ns=(sent - lag) * MS,
+                               error_type=kind))
     return out
 
 

@@ -7,15 +7,19 @@ exercise the pytest glue only; it still talks to the embedded simulator through 
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
+
+TESTS = str(Path(__file__).parent)  # tests/factories.py, for the fake procedure in the pytester runs
 
 FAKE_CONFTEST = '''
 import json, pathlib
 from dataclasses import dataclass
 from pytest_llmbench.procedures.base import Procedure, ProcedureResult, Table, register
 from pytest_llmbench.measure.metrics import summarize
-from pytest_llmbench.common.records import RequestRecord
+from factories import ttft_records  # tests/factories.py: the fake fixture puts tests/ on PYTHONPATH
 
 COUNTER = pathlib.Path("runs.txt")
 
@@ -26,21 +30,11 @@ class FakeParams:
         if self.size < 1:
             raise ValueError("size must be >= 1")
 
-def _record(i, ttft_ms):
-    r = RequestRecord(index=i, workload="fake", spec_input_tokens=10, max_tokens=4)
-    r.sent_ns = 1_000_000_000 * i
-    r.first_chunk_ns = r.first_token_ns = r.sent_ns + int(ttft_ms * 1e6)
-    r.chunk_ns = [r.first_token_ns, r.first_token_ns + 1_000_000]
-    r.chunk_text, r.chunk_reasoning, r.chunk_tokens = [" a", " b"], ["", ""], [1, 1]
-    r.end_ns = r.chunk_ns[-1]
-    r.output_tokens_client, r.input_tokens_client, r.status = 2, 10, 200
-    return r
-
 async def run(ctx, p):
     COUNTER.write_text(COUNTER.read_text() + "x" if COUNTER.exists() else "x")
     switched = ctx.configure_sut("prefix_cache", False)
     ctx.configure_sut("prefix_cache", True)
-    metrics = summarize([_record(i, 100.0 * (i + 1)) for i in range(p.size)])
+    metrics = summarize(ttft_records([100.0 * (i + 1) for i in range(p.size)]))
     return ProcedureResult(procedure="5.1", title="Fake", params={"size": p.size}, profile=ctx.settings.profile,
                            metrics=metrics, tables=[Table("T", ["a"], [["1"]])],
                            measurements={"switched": switched, "model": ctx.sut.model})
@@ -50,8 +44,9 @@ register(Procedure("5.99", "Fake procedure", FakeParams, run, {"smoke": {"size":
 
 
 @pytest.fixture
-def fake(pytester: pytest.Pytester) -> pytest.Pytester:
+def fake(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     pytester.makeconftest(FAKE_CONFTEST)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
     return pytester
 
 

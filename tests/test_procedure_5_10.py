@@ -4,15 +4,13 @@ with, refusals are counted as failures, the SUT's guardrail setting is restored.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from procedure_harness import procedure_context
+from factories import StartHarness, measured_ok
 
 from pytest_llmbench.common.records import ErrorType
 from pytest_llmbench.common.storage import iter_records
@@ -20,17 +18,10 @@ from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.procedures.base import Capacity, ProcedureContext, ProcedureError, SkipProcedure, get_procedure
 from pytest_llmbench.procedures.p5_10_guardrails import Guardrails
 from pytest_llmbench.settings import Settings
-from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.sut.system import SUT
 
 PROC = get_procedure("5.10")
-
-
-@contextlib.contextmanager
-def harness(tmp_path: Path, config: SimConfig, rate: float) -> Iterator[tuple[Any, ProcedureContext]]:
-    """A simulator and a hand-built ProcedureContext with a declared request-rate capacity."""
-    with start_simulator(config) as sim:
-        yield sim, procedure_context(sim, tmp_path, capacity=Capacity(rate=rate, source="declared by the test"), profile="smoke", seed=5)
 
 
 def _per_request(run: Any, name: str) -> dict[int, float]:
@@ -38,11 +29,7 @@ def _per_request(run: Any, name: str) -> dict[int, float]:
     return {int(i): float(v) for i, v in zip(pr["index"], pr[name]) if np.isfinite(v)}
 
 
-def _ok_records(run: Any) -> list[Any]:
-    return [r for r in iter_records(run.run_dir) if r.phase == "measure" and r.ok]
-
-
-def test_each_filter_adds_its_configured_delay(tmp_path: Path) -> None:
+def test_each_filter_adds_its_configured_delay(harness: StartHarness) -> None:
     cfg = SimConfig(time_scale=1.0, seed=3, step_ms=12.0, prefill_per_token_ms=0.01, prefill_per_token2_ms=0.0,
                     guardrail_input_base_ms=40.0,
                     guardrail_input_per_token_ms=0.02, guardrail_output_per_chunk_ms=20.0,
@@ -50,7 +37,7 @@ def test_each_filter_adds_its_configured_delay(tmp_path: Path) -> None:
     params = PROC.make_params("smoke", {"load_fractions": (0.5,), "report_level": 0.5, "requests_per_level": 32,
                                         "throughput_probe_fraction": None, "max_output_tokens": 12,
                                         "warmup_requests": 10, "warmup_tokens": 100})
-    with harness(tmp_path, cfg, rate=16.0) as (sim, ctx):
+    with harness(cfg, rate=16.0, profile="smoke", seed=5) as (sim, ctx):
         result = asyncio.run(PROC.run(ctx, params))
         assert sim.get_config()["guardrails"] == "none"  # restored
     base, inp, out, full = result.runs  # one level: baseline, input, output, full
@@ -63,7 +50,7 @@ def test_each_filter_adds_its_configured_delay(tmp_path: Path) -> None:
     slack = 0.002
     inp_cfg = cfg.replace(guardrails="input")
     for run in (inp, full):
-        recs = _ok_records(run)
+        recs = measured_ok(run)
         assert len(recs) >= 30
         for r in recs:
             # the request reached the engine (first token minus prefill minus queue, server side)
@@ -76,7 +63,7 @@ def test_each_filter_adds_its_configured_delay(tmp_path: Path) -> None:
     # the moment the engine emitted its token (same CLOCK_MONOTONIC on both sides)
     g = cfg.replace(guardrails="output").predicted_output_guardrail_s(1)
     for run in (out, full):
-        for r in _ok_records(run):
+        for r in measured_ok(run):
             assert r.first_token_ns - r.server_token_ns[0] >= (g - slack) * 1e9, r.index
     # the reported overheads are the P50 differences of these runs' records, exactly
     p50 = {name: {m: np.percentile(list(_per_request(run, m).values()), 50) for m in ("ttft", "e2e")}
@@ -100,13 +87,13 @@ def test_each_filter_adds_its_configured_delay(tmp_path: Path) -> None:
     assert result.checks["5.10.2-PARAM-3"].status.value == "unmet"  # one level instead of 25/50/75 %
 
 
-def test_refusals_are_failures_and_counted(tmp_path: Path) -> None:
+def test_refusals_are_failures_and_counted(harness: StartHarness) -> None:
     cfg = SimConfig(time_scale=0.25, seed=11, guardrails="input", guardrail_refusal_rate=0.25)
     params = PROC.make_params("smoke", {"configurations": ("none", "input", "output"), "load_fractions": (0.5,),
                                         "report_level": 0.5, "requests_per_level": 40, "max_output_tokens": 16,
                                         "throughput_probe_fraction": 1.5, "throughput_probe_requests": 24,
                                         "warmup_requests": 10, "warmup_tokens": 100})
-    with harness(tmp_path, cfg, rate=40.0) as (sim, ctx):
+    with harness(cfg, rate=40.0, profile="smoke", seed=5) as (sim, ctx):
         result = asyncio.run(PROC.run(ctx, params))
         assert sim.get_config()["guardrails"] == "input"  # the original setting, not "none"
     m = result.measurements
@@ -133,7 +120,7 @@ def test_refusals_are_failures_and_counted(tmp_path: Path) -> None:
     assert result.checks["5.10.2-PARAM-2"].status.value == "unmet"  # Full Filter not run
 
 
-def test_rewarm_after_switch_and_max_throughput_beyond_capacity(tmp_path: Path) -> None:
+def test_rewarm_after_switch_and_max_throughput_beyond_capacity(harness: StartHarness) -> None:
     """§5.10.3 steps 2–3: each configuration is warmed up after its switch, before its runs; Table 14's
     max throughput comes from a saturation run at a multiple of the capacity rate (not a fixed probe)."""
     cfg = SimConfig(time_scale=1.0, seed=4, step_ms=10.0, decode_per_seq_ms=0.1, max_num_seqs=4,
@@ -148,7 +135,7 @@ def test_rewarm_after_switch_and_max_throughput_beyond_capacity(tmp_path: Path) 
         "workload": "fixed", "workload_params": {"input_tokens": 64, "output_tokens": out_tokens, "force_output": True},
         "requests_per_level": 24, "throughput_probe_fraction": 1.5, "throughput_probe_requests": 60,
         "warmup_requests": 10, "warmup_tokens": 100})
-    with harness(tmp_path, cfg, rate=cap_rate) as (sim, ctx):
+    with harness(cfg, rate=cap_rate, profile="smoke", seed=5) as (sim, ctx):
         result = asyncio.run(PROC.run(ctx, params))
     level_none, level_full, probe_none, probe_full = result.runs  # levels, then the saturation runs
     assert [r.extra.get("throughput_probe", False) for r in result.runs] == [False, False, True, True]

@@ -4,18 +4,15 @@ simulator whose capacity the engine model predicts (``simulate_closed_loop``).""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import StartHarness, simulator_harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from procedure_harness import procedure_context
 
 from pytest_llmbench.procedures.base import (
-    ProcedureContext,
     ProcedureError,
     get_procedure,
 )
@@ -24,14 +21,8 @@ from pytest_llmbench.procedures.p5_2_throughput import (
     _Search,
     completion_deficit,
 )
-from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.simulator.predict import simulate_closed_loop
-
-
-@contextlib.contextmanager
-def harness(cfg: SimConfig, root: Path) -> Iterator[ProcedureContext]:
-    with start_simulator(cfg) as sim:  # 5.2 measures capacity itself: none declared
-        yield procedure_context(sim, root, run_root=root, profile="smoke", time_scale=cfg.time_scale)
 
 
 # ----------------------------------------------------------------------------- the search
@@ -118,7 +109,8 @@ OUT = 20
 def result(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     proc = get_procedure("5.2")
     params = proc.make_params("smoke", {"max_output_tokens": OUT, "level_duration_s": 3.0, "probe_concurrency": 8})
-    with harness(CFG, tmp_path_factory.mktemp("p52")) as ctx:
+    root = tmp_path_factory.mktemp("p52")  # 5.2 measures capacity itself: none declared
+    with simulator_harness(CFG, root, run_root=root, profile="smoke", time_scale=CFG.time_scale) as (_, ctx):
         return asyncio.run(proc.run(ctx, params))
 
 
@@ -164,7 +156,7 @@ def test_tables_and_compliance_items(result) -> None:  # type: ignore[no-untyped
     assert result.checks["5.2.4-REPORT-4"].status.value == "not-applicable"  # the simulator has no GPU
 
 
-def test_fluidity_criterion_bounds_the_closed_loop_search(tmp_path: Path) -> None:
+def test_fluidity_criterion_bounds_the_closed_loop_search(tmp_path: Path, harness: StartHarness) -> None:
     """A criterion no level can meet (Etalon fluid rate far above one token per decode iteration)
     leaves no sustainable level, and every level names the criterion it failed (§5.2.2.3)."""
     proc = get_procedure("5.2")
@@ -173,7 +165,8 @@ def test_fluidity_criterion_bounds_the_closed_loop_search(tmp_path: Path) -> Non
         "level_duration_s": 1.0, "max_output_tokens": 12, "warmup_requests": 4, "warmup_tokens": 20,
         "criteria": ["fluid_token_rate >= 100000 tok/s"],
     })
-    with harness(SimConfig(time_scale=1.0, seed=7, max_num_seqs=4, eos_mean_tokens=0), tmp_path) as ctx:
+    cfg = SimConfig(time_scale=1.0, seed=7, max_num_seqs=4, eos_mean_tokens=0)
+    with harness(cfg, run_root=tmp_path, profile="smoke", time_scale=cfg.time_scale) as (_, ctx):
         result = asyncio.run(proc.run(ctx, params))
     assert result.capacity is None and result.measurements["slo_applied"] is True
     steps = result.plots["search"]["steps"]

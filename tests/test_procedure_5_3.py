@@ -15,38 +15,27 @@ bounded below by the model's; the knee and P99s themselves are checked exactly a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from procedure_harness import procedure_context
+from factories import make_record, simulator_harness
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.measure.stats import censored_percentile, knee_point, knee_point_ci, saturation_point_ci
 from pytest_llmbench.procedures.base import (
     Capacity,
-    ProcedureContext,
     ProcedureError,
     get_procedure,
 )
-from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.simulator.engine import Engine, Sequence, run_virtual
 from pytest_llmbench.simulator.predict import simulate_closed_loop
 
 CFG = SimConfig(time_scale=0.5, seed=42)
-
-
-@contextlib.contextmanager
-def harness(cfg: SimConfig, root: Path, capacity: Capacity | None) -> Iterator[ProcedureContext]:
-    """A ProcedureContext over a fresh simulator, with a declared capacity (no 5.2 run)."""
-    with start_simulator(cfg) as sim:
-        yield procedure_context(sim, root, capacity=capacity, run_root=root, profile="smoke",
-                                time_scale=cfg.time_scale)
 
 
 def replay_ttft(cfg: SimConfig, records: list[RequestRecord]) -> np.ndarray:
@@ -74,8 +63,9 @@ def curve(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     cap = simulate_closed_loop(CFG, CFG.max_num_seqs, 320, 57).requests_per_s
     proc = get_procedure("5.3")
     params = proc.make_params("smoke", {"ttft_p99_slo_s": 0.1})
-    root = tmp_path_factory.mktemp("p53")
-    with harness(CFG, root, Capacity(rate=0.8 * cap, source="model")) as ctx:
+    root = tmp_path_factory.mktemp("p53")  # the declared capacity stands in for a 5.2 run
+    with simulator_harness(CFG, root, capacity=Capacity(rate=0.8 * cap, source="model"), run_root=root,
+                           profile="smoke", time_scale=CFG.time_scale) as (_, ctx):
         result = asyncio.run(proc.run(ctx, params))
     return result
 
@@ -187,32 +177,18 @@ def test_bad_parameters_are_named() -> None:
 # cancelled requests at overload (§5.3.3 "all request timings"): hand-built level
 # ----------------------------------------------------------------------------------------------
 
-MS = 1_000_000
-
-
-def _rec(i: int, sent_ms: float, first_ms: float | None, end_ms: float, *, cancelled: bool = False) -> RequestRecord:
-    r = RequestRecord(index=i, workload="w", spec_input_tokens=100, max_tokens=4)
-    r.sent_ns = int(sent_ms * MS)
-    chunks = [] if first_ms is None else [first_ms, first_ms + 10, first_ms + 20]
-    chunks = [c for c in chunks if c <= end_ms]
-    r.chunk_ns = [int(c * MS) for c in chunks]
-    r.chunk_tokens = [1] * len(chunks)
-    r.chunk_text = ["x"] * len(chunks)
-    r.chunk_reasoning = [""] * len(chunks)
-    r.first_chunk_ns = r.first_token_ns = None if first_ms is None else int(first_ms * MS)
-    r.end_ns = int(end_ms * MS)
-    if cancelled:
-        r.error_type = ErrorType.CANCELLED
-    return r
 
 
 def overloaded_level() -> SimpleNamespace:
     """90 requests with TTFT 100 ms; 10 cancelled after 5 s: 5 before their first token, 5 after it (300 ms)."""
     from pytest_llmbench.measure.metrics import summarize
 
-    recs = [_rec(i, i * 10.0, i * 10.0 + 100, i * 10.0 + 130) for i in range(90)]
-    recs += [_rec(90 + i, 1000.0 + i, None, 6000.0 + i, cancelled=True) for i in range(5)]
-    recs += [_rec(95 + i, 1000.0 + i, 1300.0 + i, 6000.0 + i, cancelled=True) for i in range(5)]
+    # three tokens 10 ms apart from the first (times in ms)
+    recs = [make_record(i, sent=i * 10.0, ttft=100, n_chunks=3, end=i * 10.0 + 130, max_tokens=4) for i in range(90)]
+    recs += [make_record(90 + i, sent=1000.0 + i, chunks=(), end=6000.0 + i, error_type=ErrorType.CANCELLED,
+                         max_tokens=4) for i in range(5)]
+    recs += [make_record(95 + i, sent=1000.0 + i, ttft=300, n_chunks=3, end=6000.0 + i, error_type=ErrorType.CANCELLED,
+                         max_tokens=4) for i in range(5)]
     load = SimpleNamespace(send_window_s=6.0, concurrency_samples=[], records=recs)
     return SimpleNamespace(metrics=summarize(recs), records=recs, queue_samples=[], load=load)
 

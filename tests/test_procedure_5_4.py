@@ -4,27 +4,22 @@ and TTFT-exclusion audits on hand-computed records, and the forced minimum outpu
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
+from factories import make_record, measured_ok, simulator_harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from procedure_harness import procedure_context
 
 from pytest_llmbench.common.records import RequestRecord, RequestSpec
-from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.measure.metrics import summarize
 from pytest_llmbench.procedures.base import (
     Capacity,
-    ProcedureContext,
     ProcedureError,
     get_procedure,
 )
 from pytest_llmbench.procedures.p5_4_itl import audit_itl, force_min_output
-from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.simulator.predict import simulate_closed_loop
 
 # time_scale 1: an 8 ms iteration, far above the event loop's ~1 ms timer resolution
@@ -32,19 +27,14 @@ CFG = SimConfig(time_scale=1.0, seed=3)
 OUT = 64
 
 
-@contextlib.contextmanager
-def harness(cfg: SimConfig, root: Path, capacity: Capacity) -> Iterator[ProcedureContext]:
-    with start_simulator(cfg) as sim:
-        yield procedure_context(sim, root, capacity=capacity, run_root=root, profile="smoke",
-                                time_scale=cfg.time_scale)
-
-
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     cap = simulate_closed_loop(CFG, CFG.max_num_seqs, 320, OUT).requests_per_s
     proc = get_procedure("5.4")
     params = proc.make_params("smoke", {"levels": [0.1, 0.25], "requests": 30})
-    with harness(CFG, tmp_path_factory.mktemp("p54"), Capacity(rate=cap, source="model")) as ctx:
+    root = tmp_path_factory.mktemp("p54")
+    with simulator_harness(CFG, root, capacity=Capacity(rate=cap, source="model"), run_root=root, profile="smoke",
+                           time_scale=CFG.time_scale) as (_, ctx):
         return asyncio.run(proc.run(ctx, params))
 
 
@@ -70,7 +60,7 @@ def test_low_load_itl_matches_the_engine_model(result) -> None:  # type: ignore[
     # option C exactly: every level's ITL samples are the server's own gaps between consecutive
     # emitted tokens, TTFT excluded (exact, whatever the machine's load)
     for run in result.runs:
-        gaps = np.concatenate([np.diff(r.server_token_ns) for r in _ok_records(run)]) / 1e9
+        gaps = np.concatenate([np.diff(r.server_token_ns) for r in measured_ok(run)]) / 1e9
         assert np.allclose(np.sort(run.metrics.distributions["itl"].samples), np.sort(gaps), rtol=0, atol=1e-9)
 
 
@@ -92,13 +82,9 @@ def test_output_lengths_samples_and_ttft_exclusion(result) -> None:  # type: ign
     # the longest pause per request is its largest server gap (option C); P99 over requests is
     # reported. (Its bound by the model's worst stall is wall-clock: a busy machine stretches it.)
     primary = next(run for run in result.runs if run.metrics is result.metrics)
-    pauses = np.array([np.diff(r.server_token_ns).max() for r in _ok_records(primary)]) / 1e9
+    pauses = np.array([np.diff(r.server_token_ns).max() for r in measured_ok(primary)]) / 1e9
     assert max(result.plots["itl_samples_s"]) == pytest.approx(pauses.max(), abs=1e-9)
     assert result.measurements["max_pause_p99_ms"] == pytest.approx(np.percentile(pauses, 99) * 1000, abs=1e-3)
-
-
-def _ok_records(run) -> list[RequestRecord]:  # type: ignore[no-untyped-def]
-    return [r for r in iter_records(run.run_dir) if r.phase == "measure" and r.ok]
 
 
 # ----------------------------------------------------------------------------- hand-computed records
@@ -107,20 +93,9 @@ def _spec(i: int, max_tokens: int = 50) -> RequestSpec:
 
 
 def _record(i: int, sent: int, ttft_ns: int, gaps_ns: list[int]) -> RequestRecord:
-    r = RequestRecord.from_spec(_spec(i))
-    r.sent_ns = sent
-    t = sent + ttft_ns
-    r.first_chunk_ns = r.first_token_ns = t
-    times = [t]
-    for g in gaps_ns:
-        t += g
-        times.append(t)
-    r.chunk_ns = times
-    r.chunk_text = [" w"] * len(times)
-    r.chunk_tokens = [1] * len(times)
-    r.output_tokens_server = len(times)
-    r.end_ns = t + 1000
-    return r
+    """Times in ns: the first token ``ttft_ns`` after ``sent``, one more after each gap; the end 1 µs later."""
+    return make_record(spec=_spec(i), unit=1, sent=sent, ttft=ttft_ns, itl=gaps_ns, text=" w",
+                       output_tokens_server=len(gaps_ns) + 1, end=sent + ttft_ns + sum(gaps_ns) + 1000)
 
 
 def test_audit_counts_short_outputs_and_catches_a_ttft_sample() -> None:

@@ -28,14 +28,14 @@ import re
 from pathlib import Path
 
 import pytest
+from factories import make_record, simulator_harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from procedure_harness import procedure_context
 
-from pytest_llmbench.common.records import ErrorType, RequestRecord
-from pytest_llmbench.procedures.base import ProcedureContext, get_procedure
+from pytest_llmbench.common.records import ErrorType
+from pytest_llmbench.procedures.base import get_procedure
 from pytest_llmbench.procedures.p5_5_capacity import capacity_error, closed_level_stream, next_level
-from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.simulator.predict import simulate_closed_loop
 
 IN, OUT = 100, 48
@@ -44,8 +44,7 @@ CONFIG = SimConfig(time_scale=1.0, block_size=256, kv_capacity_tokens=12 * 256, 
                    prefill_per_token2_ms=0.0, prefix_cache=False, seed=3)
 
 
-def make_ctx(sim, root: Path, *, profile: str = "standard") -> ProcedureContext:
-    return procedure_context(sim, root, profile=profile, seed=11, timeout=60.0)
+CTX = {"profile": "standard", "seed": 11, "timeout": 60.0}  # the procedure contexts' settings
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +56,8 @@ def outcome(tmp_path_factory):
         "min_level_s": 1.5, "min_completions_per_slot": 5, "warmup_requests": 8, "warmup_tokens": 200,
     })
     root = tmp_path_factory.mktemp("p55")
-    with start_simulator(CONFIG) as sim:
-        result = asyncio.run(proc.run(make_ctx(sim, root), params))
+    with simulator_harness(CONFIG, root, **CTX) as (_, ctx):
+        result = asyncio.run(proc.run(ctx, params))
     return result
 
 
@@ -161,21 +160,17 @@ def test_search_converges_on_a_monotone_criterion(initial, maximum, true_cap, re
             assert lo == min(true_cap, maximum)
 
 
-def _rec(**kw) -> RequestRecord:
-    return RequestRecord(index=0, workload="w", spec_input_tokens=1, max_tokens=1, **kw)
-
-
 def test_capacity_errors_are_recognised():
-    assert capacity_error(_rec(status=429, error_type=ErrorType.RATE_LIMITED, error_message="queue_full"))
+    assert capacity_error(make_record(status=429, error_type=ErrorType.RATE_LIMITED, error_message="queue_full"))
     # a plain 429 is rate limiting (a gateway quota), not the SUT running out of memory
-    assert not capacity_error(_rec(status=429, error_type=ErrorType.RATE_LIMITED,
-                                   error_message="Rate limit reached for requests"))
-    assert capacity_error(_rec(status=503, error_type=ErrorType.HTTP_5XX, error_message="busy"))
-    assert capacity_error(_rec(status=500, error_type=ErrorType.HTTP_5XX,
-                               error_message="CUDA out of memory. Tried to allocate 2.00 GiB"))
-    assert capacity_error(_rec(status=400, error_type=ErrorType.HTTP_4XX, error_message="kv_capacity_exceeded"))
-    assert not capacity_error(_rec(status=400, error_type=ErrorType.HTTP_4XX, error_message="bad temperature"))
-    assert not capacity_error(_rec(status=200))
+    assert not capacity_error(make_record(status=429, error_type=ErrorType.RATE_LIMITED,
+                                          error_message="Rate limit reached for requests"))
+    assert capacity_error(make_record(status=503, error_type=ErrorType.HTTP_5XX, error_message="busy"))
+    assert capacity_error(make_record(status=500, error_type=ErrorType.HTTP_5XX,
+                                      error_message="CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert capacity_error(make_record(status=400, error_type=ErrorType.HTTP_4XX, error_message="kv_capacity_exceeded"))
+    assert not capacity_error(make_record(status=400, error_type=ErrorType.HTTP_4XX, error_message="bad temperature"))
+    assert not capacity_error(make_record())  # a success
 
 
 # ---- Etalon capacity: a fluidity SLO bounds the search (issue 19) ---------------------------------
@@ -195,8 +190,8 @@ def test_fluidity_criterion_bounds_capacity(tmp_path: Path) -> None:
         "min_level_s": 1.0, "min_completions_per_slot": 3, "warmup_requests": 4, "warmup_tokens": 50,
         "criteria": ["fluid_token_rate >= 83 tok/s"],
     })
-    with start_simulator(FLUID_CONFIG) as sim:
-        result = asyncio.run(proc.run(make_ctx(sim, tmp_path), params))
+    with simulator_harness(FLUID_CONFIG, tmp_path, **CTX) as (_, ctx):
+        result = asyncio.run(proc.run(ctx, params))
     cap = result.measurements["max_concurrency"]
     assert cap is not None and 4 <= cap < 16, result.tables[0].notes
     notes = " ".join(result.tables[0].notes)

@@ -5,34 +5,25 @@ the reported statistics agree with a recomputation from the records on disk."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from factories import StartHarness
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from procedure_harness import procedure_context
 
 from pytest_llmbench import closed, poisson
 from pytest_llmbench.common.storage import iter_records
-from pytest_llmbench.procedures.base import Capacity, ProcedureContext, ProcedureError, get_procedure
+from pytest_llmbench.procedures.base import ProcedureError, get_procedure
 from pytest_llmbench.procedures.p5_6_fairness import FairnessParams, _mixed_count
-from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.workloads.standard import _mix_counts
 
 PROC = get_procedure("5.6")
-
-
-@contextlib.contextmanager
-def harness(tmp_path: Path, config: SimConfig, rate: float) -> Iterator[tuple[Any, ProcedureContext]]:
-    """A simulator and a hand-built ProcedureContext with a declared request-rate capacity."""
-    with start_simulator(config) as sim:
-        yield sim, procedure_context(sim, tmp_path, capacity=Capacity(rate=rate, source="declared by the test"), profile="smoke", seed=4)
 
 
 def _ttft_by_class(run: Any) -> dict[str, np.ndarray]:
@@ -43,12 +34,12 @@ def _ttft_by_class(run: Any) -> dict[str, np.ndarray]:
     return {k: np.array(v) for k, v in out.items()}
 
 
-def test_long_prompts_inflate_short_ttft(tmp_path: Path) -> None:
+def test_long_prompts_inflate_short_ttft(harness: StartHarness) -> None:
     cfg = SimConfig(time_scale=0.5, seed=2)  # FCFS, chunked_prefill off: a long prefill stalls everyone
     assert not cfg.chunked_prefill
     params = PROC.make_params("smoke", {"requests_per_class": 20, "duration_s": 3.0, "max_output_tokens": 32,
                                         "warmup_requests": 10, "warmup_tokens": 200, "capacity": "session"})
-    with harness(tmp_path, cfg, rate=20.0) as (_, ctx):
+    with harness(cfg, rate=20.0, profile="smoke", seed=4) as (_, ctx):
         result = asyncio.run(PROC.run(ctx, params))
     iso_short, iso_long, mixed = result.runs
     assert [r.label for r in result.runs] == ["isolated-short", "isolated-long", "mixed"]
@@ -112,7 +103,7 @@ def test_long_prompts_inflate_short_ttft(tmp_path: Path) -> None:
     assert result.checks["5.6.3-PARAM-3"].status.value == "unmet"  # a few seconds < 300 s
 
 
-def test_load_fraction_applies_to_the_mix_own_saturation_throughput(tmp_path: Path) -> None:
+def test_load_fraction_applies_to_the_mix_own_saturation_throughput(harness: StartHarness) -> None:
     """capacity="mix-probe" (default): the 80 % is of a capacity measured on this class mix, not of
     one measured on another workload. No capacity is declared: asking the session for one fails."""
     cfg = SimConfig(time_scale=0.5, seed=3)
@@ -120,8 +111,7 @@ def test_load_fraction_applies_to_the_mix_own_saturation_throughput(tmp_path: Pa
                                         "warmup_requests": 8, "warmup_tokens": 100, "probe_concurrency": 16,
                                         "probe_duration_s": 2.0})
     assert params.capacity == "mix-probe" and params.isolation == "total"
-    with start_simulator(cfg) as sim:
-        ctx = procedure_context(sim, tmp_path, capacity=None, profile="smoke", seed=4)
+    with harness(cfg, capacity=None, profile="smoke", seed=4) as (_, ctx):
         result = asyncio.run(PROC.run(ctx, params))
     probe = result.runs[0]
     assert [r.label for r in result.runs] == ["capacity-probe-c16", "isolated-short", "isolated-long", "mixed"]

@@ -5,44 +5,30 @@ server counters, the original cache setting is restored."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from procedure_harness import procedure_context
+from factories import StartHarness, measured_ok
 
 from pytest_llmbench import closed
-from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.procedures.base import Capacity, ProcedureContext, SkipProcedure, get_procedure
 from pytest_llmbench.procedures.p5_7_prefix_cache import prefix_specs
 from pytest_llmbench.settings import Settings
-from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.sut.system import SUT
 from pytest_llmbench.workloads import build_workload
 
 PROC = get_procedure("5.7")
 
 
-@contextlib.contextmanager
-def harness(tmp_path: Path, config: SimConfig) -> Iterator[tuple[Any, ProcedureContext]]:
-    with start_simulator(config) as sim:
-        yield sim, procedure_context(sim, tmp_path, profile="smoke", seed=9)
-
-
-def _records(run: Any) -> list[Any]:
-    return [r for r in iter_records(run.run_dir) if r.phase == "measure" and r.ok]
-
-
-def test_ttft_saving_matches_prefill_model(tmp_path: Path) -> None:
+def test_ttft_saving_matches_prefill_model(harness: StartHarness) -> None:
     cfg = SimConfig(time_scale=0.5, seed=1, prefix_cache=False)  # original setting: disabled
     params = PROC.make_params("smoke", {"requests": 40, "load": closed(1), "max_output_tokens": 4,
                                         "warmup_requests": 10, "warmup_tokens": 100})
-    with harness(tmp_path, cfg) as (sim, ctx):
+    with harness(cfg, profile="smoke", seed=9) as (sim, ctx):
         result = asyncio.run(PROC.run(ctx, params))
         assert sim.get_config()["prefix_cache"] is False  # restored to the original
     disabled, cold, warm = result.runs
@@ -53,7 +39,7 @@ def test_ttft_saving_matches_prefill_model(tmp_path: Path) -> None:
     predicted: dict[str, float] = {}
     p50: dict[str, float] = {}
     for name, run in (("disabled", disabled), ("cold", cold), ("warm", warm)):
-        recs = _records(run)
+        recs = measured_ok(run)
         assert len(recs) == 40
         meas = np.array([(r.first_token_ns - r.sent_ns) / 1e9 for r in recs])
         pred = np.array([cfg.predicted_ttft_s(r.input_tokens, r.cached_tokens or 0) for r in recs])
@@ -77,7 +63,7 @@ def test_ttft_saving_matches_prefill_model(tmp_path: Path) -> None:
     # warm: every shared request finds its whole prefix (full blocks) in the cache
     wl = build_workload("code-completion", n=40, seed=ctx.seeds("5.7").derive("measure"), tokenizer=ctx.tokenizer)
     prefix = {s.index: s.prefix_tokens for s in wl.specs if s.prefix_id}
-    for r in _records(warm):
+    for r in measured_ok(warm):
         if r.index in prefix:
             assert (r.cached_tokens or 0) >= prefix[r.index] // cfg.block_size * cfg.block_size - cfg.block_size
     assert m["warm_prefix_hit_rate"] > 0.9

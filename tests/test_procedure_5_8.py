@@ -14,30 +14,24 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from procedure_harness import procedure_context
+from factories import simulator_harness
 
 from pytest_llmbench.common.records import ErrorType
 from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.measure.metrics import summarize
-from pytest_llmbench.procedures.base import Capacity, ProcedureContext, RunSummary, get_procedure
+from pytest_llmbench.procedures.base import Capacity, RunSummary, get_procedure
 from pytest_llmbench.procedures.common import Measured
 from pytest_llmbench.procedures.p5_8_memory_pressure import NOT_MEASURABLE, _assess, _degradation, level_concurrency
-from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.simulator.predict import simulate_closed_loop
 
 IN, OUT = 224, 64
 CONFIG = SimConfig(time_scale=0.5, kv_capacity_tokens=12 * 288, prefix_cache=False, seed=5)
 K = CONFIG.kv_capacity_requests(IN, OUT)
-
-
-def make_ctx(sim, root: Path) -> ProcedureContext:
-    return procedure_context(sim, root, capacity=Capacity(concurrency=K, source="test: kv_capacity_requests"),
-                             profile="standard", seed=13, timeout=60.0)
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +42,9 @@ def outcome(tmp_path_factory):
         "levels": (0.5, 1.5), "level_s": 3.0, "warmup_requests": 8, "warmup_tokens": 300,
     })
     root = tmp_path_factory.mktemp("p58")
-    with start_simulator(CONFIG) as sim:
-        result = asyncio.run(proc.run(make_ctx(sim, root), params))
+    with simulator_harness(CONFIG, root, capacity=Capacity(concurrency=K, source="test: kv_capacity_requests"),
+                           profile="standard", seed=13, timeout=60.0) as (_, ctx):
+        result = asyncio.run(proc.run(ctx, params))
     return result
 
 

@@ -16,21 +16,20 @@ from typing import Any
 
 import numpy as np
 import pytest
+from factories import simulator_harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from procedure_harness import procedure_context
 
 from pytest_llmbench.common.storage import iter_records
-from pytest_llmbench.procedures.base import ProcedureContext, get_procedure
+from pytest_llmbench.procedures.base import get_procedure
 from pytest_llmbench.procedures.p5_9_long_context import effective_lengths
-from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator import SimConfig
 
 LENGTHS = (1024, 2048, 4096, 8192, 16384)
 CONFIG = SimConfig(time_scale=0.5, prefill_per_token2_ms=1e-5, context_window=16384 + 8, seed=9)
 
 
-def make_ctx(sim, root: Path) -> ProcedureContext:
-    return procedure_context(sim, root, profile="standard", seed=21, timeout=60.0)
+CTX = {"profile": "standard", "seed": 21, "timeout": 60.0}  # the procedure contexts' settings
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +40,8 @@ def outcome(tmp_path_factory):
         "warmup_requests": 8, "warmup_tokens": 200, "throughput_concurrencies": (),
     })
     root = tmp_path_factory.mktemp("p59")
-    with start_simulator(CONFIG) as sim:
-        result = asyncio.run(proc.run(make_ctx(sim, root), params))
+    with simulator_harness(CONFIG, root, **CTX) as (_, ctx):
+        result = asyncio.run(proc.run(ctx, params))
     return result
 
 
@@ -101,8 +100,7 @@ def _sweep_run(tmp_path: Path, deadline_s: float | None) -> Any:
     params = proc.make_params("smoke", {
         "lengths": (512, 1024), "requests_per_length": 3, "max_output_tokens": 8, "warmup_requests": 8,
         "warmup_tokens": 64, "throughput_concurrencies": (2, 4, 8, 16, 32), "throughput_waves": 2})
-    with start_simulator(SWEEP_CONFIG) as sim:
-        ctx = make_ctx(sim, tmp_path)
+    with simulator_harness(SWEEP_CONFIG, tmp_path, **CTX) as (_, ctx):
         if deadline_s is not None:
             ctx.settings.max_duration = 1.0  # what the notes name; the deadline is what the run obeys
             ctx.deadline = time.monotonic() + deadline_s

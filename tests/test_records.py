@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import json
 
+from factories import make_record
+
 from pytest_llmbench.common.records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
 
 
 def _record() -> RequestRecord:
     spec = RequestSpec(index=3, workload="synthetic-uniform", input_tokens=200, max_tokens=64,
                        prompt_text="hi", prompt_ids=(1, 2), stop=("\n",))
-    rec = RequestRecord.from_spec(spec)
-    rec.sent_ns, rec.first_token_ns, rec.end_ns = 10, 20, 50
-    rec.chunk_ns, rec.chunk_text, rec.chunk_tokens = [20, 30], ["a", "b"], [1, 1]
-    rec.chunk_reasoning = ["", ""]
-    return rec
+    return make_record(spec=spec, unit=1, sent=10, chunks=[20, 30], text=["a", "b"], end=50)  # times in ns
 
 
 def test_spec_round_trip() -> None:

@@ -13,20 +13,12 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from factories import delta_chunk, serve_app, sse
 
 from pytest_llmbench.client import ClientConfig, LLMClient
 from pytest_llmbench.common.records import ErrorType, RequestRecord, RequestSpec
 from pytest_llmbench.measure.refusals import RefusalPolicy, policy_code, refusal_reason
 from pytest_llmbench.settings import LLMBenchConfigError, resolve
-
-
-def _sse(objs: list[dict[str, Any]]) -> bytes:
-    return b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in objs) + b"data: [DONE]\n\n"
-
-
-def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
 
 ANSWERS: dict[str, tuple[int, str, bytes]] = {
     # Azure OpenAI: 400 with code content_filter and innererror ResponsibleAIPolicyViolation
@@ -43,19 +35,20 @@ ANSWERS: dict[str, tuple[int, str, bytes]] = {
     "plain400": (400, "application/json", json.dumps({"error": {
         "message": "max_tokens too large", "type": "invalid_request_error", "code": "invalid_value"}}).encode()),
     # OpenAI structured refusal: the refusal streams in delta.refusal, content stays null
-    "refusal_field": (200, "text/event-stream", _sse([
-        _chunk({"role": "assistant", "content": None, "refusal": ""}),
-        _chunk({"refusal": "I'm sorry, "}), _chunk({"refusal": "I can't help with that."}),
-        _chunk({}, "stop")])),
+    "refusal_field": (200, "text/event-stream", sse(
+        delta_chunk({"role": "assistant", "content": None, "refusal": ""}),
+        delta_chunk({"refusal": "I'm sorry, "}), delta_chunk({"refusal": "I can't help with that."}),
+        delta_chunk(None, "stop"), done=True)),
     # a refusal in plain text: only the declared pattern makes it one
-    "text": (200, "text/event-stream", _sse([
-        _chunk({"role": "assistant", "content": "I cannot assist"}), _chunk({"content": " with that request."}),
-        _chunk({}, "stop")])),
+    "text": (200, "text/event-stream", sse(
+        delta_chunk({"role": "assistant", "content": "I cannot assist"}), delta_chunk(" with that request."),
+        delta_chunk(None, "stop"), done=True)),
     # an error event inside the 200 stream with a policy code
-    "stream_error": (200, "text/event-stream", _sse([
-        _chunk({"content": "Sure"}), {"error": {"code": "content_filter", "message": "output filtered"}}])),
-    "content_filter": (200, "text/event-stream", _sse([_chunk({"content": "Well"}), _chunk({}, "content_filter")])),
-    "ok": (200, "text/event-stream", _sse([_chunk({"content": "Hello there"}), _chunk({}, "stop")])),
+    "stream_error": (200, "text/event-stream", sse(
+        delta_chunk("Sure"), {"error": {"code": "content_filter", "message": "output filtered"}}, done=True)),
+    "content_filter": (200, "text/event-stream", sse(delta_chunk("Well"), delta_chunk(None, "content_filter"),
+                                                     done=True)),
+    "ok": (200, "text/event-stream", sse(delta_chunk("Hello there"), delta_chunk(None, "stop"), done=True)),
 }
 
 
@@ -67,22 +60,14 @@ async def _exchange(kinds: list[str], policy: RefusalPolicy) -> dict[str, Reques
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        cfg = ClientConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", api="chat", tokenizer=None,
-                           refusals=policy)
+    async with serve_app(app) as url:
+        cfg = ClientConfig(base_url=url, model="m", api="chat", tokenizer=None, refusals=policy)
         async with LLMClient(cfg) as client:
             out = {}
             for i, kind in enumerate(kinds):
                 spec = RequestSpec(index=i, workload="t", prompt_text=kind, input_tokens=1, max_tokens=8)
                 out[kind] = await client.send(spec)
             return out
-    finally:
-        await runner.cleanup()
 
 
 def test_every_refusal_form_is_refused() -> None:

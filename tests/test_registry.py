@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from factories import MS, make_record
 
 from pytest_llmbench.common.records import RequestRecord
 from pytest_llmbench.document.build import DIST_FIGURES, KEY_RESULT_UNITS, SCALAR_FIGURES
@@ -14,21 +15,12 @@ from pytest_llmbench.measure import registry, slo, units
 from pytest_llmbench.measure.metrics import DEFINITIONS, UNITS, summarize
 from pytest_llmbench.report.terminal import HEADER
 
-MS = 1_000_000
-
 
 def _records(n: int = 12) -> list[RequestRecord]:
-    out = []
-    for i in range(n):
-        r = RequestRecord(index=i, workload="walk", spec_input_tokens=50, max_tokens=4)
-        r.intended_ns = r.sent_ns = 1_000 * MS + 50 * MS * i
-        r.first_chunk_ns = r.first_token_ns = r.sent_ns + (80 + 3 * i) * MS
-        r.chunk_ns = [r.first_token_ns + k * 10 * MS for k in range(4)]
-        r.chunk_text, r.chunk_reasoning, r.chunk_tokens = [" a"] * 4, [""] * 4, [1] * 4
-        r.end_ns = r.chunk_ns[-1] + MS
-        r.output_tokens_client, r.input_tokens_client, r.status = 4, 50, 200
-        out.append(r)
-    return out
+    """Sent on schedule every 50 ms from 1 s, TTFT 80 + 3 i ms, 4 tokens 10 ms apart, the end 1 ms after."""
+    return [make_record(i, workload="walk", spec_input_tokens=50, max_tokens=4, sent=1000 + 50 * i, ttft=80 + 3 * i,
+                        text=" a", end=1000 + 50 * i + 80 + 3 * i + 31, intended_ns=(1000 + 50 * i) * MS,
+                        output_tokens_client=4, input_tokens_client=50) for i in range(n)]
 
 
 def _resolves(name: str) -> registry.Metric:

@@ -17,6 +17,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from factories import MS, make_record
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.compliance import (
@@ -47,7 +48,6 @@ from pytest_llmbench.session import SessionResult
 from pytest_llmbench.settings import Settings
 from pytest_llmbench.sut.system import SUT
 
-MS = 1_000_000
 KEY_ENV = "LLMBENCH_TEST_PLANTED_KEY"
 PLANTED_KEY = "sk-planted-9f8e7d6c5b4a3210-SECRET"
 T0 = 1_000 * MS  # perf_counter_ns origin of the hand-made runs
@@ -62,26 +62,16 @@ def make_records(n: int, *, ttft_ms: float, spread_ms: float, itl_ms: float, tok
     """n requests sent every gap_ms; TTFT = ttft_ms + spread_ms * ((7 i) mod 10) / 9; one token per chunk."""
     out = []
     for i in range(n):
-        r = RequestRecord(index=i, workload="synthetic-uniform", spec_input_tokens=isl, max_tokens=tokens,
-                          request_class=klass)
+        spec = {"workload": "synthetic-uniform", "spec_input_tokens": isl, "max_tokens": tokens, "request_class": klass}
         sent = T0 + int(i * gap_ms * MS)
-        r.sent_ns = sent
         if i >= n - failed:
-            r.end_ns = sent + 5 * MS
-            r.status, r.error_type, r.error_message = 503, ErrorType.HTTP_5XX, "overloaded"
-            out.append(r)
+            out.append(make_record(i, sent=sent, chunks=(), end=sent + 5 * MS, unit=1, status=503,
+                                   error_type=ErrorType.HTTP_5XX, error_message="overloaded", **spec))
             continue
-        first = sent + int((ttft_ms + spread_ms * ((7 * i) % 10) / 9.0) * MS)
-        r.chunk_ns = [first + int(k * itl_ms * MS) for k in range(tokens)]
-        r.chunk_text = [f" t{k}" for k in range(tokens)]
-        r.chunk_reasoning = [""] * tokens
-        r.chunk_tokens = [1] * tokens
-        r.first_chunk_ns = r.first_token_ns = first
-        r.end_ns = r.chunk_ns[-1]
-        r.input_tokens_client = r.input_tokens_server = isl
-        r.output_tokens_client = r.output_tokens_server = tokens
-        r.status = 200
-        out.append(r)
+        ttft = int((ttft_ms + spread_ms * ((7 * i) % 10) / 9.0) * MS)
+        out.append(make_record(i, sent=sent, ttft=ttft, itl=itl_ms * MS, n_chunks=tokens, unit=1,
+                               text=[f" t{k}" for k in range(tokens)], input_tokens_client=isl, input_tokens_server=isl,
+                               output_tokens_client=tokens, output_tokens_server=tokens, **spec))
     return out
 
 

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from factories import make_record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench.common.records import RequestRecord
 from pytest_llmbench.document.plotdata import (
     CDF_POINTS,
     configuration_differences,
@@ -141,15 +141,8 @@ def test_large_sample_arrays_are_thinned() -> None:
 
 
 def test_primary_metrics_supply_ttft_and_itl_samples() -> None:
-    recs = []
-    for i in range(6):
-        r = RequestRecord(index=i, workload="w", spec_input_tokens=10, max_tokens=3)
-        r.sent_ns = i * 10_000_000
-        r.chunk_ns = [r.sent_ns + (50 + i) * 1_000_000 + k * 5_000_000 for k in range(3)]
-        r.chunk_text, r.chunk_tokens, r.chunk_reasoning = ["a", "b", "c"], [1, 1, 1], [""] * 3
-        r.first_chunk_ns = r.first_token_ns = r.chunk_ns[0]
-        r.end_ns, r.status = r.chunk_ns[-1], 200
-        recs.append(r)
+    recs = [make_record(i, sent=10 * i, ttft=50 + i, itl=5, n_chunks=3, text=["a", "b", "c"], spec_input_tokens=10,
+                        max_tokens=3) for i in range(6)]
     m = summarize(recs)
     plots, notes = normalise({}, m)
     assert notes == []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from procedure_harness import procedure_context
+from factories import StartHarness, make_record
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.common.storage import iter_records
@@ -29,7 +29,7 @@ from pytest_llmbench.loadgen.selfcheck import (
 )
 from pytest_llmbench.procedures.common import client_for, measure
 from pytest_llmbench.report.render import FLAG, _client_delay_table, _dist_rows
-from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.workloads import build_workload
 
 MS = 1_000_000
@@ -42,13 +42,10 @@ def _delay(p50: float, p99: float) -> ClientDelay:
 
 
 def _record(i: int, error_ms: float, *, ok: bool = True) -> RequestRecord:
-    r = RequestRecord(index=i, workload="t", spec_input_tokens=4, max_tokens=4)
-    r.sent_ns = 1_000 * MS
-    r.server_token_ns = [r.sent_ns + 50 * MS, r.sent_ns + 60 * MS]
-    r.first_token_ns = r.server_token_ns[0] + int(error_ms * MS)
-    if not ok:
-        r.error_type = ErrorType.HTTP_5XX
-    return r
+    """Sent at 1 s, the server's first token at 1.05 s, the client's ``error_ms`` later (no chunks kept)."""
+    return make_record(i, workload="t", spec_input_tokens=4, max_tokens=4, sent=1000, chunks=(), end_ns=None,
+                       first_token=1050 + error_ms, server_token_ns=[1050 * MS, 1060 * MS],
+                       error_type=None if ok else ErrorType.HTTP_5XX)
 
 
 # ---------------------------------------------------------------------------------------------- synthetic
@@ -125,12 +122,11 @@ def test_procedure_check_reads_the_runs_and_the_report_marks_flagged_percentiles
 # ---------------------------------------------------------------------------------------------- simulator
 
 
-def test_closed_loop_64_streams_with_server_timestamps_reports_consistent_fields(tmp_path: Path) -> None:
+def test_closed_loop_64_streams_with_server_timestamps_reports_consistent_fields(harness: StartHarness) -> None:
     cfg = SimConfig(time_scale=0.05, seed=5)
     specs = [s.__class__(**{**s.to_json(), "max_tokens": 16, "prompt_ids": None})
              for s in build_workload("synthetic-uniform", n=64, seed=5).specs]
-    with start_simulator(cfg) as sim:
-        ctx = procedure_context(sim, tmp_path, profile="smoke", time_scale=cfg.time_scale)
+    with harness(cfg, profile="smoke", time_scale=cfg.time_scale) as (_, ctx):
 
         async def go():  # type: ignore[no-untyped-def]
             async with client_for(ctx, max_connections=64) as client:

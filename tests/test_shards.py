@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from factories import SUITE_5_1 as SUITE
+from factories import WITH_SIGINT, count_lines, endpoint_args, read_results
 from scipy import stats
-from test_interrupt import SUITE, WITH_SIGINT, count_lines, endpoint_args, read_results, slow_server  # noqa: F401
 
 import pytest_llmbench.procedures  # noqa: F401  (registers the procedures)
 from pytest_llmbench.common.records import RequestSpec
@@ -166,7 +167,7 @@ def test_capacity_search_with_two_workers_keeps_the_accounting(tmp_path: Path) -
         assert sum(s["concurrency_target"] or 0 for s in run.load["sharding"]["shards"]) == c
 
 
-def test_sigint_stops_the_shards_and_still_reports(pytester: pytest.Pytester, slow_server: Any) -> None:  # noqa: F811
+def test_sigint_stops_the_shards_and_still_reports(pytester: pytest.Pytester, slow_server: Any) -> None:
     pytester.makepyfile(test_suite=SUITE.format(rate=40, requests=5000, extra=""))
     out, err = pytester.path / "out.txt", pytester.path / "err.txt"
     with open(out, "w") as fo, open(err, "w") as fe:

@@ -321,19 +321,11 @@ def test_slo_type_validates_and_serialises() -> None:
 def test_against_real_run_metrics() -> None:
     """The Protocol matches metrics.RunMetrics: hand-computed TTFTs 10..59 ms, one per request."""
     metrics = pytest.importorskip("pytest_llmbench.measure.metrics")
-    from pytest_llmbench.common.records import RequestRecord
+    from factories import make_record
 
-    ms = 1_000_000
-    records = []
-    for i in range(50):
-        r = RequestRecord(index=i, workload="w", spec_input_tokens=100, max_tokens=4)
-        r.sent_ns = i * 20 * ms
-        r.first_token_ns = r.first_chunk_ns = r.sent_ns + (10 + i) * ms
-        r.chunk_ns = [r.first_token_ns + k * 5 * ms for k in range(4)]
-        r.chunk_text, r.chunk_tokens = ["a", "b", "c", "d"], [1, 1, 1, 1]
-        r.end_ns, r.status = r.chunk_ns[-1], 200
-        r.input_tokens_client, r.output_tokens_client = 100, 4
-        records.append(r)
+    # sent every 20 ms, TTFT 10 + i ms, then 3 more tokens 5 ms apart
+    records = [make_record(i, sent=20 * i, ttft=10 + i, itl=5, text=["a", "b", "c", "d"], max_tokens=4,
+                           input_tokens_client=100, output_tokens_client=4) for i in range(50)]
     run = metrics.summarize(records, slos=[parse_slo("ttft <= 40ms")])
     r = evaluate("ttft.p50 <= 40ms", run)
     assert r.passed and r.value.value == pytest.approx(0.0345)  # median of 10..59 ms

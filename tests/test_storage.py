@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from factories import make_record
 
 from pytest_llmbench.common.records import ClockAnchor, ErrorType, RequestRecord
 from pytest_llmbench.common.storage import (
@@ -24,20 +25,13 @@ from pytest_llmbench.common.storage import (
 )
 
 
-def make_record(i: int, *, error: ErrorType | None = None) -> RequestRecord:
-    r = RequestRecord(index=i, workload="w", spec_input_tokens=10, max_tokens=5, request_class="short")
-    r.intended_ns, r.sent_ns, r.first_chunk_ns, r.first_token_ns, r.end_ns = 100, 105, 200, 250, 400
-    r.chunk_ns = [200, 250, 300]
-    r.chunk_text = ["", " héllo", " wörld"]
-    r.chunk_reasoning = ["", "", ""]
-    r.chunk_tokens = [0, 1, 1]
-    r.server_token_ns = [240, 290]
-    r.server_timing = {"queue_ns": 5, "prefill_ns": 7}
-    r.usage = {"prompt_tokens": 10, "completion_tokens": 2}
-    r.status = 200
-    r.error_type = error
-    r.error_message = "boom" if error else None
-    return r
+def _stored(i: int, *, error: ErrorType | None = None) -> RequestRecord:
+    """One request with every kind of field filled (times in ns), non-ASCII text, and optionally an error."""
+    return make_record(i, spec_input_tokens=10, max_tokens=5, request_class="short", unit=1, intended_ns=100, sent=105,
+                       chunks=[200, 250, 300], text=["", " héllo", " wörld"], tokens=[0, 1, 1], end=400,
+                       server_token_ns=[240, 290], server_timing={"queue_ns": 5, "prefill_ns": 7},
+                       usage={"prompt_tokens": 10, "completion_tokens": 2}, status=200, error_type=error,
+                       error_message="boom" if error else None)
 
 
 def test_round_trip_records_and_metadata(tmp_path: Path) -> None:
@@ -45,7 +39,7 @@ def test_round_trip_records_and_metadata(tmp_path: Path) -> None:
     meta = RunMetadata(parameters={"rate": 2.0}, profile="smoke", workload="chatbot", seed=42,
                        tokenizer={"name": "cl100k_base"}, clock_anchor=anchor, warmup={"minimum_met": False},
                        switches={"prefix_cache": True}, cold_start=False)
-    recs = [make_record(0), make_record(1, error=ErrorType.RATE_LIMITED)]
+    recs = [_stored(0), _stored(1, error=ErrorType.RATE_LIMITED)]
     with RunWriter(tmp_path / "run", metadata=meta, keep_in_memory=True) as w:
         for r in recs:
             w.write(r)
@@ -63,7 +57,7 @@ def test_round_trip_records_and_metadata(tmp_path: Path) -> None:
 
 def test_drop_output_text(tmp_path: Path) -> None:
     with RunWriter(tmp_path, keep_text=False) as w:
-        w.write(make_record(0))
+        w.write(_stored(0))
     (rec,) = load_run(tmp_path).records
     assert rec.chunk_text == ["", "", ""] and rec.chunk_ns == [200, 250, 300] and rec.chunk_tokens == [0, 1, 1]
     assert "héllo" not in (tmp_path / RECORDS_FILE).read_text(encoding="utf-8")
@@ -75,11 +69,11 @@ def test_interrupted_run_keeps_every_written_record(tmp_path: Path) -> None:
     code = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from test_storage import make_record
+        from test_storage import _stored
         from pytest_llmbench.common.storage import RunWriter
         w = RunWriter({str(tmp_path)!r})
         for i in range(25):
-            w.write(make_record(i))
+            w.write(_stored(i))
         os._exit(3)  # no close(), no flush at exit
     """)
     assert subprocess.run([sys.executable, "-c", code]).returncode == 3
@@ -88,10 +82,10 @@ def test_interrupted_run_keeps_every_written_record(tmp_path: Path) -> None:
 
 def test_torn_last_line_is_skipped_but_corruption_is_an_error(tmp_path: Path) -> None:
     with RunWriter(tmp_path) as w:
-        w.write(make_record(0))
-        w.write(make_record(1))
+        w.write(_stored(0))
+        w.write(_stored(1))
     with open(tmp_path / RECORDS_FILE, "a", encoding="utf-8") as f:
-        f.write(make_record(2).dumps()[:40])  # died mid-write
+        f.write(_stored(2).dumps()[:40])  # died mid-write
     run = load_run(tmp_path)
     assert [r.index for r in run.records] == [0, 1] and run.torn_lines == 1
     lines = (tmp_path / RECORDS_FILE).read_text(encoding="utf-8").splitlines()
@@ -121,7 +115,7 @@ def test_run_json_carries_the_records_format_and_older_files_are_read(tmp_path: 
     from pytest_llmbench.common.records import RECORDS_FORMAT
 
     with RunWriter(tmp_path / "run", metadata=RunMetadata(profile="smoke")) as w:
-        w.write(make_record(0))
+        w.write(_stored(0))
     meta_path = tmp_path / "run" / RUN_FILE
     stored = json.loads(meta_path.read_text(encoding="utf-8"))
     assert stored["records_format"] == RECORDS_FORMAT

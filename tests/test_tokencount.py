@@ -9,6 +9,7 @@ import asyncio
 import statistics
 
 import pytest
+from factories import make_record
 
 from pytest_llmbench.client import ClientConfig, LLMClient
 from pytest_llmbench.common.records import RequestRecord, RequestSpec
@@ -17,13 +18,9 @@ from pytest_llmbench.sut.adapters import LLAMACPP
 
 
 def _rec(texts: list[str], server_total: int | None) -> RequestRecord:
-    r = RequestRecord(index=0, workload="w", spec_input_tokens=1, max_tokens=64, status=200)
-    r.chunk_text = list(texts)
-    r.chunk_ns = list(range(len(texts)))
-    r.chunk_tokens = [9] * len(texts)
-    r.output_tokens_server = server_total
-    r.token_count_method = tokencount.REFERENCE
-    return r
+    """Chunks ``texts`` 1 ns apart, counted 9 tokens each by the reference tokenizer; the server's total."""
+    return make_record(chunks=range(len(texts)), unit=1, text=texts, tokens=9, max_tokens=64,
+                       output_tokens_server=server_total, token_count_method=tokencount.REFERENCE)
 
 
 def test_one_token_per_content_chunk_is_exact() -> None:

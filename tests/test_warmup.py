@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from factories import serve_app, sse_response
 
 from pytest_llmbench.client import ClientConfig, LLMClient
 from pytest_llmbench.common.records import RequestSpec
@@ -33,7 +34,7 @@ class Server:
     probes: int = 0
 
 
-async def _serve(state: Server) -> web.AppRunner:
+def _app(state: Server) -> web.Application:
     async def chat(request: web.Request) -> web.StreamResponse:
         body = await request.json()
         prompt = body["messages"][-1]["content"]
@@ -41,8 +42,7 @@ async def _serve(state: Server) -> web.AppRunner:
         if prompt == "probe":
             await asyncio.sleep(state.probe_ms[state.probes % len(state.probe_ms)] / 1000)
             state.probes += 1
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
+        resp = await sse_response(request)
         ch = b'data: {"choices":[{"index":0,"delta":{"content":" tok"}}]}\n\n'
         await resp.write(ch * min(state.tokens, body["max_tokens"]) + b"data: [DONE]\n\n")
         if prompt != "probe":
@@ -60,20 +60,15 @@ async def _serve(state: Server) -> web.AppRunner:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    state.url = f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
-    return runner
+    return app
 
 
 @pytest.fixture
 async def server() -> AsyncIterator[Server]:
     state = Server()
-    runner = await _serve(state)
-    yield state
-    await runner.cleanup()
+    async with serve_app(_app(state)) as url:
+        state.url = url
+        yield state
 
 
 def specs(n: int = 5, prompt: str = "work") -> list[RequestSpec]:

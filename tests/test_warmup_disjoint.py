@@ -7,23 +7,22 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from procedure_harness import procedure_context
+from factories import StartHarness, make_record
 
 from pytest_llmbench import closed
-from pytest_llmbench.common.records import RequestRecord
 from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.procedures.base import get_procedure
 from pytest_llmbench.procedures.helpers import cache_hit_summary
-from pytest_llmbench.simulator import SimConfig, start_simulator
+from pytest_llmbench.simulator import SimConfig
 
 
-def test_5_1_warmup_prompts_are_disjoint_from_measured_ones(tmp_path: Path) -> None:
+def test_5_1_warmup_prompts_are_disjoint_from_measured_ones(tmp_path: Path, harness: StartHarness) -> None:
     proc = get_procedure("5.1")
     params = proc.make_params("smoke", {"requests": 40, "load": closed(4), "max_output_tokens": 4,
                                         "warmup_requests": 20, "warmup_tokens": 40})
-    with start_simulator(SimConfig(time_scale=0.2, seed=3, prefix_cache=True)) as sim:
+    with harness(SimConfig(time_scale=0.2, seed=3, prefix_cache=True), profile="smoke", seed=5) as (sim, ctx):
         assert sim.get_config()["prefix_cache"] is True
-        result = asyncio.run(proc.run(procedure_context(sim, tmp_path, profile="smoke", seed=5), params))
+        result = asyncio.run(proc.run(ctx, params))
     records = [r for d in sorted((tmp_path / "runs").rglob("records.jsonl")) for r in iter_records(d.parent)]
     warm = {r.prompt_hash for r in records if r.phase == "warmup"}
     measured = [r.prompt_hash for r in records if r.phase == "measure"]
@@ -37,24 +36,16 @@ def test_5_1_warmup_prompts_are_disjoint_from_measured_ones(tmp_path: Path) -> N
     assert m["measured_requests_over_half_cached"] == "0 of 40"
 
 
-def _rec(input_tokens: int, cached: int | None, ok: bool = True) -> RequestRecord:
-    r = RequestRecord(index=0, workload="w", spec_input_tokens=input_tokens, max_tokens=4,
-                      input_tokens_server=input_tokens, cached_tokens=cached, status=200 if ok else 500)
-    r.end_ns = 1
-    r.first_token_ns = 1
-    return r
-
-
 def test_cache_hit_summary_counts_contaminated_requests() -> None:
-    recs = [_rec(100, 90), _rec(100, 0), _rec(100, 50), _rec(100, None)]
+    recs = [make_record(input_tokens_server=100, cached_tokens=cached) for cached in (90, 0, 50, None)]
     s = cache_hit_summary(recs)
     assert s["requests_reporting"] == 3
     assert s["fraction"] == round(140 / 300, 4)
     assert s["requests_over_half_cached"] == 1 and s["share_over_half_cached"] == round(1 / 3, 4)
-    assert cache_hit_summary([_rec(100, None)])["fraction"] is None
+    assert cache_hit_summary([make_record(input_tokens_server=100)])["fraction"] is None
 
 
-def test_time_budget_cuts_a_long_run_and_says_so(tmp_path: Path) -> None:
+def test_time_budget_cuts_a_long_run_and_says_so(harness: StartHarness) -> None:
     """--llm-max-duration: a 5.1 run planned beyond the budget stops by it, notes the cut,
     and its request count below the draft minimum stays an unmet item."""
     import time
@@ -62,8 +53,7 @@ def test_time_budget_cuts_a_long_run_and_says_so(tmp_path: Path) -> None:
     proc = get_procedure("5.1")
     params = proc.make_params("smoke", {"requests": 3000, "load": closed(2), "max_output_tokens": 4,
                                         "warmup_requests": 10, "warmup_tokens": 20})
-    with start_simulator(SimConfig(time_scale=0.2, seed=3)) as sim:
-        ctx = procedure_context(sim, tmp_path, profile="smoke", seed=5, max_duration=8.0)
+    with harness(SimConfig(time_scale=0.2, seed=3), profile="smoke", seed=5, max_duration=8.0) as (_, ctx):
         ctx.deadline = time.monotonic() + 8.0
         result = asyncio.run(proc.run(ctx, params))
     assert 0 < result.measurements["requests"] < 3000

@@ -19,7 +19,9 @@ __all__ = ["SCHEMA_VERSION", "ReportError", "dumps_document", "load_document", "
 #: 1.2: ``headline``, ``compliance_overview``, optional ``comparison``; per procedure ``order``, ``warnings``,
 #: ``sweep``, ``summary_level``; per test ``label`` and ``warnings``; procedures in draft order;
 #: ``procedures[].compliance.items[]`` (per-item evidence, source, key, fix).
-SCHEMA_VERSION = "1.3"
+#: 1.4: ``tests[].slo_results`` (every SLO judged on a test, body ``assert_slo`` included); client-delay figures
+#: carry ``error_ms`` (the delay propagated to the figure); ``headline.findings`` (each kind of finding once).
+SCHEMA_VERSION = "1.4"
 
 
 class ReportError(ValueError):

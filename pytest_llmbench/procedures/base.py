@@ -23,7 +23,10 @@ from ..common.seeds import Seeds
 if TYPE_CHECKING:  # pragma: no cover
     from ..common.tokenizer import Tokenizer
     from ..compliance import Check, RunFacts
+    from ..loadgen.selfcheck import ClientDelay
     from ..measure.metrics import RunMetrics
+    from ..measure.slo import SLO, FiguresView
+    from ..measure.stats import Estimate
     from ..settings import Settings
     from ..sut.system import SUT
 
@@ -152,6 +155,53 @@ class ProcedureResult:
             why = "; ".join(self.notes) if self.notes else "the procedure left no note"
             raise MeasurementMissing(f"procedure {self.procedure} measured no {key!r} on this run: {why}")
         return value
+
+    def primary_run(self) -> RunSummary | None:
+        """The run whose metrics are the result's summary ``metrics`` (None: pooled or no run)."""
+        return next((r for r in self.runs if self.metrics is not None and r.metrics is self.metrics), None)
+
+    def client_delay(self) -> ClientDelay | None:
+        """The client's own delay behind the summary figures (loadgen/selfcheck.py): the primary run's,
+        else the worst of every run's; None when no run measured it (sharded runs)."""
+        from ..loadgen.selfcheck import ClientDelay
+
+        primary = self.primary_run()
+        runs = [primary] if primary is not None and primary.load.get("client_delay") else self.runs
+        return ClientDelay.worst(ClientDelay.from_json(r.load["client_delay"]) for r in runs
+                                 if r.load.get("client_delay"))
+
+    def slo_metrics(self) -> FiguresView:
+        """What an SLO on this result reads: the summary run metrics and the procedure figures
+        (registry ``PROCEDURE_FIGURES``, e.g. ``max_concurrency``) found in its measurements."""
+        from ..measure.registry import procedure_figures
+        from ..measure.slo import FiguresView
+        from ..measure.stats import Estimate
+
+        # n of a procedure figure: its own count when the procedure keeps one, else the requests behind it
+        requests = sum(int(r.metrics.scalars["request_count"].value) for r in self.runs
+                       if "request_count" in getattr(r.metrics, "scalars", {})) or 1
+        figures = {}
+        for m in procedure_figures():
+            v = self.measurements.get(m.measurement or "")
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                n = self.measurements.get(m.count) if m.count else None
+                figures[m.name] = Estimate(value=float(v) * m.scale, n=int(n) if isinstance(n, int) else requests,
+                                           unit=m.unit, method=f"procedure {self.procedure} figure ({m.section})")
+        return FiguresView(self.metrics, figures)
+
+    def slo_client_error(self, slo: SLO, est: Estimate) -> float | None:
+        """The client's measurement error (s) of an SLO's value: its delay propagated to the figure
+        (selfcheck.figure_error_ms); None for figures the client's clock does not time."""
+        from ..loadgen.selfcheck import figure_error_ms
+
+        delay = self.client_delay()
+        if delay is None or slo.info.unit != "time" or slo.info.kind != "distribution" or slo.per_request:
+            return None
+        p = slo.percentile if slo.percentile is not None else {"mean": 90.0, "max": 100.0, "min": 50.0}[
+            str(slo.statistic)]
+        per_request = self.metrics.per_request if self.metrics is not None else None
+        ms = figure_error_ms(slo.metric, p, est.value, delay, per_request)
+        return None if ms is None else ms / 1e3
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -138,9 +138,10 @@ def _client_delay_table(check: Mapping[str, Any] | None) -> list[dict[str, Any]]
     th = check.get("thresholds") or {}
     verdict = f"FLAGGED {FLAG}" if check.get("flagged") else "not flagged"
     notes = [f"Self-check: {verdict}. A latency percentile is flagged ({FLAG} in the distribution table) when the "
-             f"client delay at that percentile exceeds {th.get('rel', 0.05):.0%} of it ({th.get('abs_ms', 1):g} ms for a "
-             f"zero percentile); "
-             f"the run is flagged then, or when the option-C error P99 exceeds {th.get('option_c_p99_ms', 1):g} ms."]
+             f"client delay at that percentile, propagated to it (whole for TTFT, E2E and ITL; ÷ (OSL − 1) of the "
+             f"request at the percentile for TPOT), exceeds {th.get('rel', 0.05):.0%} of it ({th.get('abs_ms', 1):g} ms "
+             f"for a zero percentile); the run is flagged then, or when the option-C error at P50 or P99 exceeds "
+             f"{th.get('rel', 0.05):.0%} of TTFT at that percentile."]
     notes += list(check.get("reasons") or [])
     return [{"title": "Client-delay self-check", "columns": ["Client figure", "P50", "P99", "Detail"],
              "rows": rows, "notes": notes}]

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_llmbench.compliance import RunFacts, Status, effective_declarations, evaluate_test
 from pytest_llmbench.simulator.config import SimConfig, guardrail_defaults
-from pytest_llmbench.sut.system import SUT, SIMULATOR_GUARDRAIL_SYSTEMS, self_declarations, simulator_guardrails
+from pytest_llmbench.sut.system import SIMULATOR_GUARDRAIL_SYSTEMS, SUT, self_declarations, simulator_guardrails
 
 SPECIAL = ("4.4.3-MUST-1", "4.4.3-MUST-2", "4.4.3-MUST-3")
 

@@ -8,6 +8,8 @@ Computed from the document's procedures and tests before it is written (results.
   load level and workload it came from and one definition, and durations that add up.
 * per test ``label`` (PASS / FAIL / INFORMATIONAL / SKIP / NOT RUN) and ``warnings``;
 * per procedure ``order`` (draft order), ``warnings`` and ``sweep`` (tested range and result);
+* ``headline.findings``: each kind of finding once, most severe first, with the procedures it
+  concerns (a procedure with failed requests names the most frequent error and its count);
 * ``compliance_overview``: session-wide items once, procedure-specific unmet items per
   procedure, unmet items grouped by the fix, and a procedure x verdict grid, with item titles.
 """
@@ -98,13 +100,46 @@ def completion_levels(p: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def procedure_warnings(p: Mapping[str, Any]) -> list[str]:
-    """Findings that must be visible next to the verdict: low success, unfairness, cancellations."""
-    out: list[str] = []
+#: Kinds of finding, most severe first: (kind, title shown once with the procedures it concerns).
+FINDING_KINDS: tuple[tuple[str, str], ...] = (
+    ("incomplete", "incomplete"),
+    ("invalid_runs", "runs invalid (load generator self-check)"),
+    ("failed_requests", "requests failed"),
+    ("cancelled", "requests cancelled (count as not completed)"),
+    ("unfair", "unfair scheduling"),
+    ("overloaded", "overloaded"),
+    ("client_timing", "client timing flagged (the client's own delay is > 5 % of a figure)"),
+)
+_SEVERITY = {k: i for i, (k, _) in enumerate(FINDING_KINDS)}
+
+
+def top_error(p: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The most frequent reason this procedure's failed requests gave, over every run (its load
+    summaries' ``error_messages``), with its count; None without failures."""
+    import re
+
+    counts: dict[str, dict[str, Any]] = {}
+    for r in (p.get("result") or {}).get("runs") or []:
+        for e in (r.get("load") or {}).get("error_messages") or []:
+            key = re.sub(r"\d+", "#", str(e.get("message")))
+            cur = counts.setdefault(key, {"message": e.get("message"), "type": e.get("type"), "count": 0})
+            cur["count"] += int(e.get("count") or 0)
+    return max(counts.values(), key=lambda e: e["count"]) if counts else None
+
+
+def procedure_findings(p: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Findings that must be visible next to the verdict, each with its kind (:data:`FINDING_KINDS`):
+    failed and cancelled requests (with the most frequent error), unfairness, overload, client timing."""
+    out: list[dict[str, str]] = []
+
+    def add(kind: str, text: str, lead: str = "", tail: str = "") -> None:  # lead, tail: what it is, when alone
+        out.append({"kind": kind, "text": text, "warning": lead + text + tail})
+
     m = _meas(p)
+    failed: list[str] = []
     sr = _val(p["figures"].get("success_rate"))
     if sr is not None and sr < SUCCESS_WARN:
-        out.append(f"success rate {sr * 100:.1f}%")
+        failed.append(f"success rate {sr * 100:.1f}%")
     low = []
     for r in (p.get("result") or {}).get("runs") or []:
         load = r.get("load") or {}
@@ -112,30 +147,56 @@ def procedure_warnings(p: Mapping[str, Any]) -> list[str]:
         if isinstance(s, int) and isinstance(ok, int) and s and ok / s < SUCCESS_WARN and p["procedure"] != "5.8":
             low.append((ok / s, f"{r.get('label')} {ok} of {s}"))
     if low:
-        out.append(f"{len(low)} run(s) below {SUCCESS_WARN:.0%} success (lowest: {min(low)[1]})")
+        failed.append(f"{len(low)} run(s) below {SUCCESS_WARN:.0%} success (lowest: {min(low)[1]})")
+    if failed:
+        err = top_error(p)
+        if err is not None:
+            failed.append(f"most frequent error: {err['message']} ({err['type']}) x{err['count']}")
+        add("failed_requests", "; ".join(failed))
     cancelled, sent = _cancelled(p)
     if cancelled:
-        out.append(f"{cancelled} of {sent} requests cancelled (count as not completed)")
+        add("cancelled", f"{cancelled} of {sent} requests", tail=" cancelled (count as not completed)")
+    unfair = []
     jain = _val(m.get("jain_index_per_request"))
     if jain is not None and jain < JAIN_WARN:
-        out.append(f"unfair: Jain index per request {jain:.2f}")
+        unfair.append(f"Jain index per request {jain:.2f}")
     for cls in ("short", "long"):
         infl = _val(m.get(f"{cls}_inflation_p99"))
         if infl is not None and infl > INFLATION_WARN:
-            out.append(f"{cls} requests' TTFT P99 inflated {infl:.1f}x by the mix")
+            unfair.append(f"{cls} requests' TTFT P99 inflated {infl:.1f}x by the mix")
+    if unfair:
+        add("unfair", "; ".join(unfair), "unfair: ")
     if m.get("mixed_queue_growing"):
-        out.append("queue grew during the mixed run (above saturation)")
+        add("overloaded", "queue grew during the mixed run (above saturation)")
     timing = p.get("client_delay") or {}
     if timing.get("flagged"):
         reasons = timing.get("reasons") or []
         more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-        out.append(f"client timing flagged: {reasons[0] if reasons else 'self-check'}{more}")
-    invalid = [r.get("label") for r in (p.get("result") or {}).get("runs") or [] if r.get("valid") is False]
+        add("client_timing", f"{reasons[0] if reasons else 'self-check'}{more}", "client timing flagged: ")
+    runs = (p.get("result") or {}).get("runs") or []
+    invalid = [r.get("label") for r in runs if r.get("valid") is False]
     if invalid:
-        out.append(f"{len(invalid)} run(s) invalid (load generator self-check)")
+        add("invalid_runs", f"{len(invalid)} of {len(runs)} run(s)", tail=" invalid (load generator self-check)")
     if not p.get("complete", True):
-        out.append("incomplete")
+        out.append({"kind": "incomplete", "text": "the procedure did not finish", "warning": "incomplete"})
     return out
+
+
+def procedure_warnings(p: Mapping[str, Any]) -> list[str]:
+    """The findings of one procedure as text (:func:`procedure_findings`)."""
+    return [f["warning"] for f in procedure_findings(p)]
+
+
+def findings(procs: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each kind of finding once, most severe first, with the procedures it concerns (draft order)."""
+    by_kind: dict[str, list[dict[str, str]]] = {}
+    for p in procs:
+        for f in procedure_findings(p):
+            by_kind.setdefault(f["kind"], []).append({"procedure": p["procedure"], "anchor": p["anchor"],
+                                                      "text": f["text"]})
+    titles = dict(FINDING_KINDS)
+    return [{"kind": k, "title": titles[k], "procedures": by_kind[k]}
+            for k in sorted(by_kind, key=lambda k: _SEVERITY[k])]
 
 
 def primary_run(p: Mapping[str, Any]) -> str:
@@ -463,5 +524,6 @@ def annotate(doc: dict[str, Any], titles: Mapping[str, tuple[str, str]]) -> None
                       "nested": nested},
         "warnings": [{"procedure": p["procedure"], "anchor": p["anchor"], "text": w}
                      for p in procs for w in p["warnings"]],
+        "findings": findings(procs),
     }
     doc["compliance_overview"] = compliance_overview(procs, titles)

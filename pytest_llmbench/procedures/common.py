@@ -398,6 +398,27 @@ def _rewrite_records(run_dir: Path, records: Sequence[RequestRecord], *, keep_te
     write_text_atomic(run_dir / RECORDS_FILE, "".join(r.dumps(keep_text=keep_text) + "\n" for r in records))
 
 
+def error_messages(records: Iterable[RequestRecord], top: int = 3) -> list[dict[str, Any]]:
+    """The most frequent reasons failed requests gave (cancelled ones are not failures): one example
+    message each (``HTTP 400: …`` when the server answered), its error type and count; messages that
+    differ only in their numbers count as one."""
+    import re
+    from collections import Counter
+
+    counts: Counter[str] = Counter()
+    example: dict[str, tuple[str, str]] = {}
+    for r in records:
+        if not r.failed:
+            continue
+        msg = " ".join(str(r.error_message or "").split())[:200] or "(no message)"
+        if r.status is not None and r.status >= 400 and not msg.startswith(f"HTTP {r.status}"):
+            msg = f"HTTP {r.status}: {msg}"
+        key = re.sub(r"\d+", "#", msg)
+        counts[key] += 1
+        example.setdefault(key, (msg, r.error_type.value if r.error_type is not None else "error"))
+    return [{"message": example[k][0], "type": example[k][1], "count": n} for k, n in counts.most_common(top)]
+
+
 def _load_summary(result: LoadResult) -> dict[str, Any]:
     """The few load figures a report table shows for one run (§4.2.3–§4.2.5)."""
     arrival = result.parameters.get("arrival") or {}
@@ -411,6 +432,9 @@ def _load_summary(result: LoadResult) -> dict[str, Any]:
              send_lag_p99_ms=round(result.send_lag.p99_ms, 3) if result.send_lag.p99_ms is not None else None)
     if result.client_delay is not None:  # the client's own delay while receiving (selfcheck.py)
         d["client_delay"] = result.client_delay.to_json()
+    errors = error_messages(result.records)
+    if errors:  # why requests failed, most frequent first (the headline names the first)
+        d["error_messages"] = errors
     option_c = option_c_error(result.records)  # client vs server first-token time (§4.6.3 option C)
     if option_c is not None:
         d["option_c_error"] = option_c

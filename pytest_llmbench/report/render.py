@@ -459,6 +459,8 @@ def headline_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
             "main_reason": c["main_reason"], "duration": dur, "figures": figures,
             "figure_rows": [[f["title"], f["value"], f["procedure"], f["level"], f["workload"]] for f in figures],
             "warnings": [{"procedure": k, "anchor": anchors[k], "text": "; ".join(v)} for k, v in warn.items()],
+            # each kind of finding once, most severe first (documents before schema 1.4: none, warnings shown)
+            "findings": [{"title": f["title"], "items": list(f["procedures"])} for f in h.get("findings") or []],
             "ok": t["failed"] == 0 and doc["complete"]}
 
 

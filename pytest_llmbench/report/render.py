@@ -379,9 +379,9 @@ def view(doc: Mapping[str, Any], *, with_figures: bool = False) -> dict[str, Any
                          p["configuration"]["load"], str(p["configuration"]["levels"]),
                          f"{p['configuration']['requests']:,}", fmt_time(p["configuration"]["duration_s"]),
                          p["profile"]] for p in doc["procedures"]],
-        "test_header": ["Test", "Procedure", "SLOs (marker + --llm-slo)", "SLO / test verdict", "Message",
-                        "Compliance (separate)"],
-        "test_rows": [{"cells": [t["nodeid"], t["procedure"] or "", "; ".join(t["slos"]) or "none",
+        "test_header": ["Test", "Procedure", "SLOs (marker, --llm-slo, test body): as judged", "SLO / test verdict",
+                        "Message", "Compliance (separate)"],
+        "test_rows": [{"cells": [t["nodeid"], t["procedure"] or "", _slo_cell(t),
                                  t.get("label", t["verdict"]), t["message"], t["compliance_verdict"]],
                        "warnings": "; ".join(t.get("warnings") or []),
                        "verdict_class": LABEL_CLASS.get(t.get("label", t["verdict"]), "warn"),
@@ -424,6 +424,16 @@ def _fig_value(f: Mapping[str, Any]) -> str:
         if f["unit"] == "req/s" and not text.endswith("req/s"):
             text = f"{fmt_num(f['value'])} req/s"
     return text + ("†" if f.get("undersampled") else "")
+
+
+def _slo_cell(t: Mapping[str, Any]) -> str:
+    """A test's SLOs: each judged one with its outcome and message (value, threshold, n, CI), then the
+    others as written (not judged: the test stopped first, or a document before schema 1.4)."""
+    judged = t.get("slo_results") or []
+    parts = [f"{r['text']} → {r['outcome']}: {r['message']}" for r in judged]
+    seen = {r["text"] for r in judged}
+    parts += [s for s in t.get("slos") or [] if s not in seen]
+    return "; ".join(parts) or "none"
 
 
 def headline_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -91,3 +91,39 @@ def test_failed_requests_name_the_most_frequent_error_and_its_count(doc: dict[st
     md = render_markdown(doc)
     assert "- **requests failed** — 5.10: success rate 93.8%" in md and "maximum context length is 2048" in md
     assert "<strong>requests failed</strong>" in render_html(doc)
+
+
+def test_a_standard_workload_run_only_altered_is_named_as_such() -> None:
+    """4.3.2-MUST-1 at session end: the smoke profile's capped Synthetic-Uniform runs do not count as the
+    workload as defined, and the item says that they ran altered (custom), not that none ran."""
+    from types import SimpleNamespace
+
+    from pytest_llmbench.compliance import RunFacts, Status, evaluate_test, rejudge_session
+
+    def result(proc: str, name: str, base: str) -> SimpleNamespace:
+        facts = RunFacts(sut_boundary="model-engine", workload={"name": name, "base": base, "custom": True})
+        return SimpleNamespace(procedure=proc, facts=facts, checks={}, measurements={},
+                               compliance=evaluate_test(proc, {}, facts))
+
+    capped = result("5.1", "synthetic-uniform (custom: output capped at 64 tokens)", "synthetic-uniform")
+    cache = result("5.7", "code-completion (custom: output capped at 16 tokens)", "code-completion")
+    rejudge_session([capped, cache])
+    item = cache.compliance["4.3.2-MUST-1"]
+    assert item.status is Status.UNMET
+    assert item.reason == ("no synthetic-uniform run as defined in this report (workload: code-completion); 1 altered "
+                           "by the profile or the marker, so custom: synthetic-uniform (custom: output capped at 64 "
+                           "tokens)")
+
+
+def test_a_success_rate_lowered_only_by_cancelled_requests_is_not_called_failures(doc: dict[str, Any]) -> None:
+    """5.8 counts requests cancelled at the drain against its success rate; with no request failed the
+    finding is the cancellation, not "requests failed" (which would send a reader looking for errors)."""
+    from pytest_llmbench.document.headline import procedure_findings
+
+    p58 = copy.deepcopy(next(p for p in doc["procedures"] if p["procedure"] == "5.8"))
+    p58["figures"]["success_rate"] = {"value": 0.686, "unit": "fraction"}
+    kinds = {f["kind"]: f["text"] for f in procedure_findings(p58)}
+    assert "failed_requests" not in kinds
+    assert kinds["cancelled"] == "32 of 187 requests (success rate 68.6%: none failed; the cancelled count against it)"
+    p58["result"]["runs"][1]["metrics"]["errors_by_type"] = {"http_5xx": 2}  # one real failure changes that
+    assert "failed_requests" in {f["kind"] for f in procedure_findings(p58)}

@@ -205,6 +205,8 @@ class RunFacts:
     counting_used: dict[str, int] | None = None
     workload: dict[str, Any] = field(default_factory=dict)  # name, custom, base, 4.3.1 fields, dataset
     session_workloads: tuple[str, ...] = ()  # workloads of every run in the report (§4.3.2.1)
+    #: standard workloads the report ran altered (capped, stand-in: custom, so they do not count), by name
+    session_custom_workloads: tuple[str, ...] = ()
     seed: int | None = None
     sequence_hash: str | None = None  # hash of the request sequence (§4.3.3)
     generator: str | None = None  # generator name + version that rebuilds the sequence from the seed

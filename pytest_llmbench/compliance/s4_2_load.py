@@ -129,7 +129,7 @@ def _named(run: RunLoad) -> str:
     """``run 'level-3' (40 req/s)``; empty for the unnamed run of top-level facts."""
     if not run.label:
         return ""
-    at = f" ({run.rate:g} req/s)" if run.model == "open" and run.rate else \
+    at = f" ({run.rate:.4g} req/s)" if run.model == "open" and run.rate else \
         f" (concurrency {run.concurrency})" if run.concurrency else ""
     return f"run {run.label!r}{at}"
 
@@ -149,7 +149,7 @@ def _fit(f: RunFacts, kinds: tuple[str, ...]) -> str | None:
     worst = min(fitted, key=lambda r: r.arrival_fit_p or 0.0)
     p = worst.arrival_fit_p or 0.0
     if p < limit:
-        return (f"real send gaps{_of(worst)} do not follow {worst.arrival} arrivals at {worst.rate:g} req/s "
+        return (f"real send gaps{_of(worst)} do not follow {worst.arrival} arrivals at {worst.rate:.4g} req/s "
                 f"(KS p = {p:.2g} < {limit:g}; {len(fitted)} run(s) fitted, each against its own rate)")
     return None
 
@@ -171,7 +171,7 @@ def _arrivals(ctx: _Ctx, rid: str) -> Check:
     if fitted:
         worst = min(fitted, key=lambda r: r.arrival_fit_p or 0.0)
         seen = (f"{len(fitted)} run(s) each fitted against its own rate; lowest KS p = {worst.arrival_fit_p:.2g}"
-                f"{_of(worst) or f' at {worst.rate:g} req/s'}")
+                f"{_of(worst) or f' at {worst.rate:.4g} req/s'}")
     else:
         ld = ctx.facts.load
         seen = f"{ld.arrival} arrivals at {ld.rate} req/s"

@@ -37,10 +37,16 @@ def assert_slo(result: object, *slos: str, strict: bool = False) -> object:
     """Assert SLOs on a procedure result (or RunMetrics), e.g. ``assert_slo(r, "ttft.p99<=500ms")``.
 
     Fails the test with value, threshold, sample count and confidence interval (``measure/slo.py``).
+    On a procedure result an SLO may also name a procedure figure (``max_concurrency >= 8``), and a
+    verdict within the client's measurement error of the threshold says so. Inside a pytest-llmbench
+    test the SLOs and their results are recorded on the test (the report, JUnit, the gate).
     """
     __tracebackhide__ = True
     from .measure.slo import assert_slo as _assert_slo
 
+    view = getattr(result, "slo_metrics", None)
+    if callable(view):  # a ProcedureResult
+        return _assert_slo(view(), *slos, strict=strict, client_error=getattr(result, "slo_client_error", None))
     metrics = getattr(result, "metrics", result)
     return _assert_slo(metrics, *slos, strict=strict)
 

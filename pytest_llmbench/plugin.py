@@ -264,27 +264,51 @@ class LLMBenchPlugin:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
-        """After the test body: assert the marker's and the command line's SLOs on the result, and
+        """Around the test body: record the SLOs it asserts with ``assert_slo`` on the test. After it:
+        assert the marker's and the command line's SLOs on the result (recorded the same way), and
         compare it with the baseline (--llm-compare, §6): a violated fail rule fails the test."""
         __tracebackhide__ = True
-        outcome = yield
         entry = item.stash.get(ITEM_KEY, None)
-        result = getattr(item, "funcargs", {}).get("llm_result")
-        if entry is not None and isinstance(result, ProcedureResult):
-            failures = self._compare_test(item)
-            slos = list(entry[2]) + list(self.settings.slo)
-            try:
-                if slos and result.metrics is not None:
-                    from .measure.slo import assert_slo
+        if entry is None:
+            return (yield)
+        from .measure.slo import assert_slo, recording
 
-                    assert_slo(result.metrics, *slos, strict=self.settings.strict_sampling)
+        with recording(self._slo_recorder(item, lambda i: "body")):
+            outcome = yield
+        result = getattr(item, "funcargs", {}).get("llm_result")
+        if not isinstance(result, ProcedureResult):
+            return outcome
+        marker, option = list(entry[2]), list(self.settings.slo)
+        slo_error: AssertionError | None = None
+        if marker or option:
+            origin = (lambda i: "marker" if i < len(marker) else "--llm-slo")
+            try:
+                with recording(self._slo_recorder(item, origin)):
+                    assert_slo(result.slo_metrics(), *marker, *option, strict=self.settings.strict_sampling,
+                               client_error=result.slo_client_error)
             except AssertionError as exc:
-                if not failures:
-                    raise
-                failures.append(str(exc))
-            if failures:
-                pytest.fail("\n".join(failures), pytrace=False)
+                slo_error = exc
+        failures = self._compare_test(item)
+        if slo_error is not None:
+            if not failures:
+                raise slo_error
+            failures.append(str(slo_error))
+        if failures:
+            pytest.fail("\n".join(failures), pytrace=False)
         return outcome
+
+    def _slo_recorder(self, item: pytest.Item, origin: Callable[[int], str]) -> Callable[[Any], None]:
+        """Keeps the results of one ``assert_slo`` call on the test (``slo_results``) and in its JUnit
+        properties (``llmbench.slo.<expr>``); ``origin(i)`` names where the i-th SLO was written."""
+
+        def record(results: Any) -> None:
+            kept = self.test_outcomes.setdefault(item.nodeid, {}).setdefault("slo_results", [])
+            for i, r in enumerate(results):
+                kept.append({**r.to_json(), "origin": origin(i)})
+                item.user_properties.append((f"llmbench.slo.{r.slo.text or r.slo}",
+                                             f"{'PASS' if r.passed else 'FAIL'}: {r.message}"))
+
+        return record
 
     def _compare_test(self, item: pytest.Item) -> list[str]:
         """The gate's failure messages for this test (and its JUnit properties), [] when not comparing."""

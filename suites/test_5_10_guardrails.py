@@ -7,6 +7,8 @@ capacity (declared with --llm-capacity rate=R, or measured by 5.2 in the session
 
 import pytest
 
+from pytest_llmbench import assert_slo
+
 GUARDRAILS = {"workload": "conversation", "configurations": ("none", "input", "output", "full")}
 
 
@@ -24,7 +26,6 @@ def test_guardrail_tables(llm_result):
 
 @pytest.mark.llm_procedure("5.10", **GUARDRAILS)
 def test_guardrail_budget(llm_result):
-    """Example budget: full guardrails add at most 250 ms to median E2E and cost at most 30 % throughput."""
-    level = f"{llm_result.measured('report_level') * 100:g}pct"
-    assert llm_result.measured(f"total_overhead_e2e_p50_ms_{level}") <= 250
-    assert llm_result.measured("full_throughput_reduction_pct") >= -30
+    """Example budget: full guardrails add at most 250 ms to median E2E (at the report level) and cost at
+    most 30 % of the Baseline's maximum throughput."""
+    assert_slo(llm_result, "guardrail_e2e_overhead_p50 <= 250ms", "guardrail_throughput_loss <= 30%")

@@ -7,6 +7,8 @@ given in the marker win (e.g. ``ttft_p99_threshold_s=1.0``, ``max_concurrency=25
 
 import pytest
 
+from pytest_llmbench import assert_slo
+
 
 @pytest.mark.llm_procedure("5.5")
 def test_capacity_found(llm_result):
@@ -22,6 +24,5 @@ def test_capacity_found(llm_result):
 
 @pytest.mark.llm_procedure("5.5")
 def test_capacity_slo(llm_result):
-    """Example SLO for your service: it must hold at least 8 concurrent requests."""
-    assert llm_result.measured("max_concurrency") >= 8
-    assert llm_result.measured("output_throughput_at_max_tps") > 0
+    """Example SLO for your service: it must hold at least 8 concurrent requests (and stream at that load)."""
+    assert_slo(llm_result, "max_concurrency >= 8", "capacity_output_throughput > 0 tok/s")

@@ -6,7 +6,7 @@ simulator has one); without it the test is skipped. The profile (--llm-profile) 
 
 import pytest
 
-from pytest_llmbench import closed
+from pytest_llmbench import assert_slo, closed
 
 CACHE = {"workload": "code-completion", "load": closed(4)}
 
@@ -25,4 +25,4 @@ def test_prefix_cache_table(llm_result):
 @pytest.mark.llm_procedure("5.7", **CACHE)
 def test_prefix_cache_pays_off(llm_result):
     """Example goal: a warm prefix cache cuts median TTFT by at least 20 % on this workload."""
-    assert llm_result.measured("warm_ttft_reduction_p50_pct") >= 20
+    assert_slo(llm_result, "warm_cache_ttft_reduction_p50 >= 20%")

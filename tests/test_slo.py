@@ -139,7 +139,7 @@ def test_direction_sanity_for_every_metric(name: str) -> None:
     info = METRICS[name]
     stat = ".p50" if info.kind == "distribution" else ""
     value = {"time": "10ms", "token_rate": "10 tok/s", "request_rate": "1 req/s", "fraction": "50%",
-             "ratio": "0.5", "tokens": "100"}[info.unit]
+             "ratio": "0.5", "tokens": "100", "count": "8"}[info.unit]
     good_op, bad_op = (">=", "<=") if info.higher_is_better else ("<=", ">=")
     assert parse_slo(f"{name}{stat} {good_op} {value}").operator == good_op
     with pytest.raises(SLOError, match="looks reversed"):

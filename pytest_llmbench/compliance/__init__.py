@@ -37,7 +37,7 @@ from . import (  # noqa: F401  (register their evaluators)
 from .declarations import DECLARATION_FACTS, Declarations, effective_declarations
 from .engine import CONDITIONS, DECIDERS, decide
 from .evaluate import coverage, evaluate_test, procedure_items
-from .facts import ClockFacts, ColdStartFacts, LoadFacts, RecordAudit, RunFacts, WarmupFacts
+from .facts import ClockFacts, ColdStartFacts, LoadFacts, RecordAudit, RunFacts, RunLoad, WarmupFacts
 from .registry import (
     LOAD_CAPABILITIES,
     STANDARD_WORKLOADS,
@@ -69,6 +69,7 @@ __all__ = [
     "Declarations",
     "effective_declarations",
     "LoadFacts",
+    "RunLoad",
     "RecordAudit",
     "Requirement",
     "RunFacts",

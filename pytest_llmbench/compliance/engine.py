@@ -140,7 +140,12 @@ def _blank(v: Any) -> bool:
 
 
 def _short(v: Any, n: int = 80) -> str:
-    s = ", ".join(f"{k}={v2}" for k, v2 in v.items()) if isinstance(v, Mapping) else str(v)
+    if isinstance(v, Mapping):
+        s = ", ".join(f"{k}={_short(v2, n)}" for k, v2 in v.items())
+    elif isinstance(v, (list, tuple)):
+        s = "; ".join(map(str, v))
+    else:
+        s = str(v)
     return s if len(s) <= n else s[: n - 1] + "…"
 
 

@@ -18,8 +18,33 @@ from .verdict import _jsonable
 
 
 @dataclass
+class RunLoad:
+    """The §4.2.3–§4.2.5 figures of one measured run (a load level, a configuration): each run is
+    judged against its own rate and schedule, never pooled with runs at other rates."""
+
+    label: str
+    model: str | None = None  # "open" | "closed"
+    arrival: str | None = None
+    rate: float | None = None  # open loop: this run's req/s
+    concurrency: int | None = None
+    send_lag_p99_s: float | None = None
+    send_lag_n: int = 0
+    mean_gap_s: float | None = None  # mean planned inter-arrival gap of this run
+    lag_inflight_rho: float | None = None
+    lag_oldest_rho: float | None = None
+    arrival_fit_p: float | None = None  # KS p of this run's send gaps against its own rate
+    resubmit_gap_p99_s: float | None = None  # closed loop: resubmissions only (not the initial fill)
+    resubmit_n: int = 0
+
+
+@dataclass
 class LoadFacts:
-    """Load model of the run and the load generator's capabilities (§4.2.3–§4.2.5)."""
+    """Load model of the run and the load generator's capabilities (§4.2.3–§4.2.5).
+
+    ``runs`` holds each measured run's figures (the items are decided per run, the worst named);
+    the top-level figures are then the worst over the runs. Without ``runs`` the top-level figures
+    are one run's.
+    """
 
     model: str | None = None  # "open" | "closed"
     arrival: str | None = None  # open loop: "poisson" | "uniform" | "bursty"
@@ -37,9 +62,19 @@ class LoadFacts:
     #: goodness of fit of the real send gaps to the arrival process used (KS p-value, §4.2.3)
     arrival_fit_p: float | None = None
     max_inflight: int | None = None  # most requests outstanding at a send (observed overlap, §4.2.5-MUST-2)
+    runs: tuple[RunLoad, ...] = ()  # per measured run (see the class docstring)
     #: capabilities this run exercised (observed on its records), from :data:`LOAD_CAPABILITIES`;
     #: a capability not exercised is answered by the plugin test that exercises it (tool-verified)
     capabilities: tuple[str, ...] = ()
+
+    def per_run(self) -> tuple[RunLoad, ...]:
+        """The runs to judge: ``runs``, or the top-level figures as one unnamed run."""
+        if self.runs:
+            return self.runs
+        return (RunLoad("", self.model, self.arrival, self.rate, self.concurrency, self.send_lag_p99_s,
+                        self.send_lag_n, self.mean_gap_s,
+                        self.lag_inflight_rho if self.lag_inflight_rho is not None else self.send_lag_inflight_corr,
+                        self.lag_oldest_rho, self.arrival_fit_p, self.resubmit_gap_p99_s, self.resubmit_n),)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.capabilities) - set(LOAD_CAPABILITIES))
@@ -170,6 +205,8 @@ class RunFacts:
     counting_used: dict[str, int] | None = None
     workload: dict[str, Any] = field(default_factory=dict)  # name, custom, base, 4.3.1 fields, dataset
     session_workloads: tuple[str, ...] = ()  # workloads of every run in the report (§4.3.2.1)
+    #: standard workloads the report ran altered (capped, stand-in: custom, so they do not count), by name
+    session_custom_workloads: tuple[str, ...] = ()
     seed: int | None = None
     sequence_hash: str | None = None  # hash of the request sequence (§4.3.3)
     generator: str | None = None  # generator name + version that rebuilds the sequence from the seed

@@ -75,6 +75,11 @@ def _boundary_workload(ctx: _Ctx, rid: str) -> Check:
         return _need(rid, "workload declaration")
     if _session_has(f, want):
         return Check.met(rid, f"the report includes a {want} run")
+    altered = [w for w in f.session_custom_workloads if _norm_workload(w).startswith(want)]
+    if altered:  # e.g. the smoke profile's output cap: run, but not as defined
+        return Check.unmet(rid, f"no {want} run as defined in this report (workload: {f.workload_base}); "
+                                f"{len(altered)} altered by the profile or the marker, so custom: {'; '.join(altered)}",
+                           altered=altered)
     return Check.unmet(rid, f"no {want} run in this report (workload: {f.workload_base})")
 
 

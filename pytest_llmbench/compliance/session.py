@@ -31,10 +31,12 @@ def rejudge_session(results: Iterable[Any]) -> dict[str, tuple[str, str]]:
     """
     done = [r for r in results if getattr(r, "compliance", None) is not None and getattr(r, "facts", None)]
     workloads = sorted({r.facts.workload_name for r in done if r.facts.workload_name and not r.facts.workload.get("custom")})
+    altered = sorted({str(r.facts.workload.get("name")) for r in done if r.facts.workload.get("custom")})
     tests = sorted({r.procedure for r in done if r.procedure != "5.10" or _compared_guardrails(r)})
     changed: dict[str, tuple[str, str]] = {}
     for r in done:
-        facts = dataclasses.replace(r.facts, session_workloads=tuple(workloads), session_tests=tuple(tests))
+        facts = dataclasses.replace(r.facts, session_workloads=tuple(workloads), session_tests=tuple(tests),
+                                    session_custom_workloads=tuple(altered))
         old = r.compliance
         new = evaluate_test(r.procedure, r.checks, facts, old.declarations)
         note = (f"session-level items ({', '.join(SESSION_ITEMS)}) judged at session end over: "

@@ -402,8 +402,12 @@ def _procedure(index: int, key: str, result: Any, report_dir: Path) -> dict[str,
         "plot_notes": plot_notes,
         "experience": experience_figures(result),
         "http_timing": http_timing(result),
-        # the client's own delay next to every latency percentile; option-C error (selfcheck.py)
-        "client_delay": procedure_check(data.get("runs") or [], data.get("metrics")),
+        # the client's own delay propagated to every latency percentile; option-C error (selfcheck.py)
+        "client_delay": procedure_check(
+            data.get("runs") or [], data.get("metrics"),
+            primary=next((i for i, r in enumerate(result.runs) if result.metrics is not None
+                          and r.metrics is result.metrics), None),
+            per_request=getattr(result.metrics, "per_request", None)),
         "cold_start": data.get("cold_start"),  # §4.5.3: labelled at the procedure level
         "result": data,
     }
@@ -566,17 +570,34 @@ def slo_objectives(texts: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def slo_result(r: Mapping[str, Any]) -> dict[str, Any]:
+    """One judged SLO of a test (``SLOResult.to_json`` + origin) as the document keeps it: the
+    expression, where it was written (marker, --llm-slo, body), outcome, value, threshold, n, CI."""
+    slo, value = r.get("slo") or {}, r.get("value") or {}
+    return {"text": str(slo.get("text") or ""), "origin": r.get("origin") or "body",
+            "outcome": "PASS" if r.get("passed") else "FAIL", "metric": slo.get("metric"),
+            "statistic": slo.get("statistic"), "operator": slo.get("operator"), "threshold": slo.get("threshold"),
+            "value": value.get("value"), "unit": value.get("unit") or "", "n": value.get("n"),
+            "ci_low": value.get("ci_low"), "ci_high": value.get("ci_high"), "confidence": value.get("confidence"),
+            "undersampled": bool(r.get("undersampled")), "client_error": r.get("client_error"),
+            "within_client_error": bool(r.get("within_client_error")), "message": str(r.get("message") or "")}
+
+
 def _tests(result: SessionResult, procs_by_key: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for nodeid, entry in result.test_outcomes.items():
         outcome = entry.get("outcome") if entry.get("outcome") in _VERDICTS else None
         proc = procs_by_key.get(entry.get("result_key", ""))
+        judged = [slo_result(r) for r in entry.get("slo_results") or []]
+        # every SLO of the test once, in order: marker and --llm-slo (declared), then those of its body
+        texts = list(dict.fromkeys([str(s).strip() for s in entry.get("slos") or []] + [r["text"] for r in judged]))
         out.append({
             "nodeid": str(nodeid),
             "procedure": entry.get("procedure"),
             "result_key": entry.get("result_key"),
-            "slos": [str(s) for s in entry.get("slos") or []],
-            "objectives": slo_objectives([str(s) for s in entry.get("slos") or []]),
+            "slos": texts,
+            "slo_results": judged,
+            "objectives": slo_objectives(texts),
             "outcome": outcome or "not run",
             "when": entry.get("when"),
             "message": entry.get("message") or "",

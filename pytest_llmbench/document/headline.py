@@ -8,6 +8,8 @@ Computed from the document's procedures and tests before it is written (results.
   load level and workload it came from and one definition, and durations that add up.
 * per test ``label`` (PASS / FAIL / INFORMATIONAL / SKIP / NOT RUN) and ``warnings``;
 * per procedure ``order`` (draft order), ``warnings`` and ``sweep`` (tested range and result);
+* ``headline.findings``: each kind of finding once, most severe first, with the procedures it
+  concerns (a procedure with failed requests names the most frequent error and its count);
 * ``compliance_overview``: session-wide items once, procedure-specific unmet items per
   procedure, unmet items grouped by the fix, and a procedure x verdict grid, with item titles.
 """
@@ -78,26 +80,102 @@ def completion_levels(p: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def procedure_warnings(p: Mapping[str, Any]) -> list[str]:
-    """Findings that must be visible next to the verdict: low success, then what the procedure
-    declares (runs below 99 % success, unfairness, cancellations ...), then the client's timing,
-    invalid runs and an incomplete run."""
-    out: list[str] = []
+#: Kinds of finding, most severe first: (kind, title shown once with the procedures it concerns).
+FINDING_KINDS: tuple[tuple[str, str], ...] = (
+    ("incomplete", "incomplete"),
+    ("invalid_runs", "runs invalid (load generator self-check)"),
+    ("failed_requests", "requests failed"),
+    ("cancelled", "requests cancelled (count as not completed)"),
+    ("unfair", "unfair scheduling"),
+    ("overloaded", "overloaded"),
+    ("client_timing", "client timing flagged (the client's own delay is > 5 % of a figure)"),
+)
+_SEVERITY = {k: i for i, (k, _) in enumerate(FINDING_KINDS)}
+
+
+def top_error(p: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The most frequent reason this procedure's failed requests gave, over every run (its load
+    summaries' ``error_messages``), with its count; None without failures."""
+    import re
+
+    counts: dict[str, dict[str, Any]] = {}
+    for r in (p.get("result") or {}).get("runs") or []:
+        for e in (r.get("load") or {}).get("error_messages") or []:
+            key = re.sub(r"\d+", "#", str(e.get("message")))
+            cur = counts.setdefault(key, {"message": e.get("message"), "type": e.get("type"), "count": 0})
+            cur["count"] += int(e.get("count") or 0)
+    return max(counts.values(), key=lambda e: e["count"]) if counts else None
+
+
+def _declared(p: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The findings the procedure declared (``result.warnings``, since 1.4: kind and text)."""
+    return [dict(w) for w in (p.get("result") or {}).get("warnings") or [] if isinstance(w, Mapping)]
+
+
+def procedure_findings(p: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Findings that must be visible next to the verdict, each with its kind (:data:`FINDING_KINDS`):
+    failed requests (with the most frequent error) and what the procedure declares (cancellations,
+    unfairness, overload), then the client's timing, invalid runs and an incomplete run."""
+    out: list[dict[str, str]] = []
+
+    def add(kind: str, text: str, lead: str = "", tail: str = "") -> None:  # lead, tail: what it is, when alone
+        out.append({"kind": kind, "text": text, "warning": lead + text + tail})
+
+    declared = _declared(p)
+    failed: list[str] = []
     sr = _val(p["figures"].get("success_rate"))
     if sr is not None and sr < SUCCESS_WARN:
-        out.append(f"success rate {sr * 100:.1f}%")
-    out.extend(str(w) for w in (p.get("result") or {}).get("warnings") or [])
+        failed.append(f"success rate {sr * 100:.1f}%")
+    failed += [d["text"] for d in declared if d["kind"] == "failed_requests"]
+    cancelled = [d["text"] for d in declared if d["kind"] == "cancelled"]
+    runs = (p.get("result") or {}).get("runs") or []
+    errors = sum(int(v) for r in runs for k, v in ((r.get("metrics") or {}).get("errors_by_type") or {}).items()
+                 if k != "cancelled" and isinstance(v, int))
+    if failed and not errors and cancelled:  # below 99 % only by requests cancelled at the drain (5.8)
+        add("cancelled", f"{cancelled[0]} ({failed[0]}: none failed; the cancelled count against it)",
+            tail=" cancelled (count as not completed)")
+    else:
+        if failed:
+            err = top_error(p)
+            if err is not None:
+                failed.append(f"most frequent error: {err['message']} ({err['type']}) x{err['count']}")
+            add("failed_requests", "; ".join(failed))
+        for c in cancelled:
+            add("cancelled", c, tail=" cancelled (count as not completed)")
+    unfair = [d["text"] for d in declared if d["kind"] == "unfair"]
+    if unfair:
+        add("unfair", "; ".join(unfair), "unfair: ")
+    for d in declared:
+        if d["kind"] == "overloaded":
+            add("overloaded", d["text"])
     timing = p.get("client_delay") or {}
     if timing.get("flagged"):
         reasons = timing.get("reasons") or []
         more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
-        out.append(f"client timing flagged: {reasons[0] if reasons else 'self-check'}{more}")
-    invalid = [r.get("label") for r in (p.get("result") or {}).get("runs") or [] if r.get("valid") is False]
+        add("client_timing", f"{reasons[0] if reasons else 'self-check'}{more}", "client timing flagged: ")
+    invalid = [r.get("label") for r in runs if r.get("valid") is False]
     if invalid:
-        out.append(f"{len(invalid)} run(s) invalid (load generator self-check)")
+        add("invalid_runs", f"{len(invalid)} of {len(runs)} run(s)", tail=" invalid (load generator self-check)")
     if not p.get("complete", True):
-        out.append("incomplete")
+        out.append({"kind": "incomplete", "text": "the procedure did not finish", "warning": "incomplete"})
     return out
+
+
+def procedure_warnings(p: Mapping[str, Any]) -> list[str]:
+    """The findings of one procedure as text (:func:`procedure_findings`)."""
+    return [f["warning"] for f in procedure_findings(p)]
+
+
+def findings(procs: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each kind of finding once, most severe first, with the procedures it concerns (draft order)."""
+    by_kind: dict[str, list[dict[str, str]]] = {}
+    for p in procs:
+        for f in procedure_findings(p):
+            by_kind.setdefault(f["kind"], []).append({"procedure": p["procedure"], "anchor": p["anchor"],
+                                                      "text": f["text"]})
+    titles = dict(FINDING_KINDS)
+    return [{"kind": k, "title": titles[k], "procedures": by_kind[k]}
+            for k in sorted(by_kind, key=lambda k: _SEVERITY[k])]
 
 
 def primary_run(p: Mapping[str, Any]) -> str:
@@ -350,5 +428,6 @@ def annotate(doc: dict[str, Any], titles: Mapping[str, tuple[str, str]]) -> None
                       "nested": nested},
         "warnings": [{"procedure": p["procedure"], "anchor": p["anchor"], "text": w}
                      for p in procs for w in p["warnings"]],
+        "findings": findings(procs),
     }
     doc["compliance_overview"] = compliance_overview(procs, titles)

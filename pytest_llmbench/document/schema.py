@@ -20,7 +20,9 @@ __all__ = ["SCHEMA_VERSION", "ReportError", "dumps_document", "load_document", "
 #: ``sweep``, ``summary_level``; per test ``label`` and ``warnings``; procedures in draft order;
 #: ``procedures[].compliance.items[]`` (per-item evidence, source, key, fix).
 #: 1.4: per procedure result what the procedure declares: ``primary_run``, ``key_figures``, ``sweep``,
-#: ``warnings``, ``overlays`` (the headline and plots aggregate them); 1.3 documents still render.
+#: ``warnings`` (kind and text), ``overlays`` (the headline and plots aggregate them); ``tests[].slo_results``
+#: (every SLO judged on a test, body ``assert_slo`` included); client-delay figures carry ``error_ms`` (the
+#: delay propagated to the figure); ``headline.findings`` (each kind of finding once). 1.3 documents still render.
 SCHEMA_VERSION = "1.4"
 
 

@@ -12,11 +12,16 @@ its own delay while it receives (load.py):
   event loop runs on one core, so a share near 1 means the client was saturated).
 
 The client delay at a percentile is the receive delay at that percentile (the loop lag when no
-probe ran). A latency figure is *flagged* when the delay at its percentile is a measurable share
-of it, above 5 % (above 1 ms for a figure of zero, which has no share): the client, not the SUT, may
-then have set part of it. An absolute bound alone would flag 1.1 ms on an 11 s TTFT (0.01 %). With per-token server timestamps (§4.6.3 option C, the simulator's ``llmbench_timing``) the
+probe ran). It is propagated to each figure before comparing (:func:`figure_error_ms`): a figure
+that is one client-stamped interval (TTFT, E2E, ITL, TTST) takes the delay at its percentile; TPOT
+= (E2E − TTFT) / (OSL − 1) takes that delay ÷ (OSL − 1) of the request at its percentile. A figure
+is *flagged* when its propagated error exceeds 5 % of it (1 ms for a figure of zero, which has no
+share): the client, not the SUT, may then have set part of it. The 5 % bound is the project's
+reading of §4.2.5 (the load generator must not add delay that distorts the measurement); the
+draft's only number, §4.2.1's 1 ms timer resolution, is 4.2.1-MUST-1, checked apart. With
+per-token server timestamps (§4.6.3 option C, the simulator's ``llmbench_timing``) the
 difference between the client's first-token time and the server's is the measured error of the
-client's timestamps; a run whose error P99 exceeds 1 ms is flagged.
+client's first-token times; the same rule holds it against TTFT at P50 and P99.
 """
 
 from __future__ import annotations
@@ -37,8 +42,10 @@ __all__ = [
     "FigureCheck",
     "assess",
     "check_figures",
+    "figure_error_ms",
     "option_c_error",
     "percentiles_ms",
+    "procedure_check",
 ]
 
 #: Percentiles kept of every client-delay sample (those of the latency figures reported).
@@ -47,6 +54,12 @@ DELAY_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
 
 #: Distributions timed by the client's clock whose percentiles are checked (metrics.py names).
 LATENCY_DISTRIBUTIONS: tuple[str, ...] = ("ttft", "tpot", "e2e", "itl", "ttst")
+#: Figures that are one interval between two client timestamps: the delay at the percentile reaches them whole.
+DIRECT: frozenset[str] = frozenset({"ttft", "ttft_any_chunk", "e2e", "itl", "inter_chunk", "itl_distributed", "ttst",
+                                    "schedule_latency"})
+#: Figures that spread one such interval over a request's tokens: metric -> tokens subtracted from its OSL
+#: (TPOT: (E2E − TTFT) / (OSL − 1); normalized latency: E2E / OSL).
+PER_TOKEN: dict[str, int] = {"tpot": 1, "normalized_latency": 0}
 
 
 def _key(p: float) -> str:
@@ -63,13 +76,11 @@ def percentiles_ms(samples_ns: Iterable[int | float]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class DelayThresholds:
-    """When a figure or a run is flagged: the client delay at the figure's percentile above
-    ``rel`` of the figure (above ``abs_ms`` for a zero figure); the option-C error P99 above
-    ``option_c_p99_ms``."""
+    """When a figure is flagged: its propagated client error above ``rel`` of it (above ``abs_ms``
+    for a zero figure); the same for the option-C error against TTFT at P50 and P99."""
 
     abs_ms: float = 1.0
     rel: float = 0.05
-    option_c_p99_ms: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -146,45 +157,106 @@ def option_c_error(records: Iterable[RequestRecord]) -> dict[str, Any] | None:
             "min_ms": float(a.min())}
 
 
+def _osl_at(per_request: Any, metric: str, value_s: float) -> float | None:
+    """OSL of the request whose ``metric`` is nearest ``value_s`` (the shortest of ties), or None."""
+    try:
+        v = np.asarray(per_request[metric], dtype=np.float64)
+        osl = np.asarray(per_request["osl"], dtype=np.float64)
+    except (KeyError, TypeError, ValueError):
+        return None
+    ok = np.isfinite(v) & np.isfinite(osl)
+    if v.shape != osl.shape or not ok.any():
+        return None
+    d = np.abs(v[ok] - value_s)
+    return float(osl[ok][d <= d.min() * (1 + 1e-9) + 1e-15].min())
+
+
+def figure_error_ms(metric: str, percentile: float, value_s: float, delay: ClientDelay | None,
+                    per_request: Any = None) -> float | None:
+    """The client's delay at ``percentile`` propagated to a figure of ``metric`` (ms): whole for
+    one client-stamped interval (:data:`DIRECT`), ÷ (OSL − 1) of the request at the percentile for
+    TPOT (÷ OSL for normalized latency, :data:`PER_TOKEN`; the raw delay when ``per_request`` does
+    not tell the OSL); None for figures the client's clock does not time or without a delay."""
+    ms = delay.at(percentile) if delay is not None else None
+    if ms is None:
+        return None
+    if metric in DIRECT:
+        return ms
+    if metric in PER_TOKEN:
+        osl = _osl_at(per_request, metric, value_s) if per_request is not None else None
+        gaps = None if osl is None else osl - PER_TOKEN[metric]
+        return ms / gaps if gaps is not None and gaps >= 1 else ms
+    return None
+
+
 @dataclass(frozen=True)
 class FigureCheck:
-    """One latency figure next to the client's delay at its percentile."""
+    """One latency figure next to the client's delay at its percentile and that delay propagated to it."""
 
     figure: str
     percentile: float
     value_s: float
-    client_delay_ms: float | None
-    share: float | None  # client delay / figure
+    client_delay_ms: float | None  # the delay at the figure's percentile
+    share: float | None  # propagated error / figure
     flagged: bool
+    error_ms: float | None = None  # the delay propagated to the figure (figure_error_ms)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def _metric_of(figure: str) -> str:
+    """``tpot_p99.9`` -> ``tpot``."""
+    return figure.rpartition("_p")[0] or figure
+
+
 def check_figures(figures: Iterable[tuple[str, float, float]], delay: ClientDelay | None,
-                  thresholds: DelayThresholds = DelayThresholds()) -> list[FigureCheck]:
-    """``(name, percentile, value in s)`` per latency figure → :class:`FigureCheck` each."""
+                  thresholds: DelayThresholds = DelayThresholds(), per_request: Any = None) -> list[FigureCheck]:
+    """``(name, percentile, value in s)`` per latency figure → :class:`FigureCheck` each; ``per_request``
+    (the figures' per-request columns) gives TPOT's request OSL."""
     out = []
     for name, p, value in figures:
-        ms = delay.at(p) if delay is not None else None
-        share = ms / (value * 1e3) if ms is not None and value > 0 else None
-        flagged = ms is not None and (share > thresholds.rel if share is not None else ms > thresholds.abs_ms)
-        out.append(FigureCheck(name, p, value, ms, share, flagged))
+        raw = delay.at(p) if delay is not None else None
+        err = figure_error_ms(_metric_of(name), p, value, delay, per_request)
+        share = err / (value * 1e3) if err is not None and value > 0 else None
+        flagged = err is not None and (share > thresholds.rel if share is not None else err > thresholds.abs_ms)
+        out.append(FigureCheck(name, p, value, raw, share, flagged, err))
+    return out
+
+
+def _reason(c: FigureCheck, th: DelayThresholds) -> str:
+    via = "" if c.error_ms == c.client_delay_ms or c.error_ms is None or c.client_delay_ms is None else \
+        f" → {c.error_ms:.3g} ms over the request's output tokens"
+    share = "" if c.share is None else f"{c.share:.1%} of "
+    zero = f" / {th.abs_ms:g} ms for a zero figure" if c.share is None else ""
+    return (f"client delay {c.client_delay_ms:.3g} ms at P{c.percentile:g} of {c.figure}{via} "
+            f"({share}{c.value_s * 1e3:.4g} ms; bound {th.rel:.0%}{zero})")
+
+
+def _option_c_reasons(option_c: Mapping[str, Any], checks: Sequence[FigureCheck], th: DelayThresholds) -> list[str]:
+    """The option-C error at P50 and P99 against TTFT at the same percentile (the figure rule)."""
+    ttft = {c.percentile: c.value_s for c in checks if _metric_of(c.figure) == "ttft"}
+    out = []
+    for key, p in (("p50_ms", 50.0), ("p99_ms", 99.0)):
+        err, v = option_c.get(key), ttft.get(p)
+        if not isinstance(err, (int, float)):
+            continue
+        bound = th.rel * v * 1e3 if v else th.abs_ms
+        if err > bound:
+            against = f"{th.rel:.0%} of TTFT P{p:g} {v * 1e3:.4g} ms" if v else f"{th.abs_ms:g} ms"
+            out.append(f"measured client-vs-server first-token error P{p:g} {err:.3g} ms > {against} (option C)")
     return out
 
 
 def assess(figures: Iterable[tuple[str, float, float]], delay: ClientDelay | None,
-           option_c: Mapping[str, Any] | None, thresholds: DelayThresholds = DelayThresholds()) -> dict[str, Any]:
+           option_c: Mapping[str, Any] | None, thresholds: DelayThresholds = DelayThresholds(),
+           per_request: Any = None) -> dict[str, Any]:
     """The self-check of one procedure: the figures with their client delay, the client's own
     figures, the option-C error and whether (and why) the run is flagged."""
-    checks = check_figures(figures, delay, thresholds)
-    reasons = [f"client delay {c.client_delay_ms:.3g} ms at P{c.percentile:g} of {c.figure} "
-               f"({'' if c.share is None else f'{c.share:.1%} of '}{c.value_s * 1e3:.4g} ms; bound "
-               f"{thresholds.rel:.0%}{f' / {thresholds.abs_ms:g} ms for a zero figure' if c.share is None else ''})"
-               for c in checks if c.flagged]
-    if option_c is not None and option_c["p99_ms"] > thresholds.option_c_p99_ms:
-        reasons.append(f"measured client-vs-server first-token error P99 {option_c['p99_ms']:.3g} ms > "
-                       f"{thresholds.option_c_p99_ms:g} ms (option C)")
+    checks = check_figures(figures, delay, thresholds, per_request)
+    reasons = [_reason(c, thresholds) for c in checks if c.flagged]
+    if option_c is not None:
+        reasons.extend(_option_c_reasons(option_c, checks, thresholds))
     return {
         "figures": [c.to_json() for c in checks],
         "client": delay.to_json() if delay is not None else None,
@@ -196,12 +268,16 @@ def assess(figures: Iterable[tuple[str, float, float]], delay: ClientDelay | Non
 
 
 def procedure_check(runs: Sequence[Mapping[str, Any]], metrics: Mapping[str, Any] | None,
-                    thresholds: DelayThresholds = DelayThresholds()) -> dict[str, Any] | None:
+                    thresholds: DelayThresholds = DelayThresholds(), *, primary: int | None = None,
+                    per_request: Any = None) -> dict[str, Any] | None:
     """:func:`assess` for one procedure of a results document: every latency percentile of its
-    summary ``metrics`` against the worst client delay of its ``runs`` (their ``load`` summaries
-    carry ``client_delay`` and ``option_c_error``), the option-C error of the run with the largest
-    P99. None when no run measured its client delay (sharded runs, older documents)."""
+    summary ``metrics`` against the client delay of the run that produced them (``runs[primary]``;
+    the worst of every run when the summary is not one run's), whose ``load`` summary carries
+    ``client_delay`` and ``option_c_error``. ``per_request``: the summary's per-request columns (TPOT's
+    OSL). None when no run measured its client delay (sharded runs, older documents)."""
     loads = [r.get("load") or {} for r in runs]
+    if primary is not None and 0 <= primary < len(loads) and loads[primary].get("client_delay"):
+        loads = [loads[primary]]
     delay = ClientDelay.worst(ClientDelay.from_json(ld["client_delay"]) for ld in loads if ld.get("client_delay"))
     errors = [ld["option_c_error"] for ld in loads if ld.get("option_c_error")]
     option_c = max(errors, key=lambda e: e["p99_ms"]) if errors else None
@@ -212,4 +288,4 @@ def procedure_check(runs: Sequence[Mapping[str, Any]], metrics: Mapping[str, Any
                for name in LATENCY_DISTRIBUTIONS if (dists.get(name) or {}).get("n")
                for k, est in (dists[name].get("percentiles") or {}).items()
                if isinstance(est, Mapping) and isinstance(est.get("value"), (int, float))]
-    return assess(figures, delay, option_c, thresholds)
+    return assess(figures, delay, option_c, thresholds, per_request)

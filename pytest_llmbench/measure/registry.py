@@ -19,8 +19,8 @@ from typing import Literal
 
 from . import units
 
-__all__ = ["DIRECTIONS", "EXTRA_METRICS", "FIGURES", "METRICS", "TERMS", "TERMINAL_COLUMNS", "Figure", "Metric", "definitions",
-           "higher_is_better", "lookup", "slo_metrics"]
+__all__ = ["DIRECTIONS", "EXTRA_METRICS", "FIGURES", "METRICS", "PROCEDURE_FIGURES", "TERMS", "TERMINAL_COLUMNS", "Figure",
+           "Metric", "definitions", "higher_is_better", "lookup", "procedure_figures", "slo_metrics"]
 
 Direction = Literal["lower", "higher", "neutral"]
 Kind = Literal["distribution", "scalar", "column"]
@@ -35,6 +35,7 @@ COUNT = "count over the run"
 TIME_AVERAGE = "time average over the steady-state window"
 PER_RUN = "one value per run"
 PER_REQUEST = "per-request column (records table), not summarised"
+PROCEDURE = "one value per procedure result (its measurements), not per run"
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,11 @@ class Metric:
     slo: bool = False  # may be named in an SLO expression
     per_token: bool = False  # a time per token: an SLO also accepts "ms/tok"
     aiperf: str | None = None  # AIPerf's metric tag when AIPerf has this metric (export_aiperf.py)
+    #: a procedure figure: the key of ``ProcedureResult.measurements`` holding it, the factor taking that
+    #: value to the base unit (``ms`` -> s: 1e-3, ``pct`` -> fraction: 0.01) and the key of its sample count
+    measurement: str | None = None
+    scale: float = 1.0
+    count: str | None = None
 
     def __post_init__(self) -> None:
         if self.unit not in units.UNITS:
@@ -87,6 +93,13 @@ def _d(name: str, title: str, unit: str, direction: Direction, definition: str, 
 def _s(name: str, title: str, unit: str, direction: Direction, definition: str, section: str = "",
        aggregation: str = PER_RUN, *, aliases: tuple[str, ...] = (), slo: bool = False) -> Metric:
     return Metric(name, title, unit, direction, "scalar", definition, section, aggregation, aliases, slo)
+
+
+def _p(name: str, title: str, unit: str, direction: Direction, definition: str, section: str, measurement: str,
+       scale: float = 1.0, count: str | None = None) -> Metric:
+    """A procedure figure (one per result, e.g. 5.5's maximum concurrency) an SLO may name."""
+    return Metric(name, title, unit, direction, "scalar", definition, section, PROCEDURE, (), True,
+                  measurement=measurement, scale=scale, count=count)
 
 
 def _c(name: str, title: str, unit: str, definition: str) -> Metric:
@@ -186,6 +199,37 @@ EXTRA_METRICS: tuple[Metric, ...] = (
        "1 / smallest decode deadline D_d with >= 99% of requests (failed ones count as not fluid) at "
        "fluidity-index >= 0.9", "Etalon §4.2; experience.fluid_token_generation_rate",
        ("fluid_token_generation_rate",), slo=True),
+)
+
+
+#: Figures of a whole procedure (§5.5-§5.10) that an SLO may name like a run scalar, e.g.
+#: ``assert_slo(result, "max_concurrency >= 8")``: read from the result's measurements (procedures/).
+PROCEDURE_FIGURES: tuple[Metric, ...] = (
+    _p("max_concurrency", "Maximum concurrency", "requests", "higher", "highest concurrency at which every "
+       "§5.5.4 criterion held (completion, TTFT P99, no out-of-memory errors)", "§5.5.4", "max_concurrency"),
+    _p("capacity_output_throughput", "Output throughput at maximum concurrency", "tokens/s", "higher",
+       "output throughput of the §5.5 level at the maximum concurrency", "§5.5.4", "output_throughput_at_max_tps"),
+    _p("jain_index", "Jain's fairness index", "ratio", "higher", "Jain's index over the requests' TTFT slowdowns "
+       "in the mixed run: 1 = every request served alike", "§5.6.4", "jain_index", count="jain_index_n"),
+    _p("short_class_ttft_p99", "Short-class TTFT P99", "s", "lower", "TTFT P99 of the short class in the mixed run",
+       "§5.6.4", "short_ttft_p99_ms", 1e-3, count="short_count"),
+    _p("short_class_starvation_rate", "Short-class starvation rate", "fraction", "lower", "share of the short "
+       "class's requests whose TTFT exceeds 5x the class median in the mixed run", "§5.6.4", "short_starvation_rate",
+       count="short_count"),
+    _p("warm_cache_ttft_reduction_p50", "Warm-cache TTFT reduction at P50", "fraction", "higher",
+       "(TTFT P50 with the cache disabled - TTFT P50 with a warm cache) / TTFT P50 with the cache disabled",
+       "§5.7.4", "warm_ttft_reduction_p50_pct", 0.01),
+    _p("oversubscription_fail_rate", "Failure rate under oversubscription", "fraction", "lower",
+       "highest failure rate (failed / sent; a cancelled request is not a failure) of any §5.8 level", "§5.8.4",
+       "max_fail_rate"),
+    _p("oversubscription_capacity_errors", "Capacity errors under oversubscription", "requests", "lower",
+       "requests that failed with an out-of-memory or capacity error, over every §5.8 level", "§5.8.4",
+       "capacity_errors"),
+    _p("guardrail_e2e_overhead_p50", "Total guardrail overhead at E2E P50", "s", "lower", "E2E P50 (Full "
+       "Filter) - E2E P50 (Baseline) at the report level", "§5.10.4", "total_overhead_e2e_p50_ms", 1e-3),
+    _p("guardrail_throughput_loss", "Throughput lost to full guardrails", "fraction", "lower",
+       "(max throughput Baseline - max throughput Full Filter) / Baseline (Table 14's reduction, sign reversed)",
+       "§5.10.4", "full_throughput_loss"),
 )
 
 
@@ -316,6 +360,7 @@ _ALL: tuple[Metric, ...] = (
        "judged requests discounted by the user idle latency, over the whole run", "smooth goodput paper eq. 7-8",
        slo=True),
     *EXTRA_METRICS,
+    *PROCEDURE_FIGURES,
 )
 
 METRICS: dict[str, Metric] = {}
@@ -357,9 +402,14 @@ def slo_metrics() -> list[Metric]:
     return [m for m in METRICS.values() if m.slo]
 
 
+def procedure_figures() -> list[Metric]:
+    """The figures a procedure result holds once (:data:`PROCEDURE_FIGURES`), not per run."""
+    return [m for m in METRICS.values() if m.measurement is not None]
+
+
 def definitions() -> dict[str, str]:
     """Metric name -> definition, plus the terms (what ``RunMetrics.definitions`` starts from)."""
-    out = {m.name: m.definition for m in METRICS.values() if m.kind != "column"}
+    out = {m.name: m.definition for m in METRICS.values() if m.kind != "column" and m.measurement is None}
     out.update(TERMS)
     return out
 

@@ -12,14 +12,22 @@ An SLO is written the way people say it: ``ttft.p99 <= 500ms``, ``itl.p99.9 <= 2
 
 The pass/fail of these SLOs is the user's verdict on the SUT. It never mixes with the draft's
 methodology compliance (§2, compliance/), which judges the run, not the SUT.
+
+:func:`assert_slo` reports every SLO it judged to the recorder in :data:`SLO_RECORDER` when one is
+set (the pytest plugin sets it around a test's call, so SLOs asserted in a test body reach the
+report); outside pytest it is a plain function. Given the client's measurement error of a figure
+(``client_error``, the client delay propagated to it: loadgen/selfcheck.py), a verdict whose
+threshold lies within that error of the value says so in its message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -33,8 +41,11 @@ from .units import format_value
 __all__ = [
     "METRICS",
     "MetricInfo",
+    "ClientError",
+    "FiguresView",
     "RunMetricsLike",
     "SLO",
+    "SLO_RECORDER",
     "SLOError",
     "SLOResult",
     "SLOUndersampledWarning",
@@ -45,6 +56,7 @@ __all__ = [
     "good_mask",
     "parse_slo",
     "parse_slo_list",
+    "recording",
     "register_metric",
     "required_samples",
 ]
@@ -71,7 +83,7 @@ class SLOUndersampledWarning(UserWarning):
 # --------------------------------------------------------------------------------------------
 
 #: Unit families of the SLO parser (units.FAMILIES restricted to what an SLO can name).
-UNIT_FAMILIES = ("time", "token_rate", "request_rate", "fraction", "ratio", "tokens")
+UNIT_FAMILIES = ("time", "token_rate", "request_rate", "fraction", "ratio", "tokens", "count")
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,7 @@ _TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s"
 _TOKEN_RATE_UNITS = {"tok/s": 1.0, "tokens/s": 1.0, "token/s": 1.0, "tps": 1.0}
 _REQUEST_RATE_UNITS = {"req/s": 1.0, "requests/s": 1.0, "request/s": 1.0, "rps": 1.0}
 _TOKEN_UNITS = {"tok": 1.0, "tokens": 1.0}
+_COUNT_UNITS = {"requests": 1.0, "request": 1.0, "req": 1.0}
 _PER_TOKEN_SUFFIXES = ("/tok", "/token")
 
 
@@ -160,6 +173,9 @@ def _unit_factor(info: MetricInfo, unit: str | None, text: str) -> float:
     elif info.unit == "tokens":
         if not u or u in _TOKEN_UNITS:
             return 1.0
+    elif info.unit == "count":
+        if not u or u in _COUNT_UNITS:
+            return 1.0
     raise SLOError(f"{text!r}: unit {unit!r} does not fit {info.name} (expected {_expected_units(info)})")
 
 
@@ -171,6 +187,7 @@ def _expected_units(info: MetricInfo) -> str:
         "fraction": "% or a fraction in [0, 1]",
         "ratio": "a number in [0, 1] or %",
         "tokens": "tokens or a plain number",
+        "count": "requests or a plain number",
     }[info.unit]
 
 
@@ -426,10 +443,15 @@ class SLOResult:
     value: Estimate | None
     message: str
     undersampled: bool = False
+    #: the client's measurement error of the value (base unit; None: not known for this figure)
+    client_error: float | None = None
+    #: the threshold lies within ``client_error`` of the value: the client may have decided the verdict
+    within_client_error: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"slo": self.slo.to_json(), "passed": self.passed, "undersampled": self.undersampled,
-                "value": self.value.to_json() if self.value is not None else None, "message": self.message}
+                "value": self.value.to_json() if self.value is not None else None, "message": self.message,
+                "client_error": self.client_error, "within_client_error": self.within_client_error}
 
 
 def _describe(slo: SLO, est: Estimate, passed: bool) -> str:
@@ -463,8 +485,27 @@ def _value_for(slo: SLO, run: RunMetricsLike) -> Estimate:
     return Estimate(value=float(value), n=int(dist.n), unit=getattr(dist, "unit", ""))
 
 
-def evaluate(slo: SLO | str, run_metrics: RunMetricsLike, *, strict: bool = False) -> SLOResult:
-    """Judge one SLO on a run. ``strict`` also fails an under-sampled percentile (§5.1.4.3)."""
+#: The client's measurement error of an SLO's value (base unit), or None when it is not known.
+ClientError = Callable[[SLO, Estimate], "float | None"]
+
+
+def _client_note(slo: SLO, est: Estimate, client_error: ClientError | None) -> tuple[float | None, bool, str]:
+    """(error, within it?, message suffix): a threshold within the client's error of the value."""
+    err = client_error(slo, est) if client_error is not None else None
+    if err is None or not math.isfinite(err):
+        return None, False, ""
+    within = abs(est.value - slo.threshold) <= err
+    if not within:
+        return err, False, ""
+    text = format_quantity(err, slo.info.unit, like=est.value)
+    return err, True, (f"; within the client's measurement error (±{text}) of the threshold: the client's own "
+                       "delay may have decided this verdict")
+
+
+def evaluate(slo: SLO | str, run_metrics: RunMetricsLike, *, strict: bool = False,
+             client_error: ClientError | None = None) -> SLOResult:
+    """Judge one SLO on a run. ``strict`` also fails an under-sampled percentile (§5.1.4.3);
+    ``client_error`` gives the client's measurement error of the value (a note when it spans the threshold)."""
     slo = parse_slo(slo)
     if slo.per_request:
         return _evaluate_per_request(slo, run_metrics)
@@ -477,11 +518,13 @@ def evaluate(slo: SLO | str, run_metrics: RunMetricsLike, *, strict: bool = Fals
     passed = slo.compare(est.value)
     undersampled = bool(est.undersampled)
     msg = _describe(slo, est, passed)
+    err, within, note = _client_note(slo, est, client_error)
+    msg += note
     if strict and undersampled:
         passed = False
         if slo.compare(est.value):
             msg += " [strict sampling: under-sampled counts as a failure]"
-    return SLOResult(slo, passed, est, msg, undersampled)
+    return SLOResult(slo, passed, est, msg, undersampled, err, within)
 
 
 def _evaluate_per_request(slo: SLO, run: RunMetricsLike) -> SLOResult:
@@ -506,16 +549,36 @@ def _evaluate_per_request(slo: SLO, run: RunMetricsLike) -> SLOResult:
     return SLOResult(slo, passed, est, msg)
 
 
-def assert_slo(run_metrics: RunMetricsLike, *slos: SLO | str, strict: bool = False) -> list[SLOResult]:
+#: Receives the results of every :func:`assert_slo` call while set (the plugin: the current test).
+SLO_RECORDER: ContextVar[Callable[[Sequence[SLOResult]], None] | None] = ContextVar("llmbench_slo_recorder",
+                                                                                  default=None)
+
+
+@contextlib.contextmanager
+def recording(recorder: Callable[[Sequence[SLOResult]], None] | None) -> Iterator[None]:
+    """Within the block, :func:`assert_slo` hands its results to ``recorder`` (before raising)."""
+    token = SLO_RECORDER.set(recorder)
+    try:
+        yield
+    finally:
+        SLO_RECORDER.reset(token)
+
+
+def assert_slo(run_metrics: RunMetricsLike, *slos: SLO | str, strict: bool = False,
+               client_error: ClientError | None = None) -> list[SLOResult]:
     """Assert every SLO on a run; raise :class:`SLOViolation` listing every failure.
 
     Returns the results when all pass. A passing but under-sampled percentile emits
-    :class:`SLOUndersampledWarning` (``strict=True`` turns it into a failure).
+    :class:`SLOUndersampledWarning` (``strict=True`` turns it into a failure). The results go to
+    the recorder of :data:`SLO_RECORDER` first, when one is set.
     """
     __tracebackhide__ = True  # the failure message says everything; hide this frame in pytest
     if not slos:
         raise SLOError("assert_slo() needs at least one SLO, e.g. assert_slo(run, 'ttft.p99 <= 500ms')")
-    results = [evaluate(s, run_metrics, strict=strict) for s in slos]
+    results = [evaluate(s, run_metrics, strict=strict, client_error=client_error) for s in slos]
+    recorder = SLO_RECORDER.get()
+    if recorder is not None:
+        recorder(results)
     failed = [r for r in results if not r.passed]
     if failed:
         if len(failed) == 1:
@@ -527,6 +590,33 @@ def assert_slo(run_metrics: RunMetricsLike, *slos: SLO | str, strict: bool = Fal
         if r.undersampled:
             warnings.warn(SLOUndersampledWarning(r.message), stacklevel=2)
     return results
+
+
+class FiguresView:
+    """A run's metrics plus figures of a whole procedure (registry ``PROCEDURE_FIGURES``) as scalars:
+    what an SLO on a procedure result reads. ``run`` may be None (a result without run metrics)."""
+
+    def __init__(self, run: RunMetricsLike | None, figures: Mapping[str, Estimate]) -> None:
+        self.run = run
+        self.figures = dict(figures)
+        self.distributions: Mapping[str, _DistributionLike] = run.distributions if run is not None else {}
+
+    def percentile(self, name: str, p: float) -> Estimate:
+        if self.run is None:
+            raise KeyError(name)
+        return self.run.percentile(name, p)
+
+    def scalar(self, name: str) -> Estimate:
+        if name in self.figures:
+            return self.figures[name]
+        if self.run is None:
+            raise KeyError(name)
+        return self.run.scalar(name)
+
+    def per_request_values(self, name: str) -> np.ndarray:
+        if self.run is None:
+            raise KeyError(name)
+        return self.run.per_request_values(name)
 
 
 def good_mask(slos: Iterable[SLO | str], values: Mapping[str, Any] | Callable[[str], Any]) -> np.ndarray:

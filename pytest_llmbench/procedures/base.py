@@ -25,7 +25,10 @@ from ..common.seeds import Seeds
 if TYPE_CHECKING:  # pragma: no cover
     from ..common.tokenizer import Tokenizer
     from ..compliance import Check, RunFacts
+    from ..loadgen.selfcheck import ClientDelay
     from ..measure.metrics import RunMetrics
+    from ..measure.slo import SLO, FiguresView
+    from ..measure.stats import Estimate
     from ..settings import Settings
     from ..sut.system import SUT
 
@@ -185,6 +188,27 @@ class Overlays:
                 "differences": [[m, list(p)] for m, p in self.differences]}
 
 
+
+#: Kinds of finding a procedure declares next to its verdict; the headline groups findings by kind
+#: (document/headline.py gives each kind its title and order, most severe first).
+FINDING_KINDS = ("failed_requests", "cancelled", "unfair", "overloaded")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One finding a procedure wants visible next to its verdict: its kind (:data:`FINDING_KINDS`)
+    and the text, e.g. ``Finding("unfair", "Jain index per request 0.28")`` (§5.6.4)."""
+
+    kind: str
+    text: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in FINDING_KINDS:
+            raise ValueError(f"finding kind {self.kind!r} is not one of {', '.join(FINDING_KINDS)}")
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "text": self.text}
+
 @dataclass
 class ProcedureResult:
     """Everything a procedure produced: parameters, runs, measurements, tables, compliance facts."""
@@ -213,7 +237,7 @@ class ProcedureResult:
     primary_run: str | None = None
     key_figures: list[KeyFigure] = field(default_factory=list)
     sweep: Sweep | None = None
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
     overlays: Overlays | None = None
 
     def measured(self, key: str) -> Any:
@@ -233,6 +257,58 @@ class ProcedureResult:
             why = "; ".join(self.notes) if self.notes else "the procedure left no note"
             raise MeasurementMissing(f"procedure {self.procedure} measured no {key!r} on this run: {why}")
         return value
+
+    def primary_summary(self) -> RunSummary | None:
+        """The run behind the summary figures: the one the procedure declared (``primary_run``), else the
+        run whose metrics are the result's summary ``metrics`` (None: pooled or no run)."""
+        if self.primary_run is not None:
+            declared = next((r for r in self.runs if r.label == self.primary_run), None)
+            if declared is not None:
+                return declared
+        return next((r for r in self.runs if self.metrics is not None and r.metrics is self.metrics), None)
+
+    def client_delay(self) -> ClientDelay | None:
+        """The client's own delay behind the summary figures (loadgen/selfcheck.py): the primary run's,
+        else the worst of every run's; None when no run measured it (sharded runs)."""
+        from ..loadgen.selfcheck import ClientDelay
+
+        primary = self.primary_summary()
+        runs = [primary] if primary is not None and primary.load.get("client_delay") else self.runs
+        return ClientDelay.worst(ClientDelay.from_json(r.load["client_delay"]) for r in runs
+                                 if r.load.get("client_delay"))
+
+    def slo_metrics(self) -> FiguresView:
+        """What an SLO on this result reads: the summary run metrics and the procedure figures
+        (registry ``PROCEDURE_FIGURES``, e.g. ``max_concurrency``) found in its measurements."""
+        from ..measure.registry import procedure_figures
+        from ..measure.slo import FiguresView
+        from ..measure.stats import Estimate
+
+        # n of a procedure figure: its own count when the procedure keeps one, else the requests behind it
+        requests = sum(int(r.metrics.scalars["request_count"].value) for r in self.runs
+                       if "request_count" in getattr(r.metrics, "scalars", {})) or 1
+        figures = {}
+        for m in procedure_figures():
+            v = self.measurements.get(m.measurement or "")
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                n = self.measurements.get(m.count) if m.count else None
+                figures[m.name] = Estimate(value=float(v) * m.scale, n=int(n) if isinstance(n, int) else requests,
+                                           unit=m.unit, method=f"procedure {self.procedure} figure ({m.section})")
+        return FiguresView(self.metrics, figures)
+
+    def slo_client_error(self, slo: SLO, est: Estimate) -> float | None:
+        """The client's measurement error (s) of an SLO's value: its delay propagated to the figure
+        (selfcheck.figure_error_ms); None for figures the client's clock does not time."""
+        from ..loadgen.selfcheck import figure_error_ms
+
+        delay = self.client_delay()
+        if delay is None or slo.info.unit != "time" or slo.info.kind != "distribution" or slo.per_request:
+            return None
+        p = slo.percentile if slo.percentile is not None else {"mean": 90.0, "max": 100.0, "min": 50.0}[
+            str(slo.statistic)]
+        per_request = self.metrics.per_request if self.metrics is not None else None
+        ms = figure_error_ms(slo.metric, p, est.value, delay, per_request)
+        return None if ms is None else ms / 1e3
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -258,7 +334,7 @@ class ProcedureResult:
             "primary_run": self.primary_run,
             "key_figures": [f.to_json() for f in self.key_figures],
             "sweep": self.sweep.to_json() if self.sweep is not None else None,
-            "warnings": list(self.warnings),
+            "warnings": [w.to_json() for w in self.warnings],
             "overlays": self.overlays.to_json() if self.overlays is not None else None,
         }
 

@@ -31,6 +31,7 @@ from ..compliance import (
     LoadFacts,
     RecordAudit,
     RunFacts,
+    RunLoad,
     WarmupFacts,
     effective_declarations,
     evaluate_test,
@@ -43,7 +44,7 @@ from ..measure.export_aiperf import write_aiperf_export
 from ..measure.metrics import RunMetrics, summarize
 from ..measure.refusals import RefusalPolicy
 from ..sut.adapters import metric_names
-from ..sut.system import self_declarations
+from ..sut.system import self_declarations, simulator_guardrails
 from .base import ProcedureContext, ProcedureResult, RunSummary
 
 __all__ = [
@@ -396,6 +397,27 @@ def _rewrite_records(run_dir: Path, records: Sequence[RequestRecord], *, keep_te
     write_text_atomic(run_dir / RECORDS_FILE, "".join(r.dumps(keep_text=keep_text) + "\n" for r in records))
 
 
+def error_messages(records: Iterable[RequestRecord], top: int = 3) -> list[dict[str, Any]]:
+    """The most frequent reasons failed requests gave (cancelled ones are not failures): one example
+    message each (``HTTP 400: …`` when the server answered), its error type and count; messages that
+    differ only in their numbers count as one."""
+    import re
+    from collections import Counter
+
+    counts: Counter[str] = Counter()
+    example: dict[str, tuple[str, str]] = {}
+    for r in records:
+        if not r.failed:
+            continue
+        msg = " ".join(str(r.error_message or "").split())[:200] or "(no message)"
+        if r.status is not None and r.status >= 400 and not msg.startswith(f"HTTP {r.status}"):
+            msg = f"HTTP {r.status}: {msg}"
+        key = re.sub(r"\d+", "#", msg)
+        counts[key] += 1
+        example.setdefault(key, (msg, r.error_type.value if r.error_type is not None else "error"))
+    return [{"message": example[k][0], "type": example[k][1], "count": n} for k, n in counts.most_common(top)]
+
+
 def _load_summary(result: LoadResult) -> dict[str, Any]:
     """The few load figures a report table shows for one run (§4.2.3–§4.2.5)."""
     arrival = result.parameters.get("arrival") or {}
@@ -409,6 +431,9 @@ def _load_summary(result: LoadResult) -> dict[str, Any]:
              send_lag_p99_ms=round(result.send_lag.p99_ms, 3) if result.send_lag.p99_ms is not None else None)
     if result.client_delay is not None:  # the client's own delay while receiving (selfcheck.py)
         d["client_delay"] = result.client_delay.to_json()
+    errors = error_messages(result.records)
+    if errors:  # why requests failed, most frequent first (the headline names the first)
+        d["error_messages"] = errors
     option_c = option_c_error(result.records)  # client vs server first-token time (§4.6.3 option C)
     if option_c is not None:
         d["option_c_error"] = option_c
@@ -509,10 +534,7 @@ def run_facts(
         generator=str((workload.get("generator") or {}).get("name", "pytest_llmbench.workloads"))
         if isinstance(workload.get("generator"), dict) else workload.get("generator"),
         records=RecordAudit.from_records(records),
-        guardrails={"input_filter": "on" if guard in ("input", "full") else "off",
-                    "output_filter": "on" if guard in ("output", "full") else "off",
-                    "systems": "none" if guard == "none" else f"embedded simulator guardrail model ({guard})"}
-        if guard else None,
+        guardrails=simulator_guardrails(str(guard)) if guard else None,
         prefix_caching=pc,
         prefix_caching_source=pc_source,
         prefix_cache_under_test=prefix_cache_under_test,
@@ -588,7 +610,8 @@ def _spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
 
 
 def _arrival_fit(recs: Sequence[RequestRecord], kind: str | None, rate: float | None) -> float | None:
-    """KS p-value of the real send gaps against the exponential gaps of a Poisson process (§4.2.3)."""
+    """KS p-value of one run's real send gaps against the exponential gaps of a Poisson process at
+    that run's rate (§4.2.3); None below 30 sends or for another arrival process."""
     if kind != "poisson" or not rate or len(recs) < 30:
         return None
     from scipy.stats import kstest
@@ -598,46 +621,74 @@ def _arrival_fit(recs: Sequence[RequestRecord], kind: str | None, rate: float | 
     return float(kstest(gaps, "expon", args=(0, 1 / rate)).pvalue)
 
 
+def _run_load(label: str, m: Measured) -> RunLoad:
+    """§4.2.3–§4.2.5 figures of one measured run, against its own rate and schedule."""
+    import numpy as np
+
+    ld = m.load
+    recs = [r for r in m.records if r.intended_ns is not None and r.sent_ns]
+    if ld.load_model != "open":
+        # the first request of each slot goes out at the start: a fill, not a completion-to-resubmit gap
+        start = min((r.intended_ns for r in recs), default=None)
+        gaps = [(r.handoff_ns - r.intended_ns) / 1e9 for r in recs if r.intended_ns != start]
+        return RunLoad(label, ld.load_model, concurrency=ld.concurrency_target,
+                       resubmit_gap_p99_s=float(np.percentile(gaps, 99)) if gaps else None, resubmit_n=len(gaps))
+    arrival = ld.parameters.get("arrival") or {}
+    rate = arrival.get("rate") or ld.requested_rate
+    lags = [(r.handoff_ns - r.intended_ns) / 1e9 for r in recs]
+    run = RunLoad(label, "open", arrival.get("kind"), rate, send_lag_p99_s=float(np.percentile(lags, 99)) if lags
+                  else None, send_lag_n=len(lags), arrival_fit_p=_arrival_fit(recs, arrival.get("kind"), rate))
+    planned = sorted(r.intended_ns for r in recs)
+    if len(planned) > 1:
+        run.mean_gap_s = (planned[-1] - planned[0]) / (len(planned) - 1) / 1e9
+    with_state = [(lag, r) for lag, r in zip(lags, recs) if r.inflight_at_send is not None]
+    if with_state:
+        ls = [lag for lag, _ in with_state]
+        run.lag_inflight_rho = _spearman(ls, [float(r.inflight_at_send or 0) for _, r in with_state])
+        run.lag_oldest_rho = _spearman(ls, [float(r.oldest_outstanding_ns or 0) for _, r in with_state])
+    return run
+
+
+def _worst(values: Sequence[float | None], key: Callable[[float], float] = lambda v: v) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known, key=key) if known else None
+
+
 def load_facts(measured: Sequence[Measured]) -> LoadFacts:
-    """§4.2.3–§4.2.5 facts observed on the measured records (send lag and the load state at send).
+    """§4.2.3–§4.2.5 facts observed on the measured records, per run (send lag, the load state at
+    send, the fit of the send gaps to the run's own rate); the top-level figures are the worst run's.
 
     Capabilities are the ones this run exercised; the others are answered by the plugin's tests.
     """
-    import numpy as np
-
     first = measured[0].load if measured else None
     if first is None:
         return LoadFacts()
-    open_loop = first.load_model == "open"
-    arrival = (first.parameters.get("arrival") or {}) if open_loop else {}
-    recs = [r for m in measured for r in m.records if r.intended_ns is not None and r.sent_ns]
-    lags = [(r.handoff_ns - r.intended_ns) / 1e9 for r in recs]
-    p99 = float(np.percentile(lags, 99)) if lags else None
-    caps: set[str] = set()
+    runs = tuple(_run_load(getattr(getattr(m, "summary", None), "label", None) or f"run {i + 1}", m)
+                 for i, m in enumerate(measured))
+    open_runs = [r for r in runs if r.model == "open"]
+    closed_runs = [r for r in runs if r.model != "open"]
     states = [r.inflight_at_send for m in measured for r in m.records if r.inflight_at_send is not None]
-    facts = LoadFacts(model=first.load_model, concurrency=first.concurrency_target if not open_loop else None,
-                      max_inflight=max(states) if states else None)
+    facts = LoadFacts(model=first.load_model, concurrency=first.concurrency_target if first.load_model != "open"
+                      else None, max_inflight=max(states) if states else None, runs=runs)
+    caps: set[str] = set()
     if states and max(states) > 0:
         caps.add("async")  # observed: a request was sent while others were outstanding
-    if open_loop:
-        facts.arrival, facts.rate = arrival.get("kind"), arrival.get("rate")
-        facts.send_lag_p99_s, facts.send_lag_n = p99, len(lags)
-        planned = sorted(r.intended_ns for r in recs)
-        if len(planned) > 1:
-            facts.mean_gap_s = (planned[-1] - planned[0]) / (len(planned) - 1) / 1e9
-        with_state = [(lag, r) for lag, r in zip(lags, recs) if r.inflight_at_send is not None]
-        if with_state:
-            ls = [lag for lag, _ in with_state]
-            facts.lag_inflight_rho = _spearman(ls, [float(r.inflight_at_send or 0) for _, r in with_state])
-            facts.lag_oldest_rho = _spearman(ls, [float(r.oldest_outstanding_ns or 0) for _, r in with_state])
-        facts.arrival_fit_p = _arrival_fit(recs, facts.arrival, facts.rate)
-        if recs:
+    if open_runs:
+        o = open_runs[0]
+        facts.arrival, facts.rate = o.arrival, o.rate
+        facts.send_lag_n = sum(r.send_lag_n for r in open_runs)
+        facts.send_lag_p99_s = _worst([r.send_lag_p99_s for r in open_runs])
+        facts.mean_gap_s = min((r.mean_gap_s for r in open_runs if r.mean_gap_s), default=None)
+        facts.lag_inflight_rho = _worst([r.lag_inflight_rho for r in open_runs], key=abs)
+        facts.lag_oldest_rho = _worst([r.lag_oldest_rho for r in open_runs], key=abs)
+        facts.arrival_fit_p = _worst([r.arrival_fit_p for r in open_runs], key=lambda p: -p)
+        if any(r.send_lag_n for r in open_runs):
             caps.update({"open_loop", "absolute_schedule"})
-            if facts.arrival:
-                caps.add(str(facts.arrival))
-    else:
-        facts.resubmit_gap_p99_s, facts.resubmit_n = p99, len(lags)
-        if recs:
+            caps.update(str(r.arrival) for r in open_runs if r.arrival and r.send_lag_n)
+    if closed_runs:
+        facts.resubmit_n = sum(r.resubmit_n for r in closed_runs)
+        facts.resubmit_gap_p99_s = _worst([r.resubmit_gap_p99_s for r in closed_runs])
+        if any(m.load.load_model != "open" and m.records for m in measured):
             caps.add("closed_loop")
     facts.capabilities = tuple(sorted(caps & set(LOAD_CAPABILITIES)))
     return facts

@@ -19,6 +19,7 @@ from ..compliance import Check, decide
 from ..measure.metrics import STEADY_STATE_FRACTION, steady_state_window
 from ..measure.stats import CensoredPercentile, censored_percentile, proportion_estimate, queue_growing
 from ..workloads import build_workload
+from .base import Finding
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..measure.metrics import RunMetrics
@@ -438,7 +439,7 @@ def fmt_short(v: float, digits: int = 3) -> str:
     return f"{v:,.{digits}g}" if abs(v) < 10 ** digits else f"{v:,.0f}"
 
 
-def cancelled_warning(cancelled: int, runs: Sequence[Measured]) -> list[str]:
+def cancelled_warning(cancelled: int, runs: Sequence[Measured]) -> list[Finding]:
     """The headline warning for requests cancelled at a level's drain (§5.3, §5.8: they did not
     complete), over every request the reported runs sent; none when nothing was cancelled."""
     if not cancelled:
@@ -448,4 +449,4 @@ def cancelled_warning(cancelled: int, runs: Sequence[Measured]) -> list[str]:
         load = m.summary.load or {}
         if isinstance(load.get("sent"), int) and isinstance(load.get("ok"), int):
             sent += load["sent"]
-    return [f"{cancelled} of {sent} requests cancelled (count as not completed)"]
+    return [Finding("cancelled", f"{cancelled} of {sent} requests")]

@@ -37,6 +37,7 @@ from ..common import draft
 from ..common.records import ErrorType
 from ..compliance import Check, RunFacts, decide
 from ..loadgen.warmup import WarmupResult
+from ..sut.system import simulator_guardrails
 from ..workloads import build_workload
 from .base import LoadSpec, Overlays, ProcedureContext, RunSummary, Series, SkipProcedure, Table
 from .common import Measured, refusal_policy, resolve_load
@@ -350,6 +351,8 @@ class Guardrails(ProcedureRun[GuardrailParams]):
                         label = {"input": "input_filter_overhead_ttft", "full": "total_overhead_e2e",
                                  "output": "output_filter_overhead_e2e"}[cfg]
                         meas[f"{label}_p{x}_ms_{pct}"] = _ms(d)
+                        if frac == self.p.report_level:  # at the report level: a procedure figure (registry)
+                            meas[f"{label}_p{x}_ms"] = _ms(d)
                 over_rows.append(row)
         table_detail = Table("Guardrail latency by configuration and load (§5.10.4)",
                              ["Configuration", "Load", "Requests", "Refused", "TTFT P50", "TTFT P95", "TTFT P99",
@@ -408,6 +411,8 @@ class Guardrails(ProcedureRun[GuardrailParams]):
             meas[f"{KEYS[c]}_max_throughput_tps"] = None if t is None else round(t, 2)
             if c != "none":
                 meas[f"{KEYS[c]}_throughput_reduction_pct"] = None if red is None else round(red, 2)
+                # the share of the Baseline's throughput lost (a procedure figure, registry)
+                meas[f"{KEYS[c]}_throughput_loss"] = None if red is None else round(-red / 100.0, 5)
         notes = [how, "Reduction = (throughput_config - throughput_baseline) / throughput_baseline"]
         if unsat:
             notes.append(f"not saturated ({', '.join(unsat)}): delivered >= {SATURATED_SHARE:.0%} of the offered "
@@ -440,9 +445,8 @@ class Guardrails(ProcedureRun[GuardrailParams]):
 
     def adjust_facts(self, facts: RunFacts) -> None:
         cfgs = self.p.configurations
-        if self.ctx.sut.embedded:  # the filters that were on in any compared configuration
-            facts.guardrails = {"input_filter": "on" if {"input", "full"} & set(cfgs) else "off",
-                                "output_filter": "on" if {"output", "full"} & set(cfgs) else "off"}
+        if self.ctx.sut.embedded:  # the filters on in any compared configuration, and the systems that ran
+            facts.guardrails = simulator_guardrails(*cfgs)
         measured = {c for c, _ in self.runs}
         if "none" in measured and measured - {"none"}:  # guardrails measured off and on: the §4.8.2 comparison
             facts.session_tests = tuple(sorted(set(facts.session_tests) | {"5.10"}))

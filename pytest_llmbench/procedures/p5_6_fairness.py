@@ -44,7 +44,7 @@ from ..measure.metrics import RunMetrics, summarize
 from ..measure.stats import jain_index, latency_inflation, slowdown, starvation_rate
 from ..workloads import FAIRNESS_CLASSES, build_workload
 from ..workloads.standard import _mix_counts  # the workload's own class-count rule
-from .base import LoadSpec, Overlays, RunSummary, Series, Table, poisson
+from .base import Finding, LoadSpec, Overlays, RunSummary, Series, Table, poisson
 from .common import Measured, level_requests, probe_window_s, resolve_load
 from .helpers import cap_output, closed_level_stream, fmt_ms, pvalue, queue_trend, reported, steady_window_ns
 from .pipeline import Outcome, ProcedureRun
@@ -151,19 +151,19 @@ JAIN_WARN = 0.8
 INFLATION_WARN = 2.0
 
 
-def warnings(meas: Mapping[str, Any]) -> list[str]:
+def warnings(meas: Mapping[str, Any]) -> list[Finding]:
     """Unfairness the reader must see next to the verdict: a low Jain index, a class's TTFT P99
     inflated by the mix, a queue that grew during the mixed run (§5.6.4)."""
     out = []
     jain = meas.get("jain_index_per_request")
     if isinstance(jain, (int, float)) and jain < JAIN_WARN:
-        out.append(f"unfair: Jain index per request {jain:.2f}")
+        out.append(Finding("unfair", f"Jain index per request {jain:.2f}"))
     for cls in ("short", "long"):
         infl = meas.get(f"{cls}_inflation_p99")
         if isinstance(infl, (int, float)) and infl > INFLATION_WARN:
-            out.append(f"{cls} requests' TTFT P99 inflated {infl:.1f}x by the mix")
+            out.append(Finding("unfair", f"{cls} requests' TTFT P99 inflated {infl:.1f}x by the mix"))
     if meas.get("mixed_queue_growing"):
-        out.append("queue grew during the mixed run (above saturation)")
+        out.append(Finding("overloaded", "queue grew during the mixed run (above saturation)"))
     return out
 
 

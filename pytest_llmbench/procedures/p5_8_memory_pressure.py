@@ -333,6 +333,11 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
         }
         measurements["cancelled_requests"] = sum(o.cancelled for o in outcomes)
         measurements["sent_requests"] = sum(o.requests for o in outcomes)
+        # procedure figures an SLO can name (registry PROCEDURE_FIGURES): the worst level's failure
+        # rate and the capacity (out-of-memory) errors over every level
+        rates = [o.fail_rate for o in outcomes if o.fail_rate is not None]
+        measurements["max_fail_rate"] = round(max(rates), 5) if rates else None
+        measurements["capacity_errors"] = sum(o.capacity_errors for o in outcomes)
         for o in outcomes:
             key = f"l{round(o.level * 100)}"
             measurements[f"{key}_cancelled"] = o.cancelled

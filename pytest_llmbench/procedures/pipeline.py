@@ -38,6 +38,7 @@ from ..measure.registry import METRICS
 from ..workloads import Workload, reference_checks
 from .base import (
     Capacity,
+    Finding,
     KeyFigure,
     Overlays,
     Procedure,
@@ -208,7 +209,7 @@ def latency_figures(metrics: RunMetrics | None, rank: int) -> list[KeyFigure]:
     return out
 
 
-def low_success_warnings(runs: Sequence[Measured]) -> list[str]:
+def low_success_warnings(runs: Sequence[Measured]) -> list[Finding]:
     """The runs whose success (ok / sent) fell below :data:`SUCCESS_WARN`, the lowest named."""
     low = []
     for m in runs:
@@ -216,7 +217,8 @@ def low_success_warnings(runs: Sequence[Measured]) -> list[str]:
         s, ok = load.get("sent"), load.get("ok")
         if isinstance(s, int) and isinstance(ok, int) and s and ok / s < SUCCESS_WARN:
             low.append((ok / s, f"{m.summary.label} {ok} of {s}"))
-    return [f"{len(low)} run(s) below {SUCCESS_WARN:.0%} success (lowest: {min(low)[1]})"] if low else []
+    return [Finding("failed_requests", f"{len(low)} run(s) below {SUCCESS_WARN:.0%} success (lowest: {min(low)[1]})")] \
+        if low else []
 
 
 def now_iso() -> str:
@@ -241,7 +243,7 @@ class Outcome:
     primary_run: str | None = None  # None: the reported run whose metrics are ``metrics``
     key_figures: list[KeyFigure] = field(default_factory=list)  # none in group "latency": latency_figures()
     sweep: Sweep | None = None
-    warnings: list[str] = field(default_factory=list)  # after the runs' low-success warning
+    warnings: list[Finding] = field(default_factory=list)  # after the runs' low-success warning
     overlays: Overlays | None = None
 
 

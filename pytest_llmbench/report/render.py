@@ -138,9 +138,10 @@ def _client_delay_table(check: Mapping[str, Any] | None) -> list[dict[str, Any]]
     th = check.get("thresholds") or {}
     verdict = f"FLAGGED {FLAG}" if check.get("flagged") else "not flagged"
     notes = [f"Self-check: {verdict}. A latency percentile is flagged ({FLAG} in the distribution table) when the "
-             f"client delay at that percentile exceeds {th.get('rel', 0.05):.0%} of it ({th.get('abs_ms', 1):g} ms for a "
-             f"zero percentile); "
-             f"the run is flagged then, or when the option-C error P99 exceeds {th.get('option_c_p99_ms', 1):g} ms."]
+             f"client delay at that percentile, propagated to it (whole for TTFT, E2E and ITL; ÷ (OSL − 1) of the "
+             f"request at the percentile for TPOT), exceeds {th.get('rel', 0.05):.0%} of it ({th.get('abs_ms', 1):g} ms "
+             f"for a zero percentile); the run is flagged then, or when the option-C error at P50 or P99 exceeds "
+             f"{th.get('rel', 0.05):.0%} of TTFT at that percentile."]
     notes += list(check.get("reasons") or [])
     return [{"title": "Client-delay self-check", "columns": ["Client figure", "P50", "P99", "Detail"],
              "rows": rows, "notes": notes}]
@@ -378,9 +379,9 @@ def view(doc: Mapping[str, Any], *, with_figures: bool = False) -> dict[str, Any
                          p["configuration"]["load"], str(p["configuration"]["levels"]),
                          f"{p['configuration']['requests']:,}", fmt_time(p["configuration"]["duration_s"]),
                          p["profile"]] for p in doc["procedures"]],
-        "test_header": ["Test", "Procedure", "SLOs (marker + --llm-slo)", "SLO / test verdict", "Message",
-                        "Compliance (separate)"],
-        "test_rows": [{"cells": [t["nodeid"], t["procedure"] or "", "; ".join(t["slos"]) or "none",
+        "test_header": ["Test", "Procedure", "SLOs (marker, --llm-slo, test body): as judged", "SLO / test verdict",
+                        "Message", "Compliance (separate)"],
+        "test_rows": [{"cells": [t["nodeid"], t["procedure"] or "", _slo_cell(t),
                                  t.get("label", t["verdict"]), t["message"], t["compliance_verdict"]],
                        "warnings": "; ".join(t.get("warnings") or []),
                        "verdict_class": LABEL_CLASS.get(t.get("label", t["verdict"]), "warn"),
@@ -425,6 +426,16 @@ def _fig_value(f: Mapping[str, Any]) -> str:
     return text + ("†" if f.get("undersampled") else "")
 
 
+def _slo_cell(t: Mapping[str, Any]) -> str:
+    """A test's SLOs: each judged one with its outcome and message (value, threshold, n, CI), then the
+    others as written (not judged: the test stopped first, or a document before schema 1.4)."""
+    judged = t.get("slo_results") or []
+    parts = [f"{r['text']} → {r['outcome']}: {r['message']}" for r in judged]
+    seen = {r["text"] for r in judged}
+    parts += [s for s in t.get("slos") or [] if s not in seen]
+    return "; ".join(parts) or "none"
+
+
 def headline_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     """The headline (headline.py computed it): counts, key figures with their source, warnings."""
     h = doc.get("headline")
@@ -458,6 +469,8 @@ def headline_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
             "main_reason": c["main_reason"], "duration": dur, "figures": figures,
             "figure_rows": [[f["title"], f["value"], f["procedure"], f["level"], f["workload"]] for f in figures],
             "warnings": [{"procedure": k, "anchor": anchors[k], "text": "; ".join(v)} for k, v in warn.items()],
+            # each kind of finding once, most severe first (documents before schema 1.4: none, warnings shown)
+            "findings": [{"title": f["title"], "items": list(f["procedures"])} for f in h.get("findings") or []],
             "ok": t["failed"] == 0 and doc["complete"]}
 
 

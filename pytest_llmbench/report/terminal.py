@@ -42,8 +42,12 @@ def headline_lines(doc: Mapping[str, Any]) -> list[str]:
              f"compliance (§2): {h['compliance']}; main reason: {h['main_reason']}"]
     for f in h["figures"]:
         lines.append(f"  {f['title']}: {f['value']} ({f['procedure']}, {f['level']}, workload {f['workload']})")
-    for w in h["warnings"]:
-        lines.append(f"  ⚠ {w['procedure']}: {w['text']}")
+    if h["findings"]:  # each kind once, most severe first
+        for f in h["findings"]:
+            lines.append(f"  ⚠ {f['title']}: " + "; ".join(f"{w['procedure']}: {w['text']}" for w in f["items"]))
+    else:
+        for w in h["warnings"]:
+            lines.append(f"  ⚠ {w['procedure']}: {w['text']}")
     lines.append("")
     return lines
 

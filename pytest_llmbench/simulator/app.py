@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..common.tokenizer import get_tokenizer
-from .config import GUARDRAIL_MODES, RUNTIME_FIELDS, SimConfig, SimConfigError
+from .config import GUARDRAIL_MODES, RUNTIME_FIELDS, SimConfig, SimConfigError, guardrail_defaults
 from .engine import ABORTED, Engine, EngineError, KVCapacityError, QueueFullError, Sequence, ShuttingDownError
 from .generation import OutputPlan, input_refused, plan_output, request_seed
 from .metrics import render_metrics
@@ -176,6 +176,7 @@ class Simulator:
     def admin_config(self) -> dict[str, Any]:
         d = self.config.to_json()
         d["runtime_fields"] = sorted(RUNTIME_FIELDS)
+        d["guardrail_defaults"] = guardrail_defaults()  # what "default safety configuration" is here (§4.8.2)
         return d
 
     def apply_admin(self, raw: bytes) -> dict[str, Any]:

@@ -21,10 +21,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["GUARDRAIL_MODES", "RUNTIME_FIELDS", "SimConfig", "SimConfigError"]
+__all__ = ["GUARDRAIL_MODES", "GUARDRAIL_SETTINGS", "RUNTIME_FIELDS", "SimConfig", "SimConfigError", "guardrail_defaults"]
 
 #: Guardrail modes (§5.10): which filters run.
 GUARDRAIL_MODES = ("none", "input", "output", "full")
+
+#: The guardrail models' settings (§5.10); at their defaults they are the simulator's default safety
+#: configuration (§4.8.2), which ``/admin/config`` reports as ``guardrail_defaults``.
+GUARDRAIL_SETTINGS = ("guardrail_input_base_ms", "guardrail_input_per_token_ms", "guardrail_output_per_chunk_ms",
+                      "guardrail_refusal_rate")
 
 #: Fields that ``POST /admin/config`` may change while the server runs.
 RUNTIME_FIELDS = frozenset(
@@ -248,3 +253,9 @@ _FIELD_TYPES: dict[str, type] = {}
 for _f in dataclasses.fields(SimConfig):
     if not _f.name.startswith("_"):
         _FIELD_TYPES[_f.name] = {"str": str, "int": int, "float": float, "bool": bool}[str(_f.type)]
+
+
+def guardrail_defaults() -> dict[str, Any]:
+    """The default value of every guardrail setting (:data:`GUARDRAIL_SETTINGS`)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(SimConfig)}
+    return {k: defaults[k] for k in GUARDRAIL_SETTINGS}

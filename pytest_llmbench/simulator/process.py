@@ -84,7 +84,7 @@ class SimulatorProcess:
         """``POST /admin/config`` (e.g. ``prefix_cache=False``, ``flush_prefix_cache=True``,
         ``guardrails="full"``); updates :attr:`config` and returns the server's new config."""
         new = json.loads(self._request(self.admin_url, json.dumps(changes).encode()))
-        fields = {k: v for k, v in new.items() if k != "runtime_fields"}
+        fields = {k: v for k, v in new.items() if k not in ("runtime_fields", "guardrail_defaults")}
         self.config = SimConfig.from_dict(fields)
         return new
 

@@ -16,7 +16,7 @@ from .adapters import ServerAdapter, adapter_for, detect, get_adapter, http_fetc
 from .adapters.simulator import SIMULATOR_KIND
 
 __all__ = ["SUT", "EndpointError", "check_endpoint", "self_declarations", "identify_server", "BOUNDARY_NAMES",
-           "SIMULATOR_DECLARATIONS", "SIMULATOR_KIND"]
+           "SIMULATOR_DECLARATIONS", "SIMULATOR_GUARDRAIL_SYSTEMS", "SIMULATOR_KIND", "simulator_guardrails"]
 
 #: Report names of the boundaries of §4.1.
 BOUNDARY_NAMES = {
@@ -142,7 +142,8 @@ def identify_server(sut: SUT, override: str | None = None) -> None:
 
 
 #: What the embedded simulator is, declared by the plugin itself because it knows (§5.1.2 model and
-#: hardware, §4.7 single host). A user's declarations override these.
+#: hardware, §4.7 single host, §4.4.3 special tokens of its usage counts; docs/simulator.md "Token
+#: counts"). A user's declarations override these.
 SIMULATOR_DECLARATIONS: dict[str, Any] = {
     "model": {"name": "llmbench-sim", "version": "pytest-llmbench embedded simulator", "quantization": "none"},
     "hardware": {"accelerator": "none (embedded simulator: a modelled engine on this host's CPU)", "count": 0,
@@ -150,21 +151,52 @@ SIMULATOR_DECLARATIONS: dict[str, Any] = {
     "engine": {"name": "pytest-llmbench embedded simulator", "version": "the plugin's version"},
     "model_loaded": "the simulator has no weights to load; it serves from its first request",
     "clock_sync": {"method": "single-host", "accuracy_ms": 0},
+    "special_tokens": {
+        "bos_eos": "excluded: no BOS token is added to a prompt and the EOS token is not counted in "
+                   "usage.completion_tokens",
+        "system_prompt": "included: a system message's content tokens count in usage.prompt_tokens, with no "
+                         "chat-template tokens around any message",
+        "tool_call_format": "not applicable: the simulator offers no tools and formats no tool calls",
+    },
 }
+
+#: The simulator's guardrail models by filter (§4.8.1: the safety systems, named).
+SIMULATOR_GUARDRAIL_SYSTEMS = {"input": "llmbench-sim input filter", "output": "llmbench-sim output filter"}
+
+
+def simulator_guardrails(*modes: str) -> dict[str, Any]:
+    """The embedded simulator's guardrail state over the configurations ``modes`` (``none``, ``input``,
+    ``output``, ``full``) a run used (§4.8.1): a filter is on when any mode ran it, and the systems that
+    ran are named ('none' when none did)."""
+    on = {f: any(m in (f, "full") for m in modes) for f in ("input", "output")}
+    systems = [SIMULATOR_GUARDRAIL_SYSTEMS[f] for f in ("input", "output") if on[f]]
+    return {"input_filter": "on" if on["input"] else "off", "output_filter": "on" if on["output"] else "off",
+            "systems": systems or "none"}
+
+
+def _guardrails_default(info: dict[str, Any]) -> str | bool | None:
+    """§4.8.2-SHOULD-1 for the simulator: its guardrail settings against the defaults it reports."""
+    defaults = info.get("guardrail_defaults")
+    if not isinstance(defaults, dict):
+        return None
+    changed = {k: info.get(k) for k, v in defaults.items() if info.get(k) != v}
+    if changed:
+        return False
+    return "the simulator's guardrail models ran at their default settings (" + ", ".join(
+        f"{k} = {v}" for k, v in defaults.items()) + ")"
 
 
 def self_declarations(sut: SUT | None) -> dict[str, Any]:
     """What the SUT declares about itself because the plugin knows it: the embedded simulator's
-    model, hardware, engine, loading, clock and guardrail state (§4.1, §5.1.2, §4.7, §4.8); empty
-    for any other server. ``compliance.effective_declarations`` lays the user's file over these."""
+    model, hardware, engine, loading, clock, special-token handling and guardrail state and defaults
+    (§4.1, §5.1.2, §4.7, §4.4.3, §4.8); empty for any other server. ``compliance.effective_declarations``
+    lays the user's file over these."""
     if sut is None or not sut.embedded:
         return {}
     data: dict[str, Any] = dict(SIMULATOR_DECLARATIONS)
     data["model"] = {**SIMULATOR_DECLARATIONS["model"], "name": sut.model or "llmbench-sim"}
-    guard = sut.server_info.get("guardrails", "none")
-    data["guardrails"] = {
-        "input_filter": "on" if guard in ("input", "full") else "off",
-        "output_filter": "on" if guard in ("output", "full") else "off",
-        "systems": "none" if guard == "none" else f"embedded simulator guardrail model ({guard})",
-    }
+    data["guardrails"] = simulator_guardrails(str(sut.server_info.get("guardrails", "none")))
+    default = _guardrails_default(sut.server_info)
+    if default is not None:
+        data["guardrails_default"] = default
     return data

@@ -1,0 +1,147 @@
+"""Every SLO counted: ``assert_slo`` in a test body records its SLOs on the test (pytester), so
+``results.json`` ``tests[]``, the headline, the terminal table and JUnit carry them next to the
+marker's and ``--llm-slo``'s; outside pytest it stays a plain function.
+
+A fake procedure (registered from the test's conftest) stands in for a real one: TTFTs of 10, 20,
+..., 400 ms (median 205 ms) and one procedure figure (``max_concurrency`` = 12).
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import pytest
+
+from pytest_llmbench import assert_slo
+from pytest_llmbench.measure.slo import SLO_RECORDER, SLOViolation, recording
+
+CONFTEST = '''
+from dataclasses import dataclass
+from pytest_llmbench.procedures.base import Procedure, ProcedureResult, register
+from pytest_llmbench.measure.metrics import summarize
+from pytest_llmbench.common.records import RequestRecord
+
+@dataclass
+class Params:
+    size: int = 40
+
+def _record(i, ttft_ms):
+    r = RequestRecord(index=i, workload="fake", spec_input_tokens=10, max_tokens=4)
+    r.sent_ns = 1_000_000_000 * i
+    r.first_chunk_ns = r.first_token_ns = r.sent_ns + int(ttft_ms * 1e6)
+    r.chunk_ns = [r.first_token_ns, r.first_token_ns + 1_000_000]
+    r.chunk_text, r.chunk_reasoning, r.chunk_tokens = [" a", " b"], ["", ""], [1, 1]
+    r.end_ns = r.chunk_ns[-1]
+    r.output_tokens_client, r.input_tokens_client, r.status = 2, 10, 200
+    return r
+
+async def run(ctx, p):
+    metrics = summarize([_record(i, 10.0 * (i + 1)) for i in range(p.size)])
+    return ProcedureResult(procedure="5.1", title="Fake", params={"size": p.size}, profile=ctx.settings.profile,
+                           metrics=metrics, measurements={"max_concurrency": 12})
+
+register(Procedure("5.98", "Fake procedure", Params, run, {}, lambda p: {"requests": p.size, "min_duration_s": 1.0}))
+'''
+
+TESTS = '''
+import pytest
+from pytest_llmbench import assert_slo
+
+@pytest.mark.llm_procedure("5.98")
+def test_body_passes(llm_result):
+    assert_slo(llm_result, "ttft.p50 <= 2s")
+
+@pytest.mark.llm_procedure("5.98")
+def test_body_fails(llm_result):
+    assert_slo(llm_result, "ttft.p50 <= 100ms")
+
+@pytest.mark.llm_procedure("5.98")
+def test_procedure_figure(llm_result):
+    assert_slo(llm_result, "max_concurrency >= 8")
+
+@pytest.mark.llm_procedure("5.98", slo=["success_rate >= 99%"])
+def test_marker_and_body(llm_result):
+    assert_slo(llm_result, "ttft.max <= 1s")
+
+@pytest.mark.llm_procedure("5.98")
+def test_no_slo(llm_result):
+    assert llm_result.metrics is not None
+'''
+
+
+def _session(pytester: pytest.Pytester, tests: str) -> dict[str, Any]:
+    """One pytest session of ``tests`` on the fake procedure (run once), read back."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_slos=tests)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llm-report", "rep", "--junitxml", "j.xml")
+    junit = ET.parse(pytester.path / "j.xml").getroot()
+    props = {tc.get("name"): {p.get("name"): p.get("value") for p in tc.iter("property")} for tc in junit.iter("testcase")}
+    return {"result": result, "out": result.stdout.str(), "props": props,
+            "doc": json.loads((pytester.path / "rep" / "results.json").read_text()),
+            "md": (pytester.path / "rep" / "report.md").read_text()}
+
+
+def _test(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(t for t in doc["tests"] if t["nodeid"].endswith(f"::{name}"))
+
+
+def test_body_slos_are_counted_pass_and_fail_in_tests_headline_terminal_and_junit(pytester: pytest.Pytester) -> None:
+    session = _session(pytester, TESTS)
+    session["result"].assert_outcomes(passed=4, failed=1)
+    doc, props = session["doc"], session["props"]
+    # a body SLO that holds: PASS, with its SLO, value, n and CI in tests[] and JUnit
+    t = _test(doc, "test_body_passes")
+    assert t["verdict"] == "PASS" and t["label"] == "PASS" and t["slos"] == ["ttft.p50 <= 2s"]
+    (r,) = t["slo_results"]
+    assert r["origin"] == "body" and r["outcome"] == "PASS" and r["threshold"] == 2.0
+    assert r["value"] == pytest.approx(0.205) and r["n"] == 40 and r["ci_low"] < r["value"] < r["ci_high"]
+    assert t["objectives"][0]["metric"] == "ttft"  # drawn on the procedure's TTFT plots
+    assert props["test_body_passes"]["llmbench.slo.ttft.p50 <= 2s"].startswith("PASS: TTFT P50 205 ms <= 2 s (n=40")
+    # a body SLO that does not hold: FAIL, with value, threshold, n and CI in the document
+    t = _test(doc, "test_body_fails")
+    assert t["verdict"] == "FAIL" and t["label"] == "FAIL" and t["slos"] == ["ttft.p50 <= 100ms"]
+    (r,) = t["slo_results"]
+    assert r["outcome"] == "FAIL" and r["threshold"] == 0.1 and r["value"] == pytest.approx(0.205) and r["n"] == 40
+    assert r["ci_low"] is not None and r["ci_high"] is not None and r["unit"] == "s"
+    assert r["message"].startswith("TTFT P50 205 ms > 100 ms (n=40, 95% CI ")
+    assert "TTFT P50 205 ms > 100 ms" in t["message"]  # the pytest failure
+    assert props["test_body_fails"]["llmbench.slo.ttft.p50 <= 100ms"].startswith("FAIL: TTFT P50 205 ms > 100 ms")
+    # a procedure figure in the SLO grammar, and marker + body SLOs of one test, each with its origin
+    (fig,) = _test(doc, "test_procedure_figure")["slo_results"]
+    assert (fig["metric"], fig["outcome"], fig["value"], fig["threshold"]) == ("max_concurrency", "PASS", 12, 8)
+    t = _test(doc, "test_marker_and_body")
+    assert t["slos"] == ["success_rate >= 99%", "ttft.max <= 1s"]
+    assert [(r["origin"], r["outcome"]) for r in t["slo_results"]] == [("body", "PASS"), ("marker", "PASS")]
+    assert {"llmbench.slo.ttft.max <= 1s", "llmbench.slo.success_rate >= 99%"} <= set(props["test_marker_and_body"])
+    assert _test(doc, "test_no_slo")["label"] == "INFORMATIONAL"
+    # the headline and the terminal count them: four tests asserted SLOs, the fifth is informational
+    h = doc["headline"]["tests"]
+    assert (h["passed"], h["failed"], h["informational"], h["with_slos"]) == (3, 1, 1, 4)
+    assert "5 tests: 3 passed, 1 failed, 1 informational (no SLO set); 4 had SLOs" in session["out"]
+    assert "ttft.p50 <= 2s" in session["md"] and "ttft.p50 <= 100ms" in session["md"]
+
+
+def test_outside_pytest_assert_slo_is_a_plain_function() -> None:
+    """No recorder is set outside a pytest-llmbench test; one set by hand receives every result."""
+    from pytest_llmbench.common.records import RequestRecord
+    from pytest_llmbench.measure.metrics import summarize
+    from pytest_llmbench.procedures.base import ProcedureResult
+
+    records = []
+    for i in range(10):
+        r = RequestRecord(index=i, workload="w", spec_input_tokens=10, max_tokens=2)
+        r.sent_ns = i * 10**9
+        r.first_chunk_ns = r.first_token_ns = r.sent_ns + 10**8
+        r.chunk_ns, r.chunk_text, r.chunk_tokens = [r.first_token_ns, r.first_token_ns + 10**6], [" a", " b"], [1, 1]
+        r.end_ns, r.output_tokens_client, r.input_tokens_client, r.status = r.chunk_ns[-1], 2, 10, 200
+        records.append(r)
+    result = ProcedureResult("5.5", "Fake", {}, "smoke", summarize(records), measurements={"max_concurrency": 12})
+    assert SLO_RECORDER.get() is None
+    assert [r.passed for r in assert_slo(result, "ttft.p50 <= 2s")] == [True]
+    seen: list[Any] = []
+    with recording(seen.extend), pytest.raises(SLOViolation):
+        assert_slo(result, "ttft.p50 <= 2s", "max_concurrency >= 100")
+    assert [(r.slo.metric, r.passed) for r in seen] == [("ttft", True), ("max_concurrency", False)]
+    assert SLO_RECORDER.get() is None

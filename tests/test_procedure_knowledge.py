@@ -24,7 +24,7 @@ from pytest_llmbench.document.plotdata import configuration_differences, run_ove
 from pytest_llmbench.document.schema import schema
 from pytest_llmbench.gate.storage import primary_label
 from pytest_llmbench.procedures import base, p5_7_prefix_cache
-from pytest_llmbench.procedures.base import KeyFigure, Sweep, capacity_provider, get_procedure, procedure_ids
+from pytest_llmbench.procedures.base import Finding, KeyFigure, Sweep, capacity_provider, get_procedure, procedure_ids
 from pytest_llmbench.procedures.pipeline import PIPELINE_KEYS
 
 PACKAGE = Path(pytest_llmbench.__file__).parent
@@ -159,11 +159,12 @@ def test_headline_shows_per_group_the_first_ranked_procedure_in_rank_order() -> 
 def test_sweep_warnings_and_primary_run_come_from_the_declaration() -> None:
     runs = [{"label": "lo", "load": {"rate": 1.0, "sent": 10, "ok": 10}, "metrics": {"x": 1}},
             {"label": "hi", "load": {"rate": 4.0, "sent": 10, "ok": 10}, "metrics": {"x": 1}}]
-    p = _entry("X", "x", runs=runs, primary_run="hi", sweep=Sweep("found it").to_json(), warnings=["declared"])
+    p = _entry("X", "x", runs=runs, primary_run="hi", sweep=Sweep("found it").to_json(),
+               warnings=[Finding("overloaded", "declared").to_json(), Finding("unfair", "skewed").to_json()])
     s = sweep(p)
     assert s is not None and s["result"] == "found it" and s["primary"] == "hi (4 req/s offered)"
     assert s["range"] == "1–4 req/s offered"
-    assert procedure_warnings(p) == ["declared"]
+    assert procedure_warnings(p) == ["unfair: skewed", "declared"]  # grouped by kind, most severe first
     assert primary_label(p["result"]) == "hi"  # equal metrics in both runs: the declaration decides
     del p["result"]["primary_run"]
     assert primary_label(p["result"]) == "lo"  # a 1.3 document: the first run whose metrics are equal

@@ -187,9 +187,9 @@ class Guardrails(ProcedureRun[GuardrailParams]):
     #: per configuration (KEYS) and load level ("50pct")
     measurement_patterns = (
         r"(baseline|input|output|full)_[0-9.]+pct_(ttft_p[0-9]+_ms|e2e_p[0-9]+_ms|refused|successful)",
-        r"(input_filter_overhead_ttft|total_overhead_e2e|output_filter_overhead_e2e)_p[0-9]+_ms_[0-9.]+pct",
+        r"(input_filter_overhead_ttft|total_overhead_e2e|output_filter_overhead_e2e)_p[0-9]+_ms(_[0-9.]+pct)?",
         r"(baseline|input|output|full)_(throughput_saturated|offered_output_tps|max_throughput_tps"
-        r"|throughput_reduction_pct|refusals|refusals_server|requests)")
+        r"|throughput_reduction_pct|throughput_loss|refusals|refusals_server|requests)")
 
     @staticmethod
     def plan(p: GuardrailParams) -> dict[str, Any]:

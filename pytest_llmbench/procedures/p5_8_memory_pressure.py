@@ -231,7 +231,7 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
     id, title, params_type, profiles = "5.8", "Memory Pressure Behavior", MemoryPressureParams, PROFILES
     oversubscribes = True  # levels above capacity: their low completion is what §5.8 measures
     measurement_keys = ("capacity_concurrency", "capacity_source", "levels", "degradation", "aborted",
-                        "cancelled_requests", "sent_requests")
+                        "cancelled_requests", "sent_requests", "capacity_errors", "max_fail_rate")
     #: per oversubscription level, l100 = 100% of capacity
     measurement_patterns = (r"l[0-9]+_(cancelled|completion_pct|preemption_rate_pct|fail_rate_pct|ttft_p99_ms)",)
 

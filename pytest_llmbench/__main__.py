@@ -1,7 +1,7 @@
 """``python -m pytest_llmbench <command>``: work on stored results documents without pytest, and
 run a real llama.cpp server.
 
-Commands (shared/DESIGN.md, "pytest shape"):
+Commands (docs/architecture.md, "pytest shape"):
 
 * ``report RESULTS_JSON [--output DIR]``: render report.md and report.html again from a stored
   ``results.json`` (byte for byte what the session wrote; default: next to the file).

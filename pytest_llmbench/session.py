@@ -1,4 +1,4 @@
-"""The run of a whole benchmark session, without pytest (shared/DESIGN.md, "session.py").
+"""The run of a whole benchmark session, without pytest (docs/architecture.md, "session.py").
 
 A :class:`Session` is built from plain :class:`~.settings.Settings` and two callables (the
 progress reporter and the SUT-configuration callback), so the same session can be driven by the

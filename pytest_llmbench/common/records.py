@@ -1,4 +1,4 @@
-"""The data contract: :class:`RequestSpec` in, :class:`RequestRecord` out (shared/DESIGN.md).
+"""The data contract: :class:`RequestSpec` in, :class:`RequestRecord` out (docs/architecture.md).
 
 Workloads (§4.3) produce ``RequestSpec`` lists; the load generator (§4.2) turns each spec it
 sends into exactly one ``RequestRecord`` (§4.2.6: failed requests included); metrics, procedures
@@ -136,7 +136,7 @@ class RequestSpec:
 
 @dataclass(slots=True)
 class RequestRecord:
-    """Everything measured about one request sent (shared/DESIGN.md "The record is the contract").
+    """Everything measured about one request sent (docs/architecture.md "The record is the contract").
 
     Chunks are stored as parallel lists (one entry per SSE ``data:`` event that carried a
     choice delta), which keeps a long run compact and converts to numpy arrays directly.

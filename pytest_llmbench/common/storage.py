@@ -1,4 +1,4 @@
-"""Run storage: a run is a directory that a report can be rebuilt from (shared/DESIGN.md).
+"""Run storage: a run is a directory that a report can be rebuilt from (docs/architecture.md).
 
 * ``records.jsonl`` — one :class:`RequestRecord` per line, appended and flushed as each request
   completes, so an interrupted run keeps everything it measured and memory stays bounded.

@@ -364,7 +364,8 @@ def _tok(f: RunFacts, key: str) -> Any:
 
 
 def _need(rid: str, what: str) -> Check:
-    return Check.unmet(rid, f"not recorded: {what}")
+    """Unmet: the run did not record what the item is decided from."""
+    return row(rid, False, unmet=f"not recorded: {what}")
 
 
 

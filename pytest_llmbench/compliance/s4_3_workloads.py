@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .declarations import DECLARATION_FACTS
-from .engine import _blank, _Ctx, _is_custom, _need, _short, evaluator, item
+from .engine import _blank, _Ctx, _is_custom, _need, _short, decide, evaluator, item
 from .facts import RunFacts, _norm_workload
 from .verdict import Check
 
@@ -35,10 +35,9 @@ def _workload_field(ctx: _Ctx, rid: str) -> Check:
         return _need(rid, "workload declaration")
     gaps = _workload_gaps(f.workload, rid)
     if not gaps:
-        return Check.met(rid, f"workload {f.workload['name']} states {_WORKLOAD_FIELDS[rid][0]}")
-    if not _is_custom(f):
-        return Check.met(rid, f"standard workload {f.workload_name}: specified in App. A")
-    return Check.unmet(rid, f"custom workload {f.workload['name']} lacks {', '.join(gaps)}", missing=gaps)
+        return decide(rid, ok=True, met=f"workload {f.workload['name']} states {_WORKLOAD_FIELDS[rid][0]}")
+    return decide(rid, ok=not _is_custom(f), met=f"standard workload {f.workload_name}: specified in App. A",
+                  unmet=f"custom workload {f.workload['name']} lacks {', '.join(gaps)}", missing=gaps)
 
 
 @evaluator("4.3-MUST-1", "5.1.2-MUST-1", "5.2.2-MUST-1")
@@ -47,19 +46,18 @@ def _workload_complete(ctx: _Ctx, rid: str) -> Check:
     if not f.workload or not f.workload.get("name"):
         return _need(rid, "workload declaration")
     if not _is_custom(f):
-        return Check.met(rid, f"standard workload {f.workload_name} (App. A)")
+        return decide(rid, ok=True, met=f"standard workload {f.workload_name} (App. A)")
     gaps = [g for r in _WORKLOAD_FIELDS for g in _workload_gaps(f.workload, r)]
-    if gaps:
-        return Check.unmet(rid, f"custom workload {f.workload['name']} not fully specified: lacks {', '.join(gaps)}",
-                           missing=gaps)
-    return Check.met(rid, f"custom workload {f.workload['name']} fully specified (4.3.1)")
+    return decide(rid, ok=not gaps, met=f"custom workload {f.workload['name']} fully specified (4.3.1)",
+                  unmet=f"custom workload {f.workload['name']} not fully specified: lacks {', '.join(gaps)}",
+                  missing=gaps)
 
 
 @evaluator("4.3-MAY-1")
 def _custom_permission(ctx: _Ctx, rid: str) -> Check:
     if _is_custom(ctx.facts):
-        return Check.met(rid, f"permission used: custom workload {ctx.facts.workload.get('name')}")
-    return Check.not_applicable(rid, "permission not used: standard workload")
+        return decide(rid, ok=True, met=f"permission used: custom workload {ctx.facts.workload.get('name')}")
+    return decide(rid, ok=None, na="permission not used: standard workload")
 
 
 def _session_has(f: RunFacts, name: str) -> bool:
@@ -74,13 +72,13 @@ def _boundary_workload(ctx: _Ctx, rid: str) -> Check:
     if f.workload_base is None and not f.session_workloads:
         return _need(rid, "workload declaration")
     if _session_has(f, want):
-        return Check.met(rid, f"the report includes a {want} run")
+        return decide(rid, ok=True, met=f"the report includes a {want} run")
     altered = [w for w in f.session_custom_workloads if _norm_workload(w).startswith(want)]
     if altered:  # e.g. the smoke profile's output cap: run, but not as defined
-        return Check.unmet(rid, f"no {want} run as defined in this report (workload: {f.workload_base}); "
-                                f"{len(altered)} altered by the profile or the marker, so custom: {'; '.join(altered)}",
-                           altered=altered)
-    return Check.unmet(rid, f"no {want} run in this report (workload: {f.workload_base})")
+        return decide(rid, ok=False, unmet=f"no {want} run as defined in this report (workload: {f.workload_base}); "
+                                           f"{len(altered)} altered by the profile or the marker, so custom: "
+                                           f"{'; '.join(altered)}", altered=altered)
+    return decide(rid, ok=False, unmet=f"no {want} run in this report (workload: {f.workload_base})")
 
 
 @evaluator("4.3.2-PARAM-1")
@@ -91,26 +89,25 @@ def _standard_or_custom(ctx: _Ctx, rid: str) -> Check:
     if _is_custom(f):
         c = ctx.check("4.3-MUST-1")
         return Check(rid, c.status, f"custom workload: {c.reason}")
-    return Check.met(rid, f"standard workload {f.workload_name}")
+    return decide(rid, ok=True, met=f"standard workload {f.workload_name}")
 
 
 @evaluator("4.3.3-MUST-1", "4.3.3-MUST-2")
 def _seed(ctx: _Ctx, rid: str) -> Check:
     seed = ctx.facts.seed
-    if seed is None or isinstance(seed, bool) or not isinstance(seed, int):
-        return Check.unmet(rid, "no integer workload seed recorded")
-    return Check.met(rid, f"workload seed {seed}", seed=seed)
+    ok = isinstance(seed, int) and not isinstance(seed, bool)
+    return decide(rid, ok=ok, met=f"workload seed {seed}", unmet="no integer workload seed recorded", seed=seed)
 
 
 @evaluator("4.3.3-SHOULD-1")
 def _sequence_published(ctx: _Ctx, rid: str) -> Check:
     f = ctx.facts
-    if f.seed is not None and f.sequence_hash and f.generator:
-        return Check.met(rid, f"generator {f.generator} + seed {f.seed}; sequence hash {f.sequence_hash[:16]}",
-                         sequence_hash=f.sequence_hash)
     missing = [n for n, v in (("seed", f.seed), ("sequence hash", f.sequence_hash), ("generator", f.generator)) if not v
                and v != 0]
-    return Check.unmet(rid, f"request sequence not reproducible from the report: lacks {', '.join(missing)}")
+    return decide(rid, ok=not missing, met=f"generator {f.generator} + seed {f.seed}; sequence hash "
+                  f"{(f.sequence_hash or '')[:16]}",
+                  unmet=f"request sequence not reproducible from the report: lacks {', '.join(missing)}",
+                  sequence_hash=f.sequence_hash)
 
 
 @evaluator("4.3.3-MUST-3")
@@ -121,11 +118,10 @@ def _dataset(ctx: _Ctx, rid: str) -> Check:
         ds.update({k: v for k, v in declared.items() if not _blank(v)})
     keys = DECLARATION_FACTS["dataset"]["keys"]
     missing = [k for k in keys if _blank(ds.get(k))]
-    if not missing:
-        return Check.met(rid, f"dataset {_short(ds)}", dataset=ds)
-    if not ds:
+    if missing and not ds:
         return ctx.declared(rid, "dataset")
-    return Check.needs_declaration(rid, f"dataset lacks {', '.join(missing)}: declare 'dataset' in "
-                                        f"[tool.llmbench.declarations]", dataset=ds)
+    return decide(rid, ok=True if not missing else None, met=f"dataset {_short(ds)}",
+                  needs=f"dataset lacks {', '.join(missing)}: declare 'dataset' in [tool.llmbench.declarations]",
+                  dataset=ds)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .engine import _blank, _Ctx, _need, _tok, evaluator
+from .engine import _blank, _Ctx, _need, _tok, decide, evaluator
 from .facts import RunFacts
 from .verdict import Check, Status
 
@@ -15,9 +15,8 @@ def _tokenizer_name(ctx: _Ctx, rid: str) -> Check:
     if f.tokenizer is None:
         return _need(rid, "tokenizer declaration")
     name, version = _tok(f, "name"), _tok(f, "version")
-    if _blank(name) or _blank(version):
-        return Check.unmet(rid, "tokenizer name or version missing", name=name, version=version)
-    return Check.met(rid, f"tokenizer {name} {version}")
+    return decide(rid, ok=not (_blank(name) or _blank(version)), met=f"tokenizer {name} {version}",
+                  unmet="tokenizer name or version missing", name=name, version=version)
 
 
 @evaluator("4.4.1-MUST-2")
@@ -26,9 +25,8 @@ def _tokenizer_vocabulary(ctx: _Ctx, rid: str) -> Check:
     if f.tokenizer is None:
         return _need(rid, "tokenizer declaration")
     vs = _tok(f, "vocab_size")
-    if not isinstance(vs, int) or isinstance(vs, bool) or vs <= 0:
-        return Check.unmet(rid, f"tokenizer vocabulary size not stated ({vs!r})")
-    return Check.met(rid, f"vocabulary size {vs}")
+    return decide(rid, ok=isinstance(vs, int) and not isinstance(vs, bool) and vs > 0, met=f"vocabulary size {vs}",
+                  unmet=f"tokenizer vocabulary size not stated ({vs!r})")
 
 
 @evaluator("4.4.1-MUST-3")
@@ -37,9 +35,7 @@ def _tokenizer_source(ctx: _Ctx, rid: str) -> Check:
     if f.tokenizer is None:
         return _need(rid, "tokenizer declaration")
     src = _tok(f, "source")
-    if _blank(src):
-        return Check.unmet(rid, "tokenizer source not stated")
-    return Check.met(rid, f"tokenizer source {src}")
+    return decide(rid, ok=not _blank(src), met=f"tokenizer source {src}", unmet="tokenizer source not stated")
 
 
 def _counting_used(f: RunFacts) -> dict[str, int]:
@@ -54,9 +50,7 @@ def _counting(ctx: _Ctx, rid: str) -> Check:
     n = sum(used.values())
     parts = [f"option {k} ({'server usage / native' if k == 'A' else 'reference tokenizer'}) for "
              f"{v} of {n} records" for k, v in sorted(used.items())]
-    c = Check.met(rid, "; ".join(parts), **used)
-    c.figure = "+".join(sorted(used))
-    return c
+    return decide(rid, ok=True, met="; ".join(parts), figure="+".join(sorted(used)), **used)
 
 
 @evaluator("4.4.2-SHOULD-1")
@@ -64,18 +58,16 @@ def _cross_system_tokenizer(ctx: _Ctx, rid: str) -> Check:
     used, name = _counting_used(ctx.facts), _tok(ctx.facts, "name")
     if not used:
         return _need(rid, "which counting option each record's token counts came from")
-    if set(used) == {"B"} and name == "cl100k_base":
-        return Check.met(rid, f"all {used['B']} records counted with the reference tokenizer cl100k_base (option B)")
-    return Check.unmet(rid, f"counts from {', '.join(f'option {k}: {v}' for k, v in sorted(used.items()))} "
-                            f"records, tokenizer {name!r}; cl100k_base (option B) recommended for comparison")
+    return decide(rid, ok=set(used) == {"B"} and name == "cl100k_base",
+                  met=f"all {used.get('B')} records counted with the reference tokenizer cl100k_base (option B)",
+                  unmet=f"counts from {', '.join(f'option {k}: {v}' for k, v in sorted(used.items()))} records, "
+                        f"tokenizer {name!r}; cl100k_base (option B) recommended for comparison")
 
 
 @evaluator("4.4.2-PARAM-1", "4.4.2-REPORT-1")
 def _counting_detail(ctx: _Ctx, rid: str) -> Check:
     name = _tok(ctx.facts, "name")
-    if _blank(name):
-        return Check.unmet(rid, "tokenizer not named")
-    return Check.met(rid, f"counts labelled with tokenizer {name}")
+    return decide(rid, ok=not _blank(name), met=f"counts labelled with tokenizer {name}", unmet="tokenizer not named")
 
 
 _SPECIAL_KEYS = {
@@ -104,7 +96,6 @@ def _special_tokens(ctx: _Ctx, rid: str) -> Check:
         return c
     v = _tok(ctx.facts, key)
     if _blank(v):
-        return Check.unmet(rid, f"{what} of the client's counting not stated (tokenizer.{key})")
-    c = Check.met(rid, f"{what} of the client's reference counting ({used['B']} records): {v}", value=v)
-    c.source = "parameter"
-    return c
+        return decide(rid, ok=False, unmet=f"{what} of the client's counting not stated (tokenizer.{key})")
+    return decide(rid, ok=True, met=f"{what} of the client's reference counting ({used['B']} records): {v}",
+                  source="parameter", value=v)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..common import draft
-from .engine import _Ctx, declaration_hook, evaluator
+from .engine import _Ctx, decide, declaration_hook, evaluator
 from .verdict import Check, Status
 
 # ---- 4.5 warm-up
@@ -21,7 +21,7 @@ declaration_hook("4.5.1-MUST-1", "model_loaded")
 def _warmup_size(ctx: _Ctx, rid: str) -> Check:
     w = ctx.facts.warmup
     if w.cold_start:
-        return Check.not_applicable(rid, "cold-start measurement: warm-up skipped on purpose (4.5.3)")
+        return decide(rid, ok=None, na="cold-start measurement: warm-up skipped on purpose (4.5.3)")
     ev = {"requests": w.requests, "output_tokens": w.output_tokens}
     short = []
     # §4.5.1, conservative reading: both minimums (requirements.md ambiguity 11)
@@ -30,23 +30,21 @@ def _warmup_size(ctx: _Ctx, rid: str) -> Check:
         short.append(f"{w.requests} requests < {min_requests}")
     if w.output_tokens < min_tokens:
         short.append(f"{w.output_tokens} output tokens < {min_tokens}")
-    if short:
-        why = " (reduced by the profile)" if w.reduced else ""
-        return Check.unmet(rid, f"warm-up too small{why}: {'; '.join(short)}", **ev)
-    return Check.met(rid, f"warm-up: {w.requests} requests, {w.output_tokens} output tokens", **ev)
+    why = " (reduced by the profile)" if w.reduced else ""
+    return decide(rid, ok=not short, met=f"warm-up: {w.requests} requests, {w.output_tokens} output tokens",
+                  unmet=f"warm-up too small{why}: {'; '.join(short)}", **ev)
 
 
 @evaluator("4.5.1-MUST-3")
 def _drained(ctx: _Ctx, rid: str) -> Check:
     w = ctx.facts.warmup
     if w.cold_start:
-        return Check.not_applicable(rid, "cold-start measurement: no warm-up to drain")
+        return decide(rid, ok=None, na="cold-start measurement: no warm-up to drain")
     if w.drained is not True:
-        return Check.unmet(rid, "client in-flight count not confirmed 0 before the first measured request")
-    if w.server_queue_drained is True:
-        return Check.met(rid, "client in-flight 0 and server queue empty before measuring")
-    if w.server_queue_drained is False:
-        return Check.unmet(rid, "server queue not empty when measuring started")
+        return decide(rid, ok=False, unmet="client in-flight count not confirmed 0 before the first measured request")
+    if w.server_queue_drained is not None:
+        return decide(rid, ok=w.server_queue_drained is True, met="client in-flight 0 and server queue empty before "
+                      "measuring", unmet="server queue not empty when measuring started")
     d = ctx.declared(rid, "server_queue_drained")
     if d.status is Status.NEEDS_DECLARATION:
         d.reason = "client in-flight was 0; server queue depth not observable: " + d.reason
@@ -61,14 +59,12 @@ declaration_hook("4.5.1-MUST-3", "server_queue_drained")
 @evaluator("4.5.1-MUST-4")
 def _prefix_warm(ctx: _Ctx, rid: str) -> Check:
     w = ctx.facts.warmup
-    if w.prefix_populated is False:
-        return Check.unmet(rid, "warm-up did not send the workload's shared prefixes")
     if w.prefix_populated is None:
-        return Check.unmet(rid, "not recorded whether warm-up populated the prefix cache")
+        return decide(rid, ok=False, unmet="not recorded whether warm-up populated the prefix cache")
     d = ctx.declared(rid, "prefix_cache_populated")
-    if d.holds:
-        return Check.met(rid, "warm-up sent the shared prefixes; cache state " + d.reason)
-    return Check.met(rid, "warm-up sent the workload's shared prefixes (cache state itself needs server metrics)")
+    return decide(rid, ok=w.prefix_populated is True, unmet="warm-up did not send the workload's shared prefixes",
+                  met="warm-up sent the shared prefixes; cache state " + d.reason if d.holds else
+                  "warm-up sent the workload's shared prefixes (cache state itself needs server metrics)")
 
 
 def _probe_variation(probes: tuple[float, ...], window: int = 3) -> float | None:
@@ -87,26 +83,24 @@ def _probe_variation(probes: tuple[float, ...], window: int = 3) -> float | None
 def _probes(ctx: _Ctx, rid: str) -> Check:
     w = ctx.facts.warmup
     if w.cold_start:
-        return Check.not_applicable(rid, "cold-start measurement: no warm-up")
-    if w.probes_before and w.probes_after:
-        return Check.met(rid, f"probe latency before {w.probes_before[0] * 1e3:.1f} ms, after "
-                              f"{w.probes_after[-1] * 1e3:.1f} ms")
-    return Check.unmet(rid, "no probe latency recorded before and after warm-up")
+        return decide(rid, ok=None, na="cold-start measurement: no warm-up")
+    ok = bool(w.probes_before and w.probes_after)
+    return decide(rid, ok=ok, unmet="no probe latency recorded before and after warm-up",
+                  met=f"probe latency before {w.probes_before[0] * 1e3:.1f} ms, after {w.probes_after[-1] * 1e3:.1f} ms"
+                  if ok else "")
 
 
 @evaluator("4.5.2-SHOULD-2")
 def _probe_stability(ctx: _Ctx, rid: str) -> Check:
     w = ctx.facts.warmup
     if w.cold_start:
-        return Check.not_applicable(rid, "cold-start measurement: no warm-up")
+        return decide(rid, ok=None, na="cold-start measurement: no warm-up")
     var = _probe_variation(tuple(w.probes_after))
     if var is None:
-        return Check.unmet(rid, f"{len(w.probes_after)} post-warm-up probes; need >= 3 consecutive probes")
+        return decide(rid, ok=False, unmet=f"{len(w.probes_after)} post-warm-up probes; need >= 3 consecutive probes")
     limit = draft.value("warmup.probe_max_variation")  # §4.5.2
-    if var < limit:
-        return Check.met(rid, f"consecutive probes vary by at most {var:.1%} (< {limit:.0%})", variation=var)
-    return Check.unmet(rid, f"consecutive probes vary by up to {var:.1%} (>= {limit:.0%}): not stabilised",
-                       variation=var)
+    return decide(rid, ok=var < limit, met=f"consecutive probes vary by at most {var:.1%} (< {limit:.0%})",
+                  unmet=f"consecutive probes vary by up to {var:.1%} (>= {limit:.0%}): not stabilised", variation=var)
 
 
 @evaluator("4.5.3-MUST-1")
@@ -115,32 +109,30 @@ def _cold_no_warmup(ctx: _Ctx, rid: str) -> Check:
     if cs is not None:  # a cold-start measurement next to a warm run (pipeline.ColdStart)
         ev = {"warmup_requests_before": cs.warmup_requests_before, "server_requests_before": cs.server_requests_before}
         if not cs.restarted:
-            return Check.unmet(rid, "the SUT was not restarted before the cold-start requests", **ev)
-        if cs.warmup_requests_before or cs.server_requests_before:
-            n = cs.warmup_requests_before or int(cs.server_requests_before or 0)
-            return Check.unmet(rid, f"{n} requests served between the restart and the cold-start requests", **ev)
+            return decide(rid, ok=False, unmet="the SUT was not restarted before the cold-start requests", **ev)
+        n = cs.warmup_requests_before or int(cs.server_requests_before or 0)
         seen = " (server /metrics: 0 requests finished before them)" if cs.server_requests_before == 0 else ""
-        return Check.met(rid, f"SUT restarted; the first {cs.requests} requests were measured before any warm-up"
-                         + seen, **ev)
+        served = bool(cs.warmup_requests_before or cs.server_requests_before)
+        return decide(rid, ok=not served, unmet=f"{n} requests served between the restart and the cold-start requests",
+                      met=f"SUT restarted; the first {cs.requests} requests were measured before any warm-up" + seen,
+                      **ev)
     w = ctx.facts.warmup
-    if w.requests == 0:
-        return Check.met(rid, "cold start: no warm-up requests sent")
-    return Check.unmet(rid, f"cold-start run sent {w.requests} warm-up requests")
+    return decide(rid, ok=w.requests == 0, met="cold start: no warm-up requests sent",
+                  unmet=f"cold-start run sent {w.requests} warm-up requests")
 
 
 @evaluator("4.5.3-MUST-2")
 def _cold_label(ctx: _Ctx, rid: str) -> Check:
     cs = ctx.facts.cold_start
     if cs is not None:
-        if cs.labelled:
-            return Check.met(rid, "cold-start measurement labelled: heading, 'Cold start (§4.5.3)' table, notes and "
-                             "results.json cold_start")
-        return Check.unmet(rid, "cold-start requests measured but not labelled in the result")
+        return decide(rid, ok=bool(cs.labelled), met="cold-start measurement labelled: heading, 'Cold start (§4.5.3)' "
+                      "table, notes and results.json cold_start",
+                      unmet="cold-start requests measured but not labelled in the result")
     w = ctx.facts.warmup
-    if w.cold_start and w.requests == 0:
-        return Check.met(rid, "run labelled cold start (no warm-up request sent) in the notes and header")
-    if w.cold_start:
-        return Check.unmet(rid, f"labelled cold start although {w.requests} warm-up requests were sent")
-    return Check.unmet(rid, "cold-start run not labelled")
+    if not w.cold_start:
+        return decide(rid, ok=False, unmet="cold-start run not labelled")
+    return decide(rid, ok=w.requests == 0,
+                  met="run labelled cold start (no warm-up request sent) in the notes and header",
+                  unmet=f"labelled cold start although {w.requests} warm-up requests were sent")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .engine import _Ctx, _need, evaluator, item
+from .engine import _Ctx, _need, decide, evaluator, item
 from .registry import ITL_METHODS, PROTOCOLS
 from .verdict import Check
 
@@ -15,17 +15,14 @@ def _protocol_for_boundary(ctx: _Ctx, rid: str) -> Check:
     p = (ctx.facts.protocol or "").lower()
     if not p:
         return _need(rid, "streaming protocol")
-    if p == want:
-        return Check.met(rid, f"protocol {p}")
-    return Check.unmet(rid, f"protocol {p}; {want} recommended for this boundary")
+    return decide(rid, ok=p == want, met=f"protocol {p}", unmet=f"protocol {p}; {want} recommended for this boundary")
 
 
 @evaluator("4.6.2-MUST-1")
 def _protocol_named(ctx: _Ctx, rid: str) -> Check:
     p = (ctx.facts.protocol or "").lower()
-    if p in PROTOCOLS:
-        return Check.met(rid, f"protocol {p}")
-    return Check.unmet(rid, f"streaming protocol not named ({ctx.facts.protocol!r})")
+    return decide(rid, ok=p in PROTOCOLS, met=f"protocol {p}",
+                  unmet=f"streaming protocol not named ({ctx.facts.protocol!r})")
 
 
 @evaluator("4.6.2-MUST-2")
@@ -35,15 +32,15 @@ def _chunking(ctx: _Ctx, rid: str) -> Check:
         return _need(rid, "tokens-per-chunk measurement")
     kind = ("one token per chunk" if frac >= 1.0 else
             f"multi-token chunks occur ({100 * (1 - frac):.2g}% of content chunks carry several tokens)")
-    return Check.met(rid, kind, single_token_chunk_fraction=frac)
+    return decide(rid, ok=True, met=kind, single_token_chunk_fraction=frac)
 
 
 @evaluator("4.6.2-MUST-3", "4.6.3-MUST-1")
 def _itl_method(ctx: _Ctx, rid: str) -> Check:
     m = ctx.facts.itl_method
-    if m in ITL_METHODS:
-        return Check.met(rid, f"ITL option {'ABC'[ITL_METHODS.index(m)]} ({m})")
-    return Check.unmet(rid, f"ITL calculation option not declared ({m!r})")
+    option = "ABC"[ITL_METHODS.index(m)] if m in ITL_METHODS else None
+    return decide(rid, ok=option is not None, met=f"ITL option {option} ({m})",
+                  unmet=f"ITL calculation option not declared ({m!r})")
 
 
 @evaluator("4.6.3-SHOULD-1")
@@ -52,31 +49,28 @@ def _prefer_server(ctx: _Ctx, rid: str) -> Check:
     if f.server_token_timestamps is None:
         return _need(rid, "whether the server sends per-token timestamps")
     if not f.server_token_timestamps:  # conditional ("when the server provides them")
-        return Check.not_applicable(rid, "the server sent no per-token timestamps on this run's records: "
-                                         "option C unavailable")
-    if f.itl_method == "server":
-        return Check.met(rid, "server-side per-token timestamps used (option C)")
-    return Check.unmet(rid, f"server timestamps available but ITL option {f.itl_method!r} used")
+        return decide(rid, ok=None, na="the server sent no per-token timestamps on this run's records: "
+                                       "option C unavailable")
+    return decide(rid, ok=f.itl_method == "server", met="server-side per-token timestamps used (option C)",
+                  unmet=f"server timestamps available but ITL option {f.itl_method!r} used")
 
 
 @evaluator("4.6.3-PARAM-1")
 def _itl_option(ctx: _Ctx, rid: str) -> Check:
-    return Check.met(rid, f"ITL option {ctx.facts.itl_method}")
+    return decide(rid, ok=True, met=f"ITL option {ctx.facts.itl_method}")
 
 
 @evaluator("4.6.3-PARAM-2")
 def _itl_option_c(ctx: _Ctx, rid: str) -> Check:
     f = ctx.facts
-    if f.server_token_timestamps is False:
-        return Check.unmet(rid, "option C declared but the server sent no per-token timestamps")
-    return Check.met(rid, f"ITL option {f.itl_method}")
+    return decide(rid, ok=f.server_token_timestamps is not False, met=f"ITL option {f.itl_method}",
+                  unmet="option C declared but the server sent no per-token timestamps")
 
 
 @evaluator("4.6.3-REPORT-1")
 def _itl_option_a(ctx: _Ctx, rid: str) -> Check:
     f = ctx.facts
-    if f.single_token_chunk_fraction is None:
-        return Check.unmet(rid, "chunk timing used but no chunk-size distribution recorded")
-    return Check.met(rid, f"ITL option {f.itl_method}")
+    return decide(rid, ok=f.single_token_chunk_fraction is not None, met=f"ITL option {f.itl_method}",
+                  unmet="chunk timing used but no chunk-size distribution recorded")
 
 

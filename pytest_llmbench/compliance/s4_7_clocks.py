@@ -6,7 +6,17 @@ import re
 from collections.abc import Mapping
 
 from ..common import draft
-from .engine import _blank, _Ctx, _need, _short, declaration_hook, evaluator, item, tool_test
+from .engine import (
+    _blank,
+    _Ctx,
+    _need,
+    _short,
+    decide,
+    declaration_hook,
+    evaluator,
+    item,
+    tool_test,
+)
 from .s4_8_guardrails import _onoff
 from .verdict import Check
 
@@ -18,8 +28,8 @@ def _single_machine(ctx: _Ctx, rid: str) -> Check:
     sh = ctx.facts.clock.single_host
     if sh is None:
         return _need(rid, "whether load generator and SUT share a host")
-    return Check.met(rid, "load generator and SUT on one machine (loopback)") if sh else \
-        Check.unmet(rid, "load generator and SUT on different machines")
+    return decide(rid, ok=bool(sh), met="load generator and SUT on one machine (loopback)",
+                  unmet="load generator and SUT on different machines")
 
 
 def _sync(ctx: _Ctx) -> tuple[str | None, float | None, str]:
@@ -36,16 +46,15 @@ def _sync(ctx: _Ctx) -> tuple[str | None, float | None, str]:
 @evaluator("4.7.2-MUST-1")
 def _ntp(ctx: _Ctx, rid: str) -> Check:
     if ctx.facts.clock.single_host:
-        return Check.not_applicable(rid, "single machine: no clock synchronisation needed")
+        return decide(rid, ok=None, na="single machine: no clock synchronisation needed")
     method, acc, src = _sync(ctx)
     if acc is None:
-        return Check.needs_declaration(rid, "clock sync accuracy unknown: declare 'clock_sync' "
-                                            "{method, accuracy_ms} in [tool.llmbench.declarations]")
+        return decide(rid, ok=None, needs="clock sync accuracy unknown: declare 'clock_sync' {method, accuracy_ms} in "
+                      "[tool.llmbench.declarations]")
     limit = draft.value("clock.ntp_max_s")  # §4.7.2
-    if acc <= limit:
-        return Check.met(rid, f"clock sync {method or '?'} accuracy {acc * 1e3:g} ms <= {limit * 1e3:g} ms ({src})",
-                         accuracy_s=acc)
-    return Check.unmet(rid, f"clock sync accuracy {acc * 1e3:g} ms > {limit * 1e3:g} ms ({src})", accuracy_s=acc)
+    return decide(rid, ok=acc <= limit,
+                  met=f"clock sync {method or '?'} accuracy {acc * 1e3:g} ms <= {limit * 1e3:g} ms ({src})",
+                  unmet=f"clock sync accuracy {acc * 1e3:g} ms > {limit * 1e3:g} ms ({src})", accuracy_s=acc)
 
 
 declaration_hook("4.7.2-MUST-1", "clock_sync")
@@ -56,34 +65,32 @@ def _ptp(ctx: _Ctx, rid: str) -> Check:
     f = ctx.facts
     method, _, _ = _sync(ctx)
     if f.clock.single_host:
-        return Check.not_applicable(rid, "single machine")
+        return decide(rid, ok=None, na="single machine")
     if f.clock.cross_host_intervals is None:
         return _need(rid, "whether any interval combines timestamps of two hosts")
     hosts = ", ".join(f.clock.load_hosts) or "?"
     if not f.clock.cross_host_intervals:
         test = tool_test("one_clock_per_interval")
-        c = Check.met(rid, f"the records were timed on one host's clock ({hosts}), and each interval takes both "
-                           f"ends from one clock ({test}): sub-ms sync not needed", test=test,
-                      load_hosts=list(f.clock.load_hosts))
-        c.source = "runtime-check"
-        return c
-    if (method or "").lower() == "ptp":
-        return Check.met(rid, f"PTP used for run windows spanning the load hosts ({hosts})")
-    return Check.unmet(rid, f"run windows span the clocks of {len(f.clock.load_hosts)} load hosts ({hosts}) "
-                            f"synchronised by {method or 'an undeclared method'}; PTP recommended")
+        return decide(rid, ok=True, met=f"the records were timed on one host's clock ({hosts}), and each interval "
+                      f"takes both ends from one clock ({test}): sub-ms sync not needed", source="runtime-check",
+                      test=test, load_hosts=list(f.clock.load_hosts))
+    return decide(rid, ok=(method or "").lower() == "ptp",
+                  met=f"PTP used for run windows spanning the load hosts ({hosts})",
+                  unmet=f"run windows span the clocks of {len(f.clock.load_hosts)} load hosts ({hosts}) "
+                        f"synchronised by {method or 'an undeclared method'}; PTP recommended")
 
 
 @evaluator("4.7.2-MUST-2")
 def _sync_statement(ctx: _Ctx, rid: str) -> Check:
     if ctx.facts.clock.single_host:
-        return Check.met(rid, "clock sync: single machine (one clock)")
+        return decide(rid, ok=True, met="clock sync: single machine (one clock)")
     method, acc, src = _sync(ctx)
     if method and acc is not None:
-        return Check.met(rid, f"clock sync {method}, accuracy {acc * 1e3:g} ms ({src})")
+        return decide(rid, ok=True, met=f"clock sync {method}, accuracy {acc * 1e3:g} ms ({src})")
     if ctx.facts.clock.single_host is None and not method:
-        return Check.unmet(rid, "neither single machine nor a clock synchronisation method recorded")
-    return Check.needs_declaration(rid, "clock sync method/accuracy unknown: declare 'clock_sync' "
-                                        "{method, accuracy_ms} in [tool.llmbench.declarations]")
+        return decide(rid, ok=False, unmet="neither single machine nor a clock synchronisation method recorded")
+    return decide(rid, ok=None, needs="clock sync method/accuracy unknown: declare 'clock_sync' {method, accuracy_ms} "
+                  "in [tool.llmbench.declarations]")
 
 
 declaration_hook("4.7.2-MUST-2", "clock_sync")
@@ -93,27 +100,26 @@ declaration_hook("4.7.2-MUST-2", "clock_sync")
 def _rtt(ctx: _Ctx, rid: str) -> Check:
     rtt = ctx.facts.network_rtt_s
     if rtt is None:
-        return Check.unmet(rid, "network RTT not measured separately")
-    return Check.met(rid, f"network RTT {rtt * 1e3:.2f} ms measured separately", network_rtt_s=rtt)
+        return decide(rid, ok=False, unmet="network RTT not measured separately")
+    return decide(rid, ok=True, met=f"network RTT {rtt * 1e3:.2f} ms measured separately", network_rtt_s=rtt)
 
 
 @evaluator("4.7.3-MAY-1")
 def _adjust_permission(ctx: _Ctx, rid: str) -> Check:
-    if ctx.facts.latency_adjustment:
-        return Check.met(rid, "permission used: network latency subtracted (raw TTFT kept)")
-    return Check.not_applicable(rid, "permission not used: no latency adjustment")
+    return decide(rid, ok=True if ctx.facts.latency_adjustment else None,
+                  met="permission used: network latency subtracted (raw TTFT kept)",
+                  na="permission not used: no latency adjustment")
 
 
 @evaluator("4.7.3-MUST-1")
 def _adjust_documented(ctx: _Ctx, rid: str) -> Check:
     adj = ctx.facts.latency_adjustment
     if not adj:  # the item is conditional ("any adjustment"): without one there is nothing to document
-        return Check.not_applicable(rid, "no latency adjustment applied: TTFT/E2E are raw client intervals "
-                                         "from T_submit (App. B.1.1)")
+        return decide(rid, ok=None, na="no latency adjustment applied: TTFT/E2E are raw client intervals from "
+                      "T_submit (App. B.1.1)")
     missing = [k for k in ("method", "value") if _blank(adj.get(k))]
-    if missing:
-        return Check.unmet(rid, f"latency adjustment lacks {', '.join(missing)}")
-    return Check.met(rid, f"latency adjustment documented: {_short(adj)}")
+    return decide(rid, ok=not missing, met=f"latency adjustment documented: {_short(adj)}",
+                  unmet=f"latency adjustment lacks {', '.join(missing)}")
 
 
 _TS_PATTERNS = {
@@ -138,16 +144,17 @@ def _timestamps(ctx: _Ctx, rid: str) -> Check:
     c = ctx.facts.clock
     fmt = c.timestamp_format
     if fmt is None and c.timestamp_sample is not None:
-        return Check.unmet(rid, f"timestamp {c.timestamp_sample!r} is in none of the formats {', '.join(_TS_PATTERNS)}")
+        return decide(rid, ok=False,
+                      unmet=f"timestamp {c.timestamp_sample!r} is in none of the formats {', '.join(_TS_PATTERNS)}")
     if fmt is None:
         return _need(rid, "timestamp format")
     if fmt not in _TS_PATTERNS:
-        return Check.unmet(rid, f"timestamp format {fmt!r} not one of {', '.join(_TS_PATTERNS)}")
+        return decide(rid, ok=False, unmet=f"timestamp format {fmt!r} not one of {', '.join(_TS_PATTERNS)}")
     if c.timestamp_sample is not None and not re.match(_TS_PATTERNS[fmt], str(c.timestamp_sample)):
-        return Check.unmet(rid, f"timestamp {c.timestamp_sample!r} does not match format {fmt}")
-    if item(rid).get("recommended_format") and fmt not in _TS_RECOMMENDED:
-        return Check.unmet(rid, f"timestamps as {fmt}; ISO 8601 with ms or Unix ms recommended")
-    return Check.met(rid, f"timestamps as {fmt}" + (f", e.g. {c.timestamp_sample}" if c.timestamp_sample else ""))
+        return decide(rid, ok=False, unmet=f"timestamp {c.timestamp_sample!r} does not match format {fmt}")
+    return decide(rid, ok=not (item(rid).get("recommended_format") and fmt not in _TS_RECOMMENDED),
+                  met=f"timestamps as {fmt}" + (f", e.g. {c.timestamp_sample}" if c.timestamp_sample else ""),
+                  unmet=f"timestamps as {fmt}; ISO 8601 with ms or Unix ms recommended")
 
 
 @evaluator("B.1.1-PARAM-1", "B.1.2-PARAM-1")
@@ -155,7 +162,8 @@ def _client_timing_points(ctx: _Ctx, rid: str) -> Check:
     audit = ctx.facts.records
     if audit is None or audit.n == 0:
         return _need(rid, "per-request records")
-    return Check.met(rid, "T_submit at send, T_first at the first content-bearing event parsed (records.TTFT_RULE)")
+    return decide(rid, ok=True, met="T_submit at send, T_first at the first content-bearing event parsed "
+                  "(records.TTFT_RULE)")
 
 
 @evaluator("B.3.1-PARAM-1", "B.3.2-PARAM-1")
@@ -163,10 +171,9 @@ def _sync_params(ctx: _Ctx, rid: str) -> Check:
     method, acc, src = _sync(ctx)
     limit = draft.value(item(rid)["draft"])  # B.3.1 NTP < 10 ms, B.3.2 PTP < 1 µs
     if acc is None:
-        return Check.needs_declaration(rid, "offset unknown: declare 'clock_sync' {method, accuracy_ms}")
-    if acc < limit:
-        return Check.met(rid, f"{method} offset {acc * 1e3:g} ms ({src})")
-    return Check.unmet(rid, f"{method} offset {acc * 1e3:g} ms >= {limit * 1e3:g} ms ({src})")
+        return decide(rid, ok=None, needs="offset unknown: declare 'clock_sync' {method, accuracy_ms}")
+    return decide(rid, ok=acc < limit, met=f"{method} offset {acc * 1e3:g} ms ({src})",
+                  unmet=f"{method} offset {acc * 1e3:g} ms >= {limit * 1e3:g} ms ({src})")
 
 
 # ---- 4.1.x boundary definitions (informational PARAM rows)
@@ -175,17 +182,16 @@ def _sync_params(ctx: _Ctx, rid: str) -> Check:
 @evaluator("4.1.1-PARAM-1")
 def _model_engine_boundary(ctx: _Ctx, rid: str) -> Check:
     f = ctx.facts
-    if f.guardrails and any(_onoff(f.guardrails.get(k)) == "on" for k in ("input_filter", "output_filter")):
-        return Check.unmet(rid, "Model Engine boundary but guardrails are on (outside that boundary)")
-    return Check.met(rid, f"boundary {f.boundary}")
+    on = bool(f.guardrails) and any(_onoff(f.guardrails.get(k)) == "on" for k in ("input_filter", "output_filter"))
+    return decide(rid, ok=not on, met=f"boundary {f.boundary}",
+                  unmet="Model Engine boundary but guardrails are on (outside that boundary)")
 
 
 @evaluator("4.1.2-PARAM-1")
 def _gateway_boundary(ctx: _Ctx, rid: str) -> Check:
     f = ctx.facts
-    if f.endpoint_scheme is not None and f.endpoint_scheme != "https":
-        return Check.unmet(rid, f"Application Gateway reached over {f.endpoint_scheme}, not its external HTTPS API")
-    return Check.met(rid, f"boundary {f.boundary}")
+    return decide(rid, ok=f.endpoint_scheme is None or f.endpoint_scheme == "https", met=f"boundary {f.boundary}",
+                  unmet=f"Application Gateway reached over {f.endpoint_scheme}, not its external HTTPS API")
 
 
 @evaluator("4.1.3-PARAM-1")
@@ -195,6 +201,6 @@ def _compound_boundary(ctx: _Ctx, rid: str) -> Check:
         # the plugin has no task driver, retrieval or tool components: only the tester can say what the
         # compound system's boundary holds
         return ctx.needs(rid, None, "the plugin drives a Compound System only through its external API")
-    return Check.met(rid, f"boundary {f.boundary}")
+    return decide(rid, ok=True, met=f"boundary {f.boundary}")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .engine import _blank, _Ctx, _need, _short, declaration_hook, evaluator
+from .engine import _blank, _Ctx, _need, _short, decide, declaration_hook, evaluator
 from .verdict import Check
 
 # ---- 4.8 guardrails
@@ -34,12 +34,10 @@ def _guardrail_disclosure(ctx: _Ctx, rid: str) -> Check:
     ev = {"declared": dict(g)} if src.startswith("declared") else {}
     v = _onoff(g.get(key))
     if key == "systems":
-        if _blank(v):
-            return Check.unmet(rid, f"guardrails.systems not disclosed ({src}); 'unknown' is allowed", **ev)
-        return Check.met(rid, f"safety systems: {_short(v)} ({src})", **ev)
-    if v not in ("on", "off", "unknown"):
-        return Check.unmet(rid, f"guardrails.{key} = {v!r}; expected on, off or unknown ({src})", **ev)
-    return Check.met(rid, f"{key.replace('_', ' ')}: {v} ({src})", **ev)
+        return decide(rid, ok=not _blank(v), met=f"safety systems: {_short(v)} ({src})",
+                      unmet=f"guardrails.systems not disclosed ({src}); 'unknown' is allowed", **ev)
+    return decide(rid, ok=v in ("on", "off", "unknown"), met=f"{key.replace('_', ' ')}: {v} ({src})",
+                  unmet=f"guardrails.{key} = {v!r}; expected on, off or unknown ({src})", **ev)
 
 
 def _onoff(v: Any) -> Any:
@@ -59,11 +57,12 @@ def _safety_accounted(ctx: _Ctx, rid: str) -> Check:
     parts = ["4.8.1-MUST-1", "4.8.1-MUST-2", "4.8.1-MUST-3", "4.8.1-MUST-4"]
     failing = [p for p in parts if ctx.check(p).fails]
     if not failing:
-        return Check.met(rid, "safety systems disclosed and refusals counted (4.8.1)")
+        return decide(rid, ok=True, met="safety systems disclosed and refusals counted (4.8.1)")
     declared = ctx.id_declaration(rid)
     if declared is not None:
         return declared
-    return Check.unmet(rid, f"safety systems not accounted for: {', '.join(failing)} unmet", unmet=failing)
+    return decide(rid, ok=False, unmet=f"safety systems not accounted for: {', '.join(failing)} unmet",
+                  unmet_items=failing)
 
 
 @evaluator("4.8.1-MUST-4")
@@ -71,14 +70,14 @@ def _refusals(ctx: _Ctx, rid: str) -> Check:
     audit = ctx.facts.records
     if audit is None:
         return _need(rid, "per-request records (refusal count)")
-    return Check.met(rid, f"{audit.refused} of {audit.n} requests refused", refused=audit.refused, n=audit.n)
+    return decide(rid, ok=True, met=f"{audit.refused} of {audit.n} requests refused", refused=audit.refused, n=audit.n)
 
 
 @evaluator("4.8.2-SHOULD-1")
 def _default_guardrails(ctx: _Ctx, rid: str) -> Check:
     g, _ = _guardrails(ctx)
     if g and any(_onoff(g.get(k)) == "off" for k in ("input_filter", "output_filter")):
-        return Check.unmet(rid, "safety systems were (partly) off in a production-representative run")
+        return decide(rid, ok=False, unmet="safety systems were (partly) off in a production-representative run")
     return ctx.declared(rid, "guardrails_default")
 
 
@@ -89,18 +88,18 @@ declaration_hook("4.8.2-SHOULD-1", "guardrails_default")
 def _safety_disabled_note(ctx: _Ctx, rid: str) -> Check:
     g, src = _guardrails(ctx)
     if g is None:
-        return Check.unmet(rid, "guardrail configuration unknown: cannot tell whether safety was disabled")
+        return decide(rid, ok=False, unmet="guardrail configuration unknown: cannot tell whether safety was disabled")
     off = [k for k in ("input_filter", "output_filter") if _onoff(g.get(k)) == "off"]
     if off:
-        return Check.met(rid, f"report notes: safety systems disabled ({', '.join(off)})", disabled=off)
-    return Check.met(rid, "no safety system disabled")
+        return decide(rid, ok=True, met=f"report notes: safety systems disabled ({', '.join(off)})", disabled=off)
+    return decide(rid, ok=True, met="no safety system disabled")
 
 
 @evaluator("4.8.2-SHOULD-2")
 def _guardrail_comparison(ctx: _Ctx, rid: str) -> Check:
-    if "5.10" in ctx.facts.session_tests:
-        return Check.met(rid, "a 5.10 guardrail-overhead result is part of this report")
-    return Check.unmet(rid, "no paired guardrails on/off runs (5.10) in this report")
+    return decide(rid, ok="5.10" in ctx.facts.session_tests,
+                  met="a 5.10 guardrail-overhead result is part of this report",
+                  unmet="no paired guardrails on/off runs (5.10) in this report")
 
 
 # ---- terminology and security: tester declarations

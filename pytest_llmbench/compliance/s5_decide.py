@@ -1,7 +1,8 @@
 """Deciders of the items only a procedure can observe (§5.1–§5.8): the procedure passes what it saw
 on its runs, its tables and its plots; the decision and its thresholds live here and in
-``data/compliance_items.yaml``. Each decider can be met and can be unmet
-(tests/test_compliance_items.py enumerates both for every one).
+``data/compliance_items.yaml``. Each decider returns a row
+(:func:`.engine.row`: the observation, the wording of each outcome, evidence) and can be met and can be
+unmet (tests/test_compliance_items.py enumerates both for every one).
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..common import draft
-from .engine import decides, item, item_data
-from .verdict import Check, Status
+from .engine import decides, item, item_data, row
+from .verdict import Check
 
 __all__ = ["listed"]
 
@@ -19,11 +20,6 @@ __all__ = ["listed"]
 def listed(name: str) -> list[Any]:
     """One list of ``data/compliance_items.yaml`` (``lists:``), e.g. the rows Table 1 must hold."""
     return list(item_data()["lists"][name])
-
-
-def _check(rid: str, ok: bool, met: str, unmet: str, figure: Any = None, source: str = "", **evidence: Any) -> Check:
-    c = Check(rid, Status.MET if ok else Status.UNMET, met if ok else unmet, evidence, source, figure=figure)
-    return c
 
 
 def _blank(v: Any) -> bool:
@@ -36,9 +32,9 @@ def _blank(v: Any) -> bool:
 @decides("5.1.2-MUST-2")
 def _request_count(rid: str, *, planned: int, sent: int) -> Check:
     """§5.1.2: the total request count is defined, and the run sent exactly that many."""
-    return _check(rid, planned >= 1 and sent == planned, f"request count {planned} defined; {sent} sent",
-                  f"request count {planned} defined but {sent} sent" if planned >= 1 else
-                  f"request count not defined ({planned!r})", figure=planned, planned=planned, sent=sent)
+    return row(rid, planned >= 1 and sent == planned, f"request count {planned} defined; {sent} sent",
+               f"request count {planned} defined but {sent} sent" if planned >= 1 else
+               f"request count not defined ({planned!r})", figure=planned, planned=planned, sent=sent)
 
 
 @decides("5.1.2-MUST-3", "5.1.2-MUST-4")
@@ -52,21 +48,21 @@ def _sample_size(rid: str, *, successful: int, ttft_samples: int) -> Check:
     short = successful - ttft_samples
     ttft = (f"; TTFT defined for {ttft_samples} ({short} streamed no non-whitespace content, §5.1.3.1)"
             if short > 0 else "")
-    return _check(rid, successful >= need, f"{successful} >= {need} successful requests for {what}{ttft}",
-                  f"{successful} requests < {need} required for {what}{ttft}", figure=successful, required=need,
-                  ttft_samples=ttft_samples)
+    return row(rid, successful >= need, f"{successful} >= {need} successful requests for {what}{ttft}",
+               f"{successful} requests < {need} required for {what}{ttft}", figure=successful, required=need,
+               ttft_samples=ttft_samples)
 
 
 @decides("5.1.3-MUST-1")
 def _pre_content(rid: str, *, pre_content: int, requests: int, noted: bool) -> Check:
     """§5.1.3.1: when the SUT sends non-content chunks first, the report says so and how TTFT is timed."""
     if pre_content == 0:
-        return Check.not_applicable(rid, f"none of {requests} requests sent a non-content chunk before the first "
-                                         "content token (measured)", pre_content_requests=0)
-    return _check(rid, noted, f"{pre_content} of {requests} requests sent non-content chunks first; the report "
-                  "notes it and times TTFT to the first content token",
-                  f"{pre_content} of {requests} requests sent non-content chunks first, and the report does not "
-                  "say so", figure=pre_content, source="measured", pre_content_requests=pre_content)
+        return row(rid, None, na=f"none of {requests} requests sent a non-content chunk before the first "
+                   "content token (measured)", pre_content_requests=0)
+    return row(rid, bool(noted), f"{pre_content} of {requests} requests sent non-content chunks first; the report "
+               "notes it and times TTFT to the first content token",
+               f"{pre_content} of {requests} requests sent non-content chunks first, and the report does not "
+               "say so", figure=pre_content, source="measured", pre_content_requests=pre_content)
 
 
 @decides("5.1.4-MUST-1")
@@ -74,16 +70,16 @@ def _percentiles(rid: str, *, reported: Mapping[str, Any]) -> Check:
     """§5.1.4.1: every TTFT percentile (P50, P90, P95, P99, P99.9) has a value in the written Table 1."""
     want = listed("ttft_percentile_rows")
     missing = [r for r in want if _blank(reported.get(r))]
-    return _check(rid, not missing, "Table 1: " + ", ".join(f"{r} {reported[r]}" for r in want),
-                  f"Table 1 lacks a value for {', '.join(missing)}", figure={r: reported.get(r) for r in want})
+    return row(rid, not missing, "Table 1: " + ", ".join(f"{r} {reported.get(r)}" for r in want),
+               f"Table 1 lacks a value for {', '.join(missing)}", figure={r: reported.get(r) for r in want})
 
 
 @decides("5.1.4-MUST-2")
 def _sample_count(rid: str, *, n_ok: int, notes: Sequence[str]) -> Check:
     """§5.1.4.3: the report states the sample count (read back from Table 1's notes)."""
     stated = any(f"n={n_ok}" in n for n in notes)
-    return _check(rid, stated, f"Table 1 states the sample count n={n_ok}",
-                  f"Table 1 does not state the sample count n={n_ok}", figure=n_ok)
+    return row(rid, stated, f"Table 1 states the sample count n={n_ok}",
+               f"Table 1 does not state the sample count n={n_ok}", figure=n_ok)
 
 
 @decides("5.1.4-SHOULD-1")
@@ -92,9 +88,9 @@ def _buckets(rid: str, *, buckets: Sequence[str]) -> Check:
     want = listed("ttft_input_buckets")
     other = [b for b in buckets if b not in want]
     ok = bool(buckets) and not other
-    return _check(rid, ok, f"Table 2 rows {', '.join(buckets)}: RECOMMENDED buckets ({len(buckets)} populated)",
-                  f"Table 2 rows {', '.join(other)} are not RECOMMENDED buckets" if other else "Table 2 has no row",
-                  figure=list(buckets))
+    return row(rid, ok, f"Table 2 rows {', '.join(buckets)}: RECOMMENDED buckets ({len(buckets)} populated)",
+               f"Table 2 rows {', '.join(other)} are not RECOMMENDED buckets" if other else "Table 2 has no row",
+               figure=list(buckets))
 
 
 @decides(*(f"5.1.5-MUST-{i}" for i in range(1, 9)))
@@ -103,12 +99,10 @@ def _summary_line(rid: str, *, line: str | None, what: str, key: str | None = No
     when several keys answer it)."""
     keys = [k.strip() for k in key.split(",")] if key else []
     if _blank(line) and keys:
-        c = Check.needs_declaration(rid, f"{what} not known to the client: declare "
-                                    + " and ".join(f"'{k}'" for k in keys))
-        c.key, c.source = keys[0], "none"
-        return c
-    return _check(rid, not _blank(line), f"{what}: {line}", f"{what} missing from the summary", figure=line,
-                  source=source if not _blank(line) else "none")
+        return row(rid, None, needs=f"{what} not known to the client: declare " + " and ".join(f"'{k}'" for k in keys),
+                   key=keys[0], source="none")
+    return row(rid, not _blank(line), f"{what}: {line}", f"{what} missing from the summary", figure=line,
+               source=source if not _blank(line) else "none")
 
 
 @decides("5.1.5-SHOULD-1")
@@ -116,15 +110,15 @@ def _table1(rid: str, *, rows: Sequence[str]) -> Check:
     """§5.1.5: results as a table with the RECOMMENDED rows (read back from Table 1)."""
     want = listed("ttft_table1_rows")
     missing = [r for r in want if r not in rows]
-    return _check(rid, not missing, f"Table 1 with rows {', '.join(want)}", f"Table 1 lacks rows {', '.join(missing)}",
-                  figure=len(rows))
+    return row(rid, not missing, f"Table 1 with rows {', '.join(want)}", f"Table 1 lacks rows {', '.join(missing)}",
+               figure=len(rows))
 
 
 @decides("5.1.5-SHOULD-2")
 def _ttft_plot(rid: str, *, samples: int) -> Check:
     """§5.1.5: a TTFT histogram / CDF (the samples handed to the report's plots)."""
-    return _check(rid, samples > 0, f"TTFT histogram and CDF in report.html from {samples} samples",
-                  "no TTFT samples to plot", figure=samples)
+    return row(rid, samples > 0, f"TTFT histogram and CDF in report.html from {samples} samples",
+               "no TTFT samples to plot", figure=samples)
 
 
 # ---------------------------------------------------------------------------------------------- §5.2
@@ -135,10 +129,10 @@ def _level_duration(rid: str, *, level_duration_s: float, send_windows_s: Sequen
     """§5.2.2: the test duration at each load level is defined (and the levels ran)."""
     ok = level_duration_s > 0 and bool(send_windows_s)
     shortest = min(send_windows_s) if send_windows_s else None
-    return _check(rid, ok, f"test duration per load level: {level_duration_s:g} s ({len(send_windows_s)} levels, "
-                  f"shortest send window {shortest:.1f} s)" if ok else "",
-                  f"level duration {level_duration_s!r} s, {len(send_windows_s)} levels ran",
-                  figure=level_duration_s, shortest_send_window_s=shortest)
+    return row(rid, ok, f"test duration per load level: {level_duration_s:g} s ({len(send_windows_s)} levels, "
+               f"shortest send window {shortest:.1f} s)" if ok else "",
+               f"level duration {level_duration_s!r} s, {len(send_windows_s)} levels ran",
+               figure=level_duration_s, shortest_send_window_s=shortest)
 
 
 @decides("5.2.2-SHOULD-1")
@@ -147,12 +141,12 @@ def _level_duration_recommended(rid: str, *, send_windows_s: Sequence[float]) ->
     (start → the stop condition; 1 % timer slack), not on the profile's setting."""
     need = draft.value("throughput.level_recommended_s")
     if not send_windows_s:
-        return Check.unmet(rid, "no load level ran")
+        return row(rid, False, unmet="no load level ran")
     shortest = min(send_windows_s)
-    return _check(rid, shortest >= 0.99 * need,
-                  f"every level's send window >= {need:g} s (shortest {shortest:.1f} s, {len(send_windows_s)} levels)",
-                  f"shortest level send window {shortest:.1f} s < the RECOMMENDED {need:g} s "
-                  f"({len(send_windows_s)} levels)", figure=shortest)
+    return row(rid, shortest >= 0.99 * need,
+               f"every level's send window >= {need:g} s (shortest {shortest:.1f} s, {len(send_windows_s)} levels)",
+               f"shortest level send window {shortest:.1f} s < the RECOMMENDED {need:g} s "
+               f"({len(send_windows_s)} levels)", figure=shortest)
 
 
 @decides("5.2.2-MUST-4", "5.2.2-MUST-5")
@@ -160,14 +154,14 @@ def _search_range(rid: str, *, loop: str, start: float, stop: float, step: float
     """§5.2.2: the search range (rate for open loop, concurrency for closed loop) and its step."""
     mine = item(rid)["loop"]  # open: the arrival-rate range (MUST-4); closed: the concurrency range (MUST-5)
     if loop != mine:
-        return Check.not_applicable(rid, f"{loop}-loop search: no {'arrival-rate' if mine == 'open' else 'concurrency'}"
-                                         " range")
+        return row(rid, None, na=f"{loop}-loop search: no {'arrival-rate' if mine == 'open' else 'concurrency'}"
+                   " range")
     what = "arrival rate" if mine == "open" else "concurrency"
     step_txt = "x2 (doubling)" if step is None else f"{step:g}"
     ok = start > 0 and stop >= start and (step is None or step > 0)
-    return _check(rid, ok, f"{what} {start:g}..{stop:g}, step {step_txt}{' (' + note + ')' if note else ''}",
-                  f"{what} range {start!r}..{stop!r} step {step!r} is not a defined search range",
-                  figure=[start, stop, step])
+    return row(rid, ok, f"{what} {start:g}..{stop:g}, step {step_txt}{' (' + note + ')' if note else ''}",
+               f"{what} range {start!r}..{stop!r} step {step!r} is not a defined search range",
+               figure=[start, stop, step])
 
 
 # ---------------------------------------------------------------------------------------------- §5.4
@@ -179,14 +173,14 @@ def _itl_min_output(rid: str, *, min_output_tokens: int, ok_requests: int, short
     """§5.4.2: every request produces at least 50 output tokens (measured on the records)."""
     need = int(draft.value("itl.min_output_tokens"))
     if min_output_tokens < need:
-        return Check.unmet(rid, f"min_output_tokens {min_output_tokens} < {need}")
+        return row(rid, False, unmet=f"min_output_tokens {min_output_tokens} < {need}")
     if ok_requests == 0:
-        return Check.unmet(rid, "no successful request")
-    return _check(rid, short_requests == 0, f"all {ok_requests} successful requests produced >= {need} output "
-                  f"tokens (shortest {shortest}; min_tokens + ignore_eos)",
-                  f"{short_requests} of {ok_requests} requests produced < {need} output tokens (shortest "
-                  f"{shortest}): the server did not honour min_tokens/ignore_eos", figure=shortest,
-                  short_requests=short_requests)
+        return row(rid, False, unmet="no successful request")
+    return row(rid, short_requests == 0, f"all {ok_requests} successful requests produced >= {need} output "
+               f"tokens (shortest {shortest}; min_tokens + ignore_eos)",
+               f"{short_requests} of {ok_requests} requests produced < {need} output tokens (shortest "
+               f"{shortest}): the server did not honour min_tokens/ignore_eos", figure=shortest,
+               short_requests=short_requests)
 
 
 @decides("5.4.2-SHOULD-2")
@@ -195,19 +189,19 @@ def _itl_levels(rid: str, *, fractions: Sequence[float]) -> Check:
     want = draft.value("itl.levels")
     ok = all(any(abs(f - x) < 1e-6 for f in fractions) for x in want)
     txt = ", ".join(f"{f:.0%}" for f in fractions)
-    return _check(rid, ok, f"levels {txt} of saturation",
-                  f"levels {txt} do not include " + ", ".join(f"{x:.0%}" for x in want) + " of saturation",
-                  figure=list(fractions))
+    return row(rid, ok, f"levels {txt} of saturation",
+               f"levels {txt} do not include " + ", ".join(f"{x:.0%}" for x in want) + " of saturation",
+               figure=list(fractions))
 
 
 @decides("5.4.3-MUST-1")
 def _itl_span(rid: str, *, checked: int, mismatched: int) -> Check:
     """§5.4.3: TTFT is never an ITL sample: each request's samples span exactly first-to-last token."""
-    return _check(rid, checked > 0 and mismatched == 0,
-                  f"for all {checked} requests the ITL samples add up to exactly first-to-last token time: no "
-                  "sample contains the TTFT",
-                  f"{mismatched} of {checked} requests' ITL samples do not span first-to-last token" if checked
-                  else "no request to check", figure=mismatched, requests_checked=checked)
+    return row(rid, checked > 0 and mismatched == 0,
+               f"for all {checked} requests the ITL samples add up to exactly first-to-last token time: no "
+               "sample contains the TTFT",
+               f"{mismatched} of {checked} requests' ITL samples do not span first-to-last token" if checked
+               else "no request to check", figure=mismatched, requests_checked=checked)
 
 
 # ---------------------------------------------------------------------------------------------- §5.5-§5.8
@@ -216,9 +210,10 @@ def _itl_span(rid: str, *, checked: int, mismatched: int) -> Check:
 @decides("7.4-SHOULD-3")
 def _cascading(rid: str, *, sampled: bool, stop_rule: str) -> Check:
     """§7.4: watch for cascading failures (server /metrics sampled during every level)."""
-    return _check(rid, sampled, f"server /metrics (queue depth, preemptions) sampled during every level; {stop_rule}",
-                  "the SUT's /metrics could not be sampled during the runs: cascading failures watched through "
-                  "client-side errors only", figure=sampled)
+    return row(rid, bool(sampled),
+               f"server /metrics (queue depth, preemptions) sampled during every level; {stop_rule}",
+               "the SUT's /metrics could not be sampled during the runs: cascading failures watched through "
+               "client-side errors only", figure=sampled)
 
 
 @decides("5.6.2-SHOULD-1")
@@ -226,15 +221,15 @@ def _contention_load(rid: str, *, fraction: float | None, rate: float | None, qu
     """§5.6.2: RECOMMENDED load at 70–90 % of saturation (and the SUT's queue did not grow)."""
     lo, hi = draft.value("fairness.load_band")
     if queue_growing:
-        return Check.unmet(rid, "the SUT's queue grew during the mixed run: the offered load "
-                           + (f"({fraction:.0%} of the request-rate capacity) " if fraction is not None else "")
-                           + "is above saturation for this class mix", fraction=fraction, queue_growing=True)
+        return row(rid, False, unmet="the SUT's queue grew during the mixed run: the offered load "
+                   + (f"({fraction:.0%} of the request-rate capacity) " if fraction is not None else "")
+                   + "is above saturation for this class mix", fraction=fraction, queue_growing=True)
     if fraction is None:
-        return Check.unmet(rid, f"load given as an absolute rate ({rate!r} req/s): its fraction of saturation is "
-                                f"unknown; use capacity_fraction in [{lo}, {hi}]")
-    return _check(rid, lo <= fraction <= hi, f"offered load {fraction:.0%} of saturation",
-                  f"offered load {fraction:.0%} of saturation, outside the RECOMMENDED {lo:.0%}-{hi:.0%}",
-                  figure=fraction, fraction=fraction)
+        return row(rid, False, unmet=f"load given as an absolute rate ({rate!r} req/s): its fraction of saturation is "
+                   f"unknown; use capacity_fraction in [{lo}, {hi}]")
+    return row(rid, lo <= fraction <= hi, f"offered load {fraction:.0%} of saturation",
+               f"offered load {fraction:.0%} of saturation, outside the RECOMMENDED {lo:.0%}-{hi:.0%}",
+               figure=fraction, fraction=fraction)
 
 
 @decides("5.7.2-MUST-1")
@@ -243,14 +238,12 @@ def _cache_configurations(rid: str, *, ran: Sequence[str], state_off: Any, state
     (measured); when it reports none, the tester declares the item by its id (how the cache was switched)."""
     missing = [r for r in ("disabled", "enabled") if r not in ran]
     if missing:
-        return Check.unmet(rid, f"missing the {' and '.join(missing)} run", ran=list(ran))
+        return row(rid, False, unmet=f"missing the {' and '.join(missing)} run", ran=list(ran))
     if state_off is False and state_on is True:
-        return _check(rid, True, "runs with the prefix cache disabled and enabled; the SUT reported each state", "",
-                      figure=[state_off, state_on], source="measured")
+        return row(rid, True, "runs with the prefix cache disabled and enabled; the SUT reported each state", "",
+                   figure=[state_off, state_on], source="measured")
     if state_off is True or state_on is False:
-        return Check.unmet(rid, f"the SUT reported prefix caching {state_off!r} in the disabled run and {state_on!r} "
-                                "in the enabled run", disabled_state=state_off, enabled_state=state_on)
-    c = Check.needs_declaration(rid, "runs with the prefix cache disabled and enabled, but the SUT did not report "
-                                     f"its state: declare '{rid}' (how the cache was switched) in the declarations file")
-    c.key, c.source = rid, "none"
-    return c
+        return row(rid, False, unmet=f"the SUT reported prefix caching {state_off!r} in the disabled run and "
+                   f"{state_on!r} in the enabled run", disabled_state=state_off, enabled_state=state_on)
+    return row(rid, None, needs="runs with the prefix cache disabled and enabled, but the SUT did not report its "
+               f"state: declare '{rid}' (how the cache was switched) in the declarations file", key=rid, source="none")

@@ -1,6 +1,6 @@
 """The results document: one JSON-ready dict built from a :class:`~.session.SessionResult` (App. C).
 
-This is the one boundary between measuring and showing (shared/DESIGN.md). Every figure a
+This is the one boundary between measuring and showing (docs/architecture.md). Every figure a
 report, the terminal table, the JUnit properties or the step summary shows is computed here or
 before (key results, throughput at TTFT P99 < 500 ms, plot quantiles, histograms and fits) and
 stored with its unit; ``report/`` only renders the dict, which is what ``results.json`` holds, so

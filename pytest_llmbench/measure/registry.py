@@ -1,4 +1,4 @@
-"""The metric registry: every metric declared once, computing nothing (shared/DESIGN.md).
+"""The metric registry: every metric declared once, computing nothing (docs/architecture.md).
 
 Like AIPerf's metric classes, each :class:`Metric` states its name, the aliases an SLO may use,
 its unit (a name from :mod:`.units`, the one unit vocabulary), its direction (lower or higher is

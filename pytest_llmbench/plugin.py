@@ -1,4 +1,4 @@
-"""pytest glue only: options, markers, fixtures and hooks (shared/DESIGN.md).
+"""pytest glue only: options, markers, fixtures and hooks (docs/architecture.md).
 
 The session itself (SUT, result cache, capacity hand-off, recovery) is a pytest-free
 :class:`~.session.Session`; this module builds it from the options, hands it a progress reporter

@@ -40,7 +40,6 @@ def test_export_aiperf_and_http_trace_through_the_plugin(pytester: pytest.Pytest
     traced = [r for r in records if r.get("http_trace")]
     assert len(traced) == len(records)
     doc = json.loads((pytester.path / "rep" / "results.json").read_text())
-    text = json.dumps(doc)
     proc = doc["procedures"][0]
     assert proc["experience"][0]["values"]["token_weighted_goodput"]["unit"] == "tokens/s"
     assert {"goodput", "token_weighted_goodput", "fluid_token_rate"} <= set(doc["metrics"]) | {"goodput"}

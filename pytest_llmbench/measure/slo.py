@@ -1,4 +1,4 @@
-"""SLO thresholds and assertions with readable failure messages (shared/DESIGN.md "pytest shape").
+"""SLO thresholds and assertions with readable failure messages (docs/architecture.md "pytest shape").
 
 An SLO is written the way people say it: ``ttft.p99 <= 500ms``, ``itl.p99.9 <= 200ms``,
 ``success_rate >= 99%``, ``output_throughput >= 2000 tok/s``, ``fluidity.p1 >= 0.9``. Three shapes:

@@ -410,7 +410,6 @@ def view(doc: Mapping[str, Any], *, with_figures: bool = False) -> dict[str, Any
         "record_links": [[f"[{r['path']}]({r['path']})", r["kind"], f"{r['bytes']:,}"] for r in doc["records"]],
         "definitions": definitions,
         "capacity_rows": [[k, _capacity(v)] for k, v in (doc.get("capacity") or {}).items()],
-        "comparison": comparison_view(doc),
         "any_undersampled": "†" in json.dumps(summary_rows, ensure_ascii=False) or any(
             "†" in c for p in procs for row in p["dist_rows"] for c in row),
     }

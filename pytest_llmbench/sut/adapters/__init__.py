@@ -1,5 +1,5 @@
 """Server adapters: what a known serving engine adds to the OpenAI API, without special cases in
-the client's hot path (shared/DESIGN.md, ``sut.py + adapters/``).
+the client's hot path (docs/architecture.md, "SUT").
 
 An adapter names the server kind, recognises it from ``GET /v1/models``, ``/props``, ``/version``
 or ``/get_model_info``, contributes extra request-body fields (through ``SUT.extra_body``, merged

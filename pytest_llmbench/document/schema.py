@@ -21,7 +21,10 @@ __all__ = ["SCHEMA_VERSION", "ReportError", "dumps_document", "load_document", "
 #: ``procedures[].compliance.items[]`` (per-item evidence, source, key, fix).
 #: 1.4: per procedure result what the procedure declares: ``primary_run``, ``key_figures``, ``sweep``,
 #: ``warnings``, ``overlays`` (the headline and plots aggregate them); 1.3 documents still render.
-SCHEMA_VERSION = "1.4"
+#: 1.5: a procedure table's numeric cells keep the number with its unit (``{"value", "unit"}``, optional
+#: ``digits``, ``label``, ``signed``; or a list of words and numbers), shown by the report's one formatter
+#: (units.format_cell); documents before 1.5, whose cells are strings, still render.
+SCHEMA_VERSION = "1.5"
 
 
 class ReportError(ValueError):

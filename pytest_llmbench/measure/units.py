@@ -196,6 +196,14 @@ class Cell:
     def __str__(self) -> str:
         return format_cell(self)
 
+    def __float__(self) -> float:
+        if self.value is None:
+            raise TypeError("a Cell without a value (n/a) has no number")
+        return float(self.value)
+
+    def __int__(self) -> int:
+        return int(float(self))
+
     def to_json(self) -> dict[str, Any]:
         return cell_json(self)
 

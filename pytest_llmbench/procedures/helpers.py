@@ -46,7 +46,6 @@ __all__ = [
     "FLUID_RATE_NOTE",
     "fluid_rate",
     "fmt_ms",
-    "fmt_num",
     "fmt_short",
     "level_specs",
     "parse_criteria",
@@ -317,12 +316,6 @@ def count_cancelled_as_unsuccessful(m: Measured, everyone: AllRequests) -> None:
     m.metrics.scalars["success_rate"] = dataclasses.replace(
         est, method=f"{est.method}; successful / sent: {everyone.cancelled} cancelled and {everyone.failed} "
                     "failed requests count against it")
-
-
-def fmt_num(value: float | None, unit: str = "", digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{value:.{digits}f}{(' ' + unit) if unit else ''}"
 
 
 def fluid_rate(metrics: RunMetrics) -> float | None:

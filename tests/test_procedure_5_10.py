@@ -15,6 +15,7 @@ from factories import StartHarness, measured_ok
 from pytest_llmbench.common.records import ErrorType
 from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.common.tokenizer import get_tokenizer
+from pytest_llmbench.measure.units import format_cell
 from pytest_llmbench.procedures.base import Capacity, ProcedureContext, ProcedureError, SkipProcedure, get_procedure
 from pytest_llmbench.procedures.p5_10_guardrails import Guardrails
 from pytest_llmbench.settings import Settings
@@ -170,7 +171,7 @@ def test_rewarm_after_switch_and_max_throughput_beyond_capacity(harness: StartHa
         # never above the engine's decode-only bound (a busy host only lowers it); 5 %: chunk bunching at the edges
         assert m[f"{key}_max_throughput_tps"] <= model_max_tps * 1.05
     t14 = result.tables[1]
-    assert "1.5 x the request-rate capacity" in t14.notes[0] and not any(">=" in row[1] for row in t14.rows)
+    assert "1.5 x the request-rate capacity" in t14.notes[0] and not any(">=" in format_cell(row[1]) for row in t14.rows)
 
 
 def test_saturation_detection_on_synthetic_runs() -> None:

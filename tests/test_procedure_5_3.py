@@ -118,7 +118,7 @@ def test_curve_shape_and_derived_points(curve) -> None:  # type: ignore[no-untyp
     assert len(t5.rows) == 12
     detail = curve.tables[1]  # Etalon fluid token rate per level (issue 19)
     assert detail.columns[-1] == "Fluid rate" and len(m["fluid_token_rate_tok_s"]) == 12
-    assert all(r[-1].endswith("tok/s") for r in detail.rows[:5])  # below capacity; n/a when no D_d fits
+    assert all(str(r[-1]).endswith("tok/s") for r in detail.rows[:5])  # below capacity; n/a when no D_d fits
     assert m["fluid_token_rate_tok_s"][0] > 0
     # achieved throughput grows with the offered load below capacity (common random numbers)
     ach = [lv["achieved_tok_s"] for lv in m["levels"]]

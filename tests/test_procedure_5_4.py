@@ -56,7 +56,7 @@ def test_low_load_itl_matches_the_engine_model(result) -> None:  # type: ignore[
     assert lv["fluid_token_rate_tok_s"] == pytest.approx(fluid)
     assert fluid <= 1.0 / (0.95 * CFG.predicted_itl_s(1))  # no faster than one token per decode iteration
     shape = result.tables[-1]
-    assert shape.columns[-1] == "Fluid rate" and shape.rows[0][-1] == f"{fluid:.0f} tok/s"
+    assert shape.columns[-1] == "Fluid rate" and str(shape.rows[0][-1]) == f"{fluid:.0f} tok/s"
     # option C exactly: every level's ITL samples are the server's own gaps between consecutive
     # emitted tokens, TTFT excluded (exact, whatever the machine's load)
     for run in result.runs:

@@ -87,10 +87,10 @@ def test_long_prompts_inflate_short_ttft(harness: StartHarness) -> None:
     t8, t9 = result.tables[0], result.tables[1]
     assert t8.columns == ["Class", "Count", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99"]
     assert [r[0] for r in t8.rows] == ["Short", "Long"]
-    assert [r[1] for r in t8.rows] == [str(len(mixed_t["short"])), str(len(mixed_t["long"]))]
+    assert [str(r[1]) for r in t8.rows] == [str(len(mixed_t["short"])), str(len(mixed_t["long"]))]
     assert [r[0] for r in t9.rows] == ["Jain's Fairness Index", "Short Class Starvation", "Long Class Starvation",
                                        "Jain's index over the 2 classes (secondary)"]
-    assert t9.rows[0][1] == f"{m['jain_index']:.2f}"
+    assert str(t9.rows[0][1]) == f"{m['jain_index']:.2f}"
     assert result.checks["5.6.3-PARAM-2"].status.value == "met"  # same total load
     assert set(result.plots["classes"]) == {"short", "long"}
     # 80 % of this capacity is below saturation for this mix. The rule needs a significant slope AND a

@@ -23,6 +23,7 @@ from factories import simulator_harness
 from pytest_llmbench.common.records import ErrorType
 from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.measure.metrics import summarize
+from pytest_llmbench.measure.units import format_cell
 from pytest_llmbench.procedures.base import Capacity, RunSummary, get_procedure
 from pytest_llmbench.procedures.common import Measured
 from pytest_llmbench.procedures.p5_8_memory_pressure import NOT_MEASURABLE, _assess, _degradation, level_concurrency
@@ -73,9 +74,10 @@ def test_preemptions_above_capacity_none_below(outcome):
 def test_table11_and_checks(outcome):
     table = outcome.tables[0]
     assert table.columns == ["Oversub Level", "Complete", "Preempt", "Fail Rate", "Cancelled", "TTFT P99"]
-    assert [r[4] for r in table.rows] == [f"0 of {lv['requests']} (0.0%)" for lv in outcome.measurements["levels"]]
+    assert [format_cell(r[4]) for r in table.rows] == [f"0 of {lv['requests']} (0.0%)"
+                                                       for lv in outcome.measurements["levels"]]
     assert [r[0] for r in table.rows] == ["50%", "150%"]
-    assert table.rows[0][2] == "0.0%" and table.rows[1][2] != "0.0%"
+    assert str(table.rows[0][2]) == "0.0%" and str(table.rows[1][2]) != "0.0%"
     assert outcome.facts.exceeds_capacity is True
     c = outcome.checks
     assert c["7.4-SHOULD-3"].status.value == "met"

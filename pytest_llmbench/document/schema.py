@@ -23,7 +23,10 @@ __all__ = ["SCHEMA_VERSION", "ReportError", "dumps_document", "load_document", "
 #: ``warnings`` (kind and text), ``overlays`` (the headline and plots aggregate them); ``tests[].slo_results``
 #: (every SLO judged on a test, body ``assert_slo`` included); client-delay figures carry ``error_ms`` (the
 #: delay propagated to the figure); ``headline.findings`` (each kind of finding once). 1.3 documents still render.
-SCHEMA_VERSION = "1.4"
+#: 1.5: a procedure table's numeric cells keep the number with its unit (``{"value", "unit"}``, optional
+#: ``digits``, ``label``, ``signed``; or a list of words and numbers), shown by the report's one formatter
+#: (units.format_cell); documents before 1.5, whose cells are strings, still render.
+SCHEMA_VERSION = "1.5"
 
 
 class ReportError(ValueError):

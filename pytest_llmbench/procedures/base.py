@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..common.seeds import Seeds
+from ..measure.units import CellValue, cell_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..common.tokenizer import Tokenizer
@@ -73,15 +74,21 @@ class SkipProcedure(Exception):
 
 @dataclass
 class Table:
-    """One of the draft's reporting tables (Tables 1–14) or a supporting table."""
+    """One of the draft's reporting tables (Tables 1–14) or a supporting table.
+
+    A cell is words (row labels, verdicts, ``n/a (…)``), a :class:`~pytest_llmbench.measure.units.Cell`
+    (a number with its unit, shown by the report's one formatter) or a list of both read in a row
+    (``[">= ", Cell(0.127, "s")]``); results.json (1.5) keeps the numbers with their units.
+    """
 
     title: str
     columns: list[str]
-    rows: list[list[str]]
+    rows: list[list[CellValue]]
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {"title": self.title, "columns": list(self.columns),
+                "rows": [[cell_json(c) for c in row] for row in self.rows], "notes": list(self.notes)}
 
 
 @dataclass

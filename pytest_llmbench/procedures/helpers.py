@@ -18,6 +18,7 @@ from ..common.records import RequestRecord, RequestSpec
 from ..compliance import Check, decide
 from ..measure.metrics import STEADY_STATE_FRACTION, steady_state_window
 from ..measure.stats import CensoredPercentile, censored_percentile, proportion_estimate, queue_growing
+from ..measure.units import Cell, CellValue, format_cell, format_value
 from ..workloads import build_workload
 from .base import Finding
 
@@ -32,6 +33,7 @@ __all__ = [
     "AllRequests",
     "all_requests",
     "count_cancelled_as_unsuccessful",
+    "censored_cell",
     "fmt_censored",
     "QueueTrend",
     "build_level_specs",
@@ -45,7 +47,6 @@ __all__ = [
     "FLUID_RATE_NOTE",
     "fluid_rate",
     "fmt_ms",
-    "fmt_num",
     "fmt_short",
     "level_specs",
     "parse_criteria",
@@ -222,20 +223,21 @@ class LevelStream:
 
 
 def fmt_ms(seconds: float | None) -> str:
-    """A latency for a draft table: ``127 ms`` below 10 s, ``12.3 s`` above; ``n/a`` when undefined."""
-    if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
-        return "n/a"
-    if seconds >= 10:
-        return f"{seconds:.1f} s"
-    ms = seconds * 1000
-    return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
+    """A latency in a note's text as a draft table shows it (units.format_value, cell style): ``127 ms``
+    below 10 s, ``12.3 s`` above; ``n/a`` when undefined. Tables hold ``Cell(seconds, "s")`` instead."""
+    return format_value(seconds, "s", style="cell")
 
 
-def fmt_censored(cp: CensoredPercentile | None) -> str:
+def censored_cell(cp: CensoredPercentile | None) -> CellValue:
     """A censored percentile for a table: the value, or ``>= lower bound`` when censoring reaches it."""
     if cp is None or cp.n == 0:
         return "n/a"
-    return fmt_ms(cp.value) if cp.bounded else f">= {fmt_ms(cp.lower)}"
+    return Cell(cp.value, "s") if cp.bounded else [">= ", Cell(cp.lower, "s")]
+
+
+def fmt_censored(cp: CensoredPercentile | None) -> str:
+    """:func:`censored_cell` as text (for a note)."""
+    return format_cell(censored_cell(cp))
 
 
 CENSORED_NOTE = ("cancelled requests (still running when the drain time ran out) count against success and "
@@ -317,12 +319,6 @@ def count_cancelled_as_unsuccessful(m: Measured, everyone: AllRequests) -> None:
                     "failed requests count against it")
 
 
-def fmt_num(value: float | None, unit: str = "", digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{value:.{digits}f}{(' ' + unit) if unit else ''}"
-
-
 def fluid_rate(metrics: RunMetrics) -> float | None:
     """A run's Etalon fluid token generation rate (tokens/s, §4.2 of Etalon; metrics.summarize), or None."""
     est = metrics.scalars.get("fluid_token_rate")
@@ -333,11 +329,11 @@ FLUID_RATE_NOTE = ("fluid rate: Etalon's fluid token generation rate, 1 / the sm
                    ">= 99% of requests keep fluidity-index >= 0.9 (prefill deadline fitted to the run's TTFTs)")
 
 
-def percentile_row(metrics: RunMetrics, name: str, ps: Sequence[float] = (50, 95, 99)) -> list[str]:
-    """Formatted percentiles of a distribution for a draft table ("n/a" when absent)."""
+def percentile_row(metrics: RunMetrics, name: str, ps: Sequence[float] = (50, 95, 99)) -> list[CellValue]:
+    """Percentiles of a distribution (seconds) for a draft table ("n/a" when absent)."""
     if name not in metrics.distributions or metrics.distributions[name].n == 0:
         return ["n/a" for _ in ps]
-    return [fmt_ms(metrics.percentile(name, p).value) for p in ps]
+    return [Cell(metrics.percentile(name, p).value, "s") for p in ps]
 
 
 def pvalue(metrics: RunMetrics, name: str, p: float) -> float | None:
@@ -392,12 +388,13 @@ def _holds(tables: Sequence[Table], table: Table) -> bool:
 
 
 def _values(table: Table, name: str) -> list[str] | None:
-    """The cells of column ``name``, or of the row whose first cell is ``name``; None when neither exists."""
+    """The cells of column ``name``, or of the row whose first cell is ``name``, as the report shows
+    them (a :class:`Cell` without a value reads ``n/a``); None when neither exists."""
     if name in table.columns:
         i = table.columns.index(name)
-        return [str(row[i]) for row in table.rows]
+        return [format_cell(row[i]) for row in table.rows]
     row = next((r for r in table.rows if r and r[0] == name), None)
-    return None if row is None else [str(x) for x in row[1:]]
+    return None if row is None else [format_cell(x) for x in row[1:]]
 
 
 def reported(rid: str, what: str, needs: Sequence[tuple[Table, str]], tables: Sequence[Table]) -> Check:

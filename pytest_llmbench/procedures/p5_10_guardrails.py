@@ -37,11 +37,12 @@ from ..common import draft
 from ..common.records import ErrorType
 from ..compliance import Check, RunFacts, decide
 from ..loadgen.warmup import WarmupResult
+from ..measure.units import Cell, CellValue
 from ..sut.system import simulator_guardrails
 from ..workloads import build_workload
 from .base import LoadSpec, Overlays, ProcedureContext, RunSummary, Series, SkipProcedure, Table
 from .common import Measured, refusal_policy, resolve_load
-from .helpers import cap_output, fmt_ms, pvalue
+from .helpers import cap_output, pvalue
 from .pipeline import Outcome, ProcedureRun
 
 GUARDRAIL_CONFIGS = ("none", "input", "output", "full")
@@ -154,12 +155,6 @@ def _ms(v: float | None) -> float | None:
 
 def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
-
-
-def _fmt_delta(v: float | None) -> str:
-    if v is None:
-        return "n/a"
-    return ("+" if v >= 0 else "-") + fmt_ms(abs(v))
 
 
 def _switch(ctx: ProcedureContext, mode: str) -> None:
@@ -316,8 +311,8 @@ class Guardrails(ProcedureRun[GuardrailParams]):
     def _table13(self) -> Table:
         cfgs, rl, q, cap_rate = self.p.configurations, self.p.report_level, self.q, self.cap_rate
         return Table("Table 13: Guardrail Overhead", ["Configuration", "TTFT P50", "TTFT P99", "E2E P50", "E2E P99"],
-                     [[LABELS[c], fmt_ms(q(c, rl, "ttft", 50)), fmt_ms(q(c, rl, "ttft", 99)),
-                       fmt_ms(q(c, rl, "e2e", 50)), fmt_ms(q(c, rl, "e2e", 99))] for c in cfgs],
+                     [[LABELS[c], Cell(q(c, rl, "ttft", 50), "s"), Cell(q(c, rl, "ttft", 99), "s"),
+                       Cell(q(c, rl, "e2e", 50), "s"), Cell(q(c, rl, "e2e", 99), "s")] for c in cfgs],
                      notes=[f"at {rl:.0%} of capacity ({rl * cap_rate:.2f} req/s)" if cap_rate
                             else f"at {rl:.0%} of capacity",
                             "successful requests only: refused requests are failures (see the refusal table)",
@@ -333,9 +328,10 @@ class Guardrails(ProcedureRun[GuardrailParams]):
             for c in cfgs:
                 m = self.runs[(c, frac)]
                 mt = m.metrics
-                detail_rows.append([LABELS[c], f"{frac:.0%}", str(len(m.records)), str(_refused(m)),
-                                    *(fmt_ms(pvalue(mt, "ttft", x)) for x in (50, 95, 99)),
-                                    fmt_ms(pvalue(mt, "e2e", 50)), fmt_ms(pvalue(mt, "e2e", 99))])
+                detail_rows.append([LABELS[c], Cell(frac, "fraction", 0), Cell(len(m.records), "requests"),
+                                    Cell(_refused(m), "requests"),
+                                    *(Cell(pvalue(mt, "ttft", x), "s") for x in (50, 95, 99)),
+                                    Cell(pvalue(mt, "e2e", 50), "s"), Cell(pvalue(mt, "e2e", 99), "s")])
                 for x in (50, 95, 99):
                     meas[f"{KEYS[c]}_{pct}_ttft_p{x}_ms"] = _ms(pvalue(mt, "ttft", x))
                 for x in (50, 99):
@@ -343,11 +339,11 @@ class Guardrails(ProcedureRun[GuardrailParams]):
                 meas[f"{KEYS[c]}_{pct}_refused"] = _refused(m)
                 meas[f"{KEYS[c]}_{pct}_successful"] = mt.distributions["ttft"].n
             if "none" in cfgs:
-                row = [f"{frac:.0%}"]
+                row: list[CellValue] = [Cell(frac, "fraction", 0)]
                 for cfg, name in (("input", "ttft"), ("full", "e2e"), ("output", "e2e")):
                     for x in (50, 99):
                         d = _diff(q(cfg, frac, name, x), q("none", frac, name, x)) if cfg in cfgs else None
-                        row.append(_fmt_delta(d))
+                        row.append(Cell(d, "s", signed=True))
                         label = {"input": "input_filter_overhead_ttft", "full": "total_overhead_e2e",
                                  "output": "output_filter_overhead_e2e"}[cfg]
                         meas[f"{label}_p{x}_ms_{pct}"] = _ms(d)
@@ -405,9 +401,9 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         for c in cfgs:
             t = tput[c]
             red = None if t is None or not base_t or c == "none" else (t - base_t) / base_t * 100.0
-            bound = ">= " if LABELS[c] in unsat else ""
-            rows14.append([LABELS[c], "n/a" if t is None else f"{bound}{t:.0f} tok/s",
-                           "-" if c == "none" else ("n/a" if red is None else f"{red:+.1f}%")])
+            best = Cell(t, "tokens/s", 0, label=True)
+            rows14.append([LABELS[c], [">= ", best] if LABELS[c] in unsat and t is not None else best,
+                           "-" if c == "none" else Cell(red, "%", 1, signed=True)])
             meas[f"{KEYS[c]}_max_throughput_tps"] = None if t is None else round(t, 2)
             if c != "none":
                 meas[f"{KEYS[c]}_throughput_reduction_pct"] = None if red is None else round(red, 2)
@@ -430,8 +426,8 @@ class Guardrails(ProcedureRun[GuardrailParams]):
             refused = sum(_refused(m) for m in ms)
             server = [_server_refused(m) for m in ms]
             srv = None if any(s is None for s in server) else int(sum(server))  # type: ignore[arg-type]
-            ref_rows.append([LABELS[c], str(n), str(refused), f"{refused / n * 100:.1f}%" if n else "n/a",
-                             "n/a" if srv is None else str(srv)])
+            ref_rows.append([LABELS[c], Cell(n, "requests"), Cell(refused, "requests"),
+                             Cell(refused / n if n else None, "fraction", 1), Cell(srv, "requests")])
             meas[f"{KEYS[c]}_refusals"] = refused
             meas[f"{KEYS[c]}_refusals_server"] = srv
             meas[f"{KEYS[c]}_requests"] = n

@@ -21,10 +21,11 @@ from ..client import LLMClient
 from ..common import draft
 from ..compliance import Check, decide
 from ..loadgen.warmup import WarmupResult
+from ..measure.units import Cell, format_cell
 from ..workloads import build_workload
 from .base import LoadSpec, Table, poisson
 from .common import declarations, prefix_cache_state, resolve_load
-from .helpers import cap_output, fmt_ms, percentile_row, sample_list
+from .helpers import cap_output, percentile_row, sample_list
 from .pipeline import Outcome, ProcedureRun, latency_figures
 
 P99_MIN, P999_MIN = draft.value("ttft.p99_min_requests"), draft.value("ttft.p999_min_requests")  # §5.1.2.1
@@ -150,21 +151,22 @@ class TTFT(ProcedureRun[TTFTParams]):
         metrics, n_ok = m.metrics, self.n_ok
         ttft = metrics.distributions["ttft"]
 
-        def pct(q: float) -> str:
-            return fmt_ms(metrics.percentile("ttft", q).value) if n_ok else "n/a"
+        def pct(q: float) -> Cell:
+            return Cell(metrics.percentile("ttft", q).value if n_ok else None, "s")
 
         table1 = Table(
             "Table 1: TTFT Results",
             ["Metric", "Value"],
-            [["Requests", str(n_ok)]]
+            [["Requests", Cell(n_ok, "requests")]]
             + [[f"TTFT P{q:g}", pct(q)] for q in TTFT_PERCENTILES]
-            + [["TTFT Mean", fmt_ms(ttft.mean.value if n_ok else None)],
-               ["TTFT Min", fmt_ms(ttft.min if n_ok else None)], ["TTFT Max", fmt_ms(ttft.max if n_ok else None)]],
+            + [["TTFT Mean", Cell(ttft.mean.value if n_ok else None, "s")],
+               ["TTFT Min", Cell(ttft.min if n_ok else None, "s")],
+               ["TTFT Max", Cell(ttft.max if n_ok else None, "s")]],
             notes=[f"sample count n={n_ok} successful measured requests of {len(m.records)} sent (§5.1.4.3)",
                    "TTFT = first content token (non-whitespace), §5.1.3.1", *undersampled],
         )
         rows2 = [[label.strip("[)").replace(",", "-").replace("-inf", "+"),
-                  *(fmt_ms(dist.percentile(q).value) for q in (50, 95, 99)), str(dist.n)]
+                  *(Cell(dist.percentile(q).value, "s") for q in (50, 95, 99)), Cell(dist.n, "requests")]
                  for label, dist in metrics.ttft_by_input_length.items()]
         tables = [table1, Table("Table 2: TTFT by Input Length",
                                 ["Input Tokens", "P50 (ms)", "P95 (ms)", "P99 (ms)", "n"], rows2)]
@@ -219,7 +221,7 @@ class TTFT(ProcedureRun[TTFTParams]):
         """The 5.1 items, decided by compliance from what this run sent and what its report holds."""
         n_ok, m = self.n_ok, self.main
         table1, table2 = out.tables[0], out.tables[1]
-        written = {row[0]: row[1] for row in table1.rows}
+        written = {row[0]: format_cell(row[1]) for row in table1.rows}  # as the report shows them
         pre_noted = any("non-content" in n and "first content token" in n for n in out.notes)
         checks = {
             "5.1.2-MUST-2": decide("5.1.2-MUST-2", planned=self.p.requests, sent=len(m.records)),

@@ -54,6 +54,7 @@ from ..loadgen.warmup import WarmupResult
 from ..measure.metrics import RunMetrics
 from ..measure.registry import METRICS
 from ..measure.stats import completion_rate_saturated, tail_blowup
+from ..measure.units import Cell, CellValue, format_cell
 from .base import Capacity, KeyFigure, ProcedureContext, Sweep, Table
 from .common import Measured, measure, probe_window_s, request_floor_s
 from .helpers import (
@@ -61,7 +62,6 @@ from .helpers import (
     QueueTrend,
     criteria_failures,
     fmt_ms,
-    fmt_num,
     fmt_short,
     level_specs,
     parse_criteria,
@@ -579,17 +579,20 @@ class Throughput(ProcedureRun[ThroughputParams]):
                          "this level")
         util = _batch_utilization(ctx, bm)
         tpg = ba.output_tps / gpus if gpus else None
-        sustain_txt = (f"{ba.level:.2f} req/s" if not closed
-                       else f"concurrency {int(ba.level)} ({ba.request_rate:.2f} req/s)")
+        sustain: CellValue = (Cell(ba.level, "requests/s", 2, label=True) if not closed
+                              else ["concurrency ", Cell(int(ba.level), "requests"), " (",
+                                    Cell(ba.request_rate, "requests/s", 2, label=True), ")"])
+        sustain_txt = format_cell(sustain)
         self.table3 = (Table(
             "Table 3: Throughput Summary", ["Metric", "Value"],
-            [["Max Output Throughput", fmt_num(ba.output_tps, "tok/s", 0)],
-             ["Max Request Throughput", fmt_num(ba.request_rate, "req/s", 1)],
-             ["Max Input Throughput", fmt_num(ba.input_tps, "tok/s", 0)],
-             ["Sustainable Load", sustain_txt],
-             ["Tokens per GPU-second", fmt_num(tpg, "tok/s/GPU", 0) if tpg is not None
+            [["Max Output Throughput", Cell(ba.output_tps, "tokens/s", 0, label=True)],
+             ["Max Request Throughput", Cell(ba.request_rate, "requests/s", 1, label=True)],
+             ["Max Input Throughput", Cell(ba.input_tps, "tokens/s", 0, label=True)],
+             ["Sustainable Load", sustain],
+             ["Tokens per GPU-second", Cell(tpg, "tokens/s/GPU", 0, label=True) if tpg is not None
               else "n/a (GPU count not declared or 0)"],
-             ["Batch Utilization", f"{util[0]:.1%} (mean batch {util[1]:.1f} / max {util[2]})" if util
+             ["Batch Utilization", [Cell(util[0], "fraction", 1), " (mean batch ", Cell(util[1], "requests", 1),
+                                    " / max ", Cell(util[2], "requests"), ")"] if util
               else "not measurable (needs server batch metrics)"]],
             notes=[("latency constraint: " + ", ".join(
                         x for x in (f"TTFT P99 <= {fmt_ms(p.ttft_p99_slo_s)}" if p.ttft_p99_slo_s else "",
@@ -644,9 +647,11 @@ def _batch_utilization(ctx: ProcedureContext, m: Measured) -> tuple[float, float
 def _search_table(levels: list[tuple[Measured, LevelAssessment, str]], unit: str) -> Table:
     rows = []
     for i, (_, a, phase) in enumerate(levels, start=1):
-        rows.append([str(i), phase, f"{a.level:.2f}" if unit == "req/s" else str(int(a.level)),
-                     f"{a.output_tps:.0f}", f"{a.completion_rate:.2f}/{a.arrival_rate:.2f}",
-                     fmt_ms(a.ttft_p50), fmt_ms(a.ttft_p99), fmt_ms(a.tpot_p99), a.queue.label,
+        rows.append([str(i), phase,
+                     Cell(a.level, "requests/s", 2) if unit == "req/s" else Cell(int(a.level), "requests"),
+                     Cell(a.output_tps, "tokens/s", 0),
+                     [Cell(a.completion_rate, "requests/s", 2), "/", Cell(a.arrival_rate, "requests/s", 2)],
+                     Cell(a.ttft_p50, "s"), Cell(a.ttft_p99, "s"), Cell(a.tpot_p99, "s"), a.queue.label,
                      "yes" if a.steady else "no",
                      a.verdict + (": " + "; ".join(a.reasons) if a.reasons else "")])
     return Table("Search steps (§5.2.3)",

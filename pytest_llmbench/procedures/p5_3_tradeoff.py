@@ -46,6 +46,7 @@ from ..loadgen.load import ArrivalProcess, OpenLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.registry import METRICS
 from ..measure.stats import NoisyRule, knee_point_ci, optimal_operating_point, saturation_point_ci
+from ..measure.units import Cell
 from .base import KeyFigure, Sweep, Table
 from .common import Measured, level_duration
 from .helpers import (
@@ -54,11 +55,11 @@ from .helpers import (
     AllRequests,
     all_requests,
     cancelled_warning,
+    censored_cell,
     count_cancelled_as_unsuccessful,
     fluid_rate,
     fmt_censored,
     fmt_ms,
-    fmt_num,
     fmt_short,
     level_specs,
     pvalue,
@@ -352,8 +353,9 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
         table5 = Table(
             "Table 5: Throughput-Latency Table",
             ["Offered (r/s)", "Achieved (tok/s)", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "Success"],
-            [[f"{pt.offered:.2f}", f"{pt.achieved_tps:.0f}", fmt_censored(pt.everyone.ttft[50.0]),
-              fmt_censored(pt.everyone.ttft[99.0]), fmt_ms(pt.tpot[0]), fmt_ms(pt.tpot[2]), f"{pt.success:.1%}"]
+            [[Cell(pt.offered, "requests/s", 2), Cell(pt.achieved_tps, "tokens/s", 0),
+              censored_cell(pt.everyone.ttft[50.0]), censored_cell(pt.everyone.ttft[99.0]), Cell(pt.tpot[0], "s"),
+              Cell(pt.tpot[2], "s"), Cell(pt.success, "fraction", 1)]
              for pt in points if pt.everyone is not None],
             notes=[*lines,
                    (f"capacity estimate {cap.rate:.2f} req/s ({cap.source or 'unknown source'}); open-loop "
@@ -369,10 +371,11 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
             "Per-level detail (§5.3.4)",
             ["Load", "Offered (r/s)", "TTFT P95", "TPOT P95", "E2E P50", "E2E P95", "E2E P99", "Success",
              "Sent", "Failed", "Cancelled", "Queue", "Fluid rate"],
-            [[f"{pt.fraction:.0%}", f"{pt.offered:.2f}", fmt_censored(pt.everyone.ttft[95.0]), fmt_ms(pt.tpot[1]),
-              *(fmt_censored(pt.everyone.e2e[q]) for q in (50.0, 95.0, 99.0)), f"{pt.success:.1%}",
-              str(pt.everyone.sent), str(pt.everyone.failed), str(pt.everyone.cancelled), pt.queue,
-              fmt_num(fluid_rate(m.metrics), "tok/s", 0)]
+            [[Cell(pt.fraction, "fraction", 0), Cell(pt.offered, "requests/s", 2),
+              censored_cell(pt.everyone.ttft[95.0]), Cell(pt.tpot[1], "s"),
+              *(censored_cell(pt.everyone.e2e[q]) for q in (50.0, 95.0, 99.0)), Cell(pt.success, "fraction", 1),
+              Cell(pt.everyone.sent, "requests"), Cell(pt.everyone.failed, "requests"),
+              Cell(pt.everyone.cancelled, "requests"), pt.queue, Cell(fluid_rate(m.metrics), "tokens/s", 0, label=True)]
              for pt, m in zip(points, runs) if pt.everyone is not None],
             notes=[("queue growth: OLS slope of the server's waiting gauge (client in-flight count without /metrics) "
                     "significant and >= max(2, 2% of arrivals) over the steady window"), FLUID_RATE_NOTE])

@@ -36,11 +36,11 @@ from ..compliance import Check, decide
 from ..loadgen.load import ArrivalProcess, OpenLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.metrics import ITL_OPTIONS, RunMetrics
-from ..measure.units import format_value
+from ..measure.units import Cell, CellValue, format_value
 from ..workloads import build_workload
 from .base import Overlays, RunSummary, Series, Table
 from .common import Measured, level_requests
-from .helpers import FLUID_RATE_NOTE, cap_output, fluid_rate, fmt_ms, fmt_num, pvalue, reported, sample_list
+from .helpers import FLUID_RATE_NOTE, cap_output, fluid_rate, pvalue, reported, sample_list
 from .pipeline import Outcome, ProcedureRun, latency_figures
 
 DRAFT_MIN_OUTPUT = draft.value("itl.min_output_tokens")  # §5.4.2 MUST
@@ -150,13 +150,14 @@ def _table6(metrics: RunMetrics, title: str) -> Table:
     d = metrics.distributions["itl"]
     n = d.n
 
-    def pct(q: float) -> str:
-        return fmt_ms(metrics.percentile("itl", q).value) if n else "n/a"
+    def pct(q: float) -> Cell:
+        return Cell(metrics.percentile("itl", q).value if n else None, "s")
 
     ratio = metrics.scalar("itl_tail_ratio").value
-    rows = [["ITL Samples", str(n)], *([f"ITL P{q:g}", pct(q)] for q in (50, 90, 95, 99, 99.9)),
-            ["ITL Mean", fmt_ms(d.mean.value) if n else "n/a"], ["ITL Std Dev", fmt_ms(d.std) if n else "n/a"],
-            ["P99/P50 Ratio", f"{ratio:.2f}" if math.isfinite(ratio) else "n/a"]]
+    rows: list[list[CellValue]] = [
+        ["ITL Samples", Cell(n, "samples")], *([f"ITL P{q:g}", pct(q)] for q in (50, 90, 95, 99, 99.9)),
+        ["ITL Mean", Cell(d.mean.value if n else None, "s")], ["ITL Std Dev", Cell(d.std if n else None, "s")],
+        ["P99/P50 Ratio", Cell(ratio, "ratio", 2)]]
     return Table(title, ["Metric", "Value"], rows,
                  notes=[f"method: {ITL_OPTIONS[metrics.itl_option]} (§4.6.3)",
                         "the submission-to-first-token interval is never an ITL sample (§5.4.3)"])
@@ -271,12 +272,13 @@ class ITL(ProcedureRun[ITLParams]):
         for frac, m, a in zip(fractions, runs, audits):
             mt = m.metrics
             mod, tail = mt.itl_modality, mt.itl_tail
-            row = [f"{frac:.0%}", f"{frac * cap.rate:.2f}",
-                   *(fmt_ms(pvalue(mt, "jitter", q)) for q in (50, 95, 99)),
-                   *(fmt_ms(pvalue(mt, "max_pause", q)) for q in (50, 95, 99)),
+            row = [Cell(frac, "fraction", 0), Cell(frac * cap.rate, "requests/s", 2),
+                   *(Cell(pvalue(mt, "jitter", q), "s") for q in (50, 95, 99)),
+                   *(Cell(pvalue(mt, "max_pause", q), "s") for q in (50, 95, 99)),
                    mod.verdict if mod else "n/a", tail.verdict if tail else "n/a",
-                   f"{mt.scalar('itl_tail_ratio').value:.2f}", f"{a.short_requests}/{a.ok_requests}",
-                   fmt_num(fluid_rate(mt), "tok/s", 0)]
+                   Cell(mt.scalar("itl_tail_ratio").value, "ratio", 2),
+                   [Cell(a.short_requests, "requests"), "/", Cell(a.ok_requests, "requests")],
+                   Cell(fluid_rate(mt), "tokens/s", 0, label=True)]
             per_req_rows.append(row)
             level_meas.append({
                 "fraction": frac, "offered_req_s": frac * cap.rate, "itl_samples": a.samples,

@@ -33,6 +33,7 @@ from ..common import draft
 from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
+from ..measure.units import Cell, CellValue
 from .base import Capacity, KeyFigure, ProcedureContext, Sweep, Table
 from .common import Measured
 from .helpers import (
@@ -241,11 +242,11 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
     def summarize(self) -> Outcome:
         p, threshold, threshold_src = self.p, self.threshold, self.threshold_src
         outcomes, order, lo, hi = self.outcomes, self.order, self.lo, self.hi
-        rows = []
+        rows: list[list[CellValue]] = []
         for c in sorted(outcomes):
             o = outcomes[c]
-            rows.append([str(c), _pct(o.completion), fmt_ms(o.ttft_p99_s), fmt_ms(o.tpot_p99_s), str(o.errors),
-                         "Pass" if o.passed else "Fail"])
+            rows.append([Cell(c, "requests"), Cell(o.completion, "fraction", 1), Cell(o.ttft_p99_s, "s"),
+                         Cell(o.tpot_p99_s, "s"), Cell(o.errors, "requests"), "Pass" if o.passed else "Fail"])
         best = outcomes.get(lo) if lo else None
         self.converged = converged = (hi is not None and lo and hi - lo <= p.resolution) or (hi is None and lo >= p.max_concurrency) \
             or (lo == 0 and hi == 1)
@@ -288,10 +289,10 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
                                 concurrency_held_at_max=round(conc, 3),
                                 ttft_p99_at_max_ms=round(best.ttft_p99_s * 1000, 3) if best.ttft_p99_s else None)
             tables.append(Table("Capacity at the maximum (§5.5.4)", ["Metric", "Value"], [
-                ["Maximum concurrent requests", str(lo)],
-                ["Output throughput at maximum", f"{tps:.1f} tok/s"],
-                ["Tokens in flight at maximum", f"{tif:,.0f} tokens"],
-                ["Requests in flight (time average)", f"{conc:.2f}"],
+                ["Maximum concurrent requests", Cell(lo, "requests")],
+                ["Output throughput at maximum", Cell(tps, "tokens/s", 1, label=True)],
+                ["Tokens in flight at maximum", Cell(tif, "tokens", 0, label=True)],
+                ["Requests in flight (time average)", Cell(conc, "requests", 2)],
             ], notes=[("tokens in flight: time average over the steady-state window of Σ (input + output "
                       "received so far) over requests in flight (§5.5.4, approximate)")]))
             capacity = Capacity(concurrency=lo, output_throughput=tps, source="measured by 5.5 in this session")

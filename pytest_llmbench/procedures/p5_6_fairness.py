@@ -42,11 +42,12 @@ from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.metrics import RunMetrics, summarize
 from ..measure.stats import jain_index, latency_inflation, slowdown, starvation_rate
+from ..measure.units import Cell, CellValue
 from ..workloads import FAIRNESS_CLASSES, build_workload
 from ..workloads.standard import _mix_counts  # the workload's own class-count rule
 from .base import Finding, LoadSpec, Overlays, RunSummary, Series, Table, poisson
 from .common import Measured, level_requests, probe_window_s, resolve_load
-from .helpers import cap_output, closed_level_stream, fmt_ms, pvalue, queue_trend, reported, steady_window_ns
+from .helpers import cap_output, closed_level_stream, pvalue, queue_trend, reported, steady_window_ns
 from .pipeline import Outcome, ProcedureRun
 
 MIN_PER_CLASS = draft.value("fairness.min_requests_per_class")  # §5.6.2
@@ -141,8 +142,9 @@ def _ttft(metrics: RunMetrics | None) -> np.ndarray:
     return v[np.isfinite(v)]
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None or math.isnan(x) else f"{x * 100:.1f}%"
+def _factor(x: float | None) -> CellValue:
+    """An inflation factor for a table: ``1.25x`` (``n/a`` when undefined)."""
+    return "n/a" if x is None or not math.isfinite(x) else [Cell(x, "ratio", 2), "x"]
 
 
 #: Jain index per request below which the headline calls the run unfair (§5.6.4)
@@ -343,9 +345,9 @@ class Fairness(ProcedureRun[FairnessParams]):
         t8_rows = []
         for c in classes:
             mc = mixed_cls[c]
-            t8_rows.append([c.capitalize(), str(0 if mc is None else mc.distributions["ttft"].n),
-                            fmt_ms(pvalue(mc, "ttft", 50)) if mc else "n/a", fmt_ms(pvalue(mc, "ttft", 99)) if mc else "n/a",
-                            fmt_ms(pvalue(mc, "tpot", 50)) if mc else "n/a", fmt_ms(pvalue(mc, "tpot", 99)) if mc else "n/a"])
+            t8_rows.append([c.capitalize(), Cell(0 if mc is None else mc.distributions["ttft"].n, "requests"),
+                            *(Cell(pvalue(mc, name, q) if mc else None, "s")
+                              for name, q in (("ttft", 50), ("ttft", 99), ("tpot", 50), ("tpot", 99)))])
         table8 = Table("Table 8: Per-Class Results", ["Class", "Count", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99"],
                        t8_rows, notes=[
                            "mixed run; Count = successful requests of the class; TPOT = (E2E - TTFT) / (output tokens - 1)",
@@ -353,11 +355,11 @@ class Fairness(ProcedureRun[FairnessParams]):
                              f"[{FAIRNESS_CLASSES[c].output_min}, {FAIRNESS_CLASSES[c].output_max}] tokens, "
                              f"{shares[c]:.0%} of requests" for c in classes)])
         table9 = Table("Table 9: Fairness Metrics", ["Metric", "Value"],
-                       [["Jain's Fairness Index", "n/a" if math.isnan(jain) else f"{jain:.2f}"]]
-                       + [[f"{c.capitalize()} Class Starvation", _pct(starve[c].value if c in starve else None)]
+                       [["Jain's Fairness Index", Cell(jain, "ratio", 2)]]
+                       + [[f"{c.capitalize()} Class Starvation", Cell(starve[c].value if c in starve else None,
+                                                                     "fraction", 1)]
                           for c in classes]
-                       + [[f"Jain's index over the {len(classes)} classes (secondary)",
-                           "n/a" if math.isnan(jain_cls) else f"{jain_cls:.2f}"]],
+                       + [[f"Jain's index over the {len(classes)} classes (secondary)", Cell(jain_cls, "ratio", 2)]],
                        notes=[(f"Jain's Fairness Index over the n = {self.jain_n} successful requests of the mixed "
                                "run (§5.6.4): x_i = normalised latency = TTFT_i / the TTFT P50 of request i's class in "
                                "isolation; J = (sum x_i)^2 / (n * sum x_i^2); J < 0.9 = significant unfairness. Over "
@@ -379,10 +381,9 @@ class Fairness(ProcedureRun[FairnessParams]):
         for c in classes:
             mc, ic = mixed_cls[c], iso_cls[c]
             rows_inf.append([c.capitalize(),
-                             *(fmt_ms(pvalue(mc, "ttft", q)) if mc else "n/a" for q in (50, 95, 99)),
-                             *(fmt_ms(pvalue(ic, "ttft", q)) for q in (50, 95, 99)),
-                             "n/a" if c not in infl50 else f"{infl50[c]:.2f}x",
-                             "n/a" if c not in infl99 else f"{infl99[c]:.2f}x"])
+                             *(Cell(pvalue(mc, "ttft", q) if mc else None, "s") for q in (50, 95, 99)),
+                             *(Cell(pvalue(ic, "ttft", q), "s") for q in (50, 95, 99)),
+                             _factor(infl50.get(c)), _factor(infl99.get(c))])
         return Table("Per-class TTFT, mixed vs isolated, and latency inflation (§5.6.4)",
                           ["Class", "Mixed P50", "Mixed P95", "Mixed P99", "Isolated P50", "Isolated P95",
                            "Isolated P99", "Inflation P50", "Inflation P99"], rows_inf,

@@ -28,10 +28,11 @@ from ..common import draft
 from ..common.records import RequestSpec
 from ..compliance import Check, RunFacts, decide
 from ..loadgen.warmup import WarmupResult
+from ..measure.units import Cell
 from ..workloads import build_workload, completion_prompt_ids, sequence_sha256
 from .base import LoadSpec, Overlays, ProcedureContext, RunSummary, Series, SkipProcedure, Table, closed
 from .common import Measured, resolve_load
-from .helpers import cap_output, fmt_ms, pvalue
+from .helpers import cap_output, pvalue
 from .helpers import reported as reported_in
 from .pipeline import Outcome, ProcedureRun
 
@@ -137,12 +138,6 @@ def cache_stats(m: Measured, prefix_len: dict[int, int]) -> CacheStats:
 
 def _reduction(base: float | None, new: float | None) -> float | None:
     return None if base is None or new is None or base <= 0 else (base - new) / base * 100.0
-
-
-def _fmt_pct(v: float | None, signed: bool = False) -> str:
-    if v is None or math.isnan(v):
-        return "n/a"
-    return f"{v:+.1f}%" if signed else f"{v:.1f}%"
 
 
 def _switch(ctx: ProcedureContext, setting: str, value: Any) -> None:
@@ -274,7 +269,7 @@ class PrefixCache(ProcedureRun[PrefixCacheParams]):
         for k, m in runs.items():
             mt = m.metrics
             q = {pq: pvalue(mt, "ttft", pq) for pq in (50, 95, 99)}
-            rows10.append([ROW_NAMES[k], *(fmt_ms(q[pq]) for pq in (50, 95, 99))])
+            rows10.append([ROW_NAMES[k], *(Cell(q[pq], "s") for pq in (50, 95, 99))])
             for pq, v in q.items():
                 meas[f"{k}_ttft_p{pq}_ms"] = None if v is None else round(v * 1000, 3)
             st = stats[k]
@@ -298,11 +293,10 @@ class PrefixCache(ProcedureRun[PrefixCacheParams]):
             rps_b = _rps(base)
             rthr = _reduction(rps_b, rps)
             meas[f"{k}_request_throughput_improvement_pct"] = None if rthr is None else round(-rthr, 2)
-            rows_fx.append([ROW_NAMES[k], *(_fmt_pct(red[pq]) for pq in (50, 95, 99)),
-                            _fmt_pct(None if st.prefix_hit_rate is None else st.prefix_hit_rate * 100),
-                            _fmt_pct(None if st.server_hit_rate is None else st.server_hit_rate * 100),
-                            "n/a" if tps is None else f"{tps:.1f} tok/s",
-                            _fmt_pct(None if thr is None else -thr, signed=True)])
+            rows_fx.append([ROW_NAMES[k], *(Cell(red[pq], "%", 1) for pq in (50, 95, 99)),
+                            Cell(st.prefix_hit_rate, "fraction", 1), Cell(st.server_hit_rate, "fraction", 1),
+                            Cell(tps, "tokens/s", 1, label=True),
+                            Cell(None if thr is None else -thr, "%", 1, signed=True)])
         table10 = Table("Table 10: Cache Effectiveness", ["Configuration", "TTFT P50", "TTFT P95", "TTFT P99"], rows10,
                         notes=[(f"identical request sequence in every configuration (sha256 {meas['request_sequence_sha256'][:16]}…), "
                                f"{len(specs)} requests, {p.load.describe()}"),

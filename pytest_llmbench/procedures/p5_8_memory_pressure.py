@@ -45,6 +45,7 @@ from ..common import draft
 from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
+from ..measure.units import Cell, CellValue
 from ..sut.adapters import metric_names
 from .base import Sweep, Table
 from .common import Measured
@@ -55,9 +56,9 @@ from .helpers import (
     build_level_specs,
     cancelled_warning,
     capacity_error,
+    censored_cell,
     closed_level_stream,
     count_cancelled_as_unsuccessful,
-    fmt_censored,
     fmt_ms,
 )
 from .pipeline import Outcome, ProcedureRun
@@ -225,6 +226,11 @@ def _pct(x: float | None, na: str = "n/a") -> str:
     return na if x is None else f"{x * 100:.1f}%"
 
 
+def _share(x: float | None, na: str = "n/a") -> CellValue:
+    """A fraction for a table (``12.5%``), or ``na`` when there is none."""
+    return na if x is None else Cell(x, "fraction", 1)
+
+
 class MemoryPressure(ProcedureRun[MemoryPressureParams]):
     """§5.8.3: closed-loop levels beyond 5.5's capacity; preemption, recovery and failures; Table 11."""
 
@@ -293,11 +299,12 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
     def summarize(self) -> Outcome:
         p, cap_n, cap_src, levels = self.p, self.cap_n, self.cap_src, self.levels
         outcomes, aborted = self.outcomes, self.aborted
-        rows = []
+        rows: list[list[CellValue]] = []
         for o in outcomes:
-            rows.append([_label(o.level), _pct(o.completion), _pct(o.preemption_rate, NOT_MEASURABLE),
-                         _pct(o.fail_rate), f"{o.cancelled} of {o.requests} ({_pct(o.cancelled_rate)})",
-                         fmt_censored(o.everyone.ttft[99.0]) if o.everyone else fmt_ms(o.ttft_p99_s)])
+            rows.append([_label(o.level), _share(o.completion), _share(o.preemption_rate, NOT_MEASURABLE),
+                         _share(o.fail_rate), [Cell(o.cancelled, "requests"), " of ", Cell(o.requests, "requests"),
+                                               " (", _share(o.cancelled_rate), ")"],
+                         censored_cell(o.everyone.ttft[99.0]) if o.everyone else Cell(o.ttft_p99_s, "s")])
         for x in levels[len(outcomes):]:
             rows.append([_label(x), "not run", "not run", "not run", "not run", "not run"])
         drain = self.ctx.settings.timeout if p.drain_s is None else p.drain_s
@@ -315,12 +322,12 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
             "Preemption detail (§5.8.4)",
             ["Oversub Level", "Concurrency", "Requests", "Preempted requests", "Recovery rate",
              "Tokens lost / preemption", "Preemption events", "OOM/capacity errors", "Source"],
-            [[_label(o.level), str(o.concurrency), str(o.requests),
-              NOT_MEASURABLE if o.preempted_requests is None else f"{o.preempted_requests:.0f}",
-              _pct(o.recovery_rate, "n/a (none preempted)" if o.preempted_requests == 0 else NOT_MEASURABLE),
-              "n/a" if o.tokens_lost_per_preemption is None else f"{o.tokens_lost_per_preemption:.1f}",
-              NOT_MEASURABLE if o.preemption_events is None else f"{o.preemption_events:.0f}",
-              str(o.capacity_errors), o.source] for o in outcomes],
+            [[_label(o.level), Cell(o.concurrency, "requests"), Cell(o.requests, "requests"),
+              NOT_MEASURABLE if o.preempted_requests is None else Cell(o.preempted_requests, "requests", 0),
+              _share(o.recovery_rate, "n/a (none preempted)" if o.preempted_requests == 0 else NOT_MEASURABLE),
+              Cell(o.tokens_lost_per_preemption, "tokens/preemption", 1),
+              NOT_MEASURABLE if o.preemption_events is None else Cell(o.preemption_events, "events", 0),
+              Cell(o.capacity_errors, "requests"), o.source] for o in outcomes],
             notes=[("recovery rate = preempted requests that completed / preempted requests; tokens lost = "
                    "discarded (to be recomputed) tokens per preemption event")],
         )

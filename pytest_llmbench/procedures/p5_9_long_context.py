@@ -41,10 +41,11 @@ from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.stats import ScalingFit, scaling_fit
+from ..measure.units import Cell, CellValue
 from ..workloads import build_workload
 from .base import Sweep, Table
 from .common import Measured
-from .helpers import fmt_ms, pvalue
+from .helpers import pvalue
 from .pipeline import Outcome, ProcedureRun
 
 __all__ = ["PROFILES", "LongContextParams", "best_fit_statement", "effective_lengths"]
@@ -292,9 +293,11 @@ class LongContext(ProcedureRun[LongContextParams]):
             e2e_mean = float(e2e.mean.value) if e2e is not None and e2e.n else None
             per_1k = mean * 1000 / (L / 1000) if mean is not None else None
             tps = met.scalar("output_throughput").value
-            rows12.append([str(L), fmt_ms(mean), fmt_ms(p95), "n/a" if per_1k is None else f"{per_1k:.1f}"])
-            rows_detail.append([str(L), str(n), fmt_ms(mean), fmt_ms(p50), fmt_ms(p95), fmt_ms(e2e_mean),
-                                "n/a" if math.isnan(tps) else f"{tps:.1f}", str(sum(met.errors_by_type.values()))])
+            # ms/1K tokens: a plain number, its unit in the column header (units has no ms-per-token unit)
+            rows12.append([str(L), Cell(mean, "s"), Cell(p95, "s"), Cell(per_1k, "", 1)])
+            rows_detail.append([str(L), Cell(n, "requests"), Cell(mean, "s"), Cell(p50, "s"), Cell(p95, "s"),
+                                Cell(e2e_mean, "s"), Cell(tps, "tokens/s", 1),
+                                Cell(sum(met.errors_by_type.values()), "requests")])
             per_length[str(L)] = {"n": n, "ttft_mean_s": mean, "ttft_p50_s": p50, "ttft_p95_s": p95,
                                   "e2e_mean_s": e2e_mean, "ms_per_1k_tokens": per_1k,
                                   "output_tps_at_concurrency": tps, "errors": dict(met.errors_by_type),
@@ -350,17 +353,19 @@ class LongContext(ProcedureRun[LongContextParams]):
 
     def _throughput_table(self) -> Table:
         """Maximum throughput achievable at each context length (§5.9.4), from the concurrency sweeps."""
-        rows = []
+        rows: list[list[CellValue]] = []
         for L in self.lengths:
             sw = self.sweeps[L]
             b = sw.best
-            bound = "" if sw.is_maximum else ">= "
-            rows.append([str(L), "n/a" if b is None or b.output_tps is None else f"{bound}{b.output_tps:.1f}",
-                         "n/a" if b is None else str(b.concurrency),
-                         "n/a" if b is None or b.request_rate is None else f"{b.request_rate:.2f}",
-                         "n/a" if b is None or b.total_tps is None else f"{b.total_tps:.0f}",
-                         ", ".join(f"{lv.concurrency}: " + ("n/a" if lv.output_tps is None else f"{lv.output_tps:.1f}")
-                                   for lv in sw.levels),
+            best_tps = Cell(None if b is None else b.output_tps, "tokens/s", 1)
+            sweep: list[str | Cell] = []
+            for lv in sw.levels:  # "4: 812.5, 8: 1500.2"
+                sweep += [", "] if sweep else []
+                sweep += [Cell(lv.concurrency, "requests"), ": ", Cell(lv.output_tps, "tokens/s", 1)]
+            rows.append([str(L), best_tps if sw.is_maximum or best_tps.value is None else [">= ", best_tps],
+                         "n/a" if b is None else Cell(b.concurrency, "requests"),
+                         Cell(None if b is None else b.request_rate, "requests/s", 2),
+                         Cell(None if b is None else b.total_tps, "tokens/s", 0), sweep,
                          ("maximum" if sw.is_maximum else "lower bound") + f" ({sw.stopped})"])
         p = self.p
         return Table("Maximum throughput per context length (§5.9.4)",

@@ -35,6 +35,7 @@ from ..loadgen.warmup import WarmupResult
 from ..measure import tokencount
 from ..measure.metrics import RunMetrics
 from ..measure.registry import METRICS
+from ..measure.units import Cell, CellValue
 from ..workloads import Workload, reference_checks
 from .base import (
     Capacity,
@@ -146,9 +147,10 @@ class ColdStart:
 
     def table(self) -> Table:
         d = self.to_json()
-        rows = [[f"cold #{i + 1}" + (" (first after restart)" if i == 0 else ""), fmt_ms(t) if t is not None
-                 else "failed"] for i, t in enumerate(d["cold_ttft_s"])]
-        rows += [[f"warm #{i + 1}", fmt_ms(t) if t is not None else "failed"] for i, t in enumerate(d["warm_ttft_s"])]
+        rows: list[list[CellValue]] = [
+            [f"cold #{i + 1}" + (" (first after restart)" if i == 0 else ""), Cell(t, "s") if t is not None
+             else "failed"] for i, t in enumerate(d["cold_ttft_s"])]
+        rows += [[f"warm #{i + 1}", Cell(t, "s") if t is not None else "failed"] for i, t in enumerate(d["warm_ttft_s"])]
         ratio = d["first_over_warm_p50"]
         return Table("Cold start (§4.5.3)", ["Request", "TTFT"], rows, notes=[
             f"COLD START measurement: the SUT was restarted ({d['restart_s']:.1f} s until it answered) and the first "

@@ -14,10 +14,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..measure.units import fmt_num, fmt_pct, fmt_time, format_value
+from ..measure.units import fmt_num, fmt_pct, fmt_time, format_cell, format_value, is_cell
 
-__all__ = ["fmt_ci", "fmt_duration", "fmt_est", "fmt_num", "fmt_pct", "fmt_time", "fmt_value", "is_estimate",
-           "md_cell", "md_text"]
+__all__ = ["fmt_cell", "fmt_ci", "fmt_duration", "fmt_est", "fmt_num", "fmt_pct", "fmt_time", "fmt_value",
+           "is_estimate", "md_cell", "md_text"]
 
 UNDERSAMPLED_MARK = "†"
 
@@ -29,6 +29,13 @@ def _finite(v: Any) -> bool:
 def fmt_value(v: Any, unit: str = "") -> str:
     """A value in its unit (units.UNITS): s -> ms/s, fraction -> %, tokens/s -> tok/s, counts as integers."""
     return format_value(v, unit)
+
+
+def fmt_cell(c: Any) -> Any:
+    """A procedure table's cell as stored: ``{"value", "unit", …}`` by the unit's cell rule
+    (units.format_cell), a list of words and numbers joined; anything else (words: all a document
+    before 1.5 holds) as it is, for the template to show."""
+    return format_cell(c) if isinstance(c, list) or is_cell(c) else c
 
 
 def is_estimate(d: Any) -> bool:

@@ -17,7 +17,19 @@ import jinja2
 from markupsafe import Markup
 
 from .figures import diff_reading, figures_for, metric_name
-from .fmt import fmt_any, fmt_duration, fmt_est, fmt_num, fmt_pct, fmt_time, fmt_value, is_estimate, md_cell, md_text
+from .fmt import (
+    fmt_any,
+    fmt_cell,
+    fmt_duration,
+    fmt_est,
+    fmt_num,
+    fmt_pct,
+    fmt_time,
+    fmt_value,
+    is_estimate,
+    md_cell,
+    md_text,
+)
 
 __all__ = ["render_html", "render_markdown", "render_summary", "view"]
 
@@ -195,7 +207,8 @@ def _proc_view(p: Mapping[str, Any], with_figures: bool) -> dict[str, Any]:
         "param_rows": [[k, fmt_any(v)] for k, v in (res.get("params") or {}).items()],
         "measurement_rows": [[k, fmt_est(v, ci=True, n=True) if is_estimate(v) else fmt_any(v)]
                              for k, v in (res.get("measurements") or {}).items()],
-        "tables": ([_with_cancelled(t, p.get("completion") or []) for t in res.get("tables") or []] + _extra_tables(p)
+        "tables": ([_with_cancelled(_as_text(t), p.get("completion") or []) for t in res.get("tables") or []]
+                   + _extra_tables(p)
                    + _client_delay_table(p.get("client_delay"))),
         "run_rows": _run_rows(res.get("runs") or []),
         "dist_rows": _dist_rows(res.get("metrics"), p.get("client_delay")),
@@ -248,6 +261,12 @@ def _extra_tables(p: Mapping[str, Any]) -> list[dict[str, Any]]:
                               "TTFT (App. B.1.1); waiting is the "
                               "time to the first response byte."]})
     return out
+
+
+def _as_text(table: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A procedure's table with every cell as text: numbers with their unit (results.json 1.5) through
+    the one formatter (fmt_cell), words as they are."""
+    return {**table, "rows": [[fmt_cell(c) for c in row] for row in table.get("rows") or []]}
 
 
 def _with_cancelled(table: Mapping[str, Any], levels: list[Mapping[str, Any]]) -> Mapping[str, Any]:

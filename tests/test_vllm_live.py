@@ -1,0 +1,103 @@
+"""Against a real vLLM OpenAI server (CPU build, random-weight Llama with a 32,000-id byte-level BPE
+vocabulary and a 16K context, all built locally on first use and cached; see
+pytest_llmbench/sut/adapters/vllm/server.py). Marked ``real_sut`` and ``vllm``; deselect with
+``-m "not vllm"``. Without the environment they skip with the reason (``-rs``).
+
+One server for the whole session (the ``vllm_server`` fixture); the test that kills it runs last.
+They assert structure and consistency, never speed, and print the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from pytest_llmbench.client import ClientConfig, LLMClient
+from pytest_llmbench.common.records import RequestRecord, RequestSpec
+from pytest_llmbench.sut.adapters.vllm.server import MODEL_CONFIG, MODEL_NAME, VllmServer
+from pytest_llmbench.sut.system import SUT, identify_server
+
+pytestmark = [pytest.mark.real_sut, pytest.mark.vllm]
+
+PROMPT = ("The history of the printing press begins in the fifteenth century, when a goldsmith in Mainz "
+          "combined movable metal type, oil-based ink and a screw press. ")
+
+
+def _sut(endpoint: str) -> SUT:
+    sut = SUT(base_url=endpoint, model=MODEL_NAME, api="completions")
+    identify_server(sut)
+    return sut
+
+
+def _send(endpoint: str, specs: list[RequestSpec], *, extra: dict[str, Any] | None = None,
+          api: str = "completions") -> list[RequestRecord]:
+    cfg = ClientConfig(base_url=endpoint, model=MODEL_NAME, api=api, extra_body=extra or {},
+                       tokenizer="cl100k_base")
+
+    async def go() -> list[RequestRecord]:
+        async with LLMClient(cfg) as c:
+            return [await c.send(s) for s in specs]
+    return asyncio.run(go())
+
+
+def _spec(i: int, text: str, max_tokens: int, **kw: Any) -> RequestSpec:
+    kw.setdefault("ignore_eos", True)
+    return RequestSpec(index=i, workload="vllm-live", input_tokens=0, max_tokens=max_tokens, prompt_text=text, **kw)
+
+
+def test_detects_vllm_and_its_window(vllm_server: VllmServer) -> None:
+    models = httpx.get(vllm_server.endpoint + "/models", timeout=10).json()["data"]
+    sut = _sut(vllm_server.endpoint)
+    info = sut.server_info
+    print(f"\nstart-up {vllm_server.startup_seconds:.0f} s; /v1/models {json.dumps(models)[:300]}")
+    print(f"server kind {sut.server_kind} ({sut.server_kind_source}); version {info.get('version')}; "
+          f"context {info.get('context_window')} from {info.get('context_window_source')}")
+    assert models[0]["owned_by"] == "vllm" and models[0]["id"] == MODEL_NAME
+    assert sut.server_kind == "vllm"
+    assert info["context_window"] == vllm_server.max_model_len
+    tok = httpx.post(vllm_server.base_url + "/tokenize", json={"model": MODEL_NAME, "prompt": PROMPT}, timeout=10)
+    assert tok.status_code == 200 and tok.json()["count"] > 10
+    metrics = httpx.get(vllm_server.base_url + "/metrics", timeout=10).text
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"):
+        assert name in metrics
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_ignore_eos_and_min_tokens_exact_lengths(vllm_server: VllmServer, api: str) -> None:
+    """ignore_eos: exactly max_tokens; min_tokens == max_tokens without ignore_eos: exactly that too."""
+    specs = [_spec(0, PROMPT, 24), _spec(1, PROMPT, 7),
+             _spec(2, PROMPT, 17, ignore_eos=False, min_tokens=17)]
+    recs = _send(vllm_server.endpoint, specs, api=api)
+    got = [(r.output_tokens_server, r.usage.get("completion_tokens") if r.usage else None) for r in recs]
+    print(f"\n{api}: asked 24, 7 (ignore_eos) and 17 (min_tokens); usage {got}; "
+          f"finish {[r.finish_reason for r in recs]}")
+    for rec, want in zip(recs, (24, 7, 17)):
+        assert rec.ok, rec.error_message
+        assert rec.output_tokens_server == want
+
+
+def test_chunk_token_counts_sum_to_usage(vllm_server: VllmServer) -> None:
+    """Per-chunk token counts (byte-level tokens may stream as empty text) add up to usage.completion_tokens."""
+    specs = [_spec(i, f"{i} " + PROMPT * (1 + i), n) for i, n in enumerate((64, 33, 100))]
+    recs = _send(vllm_server.endpoint, specs)
+    for r in recs:
+        empty = sum(1 for t in r.chunk_text if t == "")
+        print(f"\nusage {r.output_tokens_server}, chunks {len(r.chunk_ns)} ({empty} with empty text), "
+              f"sum of chunk counts {sum(r.chunk_tokens)}, method {r.token_count_method}")
+        assert r.ok, r.error_message
+        assert sum(r.chunk_tokens) == r.output_tokens_server == r.max_tokens
+
+
+def test_vocabulary_is_realistic(vllm_server: VllmServer) -> None:
+    """The local model's vocabulary (32,000 ids) rejects cl100k's high ids, as a Llama-2-sized model does."""
+    ok = httpx.post(vllm_server.endpoint + "/completions", timeout=60, json={
+        "model": MODEL_NAME, "prompt": [1, 2, MODEL_CONFIG["vocab_size"] - 1], "max_tokens": 2})
+    bad = httpx.post(vllm_server.endpoint + "/completions", timeout=60, json={
+        "model": MODEL_NAME, "prompt": [1, 2, 100130], "max_tokens": 2})
+    print(f"\nid {MODEL_CONFIG['vocab_size'] - 1}: {ok.status_code}; id 100130: {bad.status_code} {bad.text[:200]}")
+    assert ok.status_code == 200
+    assert bad.status_code == 400 and "vocab" in bad.text.lower()

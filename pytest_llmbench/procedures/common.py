@@ -44,6 +44,7 @@ from ..measure.refusals import RefusalPolicy
 from ..sut.adapters import metric_names
 from ..sut.system import self_declarations
 from .base import ProcedureContext, ProcedureResult, RunSummary
+from .prompts import ServerPromptClient, plan_prompts, prefit
 
 __all__ = [
     "Measured",
@@ -119,7 +120,13 @@ def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> 
         reuse_connections=sut.reuse_connections,
         refusals=refusal_policy(s),
     )
-    return LLMClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer)
+    plan = plan_prompts(sut)  # the prompt mode that fits the server (prompts.py)
+    if plan.mode == "server-ids" and plan.tokenize_style:
+        return ServerPromptClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer,
+                                  root_url=sut.root_url, model=sut.model, style=plan.tokenize_style,
+                                  headers=sut.headers(), verify=sut.verify_tls)
+    return LLMClient(dataclasses.replace(config, token_id_prompts=config.token_id_prompts and plan.mode == "reference-ids"),
+                     max_connections=max_connections, tokenizer=ctx.tokenizer)
 
 
 async def warm_up(
@@ -141,6 +148,7 @@ async def warm_up(
     :func:`run_facts` turns that into an unmet 4.5.1 item (never silently).
     """
     ctx.progress(f"warm-up: >= {min_requests} requests, >= {min_output_tokens} output tokens")
+    specs = await prefit(client, ctx.sut, specs, ctx.progress)  # type: ignore[assignment]
     policy = WarmupPolicy(
         min_requests=min_requests,
         min_output_tokens=min_output_tokens,
@@ -294,6 +302,7 @@ async def measure(
     """Run one measured load level and summarise it (§4.2, §5.x.3); records stream to disk.
 
     ``sized``: the run was fitted to the time budget by the caller (see :func:`_budget_load`)."""
+    specs = await prefit(client, ctx.sut, specs, ctx.progress)  # fits the server, or fails before the run
     run_dir = ctx.run_dir(label)
     done = {"n": 0, "err": 0}
     t_start = time.perf_counter()

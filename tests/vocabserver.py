@@ -7,7 +7,7 @@ Runs in a thread of the test process (aiohttp on its own event loop). It answers
 of vocabulary") and a prompt plus ``max_tokens`` beyond ``max_model_len`` with vLLM's context 400;
 otherwise it streams ``max_tokens`` one-token chunks with ``usage``. ``always_400`` answers every
 completion with that message instead. Every prompt it received is kept (``prompts``: ids as sent,
-text tokenized).
+text tokenized) with its ``cache_salt``; ``dev_mode`` serves ``POST /reset_prefix_cache``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,10 @@ class VocabServer:
     tokenize: bool = True
     max_model_len: int = 8192
     always_400: str | None = None
+    dev_mode: bool = False  # POST /reset_prefix_cache answers 200 (else 404, as vLLM without VLLM_SERVER_DEV_MODE)
     port: int = 0
+    salts: list[str | None] = field(default_factory=list)
+    flushes: int = 0
     prompts: list[list[int]] = field(default_factory=list)
     texts: int = 0
     tokenize_calls: int = 0
@@ -72,8 +75,15 @@ class VocabServer:
         body = await request.json()
         return web.json_response({"prompt": "ab" * len(body.get("tokens") or [])})
 
+    async def reset(self, request: web.Request) -> web.Response:
+        if not self.dev_mode:
+            return web.json_response({"detail": "Not Found"}, status=404)
+        self.flushes += 1
+        return web.Response(status=200)
+
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        self.salts.append(body.get("cache_salt"))
         if self.always_400:
             return self._error(self.always_400)
         prompt = body.get("prompt")
@@ -116,6 +126,7 @@ class VocabServer:
             app.router.add_post("/tokenize", self.do_tokenize)
             app.router.add_post("/detokenize", self.do_detokenize)
             app.router.add_post("/v1/completions", self.completions)
+            app.router.add_post("/reset_prefix_cache", self.reset)
             self._runner = web.AppRunner(app)
             self._loop.run_until_complete(self._runner.setup())
             self._loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())

@@ -40,6 +40,7 @@ import httpx
 
 from ..client import LLMClient, build_body
 from ..common.records import RequestRecord, RequestSpec
+from ..sut.adapters.vllm.switch import fresh_salt
 
 __all__ = ["PromptFitError", "PromptPlan", "ServerPromptClient", "check_context", "failure_cause",
            "plan_prompts", "prefit"]
@@ -205,6 +206,9 @@ class ServerPromptClient(LLMClient):
         await asyncio.gather(*(self.fit(s) for s in specs))
 
     def build_body(self, spec: RequestSpec) -> dict[str, Any]:
+        return fresh_salt(self._fitted_body(spec))  # 5.7's cache switch on vLLM: a new salt per request
+
+    def _fitted_body(self, spec: RequestSpec) -> dict[str, Any]:
         fitted = self._fitted.get(self._key(spec))
         if fitted is None:
             return super().build_body(spec)

@@ -318,7 +318,7 @@ class VllmServer:
             str(self.installation.python), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.installation.model), "--served-model-name", self.served_model_name,
             "--host", self.host, "--port", str(self.port), "--max-model-len", str(self.max_model_len),
-            "--dtype", "bfloat16",
+            "--dtype", "bfloat16", "--enable-prompt-tokens-details",
             "--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching",
             *self.extra_args,
         ]

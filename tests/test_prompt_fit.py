@@ -95,3 +95,38 @@ def test_check_context_message_names_workload_length_and_limit(vocab_server: Voc
         check_context(sut, [ok, long])
     msg = str(exc.value)
     assert "'long-context'" in msg and "request 7" in msg and "1,054 tokens" in msg and "limit is 1,000" in msg
+
+
+def test_shared_prefixes_stay_shared_in_the_servers_ids(vocab_server: VocabServer) -> None:
+    """code-completion and conversation: each part keeps its reference length, so requests that share a
+    prefix in reference tokens share exactly that many server ids, and the total is input_tokens."""
+    import asyncio
+
+    from pytest_llmbench.client import ClientConfig
+    from pytest_llmbench.common.seeds import Seeds
+    from pytest_llmbench.common.tokenizer import get_tokenizer
+    from pytest_llmbench.procedures.prompts import ServerPromptClient
+    from pytest_llmbench.workloads import build_workload
+
+    tok = get_tokenizer("cl100k_base")
+    root = vocab_server.endpoint.removesuffix("/v1")
+    for name in ("code-completion", "conversation"):
+        specs = build_workload(name, n=12, seed=Seeds(7, "5.7").derive(name), tokenizer=tok).specs
+        client = ServerPromptClient(ClientConfig(base_url=vocab_server.endpoint, model=MODEL, api="completions"), tokenizer=tok,
+                                    root_url=root, model=MODEL, style="vllm")
+
+        async def fit(c: ServerPromptClient = client) -> list[list[int]]:
+            await c.prefit(specs)
+            out = [c.build_body(s)["prompt"] for s in specs]
+            await c.aclose()
+            return out
+
+        bodies = asyncio.run(fit())
+        shared = 0
+        for s, ids in zip(specs, bodies):
+            assert len(ids) == s.input_tokens and max(ids) < VOCAB
+            for t, other in zip(specs, bodies):
+                if s is not t and s.prefix_id is not None and s.prefix_id == t.prefix_id:
+                    assert ids[:s.prefix_tokens] == other[:s.prefix_tokens], (name, s.index, t.index)
+                    shared += 1
+        assert shared, f"{name}: no two requests share a prefix in this sample"

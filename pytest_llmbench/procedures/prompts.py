@@ -144,6 +144,7 @@ class ServerPromptClient(LLMClient):
         self._root_url, self._model, self._style = root_url.rstrip("/"), model, style
         self._http_headers, self._verify = headers or {}, verify
         self._ids: dict[str, list[int]] = {}
+        self._ref_len: dict[str, int] = {}
         self._fitted: dict[tuple[str, str | None, int], tuple[list[int], str | None]] = {}
         self._sem: asyncio.Semaphore | None = None
         self._http: httpx.AsyncClient | None = None
@@ -190,15 +191,40 @@ class ServerPromptClient(LLMClient):
     def _key(spec: RequestSpec) -> tuple[str, str | None, int]:
         return (spec.prompt_text, spec.system_prompt, spec.input_tokens or len(spec.prompt_ids or ()))
 
+    async def _part(self, text: str, n: int) -> list[int]:
+        """``text`` in the server's ids, cut or repeated to ``n`` ids."""
+        if n <= 0:
+            return []
+        ids = await self.server_ids(text) or await self.server_ids(" x")
+        return (ids * math.ceil(n / len(ids)))[:n]
+
+    def _reference_len(self, text: str) -> int:
+        if self._tokenizer is None:
+            return 0
+        n = self._ref_len.get(text)
+        if n is None:
+            n = self._ref_len[text] = len(self._tokenizer.encode(text))
+        return n
+
     async def fit(self, spec: RequestSpec) -> None:
+        """Each part of the prompt keeps its reference length in the server's ids: the system prompt, a
+        shared prefix at the head of ``prompt_ids`` (``prefix_tokens``), the rest; the total is
+        ``input_tokens``. A prefix shared in reference tokens is shared in server tokens."""
         key = self._key(spec)
         if key in self._fitted:
             return
-        system = await self.server_ids(spec.system_prompt) if spec.system_prompt else []
         target = spec.input_tokens or len(spec.prompt_ids or ()) or 1
+        sys_len = min(self._reference_len(spec.system_prompt), target - 1) if spec.system_prompt else 0
+        system = await self._part(spec.system_prompt or "", sys_len) if spec.system_prompt else []
         want = max(target - len(system), 1)
-        ids = await self.server_ids(spec.prompt_text) or await self.server_ids(" x")
-        body_ids = (ids * math.ceil(want / len(ids)))[:want]
+        head: list[int] = []
+        rest_text = spec.prompt_text
+        ids = spec.prompt_ids
+        k = spec.prefix_tokens - (sys_len if spec.system_prompt else 0)
+        if ids is not None and self._tokenizer is not None and spec.prefix_id is not None and 0 < k < min(len(ids), want):
+            head = await self._part(self._tokenizer.decode(ids[:k]), k)
+            rest_text = self._tokenizer.decode(ids[k:])
+        body_ids = head + await self._part(rest_text, want - len(head))
         text = await self._detokenize(body_ids) if self.config.api == "chat" else None
         self._fitted[key] = (system + body_ids, text)
 

@@ -51,3 +51,52 @@ def test_probe_on_a_server_that_rejects_every_request(pytester: pytest.Pytester)
     line = next(ln for ln in out.splitlines() if ln.startswith("E ") and "RuntimeError: 5.2: the capacity" in ln)
     assert re.search(r"(\d+) of \1 requests failed; the most frequent error \(\1x\): \"HTTP 400: " + OOV + '"', line), line
     assert "vocabulary is smaller" in line and "--llm-api chat" in line, line
+
+
+DIES = '''
+import pytest
+from pytest_llmbench import poisson
+
+@pytest.mark.llm_procedure("5.1", requests=12, load=poisson(capacity_fraction=0.5), warmup_requests=2,
+                           warmup_tokens=8, warmup_probes=0, max_output_tokens=64)
+def test_5_1(llm_result):
+    pass
+'''
+
+
+def test_a_server_that_dies_mid_run_fails_the_procedure_naming_its_death(pytester: pytest.Pytester) -> None:
+    import json
+    import threading
+    import time
+    from pathlib import Path
+
+    root = Path(str(pytester.path)) / "llmbench-report"
+    server = VocabServer(tokenize=True, itl_s=0.02).start()  # 64 tokens: ~1.3 s per request
+
+    def killer() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            done = [json.loads(ln) for f in root.rglob("records.jsonl") for ln in f.read_text().splitlines()
+                    if ln.strip()] if root.exists() else []
+            if sum(1 for r in done if r.get("phase") == "measure") >= 3:
+                server.stop()
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    try:
+        pytester.makepyfile(test_dies=DIES)
+        res = pytester.runpytest("--llm-endpoint", server.endpoint, "--llm-boundary", "model-engine",
+                                 "--llm-capacity", "rate=8", "--llm-max-duration", "0",
+                                 "-p", "no:randomly", "-p", "no:cacheprovider")
+    finally:
+        server.stop()
+        thread.join(5)
+    out = res.stdout.str()
+    records = [json.loads(ln) for f in root.rglob("records.jsonl") for ln in f.read_text().splitlines() if ln.strip()]
+    measured = [r for r in records if r.get("phase") == "measure"]
+    assert len(measured) == 12 and any(r["error_type"] == "connect" for r in measured)
+    assert res.ret != 0
+    assert "died or was stopped during the run" in out and "no longer accepts connections" in out, out[-3000:]
+    assert (root / "results.json").is_file()

@@ -35,6 +35,7 @@ class VocabServer:
     tokenize: bool = True
     max_model_len: int = 8192
     always_400: str | None = None
+    itl_s: float = 0.002  # between streamed tokens
     dev_mode: bool = False  # POST /reset_prefix_cache answers 200 (else 404, as vLLM without VLLM_SERVER_DEV_MODE)
     port: int = 0
     salts: list[str | None] = field(default_factory=list)
@@ -106,7 +107,7 @@ class VocabServer:
             chunk = {"id": "cmpl-1", "object": "text_completion", "model": MODEL,
                      "choices": [{"index": 0, "text": " ok", "finish_reason": "length" if i == n - 1 else None}]}
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            await asyncio.sleep(0.002)
+            await asyncio.sleep(self.itl_s)
         usage = {"prompt_tokens": len(ids), "completion_tokens": n, "total_tokens": len(ids) + n}
         await resp.write(f"data: {json.dumps({'id': 'cmpl-1', 'choices': [], 'usage': usage})}\n\n".encode())
         await resp.write(b"data: [DONE]\n\n")
@@ -141,7 +142,8 @@ class VocabServer:
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._thread is not None:
+        """Close the listening socket and every open connection (as a dying server's kernel does)."""
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
 

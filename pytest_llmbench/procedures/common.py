@@ -44,7 +44,7 @@ from ..measure.refusals import RefusalPolicy
 from ..sut.adapters import metric_names
 from ..sut.system import self_declarations
 from .base import ProcedureContext, ProcedureResult, RunSummary
-from .prompts import ServerPromptClient, plan_prompts, prefit
+from .prompts import ServerPromptClient, check_server_alive, plan_prompts, prefit
 
 __all__ = [
     "Measured",
@@ -353,6 +353,7 @@ async def measure(
         planned = f"{total} requests" if total and result.sent < total else f"{planned_duration or 0:.0f} s"
         ctx.budget_cuts.append(f"{label}: cut to {cap:.0f} s by the time budget ({result.sent} requests sent, "
                                f"{planned} planned)")
+    await check_server_alive(client, label, result.records)  # a server that died mid-run fails the procedure
     server_after = await sample_server_metrics(client) if server_before else None
     if ctx.sut.server_kind == "llama.cpp" and await client.reconcile_token_counts(result.records):
         _rewrite_records(run_dir, result.records, keep_text=not ctx.settings.drop_text)

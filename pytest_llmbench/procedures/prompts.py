@@ -42,8 +42,8 @@ from ..client import LLMClient, build_body
 from ..common.records import RequestRecord, RequestSpec
 from ..sut.adapters.vllm.switch import fresh_salt
 
-__all__ = ["PromptFitError", "PromptPlan", "ServerPromptClient", "check_context", "failure_cause",
-           "plan_prompts", "prefit"]
+__all__ = ["PromptFitError", "PromptPlan", "ServerGone", "ServerPromptClient", "check_context", "check_server_alive",
+           "failure_cause", "plan_prompts", "prefit"]
 
 REFERENCE_VOCAB = 100_277  # cl100k_base ids: 0 … 100,276
 PREFLIGHT_TOLERANCE = 0.05
@@ -350,3 +350,30 @@ def failure_cause(records: Iterable[RequestRecord]) -> str:
     others = f" ({len(counts) - 1} other messages)" if len(counts) > 1 else ""
     return (f"{len(failed)} of {len(recs)} requests failed; the most frequent error ({n}x){others}: "
             f"\"{msg}\"; {fix}")
+
+
+class ServerGone(RuntimeError):
+    """The server stopped answering during a run (it died or was stopped): the run cannot be trusted."""
+
+
+async def check_server_alive(client: LLMClient, label: str, records: Sequence[RequestRecord]) -> None:
+    """After a run with connection or stream failures: raise :class:`ServerGone` when the server no longer
+    accepts connections, naming its death, the run and the failures (the records are on disk already)."""
+    from ..client import TransportError
+    from ..common.records import ErrorType
+
+    if not any(r.error_type in (ErrorType.CONNECT, ErrorType.PROTOCOL, ErrorType.TIMEOUT) for r in records):
+        return
+    try:
+        await asyncio.wait_for(client.get("/v1/models"), 5.0)
+        return  # it answers (any status): a transient failure, judged by the success-rate checks
+    except TransportError as exc:
+        if exc.error_type != ErrorType.CONNECT:
+            return
+        why = exc.message
+    except (asyncio.TimeoutError, OSError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+    ok = sum(1 for r in records if r.ok)
+    raise ServerGone(f"{label}: the server at {client.server_root} died or was stopped during the run: it no longer "
+                     f"accepts connections ({why}); {ok} of {len(records)} requests completed before; "
+                     f"{failure_cause(records)}")

@@ -105,9 +105,9 @@ def _tokenize_style(sut: Any, http: httpx.Client) -> str | None:
 
 def plan_prompts(sut: Any) -> PromptPlan:
     """The prompt mode for ``sut`` (probed once; kept in ``sut.server_info["prompt_mode"]``)."""
-    known = sut.server_info.get("_prompt_plan")
-    if isinstance(known, PromptPlan):
-        return known
+    known = sut.server_info.get("prompt_mode")
+    if isinstance(known, dict) and known.get("mode"):
+        return PromptPlan(**known)
     if getattr(sut, "embedded", False):
         plan = PromptPlan("reference-ids", "the embedded simulator tokenizes with the reference tokenizer",
                           REFERENCE_VOCAB)
@@ -127,7 +127,6 @@ def plan_prompts(sut: Any) -> PromptPlan:
             plan = PromptPlan("reference-text", "no known vocabulary and no /tokenize: text prompts sized with the "
                               "reference tokenizer, checked by a pre-flight request against usage.prompt_tokens",
                               vocab)
-    sut.server_info["_prompt_plan"] = plan
     sut.server_info["prompt_mode"] = plan.to_json()
     return plan
 

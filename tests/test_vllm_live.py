@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -101,3 +102,113 @@ def test_vocabulary_is_realistic(vllm_server: VllmServer) -> None:
     print(f"\nid {MODEL_CONFIG['vocab_size'] - 1}: {ok.status_code}; id 100130: {bad.status_code} {bad.text[:200]}")
     assert ok.status_code == 200
     assert bad.status_code == 400 and "vocab" in bad.text.lower()
+
+
+PROCEDURES = '''
+import pytest
+from pytest_llmbench import poisson, closed
+
+@pytest.mark.llm_procedure("5.1", requests=12, load=poisson(capacity_fraction=0.5), warmup_requests=4,
+                           warmup_tokens=64, warmup_probes=0, max_output_tokens=16)
+def test_5_1(llm_result):
+    assert {"TTFT P50", "TTFT P99"} <= {row[0] for row in llm_result.tables[0].rows}
+    ttft = llm_result.metrics.distributions["ttft"]
+    assert ttft.n + ttft.dropped == 12 and ttft.n >= 9, (ttft.n, ttft.dropped)
+
+@pytest.mark.llm_procedure("5.4", requests=12, levels=(0.5,), min_output_tokens=8, max_output_tokens=16,
+                           warmup_requests=4, warmup_tokens=64)
+def test_5_4(llm_result):
+    assert llm_result.metrics.distributions["itl"].n >= 12 * 6
+
+@pytest.mark.llm_procedure("5.7", workload="code-completion", load=closed(4), requests=8, warmup_requests=4,
+                           warmup_tokens=32, max_output_tokens=4)
+def test_5_7(llm_result, llm_sut):
+    m = llm_result.measurements
+    assert llm_sut.server_info["prefix_cache"] is True  # restored
+    assert m["disabled_cached_tokens"] == 0, "cache hits while every request had its own cache_salt"
+    assert m["cold_prefix_hit_rate"] > 0 and m["warm_prefix_hit_rate"] > 0, m
+    assert "could not be flushed" not in " ".join(llm_result.notes)
+'''
+
+
+def _records(root: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for f in sorted(root.rglob("records.jsonl")) for line in f.read_text().splitlines()
+            if line.strip()]
+
+
+def test_procedures_on_vllm(pytester: pytest.Pytester, vllm_server: VllmServer) -> None:
+    """5.1 and 5.4 at the llama.cpp real_sut sizes (declared capacity, 12 requests), 5.7 through the adapter."""
+    pytester.makepyfile(test_real=PROCEDURES)
+    res = pytester.runpytest("--llm-endpoint", vllm_server.endpoint, "--llm-boundary", "model-engine",
+                             "--llm-capacity", "rate=0.6", "--llm-max-duration", "0",
+                             "-p", "no:randomly", "-p", "no:cacheprovider", "-rs")
+    root = Path(str(pytester.path)) / "llmbench-report"
+    doc = json.loads((root / "results.json").read_text())
+    print(f"\nserver kind {doc['sut']['server_kind']}; prompt mode {doc['sut'].get('server_info', {}).get('prompt_mode')}")
+    for proc in doc["procedures"]:
+        meas = (proc.get("result") or {}).get("measurements") or {}
+        keep = {k: v for k, v in meas.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        print(f"  {proc['procedure']} ({proc['configuration']['duration_s']:.0f} s): "
+              f"{json.dumps(dict(list(keep.items())[:14]))}")
+        print(f"    figures: {json.dumps(proc['figures'])[:500]}")
+    records = _records(root)
+    errors = [r for r in records if r.get("error_type")]
+    print(f"  {len(records)} records, {len(errors)} errors")
+    assert doc["sut"]["server_kind"] == "vllm"
+    assert not errors, errors[:3]
+    assert all(r["input_tokens_server"] == r["spec_input_tokens"] for r in records if r["phase"] == "measure")
+    res.assert_outcomes(passed=3)
+
+
+KILLED = '''
+import pytest
+from pytest_llmbench import closed
+
+@pytest.mark.llm_procedure("5.1", requests=12, load=closed(2), warmup_requests=4,
+                           warmup_tokens=64, warmup_probes=0, max_output_tokens=400)
+def test_5_1(llm_result):
+    pass
+'''
+
+
+def test_sigkill_of_the_server_in_the_middle_of_a_run(pytester: pytest.Pytester, vllm_server: VllmServer) -> None:
+    """Last of the vLLM tests: the server dies (SIGKILL) after a few measured requests of 5.1 (a closed loop
+    of 2, so two requests are in flight at the kill)."""
+    import threading
+    import time
+
+    root = Path(str(pytester.path)) / "llmbench-report"
+    killed: dict[str, Any] = {}
+
+    def killer() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not killed:
+            measured = [r for r in _records(root) if r.get("phase") == "measure"] if root.exists() else []
+            if len(measured) >= 3:  # a closed loop of 2: two requests are in flight now
+                killed["after"] = len(measured)
+                vllm_server.kill()
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    pytester.makepyfile(test_killed=KILLED)
+    res = pytester.runpytest("--llm-endpoint", vllm_server.endpoint, "--llm-boundary", "model-engine",
+                             "--llm-capacity", "rate=4", "--llm-max-duration", "0",
+                             "-p", "no:randomly", "-p", "no:cacheprovider")
+    thread.join(5)
+    out = res.stdout.str()
+    records = [r for r in _records(root) if r.get("phase") == "measure"]
+    errors = [r for r in records if r.get("error_type")]
+    print(f"\nkilled after {killed.get('after')} measured records; {len(records)} measured records, "
+          f"{len(errors)} errors: {sorted({(r['error_type'], (r['error_message'] or '')[:80]) for r in errors})}")
+    print("\n".join(ln for ln in out.splitlines() if "E " in ln[:3] or "error" in ln.lower())[-1500:])
+    assert killed, "the server was never killed"
+    assert not vllm_server.running
+    assert len(records) == 12  # every request sent is accounted for
+    kinds = {r["error_type"] for r in errors}
+    assert "connect" in kinds  # sent after the death: refused
+    assert kinds & {"protocol", "parse"}, kinds  # in flight at the death: the disconnect, named
+    assert (root / "results.json").is_file() and (root / "report.md").is_file()
+    assert res.ret != 0
+    assert "died or was stopped during the run" in out, out[-3000:]

@@ -373,6 +373,9 @@ async def check_server_alive(client: LLMClient, label: str, records: Sequence[Re
     except (asyncio.TimeoutError, OSError) as exc:
         why = f"{type(exc).__name__}: {exc}"
     ok = sum(1 for r in records if r.ok)
+    kinds = Counter(str(r.error_type) for r in records if r.failed)
+    by_kind = ", ".join(f"{k} {n}" for k, n in kinds.most_common())
     raise ServerGone(f"{label}: the server at {client.server_root} died or was stopped during the run: it no longer "
-                     f"accepts connections ({why}); {ok} of {len(records)} requests completed before; "
+                     f"accepts connections ({why}); {ok} of {len(records)} requests completed before, failures by "
+                     f"kind: {by_kind} (protocol: in flight when it died; connect: sent after); "
                      f"{failure_cause(records)}")

@@ -130,3 +130,23 @@ def test_shared_prefixes_stay_shared_in_the_servers_ids(vocab_server: VocabServe
                     assert ids[:s.prefix_tokens] == other[:s.prefix_tokens], (name, s.index, t.index)
                     shared += 1
         assert shared, f"{name}: no two requests share a prefix in this sample"
+
+
+def test_reference_text_prompts_are_checked_by_a_preflight_request(pytester: pytest.Pytester) -> None:
+    """No /tokenize, vocabulary unknown: text prompts; one pre-flight request (on disk like every request)
+    compares usage.prompt_tokens with the intended length and warns above 5 %."""
+    with VocabServer(tokenize=False) as server:
+        pytester.makepyfile(test_fit=PROCEDURE)
+        res = pytester.runpytest("--llm-endpoint", server.endpoint, "--llm-boundary", "model-engine",
+                                 "--llm-capacity", "rate=20", "--llm-max-duration", "0",
+                                 "-p", "no:randomly", "-p", "no:cacheprovider")
+        sent_as_ids = len(server.prompts) - server.texts
+    res.assert_outcomes(passed=1)
+    assert sent_as_ids == 0  # never the reference tokenizer's ids to a server of unknown vocabulary
+    out = res.stdout.str()
+    assert "warning: prompts sized in reference tokens come to" in out, out[-2000:]
+    root = Path(str(pytester.path)) / "llmbench-report"
+    assert len(_records(root)) == server.texts  # the pre-flight request is on disk too
+    assert list(root.rglob("preflight/records.jsonl"))
+    doc = json.loads((root / "results.json").read_text())
+    assert '"reference-text"' in json.dumps(doc)

@@ -148,7 +148,7 @@ async def warm_up(
     :func:`run_facts` turns that into an unmet 4.5.1 item (never silently).
     """
     ctx.progress(f"warm-up: >= {min_requests} requests, >= {min_output_tokens} output tokens")
-    specs = await prefit(client, ctx.sut, specs, ctx.progress)  # type: ignore[assignment]
+    specs = await prefit(client, ctx, specs)  # type: ignore[assignment]
     policy = WarmupPolicy(
         min_requests=min_requests,
         min_output_tokens=min_output_tokens,
@@ -302,7 +302,7 @@ async def measure(
     """Run one measured load level and summarise it (§4.2, §5.x.3); records stream to disk.
 
     ``sized``: the run was fitted to the time budget by the caller (see :func:`_budget_load`)."""
-    specs = await prefit(client, ctx.sut, specs, ctx.progress)  # fits the server, or fails before the run
+    specs = await prefit(client, ctx, specs)  # fits the server, or fails before the run
     run_dir = ctx.run_dir(label)
     done = {"n": 0, "err": 0}
     t_start = time.perf_counter()

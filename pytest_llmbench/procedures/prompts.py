@@ -32,7 +32,7 @@ import dataclasses
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -282,25 +282,34 @@ def check_context(sut: Any, specs: Iterable[RequestSpec]) -> None:
         f"larger context (vLLM --max-model-len, llama.cpp -c)")
 
 
-async def prefit(client: LLMClient, sut: Any, specs: Iterable[RequestSpec],
-                 note: Callable[[str], None] | None = None) -> Iterable[RequestSpec]:
-    """Before a run: the context check and, for the server-ids mode, one /tokenize per distinct prompt;
-    for reference-text, one pre-flight request. Only a list is inspected (a lazy stream is fitted as sent)."""
+async def prefit(client: LLMClient, ctx: Any, specs: Iterable[RequestSpec]) -> Iterable[RequestSpec]:
+    """Before a run of procedure context ``ctx``: the context check and, for the server-ids mode, one
+    /tokenize per distinct prompt; for reference-text, one pre-flight request (its record written to
+    the run directory ``preflight``, like every request sent). Only a list is inspected (a lazy stream
+    is fitted as it is sent)."""
+    sut = ctx.sut
     if not isinstance(specs, (list, tuple)) or not specs or getattr(sut, "embedded", False):
         return specs
     check_context(sut, specs)
     if isinstance(client, ServerPromptClient):
         await client.prefit(specs)
     elif plan_prompts(sut).mode == "reference-text" and "prompt_preflight" not in sut.server_info:
-        await _preflight(client, sut, specs, note)
+        await _preflight(client, ctx, specs)
     return specs
 
 
-async def _preflight(client: LLMClient, sut: Any, specs: Sequence[RequestSpec],
-                     note: Callable[[str], None] | None) -> None:
+async def _preflight(client: LLMClient, ctx: Any, specs: Sequence[RequestSpec]) -> None:
+    from ..common.storage import RunMetadata, RunWriter
+
+    sut, note = ctx.sut, ctx.progress
     spec = max(specs, key=lambda s: s.input_tokens)
     probe = dataclasses.replace(spec, max_tokens=1, min_tokens=None, ignore_eos=False)
     rec = await client.send(probe, phase="probe")
+    with RunWriter(ctx.run_dir("preflight"), keep_text=not ctx.settings.drop_text) as writer:
+        writer.write(rec)
+        writer.write_metadata(RunMetadata(parameters={"phase": "preflight", "purpose": "usage.prompt_tokens vs "
+                                                      "the intended input length (reference-text prompts)"},
+                                          profile=ctx.settings.profile, seed=ctx.settings.seed))
     if not rec.ok or not rec.input_tokens_server or not spec.input_tokens:
         sut.server_info["prompt_preflight"] = {"ok": False, "error": rec.error_message}
         return

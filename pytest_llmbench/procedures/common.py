@@ -121,12 +121,14 @@ def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> 
         refusals=refusal_policy(s),
     )
     plan = plan_prompts(sut)  # the prompt mode that fits the server (prompts.py)
+    # reference ids only where the server's vocabulary holds them (a shard rebuilding a client from this
+    # config sends text otherwise); the server-ids client sends its fitted ids itself
+    config = dataclasses.replace(config, token_id_prompts=config.token_id_prompts and plan.mode == "reference-ids")
     if plan.mode == "server-ids" and plan.tokenize_style:
         return ServerPromptClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer,
                                   root_url=sut.root_url, model=sut.model, style=plan.tokenize_style,
                                   headers=sut.headers(), verify=sut.verify_tls)
-    return LLMClient(dataclasses.replace(config, token_id_prompts=config.token_id_prompts and plan.mode == "reference-ids"),
-                     max_connections=max_connections, tokenizer=ctx.tokenizer)
+    return LLMClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer)
 
 
 async def warm_up(

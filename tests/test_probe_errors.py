@@ -36,7 +36,7 @@ def test_failure_cause_quotes_the_most_frequent_message_and_the_fix() -> None:
     ctx = failure_cause([_rec(0, "This model's maximum context length is 2048 tokens. However, you requested "
                                  "2049 tokens")])
     assert "context window" in ctx and "--max-model-len" in ctx
-    assert "none failed" in failure_cause([_rec(0, None)])
+    assert "none failed" in failure_cause([_rec(0, None)]) and "probe_duration_s" in failure_cause([_rec(0, None)])
     assert "no request was sent" in failure_cause([])
 
 

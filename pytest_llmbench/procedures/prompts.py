@@ -351,7 +351,10 @@ def failure_cause(records: Iterable[RequestRecord]) -> str:
     if not recs:
         return "no request was sent (the load ended before its first arrival)"
     if not failed:
-        return f"{len(recs)} requests sent, none failed, none completed within the window"
+        done = sum(1 for r in recs if r.ok)
+        return (f"{len(recs)} requests sent, none failed, {done} completed, none within the probe's steady window: "
+                "the server is slower than the window allows (each request outlasts it); give the probe a longer "
+                "window (probe_duration_s) or fewer output tokens (max_output_tokens)")
     counts = Counter(_IDS.sub("<id>", (r.error_message or str(r.error_type)).strip())[:300] for r in failed)
     msg, n = counts.most_common(1)[0]
     fix = next((f for pat, f in _FIXES if pat.search(msg)), "see the run's records.jsonl and the server's log")

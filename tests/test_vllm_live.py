@@ -93,6 +93,26 @@ def test_chunk_token_counts_sum_to_usage(vllm_server: VllmServer) -> None:
         assert sum(r.chunk_tokens) == r.output_tokens_server == r.max_tokens
 
 
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_byte_tokens_that_stream_as_empty_text_still_count(vllm_server: VllmServer, api: str) -> None:
+    """A character split over byte-level tokens: vLLM streams its first byte as a chunk with empty text
+    (the rest completes it later). Biased towards the two bytes of "é" (the tokenizer was trained on
+    ASCII only, so each is a token of its own), the output holds such chunks; their counts still add
+    up to usage.completion_tokens."""
+    ids = httpx.post(vllm_server.base_url + "/tokenize", timeout=10,
+                     json={"model": MODEL_NAME, "prompt": "é", "add_special_tokens": False}).json()["tokens"]
+    assert len(ids) == 2, ids
+    bias = {str(i): 100 for i in ids}
+    (rec,) = _send(vllm_server.endpoint, [_spec(0, PROMPT, 48)], extra={"logit_bias": bias}, api=api)
+    empty = sum(1 for t in rec.chunk_text if t == "")
+    print(f"\n{api}, biased to the bytes of 'é' {ids}: usage {rec.output_tokens_server}, chunks {len(rec.chunk_ns)} "
+          f"({empty} with empty text), sum of chunk counts {sum(rec.chunk_tokens)}, method {rec.token_count_method}, "
+          f"text {rec.output_text[:40]!r}")
+    assert rec.ok, rec.error_message
+    assert empty > 0
+    assert sum(rec.chunk_tokens) == rec.output_tokens_server == 48
+
+
 def test_vocabulary_is_realistic(vllm_server: VllmServer) -> None:
     """The local model's vocabulary (32,000 ids) rejects cl100k's high ids, as a Llama-2-sized model does."""
     ok = httpx.post(vllm_server.endpoint + "/completions", timeout=60, json={

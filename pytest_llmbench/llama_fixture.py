@@ -1,4 +1,4 @@
-"""pytest glue for a real llama.cpp ``llama-server`` (Gemma 3 270M) as the SUT.
+"""pytest glue for real servers as the SUT: llama.cpp ``llama-server`` (Gemma 3 270M) and vLLM (CPU).
 
 Fixtures (session scope, started on first use):
 
@@ -7,12 +7,18 @@ Fixtures (session scope, started on first use):
   a free loopback port, healthy; stopped at the end of the session (only the process it started).
 - ``llama_endpoint``: its OpenAI base URL (``http://127.0.0.1:PORT/v1``) for ``--llm-endpoint``.
 
+- ``vllm_server``: a :class:`~pytest_llmbench.sut.adapters.vllm.server.VllmServer` (vLLM CPU build in
+  an environment of its own, a random-weight Llama with a 32,000-id vocabulary and a 16K context,
+  both built locally into ``LLMBENCH_VLLM_CACHE``, default ``~/.cache/pytest-llmbench/vllm``); one
+  per session, stopped at its end. ``vllm_endpoint``: its OpenAI base URL.
+
 When the toolchain or a package cannot be had (no compiler, no registry), the fixtures *skip* the
 test with the reason (shown by ``pytest -rs``); they never fail for an outage.
 
 Registered as the ``llmbench_llama`` pytest11 plugin, so every pytest session imports this module:
-the build-and-run module (:mod:`~pytest_llmbench.sut.adapters.llamacpp.server`, POSIX-only
-``fcntl``) is imported inside the fixture, when a test asks for a server.
+the build-and-run modules (:mod:`~pytest_llmbench.sut.adapters.llamacpp.server`, POSIX-only
+``fcntl``, and :mod:`~pytest_llmbench.sut.adapters.vllm.server`) are imported inside the fixtures, when a
+test asks for a server.
 """
 
 from __future__ import annotations
@@ -27,15 +33,21 @@ from .sut import adapters
 
 if TYPE_CHECKING:
     from .sut.adapters.llamacpp.server import LlamaServer
+    from .sut.adapters.vllm import server as vllm
 
 MARKER = "real_sut"
+VLLM_MARKER = "vllm"
 _INSTALL_FAILED = pytest.StashKey[str]()
+_VLLM_FAILED = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{MARKER}: runs against a real server (llama-server with Gemma 3 270M, built on first use); "
         "deselect with -m 'not real_sut'")
+    config.addinivalue_line(
+        "markers", f"{VLLM_MARKER}: runs against vLLM (CPU build, local random-weight model, built on first use); "
+        "deselect with -m 'not vllm'")
 
 
 def default_threads() -> int:
@@ -78,3 +90,34 @@ def llama_server(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathF
 def llama_endpoint(llama_server: LlamaServer) -> str:
     """``http://127.0.0.1:PORT/v1`` of the session's llama-server."""
     return llama_server.endpoint
+
+
+@pytest.fixture(scope="session")
+def vllm_server(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[vllm.VllmServer]:
+    """A running vLLM OpenAI server (CPU; the local model; prefix caching on; dev mode for
+    ``/reset_prefix_cache``). Skips with the reason when the environment or model cannot be built."""
+    from .sut.adapters.vllm import server as vllm
+
+    failed = pytestconfig.stash.get(_VLLM_FAILED, None)
+    if failed:
+        pytest.skip(failed)
+    try:
+        inst = vllm.install()
+    except vllm.InstallError as exc:
+        reason = f"vLLM not available (its environment or the local model could not be built): {exc}"
+        pytestconfig.stash[_VLLM_FAILED] = reason
+        pytest.skip(reason)
+    server = vllm.VllmServer(inst, log_path=tmp_path_factory.mktemp("vllm-server") / "server.log")
+    server.start()  # a built environment whose server does not start is a failure, not an outage
+    adapters.register_restart(server.base_url, server.restart)
+    try:
+        yield server
+    finally:
+        adapters.unregister_restart(server.base_url)
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_endpoint(vllm_server: vllm.VllmServer) -> str:
+    """``http://127.0.0.1:PORT/v1`` of the session's vLLM server."""
+    return vllm_server.endpoint

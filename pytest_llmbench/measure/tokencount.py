@@ -52,11 +52,25 @@ def _content_flags(rec: RequestRecord) -> list[bool]:
 
 
 def apply_one_per_chunk(rec: RequestRecord) -> bool:
-    """Exact counts when the server's total equals the content-bearing chunks (one token each)."""
+    """Exact counts when the server's total equals the content-bearing chunks (one token each).
+
+    A byte-level token that starts a multi-byte character streams as a chunk with empty text (vLLM
+    holds the bytes until the character is complete): when the content-bearing chunks fall short of
+    the total but *every* chunk, or every chunk after a leading empty one (chat's role chunk), makes
+    up the total exactly, each of those chunks carried one token."""
     flags = _content_flags(rec)
-    if rec.output_tokens_server is None or not flags or sum(flags) != rec.output_tokens_server:
+    total = rec.output_tokens_server
+    if total is None or not flags:
         return False
-    rec.chunk_tokens = [int(f) for f in flags]
+    if sum(flags) == total:
+        counts = [int(f) for f in flags]
+    elif len(flags) == total and sum(flags) < total:
+        counts = [1] * total
+    elif len(flags) == total + 1 and not flags[0] and sum(flags) < total:
+        counts = [0] + [1] * total
+    else:
+        return False
+    rec.chunk_tokens = counts
     rec.token_count_method = ONE_PER_CHUNK
     return True
 

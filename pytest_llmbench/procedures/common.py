@@ -46,6 +46,7 @@ from ..measure.refusals import RefusalPolicy
 from ..sut.adapters import metric_names
 from ..sut.system import self_declarations, simulator_guardrails
 from .base import ProcedureContext, ProcedureResult, RunSummary
+from .prompts import ServerPromptClient, check_server_alive, plan_prompts, prefit
 
 __all__ = [
     "Measured",
@@ -119,6 +120,14 @@ def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> 
         reuse_connections=sut.reuse_connections,
         refusals=refusal_policy(s),
     )
+    plan = plan_prompts(sut)  # the prompt mode that fits the server (prompts.py)
+    # reference ids only where the server's vocabulary holds them (a shard rebuilding a client from this
+    # config sends text otherwise); the server-ids client sends its fitted ids itself
+    config = dataclasses.replace(config, token_id_prompts=config.token_id_prompts and plan.mode == "reference-ids")
+    if plan.mode == "server-ids" and plan.tokenize_style:
+        return ServerPromptClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer,
+                                  root_url=sut.root_url, model=sut.model, style=plan.tokenize_style,
+                                  headers=sut.headers(), verify=sut.verify_tls, adapter=sut.adapter)
     return LLMClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer, adapter=sut.adapter)
 
 
@@ -141,6 +150,7 @@ async def warm_up(
     :func:`run_facts` turns that into an unmet 4.5.1 item (never silently).
     """
     ctx.progress(f"warm-up: >= {min_requests} requests, >= {min_output_tokens} output tokens")
+    specs = await prefit(client, ctx, specs)  # type: ignore[assignment]
     policy = WarmupPolicy(
         min_requests=min_requests,
         min_output_tokens=min_output_tokens,
@@ -294,6 +304,7 @@ async def measure(
     """Run one measured load level and summarise it (§4.2, §5.x.3); records stream to disk.
 
     ``sized``: the run was fitted to the time budget by the caller (see :func:`_budget_load`)."""
+    specs = await prefit(client, ctx, specs)  # fits the server, or fails before the run
     run_dir = ctx.run_dir(label)
     done = {"n": 0, "err": 0}
     t_start = time.perf_counter()
@@ -344,6 +355,7 @@ async def measure(
         planned = f"{total} requests" if total and result.sent < total else f"{planned_duration or 0:.0f} s"
         ctx.budget_cuts.append(f"{label}: cut to {cap:.0f} s by the time budget ({result.sent} requests sent, "
                                f"{planned} planned)")
+    await check_server_alive(client, label, result.records)  # a server that died mid-run fails the procedure
     server_after = await sample_server_metrics(client) if server_before else None
     if await ctx.sut.adapter.recount_tokens(result.records, client):  # in the server's tokens (§4.4)
         _rewrite_records(run_dir, result.records, keep_text=not ctx.settings.drop_text)

@@ -71,6 +71,7 @@ from .helpers import (
     steady_window_ns,
 )
 from .pipeline import MAX_OUTPUT_THROUGHPUT, THROUGHPUT, Outcome, ProcedureRun
+from .prompts import failure_cause
 
 DRAFT_MIN_DURATION_S = draft.value("throughput.level_min_s")  # §5.2.2.1
 
@@ -484,8 +485,9 @@ class Throughput(ProcedureRun[ThroughputParams]):
                                                probe_window_s(p.probe_duration_s, self.warmup))
             self.estimate = self.probe.metrics.scalar("request_throughput").value
             if not self.estimate or not math.isfinite(self.estimate):
-                raise RuntimeError("5.2: the capacity probe completed no request; cannot derive a rate range "
-                                   "(give rate_min, rate_max and rate_step)")
+                raise RuntimeError("5.2: the capacity probe completed no request: "
+                                   f"{failure_cause(self.probe.records)}. Without a completed request no rate "
+                                   "range can be derived (or give rate_min, rate_max and rate_step)")
         est = self.estimate or 0.0  # set whenever one of the three is missing
         start = p.rate_min if p.rate_min is not None else 0.5 * est
         stop = p.rate_max if p.rate_max is not None else max(2.0 * est, start)

@@ -49,6 +49,7 @@ from .base import Finding, LoadSpec, Overlays, RunSummary, Series, Table, poisso
 from .common import Measured, level_requests, probe_window_s, resolve_load
 from .helpers import cap_output, closed_level_stream, pvalue, queue_trend, reported, steady_window_ns
 from .pipeline import Outcome, ProcedureRun
+from .prompts import failure_cause
 
 MIN_PER_CLASS = draft.value("fairness.min_requests_per_class")  # §5.6.2
 MIN_DURATION_S = draft.value("fairness.min_duration_s")  # §5.6.3 step 4
@@ -249,8 +250,9 @@ class Fairness(ProcedureRun[FairnessParams]):
         done = sum(1 for r in self.probe.records if r.ok and r.end_ns is not None and lo <= r.end_ns <= hi)
         cap = done / ((hi - lo) / 1e9) if hi > lo else 0.0
         if not cap or not math.isfinite(cap):
-            raise RuntimeError("5.6: the capacity probe on the class mix completed no request; declare the load as "
-                               "an absolute rate or use capacity='session'")
+            raise RuntimeError("5.6: the capacity probe on the class mix completed no request: "
+                               f"{failure_cause(self.probe.records)}. Or declare the load as an absolute rate or "
+                               "use capacity='session'")
         fraction = p.load.capacity_fraction
         assert fraction is not None
         self.rate = fraction * cap

@@ -142,7 +142,8 @@ def _reduction(base: float | None, new: float | None) -> float | None:
 
 def _switch(ctx: ProcedureContext, setting: str, value: Any) -> None:
     if not ctx.configure_sut(setting, value):
-        raise SkipProcedure(f"5.7 needs to set {setting}={value!r}: no pytest_llmbench_configure_sut "
+        why = ctx.sut.server_info.get("prefix_cache_unavailable")  # an adapter's reason (vLLM: dev mode)
+        raise SkipProcedure(why or f"5.7 needs to set {setting}={value!r}: no pytest_llmbench_configure_sut "
                             "implementation can switch the SUT's prefix cache (see docs/prefix-cache.md)")
 
 

@@ -54,9 +54,9 @@ class VLLMAdapter(ServerAdapter):
         return {k: v for k, v in info.items() if v is not None}
 
     def configure(self, sut: Any, setting: str, value: Any) -> bool | None:
-        if setting == "flush_prefix_cache" and value:  # dev-mode endpoint (VLLM_SERVER_DEV_MODE=1)
-            return _post_flush(sut, "/reset_prefix_cache", "vLLM serves it with VLLM_SERVER_DEV_MODE=1")
-        return None  # prefix caching is a start-up flag (--no-enable-prefix-caching)
+        from .vllm.switch import configure  # prefix_cache (per-request cache_salt), flush (dev mode)
+
+        return configure(sut, setting, value)
 
 
 class SGLangAdapter(ServerAdapter):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from factories import make_record
 
 from pytest_llmbench import assert_slo
 from pytest_llmbench.common.records import RequestRecord
@@ -31,14 +32,9 @@ def _records(n: int = 200, osl: int = 64) -> list[RequestRecord]:
     """TTFT 100 ms + i·0.1 ms, then ``osl`` one-token chunks 5 ms apart."""
     out = []
     for i in range(n):
-        r = RequestRecord(index=i, workload="w", spec_input_tokens=10, max_tokens=osl)
-        r.sent_ns = i * 50 * MS
-        r.first_chunk_ns = r.first_token_ns = r.sent_ns + 100 * MS + i * MS // 10
-        r.chunk_ns = [r.first_token_ns + k * 5 * MS for k in range(osl)]
-        r.chunk_text, r.chunk_reasoning, r.chunk_tokens = [" a"] * osl, [""] * osl, [1] * osl
-        r.end_ns, r.status = r.chunk_ns[-1], 200
-        r.output_tokens_client, r.input_tokens_client = osl, 10
-        out.append(r)
+        out.append(make_record(i, sent=i * 50 * MS, ttft=100 * MS + i * MS // 10, itl=5 * MS, n_chunks=osl, text=" a",
+                               unit=1, spec_input_tokens=10, max_tokens=osl, output_tokens_client=osl,
+                               input_tokens_client=10))
     return out
 
 

@@ -3,12 +3,14 @@ first byte of a multi-byte character until the character completes): one token p
 
 from __future__ import annotations
 
+from factories import make_record
+
 from pytest_llmbench.common.records import RequestRecord
 from pytest_llmbench.measure.tokencount import ONE_PER_CHUNK, apply_one_per_chunk
 
 
 def _rec(texts: list[str], usage: int) -> RequestRecord:
-    rec = RequestRecord(index=0, workload="w", spec_input_tokens=4, max_tokens=usage)
+    rec = make_record(chunks=(), spec_input_tokens=4, max_tokens=usage)
     rec.chunk_text = list(texts)
     rec.chunk_ns = list(range(1, len(texts) + 1))
     rec.output_tokens_server = usage

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import make_record
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.document.build import _item_titles
@@ -29,9 +30,8 @@ CONTEXT = "This model's maximum context length is 2048 tokens. However, you requ
 
 def _record(i: int, *, status: int | None = None, message: str | None = None,
             error: ErrorType | None = None) -> RequestRecord:
-    r = RequestRecord(index=i, workload="w", spec_input_tokens=10, max_tokens=4)
-    r.status, r.error_message, r.error_type = status, message, error
-    return r
+    return make_record(i, chunks=(), spec_input_tokens=10, max_tokens=4, status=status, error_message=message,
+                       error_type=error)
 
 
 def test_error_messages_count_one_reason_whatever_its_numbers() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from factories import make_record
 from vocabserver import VocabServer
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
@@ -24,8 +25,8 @@ def test_5_2(llm_result):
 
 
 def _rec(i: int, message: str | None, et: ErrorType | None = ErrorType.HTTP_4XX) -> RequestRecord:
-    return RequestRecord(index=i, workload="w", spec_input_tokens=10, max_tokens=4,
-                         error_type=et if message else None, error_message=message)
+    return make_record(i, chunks=(), spec_input_tokens=10, max_tokens=4,
+                       error_type=et if message else None, error_message=message)
 
 
 def test_failure_cause_quotes_the_most_frequent_message_and_the_fix() -> None:

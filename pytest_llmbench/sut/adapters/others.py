@@ -17,13 +17,15 @@ from .llamacpp import LLAMACPP
 from .simulator import SIMULATOR
 
 
-def _models_max_len(fetch: Fetch) -> int | None:
+def _models_window(fetch: Fetch) -> dict[str, Any]:
+    """The context window ``/v1/models`` lists (``max_model_len``) with its source; {} without one."""
     status, body = fetch("/v1/models")
     if status == 200 and isinstance(body, dict):
         for m in body.get("data") or []:
             if isinstance(m, dict) and isinstance(m.get("max_model_len"), int):
-                return int(m["max_model_len"])
-    return None
+                window = int(m["max_model_len"])
+                return {"context_window": window, "context_window_source": "/v1/models max_model_len"} if window else {}
+    return {}
 
 
 def _post_flush(sut: Any, path: str, what: str) -> bool | None:
@@ -47,10 +49,7 @@ class VLLMAdapter(ServerAdapter):
         status, body = fetch("/version")
         if status == 200 and isinstance(body, dict):
             info["version"] = body.get("version")
-        window = _models_max_len(fetch)
-        if window:
-            info["context_window"] = window
-            info["context_window_source"] = "/v1/models max_model_len"
+        info.update(_models_window(fetch))
         return {k: v for k, v in info.items() if v is not None}
 
     def configure(self, sut: Any, setting: str, value: Any) -> bool | None:
@@ -78,10 +77,7 @@ class SGLangAdapter(ServerAdapter):
                 info["context_window"] = body["context_length"]
                 info["context_window_source"] = "/get_server_info context_length"
         if "context_window" not in info:
-            window = _models_max_len(fetch)
-            if window:
-                info["context_window"] = window
-                info["context_window_source"] = "/v1/models max_model_len"
+            info.update(_models_window(fetch))
         return {k: v for k, v in info.items() if v is not None}
 
     def configure(self, sut: Any, setting: str, value: Any) -> bool | None:

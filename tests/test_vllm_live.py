@@ -19,6 +19,8 @@ import pytest
 
 from pytest_llmbench.client import ClientConfig, LLMClient
 from pytest_llmbench.common.records import RequestRecord, RequestSpec
+from pytest_llmbench.measure import tokencount
+from pytest_llmbench.sut.adapters import VLLM
 from pytest_llmbench.sut.adapters.vllm.server import MODEL_CONFIG, MODEL_NAME, VllmServer
 from pytest_llmbench.sut.system import SUT, identify_server
 
@@ -36,11 +38,11 @@ def _sut(endpoint: str) -> SUT:
 
 def _send(endpoint: str, specs: list[RequestSpec], *, extra: dict[str, Any] | None = None,
           api: str = "completions") -> list[RequestRecord]:
-    cfg = ClientConfig(base_url=endpoint, model=MODEL_NAME, api=api, extra_body=extra or {},
+    cfg = ClientConfig(base_url=endpoint, model=MODEL_NAME, api=api, extra_body={**VLLM.request_fields, **(extra or {})},
                        tokenizer="cl100k_base")
 
     async def go() -> list[RequestRecord]:
-        async with LLMClient(cfg) as c:
+        async with LLMClient(cfg, adapter=VLLM) as c:
             return [await c.send(s) for s in specs]
     return asyncio.run(go())
 
@@ -91,6 +93,7 @@ def test_chunk_token_counts_sum_to_usage(vllm_server: VllmServer) -> None:
               f"sum of chunk counts {sum(r.chunk_tokens)}, method {r.token_count_method}")
         assert r.ok, r.error_message
         assert sum(r.chunk_tokens) == r.output_tokens_server == r.max_tokens
+        assert r.token_count_method == tokencount.USAGE_PER_CHUNK  # the adapter asks for the running count
 
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
@@ -98,12 +101,14 @@ def test_byte_tokens_that_stream_as_empty_text_still_count(vllm_server: VllmServ
     """A character split over byte-level tokens: vLLM streams its first byte as a chunk with empty text
     (the rest completes it later). Biased towards the two bytes of "é" (the tokenizer was trained on
     ASCII only, so each is a token of its own), the output holds such chunks; their counts still add
-    up to usage.completion_tokens."""
+    up to usage.completion_tokens: the adapter asks for the running count on every chunk
+    (``continuous_usage_stats``), so they do whatever the sampled bytes decode to (a run of lone
+    first bytes decodes to nothing at all). Seeded, so the sample is the same each run."""
     ids = httpx.post(vllm_server.base_url + "/tokenize", timeout=10,
                      json={"model": MODEL_NAME, "prompt": "é", "add_special_tokens": False}).json()["tokens"]
     assert len(ids) == 2, ids
     bias = {str(i): 100 for i in ids}
-    (rec,) = _send(vllm_server.endpoint, [_spec(0, PROMPT, 48)], extra={"logit_bias": bias}, api=api)
+    (rec,) = _send(vllm_server.endpoint, [_spec(0, PROMPT, 48)], extra={"logit_bias": bias, "seed": 7}, api=api)
     empty = sum(1 for t in rec.chunk_text if t == "")
     print(f"\n{api}, biased to the bytes of 'é' {ids}: usage {rec.output_tokens_server}, chunks {len(rec.chunk_ns)} "
           f"({empty} with empty text), sum of chunk counts {sum(rec.chunk_tokens)}, method {rec.token_count_method}, "
@@ -111,6 +116,7 @@ def test_byte_tokens_that_stream_as_empty_text_still_count(vllm_server: VllmServ
     assert rec.ok, rec.error_message
     assert empty > 0
     assert sum(rec.chunk_tokens) == rec.output_tokens_server == 48
+    assert rec.token_count_method == tokencount.USAGE_PER_CHUNK
 
 
 def test_vocabulary_is_realistic(vllm_server: VllmServer) -> None:

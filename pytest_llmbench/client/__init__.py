@@ -305,7 +305,9 @@ class LLMClient:
         rec.output_tokens_client = sum(counts)
         rec.tokenizer = tok.declaration.name
         rec.token_count_method = tokencount.REFERENCE
-        tokencount.apply_one_per_chunk(rec)  # server tokens when one token per content chunk (§4.4)
+        # server tokens (§4.4): its running count on every chunk, else one token per content chunk
+        if not tokencount.apply_chunk_usage(rec):
+            tokencount.apply_one_per_chunk(rec)
         return rec
 
     async def _exchange(self, transport: Transport, body: bytes, rec: RequestRecord, submit: SubmitStamp) -> None:

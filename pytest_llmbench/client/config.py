@@ -112,5 +112,9 @@ def build_body(config: ClientConfig, spec: RequestSpec, *, system_ids: list[int]
     if config.request_server_timing:
         body["llmbench_timing"] = True
     if config.extra_body:
-        body.update(config.extra_body)
+        extra = dict(config.extra_body)
+        options = extra.pop("stream_options", None)
+        body.update(extra)
+        if isinstance(options, dict) and config.stream:  # merged: an adapter adds to include_usage
+            body["stream_options"] = {**body.get("stream_options", {}), **options}
     return body

@@ -232,6 +232,11 @@ class ResponseReader:
                     fr = c.get("finish_reason")
                     if fr:
                         rec.finish_reason = fr
+                    usage = obj.get("usage")
+                    if usage:  # continuous usage stats: the running output count on this chunk (§4.4)
+                        ct = usage.get("completion_tokens")
+                        if type(ct) is int:
+                            rec.chunk_usage_tokens.append(ct)
                 # metadata is rare; "usage": null rides on every chunk with include_usage
                 if not choices or obj.get("usage") or not metadata_keys.isdisjoint(obj):
                     self._metadata(obj, rec)

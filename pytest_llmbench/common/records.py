@@ -70,7 +70,8 @@ FAILURE_TYPES = frozenset(e for e in ErrorType if e is not ErrorType.CANCELLED)
 #: body was written (after any connection set-up); it was the hand-over to the transport before,
 #: which is now ``queued_ns``. TTFT and E2E start at ``sent_ns``, so 1.x and 2.x latencies differ by
 #: the connection set-up and are not compared (the regression gate keys on the major version).
-RECORDS_FORMAT = "2.0"
+#: 2.1: optional ``chunk_usage_tokens`` (the server's cumulative output count on every chunk, §4.4).
+RECORDS_FORMAT = "2.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +167,9 @@ class RequestRecord:
     chunk_text: list[str] = field(default_factory=list)
     chunk_reasoning: list[str] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
+    # usage.completion_tokens carried by each chunk (cumulative; vLLM continuous_usage_stats):
+    # empty unless the server streams it on every chunk (optional: absent before format 2.1)
+    chunk_usage_tokens: list[int] = field(default_factory=list)
     # --- token counts (§4.4.2) ------------------------------------------------------------
     input_tokens_client: int | None = None
     output_tokens_client: int | None = None

@@ -4,14 +4,18 @@ ITL, TPOT and chunk-size figures need the number of tokens in each streamed chun
 chunk text with the reference tokenizer is wrong on every server whose tokenizer is another one
 (0 tokens for a one-token chunk, 3 for another), so the count comes from the server when it can:
 
-1. ``server-one-per-chunk`` (exact): ``usage.completion_tokens`` equals the number of
+1. ``server-usage-per-chunk`` (exact): the server puts its running ``usage.completion_tokens``
+   on every chunk (vLLM ``stream_options.continuous_usage_stats``, asked for by its adapter); a
+   chunk's count is the step from the previous chunk's, whatever its text (byte-level tokens of
+   an unfinished character stream as empty text, several tokens may share a chunk).
+2. ``server-one-per-chunk`` (exact): ``usage.completion_tokens`` equals the number of
    content-bearing chunks, so each such chunk carried one token.
-2. ``server-tokenize`` (exact) / ``server-tokenize-reconciled``: after the run, the server
+3. ``server-tokenize`` (exact) / ``server-tokenize-reconciled``: after the run, the server
    tokenizes the record's output once (llama.cpp ``POST /tokenize`` with ``with_pieces`` and
    ``add_special: false``); each piece goes to the chunk holding its first byte; when the pieces
    do not add up to ``usage.completion_tokens`` (a merge on re-tokenization, an end token without
    text) the difference is reconciled to the server's total and the method says so.
-3. ``reference-tokenizer``: the declared fallback (the reference tokenizer, option B of §4.4).
+4. ``reference-tokenizer``: the declared fallback (the reference tokenizer, option B of §4.4).
 
 Every record carries its method (``RequestRecord.token_count_method``); :func:`method_shares`
 gives the share of records counted exactly for the report.
@@ -27,10 +31,12 @@ from ..common.records import RequestRecord
 __all__ = [
     "EXACT_METHODS",
     "ONE_PER_CHUNK",
+    "USAGE_PER_CHUNK",
     "REFERENCE",
     "TOKENIZE",
     "TOKENIZE_RECONCILED",
     "align_pieces",
+    "apply_chunk_usage",
     "apply_one_per_chunk",
     "apply_pieces",
     "method_shares",
@@ -39,16 +45,37 @@ __all__ = [
     "reconcile_to_total",
 ]
 
+USAGE_PER_CHUNK = "server-usage-per-chunk"
 ONE_PER_CHUNK = "server-one-per-chunk"
 TOKENIZE = "server-tokenize"
 TOKENIZE_RECONCILED = "server-tokenize-reconciled"
 REFERENCE = "reference-tokenizer"
-EXACT_METHODS = frozenset({ONE_PER_CHUNK, TOKENIZE})
+EXACT_METHODS = frozenset({USAGE_PER_CHUNK, ONE_PER_CHUNK, TOKENIZE})
+SERVER_METHODS = EXACT_METHODS | {TOKENIZE_RECONCILED}
 
 
 def _content_flags(rec: RequestRecord) -> list[bool]:
     reasoning = rec.chunk_reasoning if len(rec.chunk_reasoning) == len(rec.chunk_text) else [""] * len(rec.chunk_text)
     return [bool(t) or bool(r) for t, r in zip(rec.chunk_text, reasoning)]
+
+
+def apply_chunk_usage(rec: RequestRecord) -> bool:
+    """Exact counts from the running ``usage.completion_tokens`` on every chunk: each chunk's count
+    is the step from the one before. Not applied (False) unless every chunk carried one, the steps
+    never go back, and the last equals the final usage total."""
+    cum = rec.chunk_usage_tokens
+    total = rec.output_tokens_server
+    if total is None or not cum or len(cum) != len(rec.chunk_ns) or cum[-1] != total:
+        return False
+    counts, prev = [], 0
+    for c in cum:
+        if c < prev:
+            return False
+        counts.append(c - prev)
+        prev = c
+    rec.chunk_tokens = counts
+    rec.token_count_method = USAGE_PER_CHUNK
+    return True
 
 
 def apply_one_per_chunk(rec: RequestRecord) -> bool:
@@ -78,7 +105,7 @@ def apply_one_per_chunk(rec: RequestRecord) -> bool:
 def needs_server_count(rec: RequestRecord) -> bool:
     """A successful record whose counts are still the reference tokenizer's and whose server total is known."""
     return (rec.ok and rec.output_tokens_server is not None and bool(rec.chunk_text)
-            and rec.token_count_method not in (ONE_PER_CHUNK, TOKENIZE, TOKENIZE_RECONCILED))
+            and rec.token_count_method not in SERVER_METHODS)
 
 
 def piece_byte_lengths(tokens: Sequence[Any]) -> list[int]:

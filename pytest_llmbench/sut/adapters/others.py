@@ -88,6 +88,8 @@ class SGLangAdapter(ServerAdapter):
 
 VLLM = VLLMAdapter(
     kind="vllm", title="vLLM", owned_by=("vllm",),
+    # the running output count on every chunk: exact per-chunk counts (measure/tokencount.py, §4.4)
+    request_fields={"stream_options": {"continuous_usage_stats": True}},
     metrics={
         "waiting": ("vllm:num_requests_waiting",),
         "running": ("vllm:num_requests_running",),

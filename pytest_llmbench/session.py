@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import shutil
 import signal
 import threading
 import time
@@ -243,7 +244,9 @@ class Session:
                         ) -> ProcedureResult:
         sut = self.get_sut()
         run_root = self.settings.report / "runs" / dirname
-        run_root.mkdir(parents=True, exist_ok=True)
+        if run_root.exists():  # an earlier session's run of the same name: its records are not this run's
+            shutil.rmtree(run_root)
+        run_root.mkdir(parents=True)
         ctx = ProcedureContext(
             sut=sut,
             settings=self.settings,

@@ -226,12 +226,15 @@ def test_declarations_from_pyproject_and_files(tmp_path: Path) -> None:
                                         "  output_filter: maybe\n", encoding="utf-8")
     with pytest.raises(DeclarationError, match="guardrails must be a table"):
         Declarations({"guardrails": "on"})
-    y = Declarations.from_file(tmp_path / "decl.yaml")
+    with pytest.raises(DeclarationError, match=r"decl.yaml: guardrails.output_filter = 'maybe' is not one of on, off"):
+        Declarations.from_file(tmp_path / "decl.yaml")  # an enum is typed (issue 32)
+    y = Declarations({"model_loaded": False, "guardrails": {"input_filter": False}}, source=str(tmp_path / "d.yaml"))
     res = evaluate_test("5.1", {}, RunFacts(), y)
     assert res["4.5.1-MUST-1"].status is Status.UNMET and res["4.5.1-MUST-1"].reason.startswith("declared model_loaded = false (")
     assert res["4.8.1-MUST-1"].holds and res["4.8.1-MUST-1"].reason.startswith("input filter: off (declared (")
     assert res["4.8.1-MUST-1"].source == "declared"
     assert res["4.8.1-MUST-2"].status is Status.UNMET and "expected on, off or unknown" in res["4.8.1-MUST-2"].reason
+    assert "None" in res["4.8.1-MUST-2"].reason  # a key left out of the table
     assert res["4.8.1-MUST-3"].status is Status.UNMET and "systems not disclosed" in res["4.8.1-MUST-3"].reason
 
     (tmp_path / "decl.toml").write_text('model_loaded = true\n', encoding="utf-8")

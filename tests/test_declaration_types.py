@@ -150,3 +150,18 @@ def test_prefix_caching_declared_disabled_with_cached_tokens_is_unmet() -> None:
     assert c.evidence == {"declared": "disabled", "observed": "enabled"}
     ok = evaluate_test("5.1", {}, facts, dict(GOOD_DECLARATIONS, prefix_caching="enabled"))["5.1.2-MUST-13"]
     assert ok.holds
+
+
+def test_the_clients_refusal_messages_are_classified_by_their_signal() -> None:
+    """content_filter_signal reads what the client records: its policy-error message and finish reason."""
+    from pytest_llmbench.client.stream import _stream_error
+    from pytest_llmbench.compliance.facts import content_filter_signal
+    from pytest_llmbench.measure.refusals import RefusalPolicy, refusal_reason
+
+    err = _stream_error({"code": "content_filter", "message": "blocked"}, RefusalPolicy())
+    assert content_filter_signal(make_record(error_type=err.error_type, error_message=err.message)) == \
+        "policy error code"
+    why = refusal_reason("content_filter", None, "", RefusalPolicy())
+    assert content_filter_signal(_refused("content_filter", why)) == "finish_reason content_filter"
+    why = refusal_reason("stop", "I cannot help with that", "", RefusalPolicy())
+    assert content_filter_signal(_refused("stop", why)) is None  # the model refused by itself

@@ -373,6 +373,8 @@ class LLMBenchPlugin:
             terminalreporter.section("llmbench: compared with baseline")
             for line in render_comparison(self.gate.last).splitlines():
                 terminalreporter.write_line(line)
+            for line in self.gate.section6.lines() if self.gate.section6 is not None else ():
+                terminalreporter.write_line(line)  # the §2 verdict of the comparison (test "6")
         if self.saved is not None:
             terminalreporter.write_line(f"llmbench: stored as {self.saved.path.as_posix()} "
                                         "(compare with --llm-compare " + (self.saved.name or str(self.saved.number)) + ")")

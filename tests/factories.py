@@ -332,3 +332,13 @@ async def serve_app(app: web.Application, **site: Any) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
     finally:
         await runner.cleanup()
+
+
+# ================================================================================ gate store
+def gate_store(tmp_path: Path) -> Path:
+    """A writable copy of ``tests/data/gate/store`` (three stored simulator runs: base, rerun, slow)."""
+    import shutil
+
+    dst = tmp_path / "store"
+    shutil.copytree(Path(__file__).parent / "data" / "gate" / "store", dst)
+    return dst

@@ -11,6 +11,7 @@ import pytest
 from factories import GOOD_DECLARATIONS, all_procedure_checks, conversation_record, good_facts
 
 from pytest_llmbench import compliance as cm
+from pytest_llmbench.common import draft
 from pytest_llmbench.compliance import (
     Check,
     ComplianceError,
@@ -47,16 +48,17 @@ PROCEDURE_ITEMS = {
     "5.1": ["5.1.2-MUST-2", "5.1.2-MUST-3", "5.1.2-MUST-4", "5.1.3-MUST-1", "5.1.4-MUST-1", "5.1.4-SHOULD-1",
             "5.1.4-MUST-2", "5.1.5-MUST-1", "5.1.5-MUST-2", "5.1.5-MUST-3", "5.1.5-MUST-4", "5.1.5-MUST-5",
             "5.1.5-MUST-6", "5.1.5-MUST-7", "5.1.5-MUST-8", "5.1.5-SHOULD-1", "5.1.5-SHOULD-2"],
-    "5.2": ["5.2.2-MUST-2", "5.2.2-SHOULD-1", "5.2.2-MUST-4", "5.2.2-MUST-5"],
-    "5.3": [],
-    "5.4": ["5.4.2-MUST-1", "5.4.2-SHOULD-2", "5.4.3-MUST-1"],
-    "5.5": ["7.4-SHOULD-3"],
-    "5.6": ["5.6.2-SHOULD-1"],
+    # with the rows of the draft's minimums, which count as SHOULDs (issue 32, data/draft.yaml items:)
+    "5.2": ["5.2.2-MUST-2", "5.2.2-PARAM-1", "5.2.2-SHOULD-1", "5.2.2-MUST-4", "5.2.2-MUST-5"],
+    "5.3": ["5.3.2-PARAM-2", "5.3.2-PARAM-3"],
+    "5.4": ["5.4.2-MUST-1", "5.4.2-PARAM-1", "5.4.2-SHOULD-2", "5.4.3-MUST-1"],
+    "5.5": ["5.5.3-PARAM-3", "7.4-SHOULD-3"],
+    "5.6": ["5.6.2-SHOULD-1", "5.6.2-PARAM-3", "5.6.3-PARAM-3"],
     "5.7": ["5.7.2-MUST-1"],
-    "5.8": ["7.4-SHOULD-3"],
-    "5.9": [],
+    "5.8": ["5.8.3-PARAM-4", "7.4-SHOULD-3"],
+    "5.9": ["5.9.2-PARAM-4"],
     "5.10": [],
-    "6": ["6.1-MUST-1", "6.1-MUST-2", "6.1-MUST-3", "6.1-MUST-4"],
+    "6": ["6.1-MUST-1", "6.1-MUST-2", "6.1-MUST-3", "6.1-MUST-4", "6.3-PARAM-1"],
 }
 
 
@@ -112,7 +114,7 @@ def test_every_general_must_and_should_has_an_evaluator_or_declaration_hook() ->
 def test_procedure_items_are_exactly_the_unanswered_ones(test_id: str) -> None:
     reg = registry()
     unanswered = [req.id for req, _ in applicable_items(test_id)
-                  if req.in_verdict and req.id not in engine.EVALUATORS and req.id not in engine.DECLARATION_HOOKS]
+                  if (req.in_verdict or req.id in draft.minimums()) and req.id not in engine.EVALUATORS and req.id not in engine.DECLARATION_HOOKS]
     assert sorted(coverage(test_id)["procedure"]) == sorted(unanswered)
     # no general item is left to a procedure; §6 items come from the comparison (test "6")
     assert all(reg[i].applies_to != "general" for i in unanswered)
@@ -224,12 +226,15 @@ def test_declarations_from_pyproject_and_files(tmp_path: Path) -> None:
                                         "  output_filter: maybe\n", encoding="utf-8")
     with pytest.raises(DeclarationError, match="guardrails must be a table"):
         Declarations({"guardrails": "on"})
-    y = Declarations.from_file(tmp_path / "decl.yaml")
+    with pytest.raises(DeclarationError, match=r"decl.yaml: guardrails.output_filter = 'maybe' is not one of on, off"):
+        Declarations.from_file(tmp_path / "decl.yaml")  # an enum is typed (issue 32)
+    y = Declarations({"model_loaded": False, "guardrails": {"input_filter": False}}, source=str(tmp_path / "d.yaml"))
     res = evaluate_test("5.1", {}, RunFacts(), y)
     assert res["4.5.1-MUST-1"].status is Status.UNMET and res["4.5.1-MUST-1"].reason.startswith("declared model_loaded = false (")
     assert res["4.8.1-MUST-1"].holds and res["4.8.1-MUST-1"].reason.startswith("input filter: off (declared (")
     assert res["4.8.1-MUST-1"].source == "declared"
     assert res["4.8.1-MUST-2"].status is Status.UNMET and "expected on, off or unknown" in res["4.8.1-MUST-2"].reason
+    assert "None" in res["4.8.1-MUST-2"].reason  # a key left out of the table
     assert res["4.8.1-MUST-3"].status is Status.UNMET and "systems not disclosed" in res["4.8.1-MUST-3"].reason
 
     (tmp_path / "decl.toml").write_text('model_loaded = true\n', encoding="utf-8")

@@ -108,6 +108,13 @@ def test_incomparable_runs_are_refused_unless_forced(pytester: pytest.Pytester) 
     assert not _doc(pytester)["comparison"]["section6"]["6.3-PARAM-1"]["met"]
     md = (pytester.path / "llmbench-report" / "report.md").read_text()
     assert "| 6.3-PARAM-1 | not met | 1 baseline run(s), 1 new run(s)" in md
+    # the comparison's own §2 verdict (test "6", issue 32): 15 requests against 12 is not the identical workload
+    # (6.1-MUST-1); one machine ran both sessions against the simulator (6.1-MUST-3 measured)
+    verdict = _doc(pytester)["comparison"]["section6_verdict"]
+    assert verdict["verdict"] == "not compliant" and "6.1-MUST-1" in verdict["unmet_must"]
+    hw = next(i for i in verdict["items"] if i["id"] == "6.1-MUST-3")
+    assert hw["status"] == "met" and hw["source"] == "measured"
+    assert "§6 verdict (§2, test 6): 6: not compliant" in forced.stdout.str()
 
 
 def test_bad_rule_and_missing_baseline_are_usage_errors(pytester: pytest.Pytester) -> None:

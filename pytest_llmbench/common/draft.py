@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["DraftError", "entry", "names", "profiles", "section", "value"]
+__all__ = ["DraftError", "entry", "minimums", "names", "profiles", "section", "value"]
 
 PROFILE_NAMES = ("smoke", "standard", "full")
 _REF = "draft:"
@@ -63,6 +63,26 @@ def value(name: str) -> Any:
 def section(name: str) -> str:
     """``§4.5.1`` for ``warmup.min_requests``."""
     return "§" + str(entry(name)["section"])
+
+
+@functools.cache
+def _minimums() -> dict[str, tuple[str, ...]]:
+    out: dict[str, list[str]] = {}
+    for name, e in _numbers().items():
+        for rid in e.get("items") or ():
+            if e.get("kind") != "minimum":
+                raise DraftError(f"data/draft.yaml: {name} names items but is not a minimum")
+            out.setdefault(str(rid), []).append(name)
+    return {rid: tuple(ns) for rid, ns in out.items()}
+
+
+def minimums() -> dict[str, tuple[str, ...]]:
+    """Requirement rows that hold a run to one of the draft's minimums ("Minimum", "At least"), with the
+    numbers behind each (``items:`` in ``data/draft.yaml``): ``{"5.6.2-PARAM-3": ("fairness.min_requests_per_class",)}``.
+
+    Our reading (docs/slo-and-compliance.md): such a row counts as a SHOULD for the §2 verdict.
+    """
+    return dict(_minimums())
 
 
 def _resolve(v: Any) -> Any:

@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .declarations import DECLARATION_FACTS, Declarations
+from .declarations import DECLARATION_FACTS, Declarations, declared_flag
 from .facts import RunFacts
 from .registry import STANDARD_WORKLOADS, VALIDATORS, ComplianceError, registry
 from .verdict import SOURCES, Check, Status
@@ -44,8 +44,11 @@ class _Ctx:
                                           f"{', '.join(missing)}", fact, dict(value))
                 return declared_check(rid, Status.MET, f"declared: {fact} = {_short(value)} ({self.decl.source})",
                                       fact, dict(value))
-            if value is False:
-                return declared_check(rid, Status.UNMET, f"declared {fact} = false ({self.decl.source})", fact, value)
+            if DECLARATION_FACTS[fact]["type"] == "boolean":
+                met, note = declared_flag(value)
+                text = f"{fact} = {'true' if met else 'false'}{': ' + note if note else ''} ({self.decl.source})"
+                return declared_check(rid, Status.MET if met else Status.UNMET,
+                                      f"declared: {text}" if met else f"declared {text}", fact, value)
             return declared_check(rid, Status.MET, f"declared: {fact} = {_short(value)} ({self.decl.source})",
                                   fact, value)
         id_check = self.id_declaration(rid)
@@ -67,12 +70,7 @@ class _Ctx:
         if rid not in self.decl:
             return None
         v = self.decl[rid]
-        if isinstance(v, Mapping):
-            met, note = bool(v.get("met", False)), str(v.get("note", ""))
-        elif isinstance(v, bool):
-            met, note = v, ""
-        else:
-            met, note = bool(str(v).strip()), str(v)
+        met, note = declared_flag(v)  # the type was checked when the declarations were read
         text = f"declared ({self.decl.source}: {rid}){': ' + note if note else ''}"
         return declared_check(rid, Status.MET if met else Status.UNMET,
                               text if met else f"declared not met ({self.decl.source}){': ' + note if note else ''}",
@@ -262,8 +260,7 @@ Condition = Callable[[RunFacts, Declarations], "bool | None"]
 
 
 def _bool_decl(decl: Declarations, key: str) -> bool | None:
-    v = decl.get(key)
-    return None if v is None else bool(v)
+    return decl.flag(key) if isinstance(decl, Declarations) else None
 
 
 def _prefix_cache_tested(f: RunFacts, decl: Declarations) -> bool | None:

@@ -129,6 +129,19 @@ class ColdStartFacts:
     labelled: bool = False  # the result carries the cold-start section, table and heading label
 
 
+def content_filter_signal(r: RequestRecord) -> str | None:
+    """How a content filter signalled ``r``'s refusal (§4.8.1), else None: a policy error code (an HTTP
+    answer or an error event in the stream, client/stream.py) or ``finish_reason: content_filter``.
+    A model refusing by itself (OpenAI ``refusal`` field, the declared refusal text) is not a filter."""
+    if r.error_type is not ErrorType.REFUSED:
+        return None
+    if r.finish_reason == "content_filter":
+        return "finish_reason content_filter"
+    if "policy refusal" in (r.error_message or ""):
+        return "policy error code"
+    return None
+
+
 @dataclass
 class RecordAudit:
     """Per-request record completeness and consistency (§4.2.2, §4.2.6, §4.8.1) over the measured records.
@@ -143,6 +156,10 @@ class RecordAudit:
     n_ok: int = 0
     n_failed: int = 0
     refused: int = 0
+    #: refusals a content filter signalled: a policy error code (HTTP or in-stream) or
+    #: ``finish_reason: content_filter``; a model's own refusal (refusal field, declared text) is not one
+    filter_refused: int = 0
+    filter_signals: dict[str, int] = field(default_factory=dict)  # {"policy error code": n, "finish_reason ...": n}
     missing_submit: int = 0
     missing_first_token: int = 0
     missing_chunk_times: int = 0
@@ -161,6 +178,10 @@ class RecordAudit:
             a.n_ok += r.ok
             a.n_failed += r.failed
             a.refused += r.error_type is ErrorType.REFUSED
+            signal = content_filter_signal(r)
+            if signal is not None:
+                a.filter_refused += 1
+                a.filter_signals[signal] = a.filter_signals.get(signal, 0) + 1
             a.missing_submit += not r.sent_ns
             has_content = any(t.strip() for t in r.chunk_text)
             ft = r.first_token_ns
@@ -219,6 +240,7 @@ class RunFacts:
     network_rtt_s: float | None = None  # measured separately (§4.7.3)
     latency_adjustment: dict[str, Any] | None = None  # {"method", "value"} when TTFT was adjusted
     endpoint_scheme: str | None = None  # http | https
+    endpoint_host: str | None = None  # the SUT endpoint's host (name or address), held against clock_sync
     tls_verified: bool | None = None
     compared: bool = False  # results are compared across SUTs (§6)
     exceeds_capacity: bool = False  # the test drives load beyond capacity (§7.4)

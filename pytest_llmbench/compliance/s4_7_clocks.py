@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import socket
 from collections.abc import Mapping
 
 from ..common import draft
@@ -43,10 +45,63 @@ def _sync(ctx: _Ctx) -> tuple[str | None, float | None, str]:
     return method, acc, src
 
 
+def endpoint_is_local(host: str | None) -> bool | None:
+    """Whether ``host`` is this machine: a loopback address, or a name or address that resolves only to
+    addresses of a local interface (one this host can bind). None: no host, or it does not resolve."""
+    if not host:
+        return None
+    host = host.strip("[]")
+    try:
+        addrs = {ipaddress.ip_address(host.split("%", 1)[0])}
+    except ValueError:
+        try:
+            addrs = {ipaddress.ip_address(str(a[4][0]).split("%", 1)[0]) for a in socket.getaddrinfo(host, None)}
+        except (OSError, UnicodeError, ValueError):
+            return None
+    return bool(addrs) and all(a.is_loopback or _bindable(a) for a in addrs)
+
+
+def _bindable(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """An address of a local interface: a socket can be bound to it."""
+    fam = socket.AF_INET6 if addr.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(fam, socket.SOCK_DGRAM) as s:
+            s.bind((str(addr), 0))
+        return True
+    except OSError:
+        return False
+
+
+def _single_host_declared(ctx: _Ctx) -> bool:
+    d = ctx.decl.get("clock_sync")
+    m = str(d.get("method") or "") if isinstance(d, Mapping) else ""
+    return m.strip().lower().replace("_", "-").replace(" ", "-") in ("single-host", "single-machine")
+
+
+def _clock_contradiction(ctx: _Ctx, rid: str) -> Check | None:
+    """``clock_sync`` declared single-host held against the endpoint (issue 32): unmet when the endpoint
+    resolves to no address of this host; a declaration the endpoint confirms (a local interface) is met."""
+    f = ctx.facts
+    if f.clock.single_host or not _single_host_declared(ctx):
+        return None
+    local = endpoint_is_local(f.endpoint_host)
+    if local is None:
+        return None
+    ev = {"declared": dict(ctx.decl["clock_sync"]), "endpoint_host": f.endpoint_host}
+    if local:
+        return decide(rid, ok=True, met=f"clock sync single-host: the endpoint {f.endpoint_host} is an address of "
+                      f"this host (declared single-host, {ctx.decl.source})", source="measured", **ev)
+    return decide(rid, ok=False, unmet=f"declared clock_sync single-host ({ctx.decl.source}), but the endpoint "
+                  f"{f.endpoint_host} resolves to no address of this host (not loopback, not a local interface): "
+                  "declare the sync method and accuracy between the two hosts", source="measured", **ev)
+
+
 @evaluator("4.7.2-MUST-1")
 def _ntp(ctx: _Ctx, rid: str) -> Check:
     if ctx.facts.clock.single_host:
         return decide(rid, ok=None, na="single machine: no clock synchronisation needed")
+    if (c := _clock_contradiction(ctx, rid)) is not None:
+        return c
     method, acc, src = _sync(ctx)
     if acc is None:
         return decide(rid, ok=None, needs="clock sync accuracy unknown: declare 'clock_sync' {method, accuracy_ms} in "
@@ -84,6 +139,8 @@ def _ptp(ctx: _Ctx, rid: str) -> Check:
 def _sync_statement(ctx: _Ctx, rid: str) -> Check:
     if ctx.facts.clock.single_host:
         return decide(rid, ok=True, met="clock sync: single machine (one clock)")
+    if (c := _clock_contradiction(ctx, rid)) is not None:
+        return c
     method, acc, src = _sync(ctx)
     if method and acc is not None:
         return decide(rid, ok=True, met=f"clock sync {method}, accuracy {acc * 1e3:g} ms ({src})")

@@ -33,11 +33,28 @@ def _guardrail_disclosure(ctx: _Ctx, rid: str) -> Check:
         return c
     ev = {"declared": dict(g)} if src.startswith("declared") else {}
     v = _onoff(g.get(key))
+    contradiction = _filter_contradiction(ctx, g, key) if src.startswith("declared") else None
+    if contradiction is not None:
+        return decide(rid, ok=False, unmet=contradiction, **ev, refused_by_filter=ctx.facts.records.filter_signals)  # type: ignore[union-attr]
     if key == "systems":
         return decide(rid, ok=not _blank(v), met=f"safety systems: {_short(v)} ({src})",
                       unmet=f"guardrails.systems not disclosed ({src}); 'unknown' is allowed", **ev)
     return decide(rid, ok=v in ("on", "off", "unknown"), met=f"{key.replace('_', ' ')}: {v} ({src})",
                   unmet=f"guardrails.{key} = {v!r}; expected on, off or unknown ({src})", **ev)
+
+
+def _filter_contradiction(ctx: _Ctx, g: Mapping[str, Any], key: str) -> str | None:
+    """Declared guardrails held against the run (issue 32): ``key`` declared off, no filter declared on,
+    and yet a content filter refused requests (a policy error code or ``finish_reason: content_filter``;
+    a model's own refusal is reported by 4.8.1-MUST-4, not held against the declaration)."""
+    audit = ctx.facts.records
+    if audit is None or not audit.filter_refused or _onoff(g.get(key)) != "off":
+        return None
+    if any(_onoff(g.get(k)) == "on" for k in ("input_filter", "output_filter")):
+        return None
+    how = ", ".join(f"{n} by {sig}" for sig, n in sorted(audit.filter_signals.items()))
+    return (f"declared guardrails.{key} = off ({ctx.decl.source}), but {audit.filter_refused} of {audit.n} requests "
+            f"were refused by a content filter ({how}): the declaration contradicts the run")
 
 
 def _onoff(v: Any) -> Any:
@@ -70,7 +87,10 @@ def _refusals(ctx: _Ctx, rid: str) -> Check:
     audit = ctx.facts.records
     if audit is None:
         return _need(rid, "per-request records (refusal count)")
-    return decide(rid, ok=True, met=f"{audit.refused} of {audit.n} requests refused", refused=audit.refused, n=audit.n)
+    model = audit.refused - audit.filter_refused
+    how = f" ({audit.filter_refused} by a content filter, {model} by the model)" if audit.refused else ""
+    return decide(rid, ok=True, met=f"{audit.refused} of {audit.n} requests refused{how}", refused=audit.refused,
+                  n=audit.n, refused_by_filter=audit.filter_refused)
 
 
 @evaluator("4.8.2-SHOULD-1")

@@ -70,6 +70,12 @@ def _prefix_state(ctx: _Ctx, rid: str) -> Check:
     """Observed when the SUT reports it (the simulator's configuration, a procedure that switched
     it); otherwise a client cannot tell: the tester declares ``prefix_caching``."""
     f = ctx.facts
+    declared = str(ctx.decl.get("prefix_caching") or "").strip().lower()
+    if declared == "disabled" and f.prefix_caching == "enabled" and (f.prefix_caching_source or "").startswith(
+            "measured"):  # the declaration held against the server's cached tokens (issue 32)
+        return decide(rid, ok=False, key="prefix_caching", figure=f.prefix_caching, source="measured",
+                      unmet=f"declared prefix_caching = disabled ({ctx.decl.source}), but {f.prefix_caching_source}: "
+                            "the declaration contradicts the run", declared="disabled", observed=f.prefix_caching)
     if f.prefix_caching in ("enabled", "disabled"):
         return decide(rid, ok=True,
                       met=f"prefix caching {f.prefix_caching} ({f.prefix_caching_source or 'reported by the SUT'})",

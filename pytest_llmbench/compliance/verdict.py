@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common import draft
 from .registry import LEVELS, VERDICT_LEVELS, registry
 
 # ============================================================================================
@@ -123,9 +124,13 @@ class ComplianceResult:
                 return c
         raise KeyError(rid)
 
+    def verdict_level(self, rid: str) -> str:
+        """The level an item counts at in the §2 verdict: a draft minimum's PARAM row counts as SHOULD."""
+        return verdict_level(rid)
+
     def failing(self, level: str | None = None) -> list[Check]:
-        """Unmet (or undeclared) items, optionally of one level."""
-        return [c for c in self.checks if c.fails and (level is None or self.level(c.id) == level)]
+        """Unmet (or undeclared) items, optionally of one level (as counted in the verdict)."""
+        return [c for c in self.checks if c.fails and (level is None or self.verdict_level(c.id) == level)]
 
     @property
     def unmet_must(self) -> list[Check]:
@@ -133,7 +138,13 @@ class ComplianceResult:
 
     @property
     def unmet_should(self) -> list[Check]:
+        """Unmet SHOULDs, the draft minimums below which the run fell among them."""
         return self.failing("SHOULD")
+
+    @property
+    def deviations(self) -> list[str]:
+        """The draft minimums this run fell below, one line each: ``5.6: 30 per class < 500 (§5.6.2)``."""
+        return [deviation_line(self.test_id, c) for c in self.checks if c.fails and c.id in draft.minimums()]
 
     def rows(self, *, hide_not_applicable: bool = False) -> list[tuple[str, str, str, str]]:
         """The compact table: (id, level, status, reason), in draft order.
@@ -154,7 +165,9 @@ class ComplianceResult:
     def summary(self) -> str:
         """``5.1: not compliant (3 MUST unmet, 1 SHOULD unmet)``."""
         m, s = len(self.unmet_must), len(self.unmet_should)
-        return f"{self.test_id}: {self.verdict.value} ({m} MUST unmet, {s} SHOULD unmet)"
+        dev = self.deviations
+        below = f"; below the draft's minimum: {'; '.join(dev)}" if dev else ""
+        return f"{self.test_id}: {self.verdict.value} ({m} MUST unmet, {s} SHOULD unmet{below})"
 
     def format_table(self, *, levels: Iterable[str] = LEVELS, width: int = 100,
                      hide_not_applicable: bool = False) -> str:
@@ -170,8 +183,9 @@ class ComplianceResult:
         return "\n".join(lines)
 
     def to_markdown(self, *, hide_not_applicable: bool = False) -> str:
-        lines = [f"**{self.test_id}: {self.verdict.value}**", "", "| ID | Level | Status | Reason |",
-                 "|---|---|---|---|"]
+        lines = [f"**{self.test_id}: {self.verdict.value}**", ""]
+        lines += [f"- Deviation: {d}" for d in self.deviations] + ([""] if self.deviations else [])
+        lines += ["| ID | Level | Status | Reason |", "|---|---|---|---|"]
         for rid, lvl, st, reason in self.rows(hide_not_applicable=hide_not_applicable):
             lines.append(f"| `{rid}` | {lvl} | {st} | {reason.replace('|', '/')} |")
         return "\n".join(lines)
@@ -182,6 +196,7 @@ class ComplianceResult:
             "verdict": self.verdict.value,
             "unmet_must": [c.id for c in self.unmet_must],
             "unmet_should": [c.id for c in self.unmet_should],
+            "deviations": self.deviations,
             "counts": self.counts(),
             "notes": list(self.notes),
             "checks": [dict(c.to_json(), level=self.level(c.id)) for c in self.checks],
@@ -189,12 +204,26 @@ class ComplianceResult:
         }
 
 
+def verdict_level(rid: str) -> str:
+    """The level ``rid`` counts at in the §2 verdict: its registry level, except that a row holding the
+    run to one of the draft's minimums (``items:`` in ``data/draft.yaml``) counts as a SHOULD
+    (our reading, docs/slo-and-compliance.md "Draft minimums")."""
+    return "SHOULD" if rid in draft.minimums() else registry()[rid].level
+
+
+def deviation_line(test_id: str, c: Check) -> str:
+    """``5.6: 30 per class < 500 (§5.6.2)``: an unmet minimum's reason with the section of its number."""
+    names = draft.minimums().get(c.id, ())
+    sections = sorted({draft.section(n) for n in names}) or ["§" + registry()[c.id].section]
+    return f"{test_id}: {c.reason} ({', '.join(sections)})"
+
+
 def verdict_of(checks: Iterable[Check]) -> Verdict:
-    """Draft §2 on a set of checks (levels looked up in the registry; MAY/PARAM/REPORT ignored)."""
-    reg = registry()
+    """Draft §2 on a set of checks: MUST and SHOULD items, a draft minimum's row counting as a SHOULD
+    (:func:`verdict_level`); MAY and other PARAM/REPORT rows are ignored."""
     must_fail = should_fail = False
     for c in checks:
-        lvl = reg[c.id].level
+        lvl = verdict_level(c.id)
         if c.fails and lvl == "MUST":
             must_fail = True
         elif c.fails and lvl == "SHOULD":

@@ -345,11 +345,11 @@ def _compliance_summary(result: Any) -> dict[str, Any]:
         return {"verdict": _verdict(result), "unmet": [], "notes": [], "counts": {}}
     unmet = []
     for check in list(c.unmet_must) + list(c.unmet_should):
-        unmet.append({"id": check.id, "level": c.level(check.id), "status": str(check.status.value),
+        unmet.append({"id": check.id, "level": c.verdict_level(check.id), "status": str(check.status.value),
                       "reason": check.reason, "source": check.source, "key": check.key, "fix": check.fix})
     items = [check.item(c.level(check.id), registry()[check.id].summary) for check in c.checks]
     return {"verdict": _verdict(result), "unmet": unmet, "notes": list(c.notes), "counts": jsonable(c.counts()),
-            "items": jsonable(items)}
+            "deviations": list(c.deviations), "items": jsonable(items)}
 
 
 def _relative(path: str | os.PathLike[str] | None, root: Path) -> str | None:

@@ -1,7 +1,15 @@
 """Command line: ``python -m pytest_llmbench.gate compare A B [C …] [--fail RULE …]`` and ``… history``.
 
-Exit status of ``compare``: 0 when no ``--fail`` rule is violated, 1 when one is, 2 when a compared
-pair was refused as not comparable (§6.1) while rules were given, or on bad input.
+``compare`` prints the comparison's §2 verdict (test "6", formed from the §6.1–§6.4 items:
+gate/section6.py). Its exit status, first that applies:
+
+* 2: bad input (a rule, a run that cannot be found), or a compared pair refused as not comparable
+  (§6.1) while ``--fail`` rules were given;
+* 1: a ``--fail`` rule is violated;
+* 3: a 6.1 MUST is *not met* (identical workload, same boundary, comparable hardware or normalised,
+  same load), or, with ``--require-section6``, a 6.1 MUST needs a declaration;
+* 0: otherwise. A 6.1 MUST that needs a declaration (e.g. hardware on two machines, undeclared) is
+  printed as a warning and does not change the status, so a regression gate on one machine keeps working.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from .compare import compare
 from .history import history, render_history
 from .present import render_comparison
 from .rules import RuleError, parse_rules
+from .section6 import Section6Verdict
 from .storage import DEFAULT_STORAGE, GateStorageError, list_runs, load_run
 from .systems import compare_systems, render_html, render_markdown, render_text
 
@@ -56,6 +65,8 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--output", default="llmbench-compare", help="directory for compare.md/.html/.json")
     ap.add_argument("--gpus", action="append", metavar="RUN=N", help="GPU count of a run (§6.2)")
     ap.add_argument("--price", action="append", metavar="RUN=USD", help="price per hour of a run (§6.2)")
+    ap.add_argument("--require-section6", action="store_true",
+                    help="exit 3 also when a §6.1 MUST needs a declaration (default: a warning)")
     args = ap.parse_args(argv)
     if not 0.5 <= args.confidence < 1:
         print("error: --confidence must be in [0.5, 1)", file=sys.stderr)
@@ -71,7 +82,8 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         return 2
     comps = [compare(sides[0], s, rules, force=args.force, confidence=args.confidence) for s in sides[1:]]
     singles = [s[0] for s in sides]
-    system = compare_systems(singles, gpus=_kv(args.gpus, "--gpus"), prices=_kv(args.price, "--price"))
+    system = compare_systems(singles, gpus=_kv(args.gpus, "--gpus"), prices=_kv(args.price, "--price"),
+                             repetitions=[len(s) for s in sides])
     text = render_text(system) + "\n\n" + "\n\n".join(render_comparison(c) for c in comps)
     print(text)
     out = Path(args.output)
@@ -84,11 +96,28 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     write_text_atomic(out / "compare.json", json.dumps({"systems": system.to_json(),
                                                         "comparisons": [c.to_json() for c in comps]}, indent=2) + "\n")
     print(f"written: {out / 'compare.md'}, {out / 'compare.html'}, {out / 'compare.json'}")
-    if not rules:
-        return 0
-    if any(c.violations for c in comps):
+    if rules and any(c.violations for c in comps):
         return 1
-    return 2 if any(c.refused for c in comps) else 0
+    if rules and any(c.refused for c in comps):
+        return 2
+    return section6_status(system.verdict, require=args.require_section6)
+
+
+def section6_status(v: Section6Verdict, *, require: bool = False) -> int:
+    """3 when a §6.1 MUST is not met (or, with ``require``, needs a declaration); else 0, with a warning
+    on stderr for a §6.1 MUST only a declaration can answer."""
+    if v.must61_not_met:
+        print("error: §6.1 MUST not met: " + ", ".join(i.id for i in v.must61_not_met) + " (exit status 3)",
+              file=sys.stderr)
+        return 3
+    if v.must61_undeclared:
+        what = ", ".join(f"{i.id} ({i.detail})" for i in v.must61_undeclared)
+        if require:
+            print(f"error: §6.1 MUST needs a declaration (--require-section6): {what} (exit status 3)", file=sys.stderr)
+            return 3
+        print(f"warning: §6.1 MUST needs a declaration: {what}; the comparison is not §6-compliant "
+              "(--require-section6 makes this exit 3)", file=sys.stderr)
+    return 0
 
 
 def _html_escape(s: str) -> str:

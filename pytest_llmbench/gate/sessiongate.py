@@ -15,7 +15,8 @@ from typing import Any
 
 from .compare import Comparison, compare
 from .rules import Rule, RuleError, parse_rules
-from .storage import GateStorageError, StoredRun, list_runs, load_run, save
+from .section6 import Section6Verdict
+from .storage import GateStorageError, StoredRun, list_runs, load_run, machine_fingerprint, save
 
 __all__ = ["SessionGate", "TestVerdict"]
 
@@ -57,6 +58,8 @@ class SessionGate:
                 raise GateStorageError(f"{src.get('compare', '--llm-compare')}: {exc}") from None
             self.history = list_runs(settings.storage)
         self.last: Comparison | None = None
+        #: the session against the baseline as a §6 comparison: its §2 verdict (test "6", section6.py)
+        self.section6: Section6Verdict | None = None
 
     @property
     def comparing(self) -> bool:
@@ -100,7 +103,13 @@ class SessionGate:
         if self.baseline is None:
             return None
         self.last = self._compare(doc)
-        return self.last.to_json()
+        from .systems import compare_systems
+
+        this = StoredRun.in_memory(doc, report_dir=self.settings.report)
+        this.meta["machine"] = machine_fingerprint()  # this session ran here (6.1-MUST-3 from observation)
+        reps = [len(self.last.baseline), len(self.last.new)]  # repetitions of each side (§6.3)
+        self.section6 = compare_systems([self.baseline, this], repetitions=reps).verdict
+        return {**self.last.to_json(), "section6_verdict": self.section6.to_json()}
 
     def save(self) -> StoredRun | None:
         """Store the session's report directory (after results.json was written) when asked to."""

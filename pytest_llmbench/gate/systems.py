@@ -3,18 +3,22 @@ statistics (§6.3) and the fair-comparison checklist (§6.4), as a table, Markdo
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import jinja2
 
+from ..common import draft
 from ..measure.slo import format_quantity
 from .compare import DEFAULT_FIGURES, _matches, comparability_key, figure_value
 from .metricinfo import metric_info
 from .rules import parse_rule
+from .section6 import Section6Verdict, section6_verdict
 from .storage import StoredRun
 
 __all__ = ["CheckItem", "SystemComparison", "compare_systems", "render_html", "render_markdown", "render_text"]
@@ -25,12 +29,14 @@ SAME_TIME_GAP_S = 3600.0
 
 @dataclass(frozen=True)
 class CheckItem:
-    """One §6.1 / §6.4 item: ``status`` is met, not met, needs declaration or n/a."""
+    """One §6.1–§6.4 item: ``status`` is met, not met, needs declaration or n/a; ``source`` where the
+    evidence comes from (measured, declared, parameter, none; empty: the stored documents)."""
 
     id: str
     text: str
     status: str
     detail: str
+    source: str = ""
 
 
 @dataclass
@@ -46,12 +52,20 @@ class SystemComparison:
     checklist: list[CheckItem]
     config_differences: list[tuple[str, list[str]]]
     plots: list[str] = field(default_factory=list)
+    #: the §6.2 report items and §6.3's minimum of runs
+    reporting: list[CheckItem] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> Section6Verdict:
+        """The comparison's §2 verdict (test "6") from the §6.1–§6.4 items (section6.py)."""
+        return section6_verdict(self.equivalence + self.reporting + self.checklist)
 
     def to_json(self) -> dict[str, Any]:
         return {"runs": [r.to_ref() for r in self.runs], "labels": self.labels, "table": self.table,
                 "equivalence": [c.__dict__ for c in self.equivalence], "normalisation": self.normalisation,
                 "normalisation_method": self.normalisation_method,
                 "checklist": [c.__dict__ for c in self.checklist],
+                "reporting": [c.__dict__ for c in self.reporting], "section6": self.verdict.to_json(),
                 "config_differences": [{"item": k, "values": v} for k, v in self.config_differences]}
 
 
@@ -96,11 +110,91 @@ def _time(run: StoredRun, key: str) -> float | None:
         return None
 
 
+def _sut_on_this_machine(run: StoredRun) -> str | None:
+    """How the run's SUT shared the harness's machine (the embedded simulator, a loopback endpoint), else None."""
+    sut = run.document.get("sut") or {}
+    if sut.get("embedded_simulator"):
+        return "the embedded simulator"
+    host = urlsplit(str(sut.get("base_url") or "")).hostname or ""
+    try:
+        loop = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loop = False
+    return f"loopback endpoint {host}" if loop else None
+
+
+def _hardware_item(runs: Sequence[StoredRun], norm: Sequence[Mapping[str, Any]]) -> CheckItem:
+    """6.1-MUST-3, comparable hardware or normalised (§6.1, §6.2): from observation where one exists
+    (one machine fingerprint for every run, the SUT on that machine), else from the hardware
+    declarations (different hardware needs the §6.2 normalisation for every run), else needs-declaration."""
+    text = "Comparable hardware (or normalised by hardware capability)"
+    fps = [r.meta.get("machine") for r in runs]
+    where = [_sut_on_this_machine(r) for r in runs]
+    if all(fps) and _equal_over(fps) and all(where):
+        node = fps[0].get("node") if isinstance(fps[0], Mapping) else "?"
+        return CheckItem("6.1-MUST-3", text, "met", f"one machine ran every run and its SUT ({node}; "
+                         f"{', '.join(sorted(set(w for w in where if w)))}): machine fingerprints equal", "measured")
+    why = ("machine fingerprints differ" if all(fps) and not _equal_over(fps) else
+           "a run has no machine fingerprint" if not all(fps) else "the SUT did not run on the harness's machine")
+    hw = [_decl(r).get("hardware") for r in runs]
+    missing = [r.id for r, h in zip(runs, hw) if not h]
+    if missing:
+        return CheckItem("6.1-MUST-3", text, "needs declaration",
+                         f"{why}, and hardware is not declared for {', '.join(missing)}: declare hardware "
+                         "{accelerator, count, memory} in each run's declarations", "none")
+    if _equal_over(hw):
+        return CheckItem("6.1-MUST-3", text, "met", f"{why}; declared hardware equal ({_short(hw[0])})", "declared")
+    normalised = all(n.get("tokens_per_gpu_second") is not None and n.get("tokens_per_dollar_hour") is not None
+                     for n in norm)
+    decl = " / ".join(_short(h) for h in hw)
+    if normalised:
+        return CheckItem("6.1-MUST-3", text, "met", f"declared hardware differs ({decl}); results normalised by "
+                         "hardware capability: tokens per GPU-second and per dollar-hour for every run (§6.2)",
+                         "declared")
+    return CheckItem("6.1-MUST-3", text, "not met", f"declared hardware differs ({decl}) and no §6.2 normalisation "
+                     "is reported for every run: give each run's GPU count (hardware.count or --gpus RUN=N) and "
+                     "price per hour (cost.price_per_hour or --price RUN=USD)", "declared")
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, Mapping):
+        return ", ".join(f"{k}={x}" for k, x in v.items())
+    return str(v)
+
+
+def _reporting_items(runs: Sequence[StoredRun], norm: Sequence[Mapping[str, Any]], method: str,
+                     repetitions: Sequence[int]) -> list[CheckItem]:
+    """6.2-REPORT-1..3 (when hardware differs: tokens per GPU-second, per dollar-hour, the method) and
+    6.3-PARAM-1 (at least 3 runs per system, a draft minimum: counts as a SHOULD)."""
+    differs = not _equal_over([_decl(r).get("hardware") for r in runs])
+    out = []
+    for rid, key, what in (("6.2-REPORT-1", "tokens_per_gpu_second", "tokens per GPU-second"),
+                           ("6.2-REPORT-2", "tokens_per_dollar_hour", "tokens per dollar-hour")):
+        if not differs:
+            out.append(CheckItem(rid, f"Report {what} when hardware differs", "n/a", "declared hardware equal"))
+            continue
+        lacking = [n["run"] for n in norm if n.get(key) is None]
+        out.append(CheckItem(rid, f"Report {what} when hardware differs", "not met" if lacking else "met",
+                             f"not computable for {', '.join(lacking)}" if lacking else f"{what} for every run",
+                             "declared"))
+    out.append(CheckItem("6.2-REPORT-3", "State the normalization method", "met" if method else "not met",
+                         "stated under Normalisation (§6.2)" if method else "no method stated", "parameter"))
+    need = int(draft.value("comparison.min_runs"))
+    few = [f"{r.id} {n}" for r, n in zip(runs, repetitions) if n < need]
+    out.append(CheckItem("6.3-PARAM-1", "At least 3 independent runs per system", "not met" if few else "met",
+                         (f"{min(repetitions)} run(s) per system < {need} ({', '.join(few)}; join repetitions with "
+                          "'+' or run with --llm-runs)") if few else
+                         f"{min(repetitions)} or more runs per system", "parameter"))
+    return out
+
+
 def compare_systems(runs: Sequence[StoredRun], *, figures: Sequence[str] = DEFAULT_FIGURES,
-                    gpus: Mapping[str, float] | None = None, prices: Mapping[str, float] | None = None) -> SystemComparison:
+                    gpus: Mapping[str, float] | None = None, prices: Mapping[str, float] | None = None,
+                    repetitions: Sequence[int] | None = None) -> SystemComparison:
     """Side-by-side comparison of stored runs of (possibly) different systems (§6).
 
-    ``gpus`` / ``prices`` (by run id) override the declared GPU count / price per hour.
+    ``gpus`` / ``prices`` (by run id) override the declared GPU count / price per hour;
+    ``repetitions`` are the runs behind each system (1 each when not given; §6.3).
     """
     if len(runs) < 2:
         raise ValueError("a system comparison needs at least two runs")
@@ -141,21 +235,12 @@ def compare_systems(runs: Sequence[StoredRun], *, figures: Sequence[str] = DEFAU
         if not procs:
             return None, "no procedures"
         return (not bad), ("; ".join(bad) if bad else "equal in every run")
-    hw = [_decl(r).get("hardware") for r in runs]
     gpu_counts = [_gpu_count(r, gpus) for r in runs]
     equiv = []
     ok, d = same(["workload", "request sequence", "seed"])
     equiv.append(CheckItem("6.1-MUST-1", "Identical workload (same requests, same order, same seeds)", _status(ok), d))
     ok, d = same(["boundary"])
     equiv.append(CheckItem("6.1-MUST-2", "Equivalent SUT boundary", _status(ok), d))
-    if _equal_over(hw):
-        equiv.append(CheckItem("6.1-MUST-3", "Comparable hardware (or normalised)", "met", "declared hardware equal"))
-    elif all(g is not None for g in gpu_counts):
-        equiv.append(CheckItem("6.1-MUST-3", "Comparable hardware (or normalised)", "met",
-                               "hardware differs; results normalised per GPU (§6.2)"))
-    else:
-        equiv.append(CheckItem("6.1-MUST-3", "Comparable hardware (or normalised)", "not met",
-                               "hardware differs and a GPU count is not declared for every run (hardware.count or --gpus)"))
     ok, d = same(["parameters.load"])
     equiv.append(CheckItem("6.1-MUST-4", "Same load model and parameters", _status(ok), d))
     # §6.2 normalisation, from the first procedure with an output throughput
@@ -176,6 +261,8 @@ def compare_systems(runs: Sequence[StoredRun], *, figures: Sequence[str] = DEFAU
     method = ("tokens per GPU-second = output tokens/s of the first procedure ÷ declared GPU count "
               "(declarations hardware.count, or --gpus RUN=N); tokens per dollar-hour = output tokens/s × 3600 ÷ "
               "declared price per hour in USD (declarations cost.price_per_hour, or --price RUN=USD) (§6.2)")
+    equiv.insert(2, _hardware_item(runs, norm))
+    reporting = _reporting_items(runs, norm, method, list(repetitions or [1] * len(runs)))
     # §6.4 checklist
     checklist = []
     ok, d = same(["workload", "parameters.workload", "request sequence"])
@@ -204,13 +291,13 @@ def compare_systems(runs: Sequence[StoredRun], *, figures: Sequence[str] = DEFAU
         checklist.append(CheckItem("6.4-PARAM-6", "Production-representative configuration", "needs declaration",
                                    "declare production_representative = true in each run's declarations"))
     else:
+        flags = [p.get("met") is True if isinstance(p, Mapping) else p is True for p in prod]  # {met, note} or a bool
         checklist.append(CheckItem("6.4-PARAM-6", "Production-representative configuration",
-                                   "met" if all(bool(p) for p in prod) else "not met",
-                                   " / ".join(str(p) for p in prod)))
+                                   "met" if all(flags) else "not met", " / ".join(str(p) for p in prod)))
     cfg = _config_differences(runs)
     checklist.append(CheckItem("6.4-REPORT-1", "Differences in configuration explicitly noted", "met",
                                f"{len(cfg)} differing item(s) listed below"))
-    comp = SystemComparison(list(runs), labels, table, equiv, norm, method, checklist, cfg)
+    comp = SystemComparison(list(runs), labels, table, equiv, norm, method, checklist, cfg, reporting=reporting)
     comp.plots = _plots(comp)
     return comp
 
@@ -266,6 +353,8 @@ _ENV = jinja2.Environment(loader=jinja2.DictLoader({
 
 Runs: {% for r in c.runs %}`{{ r.id }}` ({{ r.commit }}, {{ r.saved }}){{ ", " if not loop.last }}{% endfor %}
 
+**Verdict (§2, test 6): {{ c.verdict.summary() }}**
+
 ## Side by side
 
 | procedure | figure |{% for l in c.labels %} {{ l }} |{% endfor %}
@@ -286,6 +375,12 @@ Runs: {% for r in c.runs %}`{{ r.id }}` ({{ r.commit }}, {{ r.saved }}){{ ", " i
 {% endfor %}
 Method: {{ c.normalisation_method }}
 
+## Reporting (§6.2, §6.3)
+
+| item | requirement | status | detail |
+|---|---|---|---|
+{% for i in c.reporting %}| {{ i.id }} | {{ i.text }} | {{ i.status }} | {{ i.detail }} |
+{% endfor %}
 ## Fair comparison checklist (§6.4)
 
 | item | check | status | detail |
@@ -306,6 +401,7 @@ td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.met{color:#1a7f37}.
 </head><body>
 <h1>System comparison (§6)</h1>
 <p>Runs: {% for r in c.runs %}<code>{{ r.id }}</code> ({{ r.commit }}, {{ r.saved }}){{ ", " if not loop.last }}{% endfor %}</p>
+<p><strong>Verdict (§2, test 6): {{ c.verdict.summary() }}</strong></p>
 <h2>Side by side</h2>
 <table><tr><th>procedure</th><th>figure</th>{% for l in c.labels %}<th>{{ l }}</th>{% endfor %}</tr>
 {% for row in c.table %}<tr><td>{{ row.procedure }}</td><td>{{ row.figure }}</td>{% for v in row["values"] %}<td>{{ v }}</td>{% endfor %}</tr>
@@ -320,6 +416,10 @@ td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.met{color:#1a7f37}.
 {% for n in c.normalisation %}<tr><td>{{ n.run }}</td><td>{{ fmt(n.output_throughput) }}</td><td>{{ fmt(n.gpus) }}</td><td>{{ fmt(n.price_per_hour) }}</td><td>{{ fmt(n.tokens_per_gpu_second) }}</td><td>{{ fmt(n.tokens_per_dollar_hour) }}</td></tr>
 {% endfor %}</table>
 <p>Method: {{ c.normalisation_method }}</p>
+<h2>Reporting (§6.2, §6.3)</h2>
+<table><tr><th>item</th><th>requirement</th><th>status</th><th>detail</th></tr>
+{% for i in c.reporting %}<tr><td>{{ i.id }}</td><td>{{ i.text }}</td><td class="{{ i.status|replace(' ', '-') }}">{{ i.status }}</td><td>{{ i.detail }}</td></tr>
+{% endfor %}</table>
 <h2>Fair comparison checklist (§6.4)</h2>
 <table><tr><th>item</th><th>check</th><th>status</th><th>detail</th></tr>
 {% for i in c.checklist %}<tr><td>{{ i.id }}</td><td>{{ i.text }}</td><td class="{{ i.status|replace(' ', '-') }}">{{ i.status }}</td><td>{{ i.detail }}</td></tr>
@@ -351,7 +451,8 @@ def render_text(c: SystemComparison) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     line = lambda cells: "  ".join(str(x).ljust(w) for x, w in zip(cells, widths)).rstrip()  # noqa: E731
     out = [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]
-    bad = [i for i in c.equivalence + c.checklist if i.status == "not met"]
-    out.append("§6.1/§6.4: " + ("all checked items met" if not bad else
+    bad = [i for i in c.equivalence + c.reporting + c.checklist if i.status == "not met"]
+    out.append("§6.1-§6.4: " + ("all checked items met" if not bad else
                                 "not met: " + "; ".join(f"{i.id} {i.text} ({i.detail})" for i in bad)))
+    out += c.verdict.lines()
     return "\n".join(out)

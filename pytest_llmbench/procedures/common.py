@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..client import ClientConfig, LLMClient
 from ..common import draft
@@ -551,6 +552,7 @@ def run_facts(
         prefix_caching_source=pc_source,
         prefix_cache_under_test=prefix_cache_under_test,
         endpoint_scheme=ctx.sut.base_url.split(":", 1)[0],
+        endpoint_host=urlsplit(ctx.sut.base_url).hostname,  # held against a clock_sync declaration (§4.7.2)
         tls_verified=ctx.sut.verify_tls,
         exceeds_capacity=exceeds_capacity,
     )

@@ -496,8 +496,9 @@ def _checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mix
         "5.6.2-PARAM-3": (decide("5.6.2-PARAM-3", ok=True, met="successful requests per class: "
                                     + ", ".join(f"{c} {k}" for c, k in ok_counts.items()))
                           if not few else
-                          decide("5.6.2-PARAM-3", ok=False, unmet="fewer than 500 successful requests for "
-                                      + ", ".join(f"{c} ({k})" for c, k in few.items()), counts=ok_counts)),
+                          decide("5.6.2-PARAM-3", ok=False, unmet=f"{min(few.values())} per class < {MIN_PER_CLASS} "
+                                      "(successful requests: " + ", ".join(f"{c} {k}" for c, k in few.items()) + ")",
+                                      counts=ok_counts)),
         "5.6.3-PARAM-1": decide("5.6.3-PARAM-1", ok=True, met=f"warm-up: {wu.ok} requests, {wu.output_tokens} output tokens"),
         "5.6.3-PARAM-2": (decide("5.6.3-PARAM-2", ok=p.isolation == "total", met="isolated runs for " + ", ".join(isolated)
                                     + ", each class alone at the mixed run's total request rate (same total load)", unmet="isolated runs for " + ", ".join(isolated) + " at each "

@@ -149,7 +149,7 @@ SIMULATOR_DECLARATIONS: dict[str, Any] = {
     "hardware": {"accelerator": "none (embedded simulator: a modelled engine on this host's CPU)", "count": 0,
                  "memory": "simulated KV cache, kv_capacity_tokens in server_info"},
     "engine": {"name": "pytest-llmbench embedded simulator", "version": "the plugin's version"},
-    "model_loaded": "the simulator has no weights to load; it serves from its first request",
+    "model_loaded": {"met": True, "note": "the simulator has no weights to load; it serves from its first request"},
     "clock_sync": {"method": "single-host", "accuracy_ms": 0},
     "special_tokens": {
         "bos_eos": "excluded: no BOS token is added to a prompt and the EOS token is not counted in "
@@ -174,16 +174,18 @@ def simulator_guardrails(*modes: str) -> dict[str, Any]:
             "systems": systems or "none"}
 
 
-def _guardrails_default(info: dict[str, Any]) -> str | bool | None:
-    """§4.8.2-SHOULD-1 for the simulator: its guardrail settings against the defaults it reports."""
+def _guardrails_default(info: dict[str, Any]) -> dict[str, Any] | None:
+    """§4.8.2-SHOULD-1 for the simulator: its guardrail settings against the defaults it reports
+    (a boolean declaration, ``{met, note}``)."""
     defaults = info.get("guardrail_defaults")
     if not isinstance(defaults, dict):
         return None
     changed = {k: info.get(k) for k, v in defaults.items() if info.get(k) != v}
     if changed:
-        return False
-    return "the simulator's guardrail models ran at their default settings (" + ", ".join(
-        f"{k} = {v}" for k, v in defaults.items()) + ")"
+        return {"met": False, "note": "the simulator's guardrail settings differ from their defaults (" + ", ".join(
+            f"{k} = {v!r}, default {defaults[k]!r}" for k, v in changed.items()) + ")"}
+    return {"met": True, "note": "the simulator's guardrail models ran at their default settings (" + ", ".join(
+        f"{k} = {v}" for k, v in defaults.items()) + ")"}
 
 
 def self_declarations(sut: SUT | None) -> dict[str, Any]:

@@ -1,0 +1,134 @@
+"""A §6 verdict for comparisons (issue 32): ``compare`` forms the §2 verdict of test "6" from the
+§6.1–§6.4 items, prints it and exits 3 when a 6.1 MUST is not met; 6.1-MUST-3 (comparable hardware)
+comes from observation (one machine fingerprint, the SUT on it), else from declarations, else it
+needs a declaration (a warning; exit 3 with --require-section6)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from factories import gate_store
+
+from pytest_llmbench.compliance import Check, Status, verdict_of
+from pytest_llmbench.gate import load_run
+from pytest_llmbench.gate.cli import compare_main
+from pytest_llmbench.gate.section6 import section6_verdict
+from pytest_llmbench.gate.sessiongate import SessionGate
+from pytest_llmbench.gate.storage import machine_fingerprint
+from pytest_llmbench.gate.systems import CheckItem, compare_systems
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return gate_store(tmp_path)  # a copy of tests/data/gate/store: three simulator runs on one machine
+
+
+def _edit(path: Path, fn) -> None:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    fn(data)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def _other_machine(store: Path) -> None:
+    _edit(store / "0002_rerun" / "meta.json", lambda m: m["machine"].update(node="another-host"))
+
+
+def _hardware(store: Path, run: str, hw: dict | None) -> None:
+    def put(d: dict) -> None:
+        values = d["declarations"]["values"]
+        values.pop("hardware", None)
+        if hw is not None:
+            values["hardware"] = hw
+    _edit(store / run / "results.json", put)
+
+
+def _compare(store: Path, tmp_path: Path, *extra: str) -> int:
+    return compare_main(["base", "rerun", "--storage", str(store), "--output", str(tmp_path / "out"), *extra])
+
+
+def test_two_runs_on_one_machine_against_the_simulator(store: Path, tmp_path: Path, capsys) -> None:
+    assert _compare(store, tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "§6 verdict (§2, test 6): 6: conditionally compliant (0 MUST unmet" in out
+    assert "below the draft's minimum: 6: 1 run(s) per system < 3" in out  # 6.3-PARAM-1 counts as a SHOULD
+    system = json.loads((tmp_path / "out" / "compare.json").read_text())["systems"]
+    hw = next(i for i in system["equivalence"] if i["id"] == "6.1-MUST-3")
+    assert hw["status"] == "met" and hw["source"] == "measured" and "machine fingerprints equal" in hw["detail"]
+    assert system["section6"]["verdict"] == "conditionally compliant"
+    assert "**Verdict (§2, test 6): 6: conditionally compliant" in (tmp_path / "out" / "compare.md").read_text()
+    # three repetitions on each side meet §6.3's minimum
+    assert compare_main(["1+2+3", "3+2+1", "--storage", str(store), "--output", str(tmp_path / "o2")]) == 0
+    assert "6: unconditionally compliant" in capsys.readouterr().out
+
+
+def test_different_machines_without_declarations_need_a_declaration(store: Path, tmp_path: Path, capsys) -> None:
+    _other_machine(store)
+    for run in ("0001_base", "0002_rerun"):
+        _hardware(store, run, None)
+    assert _compare(store, tmp_path) == 0
+    cap = capsys.readouterr()
+    assert "6: not compliant" in cap.out and "needs declaration: 6.1-MUST-3" in cap.out
+    assert "warning: §6.1 MUST needs a declaration: 6.1-MUST-3 (machine fingerprints differ" in cap.err
+    assert _compare(store, tmp_path, "--require-section6") == 3
+    assert "error: §6.1 MUST needs a declaration (--require-section6)" in capsys.readouterr().err
+
+
+def test_declared_different_hardware_needs_the_62_normalisation(store: Path, tmp_path: Path, capsys) -> None:
+    _other_machine(store)
+    _hardware(store, "0001_base", {"accelerator": "H100-SXM", "count": 8, "memory": "80GB"})
+    _hardware(store, "0002_rerun", {"accelerator": "A100", "count": 4, "memory": "40GB"})
+    assert _compare(store, tmp_path) == 3
+    cap = capsys.readouterr()
+    assert "not met: 6.1-MUST-3" in cap.out and "no §6.2 normalisation is reported" in cap.out
+    assert "error: §6.1 MUST not met: 6.1-MUST-3" in cap.err
+    # §6.1 "or normalize by hardware capability": tokens per GPU-second and per dollar-hour for every run (§6.2)
+    assert _compare(store, tmp_path, "--price", "0001_base=20", "--price", "0002_rerun=8") == 0
+    out = capsys.readouterr().out
+    assert "6.1-MUST-3" not in out.split("§6 verdict")[1]
+    system = json.loads((tmp_path / "out" / "compare.json").read_text())["systems"]
+    items = {i["id"]: i for i in system["equivalence"] + system["reporting"]}
+    assert items["6.1-MUST-3"]["status"] == "met" and "normalised by hardware capability" in items["6.1-MUST-3"]["detail"]
+    assert items["6.2-REPORT-1"]["status"] == items["6.2-REPORT-2"]["status"] == "met"
+
+
+def test_declared_equal_hardware_on_two_machines_is_met(store: Path) -> None:
+    _other_machine(store)
+    hw = {"accelerator": "H100-SXM", "count": 8, "memory": "80GB"}
+    _hardware(store, "0001_base", hw)
+    _hardware(store, "0002_rerun", hw)
+    c = compare_systems([load_run(n, store) for n in ("base", "rerun")])
+    item = next(i for i in c.equivalence if i.id == "6.1-MUST-3")
+    assert item.status == "met" and item.source == "declared" and "declared hardware equal" in item.detail
+
+
+@pytest.mark.parametrize("statuses", [
+    {"6.1-MUST-1": "met", "6.3-PARAM-1": "met", "6.4-PARAM-1": "not met"},
+    {"6.1-MUST-1": "met", "6.3-PARAM-1": "not met"},
+    {"6.1-MUST-3": "needs declaration", "6.3-PARAM-1": "met"},
+    {"6.1-MUST-2": "not met", "6.2-REPORT-1": "n/a"},
+])
+def test_the_gate_applies_the_same_rule_as_the_compliance_package(statuses: dict[str, str]) -> None:
+    to = {"met": Status.MET, "not met": Status.UNMET, "needs declaration": Status.NEEDS_DECLARATION,
+          "n/a": Status.NOT_APPLICABLE}
+    items = [CheckItem(rid, rid, st, "x") for rid, st in statuses.items()]
+    checks = [Check(rid, to[st], "x") for rid, st in statuses.items()]
+    assert section6_verdict(items).verdict == verdict_of(checks).value
+
+
+def test_llm_compare_forms_the_section6_verdict(store: Path, tmp_path: Path) -> None:
+    """--llm-compare: the session (here the stored rerun, as the plugin holds it) against a baseline
+    stored on this machine."""
+    _edit(store / "0001_base" / "meta.json", lambda m: m.update(machine=machine_fingerprint()))
+    settings = SimpleNamespace(compare_fail=[], compare="base", save=None, autosave=False, storage=str(store),
+                               sources={}, report=str(store / "0002_rerun"), compare_force=False)
+    gate = SessionGate(settings)
+    doc = load_run("rerun", store).document
+    out = gate.comparison(doc)
+    assert gate.section6 is not None and out["section6_verdict"]["verdict"] == gate.section6.verdict
+    assert gate.section6.lines()[0].startswith("§6 verdict (§2, test 6): 6: ")
+    hw = next(i for i in out["section6_verdict"]["items"] if i["id"] == "6.1-MUST-3")
+    assert hw["status"] == "met" and hw["source"] == "measured"  # this session ran here, against the simulator
+    assert "6.3-PARAM-1" in out["section6"]  # the gate's own §6.3 facts are kept

@@ -10,7 +10,12 @@ import pytest
 import yaml
 
 from pytest_llmbench.__main__ import main
-from pytest_llmbench.compliance import DECLARATION_FACTS
+from pytest_llmbench.compliance.declarations import (
+    DECLARATION_FACTS,
+    PLACEHOLDER,
+    DeclarationError,
+    check_declaration,
+)
 from pytest_llmbench.starter import BENCH_DIR, WORKFLOW, StarterError, declarations_template, plan, write_starter
 
 if sys.version_info >= (3, 11):
@@ -73,9 +78,14 @@ def test_every_declaration_is_a_commented_line_naming_its_items() -> None:
     lines = text.splitlines()
     for key, fact in DECLARATION_FACTS.items():
         (i,) = [n for n, line in enumerate(lines) if line.startswith(f"# {key} = ")]
-        assert tomllib.loads(lines[i][2:]).keys() == {key}  # uncommented, a valid TOML line
+        value = tomllib.loads(lines[i][2:])[key]  # uncommented, a valid TOML line
         for item in fact.get("items") or ():
             assert item in lines[i + 1]
+        if PLACEHOLDER in (value.values() if isinstance(value, dict) else (value,)):
+            with pytest.raises(DeclarationError, match="placeholder"):  # a line uncommented unfilled is refused
+                check_declaration(key, value, "declarations.toml")
+        else:
+            check_declaration(key, value, "declarations.toml")  # of the key's type (booleans, enums)
 
 
 def test_the_workflow_saves_on_main_and_compares_on_pull_requests(tmp_path: Path) -> None:

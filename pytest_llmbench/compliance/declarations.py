@@ -27,6 +27,8 @@ TYPES = ("boolean", "enum", "statement", "table")
 NEGATIONS = frozenset({"false", "no", "none", "n/a", "na", "not", "nothing", "off", "0", "-", "unknown", "null"})
 
 _GUARD = ("on", "off", "unknown")
+#: What ``python -m pytest_llmbench init`` writes where only the tester knows the value (an error if left).
+PLACEHOLDER = "..."
 
 #: Named facts a tester can declare: their type, the items they answer, and the keys a table must hold.
 DECLARATION_FACTS: dict[str, dict[str, Any]] = {
@@ -115,6 +117,10 @@ def check_declaration(key: str, value: Any, source: str) -> None:
     does not fit the type of ``key``: a named fact's type, or a requirement id (boolean or statement)."""
     fact = DECLARATION_FACTS.get(key)
     kind = fact["type"] if fact else "id"
+    values = value.values() if isinstance(value, Mapping) else (value,)
+    if any(isinstance(v, str) and v.strip() == PLACEHOLDER for v in values):
+        raise DeclarationError(f"{source}: {key} still holds the placeholder {PLACEHOLDER!r} that `python -m "
+                               f"pytest_llmbench init` wrote; give the true value or comment the line out again")
     if kind in ("boolean", "id"):
         err = _boolean_error(source, key, value, kind)
     elif kind == "enum":

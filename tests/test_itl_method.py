@@ -153,3 +153,25 @@ async def test_three_tokens_per_chunk_server_is_time_between_chunks(tmp_path: Pa
     assert checks["4.4.1-MUST-3"].status.value == "met" and "/v1/models root" in checks["4.4.1-MUST-3"].reason
     vocab = checks["4.4.1-MUST-2"]
     assert vocab.status.value == "needs-declaration" and vocab.key == "tokenizer"
+
+
+# ---------------------------------------------------------------------------- the server's tokenizer
+def _describe(name: str, adapter: Any) -> dict[str, Any]:
+    responses = json.loads((Path(__file__).parent / "data" / "servers" / name).read_text())["responses"]
+
+    def fetch(path: str) -> tuple[int, Any]:
+        body = responses.get(path, 404)
+        return (body, None) if isinstance(body, int) else (200, body)
+
+    return adapter.describe(fetch)
+
+
+def test_adapters_name_the_servers_tokenizer_from_their_probes() -> None:
+    from pytest_llmbench.sut.adapters import LLAMACPP, VLLM
+
+    llama = _describe("llamacpp-11434.json", LLAMACPP)  # /props model path, /v1/models meta.n_vocab
+    assert llama["tokenizer_name"] == "gemma-3-270m-q4_k_m.gguf tokenizer"
+    assert llama["tokenizer_vocab_size"] == 262144 and "n_vocab" in llama["tokenizer_vocab_size_source"]
+    vllm = _describe("vllm-0.11.json", VLLM)  # /v1/models root; no vocabulary size exposed
+    assert vllm["tokenizer_name"] == "Qwen/Qwen3-8B" and "root" in vllm["tokenizer_source"]
+    assert "tokenizer_vocab_size" not in vllm

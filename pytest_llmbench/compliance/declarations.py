@@ -55,6 +55,10 @@ DECLARATION_FACTS: dict[str, dict[str, Any]] = {
     "special_tokens": {"type": "table", "items": ["4.4.3-MUST-1", "4.4.3-MUST-2", "4.4.3-MUST-3"],
                        "keys": ("bos_eos", "system_prompt", "tool_call_format"),
                        "help": "how the server's usage counts treat BOS/EOS, the system prompt and tool formatting"},
+    "tokenizer": {"type": "table", "items": ["4.4.1-MUST-1", "4.4.1-MUST-2", "4.4.1-MUST-3"],
+                  "keys": ("name", "version", "vocab_size", "source"),
+                  "help": "the server's tokenizer when counts are its usage (§4.4.1): name, version, vocab_size, "
+                          "source; only the fields the server does not expose are read"},
     "prefix_caching": {"type": "enum", "choices": ("enabled", "disabled"), "items": ["5.1.2-MUST-13"], "keys": (),
                        "help": "the SUT's prefix caching state: 'enabled' or 'disabled'"},
     "clock_sync": {"type": "table", "items": ["4.7.2-MUST-1", "4.7.2-MUST-2"], "keys": ("method", "accuracy_ms"),

@@ -216,6 +216,8 @@ class RunFacts:
     streamed_records: int | None = None  # records whose response arrived as a timed event stream
     single_token_chunk_fraction: float | None = None  # measured share of one-token chunks (§4.6.2)
     itl_method: str | None = None  # chunk | distributed | server (§4.6.3 A/B/C)
+    #: per run, App. B.2.1's decision and its evidence (measure.chunking.ItlDecision.to_json + "run")
+    itl_decisions: tuple[dict[str, Any], ...] | None = None
     itl_reported: bool | None = None  # the test reports ITL/TPOT from token timestamps
     server_token_timestamps: bool | None = None  # server sent per-token timestamps (option C possible)
     warmup: WarmupFacts = field(default_factory=WarmupFacts)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from .engine import _blank, _Ctx, _need, _tok, decide, evaluator
 from .facts import RunFacts
 from .verdict import Check, Status
@@ -9,33 +12,50 @@ from .verdict import Check, Status
 # ---- 4.4 tokenization
 
 
-@evaluator("4.4.1-MUST-1")
-def _tokenizer_name(ctx: _Ctx, rid: str) -> Check:
+#: 4.4.1 item -> the tokenizer fields it asks for
+_SPEC_FIELDS = {"4.4.1-MUST-1": ("name", "version"), "4.4.1-MUST-2": ("vocab_size",), "4.4.1-MUST-3": ("source",)}
+
+
+def _valid(key: str, v: Any) -> bool:
+    if key == "vocab_size":
+        return isinstance(v, int) and not isinstance(v, bool) and v > 0
+    return not _blank(v)
+
+
+@evaluator(*_SPEC_FIELDS)
+def _tokenizer_spec(ctx: _Ctx, rid: str) -> Check:
+    """4.4.1-MUST-1..3 name the tokenizer the counts are in: the reference tokenizer's declaration
+    under option B; under the server's usage counts (option A) the server's tokenizer, each field
+    as the server exposed it (``/v1/models``, llama.cpp ``/props``) or from the ``tokenizer``
+    declaration, else needs-declaration (``tokenizer`` key)."""
     f = ctx.facts
     if f.tokenizer is None:
         return _need(rid, "tokenizer declaration")
-    name, version = _tok(f, "name"), _tok(f, "version")
-    return decide(rid, ok=not (_blank(name) or _blank(version)), met=f"tokenizer {name} {version}",
-                  unmet="tokenizer name or version missing", name=name, version=version)
-
-
-@evaluator("4.4.1-MUST-2")
-def _tokenizer_vocabulary(ctx: _Ctx, rid: str) -> Check:
-    f = ctx.facts
-    if f.tokenizer is None:
-        return _need(rid, "tokenizer declaration")
-    vs = _tok(f, "vocab_size")
-    return decide(rid, ok=isinstance(vs, int) and not isinstance(vs, bool) and vs > 0, met=f"vocabulary size {vs}",
-                  unmet=f"tokenizer vocabulary size not stated ({vs!r})")
-
-
-@evaluator("4.4.1-MUST-3")
-def _tokenizer_source(ctx: _Ctx, rid: str) -> Check:
-    f = ctx.facts
-    if f.tokenizer is None:
-        return _need(rid, "tokenizer declaration")
-    src = _tok(f, "source")
-    return decide(rid, ok=not _blank(src), met=f"tokenizer source {src}", unmet="tokenizer source not stated")
+    keys = _SPEC_FIELDS[rid]
+    values = {k: _tok(f, k) for k in keys}
+    server = bool(_tok(f, "server"))
+    if not server:
+        text = " ".join(str(values[k]) for k in keys)
+        return decide(rid, ok=all(_valid(k, values[k]) for k in keys), met=f"tokenizer {text}",
+                      unmet=f"tokenizer {', '.join(keys)} not stated ({text})", **{f"tokenizer_{k}": v for k, v in values.items()})
+    decl = ctx.decl["tokenizer"] if "tokenizer" in ctx.decl else {}
+    decl = decl if isinstance(decl, Mapping) else {}
+    found, origin = {}, {}
+    for k in keys:
+        if _valid(k, values[k]):
+            found[k], origin[k] = values[k], "the server"
+        elif _valid(k, decl.get(k)):
+            found[k], origin[k] = decl[k], f"declared ({ctx.decl.source})"
+    missing = [k for k in keys if k not in found]
+    lead = f"counts are the server's ({_tok(f, 'counting_option')}): its tokenizer"
+    if missing:
+        have = "; ".join(f"{k} {found[k]} from {origin[k]}" for k in found)
+        c = ctx.needs(rid, "tokenizer", f"{lead}'s {' and '.join(missing)} not exposed by the server"
+                      + (f" ({have})" if have else ""))
+        return c
+    text = "; ".join(f"{k} {found[k]} ({origin[k]})" for k in keys)
+    kind = "declared" if all(o != "the server" for o in origin.values()) else "measured"
+    return decide(rid, ok=True, met=f"{lead}: {text}", source=kind, **{f"tokenizer_{k}": v for k, v in found.items()})
 
 
 def _counting_used(f: RunFacts) -> dict[str, int]:

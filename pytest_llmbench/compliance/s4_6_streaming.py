@@ -37,6 +37,24 @@ def _chunking(ctx: _Ctx, rid: str) -> Check:
 
 @evaluator("4.6.2-MUST-3", "4.6.3-MUST-1")
 def _itl_method(ctx: _Ctx, rid: str) -> Check:
+    """The option App. B.2.1 decided per run, with its evidence (single-token share, counts); a run
+    without a recorded decision falls back to the declared method."""
+    decisions = ctx.facts.itl_decisions or ()
+    if decisions:
+        opts = sorted({str(d.get("option")) for d in decisions})
+        parts = []
+        for d in decisions:
+            share = d.get("single_token_share")
+            ref = d.get("reference_single_token_share")
+            pattern = (f"single-token share {share:.1%}" if share is not None else
+                       f"single-token share unknown in server tokens ({ref:.1%} in reference-tokenizer counts)"
+                       if ref is not None else "tokens per chunk unknown")
+            parts.append(f"{d.get('run')}: option {d.get('option')} ({pattern} of {d.get('content_chunks')} "
+                         f"content chunks; {d.get('reason')})")
+        return decide(rid, ok=True, met="; ".join(parts), figure="+".join(opts),
+                      single_token_share=[d.get("single_token_share") for d in decisions],
+                      reference_single_token_share=[d.get("reference_single_token_share") for d in decisions],
+                      tokens_at_chunk_time=[d.get("tokens_at_chunk_time") for d in decisions])
     m = ctx.facts.itl_method
     option = "ABC"[ITL_METHODS.index(m)] if m in ITL_METHODS else None
     return decide(rid, ok=option is not None, met=f"ITL option {option} ({m})",

@@ -67,6 +67,9 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--price", action="append", metavar="RUN=USD", help="price per hour of a run (§6.2)")
     ap.add_argument("--require-section6", action="store_true",
                     help="exit 3 also when a §6.1 MUST needs a declaration (default: a warning)")
+    ap.add_argument("--recount", action="store_true",
+                    help="recount each run's output text in the reference tokenizer (runs counted in different "
+                         "tokenizers, §4.4.2-SHOULD-1; needs the records with their text)")
     args = ap.parse_args(argv)
     if not 0.5 <= args.confidence < 1:
         print("error: --confidence must be in [0.5, 1)", file=sys.stderr)
@@ -85,6 +88,10 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     system = compare_systems(singles, gpus=_kv(args.gpus, "--gpus"), prices=_kv(args.price, "--price"),
                              repetitions=[len(s) for s in sides])
     text = render_text(system) + "\n\n" + "\n\n".join(render_comparison(c) for c in comps)
+    if args.recount:
+        from .recount import recount_text
+
+        text += "\n\n" + "\n\n".join(recount_text(sides[0][0], s[0]) for s in sides[1:])
     print(text)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)

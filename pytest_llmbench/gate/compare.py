@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from ..measure.chunking import ITL_NOT_MEASURABLE
+from ..measure.registry import ITL_METRICS, WHOLE_RUN_SUFFIX
 from ..measure.slo import format_quantity
 from ..measure.stats import mean_estimate, percentile_estimate
 from .rules import Rule, parse_rule
@@ -113,10 +115,22 @@ def comparability_key(run: StoredRun, proc: Mapping[str, Any]) -> dict[str, Any]
         "api": sut.get("api"),
         "model": sut.get("model"),
         "tokenizer": (doc.get("settings") or {}).get("tokenizer"),
+        # §4.4.2: the counting option and the tokenizer the counts are in (None: stored before they were)
+        COUNTING_OPTION: (result.get("measurements") or {}).get("token_counting_option"),
+        COUNT_TOKENIZER: (result.get("measurements") or {}).get("token_counting_tokenizer"),
         "records format": run.meta.get("records_format") or _records_format(run, proc),
         "results schema": str(doc.get("schema_version") or "").split(".")[0] or None,
     })
     return key
+
+
+#: comparability-key parts an older stored run lacks: a missing side warns instead of refusing
+COUNTING_OPTION, COUNT_TOKENIZER = "counting option", "count tokenizer"
+_LATER_KEYS = (COUNTING_OPTION, COUNT_TOKENIZER)
+#: the hint of a refusal across tokenizers (§4.4.2-SHOULD-1)
+RECOUNT_HINT = ("token counts are in different tokenizers (§4.4.2): token rates and lengths are not comparable; "
+                "`python -m pytest_llmbench compare BASE NEW --recount` recounts the stored output text in the "
+                "reference tokenizer (option B)")
 
 
 def _records_format(run: StoredRun, proc: Mapping[str, Any]) -> str:
@@ -129,12 +143,22 @@ def _records_format(run: StoredRun, proc: Mapping[str, Any]) -> str:
 
 
 def differences(baseline: Mapping[str, Any], new: Mapping[str, Any]) -> list[Difference]:
-    """The items of two comparability keys that differ, in key order."""
+    """The items of two comparability keys that differ, in key order (a part one side's run was
+    stored without, :data:`_LATER_KEYS`, is a warning: :func:`key_warnings`)."""
     out = []
     for k in list(dict.fromkeys([*baseline, *new])):
+        if k in _LATER_KEYS and (baseline.get(k) is None or new.get(k) is None):
+            continue
         if baseline.get(k) != new.get(k):
             out.append(Difference(k, baseline.get(k), new.get(k)))
     return out
+
+
+def key_warnings(baseline: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Key parts one side lacks (a run stored before they were recorded): compared, with a warning."""
+    return [f"{k} not recorded in the {'baseline' if baseline.get(k) is None else 'new'} run (stored by an older "
+            f"version): compared without checking it" for k in _LATER_KEYS
+            if (baseline.get(k) is None) != (new.get(k) is None)]
 
 
 def resolved_rate(proc: Mapping[str, Any]) -> float | None:
@@ -160,6 +184,12 @@ def _run_json(proc: Mapping[str, Any], level: str | None) -> tuple[str | None, M
     return label, None
 
 
+def _stored(rule: Rule) -> str:
+    """The name a rule's figure is stored under: the registry's name for an alias (``tbc`` ->
+    ``inter_chunk``), the rule's own for a whole-run variant (``output_throughput_full``)."""
+    return rule.metric if rule.metric.endswith(WHOLE_RUN_SUFFIX) else rule.info.name
+
+
 def figure_samples(run: StoredRun, proc: Mapping[str, Any], rule: Rule) -> np.ndarray | None:
     """The per-request samples a distribution rule reads, or None (not stored / not a distribution)."""
     if rule.info.kind != "distribution":
@@ -168,7 +198,7 @@ def figure_samples(run: StoredRun, proc: Mapping[str, Any], rule: Rule) -> np.nd
     if label is None:
         return None
     try:
-        s = run.samples.get((str(proc["key"]), label, rule.metric))
+        s = run.samples.get((str(proc["key"]), label, _stored(rule)))
     except Exception:  # samples unavailable (report dir without records): fall back to summaries
         return None
     return None if s is None or s.size == 0 else np.asarray(s, dtype=float)
@@ -180,8 +210,8 @@ def figure_value(run: StoredRun, proc: Mapping[str, Any], rule: Rule) -> dict[st
     if not metrics:
         return None
     if rule.info.kind == "scalar":
-        return (metrics.get("scalars") or {}).get(rule.metric)
-    dist = (metrics.get("distributions") or {}).get(rule.metric)
+        return (metrics.get("scalars") or {}).get(_stored(rule))
+    dist = (metrics.get("distributions") or {}).get(_stored(rule))
     samples = figure_samples(run, proc, rule)
     if rule.statistic == "mean":
         if samples is not None:
@@ -237,9 +267,10 @@ class ProcedurePair:
     forced: bool
     outcomes: list[FigureOutcome] = field(default_factory=list)
     note: str = ""
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "procedure": self.procedure, "title": self.title, "tests": self.tests,
+        return {"warnings": list(self.warnings), "key": self.key, "procedure": self.procedure, "title": self.title, "tests": self.tests,
                 "load": self.load, "rate_baseline": self.rate_baseline, "rate_new": self.rate_new,
                 "differences": [{"field": d.field, "baseline": d.baseline, "new": d.new} for d in self.differences],
                 "refused": self.refused, "forced": self.forced, "note": self.note,
@@ -366,9 +397,9 @@ def _summary_value(metrics: Mapping[str, Any] | None, rule: Rule) -> float | Non
     if not metrics:
         return None
     if rule.info.kind == "scalar":
-        e = (metrics.get("scalars") or {}).get(rule.metric)
+        e = (metrics.get("scalars") or {}).get(_stored(rule))
     else:
-        d = (metrics.get("distributions") or {}).get(rule.metric) or {}
+        d = (metrics.get("distributions") or {}).get(_stored(rule)) or {}
         e = d.get("mean") if rule.statistic == "mean" else (d.get("percentiles") or {}).get(f"p{rule.percentile:g}")
     v = e.get("value") if isinstance(e, Mapping) else None
     return float(v) if isinstance(v, (int, float)) else None
@@ -490,23 +521,34 @@ def compare(baseline: StoredRun | Sequence[StoredRun], new: StoredRun | Sequence
             continue
         ref_key = comparability_key(*base_side[0])
         diffs: list[Difference] = []
+        warns: list[str] = []
         for r, p in base_side[1:] + new_side:
-            for d in differences(ref_key, comparability_key(r, p)):
+            other_key = comparability_key(r, p)
+            for d in differences(ref_key, other_key):
                 if d not in diffs:
                     diffs.append(d)
+            warns += [w for w in key_warnings(ref_key, other_key) if w not in warns]
         pair = ProcedurePair(
             key=str(proc.get("key")), procedure=str(proc.get("procedure")), title=title,
             tests=list(proc.get("tests") or []), load=ref_key.get("parameters.load") or "not recorded",
             rate_baseline=[resolved_rate(p) for _, p in base_side], rate_new=[resolved_rate(p) for _, p in new_side],
-            differences=diffs, refused=bool(diffs) and not force, forced=bool(diffs) and force)
+            differences=diffs, refused=bool(diffs) and not force, forced=bool(diffs) and force, warnings=warns)
         comp.pairs.append(pair)
         if pair.refused:
             pair.note = ("refused: the runs were not measured the same way (§6.1); differences: "
-                         + "; ".join(str(d) for d in diffs) + " (use --llm-compare-force / --force to compare anyway)")
+                         + "; ".join(str(d) for d in diffs) + " (use --llm-compare-force / --force to compare anyway)"
+                         + ("; " + RECOUNT_HINT if any(d.field == COUNT_TOKENIZER for d in diffs) else ""))
             continue
+        if warns:
+            pair.note = "warning: " + "; ".join(warns)
         for i, rule in enumerate(shown):
             has_t = i < n_rules
             level = rule.level
+            itl = _itl_vs_tbc(base_side, new_side, rule, title)
+            if itl is not None:
+                pair.outcomes.append(FigureOutcome(rule.figure, rule if has_t else None, level, None,
+                                                   "FAIL" if has_t else "n/a", itl))
+                continue
             c = _change_for(base_side, new_side, rule, confidence, seed)
             if c is not None and len(base_side) == 1 and len(new_side) == 1 and history is not None:
                 hv = history_values(history, base_side[0][1], ref_key, rule)
@@ -520,6 +562,23 @@ def compare(baseline: StoredRun | Sequence[StoredRun], new: StoredRun | Sequence
             pair.outcomes.append(FigureOutcome(rule.figure, rule if has_t else None, level, c, verdict,
                                                _message(title, rule, level, c, verdict, base_label, has_t)))
     return comp
+
+
+def _itl_vs_tbc(base: list[tuple[StoredRun, Mapping[str, Any]]], new: list[tuple[StoredRun, Mapping[str, Any]]],
+                rule: Rule, title: str) -> str | None:
+    """Why an ITL figure cannot be compared: a side measured under §4.6.3 option A (App. B.2.1 chose
+    Time Between Chunks) has no ITL, and ITL is never compared with chunk gaps; None when it can."""
+    if _stored(rule) not in ITL_METRICS:
+        return None
+    opts = [[str((_run_json(p, rule.level)[1] or {}).get("itl_option") or "") for _, p in side] for side in (base, new)]
+    a = ["A" in o for o in opts]
+    if not any(a):
+        return None
+    if all(a):
+        return f"{rule.figure} [{title}]: {ITL_NOT_MEASURABLE} (both sides measured Time Between Chunks, §4.6.3 A)"
+    side = "new" if a[1] else "baseline"
+    return (f"{rule.figure} [{title}]: refused: the {side} run measured Time Between Chunks (§4.6.3 option A), the "
+            f"other ITL; itl is never compared with tbc ({ITL_NOT_MEASURABLE} there)")
 
 
 def check_comparable(baseline: StoredRun, new: StoredRun, *, force: bool = False) -> list[Difference]:

@@ -255,7 +255,8 @@ _ALL: tuple[Metric, ...] = (
        "pooled over requests; the submission-to-first-token interval is never a sample", "§5.4.3",
        POOLED, slo=True),
     _d("inter_chunk", "Time between chunks", "s", "lower", "gaps between consecutive content chunks after the "
-       "first content token (§4.6.3 option A, 'time between chunks')", "§4.6.3", POOLED, slo=True),
+       "first content token (§4.6.3 option A, 'time between chunks'); SLOs say tbc", "§4.6.3", POOLED,
+       aliases=("tbc", "time_between_chunks"), slo=True),
     _d("itl_distributed", "ITL (option B)", "s", "lower", "option B samples: every token of an N-token chunk "
        "gets the chunk's time, so the chunk adds one gap and N-1 zeros (draft text, see requirements note 15)",
        "§4.6.3", POOLED),
@@ -362,6 +363,10 @@ _ALL: tuple[Metric, ...] = (
     *EXTRA_METRICS,
     *PROCEDURE_FIGURES,
 )
+
+#: Metrics whose samples are ITL gaps: under §4.6.3 option A (App. B.2.1 chose chunk timing) they
+#: are not measurable, and an SLO or gate rule on them fails (measure.chunking.ITL_NOT_MEASURABLE).
+ITL_METRICS = frozenset({"itl", "itl_distributed", "jitter", "max_pause", "itl_tail_ratio"})
 
 METRICS: dict[str, Metric] = {}
 _BY_NAME: dict[str, Metric] = {}

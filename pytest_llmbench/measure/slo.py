@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import registry
+from .chunking import ITL_NOT_MEASURABLE
 from .stats import MIN_SAMPLES, Estimate
 from .units import compact_num as _num
 from .units import format_value
@@ -507,6 +508,10 @@ def evaluate(slo: SLO | str, run_metrics: RunMetricsLike, *, strict: bool = Fals
     """Judge one SLO on a run. ``strict`` also fails an under-sampled percentile (§5.1.4.3);
     ``client_error`` gives the client's measurement error of the value (a note when it spans the threshold)."""
     slo = parse_slo(slo)
+    if slo.metric in registry.ITL_METRICS and getattr(run_metrics, "itl_option", None) == "A":
+        # App. B.2.1 chose chunk timing: the gaps are between chunks, never judged as ITL (§4.6.3)
+        return SLOResult(slo, False, None, f"{slo}: {ITL_NOT_MEASURABLE} (App. B.2.1 chose §4.6.3 option A, "
+                                           "Time Between Chunks)")
     if slo.per_request:
         return _evaluate_per_request(slo, run_metrics)
     try:

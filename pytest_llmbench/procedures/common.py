@@ -41,6 +41,7 @@ from ..compliance import (
 from ..loadgen.load import ClosedLoop, LoadResult, OpenLoop, run_load
 from ..loadgen.selfcheck import option_c_error
 from ..loadgen.warmup import WarmupPolicy, WarmupResult, run_warmup, sample_server_metrics
+from ..measure.chunking import ItlDecision, decide_itl
 from ..measure.export_aiperf import write_aiperf_export
 from ..measure.metrics import RunMetrics, summarize
 from ..measure.refusals import RefusalPolicy
@@ -54,6 +55,7 @@ __all__ = [
     "client_for",
     "declarations",
     "finish",
+    "itl_decision_for",
     "itl_option_for",
     "level_duration",
     "level_requests",
@@ -362,8 +364,8 @@ async def measure(
         _rewrite_records(run_dir, result.records, keep_text=not ctx.settings.drop_text)
     if "aiperf" in ctx.settings.export:  # --llm-export aiperf: AIPerf's files next to the records
         write_aiperf_export(run_dir / "aiperf", result.records, anchor=anchor, tokenizer=ctx.tokenizer, slos=slos)
-    itl_option = itl_option_for(result.records)
-    metrics = summarize(result.records, slos=slos, itl_option=itl_option)
+    decision = itl_decision_for(result.records)  # App. B.2.1: the ITL option of this run and its evidence
+    metrics = summarize(result.records, slos=slos, itl_option=decision.option)
     summary = RunSummary(
         label=label,
         run_dir=str(run_dir),
@@ -371,19 +373,26 @@ async def measure(
         metrics=metrics,
         valid=result.valid,
         invalid_reason=result.invalid_reason,
-        extra={"queue_samples": queue, "clock_anchor_iso": anchor.iso(anchor.perf_ns), **(extra or {})},
+        extra={"queue_samples": queue, "clock_anchor_iso": anchor.iso(anchor.perf_ns),
+               "itl_decision": decision.to_json(), **(extra or {})},
     )
     return Measured(load=result, summary=summary, queue_samples=queue,
                     server_before=server_before, server_after=server_after)
 
 
 def itl_option_for(records: Sequence[RequestRecord]) -> str:
-    """§4.6.3 option C when a successful record carries server per-token times, else B.
+    """The §4.6.3 option App. B.2.1 decides for one run's records (:func:`itl_decision_for`)."""
+    return itl_decision_for(records).option
+
+
+def itl_decision_for(records: Sequence[RequestRecord]) -> ItlDecision:
+    """App. B.2.1 per run (measure/chunking.py): C with server per-token times, else direct (B) when
+    more than 90 % of the content chunks carry one server token, else A (Time Between Chunks).
 
     Only successful records count: a level whose requests were all cancelled (overload, 5.3/5.8)
     may hold partial server times on cancelled records, and option C over no successful one fails.
     """
-    return "C" if any(r.ok and r.server_token_ns for r in records) else "B"
+    return decide_itl([r for r in records if r.phase == "measure"])
 
 
 async def _run_measured(ctx: ProcedureContext, client: LLMClient, specs: Iterable[RequestSpec],
@@ -486,6 +495,8 @@ def run_facts(
     first = measured[0].load if measured else None
     load = load_facts(measured)
     records = [r for m in measured for r in m.records]
+    decisions = [{"run": m.summary.label, **m.summary.extra["itl_decision"]} for m in measured
+                 if isinstance(m.summary.extra.get("itl_decision"), dict)]
     chunk_tokens = [t for r in records for t in r.chunk_tokens if t]
     one_token = sum(1 for t in chunk_tokens if t == 1) / len(chunk_tokens) if chunk_tokens else None
     anchor = first.clock_anchor if first else ClockAnchor.now()
@@ -533,11 +544,13 @@ def run_facts(
         protocol="sse" if streamed else None,
         streamed_records=streamed,
         single_token_chunk_fraction=one_token,
-        itl_method=("server" if any(r.server_token_ns for r in records[:50]) else "distributed"),
+        itl_method=_itl_method(decisions) or ("server" if any(r.server_token_ns for r in records[:50])
+                                               else "distributed"),
+        itl_decisions=tuple(decisions) or None,
         itl_reported=itl_reported,
         server_token_timestamps=any(r.server_token_ns for r in records[:50]),
         warmup=wf,
-        tokenizer=ctx.tokenizer.declaration,
+        tokenizer=count_tokenizer(ctx, records),
         special_tokens=None,  # client counting: the tokenizer declaration; server counting: declared
         counting_used=_counting_used(records),
         workload=workload,
@@ -556,6 +569,15 @@ def run_facts(
         tls_verified=ctx.sut.verify_tls,
         exceeds_capacity=exceeds_capacity,
     )
+
+
+def _itl_method(decisions: Sequence[dict[str, Any]]) -> str | None:
+    """The §4.6.3 method of the runs (compliance.registry.ITL_METHODS): chunk timing when any run
+    took option A (its figures are not ITL), else server when every run took C, else distributed."""
+    methods = {d.get("method") for d in decisions}
+    if not methods:
+        return None
+    return "chunk" if "chunk" in methods else ("server" if methods == {"server"} else "distributed")
 
 
 def prefix_cache_state(ctx: ProcedureContext, warmup: WarmupResult | None, records: Sequence[RequestRecord],
@@ -605,6 +627,31 @@ def _load_hosts(measured: Sequence[Measured]) -> set[str]:
         else:
             hosts.add(socket.gethostname())
     return hosts
+
+
+def count_tokenizer(ctx: ProcedureContext, records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """The tokenizer behind a run's output counts and the counting option (§4.4.1, §4.4.2).
+
+    Counts from the server's usage (option A) are in the server's tokens: name, version, vocabulary
+    size and source come from what the adapter read (``/v1/models`` root/id, llama.cpp ``/props``
+    model path and ``meta.n_vocab``, ``tokenizer_*`` in ``server_info``), a field it could not read
+    is None (4.4.1 then asks for the ``tokenizer`` declaration). The embedded simulator streams
+    reference-tokenizer tokens, so its usage is in the reference tokenizer. Option B: the reference
+    tokenizer's declaration.
+    """
+    used = _counting_used(records)
+    option = "+".join(sorted(used)) or "B"
+    ref = ctx.tokenizer.declaration.to_json()
+    info = ctx.sut.server_info or {}
+    if "A" not in used or ctx.sut.embedded or info.get("tokenizer_name") == ref["name"]:
+        return {**ref, "counting_option": option, "server": False}
+    return {
+        "name": info.get("tokenizer_name"), "version": info.get("tokenizer_version"),
+        "vocab_size": info.get("tokenizer_vocab_size"), "source": info.get("tokenizer_source"),
+        "vocab_size_source": info.get("tokenizer_vocab_size_source"),
+        "counting_option": option, "counting_method": "server-usage", "server": True,
+        "reference": ref["name"],
+    }
 
 
 def _counting_used(records: Sequence[RequestRecord]) -> dict[str, int]:

@@ -146,21 +146,38 @@ def audit_itl(metrics: RunMetrics, records: list[RequestRecord], min_tokens: int
                     span_bad, count_bad, int(metrics.distributions["itl"].n))
 
 
-def _table6(metrics: RunMetrics, title: str) -> Table:
+def _table6(metrics: RunMetrics, title: str, decision: dict[str, Any] | None = None) -> Table:
+    """Table 6 of one level; under option A (App. B.2.1: multi-token chunks, no server times) the
+    figures are "Time Between Chunks" (TBC rows), with the chunk-size distribution (§4.6.3)."""
     d = metrics.distributions["itl"]
     n = d.n
+    chunked = metrics.itl_option == "A"
+    what = "TBC" if chunked else "ITL"
 
     def pct(q: float) -> Cell:
         return Cell(metrics.percentile("itl", q).value if n else None, "s")
 
     ratio = metrics.scalar("itl_tail_ratio").value
     rows: list[list[CellValue]] = [
-        ["ITL Samples", Cell(n, "samples")], *([f"ITL P{q:g}", pct(q)] for q in (50, 90, 95, 99, 99.9)),
-        ["ITL Mean", Cell(d.mean.value if n else None, "s")], ["ITL Std Dev", Cell(d.std if n else None, "s")],
+        [f"{what} Samples", Cell(n, "samples")], *([f"{what} P{q:g}", pct(q)] for q in (50, 90, 95, 99, 99.9)),
+        [f"{what} Mean", Cell(d.mean.value if n else None, "s")], [f"{what} Std Dev", Cell(d.std if n else None, "s")],
         ["P99/P50 Ratio", Cell(ratio, "ratio", 2)]]
-    return Table(title, ["Metric", "Value"], rows,
-                 notes=[f"method: {ITL_OPTIONS[metrics.itl_option]} (§4.6.3)",
-                        "the submission-to-first-token interval is never an ITL sample (§5.4.3)"])
+    notes = [f"method: {ITL_OPTIONS[metrics.itl_option]} (§4.6.3)",
+             "the submission-to-first-token interval is never an ITL sample (§5.4.3)"]
+    if decision:
+        notes.append(f"App. B.2.1: {decision.get('reason')}")
+    if chunked:
+        cs = metrics.distributions.get("chunk_size")
+        if cs is not None and cs.n:
+            rows += [["Chunk Size Mean", Cell(cs.mean.value, "tokens", 2)],
+                     *([f"Chunk Size P{q:g}", Cell(metrics.percentile("chunk_size", q).value, "tokens", 0)]
+                       for q in (50, 90, 99))]
+        share = (decision or {}).get("single_token_share")
+        rows.append(["Single-Token Chunk Share", Cell(share, "fraction")])
+        notes.append("ITL is not measurable on this server: these are gaps between content chunks "
+                     "(Time Between Chunks, metric tbc), with the chunk-size distribution (§4.6.3 option A)")
+        title = title.replace("Table 6: ITL Results", "Table 6: Time Between Chunks")
+    return Table(title, ["Metric", "Value"], rows, notes=notes)
 
 
 def overlays(runs: Sequence[RunSummary]) -> Overlays:
@@ -183,7 +200,7 @@ class ITL(ProcedureRun[ITLParams]):
         "capacity_rate_req_s", "capacity_source", "itl_option", "itl_method", "primary_level_fraction", "levels",
         "requests_below_min_output", "requests_ok", "min_output_tokens", "itl_samples", "itl_mean_ms", "itl_std_ms",
         "p99_p50_ratio", "modality", "dip_p_value", "tail", "tail_xi", "short_requests", "ok_requests",
-        "concurrency_mean", "fluid_token_rate_tok_s")
+        "concurrency_mean", "fluid_token_rate_tok_s", "itl_decision")
     measurement_patterns = (r"(itl|jitter|max_pause)_p[0-9.]+_ms",)
 
     @staticmethod
@@ -234,8 +251,8 @@ class ITL(ProcedureRun[ITLParams]):
         p, fractions, runs, audits, cap = self.p, self.fractions, self.measured, self.audits, self.cap
         assert cap.rate is not None
         primary = int(np.argmin([abs(f - 0.5) for f in fractions]))
-        tables = [_table6(m.metrics, f"Table 6: ITL Results ({frac:.0%} of capacity, {frac * cap.rate:.2f} req/s)")
-                  for frac, m in zip(fractions, runs)]
+        tables = [_table6(m.metrics, f"Table 6: ITL Results ({frac:.0%} of capacity, {frac * cap.rate:.2f} req/s)",
+                          m.summary.extra.get("itl_decision")) for frac, m in zip(fractions, runs)]
         self.table6s = list(tables)
         level_meas = self._shape(tables)
         self.shape_table = tables[-1]
@@ -252,6 +269,7 @@ class ITL(ProcedureRun[ITLParams]):
         measurements: dict[str, Any] = {
             "capacity_rate_req_s": cap.rate, "capacity_source": cap.source,
             "itl_option": pm.itl_option, "itl_method": ITL_OPTIONS[pm.itl_option],
+            "itl_decision": (runs[primary].summary.extra.get("itl_decision") or {}).get("reason"),
             "primary_level_fraction": fractions[primary], "levels": level_meas,
             "requests_below_min_output": short, "requests_ok": ok_reqs, "min_output_tokens": p.min_output_tokens,
             **{k: v for k, v in level_meas[primary].items() if k not in ("fraction", "offered_req_s")},
@@ -343,17 +361,33 @@ def _checks(p: ITLParams, fractions: list[float], audits: list[ItlAudit], runs: 
     c["5.4.3-PARAM-3"] = decide("5.4.3-PARAM-3", ok=True, met="samples pooled over every request of a level")
     c["5.4.3-PARAM-4"] = decide("5.4.3-PARAM-4", ok=True, met="per-request jitter = std dev of its ITLs")
     c["5.4.3-PARAM-5"] = decide("5.4.3-PARAM-5", ok=True, met="per-request maximum pause = its largest ITL")
-    fracs = [m.metrics.scalar("single_token_chunk_fraction").value for m in runs
-             if "single_token_chunk_fraction" in m.metrics.scalars]
-    if fracs:
-        c["B.2.1-PARAM-1"] = decide("B.2.1-PARAM-1", ok=True, met=f"single-token chunk share {min(fracs):.1%} (lowest level)")
+    c["B.2.1-PARAM-1"] = _b21(runs)
     return c
+
+
+def _b21(runs: list[Measured]) -> Check:
+    """App. B.2.1 per level: the option each level's ITL used is the one the rule gives for its records
+    (single-token share > 90 % direct, else server timestamps, else chunk timing)."""
+    parts, bad = [], []
+    for m in runs:
+        d = m.summary.extra.get("itl_decision") or {}
+        share = d.get("single_token_share")
+        pattern = "tokens per chunk unknown (reference-tokenizer counts)" if share is None else \
+            f"single-token share {share:.1%} of {d.get('content_chunks')} chunks"
+        extra = f", {d.get('tokens_at_chunk_time')} tokens at their chunk's time" if d.get("tokens_at_chunk_time") \
+            and d.get("option") == "B" else ""
+        parts.append(f"{m.summary.label}: {pattern}{extra} -> option {m.metrics.itl_option}")
+        if d.get("option") != m.metrics.itl_option:
+            bad.append(f"{m.summary.label} used option {m.metrics.itl_option}, App. B.2.1 gives {d.get('option')}")
+    return decide("B.2.1-PARAM-1", ok=not bad, met="; ".join(parts), unmet="; ".join(bad) or "no decision recorded",
+                  options=[m.metrics.itl_option for m in runs])
 
 
 def _report_checks(table6s: list[Table], shape: Table, tables: list[Table]) -> dict[str, Check]:
     """5.4.4/5.4.5 REPORT items, read back from each level's Table 6 and the per-request shape table."""
-    def each(*names: str) -> list[tuple[Table, str]]:
-        return [(t, n) for t in table6s for n in names]
+    def each(*names: str) -> list[tuple[Table, str]]:  # a level under option A reports TBC rows (§4.6.3)
+        return [(t, n.replace("ITL ", "TBC ") if "Time Between Chunks" in t.title else n)
+                for t in table6s for n in names]
 
     items = {
         "5.4.4-REPORT-1": ("ITL P50/P90/P95/P99/P99.9 per level",

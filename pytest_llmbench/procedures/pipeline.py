@@ -53,7 +53,7 @@ from .base import (
     params_json,
     register,
 )
-from .common import Measured, client_for, finish, measure, run_facts, warm_up
+from .common import Measured, client_for, count_tokenizer, finish, measure, run_facts, warm_up
 from .helpers import cache_hit_summary, fmt_ms, level_specs
 
 __all__ = ["ColdStart", "Outcome", "CAPACITY", "LATENCY", "MAX_OUTPUT_THROUGHPUT", "PIPELINE_KEYS", "ProcedureRun", "THROUGHPUT", "as_run", "latency_figures", "low_success_warnings",
@@ -175,7 +175,8 @@ class ColdStart:
 
 #: measurement keys every procedure's result may carry: the pipeline's prompt hygiene, the
 #: cold-start figures (§4.5.3) and the verdict copied by common.finish
-PIPELINE_KEYS = ("token_counts_exact_share", "token_count_methods", "measured_cache_hit_fraction",
+PIPELINE_KEYS = ("token_counts_exact_share", "token_count_methods", "token_counting_option",
+                 "token_counting_tokenizer", "measured_cache_hit_fraction",
                  "measured_requests_over_half_cached", "measured_prompts_seen_in_warmup", "measured_prompt_repeats",
                  "cold_start_first_ttft_ms", "cold_start_warm_ttft_p50_ms", "cold_start_ratio", "cold_start_restart_s",
                  "cold_start_requests", "compliance_verdict")
@@ -455,9 +456,13 @@ class ProcedureRun(Generic[P]):
         hashes = [r.prompt_hash for r in records if r.prompt_hash is not None]
         hit = cache_hit_summary(records)
         counting = tokencount.method_shares(records)
+        tok = count_tokenizer(self.ctx, records)
         return {
             "token_counts_exact_share": counting["exact_share"],
             "token_count_methods": ", ".join(f"{k} {n}" for k, n in sorted(counting["methods"].items())) or "n/a",
+            # §4.4.2 option and the tokenizer the counts are in: part of the gate's comparability key (§6.1)
+            "token_counting_option": tok["counting_option"],
+            "token_counting_tokenizer": tok["name"] or f"server-native:{self.ctx.sut.model}",
             "measured_cache_hit_fraction": hit["fraction"],
             "measured_requests_over_half_cached": (
                 f"{hit['requests_over_half_cached']} of {hit['requests_reporting']}"

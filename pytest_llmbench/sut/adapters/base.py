@@ -17,6 +17,27 @@ METRIC_ROLES = ("waiting", "running", "preemptions", "kv_usage", "prefix_hits", 
 Fetch = Callable[[str], tuple[int, Any]]
 
 
+def models_tokenizer(fetch: Fetch) -> dict[str, Any]:
+    """The tokenizer the server counts in, as ``/v1/models`` names it (§4.4.1): the first model's
+    ``root`` (vLLM, SGLang: the Hugging Face id or path it was loaded from) else its ``id``, and
+    llama.cpp's ``meta.n_vocab``; {} when the endpoint lists no model. Keys ``tokenizer_*``."""
+    status, body = fetch("/v1/models")
+    models = [m for m in (body.get("data") or []) if isinstance(m, dict)] if status == 200 and isinstance(body, dict) else []
+    if not models:
+        return {}
+    m, info = models[0], {}
+    for key in ("root", "id"):
+        if isinstance(m.get(key), str) and m[key]:
+            info["tokenizer_name"] = m[key]
+            info["tokenizer_source"] = f"/v1/models {key} (the model's own tokenizer)"
+            break
+    meta = m.get("meta")
+    if isinstance(meta, dict) and isinstance(meta.get("n_vocab"), int) and meta["n_vocab"] > 0:
+        info["tokenizer_vocab_size"] = meta["n_vocab"]
+        info["tokenizer_vocab_size_source"] = "/v1/models meta.n_vocab"
+    return info
+
+
 def http_fetch(root_url: str, headers: Mapping[str, str] | None = None, *, verify: bool = True,
                timeout: float = 10.0) -> Fetch:
     """A :data:`Fetch` over httpx; a network failure is status 0 (detection moves on)."""

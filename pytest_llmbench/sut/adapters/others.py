@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...common.records import RequestRecord
-from .base import Fetch, ServerAdapter, sut_post
+from .base import Fetch, ServerAdapter, models_tokenizer, sut_post
 from .llamacpp import LLAMACPP
 from .simulator import SIMULATOR
 
@@ -50,6 +50,7 @@ class VLLMAdapter(ServerAdapter):
         if status == 200 and isinstance(body, dict):
             info["version"] = body.get("version")
         info.update(_models_window(fetch))
+        info.update(models_tokenizer(fetch))
         return {k: v for k, v in info.items() if v is not None}
 
     def configure(self, sut: Any, setting: str, value: Any) -> bool | None:
@@ -78,6 +79,7 @@ class SGLangAdapter(ServerAdapter):
                 info["context_window_source"] = "/get_server_info context_length"
         if "context_window" not in info:
             info.update(_models_window(fetch))
+        info.update(models_tokenizer(fetch))
         return {k: v for k, v in info.items() if v is not None}
 
     def configure(self, sut: Any, setting: str, value: Any) -> bool | None:
@@ -129,6 +131,10 @@ class GenericAdapter(ServerAdapter):
     its ``llmbench_timing``. Also the adapter of a client given none."""
 
     reads: tuple[ServerAdapter, ...] = ()
+
+    def describe(self, fetch: Fetch) -> dict[str, Any]:
+        """The tokenizer ``/v1/models`` names (§4.4.1); nothing else is known of an unrecognised server."""
+        return models_tokenizer(fetch)
 
     @property
     def extension_keys(self) -> frozenset[str]:

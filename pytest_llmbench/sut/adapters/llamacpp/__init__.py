@@ -25,7 +25,7 @@ from typing import Any
 
 from ....common.records import RequestRecord
 from ....measure import tokencount
-from ..base import Fetch, ServerAdapter, ServerClient, sut_post
+from ..base import Fetch, ServerAdapter, ServerClient, models_tokenizer, sut_post
 
 _KEYS = frozenset({"timings"})
 
@@ -46,6 +46,10 @@ class LlamaCppAdapter(ServerAdapter):
             info["total_slots"] = props.get("total_slots")
             if props.get("model_path"):
                 info["model_file"] = os.path.basename(str(props["model_path"]))  # not the host's path
+                # the GGUF file carries its vocabulary: the file names the tokenizer exactly (§4.4.1)
+                info["tokenizer_name"] = f"{info['model_file']} tokenizer"
+                info["tokenizer_version"] = f"embedded in {info['model_file']}"
+                info["tokenizer_source"] = "/props model_path (the GGUF file's vocabulary)"
             params = gen.get("params") if isinstance(gen, dict) else None
             if isinstance(params, dict) and isinstance(params.get("cache_prompt"), bool):
                 info["prefix_cache"] = params["cache_prompt"]  # the default a request without the field gets
@@ -54,6 +58,8 @@ class LlamaCppAdapter(ServerAdapter):
                 info["context_window"] = gen["n_ctx"]
                 info["context_window_source"] = "/props default_generation_settings.n_ctx (per slot)"
         info.setdefault("prefix_cache", True)  # llama.cpp's documented default: cache_prompt true
+        for k, v in models_tokenizer(fetch).items():  # meta.n_vocab; the name only without /props
+            info.setdefault(k, v)
         status, slots = fetch("/slots")
         if status == 200 and isinstance(slots, list) and slots:
             ctx = [s.get("n_ctx") for s in slots if isinstance(s, dict) and isinstance(s.get("n_ctx"), int)]

@@ -1,0 +1,115 @@
+"""Which §4.6.3 option a run's ITL is measured with, decided per run by App. B.2.1.
+
+App. B.2.1: first characterise the delivery pattern (tokens per chunk); when single-token chunks
+dominate (> 90 %) measure directly; when multi-token chunks are common prefer server timestamps;
+else use chunk timing (option A, reported as "Time Between Chunks", §4.6.3) and document it.
+
+The decision, in order:
+
+1. **C** when every successful multi-token record carries server per-token timestamps
+   (``server_token_ns``): §4.6.3 "Option C is RECOMMENDED when available", and the timestamps do
+   not depend on how tokens were packed into chunks (the embedded simulator sends them).
+2. The delivery pattern needs per-chunk counts in the server's tokens (measure/tokencount.py).
+   When any successful record's counts are the reference tokenizer's, the pattern is unknown
+   (cl100k splits a server token into 0, 1 or 3 "tokens"): **A**.
+3. **B** (direct) when more than 90 % of the content chunks carry exactly one server token; the
+   tokens of the remaining multi-token chunks get their chunk's arrival time (option B's rule) and
+   are counted in the evidence (``tokens_at_chunk_time``).
+4. Else **A**: ITL is not measurable on this server; the gaps between chunks are reported as
+   ``tbc`` (Time Between Chunks) with the chunk-size distribution (``chunk_size``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..common.records import RequestRecord
+from .tokencount import EXACT_METHODS, REFERENCE, TOKENIZE_RECONCILED
+
+__all__ = ["DIRECT_SHARE", "ITL_NOT_MEASURABLE", "ItlDecision", "decide_itl"]
+
+#: App. B.2.1 step 2: single-token chunks "dominate" above this share of content chunks.
+DIRECT_SHARE = 0.9
+#: What an ``itl.*`` SLO or gate rule says on a run measured under option A (§4.6.3, App. B.2.1).
+ITL_NOT_MEASURABLE = "ITL is not measurable on this server: use tbc.*"
+#: Counting methods whose per-chunk counts are the server's (tokenize-reconciled: aligned pieces
+#: moved by at most the difference to the server's total).
+_SERVER_COUNTED = EXACT_METHODS | {TOKENIZE_RECONCILED}
+
+
+@dataclass(frozen=True)
+class ItlDecision:
+    """The §4.6.3 option of one run and the evidence App. B.2.1 decided it from."""
+
+    option: str  # "A", "B" or "C"
+    reason: str
+    content_chunks: int  # content chunks of successful records
+    single_token_chunks: int | None  # None: the counts are not the server's (pattern unknown)
+    multi_token_chunks: int | None
+    tokens_at_chunk_time: int | None  # tokens beyond the first of multi-token chunks (option B's zero gaps)
+    records: int  # successful records with content
+    records_counted_by_server: int
+    server_timestamps: int  # successful records carrying server per-token timestamps
+    #: with reference-tokenizer counts: the single-token share *in reference tokens* (evidence only,
+    #: never the B.2.1 pattern: a server token is 0, 1 or several cl100k tokens)
+    reference_single_token_share: float | None = None
+
+    @property
+    def single_token_share(self) -> float | None:
+        if self.single_token_chunks is None or not self.content_chunks:
+            return None
+        return self.single_token_chunks / self.content_chunks
+
+    @property
+    def method(self) -> str:
+        """The compliance name of the option (compliance.registry.ITL_METHODS)."""
+        return {"A": "chunk", "B": "distributed", "C": "server"}[self.option]
+
+    def to_json(self) -> dict[str, Any]:
+        share = self.single_token_share
+        return {**asdict(self), "single_token_share": None if share is None else round(share, 6),
+                "method": self.method}
+
+    def summary(self) -> str:
+        """One line for the report: option, share and counts."""
+        share = self.single_token_share
+        ref = self.reference_single_token_share
+        pattern = ((f"tokens per chunk unknown in server tokens ({ref:.1%} single-token in reference-tokenizer "
+                    "counts)" if ref is not None else "delivery pattern unknown") if share is None else
+                   f"{share:.1%} of {self.content_chunks} content chunks carry one server token")
+        extra = (f"; {self.tokens_at_chunk_time} tokens of {self.multi_token_chunks} multi-token chunks at their "
+                 "chunk's time" if self.option == "B" and self.multi_token_chunks else "")
+        return f"option {self.option}: {self.reason} ({pattern}{extra}; App. B.2.1)"
+
+
+def decide_itl(records: Sequence[RequestRecord]) -> ItlDecision:
+    """App. B.2.1 over one run's successful records (see the module docstring)."""
+    ok = [r for r in records if r.ok and any(t > 0 for t in r.chunk_tokens)]
+    sizes = [t for r in ok for t in r.chunk_tokens if t > 0]
+    by_server = [r for r in ok if (r.token_count_method or REFERENCE) in _SERVER_COUNTED]
+    need_c = [r for r in ok if sum(r.chunk_tokens) >= 2]
+    stamped = sum(1 for r in ok if r.server_token_ns)
+    exact = len(by_server) == len(ok)
+    single = sum(1 for t in sizes if t == 1) if exact else None
+    multi = sum(1 for t in sizes if t > 1) if exact else None
+    at_chunk = sum(t - 1 for t in sizes if t > 1) if exact else None
+    common = dict(content_chunks=len(sizes), single_token_chunks=single, multi_token_chunks=multi,
+                  tokens_at_chunk_time=at_chunk, records=len(ok), records_counted_by_server=len(by_server),
+                  server_timestamps=stamped)
+    if stamped and all(r.server_token_ns for r in need_c):
+        return ItlDecision("C", "server per-token timestamps on every successful multi-token record", **common)
+    if not exact:
+        common["reference_single_token_share"] = round(sum(1 for t in sizes if t == 1) / len(sizes), 6) \
+            if sizes else None
+        return ItlDecision("A", f"{len(ok) - len(by_server)} of {len(ok)} records counted with the reference "
+                                "tokenizer: tokens per chunk unknown, so chunk timing", **common)
+    if not sizes:  # nothing streamed: no gap to measure either way; the direct rule is vacuous
+        return ItlDecision("B", "no content chunks", **common)
+    share = (single or 0) / len(sizes)
+    if share > DIRECT_SHARE:
+        return ItlDecision("B", f"single-token chunks dominate (> {DIRECT_SHARE:.0%}): direct per-token gaps",
+                           **common)
+    return ItlDecision("A", f"multi-token chunks common (single-token share <= {DIRECT_SHARE:.0%}) and no server "
+                            "per-token timestamps: chunk timing", **common)

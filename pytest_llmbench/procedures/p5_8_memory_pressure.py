@@ -46,8 +46,7 @@ from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.units import Cell, CellValue
-from ..sut.adapters import metric_names
-from .base import Sweep, Table
+from .base import ServerView, Sweep, Table
 from .common import Measured
 from .helpers import (
     CENSORED_NOTE,
@@ -67,9 +66,8 @@ __all__ = ["PROFILES", "LevelPressure", "MemoryPressureParams", "level_concurren
 
 MIN_LEVEL_S = draft.value("memory_pressure.level_min_s")  # §5.8.3 step 3b
 
-#: /metrics counters, first present name wins (the simulator's, then vLLM's).
-PREEMPTION_EVENTS = ("llmbench:num_preemptions_total", *metric_names("preemptions"))
-PREEMPTED_REQUESTS = ("llmbench:requests_preempted_total",)
+#: /metrics counter of preempted tokens (the simulator's); events and requests are adapter roles
+#: (``preemptions``, ``requests_preempted``) read from the run's telemetry.
 PREEMPTED_TOKENS = ("llmbench:preempted_tokens_total",)
 NOT_MEASURABLE = "not measurable client-side"
 MAX_LEVEL_SPECS = 20_000  # distinct requests built per level at most
@@ -184,8 +182,8 @@ def _assess(level: float, c: int, m: Measured, repeats: int) -> LevelPressure:
     ok = np.asarray(pr["ok"], dtype=bool)
     reported = ~np.isnan(pre)
     hit = reported & (np.nan_to_num(pre) > 0)
-    srv_events, _ = _first(m, PREEMPTION_EVENTS)
-    srv_requests, _ = _first(m, PREEMPTED_REQUESTS)
+    srv_events = m.server_increase("preemptions")  # events: an upper bound on requests preempted
+    srv_requests = m.server_increase("requests_preempted")
     srv_tokens, _ = _first(m, PREEMPTED_TOKENS)
     rate = recovery = lost = None
     pre_requests: float | None = None
@@ -364,7 +362,11 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
             }},
             runs=[o.measured for o in outcomes], facts={"exceeds_capacity": True},
             sweep=Sweep(str(degradation).split(";")[-1].strip()) if degradation else None,
-            warnings=cancelled_warning(measurements["cancelled_requests"], [o.measured for o in outcomes]))
+            warnings=cancelled_warning(measurements["cancelled_requests"], [o.measured for o in outcomes]),
+            # the server's side of the pressure: preemption events (not §5.8.4's per-request rate), KV usage
+            server_view=ServerView(runs=[outcomes[-1].measured.summary.label],
+                                   levels=[(_label(o.level), o.measured.summary.label) for o in outcomes],
+                                   by="oversubscription level", section="§5.8"))
 
     def checks(self, out: Outcome) -> dict[str, Check]:
         return _checks(self.p, self.cap_n, self.cap_src, self.outcomes, self.levels, self.degradation)

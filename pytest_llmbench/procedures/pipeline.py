@@ -46,6 +46,7 @@ from .base import (
     ProcedureContext,
     ProcedureError,
     ProcedureResult,
+    ServerView,
     SkipProcedure,
     Sweep,
     Table,
@@ -247,6 +248,7 @@ class Outcome:
     sweep: Sweep | None = None
     warnings: list[Finding] = field(default_factory=list)  # after the runs' low-success warning
     overlays: Overlays | None = None
+    server_view: ServerView | None = None  # the server telemetry it shows (base.ServerView)
 
 
 class ProcedureRun(Generic[P]):
@@ -342,6 +344,7 @@ class ProcedureRun(Generic[P]):
             primary_run=primary, key_figures=figures, sweep=out.sweep,
             warnings=([] if self.oversubscribes else low_success_warnings(runs)) + out.warnings,
             overlays=out.overlays,
+            server_view=out.server_view,
         )
         finish(self.ctx, result, facts, checks)
         return result

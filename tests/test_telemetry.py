@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -263,3 +264,18 @@ def test_schema_accepts_the_series() -> None:
     jsonschema.validate(tel, {"$defs": defs, "$ref": "#/$defs/telemetry"})
     plots, _ = server_plots(_result([SimpleNamespace(label="L", telemetry=tel)]))
     jsonschema.validate(plots["server_timeline"], {"$defs": defs, "$ref": "#/$defs/timeline_plot"})
+
+
+def test_report_renders_a_document_from_before_the_series(tmp_path) -> None:
+    """``python -m pytest_llmbench report`` on a 1.5 document (no runs[].telemetry, no server plots)."""
+    import gzip
+
+    from pytest_llmbench.__main__ import main
+
+    old = json.loads(gzip.decompress((Path(__file__).parent / "data" / "results-smoke.json.gz").read_bytes()))
+    assert old["schema_version"] < "1.6" and not any(
+        "telemetry" in r for p in old["procedures"] for r in p["result"]["runs"])
+    (tmp_path / "results.json").write_text(json.dumps(old), encoding="utf-8")
+    assert main(["report", str(tmp_path / "results.json"), "--output", str(tmp_path / "out")]) == 0
+    html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "Server telemetry over time" not in html and "<svg" in html

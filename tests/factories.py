@@ -335,10 +335,29 @@ async def serve_app(app: web.Application, **site: Any) -> AsyncIterator[str]:
 
 
 # ================================================================== live-server telemetry (issue 34)
-def check_live_telemetry(root: Path, waiting: str, roles: set[str]) -> dict[str, Any]:
-    """Issue 34 on a real server: every measured run's series in results.json (and telemetry.json beside its
-    records), the timeline plot in report.html, §4.5.1 item 3 decided from the server's waiting gauge.
-    Prints what the plot shows (the closing note's description of it). Returns the primary timeline."""
+#: One small 5.1 run above a small server's slots (the live telemetry tests of tests/test_real_sut.py and
+#: tests/test_vllm_live.py).
+TELEMETRY_SUITE = '''
+import pytest
+from pytest_llmbench import closed
+
+@pytest.mark.llm_procedure("5.1", requests=24, load=closed(6), warmup_requests=4, warmup_tokens=64,
+                           max_output_tokens=32)
+def test_5_1(llm_result):
+    pass
+'''
+
+
+def live_telemetry(pytester: Any, endpoint: str, waiting: str, roles: set[str]) -> dict[str, Any]:
+    """Issue 34 on a real server: :data:`TELEMETRY_SUITE` against ``endpoint``; every measured run's series in
+    results.json (and telemetry.json beside its records), the timeline plot in report.html, §4.5.1 item 3
+    decided from the server's ``waiting`` gauge. Prints what the plot shows (the closing note's description
+    of it). Returns the primary run's timeline plot entry."""
+    pytester.makepyfile(test_tel=TELEMETRY_SUITE)
+    res = pytester.runpytest("--llm-endpoint", endpoint, "--llm-boundary", "model-engine", "--llm-max-duration", "0",
+                             "-p", "no:randomly", "-p", "no:cacheprovider", "-rs")
+    res.assert_outcomes(passed=1)
+    root = Path(str(pytester.path)) / "llmbench-report"
     doc = json.loads((root / "results.json").read_text())
     (proc,) = doc["procedures"]
     for run in proc["result"]["runs"]:

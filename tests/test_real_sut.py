@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from factories import check_live_telemetry
+from factories import live_telemetry
 
 from pytest_llmbench.client import ClientConfig, LLMClient
 from pytest_llmbench.client.sse import SSEParser
@@ -235,22 +235,7 @@ def test_procedures_on_llama_server(pytester: pytest.Pytester, llama_server: Lla
     res.assert_outcomes(passed=4)
 
 
-TELEMETRY = '''
-import pytest
-from pytest_llmbench import closed
-
-@pytest.mark.llm_procedure("5.1", requests=24, load=closed(6), warmup_requests=4, warmup_tokens=64,
-                           max_output_tokens=32)
-def test_5_1(llm_result):
-    pass
-'''
-
 
 def test_server_telemetry_on_llama_server(pytester: pytest.Pytester, llama_server: LlamaServer) -> None:
     """The llama.cpp series (llamacpp:requests_deferred / requests_processing) sampled during every run."""
-    pytester.makepyfile(test_tel=TELEMETRY)
-    res = pytester.runpytest("--llm-endpoint", llama_server.endpoint, "--llm-boundary", "model-engine",
-                             "--llm-max-duration", "0", "-p", "no:randomly", "-p", "no:cacheprovider", "-rs")
-    res.assert_outcomes(passed=1)
-    check_live_telemetry(Path(str(pytester.path)) / "llmbench-report", "llamacpp:requests_deferred",
-                         {"waiting", "running"})
+    live_telemetry(pytester, llama_server.endpoint, "llamacpp:requests_deferred", {"waiting", "running"})

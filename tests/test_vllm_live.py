@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
-from factories import check_live_telemetry
+from factories import live_telemetry
 
 from pytest_llmbench.client import ClientConfig, LLMClient
 from pytest_llmbench.common.records import RequestRecord, RequestSpec
@@ -181,29 +181,13 @@ def test_procedures_on_vllm(pytester: pytest.Pytester, vllm_server: VllmServer) 
     res.assert_outcomes(passed=3)
 
 
-TELEMETRY = '''
-import pytest
-from pytest_llmbench import closed
-
-@pytest.mark.llm_procedure("5.1", requests=24, load=closed(6), warmup_requests=4, warmup_tokens=64,
-                           max_output_tokens=32)
-def test_5_1(llm_result):
-    pass
-'''
-
 
 def test_server_telemetry_on_vllm(pytester: pytest.Pytester, vllm_server: VllmServer) -> None:
     """Issue 34: vLLM's series (vllm:num_requests_waiting/running, kv_cache_usage_perc, num_preemptions_total)
-    sampled during every run, stored, plotted; the queue-drained item from vllm:num_requests_waiting.
-    Prints what the timeline plot shows (the closing note describes it)."""
-    pytester.makepyfile(test_tel=TELEMETRY)
-    res = pytester.runpytest("--llm-endpoint", vllm_server.endpoint, "--llm-boundary", "model-engine",
-                             "--llm-max-duration", "0", "-p", "no:randomly", "-p", "no:cacheprovider", "-rs")
-    res.assert_outcomes(passed=1)
-    timeline = check_live_telemetry(Path(str(pytester.path)) / "llmbench-report", "vllm:num_requests_waiting",
-                                    {"waiting", "running", "kv_usage", "preemptions"})
+    sampled during every run, stored, plotted; the queue-drained item from vllm:num_requests_waiting."""
+    timeline = live_telemetry(pytester, vllm_server.endpoint, "vllm:num_requests_waiting",
+                              {"waiting", "running", "kv_usage", "preemptions"})
     assert timeline["kv_usage"] and max(v for v in timeline["kv_usage"] if v is not None) > 0
-
 
 KILLED = '''
 import pytest

@@ -91,8 +91,9 @@ async def test_stored_series_equals_the_schedule_at_the_sampled_times() -> None:
         after = await sampler.stop(origin_ns=PERIOD_NS)  # the run's t = 0 at the second scrape
     n = len(SCHEDULE)
     assert server.served == n  # the loop's scrapes and the final one, nothing more
-    assert before is not None and before['vllm:num_requests_waiting{engine="0",model_name="m"}'] == 0.0
-    assert after is not None and after['vllm:num_preemptions_total{engine="0",model_name="m"}'] == 2.0
+    # the snapshots before and after: every sample name, summed over its label sets (both engines)
+    assert before is not None and before["vllm:num_requests_waiting"] == 0.0 and before["vllm:kv_cache_usage_perc"] == 0
+    assert after is not None and after["vllm:num_preemptions_total"] == 2.0 and after["vllm:num_requests_running"] == 0
     doc = sampler.series.to_json()
     assert doc["status"] == SAMPLED and doc["scrapes"] == n and doc["failed"] == 0
     # the k-th scrape ran from k to k + 1 periods: stamped at its midpoint, on the run's clock

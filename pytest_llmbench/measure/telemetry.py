@@ -213,7 +213,7 @@ class TelemetrySampler:
     """Scrape ``/metrics`` every ``interval_s`` between :meth:`start` and :meth:`stop`.
 
     ``start()`` makes the first scrape (the reachability check) and returns its full snapshot
-    (:func:`read_samples`; None when not exposed), then samples on an absolute schedule
+    (``{sample name: value summed over its label sets}``; None when not exposed), then samples on an absolute schedule
     (a slow scrape skips slots rather than drifting); ``stop()`` cancels it and makes the final
     scrape, whose snapshot it returns. ``interval_s`` 0: only the two snapshots, no series.
     ``clock`` is injectable so tests control the timestamps.
@@ -231,7 +231,7 @@ class TelemetrySampler:
         self._stopped = False
 
     async def _once(self, *, snapshot: bool = False) -> dict[str, float] | None:
-        """One scrape into the series; with ``snapshot`` the page's every series (:func:`read_samples`)."""
+        """One scrape into the series; with ``snapshot`` the page's every sample name (summed over label sets)."""
         t0 = self._clock()
         got = await self._scrape()
         t1 = self._clock()
@@ -266,8 +266,8 @@ class TelemetrySampler:
         for vs in s.values.values():
             if len(vs) == n:
                 vs.append(None)
-        if snapshot:
-            return {name + key: v for name, (_, by) in page.items() for key, v in by.items()}
+        if snapshot:  # every sample name, summed over its label sets (engines, models)
+            return {name: math.fsum(by.values()) for name, (_, by) in page.items()}
         return None
 
     async def start(self) -> dict[str, float] | None:

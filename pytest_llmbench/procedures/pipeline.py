@@ -121,6 +121,11 @@ class ColdStart:
 
     @property
     def server_requests_before(self) -> float | None:
+        """The server's finished-requests counter at the cold run's first scrape (adapter role
+        ``requests_finished``; else the known names in its first snapshot)."""
+        first = self.cold.telemetry.first("requests_finished")
+        if first is not None:
+            return first
         before = self.cold.server_before or {}
         return next((before[n] for n in FINISHED_COUNTERS if n in before), None)
 

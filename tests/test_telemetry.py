@@ -280,3 +280,10 @@ def test_report_renders_a_document_from_before_the_series(tmp_path) -> None:
     assert main(["report", str(tmp_path / "results.json"), "--output", str(tmp_path / "out")]) == 0
     html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     assert "Server telemetry over time" not in html and "<svg" in html
+
+
+def test_a_counter_that_never_moved_is_said_not_drawn() -> None:
+    plots, _ = server_plots(_result([SimpleNamespace(label="L", telemetry=_series_json(
+        {"running": [0.0, 2.0, 1.0], "preemptions": [4.0, 4.0, 4.0]}))]))
+    (fig,) = figures_for("5.1", plots)
+    assert "No preemption event during the run." in fig.caption and "events/s" not in fig.svg

@@ -361,6 +361,7 @@ def _timeline(key: str, d: Mapping[str, Any], proc: str) -> list[Figure]:
     xs = [min(t), max(t)]
     names = d.get("names") or {}
     panels: list[str] = []
+    quiet = ""  # a counter that never moved: said in the caption, not drawn as a flat line
     req = d.get("requests") or {}
     if req:
         chart = Chart.create(kind="timeline-requests", title=f"{proc} requests over time ({d['run']})",
@@ -373,6 +374,9 @@ def _timeline(key: str, d: Mapping[str, Any], proc: str) -> list[Figure]:
                                                ("preemptions_per_s", "preemptions", "events/s", 1.0, FAIL_COLOUR)):
         vs = d.get(field)
         if not vs or not any(v is not None for v in vs):
+            continue
+        if field == "preemptions_per_s" and not any(vs):
+            quiet = " No preemption event during the run."
             continue
         ys = [None if v is None else v * factor for v in vs]
         chart = Chart.create(kind=f"timeline-{field}", title=f"{proc} {label} over time ({d['run']})",
@@ -388,7 +392,7 @@ def _timeline(key: str, d: Mapping[str, Any], proc: str) -> list[Figure]:
                f"({d.get('scrapes', len(t))} scrapes, {d.get('failed', 0)} failed), on the run's clock (0: the "
                f"load's start; before 0: the scrape before its first request), beside the client's requests in "
                f"flight. Series: {src or 'none'}.{thinned} Preemptions are events (a request may be preempted "
-               "more than once), not §5.8.4's per-request rate.")
+               "more than once), not §5.8.4's per-request rate." + quiet)
     return [Figure(key, f"Server telemetry over time ({d['run']})", caption, "\n".join(panels))]
 
 

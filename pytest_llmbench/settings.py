@@ -9,6 +9,7 @@ pytest lives in the glue (options.py); nothing here imports pytest.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -114,6 +115,8 @@ OPTIONS: tuple[Option, ...] = (
            "comma-separated; §4.8.1)", None, "list"),
     Option("cold-start", "5.1: restart the SUT through the configure_sut hook's 'restart' setting and measure the "
            "first requests before any warm-up against the same requests warm (§4.5.3)", False, "bool"),
+    Option("telemetry-interval", "seconds between two scrapes of the server's Prometheus /metrics during every "
+           "warm-up and measured run (measure/telemetry.py); 0 = only before and after each run", 0.25, "float"),
     Option("export", "extra export of every measured run: 'aiperf' writes AIPerf's profile_export files to "
            "<run dir>/aiperf (repeatable or comma-separated)", None, "list"),
 )
@@ -148,6 +151,7 @@ class Settings:
     ray_address: str | None = None
     dry_run: bool = False
     http_trace: bool = False
+    telemetry_interval: float = 0.25  # s between /metrics scrapes (measure/telemetry.py); 0: before/after only
     export: list[str] = field(default_factory=list)
     max_duration: float | None = None  # seconds per procedure; None or 0: no budget
     refusal_pattern: str | None = None  # declared refusal text (refusals.py, §4.8.1)
@@ -261,6 +265,9 @@ def _validate(s: Settings) -> None:
     if not s.timeout > 0:  # a zero timeout would fail every request, not the configuration
         raise LLMBenchConfigError(f"{s.sources.get('timeout', '--llm-timeout')}: invalid value {s.timeout!r} "
                                   "for timeout: must be > 0 seconds")
+    if not (s.telemetry_interval >= 0 and math.isfinite(s.telemetry_interval)):
+        raise LLMBenchConfigError(f"{s.sources.get('telemetry_interval', '--llm-telemetry-interval')}: invalid value "
+                                  f"{s.telemetry_interval!r} for telemetry-interval: must be >= 0 seconds (0: off)")
     if s.max_duration is not None and not s.max_duration >= 0:
         raise LLMBenchConfigError(f"{s.sources.get('max_duration', '--llm-max-duration')}: invalid value "
                                   f"{s.max_duration!r} for max-duration: must be >= 0 seconds (0: no budget)")

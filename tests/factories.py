@@ -342,3 +342,52 @@ def gate_store(tmp_path: Path) -> Path:
     dst = tmp_path / "store"
     shutil.copytree(Path(__file__).parent / "data" / "gate" / "store", dst)
     return dst
+
+
+# ================================================================== live-server telemetry (issue 34)
+#: One small 5.1 run above a small server's slots (the live telemetry tests of tests/test_real_sut.py and
+#: tests/test_vllm_live.py).
+TELEMETRY_SUITE = '''
+import pytest
+from pytest_llmbench import closed
+
+@pytest.mark.llm_procedure("5.1", requests=24, load=closed(6), warmup_requests=4, warmup_tokens=64,
+                           max_output_tokens=32)
+def test_5_1(llm_result):
+    pass
+'''
+
+
+def live_telemetry(pytester: Any, endpoint: str, waiting: str, roles: set[str]) -> dict[str, Any]:
+    """Issue 34 on a real server: :data:`TELEMETRY_SUITE` against ``endpoint``; every measured run's series in
+    results.json (and telemetry.json beside its records), the timeline plot in report.html, §4.5.1 item 3
+    decided from the server's ``waiting`` gauge. Prints what the plot shows (the closing note's description
+    of it). Returns the primary run's timeline plot entry."""
+    pytester.makepyfile(test_tel=TELEMETRY_SUITE)
+    res = pytester.runpytest("--llm-endpoint", endpoint, "--llm-boundary", "model-engine", "--llm-max-duration", "0",
+                             "-p", "no:randomly", "-p", "no:cacheprovider", "-rs")
+    res.assert_outcomes(passed=1)
+    root = Path(str(pytester.path)) / "llmbench-report"
+    doc = json.loads((root / "results.json").read_text())
+    (proc,) = doc["procedures"]
+    for run in proc["result"]["runs"]:
+        tel = run["telemetry"]
+        assert tel["status"] == "sampled", tel
+        assert roles <= set(tel["values"]) and tel["names"]["waiting"] == waiting, tel["names"]
+        assert tel["t_s"][0] < 0 < tel["t_s"][-1] and (root / run["run_dir"] / "telemetry.json").is_file()
+        running = [v for v in tel["values"]["running"] if v is not None]
+        assert max(running) > 0, "the server's running gauge never saw the load"
+        print(f"\n  {run['label']}: {tel['scrapes']} scrapes every {tel['interval_s']} s ({tel['failed']} failed, "
+              f"scrape p50 {tel['scrape_ms']['p50']} ms); names {tel['names']}")
+    timeline = proc["result"]["plots"]["server_timeline"]
+    for label, vs in timeline["requests"].items():
+        got = [v for v in vs if v is not None]
+        print(f"  plot: {label}: max {max(got):g}, mean {sum(got) / len(got):.2f} over {len(got)} points")
+    for key in ("kv_usage", "preemptions_per_s"):
+        got = [v for v in timeline.get(key) or [] if v is not None]
+        if got:
+            print(f"  plot: {key}: max {max(got):.3g}")
+    assert f"{waiting} = 0 before the first measured request" in json.dumps(proc)
+    html = (root / "report.html").read_text(encoding="utf-8")
+    assert "Server telemetry over time" in html and 'data-series="server running"' in html
+    return timeline

@@ -12,7 +12,8 @@ import pytest
 
 from pytest_llmbench.client import ClientConfig, build_body
 from pytest_llmbench.common.records import RequestSpec
-from pytest_llmbench.loadgen.warmup import RUNNING_METRICS, WAITING_METRICS, parse_prometheus
+from pytest_llmbench.loadgen.warmup import RUNNING_METRICS, WAITING_METRICS
+from pytest_llmbench.measure.telemetry import read_exposition, read_roles
 from pytest_llmbench.options import SERVER_KINDS
 from pytest_llmbench.sut import adapters
 from pytest_llmbench.sut.system import SUT
@@ -58,10 +59,15 @@ def test_detects_without_owned_by(path: Path) -> None:
 @pytest.mark.parametrize("path", [p for p in FIXTURES if json.loads(p.read_text())["metrics"]], ids=lambda p: p.stem)
 def test_metric_roles(path: Path) -> None:
     fx = json.loads(path.read_text())
-    metrics = parse_prometheus(fx["metrics"])
+    page = read_exposition(fx["metrics"])
+    metrics = {name: sum(by.values()) for name, (_, by) in page.items()}
     for role in adapters.METRIC_ROLES:
         if role in fx["expect"]:
             assert first(metrics, role) == fx["expect"][role], role
+    # the telemetry sampler reads the same values through the server kind's names
+    roles = read_roles(page, adapters.telemetry_names(adapters.get_adapter(fx["kind"])))
+    assert {r: v for r, (_, _, v) in roles.items() if r in fx["expect"]} == {
+        r: v for r, v in fx["expect"].items() if r in adapters.METRIC_ROLES}
     # the warm-up's queue drain reads the same names
     assert any(n in metrics for n in WAITING_METRICS) and any(n in metrics for n in RUNNING_METRICS)
 
@@ -69,7 +75,7 @@ def test_metric_roles(path: Path) -> None:
 def test_vllm_both_kv_cache_gauges_known() -> None:
     names = adapters.metric_names("kv_usage")
     assert "vllm:kv_cache_usage_perc" in names and "vllm:gpu_cache_usage_perc" in names
-    assert adapters.metric_names("preemptions") == ("vllm:num_preemptions_total",)
+    assert adapters.metric_names("preemptions") == ("llmbench:num_preemptions_total", "vllm:num_preemptions_total")
 
 
 def test_kinds_option_matches_registry() -> None:

@@ -220,3 +220,14 @@ def test_cancelled_requests_count_against_success_and_censor_the_p99() -> None:
     # an SLO can never be met by a censored P99
     slo = _point(m, 1.2, 10.0, TradeoffParams(ttft_p99_slo_s=100.0))  # type: ignore[arg-type]
     assert slo.meets_slo is False
+
+
+def test_server_series_per_load_level(curve) -> None:  # type: ignore[no-untyped-def]
+    """Issue 34: 5.3's levels seen from the server (one bar group per fraction of capacity), its optimal
+    point and highest level on a time axis."""
+    from pytest_llmbench.document.plotdata import server_plots
+
+    plots, notes = server_plots(curve)
+    assert notes == [] and len(plots["server_levels"]["levels"]) == len(curve.runs)
+    assert plots["server_levels"]["levels"][-1] == f"{curve.runs[-1].extra['capacity_fraction']:.0%}"
+    assert plots["server_timeline"]["requests"]["server running"]

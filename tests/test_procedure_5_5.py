@@ -205,3 +205,17 @@ def test_bad_criterion_is_named() -> None:
     proc = get_procedure("5.5")
     with pytest.raises(ValueError, match="criteria: .*fluidity"):
         proc.make_params("standard", {"criteria": ["fluidity.p1 >= 90 tok/s"]})
+
+
+def test_server_kv_usage_at_capacity_and_levels(outcome):
+    """Issue 34: the server's KV usage at the capacity level (supporting evidence, §5.5) and the search's
+    levels on the server's side."""
+    from pytest_llmbench.document.plotdata import server_plots
+
+    m = outcome.measurements
+    assert 0 < m["server_kv_usage_mean_at_max"] <= m["server_kv_usage_peak_at_max"] <= 1
+    assert any("supporting evidence" in n for n in outcome.notes)
+    plots, notes = server_plots(outcome)
+    lv = plots["server_levels"]
+    assert notes == [] and lv["by"] == "concurrency" and lv["levels"] == sorted(lv["levels"], key=int)
+    assert plots["server_timeline"]["run"] == outcome.primary_summary().label

@@ -161,3 +161,27 @@ def test_a_level_without_a_successful_request_still_summarises(outcome):
     assert metrics.scalar("cancelled_count").value == len(records)
     with pytest.raises(ValueError, match="itl_option 'C'"):
         summarize(records, itl_option="C")  # what the old choice did
+
+
+def test_server_telemetry_per_level_and_events_only(outcome):
+    """Issue 34: the levels' server series (plotted per level), and a server that counts preemption events only
+    (vLLM): events, an upper bound, never a per-request rate."""
+    from pytest_llmbench.document.plotdata import server_plots
+    from pytest_llmbench.measure.telemetry import SAMPLED, TelemetrySeries
+
+    plots, notes = server_plots(outcome)
+    assert notes == [] and plots["server_timeline"]["run"] == outcome.runs[-1].label
+    lv = plots["server_levels"]
+    assert lv["levels"] == ["50%", "150%"] and lv["by"] == "oversubscription level"
+    low, high = (lv["rows"][k] for k in lv["levels"])
+    assert high["preemption events"] == outcome.measurements["levels"][1]["preemption_events"] > 0
+    assert low["preemption events"] == 0 and high["peak KV usage (%)"] > low["peak KV usage (%)"]
+
+    run_dir = outcome.runs[-1].run_dir
+    records = [dataclasses.replace(r, server_timing=None, server_token_ns=None) for r in iter_records(run_dir)]
+    summary = RunSummary(label="x", run_dir=run_dir, load={}, metrics=summarize(records))
+    events = TelemetrySeries(status=SAMPLED, t_ns=[0, 10**9], values={"preemptions": [3.0, 10.0]})
+    fake = Measured(load=SimpleNamespace(records=records), summary=summary, telemetry=events)  # type: ignore[arg-type]
+    lp = _assess(1.5, 18, fake, 0)
+    assert lp.source == "server /metrics (events only)" and lp.preemption_events == 7.0
+    assert lp.preemption_rate is None and lp.preempted_requests is None

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from factories import live_telemetry
 
 from pytest_llmbench.client import ClientConfig, LLMClient
 from pytest_llmbench.client.sse import SSEParser
@@ -232,3 +233,9 @@ def test_procedures_on_llama_server(pytester: pytest.Pytester, llama_server: Lla
     assert "llama.cpp" in report
     assert doc["sut"]["server_kind"] == "llama.cpp"
     res.assert_outcomes(passed=4)
+
+
+
+def test_server_telemetry_on_llama_server(pytester: pytest.Pytester, llama_server: LlamaServer) -> None:
+    """The llama.cpp series (llamacpp:requests_deferred / requests_processing) sampled during every run."""
+    live_telemetry(pytester, llama_server.endpoint, "llamacpp:requests_deferred", {"waiting", "running"})

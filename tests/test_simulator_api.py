@@ -14,7 +14,8 @@ import openai
 import pytest
 
 from pytest_llmbench.common.tokenizer import get_tokenizer
-from pytest_llmbench.simulator import SimConfig, SimulatorError, parse_prometheus_text, start_simulator
+from pytest_llmbench.measure.telemetry import read_samples
+from pytest_llmbench.simulator import SimConfig, SimulatorError, start_simulator
 from pytest_llmbench.simulator.app import Simulator
 from pytest_llmbench.simulator.process import SimulatorProcess
 
@@ -290,7 +291,7 @@ def test_client_disconnect_aborts_and_frees_kv() -> None:
 def test_metrics_and_admin(sim: SimulatorProcess) -> None:
     r = httpx.get(sim.url + "/metrics")
     assert r.headers["content-type"].startswith("text/plain")
-    m = parse_prometheus_text(r.text)
+    m = read_samples(r.text)
     for name in ("num_requests_waiting", "num_requests_running", "kv_cache_blocks_used", "kv_cache_blocks_total",
                  "num_preemptions_total", "requests_preempted_total", "preempted_tokens_total",
                  "prefix_cache_hit_tokens_total", "prefix_cache_queried_tokens_total", "requests_finished_total",
@@ -309,13 +310,13 @@ def test_metrics_and_admin(sim: SimulatorProcess) -> None:
         assert r.status_code == 400 and r.json()["error"]["message"], bad
 
 
-def test_parse_prometheus_text() -> None:
+def test_read_samples() -> None:
     text = ('# HELP a A.\n# TYPE a counter\na_total 3\nb{z="1",a="x y"} 2.5 1700000000\n'
             'c +Inf\nvllm:num_requests_running{model_name="m"} 4\n\n')
-    assert parse_prometheus_text(text) == {"a_total": 3.0, 'b{a="x y",z="1"}': 2.5, "c": float("inf"),
-                                           'vllm:num_requests_running{model_name="m"}': 4.0}
-    with pytest.raises(ValueError, match="line 1"):
-        parse_prometheus_text("what is this")
+    assert read_samples(text) == {"a_total": 3.0, 'b{a="x y",z="1"}': 2.5, "c": float("inf"),
+                                  'vllm:num_requests_running{model_name="m"}': 4.0}
+    with pytest.raises(ValueError, match="not Prometheus text exposition"):
+        read_samples("what is this")
 
 
 def test_start_failure_raises_with_stderr_tail() -> None:

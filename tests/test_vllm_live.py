@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from factories import live_telemetry
 
 from pytest_llmbench.client import ClientConfig, LLMClient
 from pytest_llmbench.common.records import RequestRecord, RequestSpec
@@ -185,6 +186,14 @@ def test_procedures_on_vllm(pytester: pytest.Pytester, vllm_server: VllmServer) 
     assert all(r["input_tokens_server"] == r["spec_input_tokens"] for r in records if r["phase"] == "measure")
     res.assert_outcomes(passed=3)
 
+
+
+def test_server_telemetry_on_vllm(pytester: pytest.Pytester, vllm_server: VllmServer) -> None:
+    """Issue 34: vLLM's series (vllm:num_requests_waiting/running, kv_cache_usage_perc, num_preemptions_total)
+    sampled during every run, stored, plotted; the queue-drained item from vllm:num_requests_waiting."""
+    timeline = live_telemetry(pytester, vllm_server.endpoint, "vllm:num_requests_waiting",
+                              {"waiting", "running", "kv_usage", "preemptions"})
+    assert timeline["kv_usage"] and max(v for v in timeline["kv_usage"] if v is not None) > 0
 
 KILLED = '''
 import pytest

@@ -16,7 +16,7 @@ from factories import serve_app, sse_response
 from pytest_llmbench.client import ClientConfig, LLMClient
 from pytest_llmbench.common.records import RequestSpec
 from pytest_llmbench.common.storage import RunWriter, load_run
-from pytest_llmbench.loadgen.warmup import WarmupPolicy, parse_prometheus, run_warmup
+from pytest_llmbench.loadgen.warmup import WarmupPolicy, run_warmup
 
 TOKENS = 50
 
@@ -156,10 +156,7 @@ async def test_warmup_that_cannot_reach_its_token_target_stops_at_the_cap(server
     assert res.requests == 40 and res.output_tokens == 0 and not res.minimum_met
 
 
-def test_parse_prometheus_and_policy_validation() -> None:
-    text = ('# HELP vllm:num_requests_waiting x\nvllm:num_requests_waiting{model_name="a"} 2.0\n'
-            'vllm:num_requests_waiting{model_name="b"} 3\nvllm:gpu_cache_usage_perc 0.5\nbad line here\n')
-    assert parse_prometheus(text) == {"vllm:num_requests_waiting": 5.0, "vllm:gpu_cache_usage_perc": 0.5}
+def test_policy_validation() -> None:
     with pytest.raises(ValueError, match="probe_count"):
         WarmupPolicy(probe_count=1)
     with pytest.raises(ValueError, match="concurrency"):

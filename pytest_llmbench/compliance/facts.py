@@ -111,6 +111,7 @@ class WarmupFacts:
     output_tokens: int = 0  # output tokens of the warm-up
     drained: bool | None = None  # client in-flight count 0 before the first measured request
     server_queue_drained: bool | None = None  # server queue depth 0 (needs server metrics)
+    server_queue_evidence: str | None = None  # the server gauge read and its value (measure/telemetry.py)
     probes_before: tuple[float, ...] = ()  # probe latencies (s) before warm-up (§4.5.2)
     probes_after: tuple[float, ...] = ()  # consecutive probe latencies (s) after warm-up
     reduced: bool = False  # the profile set the warm-up below the §4.5.1 minimum

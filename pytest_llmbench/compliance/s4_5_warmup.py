@@ -43,8 +43,9 @@ def _drained(ctx: _Ctx, rid: str) -> Check:
     if w.drained is not True:
         return decide(rid, ok=False, unmet="client in-flight count not confirmed 0 before the first measured request")
     if w.server_queue_drained is not None:
+        seen = f" ({w.server_queue_evidence})" if w.server_queue_evidence else ""
         return decide(rid, ok=w.server_queue_drained is True, met="client in-flight 0 and server queue empty before "
-                      "measuring", unmet="server queue not empty when measuring started")
+                      "measuring" + seen, unmet="server queue not empty when measuring started" + seen)
     d = ctx.declared(rid, "server_queue_drained")
     if d.status is Status.NEEDS_DECLARATION:
         d.reason = "client in-flight was 0; server queue depth not observable: " + d.reason

@@ -21,7 +21,10 @@ key                    value
 :func:`run_overlays` adds, from the runs themselves, one ``cdfs_<metric>`` entry per metric a
 procedure declares it compares across runs (``ProcedureResult.overlays``: the series, each a run
 or one request class of a run, in the procedure's words): e.g. a CDF per load level (§5.4.5 ITL),
-per request class (§5.6.4), per configuration (§5.7.4, §5.10.4). :func:`configuration_differences`
+per request class (§5.6.4), per configuration (§5.7.4, §5.10.4). :func:`server_plots` adds the server's
+own telemetry (runs[].telemetry, measure/telemetry.py): ``server_timeline`` (running, waiting, KV usage,
+preemptions per second beside the client's in-flight count, on the run's clock) and, for a procedure
+that declares its levels (``ProcedureResult.server_view``), ``server_levels``. :func:`configuration_differences`
 gives the percentile differences the procedure declares against its first series with a bootstrap
 CI (gate.significance.percentile_change), so a difference whose interval includes 0 reads "within
 noise". Nothing here knows a procedure.
@@ -44,7 +47,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["CDF_POINTS", "PlotDataError", "configuration_differences", "derived_plots", "normalise", "run_overlays",
-           "samples_summary"]
+           "samples_summary", "server_plots"]
 
 #: Order statistics kept per sample set for the CDF (min and max always included).
 CDF_POINTS = 400
@@ -401,4 +404,112 @@ def derived_plots(result: Any) -> tuple[dict[str, Any], list[str]]:
             out["differences"] = diff
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         notes.append(f"overlaid CDFs / configuration differences not drawn: {exc}")
+    try:
+        server, server_notes = server_plots(result)
+        out.update(server)
+        notes.extend(server_notes)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        notes.append(f"server telemetry not drawn: {exc}")
+    return out, notes
+
+
+# --------------------------------------------------------------------------------------------
+# the server's own telemetry (measure/telemetry.py): time series and per-level views
+# --------------------------------------------------------------------------------------------
+
+#: Points kept per drawn time series: longer runs are bucketed (gauges: the bucket's largest value,
+#: so peaks stay visible; counters: their rate over the bucket).
+TIMELINE_POINTS = 400
+#: Gauge roles drawn as request counts, in drawing order, with their labels.
+_REQUEST_ROLES = (("running", "server running"), ("waiting", "server waiting"))
+
+
+def _buckets(n: int) -> list[tuple[int, int]]:
+    """[start, end) index ranges cutting ``n`` points into at most :data:`TIMELINE_POINTS` buckets."""
+    k = max(1, math.ceil(n / TIMELINE_POINTS))
+    return [(i, min(i + k, n)) for i in range(0, n, k)]
+
+
+def _bucket_max(vals: list[Any], spans: list[tuple[int, int]]) -> list[float | None]:
+    out: list[float | None] = []
+    for a, b in spans:
+        got = [float(v) for v in vals[a:b] if v is not None]
+        out.append(max(got) if got else None)
+    return out
+
+
+def _bucket_rates(t: list[float], vals: list[Any], spans: list[tuple[int, int]]) -> list[float | None]:
+    """A counter's rate per second over each bucket, from the reading before it to its last (reset-aware)."""
+    out: list[float | None] = []
+    for a, b in spans:
+        lo = max(a - 1, 0)
+        pts = [(t[i], float(vals[i])) for i in range(lo, b) if vals[i] is not None]
+        if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
+            out.append(None)
+            continue
+        inc = math.fsum(v1 - v0 if v1 >= v0 else v1 for (_, v0), (_, v1) in zip(pts, pts[1:]))
+        out.append(inc / (pts[-1][0] - pts[0][0]))
+    return out
+
+
+def _timeline(label: str, tel: Mapping[str, Any], section: str) -> dict[str, Any]:
+    """A run's server series on the run's clock, with the client's in-flight count (kind ``timeline``)."""
+    t = [float(x) for x in tel.get("t_s") or []]
+    vals = tel.get("values") or {}
+    spans = _buckets(len(t))
+    requests: dict[str, list[float | None]] = {}
+    if tel.get("client_in_flight"):
+        requests["client in flight"] = _bucket_max(list(tel["client_in_flight"]), spans)
+    for role, name in _REQUEST_ROLES:
+        if role in vals:
+            requests[name] = _bucket_max(list(vals[role]), spans)
+    return {"kind": "timeline", "run": label, "section": section, "interval_s": tel.get("interval_s"),
+            "t_s": [t[b - 1] for _, b in spans], "bucket": spans[0][1] - spans[0][0] if spans else 1,
+            "requests": requests,
+            "kv_usage": _bucket_max(list(vals["kv_usage"]), spans) if "kv_usage" in vals else None,
+            "preemptions_per_s": _bucket_rates(t, list(vals["preemptions"]), spans) if "preemptions" in vals else None,
+            "names": dict(tel.get("names") or {}), "scrapes": len(t), "failed": tel.get("failed", 0)}
+
+
+def _level_row(tel: Mapping[str, Any]) -> dict[str, float | None]:
+    """One level's server figures: peak waiting, mean running, peak KV usage, preemption events."""
+    from ..measure.telemetry import TelemetrySeries
+
+    s = TelemetrySeries.from_json(tel)
+    kv = s.peak("kv_usage")
+    return {"peak waiting": s.peak("waiting"), "mean running": s.mean("running"),
+            "peak KV usage (%)": None if kv is None else kv * 100.0, "preemption events": s.increase("preemptions")}
+
+
+def server_plots(result: Any) -> tuple[dict[str, Any], list[str]]:
+    """The server's telemetry as plot entries: ``server_timeline[_<i>]`` per run the procedure shows on
+    a time axis (``result.server_view``, base.ServerView; without one the primary run's), and
+    ``server_levels`` for its levels; a note for runs whose server exposed no series ("not exposed")."""
+    runs: dict[str, Any] = {}
+    for r in getattr(result, "runs", None) or []:
+        runs.setdefault(r.label, r)
+    view = getattr(result, "server_view", None)
+    primary = result.primary_summary() if hasattr(result, "primary_summary") else None
+    shown = list(view.runs) if view is not None else ([primary.label] if primary is not None else [])
+    section = view.section if view is not None else ""
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    unexposed = sorted({f"{(r.telemetry or {}).get('status')}"
+                        + (f": {(r.telemetry or {}).get('detail')}" if (r.telemetry or {}).get("detail") else "")
+                        for r in runs.values() if getattr(r, "telemetry", None)
+                        and r.telemetry.get("status") not in ("sampled", "off")})
+    if unexposed:
+        notes.append("server telemetry " + "; ".join(unexposed) + " (no server series; client figures only)")
+    timelines = [(lab, runs[lab].telemetry) for lab in shown
+                 if lab in runs and (getattr(runs[lab], "telemetry", None) or {}).get("status") == "sampled"]
+    for i, (lab, tel) in enumerate(timelines):
+        if tel.get("t_s"):
+            out["server_timeline" if i == 0 else f"server_timeline_{i}"] = _timeline(lab, tel, section)
+    levels = [(name, runs[lab].telemetry) for name, lab in (view.levels if view is not None else [])
+              if lab in runs and (getattr(runs[lab], "telemetry", None) or {}).get("status") == "sampled"]
+    if len(levels) >= 2:
+        rows = {name: _level_row(tel) for name, tel in levels}
+        names = {k: v for _, tel in levels for k, v in (tel.get("names") or {}).items()}
+        out["server_levels"] = {"kind": "server_levels", "by": view.by, "section": section,  # type: ignore[union-attr]
+                                "levels": [n for n, _ in levels], "rows": rows, "names": names}
     return out, notes

@@ -26,7 +26,11 @@ __all__ = ["SCHEMA_VERSION", "ReportError", "dumps_document", "load_document", "
 #: 1.5: a procedure table's numeric cells keep the number with its unit (``{"value", "unit"}``, optional
 #: ``digits``, ``label``, ``signed``; or a list of words and numbers), shown by the report's one formatter
 #: (units.format_cell); documents before 1.5, whose cells are strings, still render.
-SCHEMA_VERSION = "1.5"
+#: 1.6: ``runs[].telemetry`` (the server's /metrics series over each run, measure/telemetry.py), per procedure
+#: ``server_view``, plots ``server_timeline`` and ``server_levels``; documents before 1.6 (no series) still render.
+#: Also optional since 1.6: ``compliance.deviations`` (minimums counted as SHOULDs), ``comparison.section6_verdict``,
+#: ``runs[].extra.itl_decision`` (App. B.2.1) and the measurements ``token_counting_option``/``_tokenizer``.
+SCHEMA_VERSION = "1.6"
 
 
 class ReportError(ValueError):

@@ -26,9 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..client import LLMClient, TransportError
+import httpx
+
+from ..client import LLMClient
 from ..common import draft
 from ..common.records import RequestRecord, RequestSpec
+from ..measure.telemetry import read_exposition, read_roles
 from ..sut.adapters import metric_names
 from .load import ClosedLoop, LoadProgress, RecordSink, run_load
 
@@ -37,20 +40,20 @@ __all__ = [
     "DRAFT_MIN_REQUESTS",
     "ProbeResult",
     "WarmupPolicy",
+    "MetricsScraper",
     "WarmupResult",
-    "parse_prometheus",
     "probe",
     "queue_depth",
     "run_warmup",
-    "sample_server_metrics",
+    "scrape_for",
 ]
 
 DRAFT_MIN_REQUESTS = draft.value("warmup.min_requests")  # §4.5.1 item 2
 DRAFT_MIN_OUTPUT_TOKENS = draft.value("warmup.min_output_tokens")  # §4.5.1 item 2
 
 #: Server gauges for the request queue, first match wins (the simulator's names first).
-WAITING_METRICS = ("llmbench:num_requests_waiting", *metric_names("waiting"))
-RUNNING_METRICS = ("llmbench:num_requests_running", *metric_names("running"))
+WAITING_METRICS = metric_names("waiting")
+RUNNING_METRICS = metric_names("running")
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ class WarmupResult:
     drained: bool = False  # §4.5.1 item 3
     drain_method: str = "client"  # "server-metrics" when /metrics gauges were read
     queue_at_end: dict[str, float] | None = None
+    telemetry: dict[str, Any] | None = None  # the server's /metrics series during the warm-up (measure/telemetry)
     prefix_requests: int = 0  # §4.5.1 item 4
     probes_before: list[ProbeResult] = field(default_factory=list)
     probes_after: list[ProbeResult] = field(default_factory=list)
@@ -134,52 +138,53 @@ class WarmupResult:
         return d
 
 
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Prometheus text format -> {metric name: value summed over label sets}."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] == "#":
-            continue
-        if "{" in line:
-            name, _, rest = line.partition("{")
-            rest = rest.rpartition("}")[2]
-        else:
-            name, _, rest = line.partition(" ")
-        parts = rest.split()
-        if not parts:
-            continue
+class MetricsScraper:
+    """``GET /metrics`` on the server root over its own connection (the client's headers and TLS
+    setting), so a scrape never waits for, or holds, a slot of the load's connection pool. A call
+    returns (status, text), or None when the server did not answer (measure/telemetry.Scrape)."""
+
+    def __init__(self, client: LLMClient, path: str = "/metrics", timeout_s: float = 5.0) -> None:
+        self.url = client.server_root + "/" + path.lstrip("/")
+        self._http = httpx.AsyncClient(headers={k: v for k, v in client.headers.items() if k != "Content-Type"},
+                                       verify=client.verify_tls, timeout=timeout_s,
+                                       limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
+
+    async def __call__(self) -> tuple[int, str] | None:
         try:
-            v = float(parts[0])
-        except ValueError:
-            continue
-        out[name.strip()] = out.get(name.strip(), 0.0) + v
-    return out
+            r = await self._http.get(self.url)
+        except httpx.HTTPError:
+            return None
+        return r.status_code, r.text
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
 
 
-async def sample_server_metrics(client: LLMClient, path: str = "/metrics") -> dict[str, float] | None:
-    """One scrape of the server's ``/metrics`` (None when the server has none)."""
+def scrape_for(client: LLMClient, path: str = "/metrics") -> MetricsScraper:
+    """The telemetry scrape of ``client``'s server (close it with ``aclose``; TelemetrySampler.stop does)."""
+    return MetricsScraper(client, path)
+
+
+async def queue_depth(client: LLMClient, path: str = "/metrics",
+                      scrape: MetricsScraper | None = None) -> dict[str, float] | None:
+    """{"waiting": n, "running": n} from the server gauges (and ``gauges``: their Prometheus names
+    joined), or None when not available."""
+    own = scrape is None
+    scrape = scrape or MetricsScraper(client, path)
     try:
-        status, text = await client.get(path)
-    except TransportError:
+        got = await scrape()
+    finally:
+        if own:
+            await scrape.aclose()
+    if got is None or got[0] != 200:
         return None
-    if status != 200:
+    try:
+        roles = read_roles(read_exposition(got[1]), {"waiting": WAITING_METRICS, "running": RUNNING_METRICS})
+    except ValueError:
         return None
-    return parse_prometheus(text)
-
-
-async def queue_depth(client: LLMClient, path: str = "/metrics") -> dict[str, float] | None:
-    """{"waiting": n, "running": n} from the server gauges, or None when not available."""
-    metrics = await sample_server_metrics(client, path)
-    if metrics is None:
+    if len(roles) != 2:
         return None
-    out: dict[str, float] = {}
-    for key, names in (("waiting", WAITING_METRICS), ("running", RUNNING_METRICS)):
-        for n in names:
-            if n in metrics:
-                out[key] = metrics[n]
-                break
-    return out if len(out) == 2 else None
+    return {"waiting": roles["waiting"][2], "running": roles["running"][2]}
 
 
 async def probe(client: LLMClient, spec: RequestSpec, when: str, *, sink: RecordSink | None = None) -> ProbeResult:
@@ -280,18 +285,22 @@ async def run_warmup(
     deadline = time.monotonic() + policy.drain_timeout_s
     result.drained = load.cancelled == 0
     if policy.metrics_path:
-        while True:
-            q = await queue_depth(client, policy.metrics_path)
-            if q is None:
-                break
-            result.drain_method = "server-metrics"
-            result.queue_at_end = q
-            if q["waiting"] == 0 and q["running"] == 0:
-                break
-            if time.monotonic() >= deadline:
-                result.drained = False
-                break
-            await asyncio.sleep(policy.drain_poll_s)
+        scrape = MetricsScraper(client, policy.metrics_path)
+        try:
+            while True:
+                q = await queue_depth(client, policy.metrics_path, scrape)
+                if q is None:
+                    break
+                result.drain_method = "server-metrics"
+                result.queue_at_end = q
+                if q["waiting"] == 0 and q["running"] == 0:
+                    break
+                if time.monotonic() >= deadline:
+                    result.drained = False
+                    break
+                await asyncio.sleep(policy.drain_poll_s)
+        finally:
+            await scrape.aclose()
 
     # verification (§4.5.2)
     if policy.probe_count:

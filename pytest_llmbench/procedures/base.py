@@ -50,6 +50,7 @@ __all__ = [
     "RunSummary",
     "Series",
     "Overlays",
+    "ServerView",
     "SkipProcedure",
     "Sweep",
     "Table",
@@ -102,6 +103,8 @@ class RunSummary:
     valid: bool = True
     invalid_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # the server's /metrics series over the run (measure/telemetry.TelemetrySeries.to_json(); results.json 1.6)
+    telemetry: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,6 +114,7 @@ class RunSummary:
             "valid": self.valid,
             "invalid_reason": self.invalid_reason,
             "extra": self.extra,
+            "telemetry": self.telemetry,
             "metrics": self.metrics.to_json(),
         }
 
@@ -196,6 +200,23 @@ class Overlays:
 
 
 
+@dataclass
+class ServerView:
+    """The server telemetry a procedure shows (measure/telemetry.py; results.json 1.6): ``runs`` on one
+    time axis with the client's in-flight count, and, for a sweep, one group per level (``levels``:
+    (level in the reader's words, run label)) of the server's queue, KV usage and preemption events.
+    Without one the document draws the primary run's series."""
+
+    runs: list[str]
+    levels: list[tuple[str, str]] = field(default_factory=list)
+    by: str = "load level"
+    section: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runs": list(self.runs), "levels": [list(x) for x in self.levels], "by": self.by,
+                "section": self.section}
+
+
 #: Kinds of finding a procedure declares next to its verdict; the headline groups findings by kind
 #: (document/headline.py gives each kind its title and order, most severe first).
 FINDING_KINDS = ("failed_requests", "cancelled", "unfair", "overloaded")
@@ -246,6 +267,7 @@ class ProcedureResult:
     sweep: Sweep | None = None
     warnings: list[Finding] = field(default_factory=list)
     overlays: Overlays | None = None
+    server_view: ServerView | None = None  # 1.6: the server telemetry it shows (None: the primary run's)
 
     def measured(self, key: str) -> Any:
         """``measurements[key]``, or :class:`MeasurementMissing` naming why there is none.
@@ -343,6 +365,7 @@ class ProcedureResult:
             "sweep": self.sweep.to_json() if self.sweep is not None else None,
             "warnings": [w.to_json() for w in self.warnings],
             "overlays": self.overlays.to_json() if self.overlays is not None else None,
+            "server_view": self.server_view.to_json() if self.server_view is not None else None,
         }
 
 

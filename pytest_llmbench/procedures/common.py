@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import math
 import socket
 import time
@@ -40,12 +41,13 @@ from ..compliance import (
 )
 from ..loadgen.load import ClosedLoop, LoadResult, OpenLoop, run_load
 from ..loadgen.selfcheck import option_c_error
-from ..loadgen.warmup import WarmupPolicy, WarmupResult, run_warmup, sample_server_metrics
+from ..loadgen.warmup import WarmupPolicy, WarmupResult, run_warmup, scrape_for
 from ..measure.chunking import ItlDecision, decide_itl
 from ..measure.export_aiperf import write_aiperf_export
 from ..measure.metrics import RunMetrics, summarize
 from ..measure.refusals import RefusalPolicy
-from ..sut.adapters import metric_names
+from ..measure.telemetry import TelemetrySampler, TelemetrySeries
+from ..sut.adapters import telemetry_names
 from ..sut.system import self_declarations, simulator_guardrails
 from .base import ProcedureContext, ProcedureResult, RunSummary
 from .prompts import ServerPromptClient, check_server_alive, plan_prompts, prefit
@@ -65,20 +67,29 @@ __all__ = [
     "warm_up",
 ]
 
-QUEUE_GAUGE = "llmbench:num_requests_waiting"
-QUEUE_GAUGES = (QUEUE_GAUGE, *metric_names("waiting"))
 HEARTBEAT_S = 10.0  # progress lines at least this often (the reporter shows one per 15 s in a CI log)
 
 
 @dataclass
 class Measured:
-    """One measured load run: the load generator's result, its metrics and the server samples."""
+    """One measured load run: the load generator's result, its metrics and the server's telemetry
+    (its /metrics series on the run's clock, and every series of the first and last scrape)."""
 
     load: LoadResult
     summary: RunSummary
-    queue_samples: list[tuple[float, float]] = field(default_factory=list)  # (s since start, waiting)
+    telemetry: TelemetrySeries = field(default_factory=lambda: TelemetrySeries(status="not sampled"))
     server_before: dict[str, float] | None = None
     server_after: dict[str, float] | None = None
+
+    @property
+    def queue_samples(self) -> list[tuple[float, float]]:
+        """(s since the load's start, the server's waiting gauge): empty when the server exposes none."""
+        return self.telemetry.points("waiting")
+
+    def server_increase(self, role: str) -> float | None:
+        """A server counter's increase over the run by its role (sut/adapters METRIC_ROLES), from the
+        sampled series (reset-aware); None when the server does not expose it."""
+        return self.telemetry.increase(role)
 
     @property
     def metrics(self) -> RunMetrics:
@@ -164,12 +175,19 @@ async def warm_up(
         probe_max_tokens=64,  # long enough that timer jitter stays well below the 10 % band (§4.5.2)
         max_duration_s=_warmup_duration(ctx),
     )
-    with RunWriter(ctx.run_dir(label), keep_text=not ctx.settings.drop_text) as writer:
-        result = await run_warmup(client, specs, policy, prefix_specs=prefix_specs, sink=writer)
-        writer.write_metadata(RunMetadata(parameters={"phase": "warmup"}, profile=ctx.settings.profile,
-                                          seed=ctx.settings.seed, warmup=result.to_json(),
-                                          tokenizer=ctx.tokenizer.declaration.to_json(),
-                                          client=client.describe(), cold_start=cold_start))
+    telemetry = telemetry_sampler(ctx, client)
+    await telemetry.start()
+    try:
+        with RunWriter(ctx.run_dir(label), keep_text=not ctx.settings.drop_text) as writer:
+            result = await run_warmup(client, specs, policy, prefix_specs=prefix_specs, sink=writer)
+            await telemetry.stop()  # the series covers the warm-up, its drain and its probes
+            result.telemetry = telemetry.series.to_json()
+            writer.write_metadata(RunMetadata(parameters={"phase": "warmup"}, profile=ctx.settings.profile,
+                                              seed=ctx.settings.seed, warmup=result.to_json(),
+                                              tokenizer=ctx.tokenizer.declaration.to_json(),
+                                              client=client.describe(), cold_start=cold_start))
+    finally:
+        await telemetry.stop()  # idempotent after the first stop: no scrape once closed
     return result
 
 
@@ -278,18 +296,10 @@ async def _heartbeat(report: Callable[[], None], period: float) -> None:
         report()
 
 
-async def _sample_queue(client: LLMClient, t0: float, out: list[tuple[float, float]], period: float) -> None:
-    while True:
-        sample = await sample_server_metrics(client)
-        if sample is None:
-            return
-        for name in QUEUE_GAUGES:
-            if name in sample:
-                out.append((time.perf_counter() - t0, sample[name]))
-                break
-        else:
-            return
-        await asyncio.sleep(period)
+def telemetry_sampler(ctx: ProcedureContext, client: LLMClient) -> TelemetrySampler:
+    """The server's /metrics sampler for one run: the SUT adapter's series names, the session's interval."""
+    return TelemetrySampler(scrape_for(client), telemetry_names(ctx.sut.adapter),
+                            interval_s=ctx.settings.telemetry_interval)
 
 
 async def measure(
@@ -334,11 +344,11 @@ async def measure(
         done["err"] += rec.failed
         status()
 
-    server_before = await sample_server_metrics(client)
-    queue: list[tuple[float, float]] = []
-    sampler = asyncio.create_task(_sample_queue(client, t_start, queue, 0.5)) if server_before else None
+    telemetry = telemetry_sampler(ctx, client)
+    server_before = await telemetry.start()
     heartbeat = asyncio.create_task(_heartbeat(status, HEARTBEAT_S))
     anchor = ClockAnchor.now()
+    result: LoadResult | None = None
     try:
         with RunWriter(run_dir, keep_text=not ctx.settings.drop_text) as writer:
             result = await _run_measured(ctx, client, specs, load, writer, on_record, drain_timeout_s)
@@ -349,21 +359,20 @@ async def measure(
                 server_metrics=[server_before] if server_before else [],
             ))
     finally:
-        for task in (sampler, heartbeat):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        heartbeat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await heartbeat
+        server_after = await telemetry.stop(origin_ns=result.start_ns if result is not None else None)
     if cap is not None and (result.sent < (total or 0) or planned_duration is not None):
         planned = f"{total} requests" if total and result.sent < total else f"{planned_duration or 0:.0f} s"
         ctx.budget_cuts.append(f"{label}: cut to {cap:.0f} s by the time budget ({result.sent} requests sent, "
                                f"{planned} planned)")
     await check_server_alive(client, label, result.records)  # a server that died mid-run fails the procedure
-    server_after = await sample_server_metrics(client) if server_before else None
     if await ctx.sut.adapter.recount_tokens(result.records, client):  # in the server's tokens (§4.4)
         _rewrite_records(run_dir, result.records, keep_text=not ctx.settings.drop_text)
     if "aiperf" in ctx.settings.export:  # --llm-export aiperf: AIPerf's files next to the records
         write_aiperf_export(run_dir / "aiperf", result.records, anchor=anchor, tokenizer=ctx.tokenizer, slos=slos)
+    telemetry.series.set_client_in_flight(result.concurrency_samples)
     decision = itl_decision_for(result.records)  # App. B.2.1: the ITL option of this run and its evidence
     metrics = summarize(result.records, slos=slos, itl_option=decision.option)
     summary = RunSummary(
@@ -373,11 +382,17 @@ async def measure(
         metrics=metrics,
         valid=result.valid,
         invalid_reason=result.invalid_reason,
-        extra={"queue_samples": queue, "clock_anchor_iso": anchor.iso(anchor.perf_ns),
-               "itl_decision": decision.to_json(), **(extra or {})},
+        extra={"clock_anchor_iso": anchor.iso(anchor.perf_ns), "itl_decision": decision.to_json(), **(extra or {})},
+        telemetry=telemetry.series.to_json(),
     )
-    return Measured(load=result, summary=summary, queue_samples=queue,
+    _write_telemetry(run_dir, telemetry.series)
+    return Measured(load=result, summary=summary, telemetry=telemetry.series,
                     server_before=server_before, server_after=server_after)
+
+
+def _write_telemetry(run_dir: Path, series: TelemetrySeries) -> None:
+    """The series beside the run's records (``telemetry.json``), so a run on disk carries it too."""
+    write_text_atomic(run_dir / "telemetry.json", json.dumps(series.to_json(), allow_nan=False) + "\n")
 
 
 def itl_option_for(records: Sequence[RequestRecord]) -> str:
@@ -507,7 +522,7 @@ def run_facts(
             requests=warmup.ok,
             output_tokens=warmup.output_tokens,
             drained=warmup.drained,
-            server_queue_drained=warmup.drained if warmup.drain_method == "server-metrics" else None,
+            **_server_queue(warmup, measured),
             probes_before=tuple(p.e2e_s for p in warmup.probes_before if p.e2e_s is not None),
             probes_after=tuple(p.e2e_s for p in warmup.probes_after if p.e2e_s is not None),
             reduced=not warmup.minimum_met and not warmup.cold_start,
@@ -578,6 +593,27 @@ def _itl_method(decisions: Sequence[dict[str, Any]]) -> str | None:
     if not methods:
         return None
     return "chunk" if "chunk" in methods else ("server" if methods == {"server"} else "distributed")
+
+
+def _server_queue(warmup: WarmupResult, measured: Sequence[Measured]) -> dict[str, Any]:
+    """§4.5.1 item 3 from the server's own gauges: the warm-up's drain read waiting and running at 0,
+    and the first measured run's first scrape (before its first request) read 0 waiting. Nothing
+    (None: declared or unobservable) when the server exposes no queue gauge."""
+    first = measured[0].telemetry if measured else None
+    at_start = first.points("waiting") if first is not None else []
+    at_start = [(t, v) for t, v in at_start[:1] if t <= 0]  # the scrape before the run's first request
+    if warmup.drain_method != "server-metrics" and not at_start:
+        return {}
+    parts, ok = [], True
+    if warmup.drain_method == "server-metrics":
+        q = warmup.queue_at_end or {}
+        parts.append(f"after warm-up: {q.get('waiting', 0):g} waiting, {q.get('running', 0):g} running")
+        ok = bool(warmup.drained)
+    if at_start:
+        name = first.names.get("waiting", "waiting gauge")  # type: ignore[union-attr]
+        parts.append(f"{name} = {at_start[0][1]:g} before the first measured request")
+        ok = ok and at_start[0][1] == 0
+    return {"server_queue_drained": ok, "server_queue_evidence": "server /metrics " + "; ".join(parts)}
 
 
 def prefix_cache_state(ctx: ProcedureContext, warmup: WarmupResult | None, records: Sequence[RequestRecord],

@@ -47,7 +47,7 @@ from ..loadgen.warmup import WarmupResult
 from ..measure.registry import METRICS
 from ..measure.stats import NoisyRule, knee_point_ci, optimal_operating_point, saturation_point_ci
 from ..measure.units import Cell
-from .base import KeyFigure, Sweep, Table
+from .base import KeyFigure, ServerView, Sweep, Table
 from .common import Measured, level_duration
 from .helpers import (
     CENSORED_NOTE,
@@ -315,7 +315,8 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
                            "optimal_throughput", "Throughput at the optimal point", measurements["optimal_output_tok_s"],
                            "tok/s", THROUGHPUT, 30, level=f"{fmt_short(measurements['optimal_rate_req_s'] or 0)} req/s "
                            "offered", metric="output_throughput", definition=METRICS["output_throughput"].definition)],
-                       sweep=_sweep(measurements), warnings=cancelled_warning(cancelled, runs))
+                       sweep=_sweep(measurements), warnings=cancelled_warning(cancelled, runs),
+                       server_view=server_view(runs, primary))
 
     def _point_lines(self, achieved: list[float], p99_cp: list[Any], min_p99: float | None) -> list[str]:
         """Table 5's knee, saturation and optimal-point statements with their noise notes (§5.3.4)."""
@@ -431,3 +432,10 @@ def _checks(p: TradeoffParams, points: list[LevelPoint], cap: Any, sat: int | No
     c["5.3.3-PARAM-4"] = decide("5.3.3-PARAM-4", ok=True, met="throughput-latency curve in report.html (plots['curve'])")
     return c
 
+
+def server_view(runs: list[Measured], primary: int) -> ServerView:
+    """The server's queue, KV usage and preemptions per load level (§5.3.4's curve from the server's side),
+    and over time at the optimal point and at the highest level."""
+    shown = list(dict.fromkeys([runs[primary].summary.label, runs[-1].summary.label])) if runs else []
+    return ServerView(runs=shown, by="load level (fraction of capacity)", section="§5.3",
+                      levels=[(f"{m.summary.extra.get('capacity_fraction', 0):.0%}", m.summary.label) for m in runs])

@@ -34,7 +34,7 @@ from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.units import Cell, CellValue
-from .base import Capacity, KeyFigure, ProcedureContext, Sweep, Table
+from .base import Capacity, KeyFigure, ProcedureContext, ServerView, Sweep, Table
 from .common import Measured
 from .helpers import (
     build_level_specs,
@@ -180,7 +180,8 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
     measurement_keys = (
         "max_concurrency", "ttft_p99_threshold_ms", "ttft_p99_threshold_source", "levels_tested", "search_converged",
         "search_bracket", "levels", "output_throughput_at_max_tps", "tokens_in_flight_at_max",
-        "concurrency_held_at_max", "ttft_p99_at_max_ms", "server_preemptions_by_level")
+        "concurrency_held_at_max", "ttft_p99_at_max_ms", "server_preemptions_by_level",
+        "server_kv_usage_peak_at_max", "server_kv_usage_mean_at_max")
 
     @staticmethod
     def plan(p: CapacityParams) -> dict[str, Any]:
@@ -301,9 +302,15 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
         if any(o.repeats for o in outcomes.values()):
             notes.append("levels that outlasted their request list cycled it (see levels[*].repeats)")
         self.server_sampled = all(o.measured.server_before is not None for o in outcomes.values())
-        preempt = {str(c): outcomes[c].measured.server_delta("llmbench:num_preemptions_total") for c in order}
+        preempt = {str(c): outcomes[c].measured.server_increase("preemptions") for c in order}
         if any(v is not None for v in preempt.values()):
             measurements["server_preemptions_by_level"] = preempt
+        kv = _kv_at_capacity(outcomes[lo].measured) if lo in outcomes else None
+        if kv is not None:  # supporting evidence only: the draft does not ask for KV usage (§5.5.4)
+            measurements["server_kv_usage_peak_at_max"], measurements["server_kv_usage_mean_at_max"] = kv
+            notes.append(f"server KV-cache usage at the capacity level ({lo} concurrent): peak {kv[0]:.0%}, mean "
+                         f"{kv[1]:.0%} over the steady window ({outcomes[lo].measured.telemetry.names['kv_usage']}; "
+                         "supporting evidence, not a §5.5 criterion)")
         return Outcome(
             metrics=primary.metrics, tables=tables, measurements=measurements, workload=self.declaration or {},
             notes=notes, capacity=capacity, runs=[outcomes[c].measured for c in order],
@@ -317,11 +324,23 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
                       "concurrency",
                 definition="highest concurrency at which every criterion held (TTFT P99 and errors, §5.5.4); "
                            "a capacity at this workload, not a throughput ceiling")],
-            sweep=Sweep(notes[0]) if lo else None)
+            sweep=Sweep(notes[0]) if lo else None,
+            server_view=ServerView(  # the server's side of the search: its queue and KV usage per concurrency
+                runs=[outcomes[lo if lo in outcomes else order[-1]].measured.summary.label] if order else [],
+                levels=[(str(c), outcomes[c].measured.summary.label) for c in sorted(set(order))],
+                by="concurrency", section="§5.5"))
 
     def checks(self, out: Outcome) -> dict[str, Check]:
         return _checks(self.p, self.outcomes, self.order, self.lo, bool(self.converged), self.threshold,
                        self.threshold_src, self.server_sampled)
+
+
+def _kv_at_capacity(m: Measured) -> tuple[float, float] | None:
+    """Peak and mean of the server's KV-cache usage gauge over the level's steady window (§5.2.3.2's
+    window: the send window minus its first 10 %); None when the server exposes none."""
+    t1 = m.load.send_window_s
+    peak, mean = m.telemetry.peak("kv_usage", 0.1 * t1, t1), m.telemetry.mean("kv_usage", 0.1 * t1, t1)
+    return None if peak is None or mean is None else (peak, mean)
 
 
 def _judge(c: int, m: Measured, threshold: float, min_completion: float, repeats: int,

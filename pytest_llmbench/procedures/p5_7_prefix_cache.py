@@ -37,12 +37,6 @@ from .helpers import reported as reported_in
 from .pipeline import Outcome, ProcedureRun
 
 P99_MIN = draft.value("ttft.p99_min_requests")  # §5.1.4.3
-#: (hit tokens, queried tokens) counter pairs of known servers, first match wins.
-HIT_COUNTERS = (
-    ("llmbench:prefix_cache_hit_tokens_total", "llmbench:prefix_cache_queried_tokens_total"),
-    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
-    ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"),
-)
 CONFIGS = ("disabled", "cold", "warm")
 ROW_NAMES = {"disabled": "Cache Disabled", "cold": "Cache (Cold)", "warm": "Cache (Warm)"}
 
@@ -120,12 +114,10 @@ class CacheStats:
 def cache_stats(m: Measured, prefix_len: dict[int, int]) -> CacheStats:
     ok = [r for r in m.records if r.ok]
     shared = [r for r in ok if prefix_len.get(r.index, 0) > 0]
-    hit = queried = None
-    for h, q in HIT_COUNTERS:
-        dh, dq = m.server_delta(h), m.server_delta(q)
-        if dh is not None and dq is not None:
-            hit, queried = dh, dq
-            break
+    # the server's prefix-cache counters (adapter roles prefix_hits / prefix_queries), over the run
+    hit, queried = m.server_increase("prefix_hits"), m.server_increase("prefix_queries")
+    if hit is None or queried is None:
+        hit = queried = None
     return CacheStats(
         prefix_tokens=sum(prefix_len[r.index] for r in shared),
         cached_prefix_tokens=sum(min(r.cached_tokens or 0, prefix_len[r.index]) for r in shared),

@@ -46,6 +46,7 @@ from .base import (
     ProcedureContext,
     ProcedureError,
     ProcedureResult,
+    ServerView,
     SkipProcedure,
     Sweep,
     Table,
@@ -120,6 +121,11 @@ class ColdStart:
 
     @property
     def server_requests_before(self) -> float | None:
+        """The server's finished-requests counter at the cold run's first scrape (adapter role
+        ``requests_finished``; else the known names in its first snapshot)."""
+        first = self.cold.telemetry.first("requests_finished")
+        if first is not None:
+            return first
         before = self.cold.server_before or {}
         return next((before[n] for n in FINISHED_COUNTERS if n in before), None)
 
@@ -248,6 +254,7 @@ class Outcome:
     sweep: Sweep | None = None
     warnings: list[Finding] = field(default_factory=list)  # after the runs' low-success warning
     overlays: Overlays | None = None
+    server_view: ServerView | None = None  # the server telemetry it shows (base.ServerView)
 
 
 class ProcedureRun(Generic[P]):
@@ -343,6 +350,7 @@ class ProcedureRun(Generic[P]):
             primary_run=primary, key_figures=figures, sweep=out.sweep,
             warnings=([] if self.oversubscribes else low_success_warnings(runs)) + out.warnings,
             overlays=out.overlays,
+            server_view=out.server_view,
         )
         finish(self.ctx, result, facts, checks)
         return result

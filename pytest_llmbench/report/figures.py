@@ -352,6 +352,73 @@ def _differences(d: Mapping[str, Any], proc: str) -> list[Figure]:
     return [Figure("differences", f"Difference from {d['baseline']} (noise band)", caption, svg)]
 
 
+def _timeline(key: str, d: Mapping[str, Any], proc: str) -> list[Figure]:
+    """One run's server telemetry on one time axis: requests (the client's in flight, the server's running
+    and waiting), then KV-cache usage and preemptions per second when the server exposes them."""
+    t = list(d["t_s"])
+    if not t:
+        return []
+    xs = [min(t), max(t)]
+    names = d.get("names") or {}
+    panels: list[str] = []
+    quiet = ""  # a counter that never moved: said in the caption, not drawn as a flat line
+    req = d.get("requests") or {}
+    if req:
+        chart = Chart.create(kind="timeline-requests", title=f"{proc} requests over time ({d['run']})",
+                             x_label="time since the run's start (s)", y_label="requests", xs=xs,
+                             ys=[v for vs in req.values() for v in vs], x_zero=False, height=260)
+        for i, (label, vs) in enumerate(req.items()):
+            chart.line(t, vs, series=label, colour=SERIES_COLOURS[i % len(SERIES_COLOURS)], step=True)
+        panels.append(chart.render())
+    for field, label, unit, factor, colour in (("kv_usage", "KV-cache usage", "%", 100.0, SERIES_COLOURS[3]),
+                                               ("preemptions_per_s", "preemptions", "events/s", 1.0, FAIL_COLOUR)):
+        vs = d.get(field)
+        if not vs or not any(v is not None for v in vs):
+            continue
+        if field == "preemptions_per_s" and not any(vs):
+            quiet = " No preemption event during the run."
+            continue
+        ys = [None if v is None else v * factor for v in vs]
+        chart = Chart.create(kind=f"timeline-{field}", title=f"{proc} {label} over time ({d['run']})",
+                             x_label="time since the run's start (s)", y_label=f"{label} ({unit})", xs=xs, ys=ys,
+                             x_zero=False, height=220)
+        chart.line(t, ys, series=f"{label} ({unit})", colour=colour, step=True, legend=False)
+        panels.append(chart.render())
+    src = ", ".join(f"{r}: {n}" for r, n in names.items() if r in ("running", "waiting", "kv_usage", "preemptions"))
+    bucket = d.get("bucket") or 1
+    thinned = (f" Each point is the largest value (rates: the mean) over {bucket} consecutive scrapes."
+               if bucket > 1 else "")
+    caption = (f"The server's own /metrics, scraped every {_g(d.get('interval_s'))} s during run {d['run']} "
+               f"({d.get('scrapes', len(t))} scrapes, {d.get('failed', 0)} failed), on the run's clock (0: the "
+               f"load's start; before 0: the scrape before its first request), beside the client's requests in "
+               f"flight. Series: {src or 'none'}.{thinned} Preemptions are events (a request may be preempted "
+               "more than once), not §5.8.4's per-request rate." + quiet)
+    return [Figure(key, f"Server telemetry over time ({d['run']})", caption, "\n".join(panels))]
+
+
+def _server_levels(d: Mapping[str, Any], proc: str) -> list[Figure]:
+    """Per level of a sweep (§5.3, §5.5, §5.8): the server's peak waiting and mean running requests, peak KV
+    usage and preemption events, one bar group per level."""
+    levels, rows = list(d["levels"]), d["rows"]
+    figs = []
+    for title, series, ylab in (("server queue per level", ["peak waiting", "mean running"], "requests"),
+                                ("server KV-cache usage per level", ["peak KV usage (%)"], "KV usage (%)"),
+                                ("server preemption events per level", ["preemption events"], "events")):
+        if not any(rows[lv].get(s) is not None for lv in levels for s in series):
+            continue
+        figs.append(grouped_bars(kind="bars-server-levels", title=f"{proc} {title}", groups=levels, series=series,
+                                 values={lv: {s: rows[lv].get(s) for s in series} for lv in levels},
+                                 y_label=ylab, x_label=d["by"]))
+    if not figs:
+        return []
+    names = ", ".join(f"{r}: {n}" for r, n in (d.get("names") or {}).items()
+                      if r in ("running", "waiting", "kv_usage", "preemptions"))
+    caption = (f"The server's /metrics over each {d['by']} ({d.get('section') or 'this procedure'}): peak of the "
+               f"waiting gauge, mean of the running gauge, peak KV-cache usage, and the preemption counter's "
+               f"increase (events, an upper bound on requests preempted). Series: {names or 'none'}.")
+    return [Figure("server_levels", f"Server telemetry per {d['by']}", caption, "\n".join(figs))]
+
+
 def figures_for(proc: str, plots: Mapping[str, Any], slos: Sequence[Mapping[str, Any]] = ()) -> list[Figure]:
     """All figures of one procedure: the plot that answers its question first (curve, search, scaling,
     overlaid CDFs, classes/configurations and their differences), then, for a procedure without
@@ -377,4 +444,9 @@ def figures_for(proc: str, plots: Mapping[str, Any], slos: Sequence[Mapping[str,
                                              key=lambda k: (order.get(k, 2), k))
     for k in sample_keys:
         out.extend(_samples(k, plots[k], proc, slos))
+    # the server's own telemetry under the latency plots, on the run's clock (measure/telemetry.py)
+    for k in sorted((k for k, v in plots.items() if v.get("kind") == "timeline"), key=lambda k: (len(k), k)):
+        out.extend(_timeline(k, plots[k], proc))
+    if plots.get("server_levels", {}).get("kind") == "server_levels":
+        out.extend(_server_levels(plots["server_levels"], proc))
     return out

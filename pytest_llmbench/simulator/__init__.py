@@ -5,12 +5,11 @@ See docs/simulator.md. Main entry points:
 * :class:`SimConfig` — every parameter, plus analytic predictions (``predicted_ttft_s`` …).
 * :func:`start_simulator` — run it in a subprocess; :class:`SimulatorProcess` has the URLs.
 * :class:`Engine` / :func:`run_virtual` — the pure engine model on a virtual clock.
-* :func:`parse_prometheus_text` — read ``/metrics`` (this server's or vLLM's).
+* :meth:`SimulatorProcess.metrics` — its ``/metrics`` as ``{series: value}`` (measure/telemetry.py).
 """
 
 from .config import GUARDRAIL_MODES, RUNTIME_FIELDS, SimConfig, SimConfigError
 from .engine import Engine, Sequence, run_virtual
-from .metrics import parse_prometheus_text
 from .process import SimulatorError, SimulatorProcess, start_simulator
 
 __all__ = [
@@ -23,7 +22,6 @@ __all__ = [
     "SimulatorError",
     "SimulatorProcess",
     "create_app",
-    "parse_prometheus_text",
     "run_virtual",
     "start_simulator",
 ]

@@ -18,9 +18,9 @@ import urllib.request
 from pathlib import Path
 from typing import IO, Any
 
+from ..measure.telemetry import read_samples
 from ..sut.children import die_with_parent
 from .config import SimConfig
-from .metrics import parse_prometheus_text
 
 __all__ = ["READY_PREFIX", "SimulatorError", "SimulatorProcess", "start_simulator"]
 
@@ -89,7 +89,7 @@ class SimulatorProcess:
         return new
 
     def metrics(self) -> dict[str, float]:
-        return parse_prometheus_text(self._request(self.metrics_url).decode())
+        return read_samples(self._request(self.metrics_url).decode())
 
     def stderr_tail(self, n: int = 4000) -> str:
         try:

@@ -27,7 +27,7 @@ from .simulator import SIMULATOR
 
 __all__ = ["ADAPTERS", "GENERIC", "KINDS", "LLAMACPP", "METRIC_ROLES", "OPENAI", "SGLANG", "SIMULATOR", "VLLM",
            "Fetch", "ServerAdapter", "ServerClient", "adapter_for", "configure", "detect", "get_adapter", "http_fetch",
-           "metric_names", "register_restart", "unregister_restart"]
+           "metric_names", "register_restart", "telemetry_names", "unregister_restart"]
 
 #: Detection order: specific servers first, the generic fallback last.
 ADAPTERS: tuple[ServerAdapter, ...] = (LLAMACPP, SGLANG, VLLM, OPENAI, GENERIC)
@@ -76,10 +76,19 @@ def detect(fetch: Fetch, models: dict[str, Any] | None = None) -> tuple[ServerAd
 
 
 def metric_names(role: str) -> tuple[str, ...]:
-    """Every known server's Prometheus name for ``role`` (see :data:`METRIC_ROLES`), in adapter order."""
+    """Every known server's Prometheus name for ``role`` (see :data:`METRIC_ROLES`): the simulator's,
+    then in adapter order."""
     if role not in METRIC_ROLES:
         raise ValueError(f"unknown metric role {role!r}: use one of {', '.join(METRIC_ROLES)}")
-    return tuple(n for a in ADAPTERS for n in a.metrics.get(role, ()))
+    return tuple(n for a in (SIMULATOR, *ADAPTERS) for n in a.metrics.get(role, ()))
+
+
+def telemetry_names(adapter: ServerAdapter) -> dict[str, tuple[str, ...]]:
+    """Role -> Prometheus names the telemetry sampler reads on a server of ``adapter``'s kind: its own
+    names, then every other known server's (a vLLM behind a proxy identified as generic still gives
+    its ``vllm:*`` series; namespaced names cannot be mistaken)."""
+    return {role: tuple(dict.fromkeys((*adapter.metrics.get(role, ()), *metric_names(role))))
+            for role in METRIC_ROLES}
 
 
 # --- restart: servers this process started (the llama-server fixture, the embedded simulator) -----

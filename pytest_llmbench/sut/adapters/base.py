@@ -10,8 +10,13 @@ import httpx
 
 from ...common.records import RequestRecord
 
-#: Roles of server metrics the procedures read; each adapter names its Prometheus series per role.
-METRIC_ROLES = ("waiting", "running", "preemptions", "kv_usage", "prefix_hits", "prefix_queries")
+#: Roles of server metrics the procedures read and measure/telemetry.py samples during every run; each
+#: adapter names its Prometheus series per role: gauges ``waiting``, ``running`` (requests), ``kv_usage``
+#: (fraction of the KV cache in use); counters ``preemptions`` (events), ``prefix_hits``/``prefix_queries``
+#: (prefix-cache lookups, in the server's unit), ``requests_preempted`` (requests preempted at least once),
+#: ``requests_finished``.
+METRIC_ROLES = ("waiting", "running", "preemptions", "kv_usage", "prefix_hits", "prefix_queries",
+                "requests_preempted", "requests_finished")
 
 #: ``fetch(path)`` GETs ``path`` on the server root -> (HTTP status, parsed JSON or text; None on failure).
 Fetch = Callable[[str], tuple[int, Any]]

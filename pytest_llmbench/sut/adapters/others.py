@@ -98,8 +98,9 @@ VLLM = VLLMAdapter(
         "preemptions": ("vllm:num_preemptions_total",),
         # v1 engine (0.10+) name first, then the pre-0.10 name
         "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-        "prefix_hits": ("vllm:prefix_cache_hits_total",),
-        "prefix_queries": ("vllm:prefix_cache_queries_total",),
+        "prefix_hits": ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"),
+        "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"),
+        "requests_finished": ("vllm:request_success_total",),
     },
     honours=("ignore_eos", "min_tokens", "usage.prompt_tokens_details.cached_tokens (--enable-prompt-tokens-details)",
              "token-id prompts"),

@@ -54,6 +54,16 @@ class SimulatorAdapter(ServerAdapter):
 SIMULATOR = SimulatorAdapter(
     kind=SIMULATOR_KIND,
     title="pytest-llmbench embedded simulator",
+    metrics={
+        "waiting": ("llmbench:num_requests_waiting",),
+        "running": ("llmbench:num_requests_running",),
+        "preemptions": ("llmbench:num_preemptions_total",),
+        "kv_usage": ("llmbench:kv_cache_usage_perc",),
+        "prefix_hits": ("llmbench:prefix_cache_hit_tokens_total",),
+        "prefix_queries": ("llmbench:prefix_cache_queried_tokens_total",),
+        "requests_preempted": ("llmbench:requests_preempted_total",),
+        "requests_finished": ("llmbench:requests_finished_total",),
+    },
     honours=("ignore_eos", "min_tokens", "llmbench_timing", "token-id prompts"),
     tested_live=True,
     documented="pytest_llmbench/simulator (this package)",

@@ -66,6 +66,8 @@ EXPECTED: dict[str, Expected] = {
     "http_503": Expected("http_5xx", 503, 0, "injected http_503: overloaded"),
     "auth_echo": Expected("http_4xx", 401, 0, "Incorrect API key provided"),
     "drop": Expected("protocol", None, 0, "server closed the connection before responding"),
+    # a TCP RST after the request was read (a crashed server): the request went out, so protocol, not connect
+    "drop_rst": Expected("protocol", None, 0, "server closed the connection"),
     "reset": Expected("protocol", 200, 2, ""),
     "malformed_json": Expected("parse", 200, 2, "malformed JSON"),
     "not_object": Expected("parse", 200, 1, "not a JSON object"),
@@ -218,8 +220,8 @@ class FaultApp:
             return web.json_response({"error": {"message": f"injected {fault}: {HTTP_MESSAGES[status]}",
                                                 "type": "injected", "code": status}},
                                      status=status, headers=headers)
-        if fault == "drop":
-            _hard_close(request, reset=False)
+        if fault in ("drop", "drop_rst"):
+            _hard_close(request, reset=fault == "drop_rst")
             return web.Response()
         if fault == "never_answer":
             await asyncio.sleep(self.stall_s)

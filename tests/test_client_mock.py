@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_llmbench.client import ClientConfig, LLMClient, MockRequest, MockResponse, MockTransport
+from pytest_llmbench.client import CLOSED_AFTER_SEND, ClientConfig, LLMClient, MockRequest, MockResponse, MockTransport
 from pytest_llmbench.common.records import ErrorType, RequestRecord, RequestSpec
 
 URL = "http://sut.invalid/v1"
@@ -125,6 +125,12 @@ async def test_failures_raised_by_the_library_go_through_the_error_map() -> None
 
     rec, _ = await send(refuse)
     assert rec.error_type is ErrorType.CONNECT and "ConnectionRefusedError" in (rec.error_message or "")
+
+    def reset_after_send(request: MockRequest) -> MockResponse:  # a server that crashed with the request read
+        raise ConnectionResetError(104, "reset")
+
+    rec, _ = await send(reset_after_send)
+    assert rec.error_type is ErrorType.PROTOCOL and (rec.error_message or "").startswith(CLOSED_AFTER_SEND)
 
     def reset_mid_stream() -> Iterator[bytes]:
         yield f"data: {json.dumps(text('kept'))}\n\n".encode()

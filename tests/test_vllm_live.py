@@ -242,8 +242,15 @@ def test_sigkill_of_the_server_in_the_middle_of_a_run(pytester: pytest.Pytester,
     assert not vllm_server.running
     assert len(records) == 12  # every request sent is accounted for
     kinds = {r["error_type"] for r in errors}
-    assert "connect" in kinds  # sent after the death: refused
-    assert kinds & {"protocol", "parse"}, kinds  # in flight at the death: the disconnect, named
+    # sent after the death on a new connection: refused (connect); in flight at the death, or written to
+    # a kept-alive connection the dead server resets: the drop, named (protocol). Which of the two a request
+    # gets depends on where it was when the kill landed, so the test asserts the names, not the split.
+    assert errors and kinds <= {"connect", "protocol"}, kinds
+    for r in errors:
+        msg = r["error_message"] or ""
+        assert ("Cannot connect" in msg or "refused" in msg) if r["error_type"] == "connect" else \
+            any(w in msg for w in ("server closed the connection", "response body broken", "Connection reset")), \
+            (r["error_type"], msg)
     assert (root / "results.json").is_file() and (root / "report.md").is_file()
     assert res.ret != 0
     assert "died or was stopped during the run" in out, out[-3000:]

@@ -22,6 +22,7 @@ it is never stored in the config, records, logs or error messages.
 from __future__ import annotations
 
 import asyncio
+import errno as _errno
 import os
 import sys
 import time
@@ -34,6 +35,7 @@ from ..measure.refusals import refusal_reason
 from ..sut.adapters import GENERIC, ServerAdapter
 from .config import API_KINDS, TRANSPORTS, ClientConfig, build_body
 from .errors import (
+    CLOSED_AFTER_SEND,
     ERROR_MAP,
     ErrorRule,
     TransportError,
@@ -61,7 +63,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     from async_timeout import timeout as _timeout
 
+_DROPPED = frozenset({_errno.ECONNRESET, _errno.EPIPE, _errno.ECONNABORTED})
+
 __all__ = [
+    "CLOSED_AFTER_SEND",
     "API_KINDS",
     "ERROR_MAP",
     "AiohttpTransport",
@@ -85,6 +90,17 @@ __all__ = [
     "make_transport",
     "map_transport_errors",
 ]
+
+
+def _dropped(exc: BaseException) -> bool:
+    """A connection reset or broken pipe somewhere in ``exc``'s chain (not a refused connection)."""
+    seen = 0
+    cur: BaseException | None = exc
+    while cur is not None and seen < 4:
+        if isinstance(cur, (ConnectionResetError, BrokenPipeError)) or getattr(cur, "errno", None) in _DROPPED:
+            return True
+        cur, seen = cur.__cause__ or cur.__context__, seen + 1
+    return False
 
 
 class LLMClient:
@@ -240,7 +256,10 @@ class LLMClient:
                 if not rec.sent_ns:
                     rec.sent_ns = submit.ns or rec.queued_ns or 0
         except TransportError as e:  # the transport's, or found in the response
-            self._fail(rec, e.error_type, e.message)
+            if e.error_type is ErrorType.CONNECT and submit.ns and _dropped(e):  # it went out: the server dropped it
+                self._fail(rec, ErrorType.PROTOCOL, f"{CLOSED_AFTER_SEND}: {e.message}")
+            else:
+                self._fail(rec, e.error_type, e.message)
         except TimeoutError:  # our total timeout (asyncio.timeout converts the cancellation)
             self._fail(rec, ErrorType.TIMEOUT, f"total timeout of {self.config.total_timeout_s} s expired")
         except SSEDecodeError as e:

@@ -65,6 +65,9 @@ def _describe(exc: BaseException) -> str:
 _BODY_BROKEN = "response body broken"
 _CLOSED_BEFORE = "server closed the connection before responding"
 _CLOSED_MID = "server closed the connection mid-stream"
+#: A connection error after the whole request body was written (T_submit, App. B.1.1): the request
+#: reached the server, which dropped it before answering (a crash, a reset): protocol, not connect.
+CLOSED_AFTER_SEND = "server closed the connection after the request was sent, before responding"
 ERROR_MAP: dict[type[BaseException], ErrorRule] = {}  # filled on first use (lazy library imports)
 #: Exceptions that wrap another library's (httpx-aiohttp raises httpx errors ``from`` aiohttp's).
 _WRAPPERS: list[type[BaseException]] = []
@@ -93,7 +96,7 @@ def _load_error_map() -> dict[type[BaseException], ErrorRule]:
         httpx.TimeoutException: ErrorRule(t, t),
         httpx.ConnectError: ErrorRule(c, c),
         httpx.RemoteProtocolError: ErrorRule(p, p, _CLOSED_BEFORE, _BODY_BROKEN),
-        httpx.ReadError: ErrorRule(p, p, "", _BODY_BROKEN),
+        httpx.ReadError: ErrorRule(p, p, _CLOSED_BEFORE, _BODY_BROKEN),
         httpx.DecodingError: ErrorRule(p, p, "", _BODY_BROKEN),
         httpx.TransportError: ErrorRule(c, p),
     }

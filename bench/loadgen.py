@@ -43,6 +43,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -99,10 +100,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_mock(script: Path, tokens: int, itl_ms: float = 0.0) -> tuple[subprocess.Popen[bytes], str]:
+def start_mock(script: Path, tokens: int, itl_ms: float = 0.0, cpus: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """The mock in its own process; ``cpus`` (e.g. ``"1"``) pins it there (``taskset``) so that it
+    does not share the client's core."""
     port = free_port()
+    pin = ["taskset", "-c", cpus] if cpus else []
     proc = subprocess.Popen(
-        [sys.executable, str(script), "--port", str(port), "--ttft-ms", "0", "--itl-ms", str(itl_ms),
+        [*pin, sys.executable, str(script), "--port", str(port), "--ttft-ms", "0", "--itl-ms", str(itl_ms),
          "--tokens", str(tokens), "--no-stats"],
         stdout=subprocess.DEVNULL,
     )
@@ -136,9 +140,13 @@ async def _closed_measure(cfg: ClientConfig, specs: list[RequestSpec], args: arg
     """One closed-loop run, connections warmed first: the result and the client's CPU seconds."""
     async with LLMClient(cfg, max_connections=args.concurrency) as c:
         await run_closed_loop(c, specs[:500], args.concurrency)  # connections + caches warm
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
         cpu0 = time.process_time()
         res = await run_closed_loop(c, specs, args.concurrency)
-        return res, time.process_time() - cpu0
+        cpu = time.process_time() - cpu0
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    args._sys_share = (ru1.ru_stime - ru0.ru_stime) / max(cpu, 1e-9)  # the kernel's part (socket writes, polls)
+    return res, cpu
 
 
 async def closed_run(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> dict[str, float]:
@@ -146,7 +154,7 @@ async def closed_run(cfg: ClientConfig, specs: list[RequestSpec], args: argparse
     res, cpu = await _closed_measure(cfg, specs, args)
     n = chunks(res)
     return {"rps": res.ok / res.duration_s, "cpu_ms_per_1000_chunks": cpu / max(n, 1) * 1e6,
-            "loop_p99": res.loop_delay.p99_ms or 0.0, "errors": sum(res.errors.values())}
+            "sys_share": args._sys_share, "loop_p99": res.loop_delay.p99_ms or 0.0, "errors": sum(res.errors.values())}
 
 
 async def closed(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> None:
@@ -230,16 +238,58 @@ def _pacer_kwargs(args: argparse.Namespace) -> dict[str, object]:
     return {"spin_ms": 1.5 if args.spin_ms is None else args.spin_ms}
 
 
+class WakeLag:
+    """A pacer that notes how late each wait returned (the pacer's own share of the schedule lag;
+    the rest is the loop's hop to the new request task and the work before the hand-over)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.name = inner.name  # type: ignore[attr-defined]
+        self.late_ns: list[int] = []
+
+    async def wait_until(self, due_ns: int) -> None:
+        await self.inner.wait_until(due_ns)  # type: ignore[attr-defined]
+        self.late_ns.append(time.perf_counter_ns() - due_ns)
+
+    def call_at(self, due_ns: int, callback: Callable[[], None]) -> None:
+        def noted() -> None:
+            self.late_ns.append(time.perf_counter_ns() - due_ns)
+            callback()
+
+        self.inner.call_at(due_ns, noted)  # type: ignore[attr-defined]
+
+    def cancel(self) -> None:
+        self.inner.cancel()  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.inner.close()  # type: ignore[attr-defined]
+
+
 async def open_run(cfg: ClientConfig, specs: list[RequestSpec], rate: float, seconds: float,
                    args: argparse.Namespace, seed: int = 1) -> dict[str, float | str | None]:
-    """One open-loop run: achieved rate, both lags (p50, p99, max), CPU per 1000 chunks."""
+    """One open-loop run: achieved rate, both lags (p50, p99, max), the pacer's wake-up lag where the
+    checkout has pacers, CPU per 1000 chunks."""
     n_open = int(rate * seconds)
     open_specs = (specs * (n_open // len(specs) + 1))[:n_open]
+    kw = _pacer_kwargs(args)
+    wake = None
+    if "pacer" in kw:
+        from pytest_llmbench.loadgen.pacer import make_pacer
+
+        wake = WakeLag(make_pacer(str(kw["pacer"]), spin_ms=float(kw.get("spin_ms", 1.5))))  # type: ignore[arg-type]
+        kw = {"pacer": wake}
     async with LLMClient(cfg) as c:
+        await run_closed_loop(c, specs[:200], 4)  # connections, tokenizer and caches warm, as in the closed loop
         cpu0 = time.process_time()
-        res = await run_open_loop(c, open_specs, ArrivalProcess("poisson", rate, seed=seed), **_pacer_kwargs(args))
+        try:
+            res = await run_open_loop(c, open_specs, ArrivalProcess("poisson", rate, seed=seed), **kw)
+        finally:
+            if wake is not None:
+                wake.close()
         cpu = time.process_time() - cpu0
     lag = lags_ms(res)
+    if wake is not None and wake.late_ns:
+        lag["wake"] = np.array(wake.late_ns, dtype=np.float64) / 1e6
     out: dict[str, float | str | None] = {
         "rate": rate, "achieved": res.achieved_rate, "ok": res.ok, "sent": res.sent,
         "cpu_ms_per_1000_chunks": cpu / max(chunks(res), 1) * 1e6, "in_flight": res.concurrency_mean,
@@ -256,7 +306,8 @@ def print_open(o: dict[str, float | str | None]) -> None:
     print(f"  open loop Poisson {o['rate']:.0f} req/s, pacer {o['pacer']}: achieved {o['achieved']:7.1f} req/s  "
           f"schedule lag p50 {o['schedule_p50']:.3f} ms  p99 {o['schedule_p99']:.3f} ms  max {o['schedule_max']:.2f} ms  "
           f"submit lag p50 {o['submit_p50']:.3f} ms  p99 {o['submit_p99']:.3f} ms  max {o['submit_max']:.2f} ms  "
-          f"in flight mean {o['in_flight']:.1f}  ok {o['ok']}/{o['sent']}  "
+          + (f"pacer wake-up lag p50 {o['wake_p50']:.3f} ms  p99 {o['wake_p99']:.3f} ms  " if "wake_p99" in o else "")
+          + f"in flight mean {o['in_flight']:.1f}  ok {o['ok']}/{o['sent']}  "
           f"CPU {o['cpu_ms_per_1000_chunks']:.2f} ms/1000 chunks  errors {o['errors']}  valid={o['valid']}")
 
 
@@ -309,8 +360,11 @@ TARGET_ROWS = (
     ("open2000_schedule_p99", "open 2000 req/s: schedule lag P99, ms", "<= 0.5"),
     ("open1000_submit_p99", "open 1000 req/s: submit lag P99, ms", ""),
     ("open2000_submit_p99", "open 2000 req/s: submit lag P99, ms", ""),
+    ("open1000_wake_p99", "open 1000 req/s: pacer wake-up lag P99, ms", ""),
+    ("open2000_wake_p99", "open 2000 req/s: pacer wake-up lag P99, ms", ""),
     ("open1000_cpu_ms_per_1000_chunks", "open 1000 req/s: CPU ms per 1000 chunks", "<= 1.2 x closed"),
     ("closed_cpu_ms_per_1000_chunks", "closed c=64: CPU ms per 1000 chunks", "<= 5"),
+    ("closed_sys_share", "closed c=64: kernel (sys) share of that CPU", ""),
     ("closed_rps", "closed c=64: req/s", ">= before"),
     ("open1000_achieved", "open 1000 req/s: achieved req/s", ""),
     ("open2000_achieved", "open 2000 req/s: achieved req/s", ""),
@@ -348,10 +402,10 @@ def targets(url: str, args: argparse.Namespace) -> None:
         head += f" {'B (against)':>12} {'A/B pairwise median':>20}"
     print(head)
     for key, label, target in TARGET_ROWS:
-        a = [float(r[key]) for r in runs["A"]]
+        a = [float(r.get(key, "nan")) for r in runs["A"]]
         row = f"  {label:<44} {target:>16} {np.median(a):10.3f}"
         if args.against:
-            b = [float(r[key]) for r in runs["B"]]
+            b = [float(r.get(key, "nan")) for r in runs["B"]]
             row += f" {np.median(b):12.3f} {np.median(np.array(a) / np.array(b)):20.3f}"
         print(row)
     for name, rs in runs.items():
@@ -427,6 +481,7 @@ def main() -> None:
     ap.add_argument("--against", type=Path, default=None,
                     help="--targets: also run another checkout (e.g. main's) the same way, interleaved; A/B ratios")
     ap.add_argument("--rounds", type=int, default=3, help="--targets / --pacers: rounds")
+    ap.add_argument("--mock-cpus", default=None, help="pin the mock to these CPUs (taskset -c), e.g. 1")
     ap.add_argument("--repo", type=Path, default=None, help="measure this checkout's package (A/B child runs)")
     ap.add_argument("--child-json", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--http-trace", action="store_true", help="record per-request HTTP timings (httptrace.py)")
@@ -451,7 +506,7 @@ def main() -> None:
     proc = None
     url = args.url
     if url is None:
-        proc, url = start_mock(find_mock(args.mock), args.tokens, args.itl_ms)
+        proc, url = start_mock(find_mock(args.mock), args.tokens, args.itl_ms, args.mock_cpus)
     print(f"pytest-llmbench load generator bench: server {url} ({'mock, own process' if proc else 'external'}), "
           f"event loop {loop}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (shared machine: figures are noisy)")

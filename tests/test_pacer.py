@@ -57,6 +57,31 @@ async def test_loop_timer_pacers_wake_exactly_at_each_due_time_virtual_clock(mak
 
 
 @pytest.mark.looptime
+@pytest.mark.parametrize("make", [lambda: SleepPacer(loop_ns), lambda: SpinPacer(0, loop_ns)], ids=["sleep", "timer"])
+async def test_call_at_runs_the_callback_at_the_due_time_and_cancel_drops_it_virtual_clock(make) -> None:
+    pacer = make()
+    dues = due_times(loop_ns() + 1_000_000, n=50)
+    called: list[int] = []
+    finished = asyncio.get_running_loop().create_future()
+
+    def fire() -> None:  # as the dispatcher does: from the callback, arm the next one
+        called.append(loop_ns())
+        if len(called) < len(dues):
+            pacer.call_at(dues[len(called)], fire)
+        else:
+            finished.set_result(None)
+
+    pacer.call_at(dues[0], fire)
+    await finished
+    lateness = np.array(called) - np.array(dues)
+    assert lateness.min() >= 0 and lateness.max() < 2000
+    pacer.call_at(loop_ns() + 1_000_000, lambda: called.append(-1))
+    pacer.cancel()
+    await asyncio.sleep(0.01)
+    assert -1 not in called
+
+
+@pytest.mark.looptime
 async def test_sleep_pacer_learns_the_timer_error_and_sleeps_that_much_short_virtual_clock() -> None:
     """A timer that fires 300 µs late: the pacer learns it and from then on sleeps to 300 µs before
     the due time and yields the rest, so it still returns at the due time, not 300 µs after."""
@@ -157,6 +182,25 @@ async def test_timerfd_pacer_never_wakes_before_due_and_keeps_order() -> None:
         due = clock() + 1_000_000
         await pacer.wait_until(due)
         assert clock() >= due
+        # call_at: the callback runs from the loop's poll, at or after its due time; cancel drops it
+        fired: list[tuple[int, int]] = []
+        done = asyncio.get_running_loop().create_future()
+        dues = due_times(clock() + 2_000_000, n=30, rate=2000.0)
+
+        def fire() -> None:
+            fired.append((dues[len(fired)], clock()))
+            if len(fired) < len(dues):
+                pacer.call_at(dues[len(fired)], fire)
+            else:
+                done.set_result(None)
+
+        pacer.call_at(dues[0], fire)
+        await done
+        assert [d for d, _ in fired] == dues and all(w >= d for d, w in fired)
+        pacer.call_at(clock() + 1_000_000, lambda: fired.append((0, 0)))
+        pacer.cancel()
+        await asyncio.sleep(0.005)
+        assert len(fired) == len(dues)
     finally:
         pacer.close()
     pacer.close()  # idempotent

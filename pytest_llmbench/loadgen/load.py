@@ -517,27 +517,53 @@ class _Runner:
     # -- the two load models ----------------------------------------------------------------
     async def _dispatch_open(self, arrival: ArrivalProcess, pacer: Pacer, tasks: set[asyncio.Task[None]]) -> None:
         clock = time.perf_counter_ns
-        sleep = asyncio.sleep
-        wait_until = pacer.wait_until
         offsets = arrival.offsets_ns()
-        start = self.start_ns
-        for off in offsets:
-            if self.duration_ns is not None and off >= self.duration_ns:
-                # the send window is the whole duration, even if the next arrival falls after it
-                rest = start + self.duration_ns - clock()
-                if rest > 0:
-                    await sleep(rest / 1e9)
-                return
-            t = start + off
-            spec = self._next_spec(t)
-            if spec is None:
-                return
-            if t > clock():
-                await wait_until(t)
-            task = asyncio.create_task(self._one(spec, t))
-            self.progress.sent += 1
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+        start, duration = self.start_ns, self.duration_ns
+        progress, one, next_spec = self.progress, self._one, self._next_spec
+        create_task = asyncio.create_task
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()  # True: ended by the duration
+        pending: list[Any] = []  # (intended ns, spec) of the next send
+
+        def step() -> None:
+            """Send what is due, then arm the pacer for the next send. It runs in the pacer's own
+            callback (a timerfd's: in the loop's poll), so a request task is created as the timer
+            fires, not a loop turn later in a dispatcher task woken by it."""
+            try:
+                while True:
+                    if pending:
+                        t, spec = pending
+                        if t > clock():
+                            pacer.call_at(t, step)
+                            return
+                        pending.clear()
+                        task = create_task(one(spec, t))
+                        progress.sent += 1
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                    off = next(offsets)
+                    if duration is not None and off >= duration:
+                        done.set_result(True)
+                        return
+                    t = start + off
+                    spec = next_spec(t)
+                    if spec is None:
+                        done.set_result(False)
+                        return
+                    pending[:] = (t, spec)
+            except Exception as exc:  # a bug, or the specs iterator failed: end the run with it
+                if not done.done():
+                    done.set_exception(exc)
+
+        step()
+        try:
+            by_duration = await done
+        finally:
+            pacer.cancel()
+        if by_duration and duration is not None:
+            # the send window is the whole duration, even if the next arrival falls after it
+            rest = start + duration - clock()
+            if rest > 0:
+                await asyncio.sleep(rest / 1e9)
 
     async def _worker(self) -> None:
         free_ns = self.start_ns

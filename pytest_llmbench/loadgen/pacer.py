@@ -39,16 +39,47 @@ _perf_ns = time.perf_counter_ns  # the real clock, bound once (tests point the r
 
 
 class Pacer(Protocol):
-    """Waits until a due time (``perf_counter_ns`` scale) and never returns before it."""
+    """Waits until a due time (``perf_counter_ns`` scale) and never returns before it.
+
+    ``call_at`` runs a callback at the due time instead (one pending at a time; ``cancel`` drops
+    it): the open-loop dispatcher uses it so that a request task is created as the timer fires,
+    not one loop turn later in a task woken by it.
+    """
 
     name: str
 
     async def wait_until(self, due_ns: int) -> None: ...
 
+    def call_at(self, due_ns: int, callback: Callable[[], None]) -> None: ...
+
+    def cancel(self) -> None: ...
+
     def close(self) -> None: ...
 
 
-class SpinPacer:
+class _CallAtByTask:
+    """``call_at`` for the loop-timer pacers: a task waits, then calls."""
+
+    _pending: asyncio.Future[None] | None = None
+
+    async def wait_until(self, due_ns: int) -> None:
+        raise NotImplementedError
+
+    def call_at(self, due_ns: int, callback: Callable[[], None]) -> None:
+        async def wait_then_call() -> None:
+            await self.wait_until(due_ns)
+            self._pending = None
+            callback()
+
+        self._pending = asyncio.ensure_future(wait_then_call())
+
+    def cancel(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+            self._pending = None
+
+
+class SpinPacer(_CallAtByTask):
     """A loop timer to ``spin_ns`` before the due time, then yield to the loop until due."""
 
     def __init__(self, spin_ns: int, clock: Callable[[], int] = _perf_ns) -> None:
@@ -68,7 +99,7 @@ class SpinPacer:
         pass
 
 
-class SleepPacer:
+class SleepPacer(_CallAtByTask):
     """Sleep to the due time minus the measured wake-up error, then yield to the loop until due.
 
     The error is a high quantile (``quantile``) of how late the loop's timer woke over the last
@@ -173,6 +204,7 @@ class TimerfdPacer:
         self._spec_ref = ctypes.byref(self._spec)
         self._settime = _LIBC.timerfd_settime
         self._waiter: asyncio.Future[None] | None = None
+        self._callback: Callable[[], None] | None = None
         try:
             self._loop.add_reader(fd, self._on_ready)
         except (NotImplementedError, ValueError, OSError):
@@ -191,6 +223,11 @@ class TimerfdPacer:
             os.read(self._fd, 8)  # the expiry count; the fd is readable only after expiry
         except BlockingIOError:
             return
+        cb = self._callback
+        if cb is not None:  # call_at: run at once, inside the loop's poll callback
+            self._callback = None
+            cb()
+            return
         w = self._waiter
         if w is not None and not w.done():
             w.set_result(None)
@@ -208,7 +245,17 @@ class TimerfdPacer:
             if not fut.done():  # cancelled: disarm so a stale expiry wakes nobody
                 self._arm(0)
 
+    def call_at(self, due_ns: int, callback: Callable[[], None]) -> None:
+        self._callback = callback
+        self._arm(max(due_ns, 1))  # a time already past fires at once (0 would disarm)
+
+    def cancel(self) -> None:
+        if self._callback is not None and self._fd >= 0:
+            self._callback = None
+            self._arm(0)
+
     def close(self) -> None:
+        self.cancel()
         if self._fd >= 0:
             self._loop.remove_reader(self._fd)
             os.close(self._fd)

@@ -315,6 +315,15 @@ async def open_loop(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.
     print_open(await open_run(cfg, specs, args.rate, args.open_seconds, args))
 
 
+def wait_for_quiet(args: argparse.Namespace) -> float:
+    """With ``--max-load L``: wait (up to ``--max-wait`` s) until the 1-minute load average is below L;
+    returns the load average at the start."""
+    deadline = time.monotonic() + args.max_wait
+    while args.max_load is not None and os.getloadavg()[0] >= args.max_load and time.monotonic() < deadline:
+        time.sleep(5)
+    return os.getloadavg()[0]
+
+
 def bench_specs(args: argparse.Namespace) -> list[RequestSpec]:
     return [RequestSpec(index=i, workload="bench", input_tokens=8, max_tokens=args.tokens,
                         prompt_text="benchmark the benchmarker please") for i in range(args.requests)]
@@ -330,8 +339,10 @@ async def pacers_bench(url: str, args: argparse.Namespace) -> None:
         order = kinds[rnd % len(kinds):] + kinds[:rnd % len(kinds)]
         for kind, spin in order:
             a = argparse.Namespace(**{**vars(args), "pacer": kind, "spin_ms": spin})
+            load = wait_for_quiet(args)
             o = await open_run(cfg, specs, args.rate, args.open_seconds, a, seed=rnd)
-            o["load"] = os.getloadavg()[0]
+            o["load"] = load
+            print(f"  load average {load:.2f} at the start:", end="")
             print_open(o)
             rows.setdefault(str(o["pacer"]), []).append(o)
     print(f"  medians over {args.rounds} interleaved rounds, open loop Poisson {args.rate:.0f} req/s:")
@@ -384,7 +395,7 @@ def targets(url: str, args: argparse.Namespace) -> None:
                    "--transport", args.transport, "--loop", args.loop]
             if args.spin_ms is not None:
                 cmd += ["--spin-ms", str(args.spin_ms)]
-            load = os.getloadavg()
+            load = (wait_for_quiet(args),)
             line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
             r = json.loads(line)
             r["load1"] = load[0]
@@ -481,6 +492,9 @@ def main() -> None:
     ap.add_argument("--against", type=Path, default=None,
                     help="--targets: also run another checkout (e.g. main's) the same way, interleaved; A/B ratios")
     ap.add_argument("--rounds", type=int, default=3, help="--targets / --pacers: rounds")
+    ap.add_argument("--max-load", type=float, default=None,
+                    help="--targets / --pacers: before each run wait until the 1-minute load average is below this")
+    ap.add_argument("--max-wait", type=float, default=300.0, help="--max-load: wait at most this many seconds")
     ap.add_argument("--mock-cpus", default=None, help="pin the mock to these CPUs (taskset -c), e.g. 1")
     ap.add_argument("--repo", type=Path, default=None, help="measure this checkout's package (A/B child runs)")
     ap.add_argument("--child-json", action="store_true", help=argparse.SUPPRESS)

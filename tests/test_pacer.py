@@ -9,6 +9,7 @@ kernel never fires an absolute timer before its time), with no figure asserted.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
 import types
@@ -26,6 +27,27 @@ from pytest_llmbench.loadgen.pacer import (
     make_pacer,
     timerfd_available,
 )
+
+
+class Client:
+    """Answers every request after ``service_s`` of the (virtual) loop clock."""
+
+    transport_name = "virtual"
+    max_connections = None
+
+    def __init__(self, service_s: float) -> None:
+        self.service_s = service_s
+
+    async def send(self, spec: RequestSpec, *, record: RequestRecord, intended_ns: int, **_: object) -> RequestRecord:
+        record.intended_ns = intended_ns
+        record.queued_ns = record.sent_ns = loop_ns()
+        if self.service_s:
+            await asyncio.sleep(self.service_s)
+        record.first_chunk_ns = record.first_token_ns = record.end_ns = loop_ns()
+        return record
+
+    def finalize(self, record: RequestRecord) -> RequestRecord:
+        return record
 
 
 def loop_ns() -> int:
@@ -121,22 +143,8 @@ def test_sleep_pacer_error_estimate_is_a_high_quantile_of_recent_wakeups() -> No
 async def test_run_load_with_the_sleep_pacer_sends_on_schedule_virtual_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(load_mod, "time", types.SimpleNamespace(perf_counter_ns=loop_ns))
 
-    class Client:
-        transport_name = "virtual"
-        max_connections = None
-
-        async def send(self, spec: RequestSpec, *, record: RequestRecord, intended_ns: int, **_: object) -> RequestRecord:
-            record.intended_ns = intended_ns
-            record.queued_ns = record.sent_ns = loop_ns()
-            await asyncio.sleep(0.004)
-            record.first_chunk_ns = record.first_token_ns = record.end_ns = loop_ns()
-            return record
-
-        def finalize(self, record: RequestRecord) -> RequestRecord:
-            return record
-
     specs = itertools.cycle([RequestSpec(index=0, workload="w", input_tokens=1, max_tokens=1, prompt_text="x")])
-    res = await run_load(Client(), specs, OpenLoop(ArrivalProcess("poisson", 500.0, seed=2), max_requests=300),
+    res = await run_load(Client(0.004), specs, OpenLoop(ArrivalProcess("poisson", 500.0, seed=2), max_requests=300),
                          pacer="auto")
     assert res.pacer == "sleep"  # a virtual clock has no kernel timer: auto falls back
     # the virtual clock starts at 0, so the first send reads sent_ns = 0 ("never sent") and has no lag
@@ -204,3 +212,22 @@ async def test_timerfd_pacer_never_wakes_before_due_and_keeps_order() -> None:
     finally:
         pacer.close()
     pacer.close()  # idempotent
+
+
+@dataclasses.dataclass(frozen=True)
+class FiniteSchedule(ArrivalProcess):
+    """A schedule that ends (as a shard's share of the global one does, shards/core.py)."""
+
+    def offsets_ns(self):  # type: ignore[override]
+        yield from (0, 2_000_000, 4_000_000, 9_000_000, 10_000_000)
+
+
+@pytest.mark.looptime
+async def test_a_finite_schedule_ends_the_open_loop_when_it_runs_out_virtual_clock(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(load_mod, "time", types.SimpleNamespace(perf_counter_ns=loop_ns))
+
+    specs = [RequestSpec(index=i, workload="w", input_tokens=1, max_tokens=1, prompt_text="x") for i in range(10)]
+    res = await asyncio.wait_for(run_load(Client(0.0), specs, OpenLoop(FiniteSchedule("uniform", 1.0))), timeout=5)
+    assert res.sent == 5 == res.ok
+    assert sorted(r.intended_ns - res.start_ns for r in res.records) == [0, 2_000_000, 4_000_000, 9_000_000, 10_000_000]

@@ -540,7 +540,10 @@ class _Runner:
                         progress.sent += 1
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
-                    off = next(offsets)
+                    off = next(offsets, None)
+                    if off is None:  # a finite schedule (a shard's share of one) ran out
+                        done.set_result(False)
+                        return
                     if duration is not None and off >= duration:
                         done.set_result(True)
                         return
@@ -552,7 +555,7 @@ class _Runner:
                     pending[:] = (t, spec)
             except Exception as exc:  # a bug, or the specs iterator failed: end the run with it
                 if not done.done():
-                    done.set_exception(exc)
+                    done.set_exception(exc if not isinstance(exc, StopIteration) else RuntimeError(repr(exc)))
 
         step()
         try:

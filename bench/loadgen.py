@@ -9,13 +9,18 @@
     python bench/loadgen.py --trace-compare 6 --only open --rate 150 --open-seconds 7   # ... open loop
     python bench/loadgen.py --url http://127.0.0.1:8000/v1   # use a server already running
     python bench/loadgen.py --workers 1,2         # closed loop over 1 and 2 load-generator processes
+    python bench/loadgen.py --only open --pacer spin --spin-ms 1.5   # the open loop with the previous pacer
+    python bench/loadgen.py --pacers              # open loop: each pacer in turn, interleaved (issue 38)
+    python bench/loadgen.py --targets --against ../base --rounds 3   # issue 38's figures, A/B against a checkout
 
 Starts the reference mock ``shared/tools/mock_openai_server.py`` in its own process
 (``--ttft-ms 0 --itl-ms 0 --tokens 50 --no-stats``; ``--itl-ms`` sets its ITL) unless ``--url`` is
 given, then measures:
 
 * closed loop, concurrency 64, 50-token streams: sustained req/s, chunks/s, concurrency held;
-* open loop, Poisson at ``--rate`` (1000 req/s): achieved rate, send lag p50/p99;
+* open loop, Poisson at ``--rate`` (1000 req/s): achieved rate, the two lags apart: schedule lag
+  (hand-over to the transport − intended, the client's pacing) and submit lag (T_submit − intended),
+  p50/p99/max, and the pacer (``--pacer``, loadgen/pacer.py);
 * client CPU seconds per 1000 chunks (process CPU time of this process);
 * which transport and event loop ran.
 
@@ -30,17 +35,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
+import json
 import os
 import resource
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+
+def _repo() -> Path:
+    """The checkout to measure: ``--repo PATH`` (another checkout, for A/B runs), else this one."""
+    if "--repo" in sys.argv:
+        return Path(sys.argv[sys.argv.index("--repo") + 1]).resolve()
+    return Path(__file__).resolve().parents[1]
+
+
+REPO = _repo()
 sys.path.insert(0, str(REPO))  # the checkout, not an installed copy
 
 from pytest_llmbench.client import TRANSPORTS, ClientConfig, LLMClient  # noqa: E402
@@ -50,6 +66,7 @@ from pytest_llmbench.loadgen.load import (  # noqa: E402
     ClosedLoop,  # noqa: E402
     LoadResult,
     run_closed_loop,
+    run_load,
     run_open_loop,
 )
 from pytest_llmbench.loadgen.shards import run_sharded  # noqa: E402
@@ -83,10 +100,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_mock(script: Path, tokens: int, itl_ms: float = 0.0) -> tuple[subprocess.Popen[bytes], str]:
+def start_mock(script: Path, tokens: int, itl_ms: float = 0.0, cpus: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """The mock in its own process; ``cpus`` (e.g. ``"1"``) pins it there (``taskset``) so that it
+    does not share the client's core."""
     port = free_port()
+    pin = ["taskset", "-c", cpus] if cpus else []
     proc = subprocess.Popen(
-        [sys.executable, str(script), "--port", str(port), "--ttft-ms", "0", "--itl-ms", str(itl_ms),
+        [*pin, sys.executable, str(script), "--port", str(port), "--ttft-ms", "0", "--itl-ms", str(itl_ms),
          "--tokens", str(tokens), "--no-stats"],
         stdout=subprocess.DEVNULL,
     )
@@ -116,12 +136,29 @@ async def bench(url: str, transport: str, args: argparse.Namespace) -> None:
         await open_loop(cfg, specs, args)
 
 
-async def closed(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> None:
+async def _closed_measure(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> tuple[LoadResult, float]:
+    """One closed-loop run, connections warmed first: the result and the client's CPU seconds."""
     async with LLMClient(cfg, max_connections=args.concurrency) as c:
         await run_closed_loop(c, specs[:500], args.concurrency)  # connections + caches warm
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
         cpu0 = time.process_time()
         res = await run_closed_loop(c, specs, args.concurrency)
         cpu = time.process_time() - cpu0
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    args._sys_share = (ru1.ru_stime - ru0.ru_stime) / max(cpu, 1e-9)  # the kernel's part (socket writes, polls)
+    return res, cpu
+
+
+async def closed_run(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> dict[str, float]:
+    """req/s seen and CPU per 1000 chunks of one closed-loop run."""
+    res, cpu = await _closed_measure(cfg, specs, args)
+    n = chunks(res)
+    return {"rps": res.ok / res.duration_s, "cpu_ms_per_1000_chunks": cpu / max(n, 1) * 1e6,
+            "sys_share": args._sys_share, "loop_p99": res.loop_delay.p99_ms or 0.0, "errors": sum(res.errors.values())}
+
+
+async def closed(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> None:
+    res, cpu = await _closed_measure(cfg, specs, args)
     n_chunks = chunks(res)
     bad = {k: v for k, v in res.errors.items()}
     print(f"  closed loop c={args.concurrency}: {res.ok / res.duration_s:8.0f} req/s  "
@@ -184,18 +221,214 @@ async def trace_compare(url: str, transport: str, args: argparse.Namespace) -> N
     print(f"  throughput on/off, pairwise: median {np.median(tr):.3f}  range {tr.min():.3f}-{tr.max():.3f}")
 
 
-async def open_loop(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> None:
-    n_open = int(args.rate * args.open_seconds)
+def lags_ms(res: LoadResult) -> dict[str, np.ndarray]:
+    """The two lags apart, from the records (any version of the records): schedule lag = hand-over to
+    the transport − intended; submit lag = sent (T_submit) − intended."""
+    recs = [r for r in res.records if r.intended_ns is not None and r.sent_ns]
+    return {"schedule": np.array([r.handoff_ns - r.intended_ns for r in recs], dtype=np.float64) / 1e6,
+            "submit": np.array([r.sent_ns - r.intended_ns for r in recs], dtype=np.float64) / 1e6}
+
+
+def _pacer_kwargs(args: argparse.Namespace) -> dict[str, object]:
+    """``pacer=`` where the measured checkout has pacers, else its only knob, ``spin_ms``."""
+    if "pacer" in inspect.signature(run_load).parameters:
+        if args.pacer == "spin":
+            return {"pacer": "spin", "spin_ms": 1.5 if args.spin_ms is None else args.spin_ms}
+        return {"pacer": args.pacer}
+    return {"spin_ms": 1.5 if args.spin_ms is None else args.spin_ms}
+
+
+class WakeLag:
+    """A pacer that notes how late each wait returned (the pacer's own share of the schedule lag;
+    the rest is the loop's hop to the new request task and the work before the hand-over)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.name = inner.name  # type: ignore[attr-defined]
+        self.late_ns: list[int] = []
+
+    async def wait_until(self, due_ns: int) -> None:
+        await self.inner.wait_until(due_ns)  # type: ignore[attr-defined]
+        self.late_ns.append(time.perf_counter_ns() - due_ns)
+
+    def call_at(self, due_ns: int, callback: Callable[[], None]) -> None:
+        def noted() -> None:
+            self.late_ns.append(time.perf_counter_ns() - due_ns)
+            callback()
+
+        self.inner.call_at(due_ns, noted)  # type: ignore[attr-defined]
+
+    def cancel(self) -> None:
+        self.inner.cancel()  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.inner.close()  # type: ignore[attr-defined]
+
+
+async def open_run(cfg: ClientConfig, specs: list[RequestSpec], rate: float, seconds: float,
+                   args: argparse.Namespace, seed: int = 1) -> dict[str, float | str | None]:
+    """One open-loop run: achieved rate, both lags (p50, p99, max), the pacer's wake-up lag where the
+    checkout has pacers, CPU per 1000 chunks."""
+    n_open = int(rate * seconds)
     open_specs = (specs * (n_open // len(specs) + 1))[:n_open]
+    kw = _pacer_kwargs(args)
+    wake = None
+    if "pacer" in kw:
+        from pytest_llmbench.loadgen.pacer import make_pacer
+
+        wake = WakeLag(make_pacer(str(kw["pacer"]), spin_ms=float(kw.get("spin_ms", 1.5))))  # type: ignore[arg-type]
+        kw = {"pacer": wake}
     async with LLMClient(cfg) as c:
+        await run_closed_loop(c, specs[:200], 4)  # connections, tokenizer and caches warm, as in the closed loop
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
         cpu0 = time.process_time()
-        res = await run_open_loop(c, open_specs, ArrivalProcess("poisson", args.rate, seed=1), spin_ms=args.spin_ms)
+        try:
+            res = await run_open_loop(c, open_specs, ArrivalProcess("poisson", rate, seed=seed), **kw)
+        finally:
+            if wake is not None:
+                wake.close()
         cpu = time.process_time() - cpu0
-    lag = res.send_lag
-    print(f"  open loop Poisson {args.rate:.0f} req/s: achieved {res.achieved_rate:7.1f} req/s  "
-          f"send lag p50 {lag.p50_ms:.3f} ms  p99 {lag.p99_ms:.3f} ms  max {lag.max_ms:.2f} ms  "
-          f"in flight mean {res.concurrency_mean:.1f}  ok {res.ok}/{res.sent}  "
-          f"CPU {cpu / max(chunks(res), 1) * 1e6:.2f} ms/1000 chunks  errors {res.errors or 0}  valid={res.valid}")
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    lag = lags_ms(res)
+    if wake is not None and wake.late_ns:
+        lag["wake"] = np.array(wake.late_ns, dtype=np.float64) / 1e6
+    out: dict[str, float | str | None] = {
+        "rate": rate, "achieved": res.achieved_rate, "ok": res.ok, "sent": res.sent,
+        "cpu_ms_per_1000_chunks": cpu / max(chunks(res), 1) * 1e6, "in_flight": res.concurrency_mean,
+        "sys_share": (ru1.ru_stime - ru0.ru_stime) / max(cpu, 1e-9),
+        "ctx_switches_per_request": ((ru1.ru_nvcsw - ru0.ru_nvcsw) + (ru1.ru_nivcsw - ru0.ru_nivcsw)) / max(res.sent, 1),
+        "pacer": getattr(res, "pacer", None) or f"spin {_pacer_kwargs(args).get('spin_ms')} ms", "valid": res.valid,
+        "errors": sum(res.errors.values()),
+    }
+    for name, a in lag.items():
+        out.update({f"{name}_p50": float(np.percentile(a, 50)), f"{name}_p99": float(np.percentile(a, 99)),
+                    f"{name}_max": float(a.max())})
+    return out
+
+
+def print_open(o: dict[str, float | str | None]) -> None:
+    print(f"  open loop Poisson {o['rate']:.0f} req/s, pacer {o['pacer']}: achieved {o['achieved']:7.1f} req/s  "
+          f"schedule lag p50 {o['schedule_p50']:.3f} ms  p99 {o['schedule_p99']:.3f} ms  max {o['schedule_max']:.2f} ms  "
+          f"submit lag p50 {o['submit_p50']:.3f} ms  p99 {o['submit_p99']:.3f} ms  max {o['submit_max']:.2f} ms  "
+          + (f"pacer wake-up lag p50 {o['wake_p50']:.3f} ms  p99 {o['wake_p99']:.3f} ms  " if "wake_p99" in o else "")
+          + f"in flight mean {o['in_flight']:.1f}  ok {o['ok']}/{o['sent']}  "
+          f"CPU {o['cpu_ms_per_1000_chunks']:.2f} ms/1000 chunks  errors {o['errors']}  valid={o['valid']}")
+
+
+async def open_loop(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> None:
+    print_open(await open_run(cfg, specs, args.rate, args.open_seconds, args))
+
+
+def wait_for_quiet(args: argparse.Namespace) -> float:
+    """With ``--max-load L``: wait (up to ``--max-wait`` s) until the 1-minute load average is below L;
+    returns the load average at the start."""
+    deadline = time.monotonic() + args.max_wait
+    while args.max_load is not None and os.getloadavg()[0] >= args.max_load and time.monotonic() < deadline:
+        time.sleep(5)
+    return os.getloadavg()[0]
+
+
+def bench_specs(args: argparse.Namespace) -> list[RequestSpec]:
+    return [RequestSpec(index=i, workload="bench", input_tokens=8, max_tokens=args.tokens,
+                        prompt_text="benchmark the benchmarker please") for i in range(args.requests)]
+
+
+async def pacers_bench(url: str, args: argparse.Namespace) -> None:
+    """The open loop with each pacer in turn, rounds interleaved (order rotated each round), at --rate."""
+    specs = bench_specs(args)
+    cfg = ClientConfig(base_url=url, model="mock-model", transport=args.transport)
+    kinds = [("spin", 1.5), ("spin", 0.0), ("auto", None)]
+    rows: dict[str, list[dict[str, float | str | None]]] = {}
+    for rnd in range(args.rounds):
+        order = kinds[rnd % len(kinds):] + kinds[:rnd % len(kinds)]
+        for kind, spin in order:
+            a = argparse.Namespace(**{**vars(args), "pacer": kind, "spin_ms": spin})
+            load = wait_for_quiet(args)
+            o = await open_run(cfg, specs, args.rate, args.open_seconds, a, seed=rnd)
+            o["load"] = load
+            print(f"  load average {load:.2f} at the start:", end="")
+            print_open(o)
+            rows.setdefault(str(o["pacer"]), []).append(o)
+    print(f"  medians over {args.rounds} interleaved rounds, open loop Poisson {args.rate:.0f} req/s:")
+    for name, rs in rows.items():
+        med = {k: float(np.median([r[k] for r in rs])) for k in ("schedule_p99", "submit_p99", "cpu_ms_per_1000_chunks")}
+        print(f"    {name:>16}: schedule lag p99 {med['schedule_p99']:.3f} ms  submit lag p99 {med['submit_p99']:.3f} ms  "
+              f"CPU {med['cpu_ms_per_1000_chunks']:.2f} ms/1000 chunks")
+
+
+async def targets_run(url: str, args: argparse.Namespace) -> dict[str, float | str | None]:
+    """Issue 38's figures from one process: open loop at 1000 and 2000 req/s, closed loop c=64."""
+    specs = bench_specs(args)
+    cfg = ClientConfig(base_url=url, model="mock-model", transport=args.transport)
+    out: dict[str, float | str | None] = {}
+    c = await closed_run(cfg, specs, args)
+    out.update({f"closed_{k}": v for k, v in c.items()})
+    for rate in (1000.0, 2000.0):
+        o = await open_run(cfg, specs, rate, args.open_seconds, args)
+        out.update({f"open{rate:.0f}_{k}": v for k, v in o.items()})
+    return out
+
+
+#: (key, label, target) of issue 38's "What it must show"
+TARGET_ROWS = (
+    ("open1000_schedule_p99", "open 1000 req/s: schedule lag P99, ms", "<= 0.2"),
+    ("open2000_schedule_p99", "open 2000 req/s: schedule lag P99, ms", "<= 0.5"),
+    ("open1000_submit_p99", "open 1000 req/s: submit lag P99, ms", ""),
+    ("open2000_submit_p99", "open 2000 req/s: submit lag P99, ms", ""),
+    ("open1000_wake_p99", "open 1000 req/s: pacer wake-up lag P99, ms", ""),
+    ("open2000_wake_p99", "open 2000 req/s: pacer wake-up lag P99, ms", ""),
+    ("open1000_cpu_ms_per_1000_chunks", "open 1000 req/s: CPU ms per 1000 chunks", "<= 1.2 x closed"),
+    ("closed_cpu_ms_per_1000_chunks", "closed c=64: CPU ms per 1000 chunks", "<= 5"),
+    ("open1000_sys_share", "open 1000 req/s: kernel (sys) share of its CPU", ""),
+    ("open1000_ctx_switches_per_request", "open 1000 req/s: context switches per request", ""),
+    ("closed_sys_share", "closed c=64: kernel (sys) share of its CPU", ""),
+    ("closed_rps", "closed c=64: req/s", ">= before"),
+    ("open1000_achieved", "open 1000 req/s: achieved req/s", ""),
+    ("open2000_achieved", "open 2000 req/s: achieved req/s", ""),
+)
+
+
+def targets(url: str, args: argparse.Namespace) -> None:
+    """Each round runs this checkout (A) and, with --against, another one (B) in fresh processes, in
+    turn (A B, then B A, ...), against the same mock; prints every run, then medians and A/B ratios."""
+    sides = [("A", REPO)] + ([("B", args.against.resolve())] if args.against else [])
+    runs: dict[str, list[dict[str, float | str | None]]] = {name: [] for name, _ in sides}
+    for rnd in range(args.rounds):
+        for name, repo in (sides if rnd % 2 == 0 else sides[::-1]):
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--repo", str(repo), "--url", url, "--child-json",
+                   "--requests", str(args.requests), "--open-seconds", str(args.open_seconds),
+                   "--tokens", str(args.tokens), "--concurrency", str(args.concurrency), "--pacer", args.pacer,
+                   "--transport", args.transport, "--loop", args.loop]
+            if args.spin_ms is not None:
+                cmd += ["--spin-ms", str(args.spin_ms)]
+            load = (wait_for_quiet(args),)
+            line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+            r = json.loads(line)
+            r["load1"] = load[0]
+            runs[name].append(r)
+            print(f"  round {rnd + 1} {name} ({repo}), load average {load[0]:.2f}: closed {r['closed_rps']:.0f} req/s "
+                  f"{r['closed_cpu_ms_per_1000_chunks']:.2f} ms/1000 chunks | open 1000: schedule p99 "
+                  f"{r['open1000_schedule_p99']:.3f} ms, submit p99 {r['open1000_submit_p99']:.3f} ms, "
+                  f"{r['open1000_cpu_ms_per_1000_chunks']:.2f} ms/1000 chunks, pacer {r['open1000_pacer']} | open 2000: "
+                  f"schedule p99 {r['open2000_schedule_p99']:.3f} ms, submit p99 {r['open2000_submit_p99']:.3f} ms, "
+                  f"achieved {r['open2000_achieved']:.0f}", flush=True)
+    loads = [r["load1"] for rs in runs.values() for r in rs]
+    print(f"  medians over {args.rounds} round(s); 1-minute load average at each start {min(loads):.2f}-{max(loads):.2f}")
+    head = f"  {'figure':<44} {'target':>16} {'A (this)':>10}"
+    if args.against:
+        head += f" {'B (against)':>12} {'A/B pairwise median':>20}"
+    print(head)
+    for key, label, target in TARGET_ROWS:
+        a = [float(r.get(key, "nan")) for r in runs["A"]]
+        row = f"  {label:<44} {target:>16} {np.median(a):10.3f}"
+        if args.against:
+            b = [float(r.get(key, "nan")) for r in runs["B"]]
+            row += f" {np.median(b):12.3f} {np.median(np.array(a) / np.array(b)):20.3f}"
+        print(row)
+    for name, rs in runs.items():
+        ratio = np.median([float(r["open1000_cpu_ms_per_1000_chunks"]) / float(r["closed_cpu_ms_per_1000_chunks"])
+                           for r in rs])
+        print(f"  {name}: open 1000 / closed CPU per chunk, median of rounds: {ratio:.2f} (target <= 1.2)")
 
 
 def _cpu_s() -> float:
@@ -253,7 +486,24 @@ def main() -> None:
     ap.add_argument("--itl-ms", type=float, default=0.0,
                     help="the mock's delay between chunks (0: a stream arrives in one read; > 0: a read per chunk)")
     ap.add_argument("--only", choices=["closed", "open"], help="run one of the two measurements")
-    ap.add_argument("--spin-ms", type=float, default=1.5, help="open loop: yield-spin this close to a send")
+    ap.add_argument("--pacer", default="auto", choices=["auto", "timerfd", "sleep", "spin"],
+                    help="open loop: how the dispatcher waits for a send time (loadgen/pacer.py)")
+    ap.add_argument("--spin-ms", type=float, default=None,
+                    help="open loop, --pacer spin: yield-spin this close to a send (default 1.5)")
+    ap.add_argument("--pacers", action="store_true",
+                    help="open loop at --rate with the spin (1.5 ms), timer (spin 0) and auto pacers, interleaved")
+    ap.add_argument("--targets", action="store_true",
+                    help="issue 38's figures: open loop 1000 and 2000 req/s (schedule and submit lag P99, CPU per "
+                         "1000 chunks), closed loop c=64 (req/s, CPU per 1000 chunks), each round in fresh processes")
+    ap.add_argument("--against", type=Path, default=None,
+                    help="--targets: also run another checkout (e.g. main's) the same way, interleaved; A/B ratios")
+    ap.add_argument("--rounds", type=int, default=3, help="--targets / --pacers: rounds")
+    ap.add_argument("--max-load", type=float, default=None,
+                    help="--targets / --pacers: before each run wait until the 1-minute load average is below this")
+    ap.add_argument("--max-wait", type=float, default=300.0, help="--max-load: wait at most this many seconds")
+    ap.add_argument("--mock-cpus", default=None, help="pin the mock to these CPUs (taskset -c), e.g. 1")
+    ap.add_argument("--repo", type=Path, default=None, help="measure this checkout's package (A/B child runs)")
+    ap.add_argument("--child-json", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--http-trace", action="store_true", help="record per-request HTTP timings (httptrace.py)")
     ap.add_argument("--workers", type=lambda t: [int(x) for x in t.split(",")], default=None,
                     help="comma-separated load-generator process counts to compare, e.g. 1,2 (closed loop)")
@@ -269,16 +519,26 @@ def main() -> None:
             import uvloop
         except ImportError:
             loop = "asyncio"
+    run = uvloop.run if loop == "uvloop" else asyncio.run
+    if args.child_json:  # one --targets run in this process, against --url: one JSON line
+        print(json.dumps(run(targets_run(args.url, args))))
+        return
     proc = None
     url = args.url
     if url is None:
-        proc, url = start_mock(find_mock(args.mock), args.tokens, args.itl_ms)
+        proc, url = start_mock(find_mock(args.mock), args.tokens, args.itl_ms, args.mock_cpus)
     print(f"pytest-llmbench load generator bench: server {url} ({'mock, own process' if proc else 'external'}), "
           f"event loop {loop}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (shared machine: figures are noisy)")
     try:
         if args.workers:
-            (uvloop.run if loop == "uvloop" else asyncio.run)(workers_bench(url, args))
+            run(workers_bench(url, args))
+            return
+        if args.targets:
+            targets(url, args)
+            return
+        if args.pacers:
+            run(pacers_bench(url, args))
             return
         for t in (TRANSPORTS if args.transport == "all" else (args.transport,)):
             print(f"transport: {t}")

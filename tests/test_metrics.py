@@ -14,6 +14,7 @@ import pytest
 from factories import MS, make_record
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
+from pytest_llmbench.measure import registry
 from pytest_llmbench.measure.metrics import (
     DEFINITIONS,
     RequestSLO,
@@ -338,6 +339,18 @@ def test_send_lag_and_schedule_latency() -> None:
     # end - intended: 100 - 10 = 90 ms; 150 - 20 = 130 ms
     assert m.per_request["schedule_latency"] == approx([0.090, 0.130])
     assert "send_lag" not in summarize([make_record(0, chunks=[100])]).distributions
+
+
+def test_schedule_lag_and_submit_lag_are_named_apart() -> None:
+    """schedule lag = hand-over (queued) - intended; submit lag (``send_lag``, alias ``submit_lag``) =
+    sent (T_submit) - intended; a record without a hand-over stamp (format < 2.0) uses sent."""
+    run = [make_record(0, sent=12, chunks=[100], intended_ns=10 * MS, queued_ns=11 * MS),
+           make_record(1, sent=35, chunks=[150], intended_ns=20 * MS)]
+    m = summarize(run)
+    assert m.per_request["schedule_lag"] == approx([0.001, 0.015])
+    assert m.per_request["send_lag"] == approx([0.002, 0.015])
+    assert registry.lookup("submit_lag").name == "send_lag" and registry.lookup("schedule_lag").title == "Schedule lag"
+    assert "schedule_lag" not in summarize([make_record(0, chunks=[100])]).distributions
 
 
 def test_usage_discrepancy_and_osl_mismatch() -> None:

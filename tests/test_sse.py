@@ -64,15 +64,25 @@ def reference_parse(text: str) -> list[SSEEvent]:
     return events
 
 
-def feed_in_pieces(payload: bytes, cuts: list[int]) -> list[SSEEvent]:
+def _in_pieces(payload: bytes, cuts: list[int], method: str) -> list:
     p = SSEParser()
-    out: list[SSEEvent] = []
+    feed = getattr(p, method)
+    out: list = []
     prev = 0
     for c in sorted(set(cuts)) + [len(payload)]:
-        out += p.feed(payload[prev:c])
+        out += feed(payload[prev:c])
         prev = c
     p.close()
     return out
+
+
+def feed_in_pieces(payload: bytes, cuts: list[int]) -> list[SSEEvent]:
+    return _in_pieces(payload, cuts, "feed")
+
+
+def data_in_pieces(payload: bytes, cuts: list[int]) -> list[str]:
+    """What :meth:`SSEParser.feed_data` (the client's per-read pass) returns over the same reads."""
+    return _in_pieces(payload, cuts, "feed_data")
 
 
 # --- unit cases ---------------------------------------------------------------------------------
@@ -183,6 +193,7 @@ def test_any_split_gives_the_same_events_as_the_reference(payload: bytes, data: 
     expected = reference_parse(payload.decode())
     assert parse_sse(payload) == expected
     assert feed_in_pieces(payload, cuts) == expected
+    assert data_in_pieces(payload, cuts) == [e.data for e in expected]
 
 
 @settings(deadline=None, max_examples=300)
@@ -191,6 +202,7 @@ def test_arbitrary_text_matches_reference(text: str, data: st.DataObject) -> Non
     payload = text.encode()
     cuts = data.draw(st.lists(st.integers(0, len(payload)), max_size=10))
     assert feed_in_pieces(payload, cuts) == reference_parse(text)
+    assert data_in_pieces(payload, cuts) == [e.data for e in reference_parse(text)]
 
 
 @settings(deadline=None, max_examples=300)
@@ -202,8 +214,11 @@ def test_arbitrary_bytes_give_events_or_sse_error_only(payload: bytes, data: st.
     except SSEError:
         with pytest.raises(SSEError):
             feed_in_pieces(payload, cuts)
+        with pytest.raises(SSEError):
+            data_in_pieces(payload, cuts)
         return
     assert feed_in_pieces(payload, cuts) == whole
+    assert data_in_pieces(payload, cuts) == [e.data for e in whole]
 
 
 # --- real llama.cpp captures -----------------------------------------------------------------------
@@ -219,6 +234,7 @@ def test_captures_parse_identically_under_any_split(name: str) -> None:
     assert events == reference_parse(payload.decode())
     for step in (1, 7, 64, 1000):
         assert feed_in_pieces(payload, list(range(step, len(payload), step))) == events
+        assert data_in_pieces(payload, list(range(step, len(payload), step))) == [e.data for e in events]
     body = [e.data for e in events]
     native = name.startswith("llama-server_native")
     if not native:
@@ -262,3 +278,19 @@ def test_events_before_invalid_utf8_in_the_same_read_are_kept() -> None:
             got += p.feed(stream[cut:])
             p.close()
         assert got == [SSEEvent('{"a":1}')], cut
+
+
+def test_feed_data_keeps_the_order_and_count_of_one_reads_events() -> None:
+    """One read with fast-path events, a comment, a multi-line event, an ``event:`` field and an
+    empty block between them: every event's data comes back once, in the order sent."""
+    p = SSEParser()
+    read = (b'data: {"i":0}\n\n: keep-alive\n\ndata: {"i":1}\n\ndata: a\ndata: b\n\n\n\n'
+            b'event: note\ndata: {"i":2}\n\nid: 7\n\ndata: {"i":3}\n\ndata: {"i"')
+    assert p.feed_data(read) == ['{"i":0}', '{"i":1}', "a\nb", '{"i":2}', '{"i":3}']
+    assert p.events == 5 and p.comments == 1 and p.last_event_id == "7" and p.partial
+    assert p.feed_data(b':4}\n\ndata: [DONE]\n\n') == ['{"i":4}', "[DONE]"]
+    good, bad = b'data: {"a":1}\n\n', b'data: {"b":" \xe2\x82\xff"}\n\n'
+    p = SSEParser()
+    assert p.feed_data(good + bad) == ['{"a":1}']  # the events before an invalid byte first ...
+    with pytest.raises(SSEDecodeError, match="invalid UTF-8"):
+        p.feed_data(b"data: more\n\n")  # ... then the error

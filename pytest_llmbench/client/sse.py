@@ -11,14 +11,15 @@ raises :class:`SSEDecodeError` (the client records it as ``parse``). Events comp
 invalid byte are still returned, whether or not one read also carried the invalid byte (how writes
 coalesce into reads depends on timing): the error is then raised by the next ``feed`` or ``close``.
 
-This is the hot path: one :meth:`SSEParser.feed` per socket read, with a fast path for the
-common ``data: <json>\\n\\n`` event and no per-byte Python loop.
+This is the hot path: one :meth:`SSEParser.feed` (or :meth:`SSEParser.feed_data`, the data
+strings only, what the client reads) per socket read, with a fast path for the common
+``data: <json>\\n\\n`` event and no per-byte Python loop.
 """
 
 from __future__ import annotations
 
 import codecs
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 __all__ = ["SSEDecodeError", "SSEError", "SSEEvent", "SSEParser", "parse_sse"]
 
@@ -40,6 +41,16 @@ class SSEEvent(NamedTuple):
 
 
 _DEFAULT_MAX_EVENT_CHARS = 64 * 1024 * 1024
+_T = TypeVar("_T")
+
+
+class _Invalid(Exception):
+    """A read with invalid UTF-8: the valid ``prefix`` to parse first, then ``error``."""
+
+    def __init__(self, prefix: bytes, error: SSEDecodeError) -> None:
+        self.prefix = prefix
+        self.error = error
+
 _new = tuple.__new__  # builds an SSEEvent without the namedtuple constructor's Python frame
 
 
@@ -83,51 +94,15 @@ class SSEParser:
     # -- public API ------------------------------------------------------------------------
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume one read; return the events it completed (possibly none, possibly several)."""
-        if self._error is not None:
-            raise self._error
         try:
-            text = self._decoder.decode(chunk)
-        except UnicodeDecodeError as exc:
-            error = SSEDecodeError(f"invalid UTF-8 in SSE stream: {exc.reason} at byte {exc.start}")
-            pending = self._decoder.getstate()[0]  # bytes of a character begun in an earlier read
-            self._decoder.reset()
-            events = self.feed((pending + chunk)[: exc.start])  # valid: decodes whole
-            if not events:
-                raise error from None
-            self._error = error  # the events before the invalid byte first, then the error
-            return events
-        if not text:
-            return []
-        if not self._started:
-            self._started = True
-            if text[0] == "\ufeff":
-                text = text[1:]
-                if not text:
-                    return []
-        if self._skip_lf:
-            self._skip_lf = False
-            if text[0] == "\n":
-                text = text[1:]
-                if not text:
-                    return []
-        if "\r" in text:
-            if text[-1] == "\r":
-                self._skip_lf = True
-            text = text.replace("\r\n", "\n").replace("\r", "\n")
-        if self._buf:
-            buf = self._buf + text
-            pos = buf.find("\n\n", self._searched - 1 if self._searched else 0)
-        else:
-            buf = text
-            pos = buf.find("\n\n")
-        if pos < 0:
-            if len(buf) > self._max:
-                raise SSEError(f"SSE event longer than {self._max} characters without a blank line")
-            self._buf = buf
-            self._searched = len(buf)
+            buf = self._complete(chunk)
+        except _Invalid as bad:
+            return self._defer(bad, self.feed(bad.prefix))
+        if buf is None:
             return []
         out: list[SSEEvent] = []
         start = 0
+        pos = buf.find("\n\n")
         while pos >= 0:
             block = buf[start:pos]
             start = pos + 2
@@ -138,11 +113,32 @@ class SSEParser:
                 if ev is not None:
                     out.append(ev)
             pos = buf.find("\n\n", start)
-        rest = buf[start:]
-        if len(rest) > self._max:
-            raise SSEError(f"SSE event longer than {self._max} characters without a blank line")
-        self._buf = rest
-        self._searched = len(rest)
+        self._keep(buf[start:])
+        self.events += len(out)
+        return out
+
+    def feed_data(self, chunk: bytes) -> list[str]:
+        """As :meth:`feed`, but only the data of each completed event, in order, in one pass over
+        the read: one split, and the common ``data: <json>`` events need no call of their own. A
+        read's events all arrived with that read (the caller stamps them with its one clock read)."""
+        try:
+            buf = self._complete(chunk)
+        except _Invalid as bad:
+            return self._defer(bad, self.feed_data(bad.prefix))
+        if buf is None:
+            return []
+        blocks = buf.split("\n\n")
+        self._keep(blocks.pop())
+        out = [b[6:] for b in blocks if b[:6] == "data: " and "\n" not in b]
+        if len(out) != len(blocks):  # a comment, a field other than data, a multi-line or empty block
+            out = []
+            for block in blocks:
+                if block[:6] == "data: " and "\n" not in block:
+                    out.append(block[6:])
+                elif block:
+                    ev = self._parse_block(block)
+                    if ev is not None:
+                        out.append(ev.data)
         self.events += len(out)
         return out
 
@@ -166,6 +162,62 @@ class SSEParser:
         return bool(self._buf.strip("\n"))
 
     # -- internals -------------------------------------------------------------------------
+    def _complete(self, chunk: bytes) -> str | None:
+        """The buffered text and this read, decoded and LF-normalised, when it holds at least one
+        complete event (a blank line); else None, the text kept. Raises :class:`_Invalid` on bytes
+        that are not UTF-8."""
+        if self._error is not None:
+            raise self._error
+        try:
+            text = self._decoder.decode(chunk)
+        except UnicodeDecodeError as exc:
+            error = SSEDecodeError(f"invalid UTF-8 in SSE stream: {exc.reason} at byte {exc.start}")
+            pending = self._decoder.getstate()[0]  # bytes of a character begun in an earlier read
+            self._decoder.reset()
+            raise _Invalid((pending + chunk)[: exc.start], error) from None  # the prefix decodes whole
+        if not text:
+            return None
+        if not self._started:
+            self._started = True
+            if text[0] == "\ufeff":
+                text = text[1:]
+                if not text:
+                    return None
+        if self._skip_lf:
+            self._skip_lf = False
+            if text[0] == "\n":
+                text = text[1:]
+                if not text:
+                    return None
+        if "\r" in text:
+            if text[-1] == "\r":
+                self._skip_lf = True
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        if self._buf:
+            buf = self._buf + text
+            pos = buf.find("\n\n", self._searched - 1 if self._searched else 0)
+        else:
+            buf = text
+            pos = buf.find("\n\n")
+        if pos < 0:
+            self._keep(buf)
+            return None
+        return buf
+
+    def _keep(self, rest: str) -> None:
+        """Buffer the text of an event not complete yet."""
+        if len(rest) > self._max:
+            raise SSEError(f"SSE event longer than {self._max} characters without a blank line")
+        self._buf = rest
+        self._searched = len(rest)
+
+    def _defer(self, bad: _Invalid, events: list[_T]) -> list[_T]:
+        """The events completed before an invalid byte first, the error at the next call."""
+        if not events:
+            raise bad.error from None
+        self._error = bad.error
+        return events
+
     def _parse_block(self, block: str) -> SSEEvent | None:
         data: list[str] = []
         event_type = ""

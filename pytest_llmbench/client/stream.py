@@ -2,7 +2,8 @@
 JSON body; usage, finish reason, refusals and in-stream errors (§4.2.6, §4.8.1).
 
 Every chunk is stamped with ``time.perf_counter_ns()`` at the read that completed its ``data:``
-event (one clock read per socket read). The first token is the first chunk whose *content* has a
+event (one clock read per socket read; the events of one read are parsed in one pass and all carry
+that read's stamp, never a later one). The first token is the first chunk whose *content* has a
 non-whitespace character (``records.TTFT_RULE``, §5.1.3.1). Per-chunk token counts are assigned
 after the stream ends by tokenizing the joined output once (:func:`assign_chunk_tokens`, §4.6.3).
 A server's own extensions of a streamed object (llama.cpp ``timings``, the simulator's
@@ -175,17 +176,21 @@ class ResponseReader:
             rec.usage = obj["usage"]
 
     async def read_stream(self, resp: Response, rec: RequestRecord) -> None:
-        """The hot path: read, time, parse, record. One clock read per socket read (App. B.1.1)."""
+        """The hot path, one pass per read: read, one clock read, the read's events parsed at once
+        and recorded with that read's stamp, the time they arrived (App. B.1.1)."""
         parser = SSEParser()
-        feed = parser.feed
+        feed = parser.feed_data
         read = resp.read_chunk
         clock = time.perf_counter_ns
         _loads = loads
         chat = self.chat
         metadata_keys = self.metadata_keys
+        metadata = self._metadata
         ns_app = rec.chunk_ns.append
         text_app = rec.chunk_text.append
         reas_app = rec.chunk_reasoning.append
+        usage_app = rec.chunk_usage_tokens.append
+        first_token = rec.first_token_ns is not None
         done = False
         events_seen = 0
         while True:
@@ -199,8 +204,7 @@ class ResponseReader:
             if rec.first_chunk_ns is None:
                 rec.first_chunk_ns = now
             events_seen += len(events)
-            for ev in events:
-                d = ev.data
+            for d in events:
                 if d == "[DONE]":
                     if not done:
                         done = True
@@ -210,15 +214,19 @@ class ResponseReader:
                 if type(obj) is not dict:
                     raise TransportError(ErrorType.PARSE, f"SSE data is not a JSON object: {d[:80]!r}")
                 choices = obj.get("choices")
+                usage = obj.get("usage")  # "usage": null rides on every chunk with include_usage
                 if choices:
                     c = choices[0]
                     if chat:
                         delta = c.get("delta")
                         if delta:
                             content = delta.get("content") or ""
-                            reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
-                            if delta.get("refusal"):  # OpenAI: the refusal streams instead of content
-                                rec.refusal = (rec.refusal or "") + delta["refusal"]
+                            if content and len(delta) == 1:  # the common delta: content alone
+                                reasoning = ""
+                            else:
+                                reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                                if delta.get("refusal"):  # OpenAI: the refusal streams instead of content
+                                    rec.refusal = (rec.refusal or "") + delta["refusal"]
                         else:
                             content = reasoning = ""
                     else:
@@ -227,19 +235,19 @@ class ResponseReader:
                     ns_app(now)
                     text_app(content)
                     reas_app(reasoning)
-                    if rec.first_token_ns is None and content and not content.isspace():
+                    if not first_token and content and not content.isspace():
+                        first_token = True
                         rec.first_token_ns = now
                     fr = c.get("finish_reason")
                     if fr:
                         rec.finish_reason = fr
-                    usage = obj.get("usage")
                     if usage:  # continuous usage stats: the running output count on this chunk (§4.4)
                         ct = usage.get("completion_tokens")
                         if type(ct) is int:
-                            rec.chunk_usage_tokens.append(ct)
-                # metadata is rare; "usage": null rides on every chunk with include_usage
-                if not choices or obj.get("usage") or not metadata_keys.isdisjoint(obj):
-                    self._metadata(obj, rec)
+                            usage_app(ct)
+                # metadata is rare: a usage-only chunk, an error, a server's extension keys
+                if not choices or usage or not metadata_keys.isdisjoint(obj):
+                    metadata(obj, rec)
         parser.close()
         if rec.end_ns is None:
             rec.end_ns = clock()

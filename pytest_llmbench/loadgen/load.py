@@ -4,8 +4,11 @@ Open loop: arrival times are computed ahead from (distribution, rate, seed) and 
 sent at its absolute scheduled time; a request is never sent "after the previous one", so a slow
 response cannot delay a later submission (§4.2.5). Each record carries ``intended_ns`` (the
 schedule), ``queued_ns`` (the hand-over to the transport) and ``sent_ns`` (T_submit, the last
-request byte written, App. B.1.1): send lag = queued − intended, service latency starts at
-``sent_ns`` and schedule-relative latency at ``intended_ns`` (coordinated omission stays visible).
+request byte written, App. B.1.1). Two lags are kept apart: the *schedule lag* = queued − intended
+(the client's own pacing and loop) and the *submit lag* = sent − intended (that plus connection
+set-up and the request write). Service latency starts at ``sent_ns`` and schedule-relative
+latency at ``intended_ns`` (coordinated omission stays visible). The dispatcher waits on a
+:mod:`pacer` (a kernel timer where there is one) that costs no CPU between sends.
 
 Closed loop: exactly N requests are held in flight; each completion is replaced at once
 (§4.2.4). ``intended_ns`` is then the moment the slot became free, so queued − intended is the
@@ -33,6 +36,7 @@ import numpy as np
 
 from ..client import LLMClient
 from ..common.records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
+from .pacer import PACERS, Pacer, make_pacer
 from .selfcheck import ClientDelay
 
 __all__ = [
@@ -146,7 +150,7 @@ class ClosedLoop:
 class SelfCheck:
     """Thresholds above which the client is taken to be saturated and the run invalid.
 
-    ``max_send_lag_p99_ms``: open-loop p99 of sent − intended. ``max_loop_delay_p99_ms``: p99
+    ``max_send_lag_p99_ms``: open-loop p99 of the schedule lag (hand-over − intended). ``max_loop_delay_p99_ms``: p99
     of the event-loop delay, measured by a task that sleeps ``probe_interval_ms`` and records
     how late it wakes (a busy loop reads chunks late and inflates every latency). Checks need
     at least ``min_samples`` samples.
@@ -226,12 +230,19 @@ class LoadResult:
     concurrency_mean: float  # time-weighted mean in flight over the send window
     concurrency_max: int
     concurrency_samples: list[tuple[int, int]]  # (ns since start, in flight)
-    send_lag: LagStats
+    send_lag: LagStats  # the schedule lag, hand-over − intended (stored as "send_lag"; see schedule_lag)
     loop_delay: LagStats
     valid: bool
     invalid_reason: str | None
     self_check: SelfCheck = field(default_factory=SelfCheck)
     client_delay: ClientDelay | None = None  # the client's own delay while receiving (selfcheck.py)
+    submit_lag: LagStats | None = None  # sent (T_submit) − intended; None where not computed (merged shards)
+    pacer: str | None = None  # the open loop's pacer (pacer.py)
+
+    @property
+    def schedule_lag(self) -> LagStats:
+        """Hand-over to the transport − intended send time: the client's own pacing (§4.2.5)."""
+        return self.send_lag
 
     @property
     def duration_s(self) -> float:
@@ -248,7 +259,7 @@ class LoadResult:
                 "phase", "load_model", "parameters", "transport", "start_ns", "send_end_ns",
                 "end_ns", "sent", "completed", "ok", "cancelled", "errors", "output_tokens",
                 "requested_rate", "achieved_rate", "completion_rate", "concurrency_target",
-                "concurrency_mean", "concurrency_max", "valid", "invalid_reason",
+                "concurrency_mean", "concurrency_max", "valid", "invalid_reason", "pacer",
             )
         }
         d["clock_anchor"] = asdict(self.clock_anchor)
@@ -256,7 +267,9 @@ class LoadResult:
         d["end_iso"] = self.clock_anchor.iso(self.end_ns)
         d["duration_s"] = self.duration_s
         d["concurrency_samples"] = [list(s) for s in self.concurrency_samples]
-        d["send_lag"] = asdict(self.send_lag)
+        d["send_lag"] = asdict(self.send_lag)  # the name stored documents read: the schedule lag
+        d["schedule_lag"] = d["send_lag"]
+        d["submit_lag"] = asdict(self.submit_lag) if self.submit_lag is not None else None
         d["loop_delay"] = asdict(self.loop_delay)
         d["self_check"] = asdict(self.self_check)
         d["client_delay"] = self.client_delay.to_json() if self.client_delay is not None else None
@@ -369,7 +382,8 @@ class _Runner:
         self.progress = LoadProgress()
         self.records: list[RequestRecord] = []
         self.errors: collections.Counter[str] = collections.Counter()
-        self.lags: list[int] = []
+        self.lags: list[int] = []  # schedule lag: hand-over − intended
+        self.submit_lags: list[int] = []  # submit lag: sent (T_submit) − intended
         self.loop_delays: list[int] = []
         self.receive_delays: list[int] = []
         self.cpu_start_s = 0.0
@@ -386,6 +400,7 @@ class _Runner:
         self.callback_error: BaseException | None = None
         self.start_ns = 0
         self.stopped = False
+        self.pacer_name: str | None = None
 
     # -- bookkeeping (hot path: counters and a deque append only) --------------------------
     def _change(self, delta: int) -> None:
@@ -460,6 +475,7 @@ class _Runner:
                 p.output_tokens += out
             if rec.intended_ns is not None and rec.sent_ns:
                 self.lags.append(rec.handoff_ns - rec.intended_ns)
+                self.submit_lags.append(rec.sent_ns - rec.intended_ns)
             if self.sink is not None:
                 self.sink.write(rec)
             if self.keep:
@@ -499,31 +515,58 @@ class _Runner:
                 self.samples.append((t1 - self.start_ns, self.inflight))
 
     # -- the two load models ----------------------------------------------------------------
-    async def _dispatch_open(self, arrival: ArrivalProcess, spin_ns: int, tasks: set[asyncio.Task[None]]) -> None:
+    async def _dispatch_open(self, arrival: ArrivalProcess, pacer: Pacer, tasks: set[asyncio.Task[None]]) -> None:
         clock = time.perf_counter_ns
-        sleep = asyncio.sleep
         offsets = arrival.offsets_ns()
-        start = self.start_ns
-        for off in offsets:
-            if self.duration_ns is not None and off >= self.duration_ns:
-                # the send window is the whole duration, even if the next arrival falls after it
-                rest = start + self.duration_ns - clock()
-                if rest > 0:
-                    await sleep(rest / 1e9)
-                return
-            t = start + off
-            spec = self._next_spec(t)
-            if spec is None:
-                return
-            while True:
-                wait = t - clock()
-                if wait <= 0:
-                    break
-                await sleep((wait - spin_ns) / 1e9 if wait > spin_ns else 0)
-            task = asyncio.create_task(self._one(spec, t))
-            self.progress.sent += 1
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
+        start, duration = self.start_ns, self.duration_ns
+        progress, one, next_spec = self.progress, self._one, self._next_spec
+        create_task = asyncio.create_task
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()  # True: ended by the duration
+        pending: list[Any] = []  # (intended ns, spec) of the next send
+
+        def step() -> None:
+            """Send what is due, then arm the pacer for the next send. It runs in the pacer's own
+            callback (a timerfd's: in the loop's poll), so a request task is created as the timer
+            fires, not a loop turn later in a dispatcher task woken by it."""
+            try:
+                while True:
+                    if pending:
+                        t, spec = pending
+                        if t > clock():
+                            pacer.call_at(t, step)
+                            return
+                        pending.clear()
+                        task = create_task(one(spec, t))
+                        progress.sent += 1
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                    off = next(offsets, None)
+                    if off is None:  # a finite schedule (a shard's share of one) ran out
+                        done.set_result(False)
+                        return
+                    if duration is not None and off >= duration:
+                        done.set_result(True)
+                        return
+                    t = start + off
+                    spec = next_spec(t)
+                    if spec is None:
+                        done.set_result(False)
+                        return
+                    pending[:] = (t, spec)
+            except Exception as exc:  # a bug, or the specs iterator failed: end the run with it
+                if not done.done():
+                    done.set_exception(exc if not isinstance(exc, StopIteration) else RuntimeError(repr(exc)))
+
+        step()
+        try:
+            by_duration = await done
+        finally:
+            pacer.cancel()
+        if by_duration and duration is not None:
+            # the send window is the whole duration, even if the next arrival falls after it
+            rest = start + duration - clock()
+            if rest > 0:
+                await asyncio.sleep(rest / 1e9)
 
     async def _worker(self) -> None:
         free_ns = self.start_ns
@@ -535,8 +578,8 @@ class _Runner:
             await self._one(spec, free_ns)
             free_ns = time.perf_counter_ns()
 
-    async def run(self, load: OpenLoop | ClosedLoop, *, spin_ms: float = 1.5, gc_freeze: bool = True,
-                  start_ns: int | None = None) -> LoadResult:
+    async def run(self, load: OpenLoop | ClosedLoop, *, pacer: str | Pacer = "auto", spin_ms: float = 1.5,
+                  gc_freeze: bool = True, start_ns: int | None = None) -> LoadResult:
         loop_tasks: set[asyncio.Task[None]] = set()
         anchor = ClockAnchor.now()
         self.cpu_start_s = _cpu_time()
@@ -549,7 +592,13 @@ class _Runner:
         try:
             if isinstance(load, OpenLoop):
                 running = loop_tasks
-                await self._dispatch_open(load.arrival, int(spin_ms * 1e6), loop_tasks)
+                p = make_pacer(pacer, spin_ms=spin_ms, clock=time.perf_counter_ns) if isinstance(pacer, str) else pacer
+                self.pacer_name = p.name
+                try:
+                    await self._dispatch_open(load.arrival, p, loop_tasks)
+                finally:
+                    if p is not pacer:  # made here: closed here (a timerfd)
+                        p.close()
             else:
                 workers = {asyncio.create_task(self._worker()) for _ in range(load.concurrency)}
                 running = workers
@@ -597,6 +646,7 @@ class _Runner:
             achieved = p.sent / (window / 1e9)
         completion_rate = p.ok / ((end - self.start_ns) / 1e9) if end > self.start_ns else None
         send_lag = LagStats.of_ns(self.lags)
+        submit_lag = LagStats.of_ns(self.submit_lags)
         loop_delay = LagStats.of_ns(self.loop_delays)
         client_delay = ClientDelay.of_samples(self.receive_delays, self.loop_delays,
                                               _cpu_time() - self.cpu_start_s, (end - self.start_ns) / 1e9)
@@ -604,7 +654,7 @@ class _Runner:
         if isinstance(load, OpenLoop) and send_lag.n >= self.check.min_samples:
             if send_lag.p99_ms is not None and send_lag.p99_ms > self.check.max_send_lag_p99_ms:
                 reasons.append(
-                    f"client saturated: send-lag p99 {send_lag.p99_ms:.2f} ms > "
+                    f"client saturated: send-lag (schedule lag) p99 {send_lag.p99_ms:.2f} ms > "
                     f"{self.check.max_send_lag_p99_ms} ms (§4.2.5)"
                 )
         if loop_delay.n >= self.check.min_samples and loop_delay.p99_ms is not None:
@@ -656,6 +706,8 @@ class _Runner:
             invalid_reason="; ".join(reasons) or None,
             self_check=self.check,
             client_delay=client_delay,
+            submit_lag=submit_lag,
+            pacer=self.pacer_name,
         )
 
 
@@ -671,7 +723,8 @@ async def run_load(
     on_record: Callable[[RequestRecord], None] | None = None,
     sink: RecordSink | None = None,
     keep_records: bool = True,
-    spin_ms: float = 1.5,
+    pacer: str | Pacer = "auto",
+    spin_ms: float | None = None,
     gc_freeze: bool = True,
     start_ns: int | None = None,
 ) -> LoadResult:
@@ -680,9 +733,11 @@ async def run_load(
     ``specs`` may be a list or any iterator (e.g. ``itertools.cycle(specs)`` with a duration).
     ``on_record`` is called once per finished record, from a collector task, off the submission
     path (use it for live progress); ``sink.write`` receives every record as it completes
-    (``storage.RunWriter``); ``keep_records=False`` keeps memory bounded. ``spin_ms``: the open
-    loop sleeps until this close to a send time, then yields to the loop until it is due
-    (timer sleeps alone are only millisecond-accurate). If ``on_record`` raises, the run
+    (``storage.RunWriter``); ``keep_records=False`` keeps memory bounded. ``pacer``: how the open
+    loop waits for each send time (pacer.py: ``"auto"`` picks a kernel timerfd where there is one,
+    else a loop timer to the due time minus its measured wake-up error; ``"spin"`` is the previous
+    yield-spin for the last ``spin_ms``); a given ``spin_ms`` alone selects ``"spin"`` (``spin_ms=0``:
+    the loop timer alone). If ``on_record`` raises, the run
     still completes and the exception is raised at the end. ``gc_freeze`` keeps the cyclic
     garbage collector from walking the growing set of live records during the run (full
     collections otherwise stall the loop for tens of ms and show up as send lag); cyclic
@@ -708,7 +763,12 @@ async def run_load(
         sink=sink,
         keep_records=keep_records,
     )
-    result = await runner.run(load, spin_ms=spin_ms, gc_freeze=gc_freeze, start_ns=start_ns)
+    if isinstance(pacer, str) and pacer not in PACERS:
+        raise ValueError(f"pacer must be one of {PACERS}, got {pacer!r}")
+    if spin_ms is not None and pacer == "auto":
+        pacer = "spin"
+    result = await runner.run(load, pacer=pacer, spin_ms=1.5 if spin_ms is None else spin_ms, gc_freeze=gc_freeze,
+                              start_ns=start_ns)
     if runner.callback_error is not None:
         raise runner.callback_error
     return result

@@ -111,7 +111,7 @@ _STEADY_SCALARS = frozenset({m.name for m in registry.METRICS.values()
 # per-request columns summarised as distributions: always present / present when defined
 _CORE = ("ttft", "ttft_any_chunk", "ttst", "e2e", "tpot", "jitter", "max_pause",
          "output_tps_per_request", "normalized_latency", "isl", "osl")
-_OPTIONAL = ("ttft_incl_reasoning", "ttfo", "prefill_tps_per_request", "send_lag",
+_OPTIONAL = ("ttft_incl_reasoning", "ttfo", "prefill_tps_per_request", "send_lag", "schedule_lag",
              "schedule_latency", "queue_wait", "prefill", "fluidity", "user_idle_latency",
              "input_usage_diff_pct", "output_usage_diff_pct", "osl_mismatch_pct", "aiperf_itl",
              "output_tps_per_user")
@@ -327,6 +327,7 @@ class _Rows:
     first_tok: np.ndarray
     first_chunk: np.ndarray
     intended: np.ndarray
+    handoff: np.ndarray  # queued_ns (hand-over to the transport), sent_ns in records without it
     isl: np.ndarray
     max_tokens: np.ndarray
     in_client: np.ndarray
@@ -373,6 +374,7 @@ class _Rows:
             first_tok=np.array([rel(r.first_token_ns) for r in recs]),
             first_chunk=np.array([rel(r.first_chunk_ns) for r in recs]),
             intended=np.array([rel(r.intended_ns) for r in recs]),
+            handoff=np.array([rel(r.handoff_ns) for r in recs]),
             isl=np.array([r.input_tokens for r in recs], dtype=np.float64),
             max_tokens=np.array([r.max_tokens for r in recs], dtype=np.float64),
             in_client=np.array([_f(r.input_tokens_client) for r in recs]),
@@ -460,7 +462,8 @@ def _latency_columns(rows: _Rows, ch: _Chunks, osl: np.ndarray) -> dict[str, np.
             "output_tps_per_request": np.where((osl > 0) & (e2e > 0), osl / e2e, _NAN),
             "prefill_tps_per_request": np.where(ttft > 0, isl / ttft, _NAN),
             "normalized_latency": np.where(osl > 0, e2e / osl, _NAN),
-            "send_lag": (sent_f - rows.intended) * _NS,
+            "send_lag": (sent_f - rows.intended) * _NS,  # the submit lag (registry alias submit_lag)
+            "schedule_lag": (rows.handoff - rows.intended) * _NS,
             "schedule_latency": np.where(rows.has_end, (rows.end - rows.intended) * _NS, _NAN) * okf,
             "input_usage_diff_pct": np.where(rows.in_client > 0, (rows.in_server - rows.in_client)
                                              / rows.in_client * 100.0, _NAN),
@@ -580,7 +583,7 @@ def _columns(rows: _Rows, osl: np.ndarray, lat: dict[str, np.ndarray], itl: _Itl
         **itl.per_request,
         "isl": rows.isl, "osl": osl, "max_tokens": rows.max_tokens,
         **{k: lat[k] for k in ("output_tps_per_request", "prefill_tps_per_request", "normalized_latency",
-                               "send_lag", "schedule_latency", "input_usage_diff_pct", "output_usage_diff_pct",
+                               "send_lag", "schedule_lag", "schedule_latency", "input_usage_diff_pct", "output_usage_diff_pct",
                                "osl_mismatch_pct")},
         "queue_wait": srv["queue_ns"] * _NS, "prefill": srv["prefill_ns"] * _NS,
         "preemptions": srv["preemptions"], "preempted_tokens": srv["preempted_tokens"],
@@ -599,7 +602,7 @@ def _distributions(columns: dict[str, np.ndarray], rows: _Rows, ch: _Chunks, itl
 
     dists: dict[str, Distribution] = {name: dist(name, columns[name][ok], UNITS[name]) for name in _CORE}
     for name in _OPTIONAL:
-        vals = columns[name][np.ones(n, dtype=bool) if name in ("send_lag", "user_idle_latency") else ok]
+        vals = columns[name][np.ones(n, dtype=bool) if name in ("send_lag", "schedule_lag", "user_idle_latency") else ok]
         if np.count_nonzero(~np.isnan(vals)):
             dists[name] = dist(name, vals, UNITS[name])
     samples = itl.samples

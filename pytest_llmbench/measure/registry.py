@@ -276,8 +276,11 @@ _ALL: tuple[Metric, ...] = (
     _d("prefill_tps_per_request", "Per-request prefill rate", "tokens/s", "higher", "ISL / TTFT", "AIPerf"),
     _d("normalized_latency", "Normalized latency", "s/token", "lower", "E2E / OSL", "§5.6.4", slo=True,
        per_token=True),
-    _d("send_lag", "Send lag", "s", "lower", "sent - intended (open loop schedule lag, §4.2.5); every sent "
-       "request", "§4.2.5", slo=True),
+    _d("send_lag", "Submit lag", "s", "lower", "sent (T_submit) - intended: the schedule lag plus connection set-up "
+       "and the request write (open loop, §4.2.5, App. B.1.1); every sent request", "§4.2.5", slo=True,
+       aliases=("submit_lag",)),
+    _d("schedule_lag", "Schedule lag", "s", "lower", "hand-over to the transport (queued) - intended: the client's "
+       "own pacing (open loop, §4.2.5); every sent request", "§4.2.5", slo=True),
     _d("schedule_latency", "Schedule latency", "s", "lower", "end - intended (open loop latency from the "
        "schedule, free of coordinated omission)", "§4.2.5", slo=True),
     _d("input_usage_diff_pct", "Input usage difference", "%", "neutral", "(server prompt tokens - client "

@@ -1,0 +1,90 @@
+"""The client's per-read pass (client/stream.py ``read_stream``): the events of one read keep their
+order and count and all carry that read's arrival stamp (App. B.1.1), never a later one."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from factories import make_record
+
+from pytest_llmbench.client import stream as stream_mod
+from pytest_llmbench.client.config import ClientConfig
+from pytest_llmbench.client.errors import TransportError
+from pytest_llmbench.client.stream import ResponseReader
+from pytest_llmbench.common.records import ErrorType, RequestRecord
+from pytest_llmbench.sut.adapters import GENERIC
+
+
+def event(content: str | None = None, *, finish: str | None = None, usage: dict | None = None, **delta_extra) -> bytes:
+    delta = {} if content is None else {"content": content}
+    delta.update(delta_extra)
+    choices = [] if usage is not None else [{"index": 0, "delta": delta, "finish_reason": finish}]
+    return b"data: " + json.dumps({"id": "x", "choices": choices, "usage": usage}).encode() + b"\n\n"
+
+
+class Reads:
+    status = 200
+    content_type = "text/event-stream"
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self.reads = iter(reads)
+
+    async def read_chunk(self) -> bytes:
+        return next(self.reads, b"")
+
+
+def record() -> RequestRecord:
+    """A record not read yet: no chunks, no end (the reader fills them)."""
+    return make_record(chunks=(), end_ns=None)
+
+
+@pytest.fixture
+def stamps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The reader's clock gives 1000, 2000, ...: one value per clock read, so a stamp tells which read took it."""
+    taken: list[int] = []
+    ticks = itertools.count(1000, 1000)
+
+    def clock() -> int:
+        taken.append(next(ticks))
+        return taken[-1]
+
+    monkeypatch.setattr(stream_mod, "time", type("T", (), {"perf_counter_ns": staticmethod(clock)}))
+    return taken
+
+
+async def test_events_of_one_read_keep_order_count_and_that_reads_stamp(stamps: list[int]) -> None:
+    a, b, c, d, e = (event(t) for t in ("A", " b", " c", " d", " e"))
+    reads = [
+        event("", role="assistant") + a + b,  # three events in one read: role-only, A, b
+        c + d[:10],  # c, and the start of d
+        d[10:] + e + event(None, finish="length"),  # d completed here: this read's stamp, not the first one's
+        event(usage={"prompt_tokens": 1, "completion_tokens": 5}) + b"data: [DONE]\n\n",
+    ]
+    rec = record()
+    await ResponseReader(ClientConfig(base_url="http://127.0.0.1:1/v1", model="m"), GENERIC).read_stream(Reads(reads), rec)
+    assert stamps[:4] == [1000, 2000, 3000, 4000]  # one clock read per socket read
+    assert rec.chunk_text == ["", "A", " b", " c", " d", " e", ""]
+    assert rec.chunk_ns == [1000, 1000, 1000, 2000, 3000, 3000, 3000]
+    assert rec.first_chunk_ns == 1000 and rec.first_token_ns == 1000 and rec.end_ns == 4000
+    assert rec.finish_reason == "length" and rec.usage == {"prompt_tokens": 1, "completion_tokens": 5}
+
+
+async def test_a_bad_event_keeps_the_chunks_timed_before_it_in_the_same_read(stamps: list[int]) -> None:
+    reads = [event("A"), event(" b") + b"data: [1]\n\n" + event(" c")]
+    rec = record()
+    reader = ResponseReader(ClientConfig(base_url="http://127.0.0.1:1/v1", model="m"), GENERIC)
+    with pytest.raises(TransportError) as err:
+        await reader.read_stream(Reads(reads), rec)
+    assert err.value.error_type is ErrorType.PARSE
+    assert rec.chunk_text == ["A", " b"] and rec.chunk_ns == [1000, 2000]
+
+
+async def test_reasoning_and_refusal_deltas_are_read_beside_content(stamps: list[int]) -> None:
+    reads = [event(None, reasoning_content="think") + event("x", reasoning="more") + event(None, refusal="no")
+             + b"data: [DONE]\n\n"]
+    rec = record()
+    await ResponseReader(ClientConfig(base_url="http://127.0.0.1:1/v1", model="m"), GENERIC).read_stream(Reads(reads), rec)
+    assert rec.chunk_text == ["", "x", ""] and rec.chunk_reasoning == ["think", "more", ""]
+    assert rec.refusal == "no" and rec.chunk_ns == [1000] * 3 and rec.first_token_ns == 1000

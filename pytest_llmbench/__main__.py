@@ -82,12 +82,12 @@ def _llama_server(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Command] = {
-    "init": ("write the suites, a conftest.py, a declarations file, pytest configuration and a CI workflow "
-             "into a repository (refuses to overwrite without --force)", _init_arguments, _init),
     "report": ("render report.md and report.html from a stored results.json", _report_arguments, _report),
-    "compare": ("compare stored runs (the first is the baseline), §6; exit 1 on a violated --fail rule",
+    "compare": ("compare stored runs (the first is the baseline), §6; exit 1 on a violated --fail rule, 3 on an unmet §6.1 MUST",
                 _passthrough, _compare),
     "history": ("list a test's stored runs over time and mark change points", _passthrough, _history),
+    "init": ("write the suites, a conftest.py, a declarations file, pytest configuration and a CI workflow "
+             "into a repository (refuses to overwrite without --force)", _init_arguments, _init),
     "llama-server": ("install (build) llama.cpp's llama-server with Gemma 3 270M, or serve it until Ctrl-C",
                      _passthrough, _llama_server),
 }

@@ -241,12 +241,13 @@ class ResponseReader:
                     fr = c.get("finish_reason")
                     if fr:
                         rec.finish_reason = fr
-                    if usage:  # continuous usage stats: the running output count on this chunk (§4.4)
+                    if usage:  # continuous usage stats (vLLM: every chunk): the running output count (§4.4)
+                        rec.usage = usage
                         ct = usage.get("completion_tokens")
                         if type(ct) is int:
                             usage_app(ct)
                 # metadata is rare: a usage-only chunk, an error, a server's extension keys
-                if not choices or usage or not metadata_keys.isdisjoint(obj):
+                if not choices or not metadata_keys.isdisjoint(obj):
                     metadata(obj, rec)
         parser.close()
         if rec.end_ns is None:

@@ -54,10 +54,13 @@ class Section6Verdict:
         """MUST items not met or needing a declaration."""
         return self._failing("MUST")
 
+    def _must61(self, status: str) -> list[Any]:
+        return [i for i in self._failing("MUST", status) if i.id.startswith("6.1-")]
+
     @property
     def must61_not_met(self) -> list[Any]:
         """6.1 MUSTs the evidence shows unmet: exit status 3."""
-        return [i for i in self._failing("MUST", "not met") if i.id.startswith("6.1-")]
+        return self._must61("not met")
 
     @property
     def unmet_should(self) -> list[Any]:
@@ -67,7 +70,7 @@ class Section6Verdict:
     @property
     def must61_undeclared(self) -> list[Any]:
         """6.1 MUSTs only a declaration can answer: a warning (exit status 3 with --require-section6)."""
-        return [i for i in self._failing("MUST", "needs declaration") if i.id.startswith("6.1-")]
+        return self._must61("needs declaration")
 
     @property
     def deviations(self) -> list[str]:

@@ -16,7 +16,7 @@ import time
 import numpy as np
 
 from pytest_llmbench.common.records import RequestRecord
-from pytest_llmbench.measure.metrics import summarize
+from pytest_llmbench.measure.summary import summarize
 
 
 def make_records(n_records: int, tokens: int, seed: int = 0) -> list[RequestRecord]:

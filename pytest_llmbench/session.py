@@ -355,7 +355,7 @@ def partial_result(proc: Procedure, params: Any, run_root: Path, profile: str,
     phase only; warm-up and probes never count); the note says why the procedure stopped.
     """
     from .common.storage import StorageError, iter_records
-    from .measure.metrics import summarize
+    from .measure.summary import summarize
 
     if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError)):
         why = f"interrupted ({signal_name or 'Ctrl-C'}) before the procedure finished"

@@ -66,12 +66,12 @@ def test_every_root_folder_and_module_has_a_layer() -> None:
 
 
 @pytest.mark.parametrize(("module", "line", "contract"), [
-    ("measure/metrics.py", "import pytest", "pytest only in the glue"),
+    ("measure/summary.py", "import pytest", "pytest only in the glue"),
     ("report/render.py", "from ..measure.stats import Estimate", "report renders a document"),
     ("simulator/engine.py", "from ..loadgen import load", "the package in layers"),
     ("sut/system.py", "from ..compliance import Declarations", "the package in layers"),
-    ("measure/metrics.py", "from ..client import LLMClient", "the package in layers"),
-    ("compliance/facts.py", "from ..measure import metrics", "compliance judges facts"),
+    ("measure/metrics/latency.py", "from ...client import LLMClient", "the package in layers"),
+    ("compliance/facts.py", "from ..measure import summary", "compliance judges facts"),
 ])
 def test_an_offending_import_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:
     shutil.copytree(PACKAGE, tmp_path / "pytest_llmbench", ignore=shutil.ignore_patterns("__pycache__"))
@@ -122,7 +122,8 @@ def test_the_renderer_loads_no_measuring_code() -> None:
     loaded = out.stdout.split()
     assert len(loaded) <= 15, loaded
     for heavy in ("pytest_llmbench.procedures", "pytest_llmbench.loadgen", "pytest_llmbench.client",
-                  "pytest_llmbench.measure.metrics", "pytest_llmbench.document.build"):
+                  "pytest_llmbench.measure.metrics", "pytest_llmbench.measure.summary",
+                  "pytest_llmbench.document.build"):
         assert not any(m == heavy or m.startswith(heavy + ".") for m in loaded), (heavy, loaded)
 
 

@@ -16,8 +16,8 @@ from factories import make_record, serve_app, sse
 
 from pytest_llmbench.measure import tokencount
 from pytest_llmbench.measure.chunking import ITL_NOT_MEASURABLE, decide_itl
-from pytest_llmbench.measure.metrics import summarize
 from pytest_llmbench.measure.slo import evaluate
+from pytest_llmbench.measure.summary import summarize
 
 WORD = " ok"  # one cl100k_base token
 

@@ -15,7 +15,7 @@ from factories import MS, make_record
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.measure import registry
-from pytest_llmbench.measure.metrics import (
+from pytest_llmbench.measure.summary import (
     DEFINITIONS,
     RequestSLO,
     RunMetrics,

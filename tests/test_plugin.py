@@ -18,7 +18,7 @@ FAKE_CONFTEST = '''
 import json, pathlib
 from dataclasses import dataclass
 from pytest_llmbench.procedures.base import Procedure, ProcedureResult, Table, register
-from pytest_llmbench.measure.metrics import summarize
+from pytest_llmbench.measure.summary import summarize
 from factories import ttft_records  # tests/factories.py: the fake fixture puts tests/ on PYTHONPATH
 
 COUNTER = pathlib.Path("runs.txt")

@@ -181,7 +181,7 @@ def test_bad_parameters_are_named() -> None:
 
 def overloaded_level() -> SimpleNamespace:
     """90 requests with TTFT 100 ms; 10 cancelled after 5 s: 5 before their first token, 5 after it (300 ms)."""
-    from pytest_llmbench.measure.metrics import summarize
+    from pytest_llmbench.measure.summary import summarize
 
     # three tokens 10 ms apart from the first (times in ms)
     recs = [make_record(i, sent=i * 10.0, ttft=100, n_chunks=3, end=i * 10.0 + 130, max_tokens=4) for i in range(90)]

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_llmbench.common.records import RequestRecord, RequestSpec
-from pytest_llmbench.measure.metrics import summarize
+from pytest_llmbench.measure.summary import summarize
 from pytest_llmbench.procedures.base import (
     Capacity,
     ProcedureError,

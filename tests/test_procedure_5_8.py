@@ -22,7 +22,7 @@ from factories import simulator_harness
 
 from pytest_llmbench.common.records import ErrorType
 from pytest_llmbench.common.storage import iter_records
-from pytest_llmbench.measure.metrics import summarize
+from pytest_llmbench.measure.summary import summarize
 from pytest_llmbench.measure.units import format_cell
 from pytest_llmbench.procedures.base import Capacity, RunSummary, get_procedure
 from pytest_llmbench.procedures.common import Measured

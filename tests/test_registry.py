@@ -12,8 +12,8 @@ from factories import MS, make_record
 from pytest_llmbench.common.records import RequestRecord
 from pytest_llmbench.document.build import DIST_FIGURES, KEY_RESULT_UNITS, SCALAR_FIGURES
 from pytest_llmbench.measure import registry, slo, units
-from pytest_llmbench.measure.metrics import DEFINITIONS, UNITS, summarize
-from pytest_llmbench.report.terminal import HEADER
+from pytest_llmbench.measure.summary import DEFINITIONS, UNITS, summarize
+from pytest_llmbench.report.terminal import HEADER, TERMINAL_COLUMNS
 
 
 def _records(n: int = 12) -> list[RequestRecord]:
@@ -49,8 +49,8 @@ def _unit_for(m: registry.Metric) -> str:
 
 
 def test_every_terminal_column_and_report_figure_resolves() -> None:
-    assert HEADER[2:-2] == tuple(title for title, _ in registry.TERMINAL_COLUMNS)
-    figure_names = [f for _, f in registry.TERMINAL_COLUMNS] + [f for f, _, _ in DIST_FIGURES] + list(SCALAR_FIGURES)
+    assert HEADER[2:-2] == tuple(title for title, _ in TERMINAL_COLUMNS)
+    figure_names = [f for _, f in TERMINAL_COLUMNS] + [f for f, _, _ in DIST_FIGURES] + list(SCALAR_FIGURES)
     for name in figure_names:
         fig = registry.FIGURES[name]
         m = _resolves(fig.metric)
@@ -96,3 +96,55 @@ def test_one_formatter_shows_every_unit(unit: str) -> None:
         text = units.format_value(1.5, unit, style=style)  # type: ignore[arg-type]
         assert text != "n/a" and "1" in text
         assert units.format_value(math.nan, unit, style=style) == "n/a"  # type: ignore[arg-type]
+
+
+def test_adding_a_metric_is_one_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/metrics.md's worked example: one decorated function is computed, summarised, defined and usable
+    in an SLO; a pass and a fail of that SLO follow the hand-computed value."""
+    for name in ("METRICS", "_BY_NAME"):
+        monkeypatch.setattr(registry, name, dict(getattr(registry, name)))
+    for name in ("METRICS", "_ALIASES"):
+        monkeypatch.setattr(slo, name, dict(getattr(slo, name)))
+
+    @registry.metric("Decode time", "s", "lower", section="§5.4.3", slo=True)
+    def decode_time(e2e: np.ndarray, ttft: np.ndarray) -> np.ndarray:
+        """E2E - TTFT: time from the first content token to the end of the response"""
+        return e2e - ttft
+
+    # first chunk 100 ms after the send, then 4 more 10 ms apart: the response ends 140 ms after the send
+    recs = [make_record(i, sent=10 * i, ttft=100, itl=10, n_chunks=5, output_tokens_server=5) for i in range(3)]
+    m = summarize(recs)
+    assert m.per_request["decode_time"] == pytest.approx([0.040] * 3)
+    assert m.percentile("decode_time", 50).value == pytest.approx(0.040)
+    assert m.definitions["decode_time"] == "E2E - TTFT: time from the first content token to the end of the response"
+    assert slo.evaluate(slo.parse_slo("decode_time.p50 <= 50 ms"), m).passed
+    assert not slo.evaluate(slo.parse_slo("decode_time.p50 <= 30 ms"), m).passed
+
+
+def test_a_metric_reading_nothing_known_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("METRICS", "_BY_NAME"):
+        monkeypatch.setattr(registry, name, dict(getattr(registry, name)))
+
+    @registry.metric("Broken", "s", "lower")
+    def broken(no_such_field: np.ndarray) -> np.ndarray:
+        """reads a field no frame has"""
+        return no_such_field
+
+    with pytest.raises(ValueError, match=r"metric 'broken' reads \['no_such_field'\]"):
+        summarize([make_record(0)])
+
+
+def test_every_declaration_is_complete() -> None:
+    """Each computed metric has a definition (its docstring), a known unit and reads only known names."""
+    frame_and_options = {"n", "index", "request_class", "error", "ok", "failed", "cancelled", "okf", "sent_ns",
+                         "end_ns", "has_end", "duration", "reasoning_streamed", "chunk_counts", "chunk_ns",
+                         "chunk_tokens", "server_token_counts", "server_token_ns", "slos", "itl_option", "gpu_count",
+                         "percentiles", "confidence", "batches", "prefill_deadline", "decode_deadline",
+                         "reading_speed", "ttft_allowance", "alpha", "steady", "windows", "per_request"}
+    from pytest_llmbench.measure.frame import _TIMES, FLOAT_FIELDS
+
+    order = registry.evaluation_order(frame_and_options | set(_TIMES) | set(FLOAT_FIELDS))
+    for m in registry.METRICS.values():
+        assert m.definition and m.unit in units.UNITS, m.name
+        if m.measurement is None:
+            assert m.compute is not None and m.name in order, m.name

@@ -31,7 +31,7 @@ from pytest_llmbench.compliance import (
     evaluate_test,
 )
 from pytest_llmbench.document.build import REDACTED, build_document, iso_ms
-from pytest_llmbench.measure.metrics import summarize
+from pytest_llmbench.measure.summary import summarize
 from pytest_llmbench.procedures.base import Capacity, ProcedureResult, RunSummary, Table
 from pytest_llmbench.report import (
     ReportError,

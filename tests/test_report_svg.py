@@ -19,8 +19,8 @@ from pytest_llmbench.document.plotdata import (
     run_overlays,
     samples_summary,
 )
-from pytest_llmbench.measure.metrics import summarize
 from pytest_llmbench.measure.stats import scaling_fit
+from pytest_llmbench.measure.summary import summarize
 from pytest_llmbench.procedures import p5_4_itl, p5_6_fairness, p5_10_guardrails
 from pytest_llmbench.report.figures import figures_for
 from pytest_llmbench.report.fmt import fmt_duration, fmt_est, fmt_num, fmt_time, fmt_value, md_cell

@@ -320,7 +320,7 @@ def test_slo_type_validates_and_serialises() -> None:
 
 def test_against_real_run_metrics() -> None:
     """The Protocol matches metrics.RunMetrics: hand-computed TTFTs 10..59 ms, one per request."""
-    metrics = pytest.importorskip("pytest_llmbench.measure.metrics")
+    metrics = pytest.importorskip("pytest_llmbench.measure.summary")
     from factories import make_record
 
     # sent every 20 ms, TTFT 10 + i ms, then 3 more tokens 5 ms apart

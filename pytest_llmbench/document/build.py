@@ -436,7 +436,7 @@ def _pick_primary(procs: list[tuple[dict[str, Any], Any]]) -> tuple[dict[str, An
 
 def _mvr(doc: dict[str, Any], procs: list[tuple[dict[str, Any], Any]], decl: Mapping[str, Any],
          notes: list[str]) -> dict[str, Any]:
-    from ..measure.metrics import throughput_at_ttft_p99
+    from ..measure.summary import throughput_at_ttft_p99
 
     sut = doc.get("sut")
     version = doc["tool"]["version"]

@@ -150,7 +150,7 @@ def samples_from_metrics(metrics: Any) -> dict[str, np.ndarray]:
 
 
 def _samples_from_run_dir(run_dir: Path, itl_option: str) -> dict[str, np.ndarray]:
-    from ..measure.metrics import summarize
+    from ..measure.summary import summarize
 
     try:
         return samples_from_metrics(summarize(iter_records(run_dir), itl_option=itl_option))

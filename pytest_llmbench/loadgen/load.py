@@ -281,7 +281,7 @@ class LoadResult:
 def steady_state_window(result: LoadResult, exclude_fraction: float = 0.1) -> tuple[int, int]:
     """(start_ns, end_ns) of the steady-state part of the send window: the first
     ``exclude_fraction`` (10 %, §5.2.3.2) of the run is ramp-up and left out."""
-    from ..measure.metrics import steady_state_window as window  # the one §5.2.3.2 definition
+    from ..measure.summary import steady_state_window as window  # the one §5.2.3.2 definition
 
     lo, hi = window(result.start_ns, result.send_end_ns, exclude_fraction)
     return result.start_ns + int(lo - result.start_ns), hi

@@ -44,6 +44,7 @@ __all__ = [
     "idle_penalty",
     "output_delay_trick",
     "smooth_goodput",
+    "token_weighted_goodput",
     "user_idle_latency",
 ]
 
@@ -110,6 +111,13 @@ class TokenTimes:
     @property
     def n_requests(self) -> int:
         return int(self.start_ns.size)
+
+    def select(self, keep: np.ndarray) -> TokenTimes:
+        """The token times of the requests where ``keep`` (one bool per request) is True."""
+        counts = self.counts
+        offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
+        np.cumsum(counts[keep], out=offsets[1:])
+        return TokenTimes(self.times_ns[np.repeat(keep, counts)], offsets, self.start_ns[keep])
 
     @property
     def counts(self) -> np.ndarray:
@@ -277,6 +285,17 @@ class FluidRate:
             if not math.isfinite(d[k]):
                 d[k] = None
         return d
+
+
+def token_weighted_goodput(n_tokens: ArrayLike, met: ArrayLike, duration: float) -> float:
+    """Smooth-goodput paper eq. 5: ``Σ_r 1(∀i t_i <= d_i)·n_r / T`` tokens/s."""
+    n = np.asarray(n_tokens, dtype=np.float64)
+    m = np.asarray(met, dtype=bool)
+    if n.shape != m.shape:
+        raise ValueError(f"n_tokens {n.shape} and met {m.shape} must have the same shape")
+    if not duration > 0:
+        raise ValueError(f"duration must be > 0 s, got {duration}")
+    return float(np.sum(np.where(m, n, 0.0)) / duration)
 
 
 def fluid_token_generation_rate(tokens: TokenTimes, prefill_deadline: ArrayLike | float, *,

@@ -37,11 +37,10 @@ from typing import Any
 import numpy as np
 
 from ..common.records import ClockAnchor, RequestRecord
-from . import metrics_extra as mx
 from .http_phases import phases
-from .metrics import RequestSLO, summarize
+from .summary import RequestSLO, summarize
 
-__all__ = ["STAT_KEYS", "aiperf_csv", "aiperf_record_lines", "aiperf_summary", "write_aiperf_export"]
+__all__ = ["AIPERF_EQUIVALENTS", "AIPERF_NOT_APPLICABLE", "STAT_KEYS", "aiperf_csv", "aiperf_record_lines", "aiperf_summary", "write_aiperf_export"]
 
 #: AIPerf's statistic keys, in its order.
 STAT_KEYS: tuple[str, ...] = ("avg", "min", "max", "sum", "p1", "p5", "p10", "p25", "p50", "p75", "p90",
@@ -108,6 +107,99 @@ HEADERS: dict[str, tuple[str, str]] = {
 }
 
 
+#: AIPerf's run totals, as the metrics of the same names compute them (measure/metrics/aiperf.py).
+_TOTALS = ("total_output_tokens", "total_osl", "total_isl", "total_reasoning_tokens", "total_usage_prompt_tokens",
+           "total_usage_completion_tokens", "total_usage_total_tokens", "total_usage_reasoning_tokens",
+           "total_usage_prompt_cache_read_tokens", "total_usage_prompt_cache_write_tokens",
+           "total_usage_prompt_cache_miss_tokens", "overall_usage_prompt_cache_read_pct", "total_error_isl")
+
+
+def _total(scalars: Any, tag: str) -> float | int | None:
+    """A run total of the summary (an int where AIPerf counts tokens), None when the run has none."""
+    e = scalars.get(tag)
+    if e is None:
+        return None
+    return e.value if tag == "overall_usage_prompt_cache_read_pct" else int(e.value)
+
+
+def _first_output_ns(r: RequestRecord) -> int | None:
+    """AIPerf's TTFT point: the first chunk with non-whitespace content *or* reasoning."""
+    first = r.first_token_ns
+    for t, txt in zip(r.chunk_ns, r.chunk_reasoning):
+        if txt and txt.strip():
+            return t if first is None else min(t, first)
+    return first
+
+
+def _count(value: float, r: RequestRecord, tokenizer: Any, part: str) -> float | None:
+    """A client-side token count of the summary; records written before the client counted (format 1.x)
+    are counted here with ``tokenizer`` when one is given."""
+    if math.isfinite(value) or tokenizer is None:
+        return value
+    if part == "reasoning":
+        reasoning = "".join(r.chunk_reasoning)
+        return len(tokenizer.encode(reasoning)) if reasoning else None
+    return len(tokenizer.encode(r.output_text))
+
+
+#: AIPerf tags that today's metrics already cover: tag -> (our name, definition difference).
+#: ``our name`` is a distribution, scalar or per-request column of ``summary.summarize``, or a record field.
+AIPERF_EQUIVALENTS: dict[str, tuple[str, str]] = {
+    "time_to_first_token": ("ttft_incl_reasoning", "AIPerf counts the first reasoning or content "
+                            "chunk; our `ttft` (§5.1.3.1) is the first non-whitespace content; they "
+                            "differ only when reasoning is streamed (then `ttft_incl_reasoning`)"),
+    "time_to_second_token": ("ttst", "same definition"),
+    "time_to_first_output_token": ("ttfo", "defined only when reasoning preceded the output"),
+    "inter_chunk_latency": ("inter_chunk", "ours starts at the first content token; pooled"),
+    "prefill_throughput_per_user": ("prefill_tps_per_request", "ISL/TTFT with our §5.1.3.1 TTFT"),
+    "output_sequence_length": ("osl", "server usage preferred over the client count (§4.4.2)"),
+    "input_sequence_length": ("isl", "server usage preferred; AIPerf tokenizes the prompt client-side"),
+    "e2e_output_token_throughput": ("output_tps_per_request", "OSL / E2E"),
+    "output_token_throughput": ("output_throughput_full", "whole run; our default "
+                                "`output_throughput` uses the §5.2.3.2 steady-state window"),
+    "total_token_throughput": ("total_token_throughput_full", "whole run (default: steady window)"),
+    "usage_prompt_tokens": ("input_tokens_server", "record field (usage.prompt_tokens)"),
+    "usage_completion_tokens": ("output_tokens_server", "record field (usage.completion_tokens)"),
+    "usage_prompt_tokens_diff_pct": ("input_usage_diff_pct", "ours signed, AIPerf absolute"),
+    "usage_completion_tokens_diff_pct": ("output_usage_diff_pct", "ours signed, AIPerf absolute"),
+    "usage_discrepancy_count": ("usage_discrepancy_count", "input/output diffs > 10%; reasoning diff not included"),
+    "osl_mismatch_diff_pct": ("osl_mismatch_pct", "same (signed)"),
+    "osl_mismatch_count": ("osl_mismatch_count", "same min(5%, 50 tokens) rule"),
+    "good_request_count": ("good_count", "needs per-request SLOs"),
+    "good_request_fraction": ("good_fraction", "failed requests in the denominator, as AIPerf"),
+    "goodput": ("goodput", "steady-state window (AIPerf: whole run)"),
+    "request_latency": ("e2e", "ends at the last byte/[DONE]; AIPerf at the last content response"),
+    "request_throughput": ("request_throughput_full", "whole run (default: steady window)"),
+    "request_count": ("completed_count", "AIPerf's request_count is successful requests; our "
+                      "`request_count` counts every record"),
+    "error_request_count": ("error_count", "cancelled requests excluded"),
+    "min_request_timestamp": ("sent", "per-request submission times; wall clock via run.json's anchor"),
+    "max_response_timestamp": ("end", "per-request end times; wall clock via run.json's anchor"),
+    "benchmark_duration": ("benchmark_duration", "same: first submission to last response"),
+}
+
+_TEXT = "text-only client: no image, video or audio is sent or received"
+_GPU = ("GPU telemetry (DCGM/pynvml) is not visible to a client; absent unless the server "
+        "exports power/energy counters")
+_AUDIO = "audio usage field: the client sends and receives text only"
+_VENDOR = ("the procedures send no tool declarations (Gemini tool-use count) and no predicted outputs "
+           "(OpenAI `prediction`), so no server fills this usage field")
+
+#: AIPerf tags deliberately absent, with the reason.
+AIPERF_NOT_APPLICABLE: dict[str, str] = {
+    **{t: _TEXT for t in ("num_images", "image_throughput", "image_latency", "video_inference_time",
+                          "video_peak_memory", "audio_duration", "rtfx")},
+    **{t: _AUDIO for t in ("usage_prompt_audio_tokens", "usage_completion_audio_tokens",
+                           "usage_prompt_audio_seconds", "total_usage_prompt_audio_tokens",
+                           "total_usage_completion_audio_tokens", "total_usage_prompt_audio_seconds")},
+    **{t: _VENDOR for t in ("usage_tool_use_prompt_tokens", "usage_accepted_prediction_tokens",
+                            "usage_rejected_prediction_tokens", "total_usage_tool_use_prompt_tokens",
+                            "total_usage_accepted_prediction_tokens",
+                            "total_usage_rejected_prediction_tokens")},
+    **{t: _GPU for t in ("total_gpu_power", "total_gpu_energy", "output_tokens_per_joule", "energy_per_user")},
+}
+
+
 def _finite(v: Any) -> bool:
     return v is not None and not (isinstance(v, float) and not math.isfinite(v))
 
@@ -125,30 +217,27 @@ def _record_metrics(r: RequestRecord, row: int, run: Any, tokenizer: Any) -> dic
     """tag -> (value, unit) for one successful record; undefined metrics are left out."""
     pr = run.per_request
     col = lambda name: float(pr[name][row])  # noqa: E731
-    first = mx.first_output_ns(r)
+    first = _first_output_ns(r)
     v: dict[str, Any] = {
         "time_to_first_token": None if first is None else (first - r.sent_ns) / 1e6,
         "time_to_second_token": col("ttst") * 1e3,
         "time_to_first_output_token": col("ttfo") * 1e3,
-        "inter_token_latency": None if (x := mx.aiperf_inter_token_latency(r)) is None else x * 1e3,
-        "output_token_throughput_per_user": mx.output_token_throughput_per_user(r),
+        "inter_token_latency": col("aiperf_itl") * 1e3,
+        "output_token_throughput_per_user": col("output_tps_per_user"),
         "prefill_throughput_per_user": col("prefill_tps_per_request"),
-        "output_token_count": mx.output_token_count(r, tokenizer),
-        "reasoning_token_count": mx.reasoning_token_count(r, tokenizer),
+        "output_token_count": _count(col("output_token_count"), r, tokenizer, "output"),
+        "reasoning_token_count": _count(col("reasoning_token_count"), r, tokenizer, "reasoning"),
         "output_sequence_length": col("osl"),
         "input_sequence_length": col("isl"),
         "e2e_output_token_throughput": col("output_tps_per_request"),
         "request_latency": col("e2e") * 1e3,
         "usage_prompt_tokens": r.input_tokens_server,
         "usage_completion_tokens": r.output_tokens_server,
-        "usage_total_tokens": mx.usage_total_tokens(r),
-        "usage_reasoning_tokens": mx.usage_reasoning_tokens(r),
-        "usage_prompt_cache_read_tokens": mx.usage_prompt_cache_read_tokens(r),
-        "usage_prompt_cache_write_tokens": mx.usage_prompt_cache_write_tokens(r),
-        "usage_prompt_cache_miss_tokens": mx.usage_prompt_cache_miss_tokens(r),
+        **{tag: col(tag) for tag in ("usage_total_tokens", "usage_reasoning_tokens", "usage_prompt_cache_read_tokens",
+                                     "usage_prompt_cache_write_tokens", "usage_prompt_cache_miss_tokens")},
         "usage_prompt_tokens_diff_pct": abs(col("input_usage_diff_pct")),
         "usage_completion_tokens_diff_pct": abs(col("output_usage_diff_pct")),
-        "usage_reasoning_tokens_diff_pct": None if (d := mx.usage_reasoning_diff_pct(r, tokenizer)) is None else abs(d),
+        "usage_reasoning_tokens_diff_pct": abs(col("reasoning_usage_diff_pct")),
         "osl_mismatch_diff_pct": col("osl_mismatch_pct"),
     }
     gaps = pr.itl["A"].for_request(row) if "A" in pr.itl else np.empty(0)
@@ -252,7 +341,7 @@ def aiperf_summary(records: Iterable[RequestRecord], *, anchor: ClockAnchor | No
         "osl_mismatch_count": int(sc["osl_mismatch_count"].value),
         "min_request_timestamp": _wall(anchor, min(r.sent_ns for r in recs)),
         "max_response_timestamp": _wall(anchor, max((r.end_ns for r in recs if r.end_ns is not None), default=None)),
-        **mx.run_values(recs, tokenizer),
+        **{tag: _total(sc, tag) for tag in _TOTALS},
     }
     for tag, v in derived.items():
         if _finite(v):

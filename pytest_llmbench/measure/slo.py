@@ -127,9 +127,14 @@ def register_metric(info: MetricInfo) -> MetricInfo:
     return info
 
 
-for _m in registry.slo_metrics():
-    register_metric(MetricInfo.from_registry(_m))
-    _ALIASES.update({a: _m.name for a in _m.aliases})
+def _from_declaration(m: registry.Metric) -> None:
+    """Every SLO metric declared (``slo=True``), now or later, joins the catalogue with its aliases."""
+    if m.slo:
+        register_metric(MetricInfo.from_registry(m))
+        _ALIASES.update({a: m.name for a in m.aliases})
+
+
+registry.on_declare(_from_declaration)
 
 # --------------------------------------------------------------------------------------------
 # Units

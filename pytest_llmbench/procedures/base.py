@@ -27,9 +27,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..common.tokenizer import Tokenizer
     from ..compliance import Check, RunFacts
     from ..loadgen.selfcheck import ClientDelay
-    from ..measure.metrics import RunMetrics
     from ..measure.slo import SLO, FiguresView
     from ..measure.stats import Estimate
+    from ..measure.summary import RunMetrics
     from ..settings import Settings
     from ..sut.system import SUT
 

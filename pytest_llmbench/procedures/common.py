@@ -44,8 +44,8 @@ from ..loadgen.selfcheck import option_c_error
 from ..loadgen.warmup import WarmupPolicy, WarmupResult, run_warmup, scrape_for
 from ..measure.chunking import ItlDecision, decide_itl
 from ..measure.export_aiperf import write_aiperf_export
-from ..measure.metrics import RunMetrics, summarize
 from ..measure.refusals import RefusalPolicy
+from ..measure.summary import RunMetrics, summarize
 from ..measure.telemetry import TelemetrySampler, TelemetrySeries
 from ..sut.adapters import telemetry_names
 from ..sut.system import self_declarations, simulator_guardrails

@@ -16,14 +16,14 @@ import numpy as np
 
 from ..common.records import RequestRecord, RequestSpec
 from ..compliance import Check, decide
-from ..measure.metrics import STEADY_STATE_FRACTION, steady_state_window
 from ..measure.stats import CensoredPercentile, censored_percentile, proportion_estimate, queue_growing
+from ..measure.summary import STEADY_STATE_FRACTION, steady_state_window
 from ..measure.units import Cell, CellValue, format_cell, format_value
 from ..workloads import build_workload
 from .base import Finding
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..measure.metrics import RunMetrics
+    from ..measure.summary import RunMetrics
     from .base import ProcedureContext, Table
     from .common import Measured
 

@@ -51,9 +51,9 @@ from ..common.seeds import Seeds
 from ..compliance import Check, decide
 from ..loadgen.load import ArrivalProcess, ClosedLoop, OpenLoop
 from ..loadgen.warmup import WarmupResult
-from ..measure.metrics import RunMetrics
 from ..measure.registry import METRICS
 from ..measure.stats import completion_rate_saturated, tail_blowup
+from ..measure.summary import RunMetrics
 from ..measure.units import Cell, CellValue, format_cell
 from .base import Capacity, KeyFigure, ProcedureContext, Sweep, Table
 from .common import Measured, measure, probe_window_s, request_floor_s

@@ -35,7 +35,7 @@ from ..common.records import RequestRecord, RequestSpec
 from ..compliance import Check, decide
 from ..loadgen.load import ArrivalProcess, OpenLoop
 from ..loadgen.warmup import WarmupResult
-from ..measure.metrics import ITL_OPTIONS, RunMetrics
+from ..measure.summary import ITL_OPTIONS, RunMetrics
 from ..measure.units import Cell, CellValue, format_value
 from ..workloads import build_workload
 from .base import Overlays, RunSummary, Series, Table

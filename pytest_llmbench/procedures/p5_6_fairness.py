@@ -40,8 +40,8 @@ from ..common import draft
 from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
-from ..measure.metrics import RunMetrics, summarize
 from ..measure.stats import jain_index, latency_inflation, slowdown, starvation_rate
+from ..measure.summary import RunMetrics, summarize
 from ..measure.units import Cell, CellValue
 from ..workloads import FAIRNESS_CLASSES, build_workload
 from ..workloads.standard import _mix_counts  # the workload's own class-count rule

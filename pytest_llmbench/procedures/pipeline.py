@@ -33,8 +33,8 @@ from ..compliance import Check, ColdStartFacts, RunFacts, decide
 from ..loadgen.load import ClosedLoop, OpenLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure import tokencount
-from ..measure.metrics import RunMetrics
 from ..measure.registry import METRICS
+from ..measure.summary import RunMetrics
 from ..measure.units import Cell, CellValue
 from ..workloads import Workload, reference_checks
 from .base import (

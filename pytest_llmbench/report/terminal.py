@@ -5,17 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..measure.registry import TERMINAL_COLUMNS
 from .fmt import fmt_est
 
-__all__ = ["SHORT_VERDICT", "headline_lines", "rows_from_document"]
+__all__ = ["SHORT_VERDICT", "TERMINAL_COLUMNS", "headline_lines", "rows_from_document"]
 
 SHORT_VERDICT = {
     "unconditionally compliant": "compliant",
     "conditionally compliant": "conditional",
     "not compliant": "NOT compliant",
 }
-#: figure columns from the metric registry, between the request count and the verdicts
+#: The figure columns, between the request count and the verdicts: (header, figure name of the
+#: document's ``figures``, i.e. a ``measure.registry.FIGURES`` name).
+TERMINAL_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("TTFT P50", "ttft_p50"), ("TTFT P99", "ttft_p99"), ("TPOT P99", "tpot_p99"),
+    ("output tok/s", "output_throughput"),
+)
 HEADER = ("procedure", "requests", *(title for title, _ in TERMINAL_COLUMNS), "SLO", "compliance (§2)")
 
 

@@ -1,0 +1,156 @@
+"""Throughput over the §5.2.3.2 steady-state window (§5.2.4) and what is in flight (§5.5.4).
+
+Each rate has a whole-run variant ``<name>_full``. Output tokens count at their chunk's arrival
+(scaled so a request's chunks add up to its OSL; a non-streamed response's tokens at its end), input
+tokens at the first token, requests at completion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..registry import TIME_AVERAGE, WINDOW_RATE, derived, metric
+from ..stats import Estimate, rate_from_window_sums
+from ._kit import NAN, NS, Windows, segment_sum
+
+Sums = dict[str, tuple[np.ndarray, int]]
+
+
+@derived
+def token_scale(osl: np.ndarray, chunk_token_sum: np.ndarray, n: int) -> np.ndarray:
+    """Per request, OSL / the tokens its chunks carry (0 without chunk tokens)."""
+    return np.divide(osl, chunk_token_sum, out=np.zeros(n), where=chunk_token_sum > 0)
+
+
+@derived
+def output_sums(ok: np.ndarray, chunk_owner: np.ndarray, chunk_tokens: np.ndarray, chunk_ns: np.ndarray,
+                chunk_token_sum: np.ndarray, token_scale: np.ndarray, osl: np.ndarray, end_ns: np.ndarray,
+                has_end: np.ndarray, windows: Windows) -> Sums:
+    """Output tokens of successful requests per batch of each window, at their chunk's arrival."""
+    chunk_ok = ok[chunk_owner] & (chunk_tokens > 0)
+    no_chunks = ok & (chunk_token_sum == 0) & (osl > 0) & has_end
+    out_t = np.concatenate((chunk_ns[chunk_ok] * NS, end_ns[no_chunks] * NS))
+    out_w = np.concatenate((chunk_tokens[chunk_ok] * token_scale[chunk_owner[chunk_ok]], osl[no_chunks]))
+    return windows.sums(out_t, out_w)
+
+
+@derived
+def input_sums(ok: np.ndarray, has_end: np.ndarray, first_token_ns: np.ndarray, end_ns: np.ndarray,
+               isl: np.ndarray, windows: Windows) -> Sums:
+    """Input tokens of successful requests per batch of each window, at their first token (else their end)."""
+    in_at = np.where(np.isnan(first_token_ns), end_ns.astype(np.float64), first_token_ns)
+    sel = ok & has_end
+    return windows.sums(in_at[sel] * NS, isl[sel])
+
+
+@metric("Request throughput", "requests/s", "higher", kind="scalar", section="§5.2.4.1", aggregation=WINDOW_RATE,
+        slo=True)
+def request_throughput(ok: np.ndarray, has_end: np.ndarray, end_ns: np.ndarray, windows: Windows
+                       ) -> dict[str, Estimate]:
+    """successful requests completing inside the window / window length"""
+    return windows.rate(windows.sums(end_ns[ok & has_end] * NS, None), "requests/s")
+
+
+@metric("Output throughput", "tokens/s", "higher", kind="scalar", section="§5.2.3", aggregation=WINDOW_RATE,
+        slo=True, aliases=("output_token_throughput",))
+def output_throughput(output_sums: Sums, windows: Windows) -> dict[str, Estimate]:
+    """output tokens of successful requests arriving inside the window / window length; a chunk's tokens are
+    scaled so a request's total equals its OSL
+    """
+    return windows.rate(output_sums, "tokens/s")
+
+
+@metric("Input throughput", "tokens/s", "higher", kind="scalar", section="§5.2.4.1", aggregation=WINDOW_RATE,
+        slo=True)
+def input_throughput(input_sums: Sums, windows: Windows) -> dict[str, Estimate]:
+    """input tokens of successful requests, counted at their first token, inside the window / window length"""
+    return windows.rate(input_sums, "tokens/s")
+
+
+@metric("Total token throughput", "tokens/s", "higher", kind="scalar", section="§5.2.4.1",
+        aggregation=WINDOW_RATE, slo=True)
+def total_token_throughput(output_sums: Sums, input_sums: Sums, windows: Windows) -> dict[str, Estimate]:
+    """input + output throughput"""
+    both = {k: (output_sums[k][0] + input_sums[k][0], output_sums[k][1] + input_sums[k][1]) for k in output_sums}
+    return windows.rate(both, "tokens/s")
+
+
+@metric("Tokens per GPU-second", "tokens/s/GPU", "higher", kind="scalar", section="§5.2.4.2",
+        aggregation=WINDOW_RATE)
+def tokens_per_gpu_second(output_throughput: dict[str, Estimate], gpu_count: int | None) -> Estimate | None:
+    """output throughput / GPU count (§5.2.4.2)"""
+    if not gpu_count:
+        return None
+    o = output_throughput[""]
+    return Estimate(o.value / gpu_count, o.n, "tokens/s/GPU", None if o.ci_low is None else o.ci_low / gpu_count,
+                    None if o.ci_high is None else o.ci_high / gpu_count, o.confidence, o.undersampled,
+                    f"output throughput / {gpu_count} GPUs")
+
+
+@derived
+def in_flight(sent_ns: np.ndarray, end_ns: np.ndarray, isl: np.ndarray, chunk_ns: np.ndarray, ok: np.ndarray,
+              chunk_owner: np.ndarray, chunk_tokens: np.ndarray, token_scale: np.ndarray, chunk_counts: np.ndarray,
+              steady: tuple[float, float], windows: Windows) -> tuple[Estimate, Estimate]:
+    """Time-averaged tokens in flight and requests in flight over the steady-state window (§5.5.4).
+
+    A request holds its input tokens from submission to end, and each output token from its arrival to
+    the request's end (failed requests included: they held memory). The integral up to x is evaluated at
+    the batch boundaries (requests already ended contribute a precomputed constant; only requests
+    straddling x are evaluated chunk by chunk); the per-batch averages give a t interval (batch means).
+    """
+    held = np.where(ok[chunk_owner], chunk_tokens * token_scale[chunk_owner], chunk_tokens)
+    return _in_flight(sent_ns * NS, end_ns * NS, isl, chunk_ns * NS, held, chunk_counts, steady[0], steady[1],
+                      windows.batches, windows.confidence)
+
+
+def _in_flight(start: np.ndarray, end: np.ndarray, isl: np.ndarray, chunk_t: np.ndarray, chunk_w: np.ndarray,
+               chunk_counts: np.ndarray, w0: float, w1: float, batches: int, confidence: float
+               ) -> tuple[Estimate, Estimate]:
+    length = w1 - w0
+    method = f"time average over the window, batch means ({max(batches, 1)} sub-windows), t interval"
+    if not length > 0:
+        nan = Estimate(NAN, 0, "tokens", undersampled=True, method=method)
+        return nan, replace(nan, unit="requests")
+    n = start.size
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(chunk_counts, out=offsets[1:])
+    w_sum = segment_sum(chunk_w, chunk_counts)
+    wt_sum = segment_sum(chunk_w * chunk_t, chunk_counts)
+    ended_const = end * w_sum - wt_sum  # Σ w_k (end - t_k): the whole output contribution
+    has = chunk_counts > 0
+    first_t = np.full(n, np.inf)
+    first_t[has] = chunk_t[offsets[:-1][has]]
+    bounds = np.linspace(w0, w1, max(batches, 1) + 1)
+    tok_int = np.empty(bounds.size)
+    req_int = np.empty(bounds.size)
+    for j, x in enumerate(bounds):
+        held = np.clip(np.minimum(end, x) - start, 0.0, None)
+        req_int[j] = held.sum()
+        out_part = float(ended_const[end <= x].sum())
+        mid = np.flatnonzero((first_t < x) & (end > x))
+        if mid.size:
+            lens = chunk_counts[mid]
+            idx = np.repeat(offsets[mid] - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
+            out_part += float(np.dot(chunk_w[idx], np.clip(x - chunk_t[idx], 0.0, None)))
+        tok_int[j] = float(np.dot(isl, held)) + out_part
+    out = []
+    for integral, unit in ((tok_int, "tokens"), (req_int, "requests")):
+        est = rate_from_window_sums(np.diff(integral), n, length, unit=unit, confidence=confidence)
+        out.append(replace(est, undersampled=False, method=method))
+    return out[0], out[1]
+
+
+@metric("Tokens in flight", "tokens", "higher", kind="scalar", section="§5.5.4", aggregation=TIME_AVERAGE, slo=True)
+def tokens_in_flight(in_flight: tuple[Estimate, Estimate]) -> Estimate:
+    """time average over the window of Σ (input tokens + output tokens received so far) over requests in flight
+    (§5.5.4); every request, failed ones included
+    """
+    return in_flight[0]
+
+
+@metric("Concurrency", "requests", kind="scalar", section="§5.5.4", aggregation=TIME_AVERAGE)
+def concurrency(in_flight: tuple[Estimate, Estimate]) -> Estimate:
+    """time average of requests in flight over the window"""
+    return in_flight[1]

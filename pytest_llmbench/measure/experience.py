@@ -114,6 +114,8 @@ class TokenTimes:
 
     def select(self, keep: np.ndarray) -> TokenTimes:
         """The token times of the requests where ``keep`` (one bool per request) is True."""
+        if keep.all():
+            return self
         counts = self.counts
         offsets = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
         np.cumsum(counts[keep], out=offsets[1:])

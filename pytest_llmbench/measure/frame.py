@@ -193,8 +193,18 @@ class FrameBuilder:
         self._server_counts.append(len(server))
         self._server_ns.extend(server)
 
-    def build(self) -> RunFrame:
-        """The columns sorted by (submission, index); raises ValueError naming a bad record or no record."""
+    def build(self, *, release: bool = False) -> RunFrame:
+        """The columns sorted by (submission, index); raises ValueError naming a bad record or no record.
+
+        ``release``: hand the buffers over (the builder is empty afterwards), so that the run's columns
+        are not held twice.
+        """
+        frame = self._build()
+        if release:
+            self.__init__(self.phase)  # type: ignore[misc]
+        return frame
+
+    def _build(self) -> RunFrame:
         if self._error:
             raise ValueError(self._error)
         n = len(self._index)
@@ -228,7 +238,7 @@ class FrameBuilder:
             numbers={k: np.frombuffer(a, dtype=np.float64)[order] for k, a in self._numbers.items()},
             reasoning_streamed=np.frombuffer(self._reasoning, dtype=np.int8)[order].astype(bool),
             chunk_counts=counts[order], chunk_ns=_ragged(self._chunk_ns, counts, order) - t0,
-            chunk_tokens=_ragged(self._chunk_tokens, counts, order),
+            chunk_tokens=_ragged(self._chunk_tokens, counts, order).astype(np.int32),
             server_token_counts=s_counts[order], server_token_ns=_ragged(self._server_ns, s_counts, order) - t0,
         )
 

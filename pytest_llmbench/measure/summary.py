@@ -38,7 +38,7 @@ import numpy as np
 from ..common.records import FAILURE_TYPES, ErrorType, RequestRecord
 from . import experience as ux
 from . import registry
-from .frame import RunFrame
+from .frame import FrameBuilder, RunFrame
 from .metrics._kit import Windows, dist
 from .metrics.itl import ItlSamples
 from .metrics.latency import INPUT_LENGTH_BUCKETS
@@ -245,17 +245,34 @@ def _inputs(frame: RunFrame) -> dict[str, Any]:
     }
 
 
+#: Values the summary keeps besides the metrics: everything else goes after its last reader.
+_KEPT = frozenset({"per_request", "itl_data", "good", "deadline_model", "ttft_by_input_length", "n", "ok", "failed",
+                   "error", "duration"})
+
+
 def _evaluate(values: dict[str, Any]) -> None:
     """Run every metric and derived value into ``values``, each after what it reads; ``per_request``
-    (the table the per-request SLOs read) is assembled once its columns exist."""
-    order = registry.evaluation_order(values, extra={"per_request": _per_request_metrics()})
+    (the table the per-request SLOs read) is assembled once its columns exist. An input or derived
+    value is dropped after its last reader, so that the per-chunk arrays do not all live at once."""
+    per_request = ("index", "request_class", "error", "ok", "failed", "cancelled", *_per_request_metrics())
+    order = registry.evaluation_order(values, extra={"per_request": per_request})
+    reads = {name: per_request if name == "per_request" else registry.needs(name) for name in order}
+    last: dict[str, int] = {}
+    for step, name in enumerate(order):
+        for p in reads[name]:
+            last[p] = step
+    drop: dict[int, list[str]] = {}
+    for name, step in last.items():
+        if name not in _KEPT and name not in registry.METRICS:
+            drop.setdefault(step, []).append(name)
     with np.errstate(divide="ignore", invalid="ignore"):
-        for name in order:
+        for step, name in enumerate(order):
             if name == "per_request":
                 values[name] = PerRequest(_table(values))
-                continue
-            fn = registry.compute(name)
-            values[name] = fn(**{p: values[p] for p in registry.needs(name)})
+            else:
+                values[name] = registry.compute(name)(**{p: values[p] for p in reads[name]})
+            for gone in drop.get(step, ()):
+                values.pop(gone, None)
 
 
 def _table(values: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -313,7 +330,7 @@ def _window_labels(scalars: dict[str, Estimate], w0: float, w1: float, duration:
 
 
 def summarize(
-    records: Iterable[RequestRecord] | RunFrame,
+    records: Iterable[RequestRecord] | RunFrame | FrameBuilder,
     *,
     slos: Sequence[RequestSLO] = (),
     itl_option: str = "B",
@@ -331,8 +348,9 @@ def summarize(
 ) -> RunMetrics:
     """Summarise one run (§5.x.4 measurements); see the module docstring.
 
-    ``records``: a :class:`RunFrame` (``FrameBuilder.build()``) or records, of which ``phase`` keeps
-    only that phase's (None keeps all). ``itl_option`` is ``"A"``, ``"B"``, ``"C"`` or ``"auto"`` (C
+    ``records``: a :class:`FrameBuilder` that collected the run (its columns are handed over and
+    released), a :class:`RunFrame`, or records, of which ``phase`` keeps only that phase's (None keeps
+    all). ``itl_option`` is ``"A"``, ``"B"``, ``"C"`` or ``"auto"`` (C
     when every successful multi-token request carries server token timestamps, else B).
     ``prefill_deadline`` (Etalon ``D_p``) defaults to a fit of this run's TTFTs;
     ``decode_deadline``/``reading_speed`` (V, tokens/s)/``ttft_allowance``/``alpha`` parametrise the
@@ -346,9 +364,12 @@ def summarize(
     for slo in slos:
         if not isinstance(getattr(slo, "metric", None), str) or not callable(getattr(slo, "ok", None)):
             raise TypeError(f"SLO {slo!r} needs a 'metric' str attribute and an ok(values) method")
-    frame = records if isinstance(records, RunFrame) else RunFrame.from_records(records, phase)
-
+    if isinstance(records, FrameBuilder):
+        frame = records.build(release=True)
+    else:
+        frame = records if isinstance(records, RunFrame) else RunFrame.from_records(records, phase)
     values = _inputs(frame)
+    del frame  # the values hold its columns, each dropped after its last reader
     duration = values["duration"]
     w0, w1 = steady_state_window(0.0, duration, steady_state_fraction)
     values.update(slos=slos, itl_option=opt, gpu_count=gpu_count, percentiles=percentiles, confidence=confidence,

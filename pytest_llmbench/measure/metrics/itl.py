@@ -50,7 +50,7 @@ class ItlData:
 @derived
 def chunk_owner(chunk_counts: np.ndarray, chunk_ns: np.ndarray, index: np.ndarray, n: int) -> np.ndarray:
     """The row of each streamed chunk; a request's chunks must arrive in order."""
-    owner = np.repeat(np.arange(n), chunk_counts)
+    owner = np.repeat(np.arange(n, dtype=np.int32), chunk_counts)
     if chunk_ns.size > 1:
         bad = (np.diff(chunk_ns) < 0) & (owner[1:] == owner[:-1])
         if bad.any():
@@ -97,23 +97,32 @@ def itl_data(first_token_ns: np.ndarray, chunk_ns: np.ndarray, chunk_tokens: np.
              server_token_ns: np.ndarray, index: np.ndarray, itl_option: str) -> ItlData:
     """ITL per §5.4.3 from the first content token on, under options A, B and C (§4.6.3)."""
     ft_chunk = first_token_ns[chunk_owner]
-    content = (chunk_tokens > 0) & (chunk_ns >= np.where(np.isnan(ft_chunk), np.inf, ft_chunk))
+    ft_chunk[np.isnan(ft_chunk)] = np.inf  # a request with no content token has no content chunk
+    content = (chunk_tokens > 0) & (chunk_ns >= ft_chunk)
+    del ft_chunk
     content_ok = content & ok[chunk_owner]
     a_vals, a_owner = pairs_diff(chunk_ns[content_ok], chunk_owner[content_ok])
+    del content_ok
     samples = {"A": ItlSamples("A", a_vals * NS, a_owner)}
     ttst = np.full(n, NAN)
     if a_owner.size:
         u, first_idx = np.unique(a_owner, return_index=True)
         ttst[u] = a_vals[first_idx] * NS
+    del a_vals
     sizes = chunk_tokens[content]
-    b_ns_all = np.repeat(chunk_ns[content], sizes)
-    b_own_all = np.repeat(chunk_owner[content], sizes)
+    single = bool((sizes == 1).all())
+    if single:  # one token per chunk: option B's samples are option A's (no zero gaps to add)
+        b_ns_all, b_own_all = chunk_ns[content], chunk_owner[content]
+        samples["B"] = ItlSamples("B", samples["A"].values, a_owner)
+    else:
+        b_ns_all = np.repeat(chunk_ns[content], sizes)
+        b_own_all = np.repeat(chunk_owner[content], sizes)
+        sel_b = ok[b_own_all]
+        b_vals, b_owner = pairs_diff(b_ns_all[sel_b], b_own_all[sel_b])
+        samples["B"] = ItlSamples("B", b_vals * NS, b_owner)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(b_own_all, minlength=n), out=offsets[1:])
-    sel_b = ok[b_own_all]
-    b_vals, b_owner = pairs_diff(b_ns_all[sel_b], b_own_all[sel_b])
-    single = bool((sizes == 1).all())
-    samples["B"] = ItlSamples("B", a_vals * NS if single else b_vals * NS, a_owner if single else b_owner)
+    del b_own_all
     server = _server_itl(ok, server_token_counts, server_token_ns, index)
     if server is not None:
         samples["C"] = server

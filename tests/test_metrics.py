@@ -331,13 +331,15 @@ def test_queue_wait_prefill_and_preemption() -> None:
     assert "preemption_rate" not in summarize([make_record(0, chunks=[100])]).scalars
 
 
-def test_send_lag_and_schedule_latency() -> None:
+def test_send_lag_and_latencies_from_the_schedule() -> None:
     run = [make_record(0, sent=12, chunks=[100], intended_ns=10 * MS),
            make_record(1, sent=35, chunks=[150], intended_ns=20 * MS)]
     m = summarize(run)
     assert m.per_request["send_lag"] == approx([0.002, 0.015])
-    # end - intended: 100 - 10 = 90 ms; 150 - 20 = 130 ms
-    assert m.per_request["schedule_latency"] == approx([0.090, 0.130])
+    # end - intended: 100 - 10 = 90 ms; 150 - 20 = 130 ms; the first token is the only chunk here
+    assert m.per_request["e2e_from_schedule"] == approx([0.090, 0.130])
+    assert m.per_request["ttft_from_schedule"] == approx([0.090, 0.130])
+    assert m.per_request["ttft"] == approx([0.088, 0.115])  # from T_submit: 100 - 12, 150 - 35
     assert "send_lag" not in summarize([make_record(0, chunks=[100])]).distributions
 
 

@@ -76,7 +76,8 @@ def test_every_figure_summarize_computes_is_registered_with_the_same_unit() -> N
 def test_definitions_come_from_the_registry_and_match_the_computation() -> None:
     assert DEFINITIONS["output_tps_per_request"].startswith("OSL / E2E")  # computed as OSL/E2E (metrics.py)
     assert "OSL / E2E" in slo.METRICS["output_tps_per_request"].description
-    assert slo.METRICS["schedule_latency"].description.startswith("end - intended")
+    assert slo.METRICS["e2e_from_schedule"].description.startswith("end - intended")
+    assert slo.parse_slo("schedule_latency.p99 <= 1 s").metric == "e2e_from_schedule"  # the former name
     m = summarize(_records(3))
     osl, e2e = m.per_request["osl"], m.per_request["e2e"]
     assert m.per_request["output_tps_per_request"] == pytest.approx(osl / e2e)

@@ -56,7 +56,7 @@ DELAY_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 99.0, 99.9)
 LATENCY_DISTRIBUTIONS: tuple[str, ...] = ("ttft", "tpot", "e2e", "itl", "ttst")
 #: Figures that are one interval between two client timestamps: the delay at the percentile reaches them whole.
 DIRECT: frozenset[str] = frozenset({"ttft", "ttft_any_chunk", "e2e", "itl", "inter_chunk", "itl_distributed", "ttst",
-                                    "schedule_latency"})
+                                    "e2e_from_schedule", "ttft_from_schedule"})
 #: Figures that spread one such interval over a request's tokens: metric -> tokens subtracted from its OSL
 #: (TPOT: (E2E − TTFT) / (OSL − 1); normalized latency: E2E / OSL).
 PER_TOKEN: dict[str, int] = {"tpot": 1, "normalized_latency": 0}

@@ -214,6 +214,11 @@ def test_single_token_responses_have_no_itl_or_tpot() -> None:
 # ----------------------------------------------------------------------------------------------
 
 
+#: The load's send window of window_run: it started at 0 and stopped sending at 1000 ms (a 1 s level whose
+#: last request left at 700 ms), so the steady-state window is [100, 1000] ms (first 10% excluded).
+SEND_WINDOW = (0, 1000 * MS)
+
+
 def window_run() -> list[RequestRecord]:
     # run from 0 to 1000 ms; steady-state window [100, 1000] ms (first 10% excluded)
     return [
@@ -226,7 +231,7 @@ def window_run() -> list[RequestRecord]:
 
 
 def test_throughput_uses_steady_state_window() -> None:
-    m = summarize(window_run())
+    m = summarize(window_run(), send_window_ns=SEND_WINDOW)
     assert m.scalar("benchmark_duration").value == approx(1.0)
     assert m.steady_window == approx((0.1, 1.0))
     # requests completing in [0.1, 1.0]: #1 (0.5 s), #2 (1.0 s) -> 2 / 0.9 s
@@ -245,14 +250,14 @@ def test_throughput_uses_steady_state_window() -> None:
 
 
 def test_tokens_per_gpu_second() -> None:
-    m = summarize(window_run(), gpu_count=4)
+    m = summarize(window_run(), gpu_count=4, send_window_ns=SEND_WINDOW)
     assert m.scalar("tokens_per_gpu_second").value == approx(8 / 0.9 / 4)
     with pytest.raises(ValueError, match="gpu_count"):
-        summarize(window_run(), gpu_count=0)
+        summarize(window_run(), gpu_count=0, send_window_ns=SEND_WINDOW)
 
 
 def test_tokens_in_flight_time_weighted() -> None:
-    m = summarize(window_run())
+    m = summarize(window_run(), send_window_ns=SEND_WINDOW)
     # window [0.1, 1.0] s. In flight (token-seconds inside the window):
     #  #1 [0.2, 0.5]: input 20 x 0.3 = 6; tokens 2 from 0.3 -> 0.5 = 0.4; 2 from 0.4 -> 0.5 = 0.2
     #  #2 [0.6, 1.0]: input 30 x 0.4 = 12; 2 tokens (scaled) from 0.9 -> 1.0 = 0.2; 2 at 1.0 = 0
@@ -278,7 +283,7 @@ class MaxSLO:
 def test_goodput_counts_failed_in_denominator() -> None:
     assert isinstance(MaxSLO("ttft", 1.0), RequestSLO)
     run = window_run()  # TTFTs: #0 50 ms, #1 100 ms, #2 300 ms; #3 failed
-    m = summarize(run, slos=[MaxSLO("ttft", 0.2)])
+    m = summarize(run, slos=[MaxSLO("ttft", 0.2)], send_window_ns=SEND_WINDOW)
     # good: #0 and #1; good fraction = 2 / (3 ok + 1 failed)
     assert m.scalar("good_count").value == 2
     assert m.scalar("good_fraction").value == approx(0.5)
@@ -407,7 +412,7 @@ def test_throughput_at_ttft_p99() -> None:
     levels = [(100.0, 0.2), (180.0, 0.45), (220.0, 0.52), (150.0, 0.3)]
     assert throughput_at_ttft_p99(levels) == 180.0
     assert throughput_at_ttft_p99([(100.0, 0.6)]) is None
-    m = summarize(window_run())
+    m = summarize(window_run(), send_window_ns=SEND_WINDOW)
     assert throughput_at_ttft_p99([m]) == approx(m.scalar("output_throughput").value)
     assert isinstance(m, RunMetrics)
     with pytest.raises(TypeError, match="pairs"):
@@ -467,3 +472,43 @@ def test_all_failed_run_and_fallbacks() -> None:
     ns = make_record(0, chunks=[], end=400, output_tokens_server=30)
     m3 = summarize([make_record(1, chunks=[10], end=10), ns], steady_state_fraction=0.0)
     assert m3.scalar("output_throughput").value == approx(31 / 0.4)
+
+
+def test_throughput_window_is_the_send_window_less_its_ramp_up() -> None:
+    """Issue 36 / §5.2.3 step 3c with §5.2.3.2: D = the send duration (first to last submission, 1000 ms);
+    tokens arriving in [0.1·D, D] ÷ 0.9·D, every request's streamed tokens (a cancelled one's too), the
+    drain after the last send left out, whatever the last response's time."""
+    run = [
+        make_record(0, sent=0, chunks=[50, 60]),  # ramp-up: both tokens before 100 ms
+        make_record(1, sent=200, chunks=[300, 400, 500]),  # 3 tokens inside
+        make_record(2, sent=500, chunks=[600, 700], error_type=ErrorType.CANCELLED),  # cancelled: 2 tokens inside
+        make_record(3, sent=1000, chunks=[900 + 200, 1500, 4000], end=4000),  # the last send: 1 s; tokens in the drain
+    ]
+    m = summarize(run)
+    assert m.steady_window == approx((0.1, 1.0))
+    assert m.scalar("benchmark_duration").value == approx(4.0)  # the whole run still ends at the last response
+    assert m.scalar("output_throughput").value == approx((3 + 2) / 0.9)
+    assert m.scalar("output_throughput_full").value == approx((2 + 3 + 2 + 3) / 4.0)
+    assert "send window" in m.windows["output_throughput"] and "drain" in m.windows["output_throughput"]
+    # the load's own window (start, last send) when the caller knows it: a 2 s level -> [0.2, 2.0] s
+    m2 = summarize(run, send_window_ns=(0, 2000 * MS))
+    assert m2.steady_window == approx((0.2, 2.0)) and m2.scalar("output_throughput").value == approx((3 + 2 + 2) / 1.8)
+    assert m.to_json()["definitions_version"] == 2
+
+
+def test_a_burst_has_no_send_window_and_the_whole_run_stands_in() -> None:
+    run = [make_record(i, sent=0, chunks=[100, 200]) for i in range(3)]
+    m = summarize(run)
+    assert m.steady_window == approx((0.02, 0.2)) and "sent at once" in m.windows["output_throughput"]
+
+
+def test_a_ramp_up_request_is_not_in_the_steady_window_latencies() -> None:
+    """5.2's Table 4 reads the latencies of the requests sent in the steady-state window: a ramp-up request
+    with a 10 s TTFT is left out, as its tokens are left out of the throughput."""
+    run = [make_record(0, sent=0, ttft=10_000, n_chunks=2),  # sent at 0: ramp-up (window [0.1, 1.0] s)
+           *(make_record(i, sent=100 * i, ttft=50, n_chunks=2) for i in range(1, 11))]
+    m = summarize(run)
+    assert m.steady_window == approx((0.1, 1.0))
+    assert m.percentile("ttft", 100).value == approx(10.0)  # the run's distribution has it
+    w = m.in_steady_window("ttft")
+    assert w.n == 10 and w.percentile(100).value == approx(0.050)

@@ -255,8 +255,9 @@ WHOLE_RUN_SUFFIX = "_full"
 
 #: Definitions of terms that are not metrics.
 TERMS: dict[str, str] = {
-    "steady_state_window": "[start + f x test duration, start + test duration], f = steady_state_fraction "
-    "(default 0.1: the first 10% of the duration is ramp-up, §5.2.3.2); metrics.steady_state_window",
+    "steady_state_window": "[start + f x D, start + D], D = the send duration (the load's start to its last "
+    "send; the drain after it is not in the window), f = steady_state_fraction (default 0.1: the first 10% is "
+    "ramp-up, §5.2.3 step 3c, §5.2.3.2); summary.steady_state_window",
 }
 
 

@@ -20,8 +20,9 @@ Conventions (named in :data:`DEFINITIONS`):
   ``A`` inter-chunk time (reported as "time between chunks"), ``B`` every token of a chunk gets
   the chunk's arrival time (the draft's literal text: an N-token chunk adds N-1 zero samples),
   ``C`` server per-token timestamps (``record.server_token_ns``).
-* Throughput uses the steady-state window (§5.2.3.2): the first 10% of [first submission, last
-  response] is excluded; events (tokens at their chunk's arrival, requests at completion, input
+* Throughput uses the steady-state window (§5.2.3 step 3c, §5.2.3.2): of the send window D (the
+  load's start, or the first submission, to the last submission), the first 10% is ramp-up and
+  the drain after the last send is left out: [start + 0.1·D, start + D]; events (tokens at their chunk's arrival, requests at completion, input
   tokens at the first token) are counted inside the window and divided by its length.
 """
 
@@ -42,7 +43,7 @@ from .frame import FrameBuilder, RunFrame
 from .metrics._kit import Windows, dist
 from .metrics.itl import ItlSamples
 from .metrics.latency import INPUT_LENGTH_BUCKETS
-from .stats import DEFAULT_PERCENTILES, Distribution, Estimate, Modality, TailShape, modality, tail_shape
+from .stats import DEFAULT_PERCENTILES, Distribution, Estimate, Modality, TailShape, distribution, modality, tail_shape
 from .stats import DEFINITIONS as STATS_DEFINITIONS
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "PerRequest",
     "RequestSLO",
     "RunMetrics",
+    "DEFINITIONS_VERSION",
     "steady_state_window",
     "summarize",
     "throughput_at_ttft_p99",
@@ -67,6 +69,11 @@ ITL_OPTIONS: dict[str, str] = {
 
 #: §5.2.3.2: the first 10% of the test duration is ramp-up, excluded from steady-state figures.
 STEADY_STATE_FRACTION = 0.1
+
+#: The version of the metric definitions: a stored run summarised under another version is not compared
+#: with this one as it is (gate comparability key). 2: throughput over [start + 0.1·D, start + D] with D
+#: the send duration and every request's streamed tokens (issue 36); 1: the run's span to the last response.
+DEFINITIONS_VERSION = 2
 
 
 def steady_state_window(start: float, end: float, fraction: float = STEADY_STATE_FRACTION) -> tuple[float, float]:
@@ -159,6 +166,7 @@ class RunMetrics:
     itl_tail: TailShape | None = None
     definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
     steady_window: tuple[float, float] = (math.nan, math.nan)  # seconds after first submission
+    definitions_version: int = DEFINITIONS_VERSION
     prefill_deadline: ux.PrefillDeadline | None = None
     tokens: ux.TokenTimes | None = field(default=None, repr=False)
 
@@ -171,6 +179,18 @@ class RunMetrics:
             return self.distributions[name]
         except KeyError:
             raise KeyError(f"unknown distribution {name!r}; known: {sorted(self.distributions)}") from None
+
+    def in_steady_window(self, name: str) -> Distribution:
+        """``name`` over the successful requests *sent* inside the steady-state window (§5.2.3.2): the
+        latencies of the load the throughput figures measured, without the ramp-up's requests (5.2's
+        Table 4). Computed from the per-request column, with the run's percentiles and confidence."""
+        d = self._dist(name)
+        pr = self.per_request
+        sent = pr["sent"]
+        w0, w1 = self.steady_window
+        rows = pr["ok"] & (sent >= w0) & (sent <= w1)
+        return distribution(f"{name} (sent in the steady-state window)", pr[name][rows], d.unit,
+                            tuple(sorted(d.percentiles)) or DEFAULT_PERCENTILES, confidence=d.mean.confidence)
 
     def scalar(self, name: str) -> Estimate:
         try:
@@ -204,6 +224,7 @@ class RunMetrics:
             "errors_by_type": dict(self.errors_by_type),
             "windows": dict(self.windows),
             "steady_window_s": list(self.steady_window),
+            "definitions_version": self.definitions_version,
             "ttft_by_input_length": {k: v.to_json() for k, v in self.ttft_by_input_length.items()},
             "itl_modality": self.itl_modality.to_json() if self.itl_modality else None,
             "itl_tail": self.itl_tail.to_json() if self.itl_tail else None,
@@ -311,11 +332,26 @@ def _aggregate(values: dict[str, Any], percentiles: Sequence[float], confidence:
     return dists, scalars
 
 
-def _window_labels(scalars: dict[str, Estimate], w0: float, w1: float, duration: float,
-                   steady_state_fraction: float) -> dict[str, str]:
+def _steady(values: dict[str, Any], send_window_ns: tuple[int, int] | None, t0: int, duration: float,
+            fraction: float) -> tuple[float, float, str]:
+    """The §5.2.3.2 steady-state window in s after the first submission, and its label: the send window
+    (the load's start to its last send, else first to last submission) less its first ``fraction``; a
+    run whose requests all left at once has no send window, and the whole run stands in."""
+    if send_window_ns is not None:
+        s0, s1 = (send_window_ns[0] - t0) * _NS, (send_window_ns[1] - t0) * _NS
+    else:
+        s0, s1 = 0.0, float(values["sent_ns"].max()) * _NS
+    if s1 > s0:
+        w0, w1 = steady_state_window(s0, s1, fraction)
+        return w0, w1, (f"steady state: [{w0:.3f}, {w1:.3f}] s after the first submission (first {fraction:.0%} "
+                        f"of the {s1 - s0:.3f} s send window and the drain after the last send excluded, §5.2.3.2)")
+    w0, w1 = steady_state_window(0.0, duration, fraction)
+    return w0, w1, (f"steady state: [{w0:.3f}, {w1:.3f}] s after the first submission (every request sent at "
+                    f"once: first {fraction:.0%} of the {duration:.3f} s run excluded, §5.2.3.2)")
+
+
+def _window_labels(scalars: dict[str, Estimate], steady: str, duration: float) -> dict[str, str]:
     """The window each scalar covers, as the report prints it (§5.2.3.2), from its declaration."""
-    steady = (f"steady state: [{w0:.3f}, {w1:.3f}] s after the first submission (first "
-              f"{steady_state_fraction:.0%} of {duration:.3f} s excluded, §5.2.3.2)")
     whole = f"whole run: [0, {duration:.3f}] s (first submission to last response)"
     windows: dict[str, str] = {}
     for k in scalars:
@@ -337,6 +373,7 @@ def summarize(
     steady_state_fraction: float = STEADY_STATE_FRACTION,
     gpu_count: int | None = None,
     phase: str | None = "measure",
+    send_window_ns: tuple[int, int] | None = None,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
     confidence: float = 0.95,
     batches: int = 10,
@@ -354,7 +391,9 @@ def summarize(
     when every successful multi-token request carries server token timestamps, else B).
     ``prefill_deadline`` (Etalon ``D_p``) defaults to a fit of this run's TTFTs;
     ``decode_deadline``/``reading_speed`` (V, tokens/s)/``ttft_allowance``/``alpha`` parametrise the
-    experience metrics (:mod:`pytest_llmbench.measure.experience`).
+    experience metrics (:mod:`pytest_llmbench.measure.experience`). ``send_window_ns``: the load's start
+    and last send (``LoadResult.start_ns``, ``send_end_ns``), whose last 90% is the steady-state window;
+    by default the first to the last submission.
     """
     opt = _check_itl_option(itl_option)
     if not 0.0 <= steady_state_fraction < 1.0:
@@ -369,9 +408,10 @@ def summarize(
     else:
         frame = records if isinstance(records, RunFrame) else RunFrame.from_records(records, phase)
     values = _inputs(frame)
+    t0 = frame.t0
     del frame  # the values hold its columns, each dropped after its last reader
     duration = values["duration"]
-    w0, w1 = steady_state_window(0.0, duration, steady_state_fraction)
+    w0, w1, steady_label = _steady(values, send_window_ns, t0, duration, steady_state_fraction)
     values.update(slos=slos, itl_option=opt, gpu_count=gpu_count, percentiles=percentiles, confidence=confidence,
                   batches=batches, prefill_deadline=prefill_deadline, decode_deadline=decode_deadline,
                   reading_speed=reading_speed, ttft_allowance=ttft_allowance, alpha=alpha, steady=(w0, w1),
@@ -395,7 +435,7 @@ def summarize(
     return RunMetrics(
         distributions=dists, scalars=scalars,
         errors_by_type=dict(sorted(Counter(e.value for e in error[values["failed"]]).items())),
-        per_request=per_request, windows=_window_labels(scalars, w0, w1, duration, steady_state_fraction),
+        per_request=per_request, windows=_window_labels(scalars, steady_label, duration),
         ttft_by_input_length=values["ttft_by_input_length"], itl_option=itl_data.option, itl_modality=(
             modality(itl_d.samples, assume_sorted=True) if itl_d.samples is not None else None),
         itl_tail=tail_shape(itl_d.samples, assume_sorted=True) if itl_d.samples is not None else None,

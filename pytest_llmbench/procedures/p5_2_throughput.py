@@ -52,7 +52,7 @@ from ..compliance import Check, decide
 from ..loadgen.load import ArrivalProcess, ClosedLoop, OpenLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.registry import METRICS
-from ..measure.stats import completion_rate_saturated, tail_blowup
+from ..measure.stats import Distribution, completion_rate_saturated, tail_blowup
 from ..measure.summary import RunMetrics
 from ..measure.units import Cell, CellValue, format_cell
 from .base import Capacity, KeyFigure, ProcedureContext, Sweep, Table
@@ -65,7 +65,6 @@ from .helpers import (
     fmt_short,
     level_specs,
     parse_criteria,
-    percentile_row,
     pvalue,
     queue_trend,
     steady_window_ns,
@@ -243,6 +242,11 @@ def _throughput_bins(m: Measured, lo_ns: int, hi_ns: int) -> tuple[float | None,
     fit = linregress(np.arange(nbins), rates)
     trend = float(fit.slope * (nbins - 1) / mean)
     return cv, (trend if fit.pvalue < 0.05 else 0.0)
+
+
+def _window_row(d: Distribution, ps: Sequence[float] = (50, 95, 99)) -> list[CellValue]:
+    """Percentiles of a steady-window distribution (seconds) for Table 4 ("n/a" when it is empty)."""
+    return [Cell(d.percentile(p).value, "s") if d.n else "n/a" for p in ps]
 
 
 def assess_level(m: Measured, *, level: float, offered_rate: float | None, closed: bool,
@@ -605,11 +609,14 @@ class Throughput(ProcedureRun[ThroughputParams]):
                    f"level duration {p.level_duration_s:g} s; search converged to within "
                    f"{p.tolerance:.0%}" if hi is not None and search.converged(ba.level, hi) else
                    f"level duration {p.level_duration_s:g} s; search stopped after {len(levels)} levels"]))
+        window = {name: metrics.in_steady_window(name) for name in ("ttft", "tpot", "e2e")}
         self.table4 = (Table(
             "Table 4: Latency at Maximum Throughput", ["Metric", "P50", "P95", "P99"],
-            [["TTFT", *percentile_row(metrics, "ttft")], ["TPOT", *percentile_row(metrics, "tpot")],
-             ["End-to-End", *percentile_row(metrics, "e2e")]],
-            notes=[f"at the maximum sustainable load ({sustain_txt}), n={metrics.distributions['ttft'].n}"]))
+            [[label, *_window_row(window[name])] for label, name in (("TTFT", "ttft"), ("TPOT", "tpot"),
+                                                                   ("End-to-End", "e2e"))],
+            notes=[f"at the maximum sustainable load ({sustain_txt}), n={window['ttft'].n}: the requests sent in "
+                   "the level's steady-state window, where its throughput was measured (ramp-up excluded, "
+                   "§5.2.3.2)"]))
         measurements.update({
             "max_output_throughput_tok_s": round(ba.output_tps, 3),
             "max_request_throughput_req_s": round(ba.request_rate, 4),

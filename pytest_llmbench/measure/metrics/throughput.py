@@ -1,8 +1,11 @@
-"""Throughput over the §5.2.3.2 steady-state window (§5.2.4) and what is in flight (§5.5.4).
+"""Throughput over the §5.2.3.2 steady-state window (§5.2.3 step 3c, §5.2.4) and what is in flight (§5.5.4).
 
-Each rate has a whole-run variant ``<name>_full``. Output tokens count at their chunk's arrival
-(scaled so a request's chunks add up to its OSL; a non-streamed response's tokens at its end), input
-tokens at the first token, requests at completion.
+The window is the send window D (the load's start to its last send) less its first 10%: [start + 0.1·D,
+start + D]; the drain after the last send is not in it (``summary.summarize``). Each rate has a whole-run
+variant ``<name>_full`` (first submission to last response). Output tokens count at their chunk's arrival,
+every request's (a cancelled or failed request's streamed tokens were delivered too; a successful
+request's chunk tokens are scaled so that they add up to its OSL, a non-streamed response's tokens count at
+its end); input tokens count at the first token, requests at completion.
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ def token_scale(osl: np.ndarray, chunk_token_sum: np.ndarray, n: int) -> np.ndar
 def output_sums(ok: np.ndarray, chunk_owner: np.ndarray, chunk_tokens: np.ndarray, chunk_ns: np.ndarray,
                 chunk_token_sum: np.ndarray, token_scale: np.ndarray, osl: np.ndarray, end_ns: np.ndarray,
                 has_end: np.ndarray, windows: Windows) -> Sums:
-    """Output tokens of successful requests per batch of each window, at their chunk's arrival."""
-    chunk_ok = ok[chunk_owner] & (chunk_tokens > 0)
+    """Output tokens per batch of each window, at their chunk's arrival: every request's streamed tokens
+    (a successful one's scaled to its OSL), and a successful non-streamed response's OSL at its end."""
+    streamed = chunk_tokens > 0
+    owner = chunk_owner[streamed]
+    weight = np.where(ok[owner], chunk_tokens[streamed] * token_scale[owner], chunk_tokens[streamed])
     no_chunks = ok & (chunk_token_sum == 0) & (osl > 0) & has_end
-    out_t = np.concatenate((chunk_ns[chunk_ok] * NS, end_ns[no_chunks] * NS))
-    out_w = np.concatenate((chunk_tokens[chunk_ok] * token_scale[chunk_owner[chunk_ok]], osl[no_chunks]))
-    return windows.sums(out_t, out_w)
+    out_t = np.concatenate((chunk_ns[streamed] * NS, end_ns[no_chunks] * NS))
+    return windows.sums(out_t, np.concatenate((weight, osl[no_chunks])))
 
 
 @derived
@@ -56,8 +61,8 @@ def request_throughput(ok: np.ndarray, has_end: np.ndarray, end_ns: np.ndarray, 
 @metric("Output throughput", "tokens/s", "higher", kind="scalar", section="§5.2.3", aggregation=WINDOW_RATE,
         slo=True, aliases=("output_token_throughput",))
 def output_throughput(output_sums: Sums, windows: Windows) -> dict[str, Estimate]:
-    """output tokens of successful requests arriving inside the window / window length; a chunk's tokens are
-    scaled so a request's total equals its OSL
+    """output tokens arriving inside the window / window length: every request's streamed tokens, cancelled
+    and failed ones included; a successful request's chunk tokens are scaled so its total equals its OSL
     """
     return windows.rate(output_sums, "tokens/s")
 

@@ -30,17 +30,18 @@ from pytest_llmbench.gate import (
 )
 from pytest_llmbench.gate.cli import compare_main, history_main
 from pytest_llmbench.gate.compare import IncomparableRunsError, check_comparable, load_as_written
-from pytest_llmbench.gate.history import change_points, history
+from pytest_llmbench.gate.history import history
 from pytest_llmbench.gate.metricinfo import UnknownMetricError, metric_info
-from pytest_llmbench.gate.significance import (
+from pytest_llmbench.gate.storage import GateStorageError
+from pytest_llmbench.gate.systems import compare_systems, render_html, render_markdown
+from pytest_llmbench.measure.stats.runs import change_points
+from pytest_llmbench.measure.stats.significance import (
     across_runs_change,
     bootstrap_percentile_draws,
     mean_change,
     percentile_change,
     scalar_change,
 )
-from pytest_llmbench.gate.storage import GateStorageError
-from pytest_llmbench.gate.systems import compare_systems, render_html, render_markdown
 
 STORE = Path(__file__).parent / "data" / "gate" / "store"
 
@@ -390,8 +391,7 @@ def _scaled(doc: dict, metric: str, factor: float) -> dict:
 
 
 def test_widen_by_history_on_known_numbers():
-    from pytest_llmbench.gate.compare import widen_by_history
-    from pytest_llmbench.gate.significance import Change
+    from pytest_llmbench.measure.stats.significance import Change, widen_by_history
 
     c = Change(10.0, 11.0, 1.0, (0.9, 1.1), 0.1, (0.09, 0.11), 100, 100, 0.95, "bootstrap", 0.001)
     w = widen_by_history(c, [10.0, 11.0, 12.0])  # s = 1, t(0.975, 2) = 4.3027

@@ -3,8 +3,8 @@
 :func:`compare` matches each procedure result of the new run(s) with the same test in the
 baseline, refuses pairs that were not measured the same way (listing every difference, §6.1),
 and evaluates each figure and fail rule with a confidence interval of the change
-(:mod:`.significance`). A rule fails only when the change exceeds its threshold **and** the whole
-two-sided CI lies beyond the threshold.
+(:mod:`pytest_llmbench.measure.stats.significance`). A rule fails only when the change exceeds its
+threshold **and** the whole two-sided CI lies beyond the threshold.
 """
 
 from __future__ import annotations
@@ -21,16 +21,17 @@ from ..measure.chunking import ITL_NOT_MEASURABLE
 from ..measure.registry import ITL_METRICS, WHOLE_RUN_SUFFIX
 from ..measure.slo import format_quantity
 from ..measure.stats import mean_estimate, percentile_estimate
-from .rules import Rule, parse_rule
-from .significance import (
+from ..measure.stats.runs import MIN_RUNS
+from ..measure.stats.significance import (
     DEFAULT_SEED,
-    MIN_RUNS,
     Change,
     across_runs_change,
     mean_change,
     percentile_change,
     scalar_change,
+    widen_by_history,
 )
+from .rules import Rule, parse_rule
 from .storage import StoredRun, primary_label, records_format_key, repetition_views
 
 __all__ = [
@@ -403,33 +404,6 @@ def _summary_value(metrics: Mapping[str, Any] | None, rule: Rule) -> float | Non
         e = d.get("mean") if rule.statistic == "mean" else (d.get("percentiles") or {}).get(f"p{rule.percentile:g}")
     v = e.get("value") if isinstance(e, Mapping) else None
     return float(v) if isinstance(v, (int, float)) else None
-
-
-def widen_by_history(c: Change, values: Sequence[float]) -> Change:
-    """Widen a single-run-per-side CI by the run-to-run variation seen in the stored history (§6.3).
-
-    Two single runs differ by within-run sampling noise **and** by whatever moved between the runs
-    (host load, scheduling, thermal state), which no within-run bootstrap can see. With ``k`` stored
-    runs of the same test, ``s`` (their SD) estimates the whole per-run variation, so the difference
-    of two runs has SD ``s·√2``; the CI becomes the wider of the bootstrap CI and
-    ``diff ± t(k-1)·s·√2`` on each side, and the p-value the larger of the two.
-    """
-    x = np.asarray(values, dtype=float)
-    k = x.size
-    s = float(x.std(ddof=1))
-    from scipy import stats as sps
-
-    t = float(sps.t.ppf(0.5 + c.confidence / 2, k - 1))
-    half = t * s * math.sqrt(2)
-    d_lo, d_hi = min(c.diff_ci[0], c.diff - half), max(c.diff_ci[1], c.diff + half)
-    base = c.baseline if c.baseline else math.nan
-    r_lo, r_hi = min(c.rel_ci[0], c.rel - half / abs(base)), max(c.rel_ci[1], c.rel + half / abs(base))
-    p_hist = float(2 * sps.t.sf(abs(c.diff) / (s * math.sqrt(2)), k - 1)) if s > 0 else c.p_value
-    method = (f"{c.method}, widened by the between-run SD {s:.4g} of {k} stored runs of this test "
-              f"(t, df={k - 1}: ±{half:.4g}): variance used = within-run bootstrap or between-run history, "
-              f"whichever is wider")
-    return Change(c.baseline, c.new, c.diff, (d_lo, d_hi), c.rel, (r_lo, r_hi), c.n_baseline, c.n_new,
-                  c.confidence, method, max(c.p_value, p_hist))
 
 
 WITHIN_ONLY = ("; variance used: within-run sampling only (fewer than 3 stored runs of this test, so "

@@ -1,23 +1,22 @@
 """A test's stored runs over time for one figure, with change points (§6.3 across runs).
 
-Change points come from ``ruptures`` (PELT with an L2 cost; an optional extra:
-``pip install 'pytest-llmbench[history]'``), imported only when history is asked for.
+Change points come from :func:`pytest_llmbench.measure.stats.runs.change_points` (``ruptures`` PELT
+with an L2 cost; an optional extra: ``pip install 'pytest-llmbench[history]'``), imported only when
+history is asked for.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from ..measure.stats.runs import change_points
 from .compare import _matches, figure_value
 from .rules import parse_rule
 from .storage import StoredRun
 
-__all__ = ["HistoryPoint", "HistorySeries", "change_points", "history", "render_history"]
+__all__ = ["HistoryPoint", "HistorySeries", "history", "render_history"]
 
 
 @dataclass(frozen=True)
@@ -45,33 +44,6 @@ class HistorySeries:
     def to_json(self) -> dict[str, Any]:
         return {"procedure": self.procedure, "tests": self.tests, "figure": self.figure, "method": self.method,
                 "points": [p.__dict__ for p in self.points]}
-
-
-def _ruptures() -> Any:
-    try:
-        import ruptures
-    except ImportError:
-        raise ImportError("history change points need the 'ruptures' package: "
-                          "pip install 'pytest-llmbench[history]' (or pip install ruptures)") from None
-    return ruptures
-
-
-def change_points(values: Sequence[float], *, min_size: int = 2, penalty: float | None = None) -> list[int]:
-    """Indices where a new segment starts (PELT, L2 cost). The default penalty is
-    ``3·σ²·ln(n)`` with σ estimated robustly from successive differences (MAD/0.6745/√2)."""
-    x = np.asarray(values, dtype=float)
-    n = x.size
-    if n < 2 * min_size:
-        return []
-    rpt = _ruptures()
-    if penalty is None:
-        d = np.diff(x)
-        sigma = float(np.median(np.abs(d - np.median(d)))) / 0.6745 / math.sqrt(2)
-        if sigma <= 0:
-            sigma = float(np.std(x)) or 1.0
-        penalty = 3.0 * sigma * sigma * math.log(n)
-    ends = rpt.Pelt(model="l2", min_size=min_size, jump=1).fit(x.reshape(-1, 1)).predict(pen=penalty)
-    return [int(e) for e in ends[:-1]]
 
 
 def history(runs: Sequence[StoredRun], figure: str = "ttft.p99", *, test: str | None = None,

@@ -53,8 +53,9 @@ def _passthrough(parser: argparse.ArgumentParser) -> None:
 
 def _compare(args: argparse.Namespace) -> int:
     from .gate.cli import compare_main
+    from .session import resummarize_run
 
-    return compare_main(args.args)
+    return compare_main(args.args, resummarize=resummarize_run)
 
 
 def _history(args: argparse.Namespace) -> int:

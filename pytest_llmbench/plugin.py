@@ -28,7 +28,7 @@ from .procedures.base import (
     get_procedure,
     params_key,
 )
-from .session import Session, configure_embedded
+from .session import Session, configure_embedded, resummarize_run
 from .settings import LLMBenchConfigError, Settings, parse_capacity
 from .sut import adapters
 from .sut.system import SUT, EndpointError
@@ -63,7 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from .gate.sessiongate import SessionGate
 
     try:
-        gate = SessionGate(settings)
+        gate = SessionGate(settings, resummarize=resummarize_run)  # the gate itself never summarises records
     except (RuleError, GateStorageError) as exc:
         raise pytest.UsageError(str(exc)) from None
     plugin = LLMBenchPlugin(config, bench, gate)
@@ -378,6 +378,9 @@ class LLMBenchPlugin:
         if self.saved is not None:
             terminalreporter.write_line(f"llmbench: stored as {self.saved.path.as_posix()} "
                                         "(compare with --llm-compare " + (self.saved.name or str(self.saved.number)) + ")")
+        if self.gate is not None:  # runs summarised again from records (a report directory of an older version)
+            for note in self.gate.notes():
+                terminalreporter.write_line(f"llmbench: note: {note}")
 
 
 def _final_junit_verdicts(config: pytest.Config, result: Any) -> None:

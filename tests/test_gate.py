@@ -357,8 +357,12 @@ def test_change_points_and_history(store: Path, capsys):
     assert history_main(["--metric", "nope.p5", "--storage", str(store)]) == 2
 
 
-def test_save_from_a_report_directory_recomputes_samples_from_records(tmp_path: Path, store: Path):
+def test_save_from_an_older_report_directory_summarises_each_run_once(tmp_path: Path, store: Path):
+    """A report directory written before runs kept samples.npz: the gate refuses to summarise it itself;
+    with a re-summariser from above (session.resummarize_run) each run is summarised once, its samples
+    file written beside the records, and the stored run says so."""
     from pytest_llmbench.common.storage import RunWriter
+    from pytest_llmbench.session import resummarize_run
 
     report = tmp_path / "llmbench-report"
     doc = json.loads(json.dumps(load_run("base", store).document))
@@ -367,12 +371,28 @@ def test_save_from_a_report_directory_recomputes_samples_from_records(tmp_path: 
         for r in ttft_records([10.0 + i for i in range(50)]):
             w.write(r)
     (report / "results.json").write_text(json.dumps(doc))
-    saved = save(report, tmp_path / "st", commit="c0ffee")
+    with pytest.raises(GateStorageError, match="does not summarise records itself"):
+        save(report, tmp_path / "st", commit="c0ffee")
+    calls: list[tuple[Path, str]] = []
+
+    def counted(path: Path, itl_option: str):
+        calls.append((path, itl_option))
+        return resummarize_run(path, itl_option)
+
+    saved = save(report, tmp_path / "st", commit="c0ffee", resummarize=counted)
     key = (doc["procedures"][0]["key"], "measure", "ttft")
     assert saved.samples[key].dtype == np.float32 and saved.samples[key].size == 50
     assert saved.samples[key][0] == pytest.approx(0.010) and saved.samples[key][-1] == pytest.approx(0.059)
-    assert load_run("latest", tmp_path / "st").meta["records_format"] == f"pytest-llmbench/run/1 records {RECORDS_FORMAT.split('.')[0]}.x"
+    assert calls == [(report / run_dir, doc["procedures"][0]["result"]["runs"][0]["metrics"]["itl_option"])]
+    assert (report / run_dir / "samples.npz").is_file()
+    stored = load_run("latest", tmp_path / "st")
+    assert "summarised again once" in saved.notes[0] and stored.meta["notes"] == saved.notes
+    assert stored.meta["records_format"] == f"pytest-llmbench/run/1 records {RECORDS_FORMAT.split('.')[0]}.x"
+    again = save(report, tmp_path / "st", resummarize=counted)  # the samples file is there now: copied
+    assert len(calls) == 1 and again.notes == [] and np.array_equal(again.samples[key], saved.samples[key])
     (report / run_dir / "records.jsonl").unlink()
+    assert save(report, tmp_path / "st").samples[key].size == 50  # the samples file alone is enough
+    (report / run_dir / "samples.npz").unlink()
     with pytest.raises(GateStorageError, match="run records missing"):
         save(report, tmp_path / "st")
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..common.files import write_text_atomic
+from ..measure.samples import Resummarize
 from .compare import compare
 from .history import history, render_history
 from .present import render_comparison
@@ -45,11 +46,11 @@ def _kv(items: Sequence[str] | None, what: str) -> dict[str, float]:
     return out
 
 
-def _side(ref: str, storage: str) -> list:
-    return [load_run(part, storage) for part in ref.split("+")]
+def _side(ref: str, storage: str, resummarize: Resummarize | None) -> list:
+    return [load_run(part, storage, resummarize=resummarize) for part in ref.split("+")]
 
 
-def compare_main(argv: Sequence[str] | None = None) -> int:
+def compare_main(argv: Sequence[str] | None = None, *, resummarize: Resummarize | None = None) -> int:
     """``compare A B [C …]``: side-by-side table of stored runs (§6) and, against the first (the
     baseline), each later one with its changes, CIs and ``--fail`` rules."""
     ap = argparse.ArgumentParser(prog="python -m pytest_llmbench compare",
@@ -76,7 +77,7 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         rules = parse_rules(args.fail)
-        sides = [_side(r, args.storage) for r in args.runs]
+        sides = [_side(r, args.storage, resummarize) for r in args.runs]
     except (RuleError, GateStorageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -103,6 +104,8 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     write_text_atomic(out / "compare.json", json.dumps({"systems": system.to_json(),
                                                         "comparisons": [c.to_json() for c in comps]}, indent=2) + "\n")
     print(f"written: {out / 'compare.md'}, {out / 'compare.html'}, {out / 'compare.json'}")
+    for note in dict.fromkeys(n for side in sides for r in side for n in r.notes):
+        print(f"note: {note}", file=sys.stderr)
     if rules and any(c.violations for c in comps):
         return 1
     if rules and any(c.refused for c in comps):

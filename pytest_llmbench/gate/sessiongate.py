@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..measure.samples import Resummarize
 from .compare import Comparison, compare
 from .rules import Rule, RuleError, parse_rules
 from .section6 import Section6Verdict
@@ -34,8 +35,10 @@ class SessionGate:
     """Rules, baseline and stored history of one session; raises ``RuleError``/``GateStorageError``
     (each naming the option) on a bad rule or a baseline that cannot be found."""
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Any, *, resummarize: Resummarize | None = None) -> None:
         self.settings = settings
+        #: summarises a run again when a report directory's run has no samples file (storage.collect_samples)
+        self.resummarize = resummarize
         src = settings.sources
         try:
             self.rules: list[Rule] = parse_rules(list(settings.compare_fail or []))
@@ -53,11 +56,12 @@ class SessionGate:
         self.history: list[StoredRun] = []
         if settings.compare:
             try:
-                self.baseline = load_run(settings.compare, settings.storage)
+                self.baseline = load_run(settings.compare, settings.storage, resummarize=resummarize)
             except GateStorageError as exc:
                 raise GateStorageError(f"{src.get('compare', '--llm-compare')}: {exc}") from None
             self.history = list_runs(settings.storage)
         self.last: Comparison | None = None
+        self.saved: StoredRun | None = None
         #: the session against the baseline as a §6 comparison: its §2 verdict (test "6", section6.py)
         self.section6: Section6Verdict | None = None
 
@@ -71,7 +75,7 @@ class SessionGate:
 
     def _compare(self, doc: Mapping[str, Any]) -> Comparison:
         assert self.baseline is not None
-        this = StoredRun.in_memory(doc, report_dir=self.settings.report)
+        this = StoredRun.in_memory(doc, report_dir=self.settings.report, resummarize=self.resummarize)
         return compare(self.baseline, this, self.rules, force=bool(self.settings.compare_force),
                        history=self.history)
 
@@ -105,15 +109,23 @@ class SessionGate:
         self.last = self._compare(doc)
         from .systems import compare_systems
 
-        this = StoredRun.in_memory(doc, report_dir=self.settings.report)
+        this = StoredRun.in_memory(doc, report_dir=self.settings.report, resummarize=self.resummarize)
         this.meta["machine"] = machine_fingerprint()  # this session ran here (6.1-MUST-3 from observation)
         reps = [len(self.last.baseline), len(self.last.new)]  # repetitions of each side (§6.3)
         self.section6 = compare_systems([self.baseline, this], repetitions=reps).verdict
         return {**self.last.to_json(), "section6_verdict": self.section6.to_json()}
+
+    def notes(self) -> list[str]:
+        """What reading the baseline or storing the session did that the user should know (runs of a
+        report directory summarised again because they had no samples file), each once."""
+        runs = [r for r in (self.baseline, self.saved) if r is not None]
+        return list(dict.fromkeys(n for r in runs for n in r.notes))
 
     def save(self) -> StoredRun | None:
         """Store the session's report directory (after results.json was written) when asked to."""
         if not self.saving:
             return None
         extra = {"compare_forced": bool(self.last and any(p.forced for p in self.last.pairs))}
-        return save(self.settings.report, self.settings.storage, name=self.settings.save or None, extra=extra)
+        self.saved = save(self.settings.report, self.settings.storage, name=self.settings.save or None, extra=extra,
+                          resummarize=self.resummarize)
+        return self.saved

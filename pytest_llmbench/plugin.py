@@ -318,7 +318,10 @@ class LLMBenchPlugin:
 
         doc = build_document(self.session.result(complete=False, test_outcomes=self.test_outcomes))
         verdict = self.gate.check_test(doc, item.nodeid)
-        item.user_properties.extend(verdict.properties)
+        if verdict.comparison is not None:
+            from .report.comparison import junit_properties
+
+            item.user_properties.extend(junit_properties(verdict.comparison.to_json(), item.nodeid))
         return verdict.failures
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -368,12 +371,12 @@ class LLMBenchPlugin:
         for line in terminal_rows(self.document, self.report_path):
             terminalreporter.write_line(line)
         if self.gate is not None and self.gate.last is not None:
-            from .gate import render_comparison
+            from .report.comparison import render_comparison, section6_lines
 
             terminalreporter.section("llmbench: compared with baseline")
-            for line in render_comparison(self.gate.last).splitlines():
+            for line in render_comparison(self.gate.last.to_json()).splitlines():
                 terminalreporter.write_line(line)
-            for line in self.gate.section6.lines() if self.gate.section6 is not None else ():
+            for line in section6_lines(self.gate.section6.to_json()) if self.gate.section6 is not None else ():
                 terminalreporter.write_line(line)  # the §2 verdict of the comparison (test "6")
         if self.saved is not None:
             terminalreporter.write_line(f"llmbench: stored as {self.saved.path.as_posix()} "

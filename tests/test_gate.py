@@ -14,26 +14,24 @@ from factories import ttft_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_llmbench.__main__ import compare_main, history_main
 from pytest_llmbench.common.records import RECORDS_FORMAT
 from pytest_llmbench.gate import (
     RuleError,
     StoredRun,
     across_runs,
     compare,
-    junit_properties,
     list_runs,
     load_run,
     parse_rule,
-    render_comparison_markdown,
     save,
     summarize_runs,
 )
-from pytest_llmbench.gate.cli import compare_main, history_main
 from pytest_llmbench.gate.compare import IncomparableRunsError, check_comparable, load_as_written
 from pytest_llmbench.gate.history import history
 from pytest_llmbench.gate.metricinfo import UnknownMetricError, metric_info
 from pytest_llmbench.gate.storage import GateStorageError
-from pytest_llmbench.gate.systems import compare_systems, render_html, render_markdown
+from pytest_llmbench.gate.systems import compare_systems
 from pytest_llmbench.measure.stats.runs import change_points
 from pytest_llmbench.measure.stats.significance import (
     across_runs_change,
@@ -41,6 +39,12 @@ from pytest_llmbench.measure.stats.significance import (
     mean_change,
     percentile_change,
     scalar_change,
+)
+from pytest_llmbench.report.comparison import (
+    junit_properties,
+    render_comparison_markdown,
+    render_systems_html,
+    render_systems_markdown,
 )
 
 STORE = Path(__file__).parent / "data" / "gate" / "store"
@@ -243,9 +247,9 @@ def test_slower_run_fails_with_the_figures_and_rerun_passes(store: Path):
         o.message for o in bad.violations]
     tests = ok.pairs[0].tests
     assert tests and ok.outcomes_for_test(tests[0])
-    md = render_comparison_markdown(bad)
+    md = render_comparison_markdown(bad.to_json())
     assert "| tpot.p50 | 2.316 ms (n=299) | 2.838 ms (n=299) | +22.6% |" in md and "| FAIL |" in md
-    props = dict(junit_properties(bad, tests[0]))
+    props = dict(junit_properties(bad.to_json(), tests[0]))
     assert props["llmbench_baseline"] == "0001_base" and props["llmbench_change_tpot.p50"].endswith("FAIL")
 
 
@@ -321,7 +325,7 @@ def test_system_comparison_report(store: Path):
     ids = {i.id: i.status for i in c.equivalence + c.checklist}
     assert ids["6.1-MUST-1"] == "met" and ids["6.1-MUST-4"] == "met" and ids["6.4-PARAM-6"] == "needs declaration"
     assert any(k.endswith("time_scale") for k, _ in c.config_differences)  # 0.25 vs 0.30 noted (§6.4)
-    md, html = render_markdown(c), render_html(c)
+    md, html = render_systems_markdown(c.to_json()), render_systems_html(c.to_json())
     assert "| 6.1-MUST-2 |" in md and "tokens per GPU-second" in md
     assert html.count("<svg") == 2 and "<script" not in html
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from factories import ttft_records
 
 from pytest_llmbench.measure import summary
 
@@ -71,7 +72,6 @@ def test_one_summary_per_measured_run_with_save_and_aiperf_export(pytester: pyte
 
 def test_samples_file_beside_the_records(tmp_path: Path) -> None:
     """The run's samples file holds what the in-memory summary held, sorted float32 per distribution."""
-    from factories import ttft_records
     from pytest_llmbench.measure.samples import SAMPLES_FILE, read_run_samples, samples_of, write_run_samples
 
     metrics = summary.summarize(ttft_records([30.0, 10.0, 20.0]))
@@ -81,3 +81,28 @@ def test_samples_file_beside_the_records(tmp_path: Path) -> None:
     back = read_run_samples(tmp_path)
     assert back is not None and set(back) == set(samples_of(metrics))
     assert back["ttft"].dtype == np.float32 and back["ttft"].tolist() == pytest.approx([0.010, 0.020, 0.030])
+
+
+def test_compare_summarises_a_run_of_an_older_report_directory_once(tmp_path: Path, summarise_calls: list[int],
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m pytest_llmbench compare PATH …`` on a report directory written before runs kept their samples:
+    the package CLI hands the gate session.resummarize_run, which runs once; the samples file is written beside
+    the records and a note printed; the next compare reads the file."""
+    from pytest_llmbench.__main__ import compare_main
+    from pytest_llmbench.common.storage import RunWriter
+
+    doc = json.loads((Path(__file__).parent / "data" / "gate" / "store" / "0001_base" / "results.json").read_text())
+    run = doc["procedures"][0]["result"]["runs"][0]
+    run_dir, run["metrics"]["itl_option"] = run["run_dir"], "B"  # what these one-token-chunk records give (§4.6.3)
+    report = tmp_path / "old-report"
+    with RunWriter(report / run_dir) as w:
+        for r in ttft_records([10.0 + i for i in range(30)]):
+            w.write(r)
+    (report / "results.json").write_text(json.dumps(doc))
+    args = [str(report), str(report), "--storage", str(tmp_path / "store"), "--output", str(tmp_path / "out")]
+    assert compare_main(args) == 0
+    err = capsys.readouterr().err
+    assert summarise_calls == [30] and err.count("summarised again once from their records.jsonl") == 1
+    assert (report / run_dir / "samples.npz").is_file()
+    assert compare_main(args) == 0
+    assert summarise_calls == [30] and "summarised again" not in capsys.readouterr().err

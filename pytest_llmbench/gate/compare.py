@@ -241,6 +241,7 @@ class FigureOutcome:
     change: Change | None
     verdict: str  # "FAIL" | "pass" | "pass (not significant)" | "improved" | "changed" | "no significant change" | "n/a"
     message: str
+    unit: str = ""  # the figure's unit family (gate.metricinfo): how a renderer formats its values
 
     @property
     def failed(self) -> bool:
@@ -249,7 +250,7 @@ class FigureOutcome:
     def to_json(self) -> dict[str, Any]:
         return {"figure": self.figure, "rule": self.rule.text if self.rule else None, "level": self.level,
                 "change": self.change.to_json() if self.change else None, "verdict": self.verdict,
-                "message": self.message}
+                "message": self.message, "unit": self.unit}
 
 
 @dataclass
@@ -273,7 +274,8 @@ class ProcedurePair:
     def to_json(self) -> dict[str, Any]:
         return {"warnings": list(self.warnings), "key": self.key, "procedure": self.procedure, "title": self.title, "tests": self.tests,
                 "load": self.load, "rate_baseline": self.rate_baseline, "rate_new": self.rate_new,
-                "differences": [{"field": d.field, "baseline": d.baseline, "new": d.new} for d in self.differences],
+                "differences": [{"field": d.field, "baseline": d.baseline, "new": d.new, "text": str(d)}
+                                for d in self.differences],
                 "refused": self.refused, "forced": self.forced, "note": self.note,
                 "outcomes": [o.to_json() for o in self.outcomes]}
 
@@ -521,7 +523,7 @@ def compare(baseline: StoredRun | Sequence[StoredRun], new: StoredRun | Sequence
             itl = _itl_vs_tbc(base_side, new_side, rule, title)
             if itl is not None:
                 pair.outcomes.append(FigureOutcome(rule.figure, rule if has_t else None, level, None,
-                                                   "FAIL" if has_t else "n/a", itl))
+                                                   "FAIL" if has_t else "n/a", itl, rule.info.unit))
                 continue
             c = _change_for(base_side, new_side, rule, confidence, seed)
             if c is not None and len(base_side) == 1 and len(new_side) == 1 and history is not None:
@@ -530,11 +532,13 @@ def compare(baseline: StoredRun | Sequence[StoredRun], new: StoredRun | Sequence
                     Change(**{**c.__dict__, "method": c.method + WITHIN_ONLY})
             if c is None:
                 pair.outcomes.append(FigureOutcome(rule.figure, rule if has_t else None, level, None, "n/a",
-                                                   f"{rule.figure} [{title}]: not available on both sides"))
+                                                   f"{rule.figure} [{title}]: not available on both sides",
+                                                   rule.info.unit))
                 continue
             verdict = _judge(rule, c, has_t)
             pair.outcomes.append(FigureOutcome(rule.figure, rule if has_t else None, level, c, verdict,
-                                               _message(title, rule, level, c, verdict, base_label, has_t)))
+                                               _message(title, rule, level, c, verdict, base_label, has_t),
+                                               rule.info.unit))
     return comp
 
 

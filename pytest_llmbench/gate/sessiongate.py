@@ -4,7 +4,8 @@
 ``--llm-compare-force``, ``--llm-save``/``--llm-autosave``, ``--llm-storage``). It judges one test
 right after its procedure ran (:meth:`check_test`, so the test's own outcome carries the verdict),
 puts the whole comparison into the results document (:meth:`comparison`) and stores the session
-(:meth:`save`).
+(:meth:`save`). It renders nothing: the plugin renders :attr:`SessionGate.last` and
+:attr:`SessionGate.section6` through ``report/comparison.py``.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ __all__ = ["SessionGate", "TestVerdict"]
 
 @dataclass
 class TestVerdict:
-    """One test compared with the baseline: failure messages (empty when it passes) and JUnit properties."""
+    """One test compared with the baseline: failure messages (empty when it passes) and the comparison
+    (whose document ``report.comparison.junit_properties`` turns into the test's JUnit properties)."""
 
     failures: list[str] = field(default_factory=list)
-    properties: list[tuple[str, str]] = field(default_factory=list)
     comparison: Comparison | None = None
 
 
@@ -85,20 +86,16 @@ class SessionGate:
         Fails (messages) on a violated rule, or on a refused pair when rules are given; a forced
         pair is compared and says so.
         """
-        from .present import junit_properties
-
         if self.baseline is None:
             return TestVerdict()
         procs = [p for p in doc.get("procedures") or [] if nodeid in (p.get("tests") or [])]
         if not procs:
             return TestVerdict()
         comp = self._compare({**doc, "procedures": procs})
-        out = TestVerdict(properties=junit_properties(comp, nodeid), comparison=comp)
+        out = TestVerdict(comparison=comp)
         for pair in comp.pairs:
             if pair.refused and self.rules:
                 out.failures.append(f"llmbench compare: {pair.title}: {pair.note}")
-            if pair.forced:
-                out.properties.append(("llmbench_compare_forced", "; ".join(str(d) for d in pair.differences)))
         out.failures += [o.message for o in comp.outcomes_for_test(nodeid) if o.failed]
         return out
 

@@ -106,3 +106,22 @@ def test_compare_summarises_a_run_of_an_older_report_directory_once(tmp_path: Pa
     assert (report / run_dir / "samples.npz").is_file()
     assert compare_main(args) == 0
     assert summarise_calls == [30] and "summarised again" not in capsys.readouterr().err
+
+
+def test_a_crashed_procedure_keeps_its_runs_samples(tmp_path: Path) -> None:
+    """Crash recovery summarises what reached the disk (the procedure never did) and writes the samples
+    beside those records too, so storing or comparing the incomplete session summarises nothing again."""
+    import pytest_llmbench.procedures  # noqa: F401 - registers the procedures
+    from pytest_llmbench.common.storage import RunWriter
+    from pytest_llmbench.measure.samples import read_run_samples
+    from pytest_llmbench.procedures.base import get_procedure
+    from pytest_llmbench.session import partial_result
+
+    proc = get_procedure("5.1")
+    with RunWriter(tmp_path / "measure") as w:
+        for r in ttft_records([12.0, 11.0, 13.0]):
+            w.write(r)
+    result = partial_result(proc, proc.make_params("smoke", {}), tmp_path, "smoke", RuntimeError("boom"))
+    assert not result.complete and [r.label for r in result.runs] == ["measure"]
+    kept = read_run_samples(tmp_path / "measure")
+    assert kept is not None and kept["ttft"].tolist() == pytest.approx([0.011, 0.012, 0.013])

@@ -28,7 +28,7 @@ from .procedures.base import (
     get_procedure,
     params_key,
 )
-from .session import Session, configure_embedded
+from .session import Session, configure_embedded, resummarize_run
 from .settings import LLMBenchConfigError, Settings, parse_capacity
 from .sut import adapters
 from .sut.system import SUT, EndpointError
@@ -63,7 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from .gate.sessiongate import SessionGate
 
     try:
-        gate = SessionGate(settings)
+        gate = SessionGate(settings, resummarize=resummarize_run)  # the gate itself never summarises records
     except (RuleError, GateStorageError) as exc:
         raise pytest.UsageError(str(exc)) from None
     plugin = LLMBenchPlugin(config, bench, gate)
@@ -318,7 +318,10 @@ class LLMBenchPlugin:
 
         doc = build_document(self.session.result(complete=False, test_outcomes=self.test_outcomes))
         verdict = self.gate.check_test(doc, item.nodeid)
-        item.user_properties.extend(verdict.properties)
+        if verdict.comparison is not None:
+            from .report.comparison import junit_properties
+
+            item.user_properties.extend(junit_properties(verdict.comparison.to_json(), item.nodeid))
         return verdict.failures
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -368,16 +371,19 @@ class LLMBenchPlugin:
         for line in terminal_rows(self.document, self.report_path):
             terminalreporter.write_line(line)
         if self.gate is not None and self.gate.last is not None:
-            from .gate import render_comparison
+            from .report.comparison import render_comparison, section6_lines
 
             terminalreporter.section("llmbench: compared with baseline")
-            for line in render_comparison(self.gate.last).splitlines():
+            for line in render_comparison(self.gate.last.to_json()).splitlines():
                 terminalreporter.write_line(line)
-            for line in self.gate.section6.lines() if self.gate.section6 is not None else ():
+            for line in section6_lines(self.gate.section6.to_json()) if self.gate.section6 is not None else ():
                 terminalreporter.write_line(line)  # the §2 verdict of the comparison (test "6")
         if self.saved is not None:
             terminalreporter.write_line(f"llmbench: stored as {self.saved.path.as_posix()} "
                                         "(compare with --llm-compare " + (self.saved.name or str(self.saved.number)) + ")")
+        if self.gate is not None:  # runs summarised again from records (a report directory of an older version)
+            for note in self.gate.notes():
+                terminalreporter.write_line(f"llmbench: note: {note}")
 
 
 def _final_junit_verdicts(config: pytest.Config, result: Any) -> None:

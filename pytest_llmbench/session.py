@@ -7,6 +7,12 @@ use and stopped by :meth:`Session.close`), the endpoint check (§4.1), the resul
 per procedure and parameters), the capacity hand-off between procedures (§5.3.3) and the recovery
 of a procedure cut short (its records read back from disk, marked incomplete). :meth:`Session.result`
 returns the plain :class:`SessionResult` that ``results.py`` turns into ``results.json``.
+
+Each measured run is summarised once: the procedure summarises it, and the session writes that
+summary's per-request samples beside the run's records (``samples.npz``, :mod:`.measure.samples`)
+while it is in memory, so the regression gate stores a session by copying files.
+:func:`resummarize_run` is what the gate is handed (it may not import the summariser) for a report
+directory written before runs kept that file.
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .compliance import rejudge_session
+from .measure.samples import write_run_samples
 from .procedures.base import (
     Capacity,
     Procedure,
@@ -37,8 +44,11 @@ from .procedures.base import (
 from .settings import Settings, parse_capacity
 from .sut.system import SUT, EndpointError, check_endpoint, identify_server
 
+if TYPE_CHECKING:
+    from .measure.summary import RunMetrics
+
 __all__ = ["ConfigureSUT", "ProgressFactory", "Session", "SessionResult", "TerminationSignals",
-           "configure_embedded", "partial_result", "run_coroutine"]
+           "configure_embedded", "keep_samples", "partial_result", "resummarize_run", "run_coroutine"]
 
 T = TypeVar("T")
 
@@ -271,6 +281,7 @@ class Session:
                 self.partial[key] = partial
             raise
         result.duration_s = time.perf_counter() - t0
+        keep_samples(result.runs)
         return result
 
     def _capacity_outside_budget(self, ctx: ProcedureContext) -> Callable[[str], Awaitable[Capacity]]:
@@ -374,6 +385,10 @@ def partial_result(proc: Procedure, params: Any, run_root: Path, profile: str,
                                    load={"sent": len(records), "interrupted": True},
                                    metrics=summarize(records), valid=False, invalid_reason=why))
     try:
+        keep_samples(runs)
+    except OSError as err:  # a full disk must not lose the report
+        notes.append(f"per-request samples not kept beside the records ({err})")
+    try:
         params_json = dataclasses.asdict(params)
     except TypeError:  # pragma: no cover - params are dataclasses
         params_json = {}
@@ -381,6 +396,27 @@ def partial_result(proc: Procedure, params: Any, run_root: Path, profile: str,
                            metrics=runs[0].metrics if runs else None, runs=runs,
                            measurements={"requests": sum(r.load["sent"] for r in runs)},
                            notes=notes, complete=False)
+
+
+def keep_samples(runs: Iterable[RunSummary]) -> None:
+    """Write each measured run's per-request samples beside its records (``samples.npz``), from the
+    summary in memory: what the regression gate stores and its CIs need (§6.3)."""
+    for run in runs:
+        if run.run_dir:
+            write_run_samples(run.run_dir, run.metrics)
+
+
+def resummarize_run(run_dir: Path, itl_option: str) -> RunMetrics:
+    """A run's measured records summarised again, for a report directory written before runs kept their
+    samples file: with the §4.6.3 ITL option the run used, or the best its records give (``auto``) when
+    they cannot give that one. What the package CLI and the plugin hand the gate (``resummarize=``)."""
+    from .common.storage import iter_records
+    from .measure.summary import summarize
+
+    try:
+        return summarize(iter_records(run_dir), itl_option=itl_option)
+    except ValueError:  # the records cannot give that ITL option (§4.6.3): the best they can
+        return summarize(iter_records(run_dir), itl_option="auto")
 
 
 class TerminationSignals:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 
@@ -17,6 +18,7 @@ from pytest_llmbench.measure.export_aiperf import (
     aiperf_summary,
     write_aiperf_export,
 )
+from pytest_llmbench.measure.summary import summarize
 
 ANCHOR = ClockAnchor(perf_ns=0, unix_ns=1_700_000_000 * S)
 
@@ -44,7 +46,7 @@ def _records() -> list[RequestRecord]:
 
 
 def test_record_lines_shape_and_values() -> None:
-    lines = aiperf_record_lines(_records(), anchor=ANCHOR)
+    lines = aiperf_record_lines(_records(), summarize(_records()), anchor=ANCHOR)
     assert [ln["metadata"]["llmbench_index"] for ln in lines] == [0, 1, 2, 3, 4]
     a = lines[0]
     assert set(a) == {"metadata", "metrics", "error"} and a["error"] is None
@@ -68,7 +70,7 @@ def test_record_lines_shape_and_values() -> None:
 
 
 def test_summary_statistics_by_hand() -> None:
-    s = aiperf_summary(_records(), anchor=ANCHOR)
+    s = aiperf_summary(_records(), summarize(_records()), anchor=ANCHOR)
     json.dumps(s, allow_nan=False)
     lat = s["request_latency"]  # 300, 300, 900 ms
     assert lat["unit"] == "ms" and set(STAT_KEYS) <= set(lat)
@@ -89,7 +91,7 @@ def test_summary_statistics_by_hand() -> None:
 
 
 def test_csv_two_sections() -> None:
-    text = aiperf_csv(aiperf_summary(_records(), anchor=ANCHOR))
+    text = aiperf_csv(aiperf_summary(_records(), summarize(_records()), anchor=ANCHOR))
     rows = list(csv.reader(io.StringIO(text)))
     assert rows[0] == ["Metric", *STAT_KEYS]
     blank = rows.index([])
@@ -101,7 +103,7 @@ def test_csv_two_sections() -> None:
 
 
 def test_write_files(tmp_path) -> None:
-    paths = write_aiperf_export(tmp_path / "aiperf", _records(), anchor=ANCHOR)
+    paths = write_aiperf_export(tmp_path / "aiperf", _records(), summarize(_records()), anchor=ANCHOR)
     assert [p.name for p in paths] == ["profile_export.jsonl", "profile_export_aiperf.json",
                                       "profile_export_aiperf.csv"]
     lines = [json.loads(x) for x in paths[0].read_text().splitlines()]
@@ -111,4 +113,14 @@ def test_write_files(tmp_path) -> None:
 
 def test_nothing_to_export() -> None:
     with pytest.raises(ValueError, match="no records to export"):
-        aiperf_summary([])
+        aiperf_summary([], summarize(_records()))
+
+
+def test_the_summary_given_must_be_of_the_exported_records() -> None:
+    """The export takes the run's summary instead of summarising (issue 30): one of other records is refused."""
+    recs = _records()
+    with pytest.raises(ValueError, match=r"summary given \(4 rows\) is not of these 5 records"):
+        aiperf_record_lines(recs, summarize(recs[1:]))
+    other = [dataclasses.replace(r, index=r.index + 10) for r in recs]  # as many rows, other requests
+    with pytest.raises(ValueError, match="pass summarize\\(\\) of the same records"):
+        aiperf_summary(recs, summarize(other))

@@ -14,33 +14,38 @@ from factories import ttft_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pytest_llmbench.__main__ import compare_main, history_main
 from pytest_llmbench.common.records import RECORDS_FORMAT
 from pytest_llmbench.gate import (
     RuleError,
     StoredRun,
     across_runs,
     compare,
-    junit_properties,
     list_runs,
     load_run,
     parse_rule,
-    render_comparison_markdown,
     save,
     summarize_runs,
 )
-from pytest_llmbench.gate.cli import compare_main, history_main
 from pytest_llmbench.gate.compare import IncomparableRunsError, check_comparable, load_as_written
-from pytest_llmbench.gate.history import change_points, history
+from pytest_llmbench.gate.history import history
 from pytest_llmbench.gate.metricinfo import UnknownMetricError, metric_info
-from pytest_llmbench.gate.significance import (
+from pytest_llmbench.gate.storage import GateStorageError
+from pytest_llmbench.gate.systems import compare_systems
+from pytest_llmbench.measure.stats.runs import change_points
+from pytest_llmbench.measure.stats.significance import (
     across_runs_change,
     bootstrap_percentile_draws,
     mean_change,
     percentile_change,
     scalar_change,
 )
-from pytest_llmbench.gate.storage import GateStorageError
-from pytest_llmbench.gate.systems import compare_systems, render_html, render_markdown
+from pytest_llmbench.report.comparison import (
+    junit_properties,
+    render_comparison_markdown,
+    render_systems_html,
+    render_systems_markdown,
+)
 
 STORE = Path(__file__).parent / "data" / "gate" / "store"
 
@@ -242,9 +247,9 @@ def test_slower_run_fails_with_the_figures_and_rerun_passes(store: Path):
         o.message for o in bad.violations]
     tests = ok.pairs[0].tests
     assert tests and ok.outcomes_for_test(tests[0])
-    md = render_comparison_markdown(bad)
+    md = render_comparison_markdown(bad.to_json())
     assert "| tpot.p50 | 2.316 ms (n=299) | 2.838 ms (n=299) | +22.6% |" in md and "| FAIL |" in md
-    props = dict(junit_properties(bad, tests[0]))
+    props = dict(junit_properties(bad.to_json(), tests[0]))
     assert props["llmbench_baseline"] == "0001_base" and props["llmbench_change_tpot.p50"].endswith("FAIL")
 
 
@@ -320,7 +325,7 @@ def test_system_comparison_report(store: Path):
     ids = {i.id: i.status for i in c.equivalence + c.checklist}
     assert ids["6.1-MUST-1"] == "met" and ids["6.1-MUST-4"] == "met" and ids["6.4-PARAM-6"] == "needs declaration"
     assert any(k.endswith("time_scale") for k, _ in c.config_differences)  # 0.25 vs 0.30 noted (§6.4)
-    md, html = render_markdown(c), render_html(c)
+    md, html = render_systems_markdown(c.to_json()), render_systems_html(c.to_json())
     assert "| 6.1-MUST-2 |" in md and "tokens per GPU-second" in md
     assert html.count("<svg") == 2 and "<script" not in html
 
@@ -356,8 +361,12 @@ def test_change_points_and_history(store: Path, capsys):
     assert history_main(["--metric", "nope.p5", "--storage", str(store)]) == 2
 
 
-def test_save_from_a_report_directory_recomputes_samples_from_records(tmp_path: Path, store: Path):
+def test_save_from_an_older_report_directory_summarises_each_run_once(tmp_path: Path, store: Path):
+    """A report directory written before runs kept samples.npz: the gate refuses to summarise it itself;
+    with a re-summariser from above (session.resummarize_run) each run is summarised once, its samples
+    file written beside the records, and the stored run says so."""
     from pytest_llmbench.common.storage import RunWriter
+    from pytest_llmbench.session import resummarize_run
 
     report = tmp_path / "llmbench-report"
     doc = json.loads(json.dumps(load_run("base", store).document))
@@ -366,12 +375,28 @@ def test_save_from_a_report_directory_recomputes_samples_from_records(tmp_path: 
         for r in ttft_records([10.0 + i for i in range(50)]):
             w.write(r)
     (report / "results.json").write_text(json.dumps(doc))
-    saved = save(report, tmp_path / "st", commit="c0ffee")
+    with pytest.raises(GateStorageError, match="does not summarise records itself"):
+        save(report, tmp_path / "st", commit="c0ffee")
+    calls: list[tuple[Path, str]] = []
+
+    def counted(path: Path, itl_option: str):
+        calls.append((path, itl_option))
+        return resummarize_run(path, itl_option)
+
+    saved = save(report, tmp_path / "st", commit="c0ffee", resummarize=counted)
     key = (doc["procedures"][0]["key"], "measure", "ttft")
     assert saved.samples[key].dtype == np.float32 and saved.samples[key].size == 50
     assert saved.samples[key][0] == pytest.approx(0.010) and saved.samples[key][-1] == pytest.approx(0.059)
-    assert load_run("latest", tmp_path / "st").meta["records_format"] == f"pytest-llmbench/run/1 records {RECORDS_FORMAT.split('.')[0]}.x"
+    assert calls == [(report / run_dir, doc["procedures"][0]["result"]["runs"][0]["metrics"]["itl_option"])]
+    assert (report / run_dir / "samples.npz").is_file()
+    stored = load_run("latest", tmp_path / "st")
+    assert "summarised again once" in saved.notes[0] and stored.meta["notes"] == saved.notes
+    assert stored.meta["records_format"] == f"pytest-llmbench/run/1 records {RECORDS_FORMAT.split('.')[0]}.x"
+    again = save(report, tmp_path / "st", resummarize=counted)  # the samples file is there now: copied
+    assert len(calls) == 1 and again.notes == [] and np.array_equal(again.samples[key], saved.samples[key])
     (report / run_dir / "records.jsonl").unlink()
+    assert save(report, tmp_path / "st").samples[key].size == 50  # the samples file alone is enough
+    (report / run_dir / "samples.npz").unlink()
     with pytest.raises(GateStorageError, match="run records missing"):
         save(report, tmp_path / "st")
 
@@ -390,8 +415,7 @@ def _scaled(doc: dict, metric: str, factor: float) -> dict:
 
 
 def test_widen_by_history_on_known_numbers():
-    from pytest_llmbench.gate.compare import widen_by_history
-    from pytest_llmbench.gate.significance import Change
+    from pytest_llmbench.measure.stats.significance import Change, widen_by_history
 
     c = Change(10.0, 11.0, 1.0, (0.9, 1.1), 0.1, (0.09, 0.11), 100, 100, 0.95, "bootstrap", 0.001)
     w = widen_by_history(c, [10.0, 11.0, 12.0])  # s = 1, t(0.975, 2) = 4.3027

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from factories import make_record
 
+from pytest_llmbench.__main__ import compare_main
 from pytest_llmbench.common.storage import RunWriter
 from pytest_llmbench.gate import compare, load_run, save
-from pytest_llmbench.gate.cli import compare_main
 from pytest_llmbench.gate.compare import RECOUNT_HINT, IncomparableRunsError, check_comparable
 from pytest_llmbench.gate.recount import RecountRefused, recount
 from pytest_llmbench.measure.chunking import ITL_NOT_MEASURABLE

@@ -66,7 +66,7 @@ def test_counts_of_old_records_use_the_tokenizer_in_the_export() -> None:
     r = make_record(chunks=((0.5, "", "let me think", 3), (1.0, "Hello world", "", 2)), end=1.0,
                     output_tokens_server=5, output_tokens_client=5, **REC)
     assert column("reasoning_token_count", r) == [None] and column("output_token_count", r) == [None]
-    line = export_aiperf.aiperf_record_lines([r], tokenizer=tok)[0]
+    line = export_aiperf.aiperf_record_lines([r], summarize([r]), tokenizer=tok)[0]
     assert line["metrics"]["reasoning_token_count"]["value"] == len(tok.encode("let me think"))
     assert line["metrics"]["output_token_count"]["value"] == len(tok.encode("Hello world"))
 

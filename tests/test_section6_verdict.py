@@ -12,13 +12,14 @@ from types import SimpleNamespace
 import pytest
 from factories import gate_store
 
+from pytest_llmbench.__main__ import compare_main
 from pytest_llmbench.compliance import Check, Status, verdict_of
 from pytest_llmbench.gate import load_run
-from pytest_llmbench.gate.cli import compare_main
 from pytest_llmbench.gate.section6 import section6_verdict
 from pytest_llmbench.gate.sessiongate import SessionGate
 from pytest_llmbench.gate.storage import machine_fingerprint
 from pytest_llmbench.gate.systems import CheckItem, compare_systems
+from pytest_llmbench.report.comparison import section6_lines
 
 
 @pytest.fixture
@@ -128,7 +129,7 @@ def test_llm_compare_forms_the_section6_verdict(store: Path, tmp_path: Path) -> 
     doc = load_run("rerun", store).document
     out = gate.comparison(doc)
     assert gate.section6 is not None and out["section6_verdict"]["verdict"] == gate.section6.verdict
-    assert gate.section6.lines()[0].startswith("§6 verdict (§2, test 6): 6: ")
+    assert section6_lines(gate.section6.to_json())[0].startswith("§6 verdict (§2, test 6): 6: ")
     hw = next(i for i in out["section6_verdict"]["items"] if i["id"] == "6.1-MUST-3")
     assert hw["status"] == "met" and hw["source"] == "measured"  # this session ran here, against the simulator
     assert "6.3-PARAM-1" in out["section6"]  # the gate's own §6.3 facts are kept

@@ -26,7 +26,7 @@ own telemetry (runs[].telemetry, measure/telemetry.py): ``server_timeline`` (run
 preemptions per second beside the client's in-flight count, on the run's clock) and, for a procedure
 that declares its levels (``ProcedureResult.server_view``), ``server_levels``. :func:`configuration_differences`
 gives the percentile differences the procedure declares against its first series with a bootstrap
-CI (gate.significance.percentile_change), so a difference whose interval includes 0 reads "within
+CI (measure.stats.significance.percentile_change), so a difference whose interval includes 0 reads "within
 noise". Nothing here knows a procedure.
 
 :func:`normalise` turns that into the report form stored in ``results.json``: sample arrays
@@ -356,10 +356,10 @@ def run_overlays(result: Any, series: list[_Series] | None = None) -> dict[str, 
 def configuration_differences(result: Any, series: list[_Series] | None = None) -> dict[str, Any] | None:
     """The percentile differences a procedure declares (``result.overlays.differences``, e.g. §5.7 cache
     on − off, §5.10 guardrails on − off) against its first series, each with a bootstrap CI
-    (gate.significance.percentile_change); ``within_noise`` when the interval includes 0. None when it
+    (measure.stats.significance.percentile_change); ``within_noise`` when the interval includes 0. None when it
     declares none or without a baseline's samples."""
-    from ..gate.significance import BOOTSTRAP_RESAMPLES, DEFAULT_SEED, percentile_change
     from ..measure.stats import required_samples
+    from ..measure.stats.significance import BOOTSTRAP_RESAMPLES, DEFAULT_SEED, percentile_change
 
     spec = getattr(getattr(result, "overlays", None), "differences", None)
     if not spec:
@@ -386,7 +386,7 @@ def configuration_differences(result: Any, series: list[_Series] | None = None) 
     if not rows:
         return None
     method = (f"percentile bootstrap of the difference of the two sample percentiles ({BOOTSTRAP_RESAMPLES} "
-              f"resamples per side, seed {DEFAULT_SEED}; gate.significance.percentile_change)")
+              f"resamples per side, seed {DEFAULT_SEED}; measure.stats.significance.percentile_change)")
     return {"kind": "differences", "baseline": base_label, "confidence": DIFF_CONFIDENCE, "method": method,
             "rows": rows}
 

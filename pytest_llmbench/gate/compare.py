@@ -3,8 +3,8 @@
 :func:`compare` matches each procedure result of the new run(s) with the same test in the
 baseline, refuses pairs that were not measured the same way (listing every difference, §6.1),
 and evaluates each figure and fail rule with a confidence interval of the change
-(:mod:`.significance`). A rule fails only when the change exceeds its threshold **and** the whole
-two-sided CI lies beyond the threshold.
+(:mod:`pytest_llmbench.measure.stats.significance`). A rule fails only when the change exceeds its
+threshold **and** the whole two-sided CI lies beyond the threshold.
 """
 
 from __future__ import annotations
@@ -21,16 +21,17 @@ from ..measure.chunking import ITL_NOT_MEASURABLE
 from ..measure.registry import ITL_METRICS, WHOLE_RUN_SUFFIX
 from ..measure.slo import format_quantity
 from ..measure.stats import mean_estimate, percentile_estimate
-from .rules import Rule, parse_rule
-from .significance import (
+from ..measure.stats.runs import MIN_RUNS
+from ..measure.stats.significance import (
     DEFAULT_SEED,
-    MIN_RUNS,
     Change,
     across_runs_change,
     mean_change,
     percentile_change,
     scalar_change,
+    widen_by_history,
 )
+from .rules import Rule, parse_rule
 from .storage import StoredRun, primary_label, records_format_key, repetition_views
 
 __all__ = [
@@ -240,6 +241,7 @@ class FigureOutcome:
     change: Change | None
     verdict: str  # "FAIL" | "pass" | "pass (not significant)" | "improved" | "changed" | "no significant change" | "n/a"
     message: str
+    unit: str = ""  # the figure's unit family (gate.metricinfo): how a renderer formats its values
 
     @property
     def failed(self) -> bool:
@@ -248,7 +250,7 @@ class FigureOutcome:
     def to_json(self) -> dict[str, Any]:
         return {"figure": self.figure, "rule": self.rule.text if self.rule else None, "level": self.level,
                 "change": self.change.to_json() if self.change else None, "verdict": self.verdict,
-                "message": self.message}
+                "message": self.message, "unit": self.unit}
 
 
 @dataclass
@@ -272,7 +274,8 @@ class ProcedurePair:
     def to_json(self) -> dict[str, Any]:
         return {"warnings": list(self.warnings), "key": self.key, "procedure": self.procedure, "title": self.title, "tests": self.tests,
                 "load": self.load, "rate_baseline": self.rate_baseline, "rate_new": self.rate_new,
-                "differences": [{"field": d.field, "baseline": d.baseline, "new": d.new} for d in self.differences],
+                "differences": [{"field": d.field, "baseline": d.baseline, "new": d.new, "text": str(d)}
+                                for d in self.differences],
                 "refused": self.refused, "forced": self.forced, "note": self.note,
                 "outcomes": [o.to_json() for o in self.outcomes]}
 
@@ -405,33 +408,6 @@ def _summary_value(metrics: Mapping[str, Any] | None, rule: Rule) -> float | Non
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def widen_by_history(c: Change, values: Sequence[float]) -> Change:
-    """Widen a single-run-per-side CI by the run-to-run variation seen in the stored history (§6.3).
-
-    Two single runs differ by within-run sampling noise **and** by whatever moved between the runs
-    (host load, scheduling, thermal state), which no within-run bootstrap can see. With ``k`` stored
-    runs of the same test, ``s`` (their SD) estimates the whole per-run variation, so the difference
-    of two runs has SD ``s·√2``; the CI becomes the wider of the bootstrap CI and
-    ``diff ± t(k-1)·s·√2`` on each side, and the p-value the larger of the two.
-    """
-    x = np.asarray(values, dtype=float)
-    k = x.size
-    s = float(x.std(ddof=1))
-    from scipy import stats as sps
-
-    t = float(sps.t.ppf(0.5 + c.confidence / 2, k - 1))
-    half = t * s * math.sqrt(2)
-    d_lo, d_hi = min(c.diff_ci[0], c.diff - half), max(c.diff_ci[1], c.diff + half)
-    base = c.baseline if c.baseline else math.nan
-    r_lo, r_hi = min(c.rel_ci[0], c.rel - half / abs(base)), max(c.rel_ci[1], c.rel + half / abs(base))
-    p_hist = float(2 * sps.t.sf(abs(c.diff) / (s * math.sqrt(2)), k - 1)) if s > 0 else c.p_value
-    method = (f"{c.method}, widened by the between-run SD {s:.4g} of {k} stored runs of this test "
-              f"(t, df={k - 1}: ±{half:.4g}): variance used = within-run bootstrap or between-run history, "
-              f"whichever is wider")
-    return Change(c.baseline, c.new, c.diff, (d_lo, d_hi), c.rel, (r_lo, r_hi), c.n_baseline, c.n_new,
-                  c.confidence, method, max(c.p_value, p_hist))
-
-
 WITHIN_ONLY = ("; variance used: within-run sampling only (fewer than 3 stored runs of this test, so "
                "run-to-run host drift is not covered; keep >= 3 baseline runs, e.g. --llm-runs 3)")
 
@@ -547,7 +523,7 @@ def compare(baseline: StoredRun | Sequence[StoredRun], new: StoredRun | Sequence
             itl = _itl_vs_tbc(base_side, new_side, rule, title)
             if itl is not None:
                 pair.outcomes.append(FigureOutcome(rule.figure, rule if has_t else None, level, None,
-                                                   "FAIL" if has_t else "n/a", itl))
+                                                   "FAIL" if has_t else "n/a", itl, rule.info.unit))
                 continue
             c = _change_for(base_side, new_side, rule, confidence, seed)
             if c is not None and len(base_side) == 1 and len(new_side) == 1 and history is not None:
@@ -556,11 +532,13 @@ def compare(baseline: StoredRun | Sequence[StoredRun], new: StoredRun | Sequence
                     Change(**{**c.__dict__, "method": c.method + WITHIN_ONLY})
             if c is None:
                 pair.outcomes.append(FigureOutcome(rule.figure, rule if has_t else None, level, None, "n/a",
-                                                   f"{rule.figure} [{title}]: not available on both sides"))
+                                                   f"{rule.figure} [{title}]: not available on both sides",
+                                                   rule.info.unit))
                 continue
             verdict = _judge(rule, c, has_t)
             pair.outcomes.append(FigureOutcome(rule.figure, rule if has_t else None, level, c, verdict,
-                                               _message(title, rule, level, c, verdict, base_label, has_t)))
+                                               _message(title, rule, level, c, verdict, base_label, has_t),
+                                               rule.info.unit))
     return comp
 
 

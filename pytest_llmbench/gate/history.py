@@ -1,23 +1,22 @@
 """A test's stored runs over time for one figure, with change points (§6.3 across runs).
 
-Change points come from ``ruptures`` (PELT with an L2 cost; an optional extra:
-``pip install 'pytest-llmbench[history]'``), imported only when history is asked for.
+Change points come from :func:`pytest_llmbench.measure.stats.runs.change_points` (``ruptures`` PELT
+with an L2 cost; an optional extra: ``pip install 'pytest-llmbench[history]'``), imported only when
+history is asked for.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from ..measure.stats.runs import change_points
 from .compare import _matches, figure_value
 from .rules import parse_rule
 from .storage import StoredRun
 
-__all__ = ["HistoryPoint", "HistorySeries", "change_points", "history", "render_history"]
+__all__ = ["HistoryPoint", "HistorySeries", "history"]
 
 
 @dataclass(frozen=True)
@@ -34,44 +33,19 @@ class HistoryPoint:
 
 @dataclass
 class HistorySeries:
-    """One test/procedure's values of ``figure`` over the stored runs, oldest first."""
+    """One test/procedure's values of ``figure`` over the stored runs, oldest first (rendered by
+    ``report.comparison.render_history`` from :meth:`to_json`)."""
 
     procedure: str
     tests: list[str]
     figure: str
     points: list[HistoryPoint]
     method: str
+    unit: str = ""  # the figure's unit family (gate.metricinfo)
 
     def to_json(self) -> dict[str, Any]:
-        return {"procedure": self.procedure, "tests": self.tests, "figure": self.figure, "method": self.method,
-                "points": [p.__dict__ for p in self.points]}
-
-
-def _ruptures() -> Any:
-    try:
-        import ruptures
-    except ImportError:
-        raise ImportError("history change points need the 'ruptures' package: "
-                          "pip install 'pytest-llmbench[history]' (or pip install ruptures)") from None
-    return ruptures
-
-
-def change_points(values: Sequence[float], *, min_size: int = 2, penalty: float | None = None) -> list[int]:
-    """Indices where a new segment starts (PELT, L2 cost). The default penalty is
-    ``3·σ²·ln(n)`` with σ estimated robustly from successive differences (MAD/0.6745/√2)."""
-    x = np.asarray(values, dtype=float)
-    n = x.size
-    if n < 2 * min_size:
-        return []
-    rpt = _ruptures()
-    if penalty is None:
-        d = np.diff(x)
-        sigma = float(np.median(np.abs(d - np.median(d)))) / 0.6745 / math.sqrt(2)
-        if sigma <= 0:
-            sigma = float(np.std(x)) or 1.0
-        penalty = 3.0 * sigma * sigma * math.log(n)
-    ends = rpt.Pelt(model="l2", min_size=min_size, jump=1).fit(x.reshape(-1, 1)).predict(pen=penalty)
-    return [int(e) for e in ends[:-1]]
+        return {"procedure": self.procedure, "tests": self.tests, "figure": self.figure, "unit": self.unit,
+                "method": self.method, "points": [p.__dict__ for p in self.points]}
 
 
 def history(runs: Sequence[StoredRun], figure: str = "ttft.p99", *, test: str | None = None,
@@ -103,26 +77,6 @@ def history(runs: Sequence[StoredRun], figure: str = "ttft.p99", *, test: str | 
             marked = {idx[c] for c in cps}
             pts = [HistoryPoint(**{**p.__dict__, "change_point": i in marked}) for i, p in enumerate(pts)]
             method = "change points: ruptures PELT, L2 cost, penalty 3·σ²·ln(n), minimum segment 2 runs"
-        out.append(HistorySeries(f"{proc.get('procedure')} {proc.get('title', '')}".strip(), tests, figure, pts, method))
+        out.append(HistorySeries(f"{proc.get('procedure')} {proc.get('title', '')}".strip(), tests, figure, pts, method,
+                                 rule.info.unit))
     return out
-
-
-def render_history(series: Sequence[HistorySeries]) -> str:
-    """A plain table per series; ``◆`` marks a run that starts a new segment (a change point)."""
-    from ..measure.slo import format_quantity
-    from .metricinfo import metric_info
-
-    lines = []
-    for s in series:
-        unit = metric_info(s.figure.split(".")[0]).unit
-        lines.append(f"{s.procedure} — {s.figure} ({', '.join(s.tests) or 'no test ids'})")
-        rows = [("run", "commit", "saved", s.figure, "CI", "n", "")]
-        for p in s.points:
-            ci = (f"{format_quantity(p.ci_low, unit)} – {format_quantity(p.ci_high, unit)}"
-                  if p.ci_low is not None and p.ci_high is not None else "")
-            rows.append((p.run, p.commit, p.saved, format_quantity(p.value, unit) if p.value is not None else "n/a",
-                         ci, str(p.n or ""), "◆ change point" if p.change_point else ""))
-        w = [max(len(r[i]) for r in rows) for i in range(7)]
-        lines += ["  " + "  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
-        lines.append(f"  ({s.method})")
-    return "\n".join(lines)

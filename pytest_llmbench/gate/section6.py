@@ -92,14 +92,8 @@ class Section6Verdict:
             parts.append("below the draft's minimum: " + "; ".join(self.deviations))
         return f"6: {self.verdict} ({'; '.join(parts)})"
 
-    def lines(self) -> list[str]:
-        """The verdict line and one line per MUST/SHOULD item that fails (the terminal and compare.md)."""
-        out = [f"§6 verdict (§2, test 6): {self.summary()}"]
-        for i in self.unmet_must + self.unmet_should:
-            out.append(f"  {i.id} {i.status}: {i.text} ({i.detail})")
-        return out
-
     def to_json(self) -> dict[str, Any]:
+        """The verdict as a document (``report.comparison.section6_lines`` renders it)."""
         return {"test": "6", "verdict": self.verdict, "summary": self.summary(),
                 "unmet_must": [i.id for i in self.unmet_must], "unmet_should": [i.id for i in self.unmet_should],
                 "deviations": self.deviations, "items": [dict(i.__dict__, level=level_of(i.id)) for i in self.items]}

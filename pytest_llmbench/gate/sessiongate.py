@@ -4,7 +4,8 @@
 ``--llm-compare-force``, ``--llm-save``/``--llm-autosave``, ``--llm-storage``). It judges one test
 right after its procedure ran (:meth:`check_test`, so the test's own outcome carries the verdict),
 puts the whole comparison into the results document (:meth:`comparison`) and stores the session
-(:meth:`save`).
+(:meth:`save`). It renders nothing: the plugin renders :attr:`SessionGate.last` and
+:attr:`SessionGate.section6` through ``report/comparison.py``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..measure.samples import Resummarize
 from .compare import Comparison, compare
 from .rules import Rule, RuleError, parse_rules
 from .section6 import Section6Verdict
@@ -23,10 +25,10 @@ __all__ = ["SessionGate", "TestVerdict"]
 
 @dataclass
 class TestVerdict:
-    """One test compared with the baseline: failure messages (empty when it passes) and JUnit properties."""
+    """One test compared with the baseline: failure messages (empty when it passes) and the comparison
+    (whose document ``report.comparison.junit_properties`` turns into the test's JUnit properties)."""
 
     failures: list[str] = field(default_factory=list)
-    properties: list[tuple[str, str]] = field(default_factory=list)
     comparison: Comparison | None = None
 
 
@@ -34,8 +36,10 @@ class SessionGate:
     """Rules, baseline and stored history of one session; raises ``RuleError``/``GateStorageError``
     (each naming the option) on a bad rule or a baseline that cannot be found."""
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: Any, *, resummarize: Resummarize | None = None) -> None:
         self.settings = settings
+        #: summarises a run again when a report directory's run has no samples file (storage.collect_samples)
+        self.resummarize = resummarize
         src = settings.sources
         try:
             self.rules: list[Rule] = parse_rules(list(settings.compare_fail or []))
@@ -53,11 +57,12 @@ class SessionGate:
         self.history: list[StoredRun] = []
         if settings.compare:
             try:
-                self.baseline = load_run(settings.compare, settings.storage)
+                self.baseline = load_run(settings.compare, settings.storage, resummarize=resummarize)
             except GateStorageError as exc:
                 raise GateStorageError(f"{src.get('compare', '--llm-compare')}: {exc}") from None
             self.history = list_runs(settings.storage)
         self.last: Comparison | None = None
+        self.saved: StoredRun | None = None
         #: the session against the baseline as a §6 comparison: its §2 verdict (test "6", section6.py)
         self.section6: Section6Verdict | None = None
 
@@ -71,7 +76,7 @@ class SessionGate:
 
     def _compare(self, doc: Mapping[str, Any]) -> Comparison:
         assert self.baseline is not None
-        this = StoredRun.in_memory(doc, report_dir=self.settings.report)
+        this = StoredRun.in_memory(doc, report_dir=self.settings.report, resummarize=self.resummarize)
         return compare(self.baseline, this, self.rules, force=bool(self.settings.compare_force),
                        history=self.history)
 
@@ -81,20 +86,16 @@ class SessionGate:
         Fails (messages) on a violated rule, or on a refused pair when rules are given; a forced
         pair is compared and says so.
         """
-        from .present import junit_properties
-
         if self.baseline is None:
             return TestVerdict()
         procs = [p for p in doc.get("procedures") or [] if nodeid in (p.get("tests") or [])]
         if not procs:
             return TestVerdict()
         comp = self._compare({**doc, "procedures": procs})
-        out = TestVerdict(properties=junit_properties(comp, nodeid), comparison=comp)
+        out = TestVerdict(comparison=comp)
         for pair in comp.pairs:
             if pair.refused and self.rules:
                 out.failures.append(f"llmbench compare: {pair.title}: {pair.note}")
-            if pair.forced:
-                out.properties.append(("llmbench_compare_forced", "; ".join(str(d) for d in pair.differences)))
         out.failures += [o.message for o in comp.outcomes_for_test(nodeid) if o.failed]
         return out
 
@@ -105,15 +106,23 @@ class SessionGate:
         self.last = self._compare(doc)
         from .systems import compare_systems
 
-        this = StoredRun.in_memory(doc, report_dir=self.settings.report)
+        this = StoredRun.in_memory(doc, report_dir=self.settings.report, resummarize=self.resummarize)
         this.meta["machine"] = machine_fingerprint()  # this session ran here (6.1-MUST-3 from observation)
         reps = [len(self.last.baseline), len(self.last.new)]  # repetitions of each side (§6.3)
         self.section6 = compare_systems([self.baseline, this], repetitions=reps).verdict
         return {**self.last.to_json(), "section6_verdict": self.section6.to_json()}
+
+    def notes(self) -> list[str]:
+        """What reading the baseline or storing the session did that the user should know (runs of a
+        report directory summarised again because they had no samples file), each once."""
+        runs = [r for r in (self.baseline, self.saved) if r is not None]
+        return list(dict.fromkeys(n for r in runs for n in r.notes))
 
     def save(self) -> StoredRun | None:
         """Store the session's report directory (after results.json was written) when asked to."""
         if not self.saving:
             return None
         extra = {"compare_forced": bool(self.last and any(p.forced for p in self.last.pairs))}
-        return save(self.settings.report, self.settings.storage, name=self.settings.save or None, extra=extra)
+        self.saved = save(self.settings.report, self.settings.storage, name=self.settings.save or None, extra=extra,
+                          resummarize=self.resummarize)
+        return self.saved

@@ -8,13 +8,21 @@ A stored run is a directory under the storage root (default ``.llmbench/``)::
         meta.json       id, counter, name, commit, time, machine and SUT fingerprints, sample index
 
 The samples are what a percentile's confidence interval (and the bootstrap of a change) needs;
-``results.json`` alone keeps only summaries. A run is referred to by its counter (``3`` or
-``0003``), its directory name, its NAME, a PATH (a stored-run directory, a report directory
-holding ``results.json``, or a ``results.json`` file) or ``latest``.
+``results.json`` alone keeps only summaries. Like pytest-benchmark's ``FileStorage``, the store keeps
+what the session produced and never recomputes: the session wrote each measured run's samples beside
+its records (``runs/…/samples.npz``, :mod:`pytest_llmbench.measure.samples`) and :func:`save` copies
+them. A report directory written before runs kept that file is summarised again once, by a
+``resummarize`` callable handed in from above the gate (the gate does not import the summariser);
+the file is written then, and a note says so (``meta.json`` ``notes``).
+
+A run is referred to by its counter (``3`` or ``0003``), its directory name, its NAME, a PATH (a
+stored-run directory, a report directory holding ``results.json``, or a ``results.json`` file) or
+``latest``.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
@@ -31,8 +39,16 @@ from typing import Any
 
 import numpy as np
 
-from ..common.files import write_json_atomic
-from ..common.storage import iter_records
+from ..common.files import write_bytes_atomic, write_json_atomic
+from ..common.storage import RECORDS_FILE
+from ..measure.samples import (
+    SAMPLES_FILE,
+    Resummarize,
+    RunSamplesError,
+    read_run_samples,
+    samples_of,
+    write_run_samples,
+)
 
 __all__ = [
     "DEFAULT_STORAGE",
@@ -47,7 +63,6 @@ __all__ = [
     "primary_label",
     "repetition_key",
     "repetition_views",
-    "samples_from_metrics",
     "save",
     "sut_fingerprint",
 ]
@@ -139,43 +154,69 @@ def primary_label(result: Mapping[str, Any]) -> str | None:
     return str(runs[-1].get("label")) if runs else None
 
 
-def samples_from_metrics(metrics: Any) -> dict[str, np.ndarray]:
-    """Sorted float32 samples of every distribution of an in-memory ``RunMetrics`` that kept them."""
-    out: dict[str, np.ndarray] = {}
-    for name, dist in (getattr(metrics, "distributions", None) or {}).items():
-        s = getattr(dist, "samples", None)
-        if s is not None and len(s):
-            out[str(name)] = np.sort(np.asarray(s, dtype=np.float32))
-    return out
+def collect_samples(doc: Mapping[str, Any], report_dir: str | os.PathLike[str], *,
+                    resummarize: Resummarize | None = None, notes: list[str] | None = None
+                    ) -> dict[SampleKey, np.ndarray]:
+    """Per procedure, run and distribution: the sorted float32 samples the session wrote beside each
+    run's records under ``report_dir/runs/`` (``samples.npz``).
 
-
-def _samples_from_run_dir(run_dir: Path, itl_option: str) -> dict[str, np.ndarray]:
-    from ..measure.summary import summarize
-
-    try:
-        return samples_from_metrics(summarize(iter_records(run_dir), itl_option=itl_option))
-    except ValueError:  # the records cannot give that ITL option (§4.6.3): the best they can
-        return samples_from_metrics(summarize(iter_records(run_dir), itl_option="auto"))
-
-
-def collect_samples(doc: Mapping[str, Any], report_dir: str | os.PathLike[str]) -> dict[SampleKey, np.ndarray]:
-    """Per procedure, run and distribution: sorted float32 samples, recomputed from the run records
-    under ``report_dir/runs/`` (the measurement phase, with the ITL option the run used)."""
+    A run without that file (a report directory written before runs kept it) is summarised again from
+    its records by ``resummarize`` (with the ITL option the run used), once: the file is written beside
+    the records, and a sentence saying so is appended to ``notes``. Without ``resummarize`` such a run
+    is refused (:class:`GateStorageError`).
+    """
     root = Path(report_dir)
     out: dict[SampleKey, np.ndarray] = {}
+    done: dict[Path, dict[str, np.ndarray]] = {}
+    again: list[Path] = []
+    unwritten: list[str] = []
     for proc in _with_repetitions(doc.get("procedures") or []):
         for run in (proc.get("result") or {}).get("runs") or []:
             rel = run.get("run_dir")
             if not rel:
                 continue
             run_dir = root / rel
-            if not (run_dir / "records.jsonl").is_file():
-                raise GateStorageError(f"{run_dir}: run records missing; cannot store per-request samples "
-                                       f"(save right after the session, from its report directory)")
-            option = str((run.get("metrics") or {}).get("itl_option") or "B")
-            for metric, arr in _samples_from_run_dir(run_dir, option).items():
+            if run_dir not in done:
+                done[run_dir] = _run_samples(run_dir, str((run.get("metrics") or {}).get("itl_option") or "B"),
+                                             resummarize, again, unwritten)
+            for metric, arr in done[run_dir].items():
                 out[(str(proc["key"]), str(run.get("label")), metric)] = arr
+    if again and notes is not None:
+        note = (f"{len(again)} run(s) under {root.as_posix()} had no {SAMPLES_FILE} (written by a version before "
+                f"runs kept their samples): summarised again once from their {RECORDS_FILE}")
+        note += (f"; {SAMPLES_FILE} written beside the records, so it is not done again" if not unwritten else
+                 f"; could not write {SAMPLES_FILE} ({'; '.join(unwritten)}): they will be summarised again "
+                 "next time")
+        notes.append(note)
     return out
+
+
+def _run_samples(run_dir: Path, itl_option: str, resummarize: Resummarize | None, again: list[Path],
+                 unwritten: list[str]) -> dict[str, np.ndarray]:
+    """One run's samples: its samples file, else its records summarised again by ``resummarize``."""
+    try:
+        kept = read_run_samples(run_dir)
+    except RunSamplesError as exc:
+        raise GateStorageError(str(exc)) from None
+    if kept is not None:
+        return kept
+    if not (run_dir / RECORDS_FILE).is_file():
+        raise GateStorageError(f"{run_dir}: run records missing and no {SAMPLES_FILE}; cannot store per-request "
+                               f"samples (save right after the session, from its report directory)")
+    if resummarize is None:
+        raise GateStorageError(
+            f"{run_dir}: no {SAMPLES_FILE} beside the run records (a report directory written before runs kept "
+            f"their samples), and the gate does not summarise records itself: compare or store it through "
+            f"`python -m pytest_llmbench compare` or the pytest plugin (--llm-compare PATH), which summarise such "
+            f"a run once and write its {SAMPLES_FILE}; from Python, pass "
+            f"resummarize=pytest_llmbench.session.resummarize_run")
+    summary = resummarize(run_dir, itl_option)
+    again.append(run_dir)
+    try:
+        write_run_samples(run_dir, summary)
+    except OSError as exc:
+        unwritten.append(f"{run_dir}: {exc.strerror or exc}")
+    return samples_of(summary)
 
 
 def repetition_key(key: str, k: int) -> str:
@@ -216,7 +257,8 @@ def repetition_views(run: StoredRun) -> list[StoredRun]:
                               "run_dirs": rep.get("run_dirs") or []})
             else:
                 procs.append(p)
-        view = StoredRun(run.path, {**run.meta, "id": f"{run.id}#{k}"}, {**doc, "procedures": procs}, run._samples)
+        view = StoredRun(run.path, {**run.meta, "id": f"{run.id}#{k}"}, {**doc, "procedures": procs}, run._samples,
+                         resummarize=run.resummarize)
         views.append(view)
     if run._samples is None:  # share one lazily read sample table between the views
         for v in views:
@@ -238,6 +280,8 @@ class StoredRun:
     _doc: dict[str, Any] | None = field(default=None, repr=False)
     _samples: dict[SampleKey, np.ndarray] | None = field(default=None, repr=False)
     _samples_owner: StoredRun | None = field(default=None, repr=False)  # a repetition view reads its run's
+    #: summarises a run of a report directory again when it has no samples file (from above the gate)
+    resummarize: Resummarize | None = field(default=None, repr=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -273,8 +317,14 @@ class StoredRun:
         return self._doc
 
     @property
+    def notes(self) -> list[str]:
+        """What was done to read this run that its user should know (e.g. runs summarised again)."""
+        return list(self.meta.get("notes") or [])
+
+    @property
     def samples(self) -> dict[SampleKey, np.ndarray]:
-        """Per (procedure key, run label, metric) sorted samples; recomputed from records for a report dir."""
+        """Per (procedure key, run label, metric) sorted samples: the store's ``samples.npz``, or for a
+        report directory the samples files beside its runs' records (:func:`collect_samples`)."""
         if self._samples is None and self._samples_owner is not None:
             self._samples = self._samples_owner.samples
         if self._samples is None:
@@ -285,15 +335,20 @@ class StoredRun:
                     self._samples = {(e["procedure"], e["run"], e["metric"]): z[f"s{i}"] for i, e in enumerate(index)}
             else:
                 base = self.path if self.path.is_dir() else self.path.parent
-                self._samples = collect_samples(self.document, base)
+                notes: list[str] = []
+                self._samples = collect_samples(self.document, base, resummarize=self.resummarize, notes=notes)
+                if notes:
+                    self.meta["notes"] = [*self.notes, *notes]
         return self._samples
 
     @classmethod
     def in_memory(cls, doc: Mapping[str, Any], *, report_dir: str | os.PathLike[str] = ".",
-                  samples: Mapping[SampleKey, np.ndarray] | None = None, id: str = "this session") -> StoredRun:
-        """The current session as a run to compare, without storing it (samples recomputed from
-        ``report_dir/runs/`` on first use unless given)."""
-        return cls(Path(report_dir), {"id": id}, dict(doc), dict(samples) if samples is not None else None)
+                  samples: Mapping[SampleKey, np.ndarray] | None = None, id: str = "this session",
+                  resummarize: Resummarize | None = None) -> StoredRun:
+        """The current session as a run to compare, without storing it (samples read from the files
+        beside ``report_dir/runs/``'s records on first use unless given)."""
+        return cls(Path(report_dir), {"id": id}, dict(doc), dict(samples) if samples is not None else None,
+                   resummarize=resummarize)
 
     def to_ref(self) -> dict[str, Any]:
         return {"id": self.id, "path": self.path.as_posix(), "commit": self.commit, "name": self.name,
@@ -313,13 +368,17 @@ def _next_number(root: Path) -> int:
 def save(report: str | os.PathLike[str] | Mapping[str, Any], storage: str | os.PathLike[str] = DEFAULT_STORAGE, *,
          name: str | None = None, report_dir: str | os.PathLike[str] | None = None,
          samples: Mapping[SampleKey, np.ndarray] | None = None, commit: str | None = None,
-         extra: Mapping[str, Any] | None = None, now: float | None = None) -> StoredRun:
+         extra: Mapping[str, Any] | None = None, now: float | None = None,
+         resummarize: Resummarize | None = None) -> StoredRun:
     """Store a session's results document and per-request samples; returns the stored run.
 
     ``report`` is a report directory (holding ``results.json`` and ``runs/``), a ``results.json``
-    path or the document itself (then give ``report_dir`` for the records, or ``samples``).
-    ``commit`` defaults to the current git commit (``nocommit`` outside a checkout); ``extra``
-    is recorded in ``meta.json`` (e.g. ``{"compare_forced": true}``).
+    path or the document itself (then give ``report_dir`` for the runs, or ``samples``). The samples
+    are copied from the files the session wrote beside each run's records; a run without one is
+    summarised again by ``resummarize`` (refused without it), which the stored ``meta.json`` notes
+    (``notes``, also :attr:`StoredRun.notes` of the result). ``commit`` defaults to the current git
+    commit (``nocommit`` outside a checkout); ``extra`` is recorded in ``meta.json`` (e.g.
+    ``{"compare_forced": true}``).
     """
     if name is not None and not _NAME_RE.match(name):
         raise GateStorageError(f"save name {name!r}: use 1-80 letters, digits, '.', '_' or '-' "
@@ -334,10 +393,11 @@ def save(report: str | os.PathLike[str] | Mapping[str, Any], storage: str | os.P
             raise GateStorageError(f"{p}: no results.json to store (run a session first, or give the report directory)")
         doc = StoredRun(rp, {}).document
         base = Path(report_dir) if report_dir is not None else rp.parent
+    notes: list[str] = []
     if samples is None:
         if base is None:
             raise GateStorageError("save(): give report_dir (with runs/) or samples for a document passed in memory")
-        samples = collect_samples(doc, base)
+        samples = collect_samples(doc, base, resummarize=resummarize, notes=notes)
     root = Path(storage)
     root.mkdir(parents=True, exist_ok=True)
     sha, dirty = git_commit() if commit is None else (commit, False)
@@ -355,8 +415,10 @@ def save(report: str | os.PathLike[str] | Mapping[str, Any], storage: str | os.P
         raise GateStorageError(f"{root}: could not allocate a run number")
     keys = sorted(samples)
     index = [{"procedure": k[0], "run": k[1], "metric": k[2], "n": int(samples[k].size)} for k in keys]
-    np.savez_compressed(target / SAMPLES, **{f"s{i}": np.sort(np.asarray(samples[k], dtype=np.float32))
-                                            for i, k in enumerate(keys)})
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **{f"s{i}": np.sort(np.asarray(samples[k], dtype=np.float32))
+                                for i, k in enumerate(keys)})
+    write_bytes_atomic(target / SAMPLES, buf.getvalue())
     write_json_atomic(target / RESULTS, doc)
     meta = {
         "schema": META_SCHEMA,
@@ -372,6 +434,7 @@ def save(report: str | os.PathLike[str] | Mapping[str, Any], storage: str | os.P
         "samples": index,
         "records_format": _records_format_of(doc, base),
         "extra": dict(extra or {}),
+        "notes": notes,
     }
     write_json_atomic(target / META, meta)
     return StoredRun(target, meta, doc, {k: np.asarray(samples[k], dtype=np.float32) for k in keys})
@@ -424,8 +487,12 @@ def list_runs(storage: str | os.PathLike[str] = DEFAULT_STORAGE) -> list[StoredR
     return [StoredRun(d, _read_meta(d)) for _, d in sorted(runs)]
 
 
-def load_run(ref: str | os.PathLike[str] | None = None, storage: str | os.PathLike[str] = DEFAULT_STORAGE) -> StoredRun:
-    """Find a stored run by counter (``3``/``0003``), directory name, NAME, PATH or ``latest`` (None)."""
+def load_run(ref: str | os.PathLike[str] | None = None, storage: str | os.PathLike[str] = DEFAULT_STORAGE, *,
+             resummarize: Resummarize | None = None) -> StoredRun:
+    """Find a stored run by counter (``3``/``0003``), directory name, NAME, PATH or ``latest`` (None).
+
+    ``resummarize`` serves a PATH to a report directory whose runs have no samples file (see
+    :func:`collect_samples`); a stored run never needs it."""
     runs = list_runs(storage)
     if ref is None or str(ref) == "latest":
         if not runs:
@@ -444,12 +511,13 @@ def load_run(ref: str | os.PathLike[str] | None = None, storage: str | os.PathLi
         if p.is_dir() and (p / META).is_file():
             return StoredRun(p, _read_meta(p))
         if (p / RESULTS if p.is_dir() else p).is_file():
-            return StoredRun(p, {"id": p.as_posix()})
+            return StoredRun(p, {"id": p.as_posix()}, resummarize=resummarize)
     known = ", ".join(r.id for r in runs[-10:]) or "none"
     raise GateStorageError(f"no stored run matches {text!r} in {storage} (not a counter, name or path); "
                            f"latest stored: {known}")
 
 
-def load_runs(refs: Sequence[str], storage: str | os.PathLike[str] = DEFAULT_STORAGE) -> list[StoredRun]:
+def load_runs(refs: Sequence[str], storage: str | os.PathLike[str] = DEFAULT_STORAGE, *,
+              resummarize: Resummarize | None = None) -> list[StoredRun]:
     """:func:`load_run` for each reference."""
-    return [load_run(r, storage) for r in refs]
+    return [load_run(r, storage, resummarize=resummarize) for r in refs]

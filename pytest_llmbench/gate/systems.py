@@ -1,17 +1,18 @@
 """Comparing systems side by side (§6): equivalence (§6.1), normalisation (§6.2), repeated-run
-statistics (§6.3) and the fair-comparison checklist (§6.4), as a table, Markdown and HTML."""
+statistics (§6.3) and the fair-comparison checklist (§6.4).
+
+:func:`compare_systems` builds the comparison; :meth:`SystemComparison.to_json` is the document
+``report/comparison.py`` renders (terminal table, Markdown, HTML with plots) and ``compare``
+writes to ``compare.json``."""
 
 from __future__ import annotations
 
 import ipaddress
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
-
-import jinja2
 
 from ..common import draft
 from ..measure.slo import format_quantity
@@ -21,7 +22,7 @@ from .rules import parse_rule
 from .section6 import Section6Verdict, section6_verdict
 from .storage import StoredRun
 
-__all__ = ["CheckItem", "SystemComparison", "compare_systems", "render_html", "render_markdown", "render_text"]
+__all__ = ["CheckItem", "SystemComparison", "compare_systems"]
 
 #: Two runs count as "tested at the same time" (§6.4) when their windows overlap or are this close.
 SAME_TIME_GAP_S = 3600.0
@@ -45,13 +46,13 @@ class SystemComparison:
 
     runs: list[StoredRun]
     labels: list[str]
-    table: list[dict[str, Any]]  # {"procedure", "figure", "values": [str], "raw": [float|None]}
+    #: {"procedure", "figure", "unit" (family), "values": [str], "raw": [float|None]}
+    table: list[dict[str, Any]]
     equivalence: list[CheckItem]
     normalisation: list[dict[str, Any]]
     normalisation_method: str
     checklist: list[CheckItem]
     config_differences: list[tuple[str, list[str]]]
-    plots: list[str] = field(default_factory=list)
     #: the §6.2 report items and §6.3's minimum of runs
     reporting: list[CheckItem] = field(default_factory=list)
 
@@ -218,7 +219,7 @@ def compare_systems(runs: Sequence[StoredRun], *, figures: Sequence[str] = DEFAU
                 v = figure_value(r, p, rule) if p is not None else None
                 raw.append(float(v["value"]) if v and v.get("value") is not None else None)
             unit = metric_info(rule.metric).unit
-            table.append({"procedure": title, "figure": f, "raw": raw,
+            table.append({"procedure": title, "figure": f, "unit": unit, "raw": raw,
                           "values": [format_quantity(v, unit) if v is not None else "n/a" for v in raw]})
     keys = [[comparability_key(r, p) if p is not None else None for r, p in row] for row in procs]
     # §6.1 equivalence
@@ -297,9 +298,7 @@ def compare_systems(runs: Sequence[StoredRun], *, figures: Sequence[str] = DEFAU
     cfg = _config_differences(runs)
     checklist.append(CheckItem("6.4-REPORT-1", "Differences in configuration explicitly noted", "met",
                                f"{len(cfg)} differing item(s) listed below"))
-    comp = SystemComparison(list(runs), labels, table, equiv, norm, method, checklist, cfg, reporting=reporting)
-    comp.plots = _plots(comp)
-    return comp
+    return SystemComparison(list(runs), labels, table, equiv, norm, method, checklist, cfg, reporting=reporting)
 
 
 def _flatten(prefix: str, v: Any, out: dict[str, Any]) -> None:
@@ -321,138 +320,3 @@ def _config_differences(runs: Sequence[StoredRun]) -> list[tuple[str, list[str]]
         flat.append(d)
     keys = sorted(set().union(*flat))
     return [(k, [str(f.get(k, "—")) for f in flat]) for k in keys if not _equal_over([f.get(k) for f in flat])]
-
-
-def _plots(comp: SystemComparison) -> list[str]:
-    from ..report.svg import grouped_bars
-
-    out = []
-    lat = [row for row in comp.table if metric_info(row["figure"].split(".")[0]).unit == "time"]
-    if lat:
-        groups = [f"{row['procedure'].split(' ')[0]} {row['figure']}" for row in lat]
-        values = {g: {lab: (v * 1000 if v is not None else None) for lab, v in zip(comp.labels, row["raw"])}
-                  for g, row in zip(groups, lat)}
-        out.append(grouped_bars(kind="system-latency", title="Latency by run (ms)", groups=groups,
-                                series=comp.labels, values=values, y_label="ms", x_label="figure",
-                                width=max(640, 90 * len(groups))))
-    tp = [row for row in comp.table if row["figure"] == "output_throughput"]
-    if tp:
-        groups = [row["procedure"].split(" ")[0] for row in tp]
-        values = {g: dict(zip(comp.labels, row["raw"])) for g, row in zip(groups, tp)}
-        out.append(grouped_bars(kind="system-throughput", title="Output throughput by run (tok/s)", groups=groups,
-                                series=comp.labels, values=values, y_label="tok/s", x_label="procedure"))
-    return out
-
-
-def _n(v: Any, fmt: str = "{:,.4g}") -> str:
-    return "n/a" if v is None or (isinstance(v, float) and not math.isfinite(v)) else fmt.format(v)
-
-
-_ENV = jinja2.Environment(loader=jinja2.DictLoader({
-    "md": """# System comparison (§6)
-
-Runs: {% for r in c.runs %}`{{ r.id }}` ({{ r.commit }}, {{ r.saved }}){{ ", " if not loop.last }}{% endfor %}
-
-**Verdict (§2, test 6): {{ c.verdict.summary() }}**
-
-## Side by side
-
-| procedure | figure |{% for l in c.labels %} {{ l }} |{% endfor %}
-|---|---|{% for l in c.labels %}---|{% endfor %}
-{% for row in c.table %}| {{ row.procedure }} | {{ row.figure }} |{% for v in row["values"] %} {{ v }} |{% endfor %}
-{% endfor %}
-## Equivalence (§6.1)
-
-| item | requirement | status | detail |
-|---|---|---|---|
-{% for i in c.equivalence %}| {{ i.id }} | {{ i.text }} | {{ i.status }} | {{ i.detail }} |
-{% endfor %}
-## Normalisation (§6.2)
-
-| run | output tok/s | GPUs | USD/hour | tokens per GPU-second | tokens per dollar-hour |
-|---|---|---|---|---|---|
-{% for n in c.normalisation %}| {{ n.run }} | {{ fmt(n.output_throughput) }} | {{ fmt(n.gpus) }} | {{ fmt(n.price_per_hour) }} | {{ fmt(n.tokens_per_gpu_second) }} | {{ fmt(n.tokens_per_dollar_hour) }} |
-{% endfor %}
-Method: {{ c.normalisation_method }}
-
-## Reporting (§6.2, §6.3)
-
-| item | requirement | status | detail |
-|---|---|---|---|
-{% for i in c.reporting %}| {{ i.id }} | {{ i.text }} | {{ i.status }} | {{ i.detail }} |
-{% endfor %}
-## Fair comparison checklist (§6.4)
-
-| item | check | status | detail |
-|---|---|---|---|
-{% for i in c.checklist %}| {{ i.id }} | {{ i.text }} | {{ i.status }} | {{ i.detail }} |
-{% endfor %}
-## Configuration differences
-
-{% if c.config_differences %}| item |{% for l in c.labels %} {{ l }} |{% endfor %}
-|---|{% for l in c.labels %}---|{% endfor %}
-{% for k, vals in c.config_differences %}| {{ k }} |{% for v in vals %} {{ v }} |{% endfor %}
-{% endfor %}{% else %}None: the runs' SUT fingerprints and declarations are identical.
-{% endif %}""",
-    "html": """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>System comparison (§6)</title>
-<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:1em 0}
-td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}.met{color:#1a7f37}.not-met{color:#cf222e;font-weight:bold}</style>
-</head><body>
-<h1>System comparison (§6)</h1>
-<p>Runs: {% for r in c.runs %}<code>{{ r.id }}</code> ({{ r.commit }}, {{ r.saved }}){{ ", " if not loop.last }}{% endfor %}</p>
-<p><strong>Verdict (§2, test 6): {{ c.verdict.summary() }}</strong></p>
-<h2>Side by side</h2>
-<table><tr><th>procedure</th><th>figure</th>{% for l in c.labels %}<th>{{ l }}</th>{% endfor %}</tr>
-{% for row in c.table %}<tr><td>{{ row.procedure }}</td><td>{{ row.figure }}</td>{% for v in row["values"] %}<td>{{ v }}</td>{% endfor %}</tr>
-{% endfor %}</table>
-{% for svg in c.plots %}<figure>{{ svg | safe }}</figure>{% endfor %}
-<h2>Equivalence (§6.1)</h2>
-<table><tr><th>item</th><th>requirement</th><th>status</th><th>detail</th></tr>
-{% for i in c.equivalence %}<tr><td>{{ i.id }}</td><td>{{ i.text }}</td><td class="{{ i.status|replace(' ', '-') }}">{{ i.status }}</td><td>{{ i.detail }}</td></tr>
-{% endfor %}</table>
-<h2>Normalisation (§6.2)</h2>
-<table><tr><th>run</th><th>output tok/s</th><th>GPUs</th><th>USD/hour</th><th>tokens per GPU-second</th><th>tokens per dollar-hour</th></tr>
-{% for n in c.normalisation %}<tr><td>{{ n.run }}</td><td>{{ fmt(n.output_throughput) }}</td><td>{{ fmt(n.gpus) }}</td><td>{{ fmt(n.price_per_hour) }}</td><td>{{ fmt(n.tokens_per_gpu_second) }}</td><td>{{ fmt(n.tokens_per_dollar_hour) }}</td></tr>
-{% endfor %}</table>
-<p>Method: {{ c.normalisation_method }}</p>
-<h2>Reporting (§6.2, §6.3)</h2>
-<table><tr><th>item</th><th>requirement</th><th>status</th><th>detail</th></tr>
-{% for i in c.reporting %}<tr><td>{{ i.id }}</td><td>{{ i.text }}</td><td class="{{ i.status|replace(' ', '-') }}">{{ i.status }}</td><td>{{ i.detail }}</td></tr>
-{% endfor %}</table>
-<h2>Fair comparison checklist (§6.4)</h2>
-<table><tr><th>item</th><th>check</th><th>status</th><th>detail</th></tr>
-{% for i in c.checklist %}<tr><td>{{ i.id }}</td><td>{{ i.text }}</td><td class="{{ i.status|replace(' ', '-') }}">{{ i.status }}</td><td>{{ i.detail }}</td></tr>
-{% endfor %}</table>
-<h2>Configuration differences</h2>
-{% if c.config_differences %}<table><tr><th>item</th>{% for l in c.labels %}<th>{{ l }}</th>{% endfor %}</tr>
-{% for k, vals in c.config_differences %}<tr><td>{{ k }}</td>{% for v in vals %}<td>{{ v }}</td>{% endfor %}</tr>
-{% endfor %}</table>{% else %}<p>None: the runs' SUT fingerprints and declarations are identical.</p>{% endif %}
-</body></html>
-"""}), autoescape=jinja2.select_autoescape(default_for_string=False, enabled_extensions=()),
-    keep_trailing_newline=True)
-
-
-def render_markdown(c: SystemComparison) -> str:
-    """The comparison as Markdown (tables; plots are in the HTML)."""
-    return _ENV.get_template("md").render(c=c, fmt=_n)
-
-
-def render_html(c: SystemComparison) -> str:
-    """The comparison as one self-contained HTML page with inline SVG plots."""
-    env = _ENV.overlay(autoescape=True)
-    return env.get_template("html").render(c=c, fmt=_n)
-
-
-def render_text(c: SystemComparison) -> str:
-    """A plain side-by-side table for the terminal."""
-    head = ["procedure", "figure", *c.labels]
-    rows = [[row["procedure"], row["figure"], *row["values"]] for row in c.table]
-    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-    line = lambda cells: "  ".join(str(x).ljust(w) for x, w in zip(cells, widths)).rstrip()  # noqa: E731
-    out = [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]
-    bad = [i for i in c.equivalence + c.reporting + c.checklist if i.status == "not met"]
-    out.append("§6.1-§6.4: " + ("all checked items met" if not bad else
-                                "not met: " + "; ".join(f"{i.id} {i.text} ({i.detail})" for i in bad)))
-    out += c.verdict.lines()
-    return "\n".join(out)

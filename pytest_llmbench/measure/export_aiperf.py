@@ -18,8 +18,10 @@ whole-run throughput and goodput, absolute usage diffs); see docs/metrics.md. St
 plain sample statistics (numpy linear percentiles, population std) over successful requests,
 as AIPerf computes them; our reports' confidence intervals are not part of this format.
 
-The command-line flag ``--llm-export aiperf`` (plugin/settings) is to call
-:func:`write_aiperf_export` for each run's records; until then call it directly.
+``--llm-export aiperf`` writes the three files next to each measured run's records (the procedure's
+``measure`` calls :func:`write_aiperf_export`). The exporter does not summarise: it takes the
+run's summary (``RunMetrics``, from :func:`pytest_llmbench.measure.summary.summarize` of the same
+records), so each run is summarised once, by the procedure.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import numpy as np
 
 from ..common.records import ClockAnchor, RequestRecord
 from .http_phases import phases
-from .summary import RequestSLO, summarize
+from .summary import RunMetrics
 
 __all__ = ["AIPERF_EQUIVALENTS", "AIPERF_NOT_APPLICABLE", "STAT_KEYS", "aiperf_csv", "aiperf_record_lines", "aiperf_summary", "write_aiperf_export"]
 
@@ -204,16 +206,20 @@ def _finite(v: Any) -> bool:
     return v is not None and not (isinstance(v, float) and not math.isfinite(v))
 
 
-def _prepare(records: Iterable[RequestRecord], phase: str | None, slos: Sequence[RequestSLO]
-             ) -> tuple[list[RequestRecord], Any]:
+def _prepare(records: Iterable[RequestRecord], metrics: RunMetrics, phase: str | None) -> list[RequestRecord]:
+    """The exported records in the summary's row order; refuses a summary of other records."""
     recs = [r for r in records if phase is None or r.phase == phase]
     if not recs:
         raise ValueError(f"no records to export (phase filter: {phase!r})")
     recs.sort(key=lambda r: (r.sent_ns, r.index))  # summarize's row order
-    return recs, summarize(recs, phase=None, slos=slos)
+    rows = metrics.per_request
+    if len(rows) != len(recs) or not np.array_equal(rows["index"], [r.index for r in recs]):
+        raise ValueError(f"the summary given ({len(rows)} rows) is not of these {len(recs)} records (phase filter: "
+                         f"{phase!r}): pass summarize() of the same records")
+    return recs
 
 
-def _record_metrics(r: RequestRecord, row: int, run: Any, tokenizer: Any) -> dict[str, tuple[Any, str]]:
+def _record_metrics(r: RequestRecord, row: int, run: RunMetrics, tokenizer: Any) -> dict[str, tuple[Any, str]]:
     """tag -> (value, unit) for one successful record; undefined metrics are left out."""
     pr = run.per_request
     col = lambda name: float(pr[name][row])  # noqa: E731
@@ -261,19 +267,20 @@ def _wall(anchor: ClockAnchor | None, perf_ns: int | None) -> int | None:
     return anchor.unix_ns_at(perf_ns) if anchor is not None else perf_ns
 
 
-def aiperf_record_lines(records: Iterable[RequestRecord], *, anchor: ClockAnchor | None = None,
-                        tokenizer: Any = None, phase: str | None = "measure",
-                        slos: Sequence[RequestSLO] = ()) -> list[dict[str, Any]]:
+def aiperf_record_lines(records: Iterable[RequestRecord], metrics: RunMetrics, *, anchor: ClockAnchor | None = None,
+                        tokenizer: Any = None, phase: str | None = "measure") -> list[dict[str, Any]]:
     """One AIPerf ``profile_export.jsonl`` object per record (submission order).
 
-    ``anchor`` (the run's :class:`ClockAnchor`) turns timestamps into wall-clock ns as AIPerf
-    writes them; without it they stay ``perf_counter_ns`` readings.
+    ``metrics`` is the summary of these records (the ``phase`` ones). ``anchor`` (the run's
+    :class:`ClockAnchor`) turns timestamps into wall-clock ns as AIPerf writes them; without it
+    they stay ``perf_counter_ns`` readings.
     """
-    recs, run = _prepare(records, phase, slos)
-    return [_line(r, i, run, anchor, tokenizer) for i, r in enumerate(recs)]
+    recs = _prepare(records, metrics, phase)
+    return [_line(r, i, metrics, anchor, tokenizer) for i, r in enumerate(recs)]
 
 
-def _line(r: RequestRecord, row: int, run: Any, anchor: ClockAnchor | None, tokenizer: Any) -> dict[str, Any]:
+def _line(r: RequestRecord, row: int, run: RunMetrics, anchor: ClockAnchor | None, tokenizer: Any
+          ) -> dict[str, Any]:
     cancelled = r.error_type is not None and not r.failed
     meta = {
         "session_num": row, "x_request_id": None, "x_correlation_id": None, "conversation_id": None,
@@ -309,12 +316,17 @@ def _stats(values: list[float], unit: str) -> dict[str, Any]:
     return d
 
 
-def aiperf_summary(records: Iterable[RequestRecord], *, anchor: ClockAnchor | None = None,
-                   tokenizer: Any = None, phase: str | None = "measure",
-                   slos: Sequence[RequestSLO] = ()) -> dict[str, Any]:
-    """AIPerf's ``profile_export_aiperf.json`` object for one run's records."""
-    recs, run = _prepare(records, phase, slos)
-    lines = [_line(r, i, run, anchor, tokenizer) for i, r in enumerate(recs)]
+def aiperf_summary(records: Iterable[RequestRecord], metrics: RunMetrics, *, anchor: ClockAnchor | None = None,
+                   tokenizer: Any = None, phase: str | None = "measure") -> dict[str, Any]:
+    """AIPerf's ``profile_export_aiperf.json`` object for one run's records (``metrics``: their summary)."""
+    recs = _prepare(records, metrics, phase)
+    return _summary(recs, metrics, [_line(r, i, metrics, anchor, tokenizer) for i, r in enumerate(recs)], anchor,
+                    tokenizer)
+
+
+def _summary(recs: Sequence[RequestRecord], metrics: RunMetrics, lines: Sequence[dict[str, Any]],
+             anchor: ClockAnchor | None, tokenizer: Any) -> dict[str, Any]:
+    """The summary object from the records' export lines and the run's scalars."""
     pooled: dict[str, list[float]] = {}
     for line in lines:
         for tag, mv in line["metrics"].items():
@@ -324,7 +336,7 @@ def aiperf_summary(records: Iterable[RequestRecord], *, anchor: ClockAnchor | No
     for tag in HEADERS:
         if tag in pooled and pooled[tag]:
             out[tag] = _stats(pooled[tag], HEADERS[tag][1])
-    sc = run.scalars
+    sc = metrics.scalars
     duration = sc["benchmark_duration"].value
     good = sc["good_count"].value if "good_count" in sc else None
     derived: dict[str, Any] = {
@@ -389,15 +401,18 @@ def aiperf_csv(summary: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def write_aiperf_export(directory: str | Path, records: Iterable[RequestRecord], *,
+def write_aiperf_export(directory: str | Path, records: Iterable[RequestRecord], metrics: RunMetrics, *,
                         anchor: ClockAnchor | None = None, tokenizer: Any = None,
-                        phase: str | None = "measure", slos: Sequence[RequestSLO] = ()) -> list[Path]:
-    """Write ``profile_export.jsonl``, ``profile_export_aiperf.json`` and ``.csv`` to ``directory``."""
-    recs = list(records)
+                        phase: str | None = "measure") -> list[Path]:
+    """Write ``profile_export.jsonl``, ``profile_export_aiperf.json`` and ``.csv`` to ``directory``.
+
+    ``metrics`` is the run's summary of these records (the procedure's; the export does not summarise).
+    """
+    recs = _prepare(records, metrics, phase)
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    lines = aiperf_record_lines(recs, anchor=anchor, tokenizer=tokenizer, phase=phase, slos=slos)
-    summary = aiperf_summary(recs, anchor=anchor, tokenizer=tokenizer, phase=phase, slos=slos)
+    lines = [_line(r, i, metrics, anchor, tokenizer) for i, r in enumerate(recs)]
+    summary = _summary(recs, metrics, lines, anchor, tokenizer)
     paths = [d / "profile_export.jsonl", d / "profile_export_aiperf.json", d / "profile_export_aiperf.csv"]
     paths[0].write_text("".join(json.dumps(x, separators=(",", ":")) + "\n" for x in lines), encoding="utf-8")
     paths[1].write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

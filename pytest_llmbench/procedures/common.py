@@ -370,11 +370,11 @@ async def measure(
     await check_server_alive(client, label, result.records)  # a server that died mid-run fails the procedure
     if await ctx.sut.adapter.recount_tokens(result.records, client):  # in the server's tokens (§4.4)
         _rewrite_records(run_dir, result.records, keep_text=not ctx.settings.drop_text)
-    if "aiperf" in ctx.settings.export:  # --llm-export aiperf: AIPerf's files next to the records
-        write_aiperf_export(run_dir / "aiperf", result.records, anchor=anchor, tokenizer=ctx.tokenizer, slos=slos)
     telemetry.series.set_client_in_flight(result.concurrency_samples)
     decision = itl_decision_for(result.records)  # App. B.2.1: the ITL option of this run and its evidence
     metrics = summarize(result.records, slos=slos, itl_option=decision.option)
+    if "aiperf" in ctx.settings.export:  # --llm-export aiperf: AIPerf's files next to the records, from this summary
+        write_aiperf_export(run_dir / "aiperf", result.records, metrics, anchor=anchor, tokenizer=ctx.tokenizer)
     summary = RunSummary(
         label=label,
         run_dir=str(run_dir),

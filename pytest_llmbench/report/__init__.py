@@ -5,7 +5,9 @@ and nothing here imports what measures (import-linter contract in pyproject.toml
 calls :func:`write_reports` with the document at session end and prints :func:`terminal_rows`;
 :func:`rebuild` (``python -m pytest_llmbench report``) renders ``report.md`` and ``report.html``
 again from a stored ``results.json``, byte for byte. Files are written atomically (temporary
-file + ``os.replace``).
+file + ``os.replace``). :mod:`.comparison` renders the regression gate's comparison documents (the
+plugin's "compared with baseline" section and JUnit properties, ``python -m pytest_llmbench
+compare|history``); it is imported by name, so rendering a report does not load it.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..common import draft
+from ...common import draft
 
 __all__ = [
     "DEFAULT_PERCENTILES",

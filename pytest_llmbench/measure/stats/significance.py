@@ -1,5 +1,8 @@
 """Is a change real? Confidence intervals of the change between a baseline and a new run (§6.3).
 
+The regression gate's estimators (``gate/compare.py``), kept beside the other statistics; the
+document's 5.7/5.10 differences (``document/plotdata.py``) use :func:`percentile_change` too.
+
 Three estimators, one result type (:class:`Change`), all deterministic (fixed seed):
 
 * :func:`percentile_change` — one run per side with per-request samples: a percentile bootstrap
@@ -33,19 +36,16 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy import stats as sps
 
-#: §6.3: "Conduct multiple independent runs (at least 3)".
-MIN_RUNS = 3
-
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
     "Change",
     "DEFAULT_SEED",
-    "MIN_RUNS",
     "across_runs_change",
     "bootstrap_percentile_draws",
     "mean_change",
     "percentile_change",
     "scalar_change",
+    "widen_by_history",
 ]
 
 BOOTSTRAP_RESAMPLES = 4000
@@ -223,3 +223,28 @@ def across_runs_change(baseline: Sequence[float], new: Sequence[float], *, confi
     p = float(2 * sps.t.sf(abs(d) / se, df)) if se > 0 else (1.0 if d == 0 else 0.0)
     return Change(ma, mb, d, (d - half, d + half), rel, (rel - rel_half, rel + rel_half), na, nb, confidence,
                   method, p)
+
+
+def widen_by_history(c: Change, values: Sequence[float]) -> Change:
+    """Widen a single-run-per-side CI by the run-to-run variation seen in the stored history (§6.3).
+
+    Two single runs differ by within-run sampling noise **and** by whatever moved between the runs
+    (host load, scheduling, thermal state), which no within-run bootstrap can see. With ``k`` stored
+    runs of the same test, ``s`` (their SD) estimates the whole per-run variation, so the difference
+    of two runs has SD ``s·√2``; the CI becomes the wider of the bootstrap CI and
+    ``diff ± t(k-1)·s·√2`` on each side, and the p-value the larger of the two.
+    """
+    x = np.asarray(values, dtype=float)
+    k = x.size
+    s = float(x.std(ddof=1))
+    t = float(sps.t.ppf(0.5 + c.confidence / 2, k - 1))
+    half = t * s * math.sqrt(2)
+    d_lo, d_hi = min(c.diff_ci[0], c.diff - half), max(c.diff_ci[1], c.diff + half)
+    base = c.baseline if c.baseline else math.nan
+    r_lo, r_hi = min(c.rel_ci[0], c.rel - half / abs(base)), max(c.rel_ci[1], c.rel + half / abs(base))
+    p_hist = float(2 * sps.t.sf(abs(c.diff) / (s * math.sqrt(2)), k - 1)) if s > 0 else c.p_value
+    method = (f"{c.method}, widened by the between-run SD {s:.4g} of {k} stored runs of this test "
+              f"(t, df={k - 1}: ±{half:.4g}): variance used = within-run bootstrap or between-run history, "
+              f"whichever is wider")
+    return Change(c.baseline, c.new, c.diff, (d_lo, d_hi), c.rel, (r_lo, r_hi), c.n_baseline, c.n_new,
+                  c.confidence, method, max(c.p_value, p_hist))

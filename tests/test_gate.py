@@ -40,6 +40,7 @@ from pytest_llmbench.measure.stats.significance import (
     percentile_change,
     scalar_change,
 )
+from pytest_llmbench.measure.summary import DEFINITIONS_VERSION
 from pytest_llmbench.report.comparison import (
     junit_properties,
     render_comparison_markdown,
@@ -299,6 +300,21 @@ def test_baseline_of_another_records_format_is_refused(store: Path):
         check_comparable(base, rerun)
     assert [(d.field, d.new) for d in ei.value.differences] == [
         ("records format", f"pytest-llmbench/run/1 records {RECORDS_FORMAT.split('.')[0]}.x")]
+
+
+def test_a_baseline_of_the_previous_metric_definitions_is_refused_with_the_reason(store: Path):
+    """Issue 36: throughput moved to the send window (definitions version 2); a baseline stored before
+    (no version: 1) is refused, never compared silently, and the note says why."""
+    base = load_run("base", store)
+    doc = json.loads(json.dumps(base.document))
+    for run in doc["procedures"][0]["result"]["runs"]:
+        run["metrics"]["definitions_version"] = DEFINITIONS_VERSION
+    new = save(doc, store, samples=base.samples, name="v2", commit="x")
+    comp = compare(base, new, ["output_throughput:10%"])
+    assert comp.refused and not comp.pairs[0].outcomes
+    assert [(d.field, d.baseline, d.new) for d in comp.pairs[0].differences] == [("metric definitions", 1, 2)]
+    assert "send window" in comp.pairs[0].note and "save a new baseline" in comp.pairs[0].note
+    assert not compare(new, new, ["output_throughput:10%"]).refused  # the same version compares
 
 
 def test_repeated_runs_use_across_run_statistics(store: Path):

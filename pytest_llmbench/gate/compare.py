@@ -120,10 +120,26 @@ def comparability_key(run: StoredRun, proc: Mapping[str, Any]) -> dict[str, Any]
         COUNTING_OPTION: (result.get("measurements") or {}).get("token_counting_option"),
         COUNT_TOKENIZER: (result.get("measurements") or {}).get("token_counting_tokenizer"),
         "records format": run.meta.get("records_format") or _records_format(run, proc),
+        METRIC_DEFINITIONS: _definitions_version(result),
         "results schema": str(doc.get("schema_version") or "").split(".")[0] or None,
     })
     return key
 
+
+def _definitions_version(result: Mapping[str, Any]) -> int:
+    """The metric-definition version the result's runs were summarised under (``summary.DEFINITIONS_VERSION``;
+    1 before versions were stored)."""
+    runs = [r.get("metrics") or {} for r in result.get("runs") or []] or [result.get("metrics") or {}]
+    return min(int(m.get("definitions_version") or 1) for m in runs)
+
+
+#: comparability-key part: the version of the metric definitions (a throughput window, …) a run was summarised under
+METRIC_DEFINITIONS = "metric definitions"
+#: the hint of a refusal across definition versions
+DEFINITIONS_HINT = ("the runs were summarised under different metric definitions (version 2, issue 36: throughput "
+                    "over the send window [start + 0.1·D, start + D] with every request's streamed tokens; version 1: "
+                    "over the run to its last response): their figures are not comparable as stored; save a new "
+                    "baseline measured with this version")
 
 #: comparability-key parts an older stored run lacks: a missing side warns instead of refusing
 COUNTING_OPTION, COUNT_TOKENIZER = "counting option", "count tokenizer"
@@ -513,7 +529,8 @@ def compare(baseline: StoredRun | Sequence[StoredRun], new: StoredRun | Sequence
         if pair.refused:
             pair.note = ("refused: the runs were not measured the same way (§6.1); differences: "
                          + "; ".join(str(d) for d in diffs) + " (use --llm-compare-force / --force to compare anyway)"
-                         + ("; " + RECOUNT_HINT if any(d.field == COUNT_TOKENIZER for d in diffs) else ""))
+                         + ("; " + RECOUNT_HINT if any(d.field == COUNT_TOKENIZER for d in diffs) else "")
+                         + ("; " + DEFINITIONS_HINT if any(d.field == METRIC_DEFINITIONS for d in diffs) else ""))
             continue
         if warns:
             pair.note = "warning: " + "; ".join(warns)

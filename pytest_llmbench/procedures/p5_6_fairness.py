@@ -13,9 +13,13 @@ How the draft's words are read (declared in the report):
   ``probe_duration_s`` on requests of the same mix (own seed stream, never the measured prompts),
   its completion rate over the steady window. ``capacity="session"`` takes the session's
   request-rate capacity instead (declared, or 5.2 on its own workload: another request shape).
-* **Isolation "at same total load" (§5.6.3 step 2).** ``isolation="total"`` (default) replays
-  exactly the class's requests of the mixed run, alone, at the mixed run's total request rate.
+* **Isolation "at same total load" (§5.6.3 step 2).** ``isolation="total"`` (default) runs as
+  many requests of the class as the mixed run has, alone, at the mixed run's total request rate.
   ``isolation="class-share"`` (not the draft's) runs them at the class's share of that rate.
+  The isolated requests come from the class's own seed stream (``isolated``, one per class) with
+  the same per-class length distributions, never the mixed run's prompts: a mixed run that replayed
+  them could be served from the prefix cache the isolated runs filled, on any server whose cache
+  cannot be flushed (issue 36).
 * **Jain's index (§5.6.4).** Over requests, as the draft defines it: ``x_i`` = the normalised
   latency of request ``i`` of the mixed run = its TTFT / the TTFT P50 of its class in isolation,
   ``n`` = the successful requests, ``J = (sum x_i)^2 / (n * sum x_i^2)`` (Table 9's figure, the
@@ -183,7 +187,7 @@ def overlays(runs: Sequence[RunSummary]) -> Overlays:
 
 
 class Fairness(ProcedureRun[FairnessParams]):
-    """§5.6.3: each class in isolation, then the mixed run replaying the same requests; Tables 8, 9."""
+    """§5.6.3: each class in isolation on its own prompts, then the mixed run; Tables 8, 9."""
 
     id, title, params_type, profiles = "5.6", "Scheduling Fairness", FairnessParams, PROFILES
     measurement_keys = (
@@ -228,6 +232,13 @@ class Fairness(ProcedureRun[FairnessParams]):
                                  tokenizer=ctx.tokenizer, classes=FAIRNESS_CLASSES, mix=dict(p.mix))
         self.specs = cap_output(self.wl.specs, p.max_output_tokens)
         self.by_class = {c: [s for s in self.specs if s.request_class == c] for c in self.classes}
+        # §5.6.3 step 2: each class's baseline on prompts of its own seed stream, as many as the mixed run
+        # has of the class, from the same class distributions (a single-class mix of the same workload)
+        self.iso_specs = {c: cap_output(build_workload(p.workload, n=max(1, len(self.by_class[c])),
+                                                       seed=self.seeds.derive("isolated", k), tokenizer=ctx.tokenizer,
+                                                       classes=FAIRNESS_CLASSES, mix={c: 1.0}).specs,
+                                        p.max_output_tokens)
+                          for k, c in enumerate(self.classes, start=1)}
         self.fixed = dataclasses.replace(p.load, rate=rate, capacity_fraction=None)
         self.iso_rates = {c: rate * (self.shares[c] if p.isolation == "class-share" else 1.0) for c in self.classes}
 
@@ -278,16 +289,16 @@ class Fairness(ProcedureRun[FairnessParams]):
             await self._probe_mix_capacity(client)
             self._build()
         await self._resolve_mixed_load()
-        # step 2: each class in isolation (the class's own requests of the mixed run)
+        # step 2: each class in isolation (requests of the class from its own seed stream)
         for k, c in enumerate(self.classes, start=1):
             iso_load, _ = await resolve_load(ctx, dataclasses.replace(self.fixed, rate=self.iso_rates[c]),
-                                             max_requests=len(self.by_class[c]),
+                                             max_requests=len(self.iso_specs[c]),
                                              seed=self.seeds.derive("isolated-arrivals", k))
             self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
-            self.isolated[c] = await self.measure(client, f"isolated-{c}", self.by_class[c], iso_load, sized=True,
+            self.isolated[c] = await self.measure(client, f"isolated-{c}", self.iso_specs[c], iso_load, sized=True,
                                                   extra={"class": c, "rate": self.iso_rates[c],
                                                          "isolation": p.isolation})
-        # steps 3-5: the mixed run, replaying the same requests: flush what the isolated runs cached
+        # steps 3-5: the mixed run, on prompts no isolated run sent; a flush still empties what they cached
         self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
         self.mixed = await self.measure(client, "mixed", self.specs, self.mixed_load, sized=True,
                                         extra={"load_spec": self.load_desc, "rate": self.rate,
@@ -390,7 +401,8 @@ class Fairness(ProcedureRun[FairnessParams]):
                           ["Class", "Mixed P50", "Mixed P95", "Mixed P99", "Isolated P50", "Isolated P95",
                            "Isolated P99", "Inflation P50", "Inflation P99"], rows_inf,
                           notes=[(f"isolation baseline: {iso_desc} ({', '.join(f'{c} {iso_rates[c]:.2f} req/s' for c in classes)}"
-                                 f"; mixed {rate:.2f} req/s), replaying exactly the class's requests of the mixed run"),
+                                 f"; mixed {rate:.2f} req/s), as many requests of the class as the mixed run has, drawn from the "
+                                 "class's own seed stream (same length distributions, other prompts)"),
                                  "inflation = mixed-run TTFT / isolated TTFT at the same percentile"])
 
     def _measurements(self) -> dict[str, Any]:
@@ -439,7 +451,8 @@ class Fairness(ProcedureRun[FairnessParams]):
                          "capacity_fraction or declare the capacity of this mix)")
         if not all(self.flushed):
             notes.append("the prefix cache could not be flushed before each run (no hook for flush_prefix_cache): "
-                         "the mixed run replays prompts the isolated runs may have left in the cache")
+                         "the isolated and mixed runs send different prompts (own seed streams), so only prefixes "
+                         "they share by chance (a few tokens of random text) can be served from the cache")
         for m in [*isolated.values(), mixed]:
             if not m.summary.valid:
                 notes.append(f"run {m.summary.label} invalid: {m.summary.invalid_reason}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def test_each_filter_adds_its_configured_delay(harness: StartHarness) -> None:
                     guardrail_refusal_rate=0.0)
     params = PROC.make_params("smoke", {"load_fractions": (0.5,), "report_level": 0.5, "requests_per_level": 32,
                                         "throughput_probe_fraction": None, "max_output_tokens": 12,
-                                        "warmup_requests": 10, "warmup_tokens": 100})
+                                        "warmup_requests": 10, "warmup_tokens": 100, "capacity": "session"})
     with harness(cfg, rate=16.0, profile="smoke", seed=5) as (sim, ctx):
         result = asyncio.run(PROC.run(ctx, params))
         assert sim.get_config()["guardrails"] == "none"  # restored
@@ -93,7 +94,7 @@ def test_refusals_are_failures_and_counted(harness: StartHarness) -> None:
     params = PROC.make_params("smoke", {"configurations": ("none", "input", "output"), "load_fractions": (0.5,),
                                         "report_level": 0.5, "requests_per_level": 40, "max_output_tokens": 16,
                                         "throughput_probe_fraction": 1.5, "throughput_probe_requests": 24,
-                                        "warmup_requests": 10, "warmup_tokens": 100})
+                                        "warmup_requests": 10, "warmup_tokens": 100, "capacity": "session"})
     with harness(cfg, rate=40.0, profile="smoke", seed=5) as (sim, ctx):
         result = asyncio.run(PROC.run(ctx, params))
         assert sim.get_config()["guardrails"] == "input"  # the original setting, not "none"
@@ -135,7 +136,7 @@ def test_rewarm_after_switch_and_max_throughput_beyond_capacity(harness: StartHa
         "configurations": ("none", "full"), "load_fractions": (0.5,), "report_level": 0.5,
         "workload": "fixed", "workload_params": {"input_tokens": 64, "output_tokens": out_tokens, "force_output": True},
         "requests_per_level": 24, "throughput_probe_fraction": 1.5, "throughput_probe_requests": 60,
-        "warmup_requests": 10, "warmup_tokens": 100})
+        "warmup_requests": 10, "warmup_tokens": 100, "capacity": "session"})
     with harness(cfg, rate=cap_rate, profile="smoke", seed=5) as (sim, ctx):
         result = asyncio.run(PROC.run(ctx, params))
     level_none, level_full, probe_none, probe_full = result.runs  # levels, then the saturation runs
@@ -159,6 +160,8 @@ def test_rewarm_after_switch_and_max_throughput_beyond_capacity(harness: StartHa
     for probe in (probe_none, probe_full):
         assert probe.load["model"] == "open" and probe.load["rate"] == pytest.approx(1.5 * cap_rate, rel=1e-3)
     m = result.measurements
+    assert m["capacity_kind"] == "declared" and m["capacity_rate_rps"] == pytest.approx(cap_rate)  # the test's
+    assert not any("deviation" in n for n in result.notes)
     assert m["baseline_throughput_saturated"] is True and m["full_throughput_saturated"] is True
     for key, probe in (("baseline", probe_none), ("full", probe_full)):
         # exact recomputation: output tokens of successful requests over the window after its first 10 %
@@ -172,6 +175,65 @@ def test_rewarm_after_switch_and_max_throughput_beyond_capacity(harness: StartHa
         assert m[f"{key}_max_throughput_tps"] <= model_max_tps * 1.05
     t14 = result.tables[1]
     assert "1.5 x the request-rate capacity" in t14.notes[0] and not any(">=" in format_cell(row[1]) for row in t14.rows)
+
+
+def test_capacity_probe_runs_in_baseline_on_its_own_workload(harness: StartHarness) -> None:
+    """capacity="probe" (default): the capacity is measured after the switch to Baseline, on this
+    workload's requests (own seed stream), never borrowed from 5.2; the levels are fractions of it."""
+    cfg = SimConfig(time_scale=0.25, seed=6, guardrails="input", guardrail_refusal_rate=0.0)
+    params = PROC.make_params("smoke", {"configurations": ("none", "input"), "load_fractions": (0.5,),
+                                        "report_level": 0.5, "requests_per_level": 16, "max_output_tokens": 8,
+                                        "throughput_probe_fraction": None, "probe_concurrency": 8,
+                                        "probe_duration_s": 1.5, "warmup_requests": 6, "warmup_tokens": 40})
+    assert params.capacity == "probe"
+    switches: list[tuple[int, str]] = []
+    with harness(cfg, capacity=None, profile="smoke", seed=5) as (sim, ctx):  # no capacity in the session
+        configure = ctx.configure_sut
+
+        def logged(setting: str, value: Any) -> bool:
+            if setting == "guardrails":
+                switches.append((time.perf_counter_ns(), sim.get_config()["guardrails"]))
+            ok = configure(setting, value)
+            if setting == "guardrails":
+                switches.append((time.perf_counter_ns(), sim.get_config()["guardrails"]))
+            return ok
+
+        ctx.configure_sut = logged
+        result = asyncio.run(PROC.run(ctx, params))
+    probe, base, inp = result.runs
+    assert probe.label == "capacity-probe-baseline-c8" and probe.extra["phase_role"] == "capacity probe"
+    assert probe.extra["guardrails_state"] == "none" and probe.extra["capacity_configuration"] == "none"
+    recs = [r for r in iter_records(probe.run_dir) if r.phase == "measure"]
+    first, last = min(r.sent_ns for r in recs), max(r.end_ns for r in recs if r.end_ns)
+    # the simulator's guardrail mode while the probe ran: Baseline, set before it and not changed during it
+    before = [mode for t, mode in switches if t < first]
+    assert before and before[-1] == "none" and not [t for t, _ in switches if first <= t <= last]
+    assert {r.workload for r in recs} == {"conversation"}  # its own workload, not 5.2's synthetic-uniform
+    measured = {r.prompt_hash for run in (base, inp) for r in iter_records(run.run_dir) if r.phase == "measure"}
+    assert not measured & {r.prompt_hash for r in recs}
+    # the capacity = completions over the probe's steady window; the level is 50 % of it
+    load = json.loads((Path(probe.run_dir) / "run.json").read_text())["loads"][0]
+    lo = load["start_ns"] + 0.1 * (load["send_end_ns"] - load["start_ns"])
+    done = sum(1 for r in recs if r.ok and r.end_ns is not None and lo <= r.end_ns <= load["send_end_ns"])
+    m = result.measurements
+    assert m["capacity_rate_rps"] == pytest.approx(done / ((load["send_end_ns"] - lo) / 1e9), rel=1e-6)
+    assert m["capacity_kind"] == "own probe" and m["capacity_configuration"] == "none"
+    assert "Baseline configuration" in m["capacity_source"]
+    assert base.load["rate"] == pytest.approx(0.5 * m["capacity_rate_rps"], rel=1e-3)
+    assert result.checks["5.10.2-PARAM-3"].status.value == "unmet"  # 50 % only, but not for a borrowed capacity
+    assert "borrowed" not in result.checks["5.10.2-PARAM-3"].reason
+
+
+def test_a_borrowed_capacity_is_a_deviation() -> None:
+    """capacity="session" with 5.2's rate (not declared): 5.10.2-PARAM-3 is unmet and names the deviation."""
+    from pytest_llmbench.procedures.p5_10_guardrails import _checks
+
+    p = PROC.make_params("standard", {"capacity": "session"})
+    decl = {"name": "conversation"}
+    ok = _checks(p, {}, {}, decl, {})["5.10.2-PARAM-3"]
+    borrowed = _checks(p, {}, {}, decl, {}, borrowed="measured by 5.2 in this session")["5.10.2-PARAM-3"]
+    assert ok.status.value == "met" and borrowed.status.value == "unmet"
+    assert "borrowed" in borrowed.reason and "measured by 5.2" in borrowed.reason
 
 
 def test_saturation_detection_on_synthetic_runs() -> None:

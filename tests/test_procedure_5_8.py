@@ -40,12 +40,11 @@ def outcome(tmp_path_factory):
     proc = get_procedure("5.8")
     params = proc.make_params("standard", {
         "workload": "fixed", "workload_params": {"input_tokens": IN}, "output_tokens": OUT,
-        "levels": (0.5, 1.5), "level_s": 3.0, "warmup_requests": 8, "warmup_tokens": 300,
+        "levels": (0.5, 1.5), "level_s": 3.0, "warmup_requests": 8, "warmup_tokens": 300, "capacity_concurrency": K,
     })
     root = tmp_path_factory.mktemp("p58")
-    with simulator_harness(CONFIG, root, capacity=Capacity(concurrency=K, source="test: kv_capacity_requests"),
-                           profile="standard", seed=13, timeout=60.0) as (_, ctx):
-        result = asyncio.run(proc.run(ctx, params))
+    with simulator_harness(CONFIG, root, profile="standard", seed=13, timeout=60.0) as (_, ctx):
+        result = asyncio.run(proc.run(ctx, params))  # declared: the session's capacity is never asked for
     return result
 
 
@@ -185,3 +184,70 @@ def test_server_telemetry_per_level_and_events_only(outcome):
     lp = _assess(1.5, 18, fake, 0)
     assert lp.source == "server /metrics (events only)" and lp.preemption_events == 7.0
     assert lp.preemption_rate is None and lp.preempted_requests is None
+
+
+# ---- §5.8.3 step 1: the capacity of its own workload (issue 36) ---------------------------------
+LONG = [512, 1024]  # long-context target lengths of these runs
+SEARCH = {"workload_params": {"lengths": LONG}, "output_tokens": 16, "levels": (1.0, 1.25), "level_s": 1.0,
+          "drain_s": 2.0, "warmup_requests": 4, "warmup_tokens": 40, "search_initial_concurrency": 2,
+          "search_max_concurrency": 8, "search_resolution": 2, "search_min_level_s": 1.0,
+          "search_min_completions_per_slot": 2}
+
+
+def _run_58(tmp_path, params: dict, capacity: Capacity | None = None, declared: str | None = None):
+    proc = get_procedure("5.8")
+    cfg = SimConfig(time_scale=0.25, seed=7)
+    with simulator_harness(cfg, tmp_path, capacity=capacity, profile="smoke", seed=3, timeout=30.0) as (sim, ctx):
+        ctx.settings.capacity = declared
+        return asyncio.run(proc.run(ctx, proc.make_params("smoke", params)))
+
+
+def test_capacity_search_on_its_own_long_context_workload(tmp_path):
+    """capacity="search" (default): §5.5.3's search runs first, on the long-context requests 5.8
+    oversubscribes (not on 5.5's Synthetic-Uniform), and the levels are ratios to what it found."""
+    result = _run_58(tmp_path, SEARCH)  # no capacity declared: asking the session would fail the test
+    m = result.measurements
+    search_runs = [r for r in result.runs if r.extra.get("phase_role") == "capacity search"]
+    level_runs = [r for r in result.runs if r.label.startswith("oversub_")]
+    assert search_runs and [r.label for r in result.runs] == [r.label for r in search_runs + level_runs]
+    assert all(r.label.startswith("capacity-search-c") for r in search_runs)
+    for r in search_runs:  # the long-context workload's input lengths, output forced as in 5.5
+        recs = [x for x in iter_records(r.run_dir) if x.phase == "measure"]
+        assert recs and {x.spec_input_tokens for x in recs} <= set(LONG) and len({x.spec_input_tokens for x in recs}) == 2
+        assert all(x.max_tokens == 16 for x in recs)
+    search = m["capacity_search"]
+    passed = [lv["concurrency"] for lv in search["levels"] if lv["passed"]]
+    assert m["capacity_kind"] == "own search" and passed
+    assert m["capacity_concurrency"] == search["capacity"] == max(passed)
+    assert [lv["concurrency"] for lv in search["levels"]] == [r.extra["concurrency"] for r in search_runs]
+    # every level's verdict follows §5.5.2's criteria on its own records
+    for lv, r in zip(search["levels"], search_runs):
+        assert lv["passed"] == (not lv["reasons"])
+        assert lv["passed"] == (lv["completion"] is not None and lv["completion"] >= 0.99
+                                and lv["ttft_p99_s"] <= search["ttft_p99_threshold_s"] and not lv["capacity_errors"])
+    cap = m["capacity_concurrency"]
+    assert [r.extra["concurrency"] for r in level_runs] == [level_concurrency(x, cap) for x in (1.0, 1.25)]
+    assert "search on this long-context workload" in m["capacity_source"]
+    assert any(t.title.startswith("Capacity search on this workload") for t in result.tables)
+    assert result.checks["5.8.3-PARAM-3"].status.value == "met"
+    assert "own search" in result.checks["5.8.3-PARAM-1"].reason
+
+
+def test_a_borrowed_capacity_is_a_deviation_and_a_declared_one_is_named(tmp_path):
+    """capacity="session" takes 5.5's capacity measured on another workload: named as a deviation
+    (a note, 5.8.3-PARAM-3 unmet); --llm-capacity concurrency=N is declared, not borrowed."""
+    quick = {**SEARCH, "levels": (1.25,), "level_s": 0.5}
+    five_five = Capacity(concurrency=3, source="measured by 5.5 in this session")
+    borrowed = _run_58(tmp_path / "b", {**quick, "capacity": "session"}, capacity=five_five)
+    assert borrowed.measurements["capacity_kind"] == "borrowed"
+    assert borrowed.measurements["capacity_concurrency"] == 3 and borrowed.measurements["capacity_search"] is None
+    assert not any(r.extra.get("phase_role") == "capacity search" for r in borrowed.runs)
+    assert any(n.startswith("deviation: the capacity 3 is borrowed") for n in borrowed.notes)
+    assert borrowed.checks["5.8.3-PARAM-3"].status.value == "unmet"
+    assert "borrowed" in borrowed.checks["5.8.3-PARAM-3"].reason
+    declared = _run_58(tmp_path / "d", quick, capacity=Capacity(concurrency=3, source="declared (--llm-capacity)"),
+                       declared="concurrency=3")
+    assert declared.measurements["capacity_kind"] == "declared"
+    assert declared.measurements["capacity_source"] == "declared (--llm-capacity)"
+    assert declared.checks["5.8.3-PARAM-3"].status.value == "met"
+    assert not any(r.extra.get("phase_role") == "capacity search" for r in declared.runs)

@@ -12,6 +12,16 @@ configuration is warmed up again (§4.5, own prompts) before its first measured 
 that loads a classifier model or fills its own caches on first use is not charged to the
 measurement.
 
+Capacity ("25 %, 50 %, 75 % of capacity", §5.10.2). With ``capacity="probe"`` (default) it is
+measured by 5.10 itself, in the Baseline configuration (after the switch to it and its warm-up;
+the first configuration when Baseline is not run) and on its own workload: a closed-loop probe at
+``probe_concurrency`` for ``probe_duration_s`` on requests of the workload from their own seed
+stream, its completions over the steady window (first 10 % excluded) / the window, in requests/s
+(how 5.2 estimates its range and 5.6 the saturation of its mix). A declared request rate wins and
+is named "declared" (``--llm-capacity rate=R``). ``capacity="session"`` borrows the session's rate
+(5.2 on its own Synthetic-Uniform workload, resolved before any switch): a deviation, named in a
+note and by 5.10.2-PARAM-3 unmet.
+
 "Max throughput" (Table 14) is not measured by the draft's 25–75 % levels (requirements.md
 ambiguity 44). It comes from the measured (or declared) request-rate capacity: each
 configuration gets a saturation run of the same request sequence at
@@ -38,18 +48,22 @@ from ..common.records import ErrorType
 from ..compliance import Check, RunFacts, decide
 from ..loadgen.warmup import WarmupResult
 from ..measure.units import Cell, CellValue
+from ..settings import parse_capacity
 from ..sut.system import simulator_guardrails
 from ..workloads import build_workload
 from .base import LoadSpec, Overlays, ProcedureContext, RunSummary, Series, SkipProcedure, Table
 from .common import Measured, refusal_policy, resolve_load
 from .helpers import cap_output, pvalue
-from .pipeline import Outcome, ProcedureRun
+from .pipeline import Outcome, ProcedureRun, SaturationProbe
 
 GUARDRAIL_CONFIGS = ("none", "input", "output", "full")
 LABELS = {"none": "Baseline", "input": "Input Filter", "output": "Output Filter", "full": "Full Filter"}
 KEYS = {"none": "baseline", "input": "input", "output": "output", "full": "full"}
 DRAFT_LEVELS = draft.value("guardrails.levels")  # §5.10.2
 REFUSED_COUNTERS = ("llmbench:requests_refused_total",)
+CAPACITY_MODES = ("probe", "session")
+#: how the request-rate capacity was obtained (measurement ``capacity_kind``)
+DECLARED, PROBED, BORROWED = "declared", "own probe", "borrowed"
 
 
 @dataclass
@@ -65,6 +79,9 @@ class GuardrailParams:
     report_level: float = 0.5  # the load level shown in Table 13 (every level is in the detail table)
     throughput_probe_fraction: float | None = 1.5  # saturation run at this multiple of the capacity rate
     throughput_probe_requests: int = 500
+    capacity: str = "probe"  # "probe": measured in Baseline on this workload; "session": borrowed (module doc)
+    probe_concurrency: int = 64  # the capacity probe's closed loop
+    probe_duration_s: float = 20.0
     warmup_requests: int = draft.value("warmup.min_requests")
     warmup_tokens: int = draft.value("warmup.min_output_tokens")
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
@@ -89,6 +106,10 @@ class GuardrailParams:
         if self.throughput_probe_fraction is not None and not self.throughput_probe_fraction >= 1:
             raise ValueError(f"throughput_probe_fraction must be >= 1 (a multiple of the capacity rate) or None, "
                              f"got {self.throughput_probe_fraction}")
+        if self.capacity not in CAPACITY_MODES:
+            raise ValueError(f"capacity must be one of {CAPACITY_MODES}, got {self.capacity!r}")
+        if self.probe_concurrency < 1 or not self.probe_duration_s > 0:
+            raise ValueError("probe_concurrency must be >= 1 and probe_duration_s > 0")
         if self.throughput_probe_requests < 1:
             raise ValueError(f"throughput_probe_requests must be >= 1, got {self.throughput_probe_requests}")
         if self.max_output_tokens is not None and self.max_output_tokens < 1:
@@ -178,7 +199,8 @@ class Guardrails(ProcedureRun[GuardrailParams]):
     """§5.10.3: every guardrail configuration at every load level, same requests and schedule."""
 
     id, title, params_type, profiles = "5.10", "Guardrail Overhead", GuardrailParams, PROFILES
-    measurement_keys = ("requests_per_level", "capacity_rate_rps", "report_level", "levels")
+    measurement_keys = ("requests_per_level", "capacity_rate_rps", "capacity_kind", "capacity_source",
+                        "capacity_configuration", "report_level", "levels")
     #: per configuration (KEYS) and load level ("50pct")
     measurement_patterns = (
         r"(baseline|input|output|full)_[0-9.]+pct_(ttft_p[0-9]+_ms|e2e_p[0-9]+_ms|refused|successful)",
@@ -190,26 +212,31 @@ class Guardrails(ProcedureRun[GuardrailParams]):
     def plan(p: GuardrailParams) -> dict[str, Any]:
         probe = p.throughput_probe_requests if p.throughput_probe_fraction else 0
         n = len(p.configurations) * (len(p.load_fractions) * p.requests_per_level + probe + p.warmup_requests)
-        return {"requests": n, "min_duration_s": 0.0}
+        return {"requests": n, "min_duration_s": p.probe_duration_s if p.capacity == "probe" else 0.0}
 
     async def prepare(self) -> None:
         p, ctx = self.p, self.ctx
         self.wl = build_workload(p.workload, n=p.requests_per_level, seed=self.seeds.derive("measure"),
                                  tokenizer=ctx.tokenizer, **p.workload_params)
         self.specs = cap_output(self.wl.specs, p.max_output_tokens)
-        # capacity first, with the SUT as configured (5.2 may run now)
-        self.loads = [await resolve_load(ctx, LoadSpec("open", p.arrival, capacity_fraction=f),
-                                         max_requests=len(self.specs), seed=self.seeds.derive("arrivals", i))
-                      for i, f in enumerate(p.load_fractions)]
-        self.probe_load: tuple[Any, dict[str, Any]] | None = None
         self.probe_specs: list[Any] = []
         if p.throughput_probe_fraction:  # beyond the measured capacity: every configuration saturates
             self.probe_specs = cap_output(build_workload(
                 p.workload, n=p.throughput_probe_requests, seed=self.seeds.derive("probe"),
                 tokenizer=ctx.tokenizer, **p.workload_params).specs, p.max_output_tokens)
-            self.probe_load = await resolve_load(
-                ctx, LoadSpec("open", p.arrival, capacity_fraction=p.throughput_probe_fraction),
-                max_requests=len(self.probe_specs), seed=self.seeds.derive("arrivals", len(p.load_fractions)))
+        self.loads: list[tuple[Any, dict[str, Any]]] = []
+        self.probe_load: tuple[Any, dict[str, Any]] | None = None
+        self.capacity_probe: SaturationProbe | None = None
+        #: the capacity probe's configuration: Baseline, or the first one when Baseline is not run
+        self.capacity_cfg = "none" if "none" in p.configurations else p.configurations[0]
+        declared = ctx.settings.capacity is not None and parse_capacity(ctx.settings.capacity,
+                                                                        "--llm-capacity")[0] == "rate"
+        if p.capacity == "session" or declared:  # a rate from the session: declared, or 5.2's (borrowed)
+            await self._resolve_loads(None)
+            src = str(self.loads[0][1].get("capacity_source", ""))
+            self.cap_kind = DECLARED if src.startswith("declared") else BORROWED
+        else:
+            self.cap_kind = PROBED  # measured in run_loads, in the capacity configuration
         info = ctx.sut.server_info
         self.original = info.get("guardrails") if "guardrails" in info else None
         self.runs: dict[tuple[str, float], Measured] = {}
@@ -218,10 +245,54 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         self.rewarm: dict[str, WarmupResult] = {}  # the warm-up after each switch (§5.10.3 steps 2–3)
         self.states: dict[str, Any] = {}
         self.flushed: list[bool] = []
-        _switch(ctx, p.configurations[0])  # step 1: baseline (or the first configuration asked for)
+        # step 1: baseline (or the first configuration asked for); the capacity probe's configuration first
+        self.current = self.capacity_cfg if self.cap_kind == PROBED else p.configurations[0]
+        _switch(ctx, self.current)
+
+    async def _resolve_loads(self, rate: float | None) -> None:
+        """The levels' and the saturation run's open loops: fractions of ``rate`` (None: the session's rate)."""
+        p, ctx = self.p, self.ctx
+
+        def spec(f: float) -> LoadSpec:
+            return (LoadSpec("open", p.arrival, capacity_fraction=f) if rate is None
+                    else LoadSpec("open", p.arrival, rate=f * rate))
+
+        self.loads = [await resolve_load(ctx, spec(f), max_requests=len(self.specs),
+                                         seed=self.seeds.derive("arrivals", i))
+                      for i, f in enumerate(p.load_fractions)]
+        if p.throughput_probe_fraction:
+            self.probe_load = await resolve_load(ctx, spec(p.throughput_probe_fraction),
+                                                 max_requests=len(self.probe_specs),
+                                                 seed=self.seeds.derive("arrivals", len(p.load_fractions)))
+        if rate is not None:  # name the capacity in every load description, as resolve_load does
+            probe = self.capacity_probe
+            src = probe.describe(f"this {p.workload} workload in the {LABELS[self.capacity_cfg]} configuration") \
+                if probe is not None else ""
+            for f, (_, desc) in zip([*p.load_fractions, p.throughput_probe_fraction],
+                                    [*self.loads, *([self.probe_load] if self.probe_load else [])]):
+                desc.update(resolved_rate=(f or 0.0) * rate, capacity_rate=rate, capacity_source=src)
+
+    async def _probe_capacity(self, client: LLMClient) -> None:
+        """The request-rate capacity of this workload in the capacity configuration (module doc)."""
+        p, ctx = self.p, self.ctx
+        c = p.probe_concurrency
+        wl = build_workload(p.workload, n=3 * c + math.ceil(30 * p.probe_duration_s),
+                            seed=self.seeds.derive("capacity-probe"), tokenizer=ctx.tokenizer, **p.workload_params)
+        self.reserve(wl.specs)
+        self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
+        probe = await self.probe_saturation(
+            client, f"capacity-probe-{KEYS[self.capacity_cfg]}-c{c}", cap_output(wl.specs, p.max_output_tokens), c,
+            p.probe_duration_s, extra={"capacity_configuration": self.capacity_cfg,
+                                       "guardrails_state": ctx.sut.server_info.get("guardrails")})
+        self.capacity_probe = probe
+        if not probe.rate > 0:
+            raise RuntimeError(f"5.10: the capacity probe in the {LABELS[self.capacity_cfg]} configuration completed "
+                               f"no request in its steady window ({probe.describe(p.workload)}); raise "
+                               "probe_duration_s, or declare the capacity with --llm-capacity rate=R")
+        await self._resolve_loads(probe.rate)
 
     async def warm_up(self, client: LLMClient) -> WarmupResult:
-        return await self._warm_up(client, self.p.configurations[0])
+        return await self._warm_up(client, self.current)
 
     async def _warm_up(self, client: LLMClient, cfg: str) -> WarmupResult:
         """§4.5 warm-up of configuration ``cfg`` (after its switch), on prompts of the warm-up stream.
@@ -240,9 +311,12 @@ class Guardrails(ProcedureRun[GuardrailParams]):
 
     async def run_loads(self, client: LLMClient) -> None:
         p, ctx, specs = self.p, self.ctx, self.specs
-        for k, cfg in enumerate(p.configurations):
-            if k:
+        if self.cap_kind == PROBED:  # in the capacity configuration, warmed up by the pipeline's warm-up
+            await self._probe_capacity(client)
+        for cfg in p.configurations:
+            if cfg != self.current:
                 _switch(ctx, cfg)  # step 3: enable the next configuration ...
+                self.current = cfg
                 await self._warm_up(client, cfg)  # ... and repeat step 2: warm-up, then every level
             self.states[cfg] = ctx.sut.server_info.get("guardrails")
             for frac, (load, desc) in zip(p.load_fractions, self.loads):  # step 2
@@ -269,13 +343,17 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         p, runs, probes = self.p, self.runs, self.probes
         cfgs, levels, rl, q = p.configurations, p.load_fractions, p.report_level, self.q
         meas: dict[str, Any] = {"requests_per_level": len(self.specs), "capacity_rate_rps": self.cap_rate,
+                                "capacity_kind": self.cap_kind,
+                                "capacity_source": self.loads[0][1].get("capacity_source"),
+                                "capacity_configuration": self.capacity_cfg if self.cap_kind == PROBED else None,
                                 "report_level": rl, "levels": list(levels)}
         table13, by_level = self._table13(), self._level_tables(meas)  # measurement keys in report order
         tables = [table13, self._table14(meas), *by_level, self._refusals(meas)]
         plots = {"configs": {LABELS[c]: {"ttft_p50_s": q(c, rl, "ttft", 50), "ttft_p99_s": q(c, rl, "ttft", 99),
                                          "e2e_p50_s": q(c, rl, "e2e", 50), "e2e_p99_s": q(c, rl, "e2e", 99)}
                              for c in cfgs}}
-        measured = [runs[(c, f)] for c in cfgs for f in levels] + [probes[c] for c in cfgs if c in probes]
+        measured = ([] if self.capacity_probe is None else [self.capacity_probe.measured]) \
+            + [runs[(c, f)] for c in cfgs for f in levels] + [probes[c] for c in cfgs if c in probes]
         return Outcome(metrics=runs[(cfgs[-1], rl)].metrics, tables=tables, measurements=meas,
                        workload=self.wl.declaration.to_json(), notes=self._notes(), plots=plots, runs=measured,
                        overlays=overlays([m.summary for m in measured], rl))
@@ -293,6 +371,17 @@ class Guardrails(ProcedureRun[GuardrailParams]):
             notes.append("no Baseline configuration ('none') was run: overheads and reductions are not defined")
         if "none" in cfgs:
             notes.append("safety systems were disabled in the Baseline configuration (§4.8.2)")
+        src = self.loads[0][1].get("capacity_source", "")
+        if self.cap_kind == BORROWED:
+            notes.append(f"deviation: the load levels are fractions of a borrowed request-rate capacity ({src}), "
+                         f"measured on another workload than this {p.workload} one and with the SUT's guardrails as "
+                         "they were before the switch to Baseline (capacity='session'; capacity='probe' measures "
+                         "this workload in Baseline)")
+        elif self.cap_kind == DECLARED:
+            notes.append(f"load levels are fractions of the declared request-rate capacity ({src})")
+        elif self.capacity_cfg != "none":
+            notes.append(f"no Baseline configuration: the capacity was measured in the {LABELS[self.capacity_cfg]} "
+                         "configuration")
         if p.max_output_tokens is not None:
             notes.append(f"output capped at {p.max_output_tokens} tokens by the profile")
         if not all(self.flushed):
@@ -437,7 +526,8 @@ class Guardrails(ProcedureRun[GuardrailParams]):
                             "failures, excluded from the latency distributions"])
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        return _checks(self.p, self.runs, self.probes, self.wl.declaration.to_json(), self.states)
+        return _checks(self.p, self.runs, self.probes, self.wl.declaration.to_json(), self.states,
+                       self.loads[0][1].get("capacity_source", "") if self.cap_kind == BORROWED else None)
 
     def adjust_facts(self, facts: RunFacts) -> None:
         cfgs = self.p.configurations
@@ -449,7 +539,8 @@ class Guardrails(ProcedureRun[GuardrailParams]):
 
 
 def _checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes: dict[str, Measured],
-            decl: dict[str, Any], states: dict[str, Any]) -> dict[str, Check]:
+            decl: dict[str, Any], states: dict[str, Any], borrowed: str | None = None) -> dict[str, Check]:
+    """The 5.10 items; ``borrowed``: the source of a capacity borrowed from another workload (a deviation)."""
     cfgs, levels = p.configurations, p.load_fractions
     missing = [LABELS[c] for c in GUARDRAIL_CONFIGS if c not in cfgs]
     synthetic = bool(decl.get("synthetic_standin")) or str(decl.get("name", "")).startswith("synthetic")
@@ -462,8 +553,12 @@ def _checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes:
         "5.10.2-PARAM-2": (decide("5.10.2-PARAM-2", ok=not missing and not mismatched, met="configurations: " + ", ".join(LABELS[c] for c in cfgs)
                                      + ("" if not mismatched else f" (SUT reported {mismatched})"), unmet="not run: " + ", ".join(missing) if missing
                                        else f"SUT reported other guardrail states: {mismatched}")),
-        "5.10.2-PARAM-3": (decide("5.10.2-PARAM-3", ok=bool(level_ok), met="levels 25/50/75 % of capacity", unmet="levels " + "/".join(f"{f:.0%}" for f in levels)
-                                       + " of capacity instead of 25/50/75 %")),
+        "5.10.2-PARAM-3": decide("5.10.2-PARAM-3", ok=bool(level_ok) and borrowed is None,
+                                 met="levels 25/50/75 % of capacity",
+                                 unmet=("levels " + "/".join(f"{f:.0%}" for f in levels)
+                                        + " of capacity instead of 25/50/75 %") if not level_ok else
+                                 f"levels are fractions of a capacity borrowed from another workload and configuration "
+                                 f"({borrowed}), not of this workload's in Baseline (deviation; capacity='probe')"),
         "5.10.3-PARAM-1": (decide("5.10.3-PARAM-1", ok="none" in cfgs, met="baseline warmed up and run at every level; every other "
                                      "configuration warmed up again after its switch", unmet="no baseline configuration")),
         "5.10.3-PARAM-2": decide("5.10.3-PARAM-2", ok=True, met=f"{len(runs)} runs: every configuration at every level"),

@@ -42,7 +42,6 @@ import numpy as np
 from ..client import LLMClient
 from ..common import draft
 from ..compliance import Check, decide
-from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.stats import jain_index, latency_inflation, slowdown, starvation_rate
 from ..measure.summary import RunMetrics, summarize
@@ -51,7 +50,7 @@ from ..workloads import FAIRNESS_CLASSES, build_workload
 from ..workloads.standard import _mix_counts  # the workload's own class-count rule
 from .base import Finding, LoadSpec, Overlays, RunSummary, Series, Table, poisson
 from .common import Measured, level_requests, probe_window_s, resolve_load
-from .helpers import cap_output, closed_level_stream, pvalue, queue_trend, reported, steady_window_ns
+from .helpers import cap_output, pvalue, queue_trend, reported
 from .pipeline import Outcome, ProcedureRun
 from .prompts import failure_cause
 
@@ -250,16 +249,9 @@ class Fairness(ProcedureRun[FairnessParams]):
         c, d = p.probe_concurrency, probe_window_s(p.probe_duration_s, self.warmup)  # longer on a slow SUT
         wl = build_workload(p.workload, n=3 * c + math.ceil(30 * d), seed=self.seeds.derive("capacity-probe"),
                             tokenizer=ctx.tokenizer, classes=FAIRNESS_CLASSES, mix=dict(p.mix))
-        self.probe_stats: dict[str, int] = {}
-        ctx.progress(f"5.6 capacity probe on the class mix: closed loop, concurrency {c}, {d:g} s")
-        self.probe = await self.measure(client, f"capacity-probe-c{c}",
-                                        closed_level_stream(cap_output(wl.specs, p.max_output_tokens), 0, d,
-                                                            self.probe_stats),
-                                        ClosedLoop(c, duration_s=d), drain_timeout_s=max(30.0, d), sized=True,
-                                        extra={"phase_role": "capacity probe", "concurrency": c, "mix": dict(p.mix)})
-        lo, hi = steady_window_ns(self.probe)  # completions while the loop was full: no drain tail
-        done = sum(1 for r in self.probe.records if r.ok and r.end_ns is not None and lo <= r.end_ns <= hi)
-        cap = done / ((hi - lo) / 1e9) if hi > lo else 0.0
+        probe = await self.probe_saturation(client, f"capacity-probe-c{c}", cap_output(wl.specs, p.max_output_tokens),
+                                            c, p.probe_duration_s, extra={"mix": dict(p.mix)})
+        self.probe, self.probe_repeats, cap = probe.measured, probe.repeats, probe.rate
         if not cap or not math.isfinite(cap):
             raise RuntimeError("5.6: the capacity probe on the class mix completed no request: "
                                f"{failure_cause(self.probe.records)}. Or declare the load as an absolute rate or "
@@ -268,8 +260,7 @@ class Fairness(ProcedureRun[FairnessParams]):
         assert fraction is not None
         self.rate = fraction * cap
         self.load_desc.update(resolved_rate=self.rate, capacity_rate=cap,
-                              capacity_source=(f"closed-loop probe on this class mix (concurrency {c}, {d:g} s, "
-                                               f"{self.probe.load.ok} requests completed)"))
+                              capacity_source=probe.describe("this class mix"))
 
     async def _resolve_mixed_load(self) -> None:
         self.mixed_load, _ = await resolve_load(self.ctx, self.fixed, max_requests=len(self.specs),
@@ -462,8 +453,7 @@ class Fairness(ProcedureRun[FairnessParams]):
         if "capacity_rate" in load_desc and self.probe is not None:
             notes.append(f"load = {p.load.capacity_fraction:.0%} of this class mix's saturation throughput "
                          f"{load_desc['capacity_rate']:.2f} req/s, from a {load_desc['capacity_source']}"
-                         + (f"; {self.probe_stats['repeats']} probe requests repeated a prompt"
-                            if self.probe_stats.get("repeats") else ""))
+                         + (f"; {self.probe_repeats} probe requests repeated a prompt" if self.probe_repeats else ""))
         elif "capacity_rate" in load_desc:
             notes.append(f"load = {p.load.capacity_fraction:.0%} of the request-rate capacity {load_desc['capacity_rate']:.2f} "
                          f"req/s ({load_desc.get('capacity_source', '')}): capacity='session' takes a capacity measured "

@@ -22,7 +22,14 @@ from hypothesis import strategies as st
 
 from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.procedures.base import get_procedure
-from pytest_llmbench.procedures.p5_9_long_context import effective_lengths
+from pytest_llmbench.procedures.p5_9_long_context import (
+    LengthThroughput,
+    SweepLevel,
+    default_lengths,
+    effective_lengths,
+    level_ends_sweep,
+    long_context_standing,
+)
 from pytest_llmbench.simulator import SimConfig
 
 LENGTHS = (1024, 2048, 4096, 8192, 16384)
@@ -122,10 +129,15 @@ def test_max_throughput_per_length_from_a_concurrency_sweep(tmp_path: Path) -> N
             run = next(r for r in sweep_runs if r.extra["context_length"] == L
                        and r.extra["concurrency"] == lv["concurrency"])
             recs = [r for r in iter_records(run.run_dir) if r.phase == "measure"]
-            ok = [r for r in recs if r.ok]
-            span = (max(r.end_ns for r in recs) - min(r.sent_ns for r in recs)) / 1e9
             assert lv["requests"] == 2 * lv["concurrency"] == len(recs)
-            assert lv["output_tps"] == pytest.approx(sum(r.output_tokens for r in ok) / span, rel=1e-3)
+            # over the steady window (§5.2.3.2): the send window less its first 10 %, no drain tail; the
+            # simulator streams one token per chunk, so a chunk's tokens are the output tokens it delivers
+            t0, t1 = min(r.sent_ns for r in recs), max(r.sent_ns for r in recs)
+            lo = t0 + 0.1 * (t1 - t0)
+            tokens = sum(k for r in recs for t, k in zip(r.chunk_ns, r.chunk_tokens) if lo <= t <= t1)
+            assert t1 > lo and lv["output_tps"] == pytest.approx(tokens / ((t1 - lo) / 1e9), rel=1e-3)
+            drained = sum(k for r in recs for t, k in zip(r.chunk_ns, r.chunk_tokens) if t > t1)
+            assert drained > 0  # the drain after the last submission delivered tokens the figure leaves out
             # never above the engine's decode-only bound at this batch (a busy host only lowers it)
             assert lv["output_tps"] <= SWEEP_CONFIG.predicted_output_throughput(
                 min(lv["concurrency"], SWEEP_CONFIG.max_num_seqs)) * 1.05
@@ -160,3 +172,75 @@ def test_effective_lengths_fit_the_window(lengths, window, out):
         assert len(notes) == sum(1 for L in set(lengths) if L + out > window)
     else:
         assert eff == sorted(set(lengths)) and not notes
+
+
+# ---- the draft's lengths and the standard Long Context workload (issue 36 item 5) ------------------
+def test_default_lengths_follow_the_sequence_up_to_the_window() -> None:
+    """§5.9.2's sequence up to the context window, the window's top when a longer length was cut."""
+    assert default_lengths(32768, 256)[0] == [1024, 2048, 4096, 8192, 16384, 32512]
+    assert default_lengths(131072 + 256, 256)[0] == [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+    assert default_lengths(4096, 256)[0] == [1024, 2048, 3840]
+    lengths, notes = default_lengths(None, 256)  # unknown window: up to 4.3.2.5's 32K, said so
+    assert lengths == [1024, 2048, 4096, 8192, 16384, 32768] and "context window unknown" in notes[0]
+
+
+@pytest.mark.parametrize(("lengths", "window", "out", "capped", "why"), [
+    ([1024, 2048, 8192], 32768, 256, False, []),
+    ([1024, 2048, 3840], 4096, 256, False, ["context window 4096 < 8192"]),
+    ([1024, 2048, 8100], 8356, 256, False, ["context window 8356 leaves 8100 input tokens beside 256 output, < 8192"]),
+    ([1024, 4096], None, 256, False, ["no App. A.5 length (>= 8192) among the lengths 1024, 4096"]),
+    ([1024, 8192], 32768, 16, True, ["output capped at 16 tokens"]),
+    ([1024, 8192], 32768, 128, False, ["output fixed at 128 tokens, not 256"]),
+])
+def test_standing_of_the_long_context_workload(lengths, window, out, capped, why) -> None:
+    assert long_context_standing(lengths, window, out, capped=capped) == why
+
+
+def _level(c: int, tps: float | None, failed: int = 0, n: int = 200) -> SweepLevel:
+    return SweepLevel(c, tps, None, None, n, failed)
+
+
+def test_a_level_ends_the_sweep_only_above_max_error_rate() -> None:
+    """One failed request in 200 (0.5 %) no longer ends the sweep; 3 in 200 (1.5 %) do, and such a level
+    is never the maximum."""
+    best = _level(2, 100.0)
+    assert level_ends_sweep(_level(4, 180.0, failed=1), best, 0.1, 0.01) is None
+    why = level_ends_sweep(_level(4, 180.0, failed=3), best, 0.1, 0.01)
+    assert why is not None and why.startswith("3 of 200 requests failed at concurrency 4 (1.5% > max_error_rate 1.0%)")
+    assert level_ends_sweep(_level(4, 105.0), best, 0.1, 0.01).startswith("plateau")
+    sweep = LengthThroughput(1024, [best, _level(4, 180.0, failed=1), _level(8, 400.0, failed=3)], 0.01)
+    assert sweep.best is not None and sweep.best.concurrency == 4
+    with pytest.raises(Exception, match="max_error_rate"):
+        get_procedure("5.9").make_params("standard", {"max_error_rate": 1.5})
+    with pytest.raises(Exception, match="throughput_waves must be >= 2"):
+        get_procedure("5.9").make_params("standard", {"throughput_waves": 1})
+
+
+def _window_run(tmp_path: Path, window: int) -> Any:
+    proc = get_procedure("5.9")
+    cfg = SimConfig(time_scale=0.05, context_window=window, seed=4)
+    params = proc.make_params("standard", {"lengths": None, "requests_per_length": 2, "warmup_requests": 4,
+                                           "warmup_tokens": 40, "throughput_concurrencies": ()})
+    with simulator_harness(cfg, tmp_path, **CTX) as (_, ctx):
+        return asyncio.run(proc.run(ctx, params))
+
+
+@pytest.mark.parametrize(("window", "lengths", "standard"), [(4096, [1024, 2048, 3840], False),
+                                                             (9000, [1024, 2048, 4096, 8192, 8744], True)])
+def test_the_run_is_the_standard_long_context_workload_only_with_an_a5_length(tmp_path, window, lengths, standard):
+    """The default sequence up to the discovered window; a run without an A.5 length (>= 8192) is custom
+    with the reason, and 5.9.2-MUST-1, 4.3.2-MUST-2 and 4.3.2-PARAM-6 agree."""
+    result = _window_run(tmp_path, window)
+    assert result.measurements["lengths"] == lengths
+    statuses = {rid: result.checks[rid].status.value for rid in ("5.9.2-MUST-1", "4.3.2-MUST-2", "4.3.2-PARAM-6")}
+    assert set(statuses.values()) == {"met" if standard else "unmet"}, statuses
+    facts = result.facts
+    if standard:
+        assert facts.workload["name"] == "long-context" and facts.workload["custom"] is False
+        assert "8192, 8744" in result.checks["5.9.2-MUST-1"].reason
+        assert not {"5.9.2-MUST-1", "4.3.2-MUST-2"} & {c.id for c in result.compliance.unmet_must}
+    else:
+        assert facts.workload["name"] == "long-context (custom: context window 4096 < 8192)"
+        assert facts.workload["custom"] is True and facts.workload_base == "long-context"
+        assert "context window 4096 < 8192" in result.checks["5.9.2-MUST-1"].reason
+        assert "5.9.2-MUST-1" in [c.id for c in result.compliance.unmet_must]

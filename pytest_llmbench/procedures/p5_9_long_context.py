@@ -11,19 +11,27 @@ TTFT ∝ L^k (least squares of log TTFT on log L over every successful request,
 :func:`~pytest_llmbench.measure.stats.scaling_fit`) next to a linear fit a + b·L; the better one by R²
 in linear space is the "best fit" line (§5.9.5).
 
+Lengths. The draft defines three sets: §5.9.2's example sequence (1K, 2K, 4K … 128K), App. A.5.1's
+target lengths {8K, 16K, 32K, 64K, 128K} and §4.3.2.5's Uniform(8K, 32K) (draft ambiguity 5). By
+default (``lengths=None``) 5.9 runs §5.9.2's sequence up to the context window: the lengths whose
+prompt and output fit, then the window's own top (window − output) when a longer one was cut; a
+window the client cannot discover stops the sequence at 32K (4.3.2.5's top; declare
+``context_window`` to go further). Explicit ``lengths`` that do not fit are lowered to
+``window - output_tokens`` and noted. Our reading of "Long Context workload REQUIRED" (5.9.2-MUST-1,
+4.3.2-PARAM-6): the run is the standard Long Context workload when it includes at least one A.5
+length (>= 8192 input tokens) and the fixed 256-token output; otherwise it is a custom workload
+derived from it, with the reason (e.g. "context window 4096 < 8192"), and both items are unmet.
+
 "Throughput at length: maximum throughput achievable at each context length" (§5.9.4) needs more
 than the low-concurrency runs of 5.9.3. After them, each length (ascending) gets a concurrency
-sweep: closed loops at ``throughput_concurrencies`` (ascending), ``throughput_waves`` × c requests
-each (fresh prompts of the length, own seed stream), output tok/s = output tokens of successful
-requests / (first submission → last response). The sweep stops at a plateau (a level gains under
-``plateau_gain`` over the best so far: the best is the maximum), at a level with failed requests,
-or when the next level's estimated duration does not fit the remaining time budget shared by the
+sweep: closed loops at ``throughput_concurrencies`` (ascending), ``throughput_waves`` (>= 2) × c
+requests each (fresh prompts of the length, own seed stream). A level's throughput is taken over
+its steady window, as every throughput figure is (§5.2.3.2: the send window less its first 10 %,
+the drain after the last submission excluded): with two waves or more the loop is full throughout
+it. The sweep stops at a plateau (a level gains under ``plateau_gain`` over the best so far: the
+best is the maximum), at a level where more than ``max_error_rate`` of the requests failed, or
+when the next level's estimated duration does not fit the remaining time budget shared by the
 lengths still to sweep (``--llm-max-duration``); then the best level is a lower bound, labelled so.
-
-Lengths: a prompt plus its 256 output tokens must fit the context window. On the embedded
-simulator the window is known (``context_window`` in its config); a length that does not fit is
-lowered to ``window - output_tokens`` and noted. For a real endpoint declare ``context_window``
-(or choose ``lengths``) to get the same.
 """
 
 from __future__ import annotations
@@ -42,24 +50,29 @@ from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.stats import ScalingFit, scaling_fit
 from ..measure.units import Cell, CellValue
-from ..workloads import build_workload
+from ..workloads import A5_TARGET_LENGTHS, build_workload
 from .base import Sweep, Table
 from .common import Measured
 from .helpers import pvalue
 from .pipeline import Outcome, ProcedureRun
 
-__all__ = ["PROFILES", "LongContextParams", "best_fit_statement", "effective_lengths"]
+__all__ = ["PROFILES", "LengthThroughput", "LongContextParams", "SweepLevel", "best_fit_statement",
+           "default_lengths", "effective_lengths", "level_ends_sweep", "long_context_standing"]
 
 MIN_REQUESTS_PER_LENGTH = draft.value("long_context.min_requests_per_length")  # §5.9.2
 DRAFT_OUTPUT_TOKENS = draft.value("long_context.output_tokens")  # §5.9.2
 MAX_CONCURRENCY = draft.value("long_context.max_concurrency")  # §5.9.2 "low concurrency (1-4)"
+#: §5.9.2's example sequence of context lengths ("1K, 2K, 4K, 8K, 16K, 32K, 64K, 128K tokens")
+DRAFT_SEQUENCE = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+A5_MIN = min(A5_TARGET_LENGTHS)  # 8192: the shortest App. A.5.1 target length
+UNKNOWN_WINDOW_MAX = 32768  # the sequence's end when the context window is unknown (4.3.2.5's upper bound)
 
 
 @dataclass
 class LongContextParams:
     """§5.9.2 setup parameters; defaults are the draft's values (the ``standard`` profile)."""
 
-    lengths: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384, 32768)  # §5.9.2 example list up to 32K
+    lengths: tuple[int, ...] | None = None  # None: §5.9.2's sequence up to the context window (module doc)
     requests_per_length: int = MIN_REQUESTS_PER_LENGTH
     concurrency: int = 1
     output_tokens: int = DRAFT_OUTPUT_TOKENS
@@ -69,16 +82,19 @@ class LongContextParams:
     warmup_tokens: int = draft.value("warmup.min_output_tokens")
     warmup_input_tokens: int = 256  # short-context warm-up (§5.9.3 step 1)
     throughput_concurrencies: tuple[int, ...] = (2, 4, 8, 16, 32, 64)  # max-throughput sweep (§5.9.4); () = none
-    throughput_waves: int = 3  # requests per sweep level = waves x concurrency
+    throughput_waves: int = 3  # requests per sweep level = waves x concurrency (>= 2: a steady window)
     plateau_gain: float = 0.1  # a level gaining less than this over the best so far ends the sweep
+    max_error_rate: float = 0.01  # a sweep level with a larger share of failed requests ends the sweep
 
     def validate(self) -> None:
-        self.lengths = tuple(int(x) for x in self.lengths)
-        if len(set(self.lengths)) < 2:
-            raise ValueError(f"lengths needs at least two distinct context lengths to fit scaling, got {self.lengths}")
-        if min(self.lengths) < 128:
-            raise ValueError(f"context lengths must be >= 128 tokens (the Long Context question alone is ~100), "
-                             f"got {min(self.lengths)}")
+        if self.lengths is not None:
+            self.lengths = tuple(int(x) for x in self.lengths)
+            if len(set(self.lengths)) < 2:
+                raise ValueError(f"lengths needs at least two distinct context lengths to fit scaling, got "
+                                 f"{self.lengths}")
+            if min(self.lengths) < 128:
+                raise ValueError(f"context lengths must be >= 128 tokens (the Long Context question alone is ~100), "
+                                 f"got {min(self.lengths)}")
         if self.requests_per_length < 1:
             raise ValueError(f"requests_per_length must be >= 1, got {self.requests_per_length}")
         if not 1 <= self.concurrency:
@@ -88,8 +104,11 @@ class LongContextParams:
         self.throughput_concurrencies = tuple(sorted({int(c) for c in self.throughput_concurrencies}))
         if any(c < 1 for c in self.throughput_concurrencies):
             raise ValueError(f"throughput_concurrencies must be >= 1, got {self.throughput_concurrencies}")
-        if self.throughput_waves < 1 or not self.plateau_gain > 0:
-            raise ValueError("throughput_waves must be >= 1 and plateau_gain > 0")
+        if self.throughput_waves < 2 or not self.plateau_gain > 0:
+            raise ValueError(f"throughput_waves must be >= 2 (one wave has no steady window: every request is sent "
+                             f"at once) and plateau_gain > 0, got {self.throughput_waves} and {self.plateau_gain}")
+        if not 0 <= self.max_error_rate < 1:
+            raise ValueError(f"max_error_rate is a fraction in [0, 1), got {self.max_error_rate}")
 
 
 PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.9')  # data/profiles.yaml
@@ -110,27 +129,70 @@ def effective_lengths(lengths: tuple[int, ...], window: int | None, output_token
     return out, notes
 
 
+def default_lengths(window: int | None, output_tokens: int) -> tuple[list[int], list[str]]:
+    """§5.9.2's sequence up to the context window: the lengths that fit with ``output_tokens``, then
+    ``window - output_tokens`` when a longer one was cut; up to 32K when the window is unknown."""
+    if window is None:
+        kept = [L for L in DRAFT_SEQUENCE if L <= UNKNOWN_WINDOW_MAX]
+        return kept, [f"context window unknown: §5.9.2's sequence up to {UNKNOWN_WINDOW_MAX} (4.3.2.5's upper bound); "
+                      "declare context_window to test longer contexts"]
+    kept = [L for L in DRAFT_SEQUENCE if L + output_tokens <= window]
+    cut = [L for L in DRAFT_SEQUENCE if L + output_tokens > window]
+    top = window - output_tokens
+    if cut and top > (kept[-1] if kept else 0) and top >= 128:
+        kept.append(top)
+    note = (f"§5.9.2's sequence up to the {window}-token context window: {', '.join(map(str, kept))}"
+            + (f" ({', '.join(map(str, cut))} + {output_tokens} output do not fit; the window's top, {top}, tested)"
+               if cut and kept and kept[-1] == top else ""))
+    return kept, [note]
+
+
+def long_context_standing(lengths: list[int], window: int | None, output_tokens: int,
+                          capped: bool = False) -> list[str]:
+    """Why the run is not the standard Long Context workload (our reading, module doc): no length >= 8192
+    (the context window's or the lengths' fault), an output other than 256 (``capped``: by
+    ``max_output_tokens``). Empty: it is."""
+    why = []
+    if not any(L >= A5_MIN for L in lengths):
+        if window is not None and window - output_tokens < A5_MIN:
+            why.append(f"context window {window} < {A5_MIN}" if window < A5_MIN else
+                       f"context window {window} leaves {window - output_tokens} input tokens beside {output_tokens} "
+                       f"output, < {A5_MIN}")
+        else:
+            why.append(f"no App. A.5 length (>= {A5_MIN}) among the lengths {', '.join(map(str, lengths))}")
+    if output_tokens != DRAFT_OUTPUT_TOKENS:
+        why.append(f"output capped at {output_tokens} tokens" if capped else
+                   f"output fixed at {output_tokens} tokens, not {DRAFT_OUTPUT_TOKENS}")
+    return why
+
+
 @dataclass(frozen=True)
 class SweepLevel:
     """One closed-loop level of a length's throughput sweep (§5.9.4 "throughput at length")."""
 
     concurrency: int
-    output_tps: float | None  # output tokens of successful requests / (first submission → last response)
-    request_rate: float | None  # successful requests per second, same window
+    output_tps: float | None  # output tokens arriving in the steady window / its length (§5.2.3.2)
+    request_rate: float | None  # successful requests completing in the same window, per second
     total_tps: float | None  # input + output tokens per second, same window
     requests: int
     failed: int
 
+    @property
+    def error_rate(self) -> float:
+        return self.failed / self.requests if self.requests else 0.0
+
     @classmethod
     def of(cls, concurrency: int, m: Measured) -> SweepLevel:
+        """The level's figures over its steady window (the metrics' window: the send window less its first
+        10 %, no drain tail), so a closed loop's ramp-up and drain do not lower them."""
         met = m.metrics
 
         def val(name: str) -> float | None:
             v = met.scalar(name).value
             return None if v is None or math.isnan(v) else float(v)
 
-        return cls(concurrency, val("output_throughput_full"), val("request_throughput_full"),
-                   val("total_token_throughput_full"), len(m.records), sum(1 for r in m.records if r.failed))
+        return cls(concurrency, val("output_throughput"), val("request_throughput"),
+                   val("total_token_throughput"), len(m.records), sum(1 for r in m.records if r.failed))
 
 
 @dataclass
@@ -139,12 +201,13 @@ class LengthThroughput:
 
     length: int
     levels: list[SweepLevel]
+    max_error_rate: float = 0.01  # a level with more failed requests than this is not a candidate
     stopped: str = ""
     is_maximum: bool = False  # False: the best level is a lower bound (budget, or still rising)
 
     @property
     def best(self) -> SweepLevel | None:
-        ok = [lv for lv in self.levels if lv.failed == 0 and lv.output_tps is not None]
+        ok = [lv for lv in self.levels if lv.error_rate <= self.max_error_rate and lv.output_tps is not None]
         return max(ok, key=lambda lv: lv.output_tps or 0.0, default=None)
 
     def to_json(self) -> dict[str, Any]:
@@ -155,6 +218,21 @@ class LengthThroughput:
                 "max_total_tps": None if b is None else b.total_tps,
                 "max_throughput_is_maximum": self.is_maximum, "throughput_sweep_stopped": self.stopped,
                 "throughput_sweep": [dataclasses.asdict(lv) for lv in self.levels]}
+
+
+def level_ends_sweep(level: SweepLevel, best: SweepLevel | None, plateau_gain: float,
+                     max_error_rate: float) -> str | None:
+    """Why a length's sweep ends at ``level`` (the best level so far is then the maximum), or None to go
+    on: more than ``max_error_rate`` of its requests failed, or it gained less than ``plateau_gain``
+    over ``best`` (the best acceptable level before it)."""
+    if level.error_rate > max_error_rate:
+        return (f"{level.failed} of {level.requests} requests failed at concurrency {level.concurrency} "
+                f"({level.error_rate:.1%} > max_error_rate {max_error_rate:.1%})")
+    if best is None or level.output_tps is None or best.output_tps is None:
+        return None
+    if level.output_tps < best.output_tps * (1 + plateau_gain):
+        return f"plateau: concurrency {level.concurrency} gained < {plateau_gain:.0%} over the best"
+    return None
 
 
 def level_fits(est_s: float | None, remaining_s: float | None, lengths_left: int) -> bool:
@@ -191,7 +269,8 @@ class LongContext(ProcedureRun[LongContextParams]):
     @staticmethod
     def plan(p: LongContextParams) -> dict[str, Any]:
         sweep = sum(p.throughput_waves * c for c in p.throughput_concurrencies if c > p.concurrency)
-        return {"requests": p.warmup_requests + (p.requests_per_length + sweep) * len(set(p.lengths)),
+        n_lengths = len(set(p.lengths)) if p.lengths is not None else len(DRAFT_SEQUENCE)  # at most
+        return {"requests": p.warmup_requests + (p.requests_per_length + sweep) * n_lengths,
                 "min_duration_s": 0.0}
 
     async def prepare(self) -> None:
@@ -199,12 +278,22 @@ class LongContext(ProcedureRun[LongContextParams]):
         window = p.context_window
         if window is None:  # the simulator's, or what the server adapter read (llama.cpp: per-slot n_ctx)
             window = int(ctx.sut.server_info.get("context_window") or 0) or None
+        self.window = window
         self.out_tokens = p.output_tokens if p.max_output_tokens is None else min(p.output_tokens, p.max_output_tokens)
-        self.lengths, self.length_notes = effective_lengths(p.lengths, window, p.output_tokens)
+        if p.lengths is None:
+            self.lengths, self.length_notes = default_lengths(window, p.output_tokens)
+        else:
+            self.lengths, self.length_notes = effective_lengths(p.lengths, window, p.output_tokens)
+        if len(self.lengths) < 2:
+            raise RuntimeError(f"5.9 needs two context lengths or more to fit scaling, and the {window}-token context "
+                               f"window holds only {self.lengths} with {p.output_tokens} output tokens: lower "
+                               "output_tokens or give lengths that fit")
         wl = build_workload("long-context", n=p.requests_per_length * len(self.lengths),
                             seed=self.seeds.derive("measure"), tokenizer=ctx.tokenizer, lengths=self.lengths,
                             order="ascending", output_tokens=self.out_tokens, force_output=True)
-        self.declaration = wl.declaration.to_json()
+        self.custom_why = long_context_standing(self.lengths, window, self.out_tokens,
+                                                capped=self.out_tokens < p.output_tokens)
+        self.declaration = _as_standing(wl.declaration.to_json(), self.lengths, self.custom_why)
         self.by_length: dict[int, list[Any]] = {L: [] for L in self.lengths}
         for s in wl.specs:
             self.by_length[s.input_tokens].append(s)
@@ -242,7 +331,7 @@ class LongContext(ProcedureRun[LongContextParams]):
     async def _sweep(self, client: LLMClient, L: int, lengths_left: int) -> LengthThroughput:
         """Closed loops at rising concurrency until a plateau, failures or the time budget (§5.9.4)."""
         p, ctx = self.p, self.ctx
-        res = LengthThroughput(L, [SweepLevel.of(p.concurrency, self.runs[L])])
+        res = LengthThroughput(L, [SweepLevel.of(p.concurrency, self.runs[L])], p.max_error_rate)
         todo = [c for c in p.throughput_concurrencies if c > p.concurrency]
         if not todo:
             res.stopped = "no sweep: no throughput concurrency above the latency runs'"
@@ -265,14 +354,9 @@ class LongContext(ProcedureRun[LongContextParams]):
             self.sweep_runs.append(m)
             level = SweepLevel.of(c, m)
             res.levels.append(level)
-            if level.failed:
-                res.stopped, res.is_maximum = f"{level.failed} failed requests at concurrency {c}", True
-                return res
-            if best is None or level.output_tps is None or best.output_tps is None:
-                continue
-            if level.output_tps < best.output_tps * (1 + p.plateau_gain):
-                res.stopped = f"plateau: concurrency {c} gained < {p.plateau_gain:.0%} over the best"
-                res.is_maximum = True
+            why = level_ends_sweep(level, best, p.plateau_gain, p.max_error_rate)
+            if why is not None:
+                res.stopped, res.is_maximum = why, True
                 return res
         res.stopped = f"still rising at the largest sweep concurrency {todo[-1]}"
         return res
@@ -373,19 +457,52 @@ class LongContext(ProcedureRun[LongContextParams]):
                       "Sweep (concurrency: output tok/s)", "Result"], rows,
                      notes=[f"closed loops at concurrency {p.concurrency} (the latency runs) then "
                             f"{', '.join(map(str, p.throughput_concurrencies))}, {p.throughput_waves} x concurrency "
-                            f"requests each, {self.out_tokens} output tokens; throughput = tokens of successful "
-                            "requests / (first submission to last response)",
-                            f"the sweep ends at a plateau (gain < {p.plateau_gain:.0%} over the best level), at failed "
-                            "requests, or at the time budget; '>=' marks a lower bound"])
+                            f"requests each, {self.out_tokens} output tokens; throughput over each level's steady "
+                            "window (§5.2.3.2: the send window less its first 10 %, the drain after the last "
+                            "submission excluded): output tokens arriving in it / its length",
+                            f"the sweep ends at a plateau (gain < {p.plateau_gain:.0%} over the best level), at a level "
+                            f"where more than {p.max_error_rate:.1%} of the requests failed (max_error_rate; such a "
+                            "level is never the maximum), or at the time budget; '>=' marks a lower bound"])
 
     def checks(self, out: Outcome) -> dict[str, Check]:
         checks = _checks(self.p, self.lengths, self.out_tokens, self.n_min, self.fit, self.declaration)
+        checks.update(_standing_checks(self.lengths, self.custom_why))
         short = [f"{L} ({sw.stopped})" for L, sw in self.sweeps.items() if not sw.is_maximum]
         checks["5.9.4-REPORT-4"] = (
             decide("5.9.4-REPORT-4", ok=not (bool(short)), unmet="maximum throughput not reached at " + "; ".join(short)
                         + ": lower bounds reported", met="maximum throughput per length from a concurrency sweep to a plateau or "
                       "to failures"))
         return checks
+
+
+def _as_standing(decl: dict[str, Any], lengths: list[int], why: list[str]) -> dict[str, Any]:
+    """The workload declaration as 5.9 runs it: the standard Long Context workload (no reason), else a
+    custom one derived from it, named with its reasons (as ``pipeline.as_run`` names an altered one)."""
+    w = dict(decl)
+    if not why:
+        a5 = [L for L in lengths if L >= A5_MIN]
+        w.update(standard=True, custom=False, notes=[*w.get("notes", []), (
+            f"counts as the standard Long Context workload (5.9.2-MUST-1, our reading): it includes the App. A.5 "
+            f"length(s) {', '.join(map(str, a5))}; §5.9.2's sequence extends A.5 below 8K")])
+        return w
+    w.update(name=f"long-context (custom: {'; '.join(why)})", custom=True, standard=False, base="long-context",
+             altered_by=list(why))
+    return w
+
+
+def _standing_checks(lengths: list[int], why: list[str]) -> dict[str, Check]:
+    """5.9.2-MUST-1 and 4.3.2-MUST-2 (the Long Context workload REQUIRED) and 4.3.2-PARAM-6 (its
+    definition), decided alike from the run's standing (module doc), so that they never disagree."""
+    a5 = [L for L in lengths if L >= A5_MIN]
+    met = (f"Long Context workload ([document][question], output 256 forced) including the App. A.5 length(s) "
+           f"{', '.join(map(str, a5))}")
+    unmet = f"Long Context structure, but a custom workload: {'; '.join(why)}"
+    checks = {rid: decide(rid, ok=not why, met=met, unmet=unmet, lengths=list(lengths))
+              for rid in ("5.9.2-MUST-1", "4.3.2-MUST-2")}
+    # the workload's definition, from the requests sent (as pipeline.reference_checks decides the others)
+    checks["4.3.2-PARAM-6"] = decide("4.3.2-PARAM-6", ok=not why, met=met, unmet=unmet, lengths=list(lengths),
+                                     source="measured")
+    return checks
 
 
 def _checks(p: LongContextParams, lengths: list[int], out_tokens: int, n_min: int, fit: ScalingFit | None,

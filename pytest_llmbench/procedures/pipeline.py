@@ -97,8 +97,9 @@ def as_run(workload: Mapping[str, Any], cap: int | None, records: Sequence[Reque
                                                           "mean": round(float(a.mean()), 2), "max": int(a.max())}}
 
     base = w.get("base") or w.get("name")
-    w.update(name=f"{w.get('name')} (custom: {'; '.join(why)})", custom=True, standard=False, base=base,
-             altered_by=why)
+    prior = list(w.get("altered_by") or [])  # a procedure's own reasons (5.9's lengths) come first
+    why = prior + [x for x in why if x not in prior]
+    w.update(name=f"{base} (custom: {'; '.join(why)})", custom=True, standard=False, base=base, altered_by=why)
     w["input_length"] = {**(w.get("input_length") or {}), **dist(ins), "unit": "tokens",
                          "tokenizer": (w.get("input_length") or {}).get("tokenizer") or "reference"}
     w["output_length"] = {**(w.get("output_length") or {}), **dist(outs), "unit": "tokens",

@@ -30,7 +30,11 @@ __all__ = ["SCHEMA_VERSION", "ReportError", "dumps_document", "load_document", "
 #: ``server_view``, plots ``server_timeline`` and ``server_levels``; documents before 1.6 (no series) still render.
 #: Also optional since 1.6: ``compliance.deviations`` (minimums counted as SHOULDs), ``comparison.section6_verdict``,
 #: ``runs[].extra.itl_decision`` (App. B.2.1) and the measurements ``token_counting_option``/``_tokenizer``.
-SCHEMA_VERSION = "1.6"
+#: 1.7: each run's ``metrics.definitions_version`` (2: throughput over the send window [start + 0.1·D, start + D]
+#: with every request's streamed tokens; documents without it were summarised under version 1, which the gate
+#: does not compare with 2), distributions ``ttft_from_schedule`` and ``e2e_from_schedule`` (formerly
+#: ``schedule_latency``); the gate's comparison documents carry each outcome's unit family and each difference's text.
+SCHEMA_VERSION = "1.7"
 
 
 class ReportError(ValueError):

@@ -1,8 +1,9 @@
 """§5.8 Memory Pressure Behavior — run as is, or copy and adapt.
 
-Levels are ratios to the 5.5 capacity (run first in the same session, or declared with
-``--llm-capacity concurrency=N``). ``workload="long-context"`` follows the draft's recommendation;
-the default repeats 5.5's request shape so that "110 %" really means 110 % of the capacity.
+Levels are ratios to the capacity of the long-context requests 5.8 sends (§5.8.2's recommendation):
+5.8 first runs §5.5's capacity search on that workload itself (our reading of §5.8.3 step 1), so
+that "110 %" really means 110 % of the capacity for those requests. A capacity declared with
+``--llm-capacity concurrency=N`` is used instead and named "declared".
 """
 
 import pytest

@@ -19,6 +19,7 @@ import pytest
 from factories import ttft_records
 
 from pytest_llmbench.measure import summary
+from pytest_llmbench.measure.frame import FrameBuilder, RunFrame
 
 TEST_5_1 = '''
 import pytest
@@ -39,8 +40,9 @@ def summarise_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     calls: list[int] = []
 
     def counting(records: Any, *args: Any, **kwargs: Any) -> Any:
-        records = list(records)
-        calls.append(len(records))
+        if not isinstance(records, (FrameBuilder, RunFrame)):
+            records = list(records)
+        calls.append(len(records) if not isinstance(records, RunFrame) else records.n)
         return original(records, *args, **kwargs)
 
     for name, module in list(sys.modules.items()):

@@ -28,7 +28,8 @@ import gc
 import itertools
 import socket
 import time
-from collections.abc import Callable, Iterable, Iterator, Sized
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -49,6 +50,7 @@ __all__ = [
     "OpenLoop",
     "RecordSink",
     "SelfCheck",
+    "SendSpan",
     "run_closed_loop",
     "run_load",
     "run_open_loop",
@@ -198,6 +200,32 @@ class LoadProgress:
     in_flight: int = 0
 
 
+@dataclass
+class SendSpan:
+    """The first and last T_submit of a run and how many requests were submitted (§4.2.3's achieved
+    rate), tallied per record instead of kept per record."""
+
+    count: int = 0
+    first_ns: int = 0
+    last_ns: int = 0
+
+    def add(self, sent_ns: int) -> None:
+        """One record's ``sent_ns`` (0: never submitted, not counted)."""
+        if not sent_ns:
+            return
+        if not self.count or sent_ns < self.first_ns:
+            self.first_ns = sent_ns
+        if not self.count or sent_ns > self.last_ns:
+            self.last_ns = sent_ns
+        self.count += 1
+
+    def rate(self) -> float | None:
+        """Sends per second from the first to the last submission; None below two distinct times."""
+        if self.count >= 2 and self.last_ns > self.first_ns:
+            return (self.count - 1) / ((self.last_ns - self.first_ns) / 1e9)
+        return None
+
+
 class RecordSink(Protocol):
     """Where finished records go as they complete (e.g. ``storage.RunWriter``)."""
 
@@ -211,7 +239,7 @@ class LoadResult:
     phase: str
     load_model: str  # "open" | "closed"
     parameters: dict[str, Any]
-    records: list[RequestRecord]
+    records: Sequence[RequestRecord]  # empty unless kept (run_load keep_records); a measured run's: on disk
     transport: str
     clock_anchor: ClockAnchor
     start_ns: int
@@ -359,6 +387,7 @@ class _Runner:
         on_record: Callable[[RequestRecord], None] | None,
         sink: RecordSink | None,
         keep_records: bool,
+        achieved_from_sends: bool | None = None,
     ) -> None:
         if max_requests is not None and max_requests < 0:
             raise ValueError(f"max_requests must be >= 0, got {max_requests}")
@@ -379,13 +408,16 @@ class _Runner:
         self.on_record = on_record
         self.sink = sink
         self.keep = keep_records
+        self.from_sends = keep_records if achieved_from_sends is None else achieved_from_sends
         self.progress = LoadProgress()
         self.records: list[RequestRecord] = []
         self.errors: collections.Counter[str] = collections.Counter()
-        self.lags: list[int] = []  # schedule lag: hand-over − intended
-        self.submit_lags: list[int] = []  # submit lag: sent (T_submit) − intended
-        self.loop_delays: list[int] = []
-        self.receive_delays: list[int] = []
+        # per request and per probe: 8 bytes each (array), never a Python object per value
+        self.lags = array("q")  # schedule lag: hand-over − intended
+        self.submit_lags = array("q")  # submit lag: sent (T_submit) − intended
+        self.loop_delays = array("q")
+        self.receive_delays = array("q")
+        self.sends = SendSpan()  # first and last T_submit and their count: the achieved rate
         self.cpu_start_s = 0.0
         self.samples: list[tuple[int, int]] = []
         # concurrency integral
@@ -476,6 +508,7 @@ class _Runner:
             if rec.intended_ns is not None and rec.sent_ns:
                 self.lags.append(rec.handoff_ns - rec.intended_ns)
                 self.submit_lags.append(rec.sent_ns - rec.intended_ns)
+            self.sends.add(rec.sent_ns)
             if self.sink is not None:
                 self.sink.write(rec)
             if self.keep:
@@ -638,12 +671,7 @@ class _Runner:
     def _result(self, load: OpenLoop | ClosedLoop, anchor: ClockAnchor, send_end: int, end: int, area: int) -> LoadResult:
         p = self.progress
         window = send_end - self.start_ns
-        sent_times = sorted(r.sent_ns for r in self.records if r.sent_ns) if self.keep else []
-        achieved = None
-        if len(sent_times) >= 2 and sent_times[-1] > sent_times[0]:
-            achieved = (len(sent_times) - 1) / ((sent_times[-1] - sent_times[0]) / 1e9)
-        elif not self.keep and window > 0:
-            achieved = p.sent / (window / 1e9)
+        achieved = self.sends.rate() if self.from_sends else p.sent / (window / 1e9) if window > 0 else None
         completion_rate = p.ok / ((end - self.start_ns) / 1e9) if end > self.start_ns else None
         send_lag = LagStats.of_ns(self.lags)
         submit_lag = LagStats.of_ns(self.submit_lags)
@@ -727,13 +755,18 @@ async def run_load(
     spin_ms: float | None = None,
     gc_freeze: bool = True,
     start_ns: int | None = None,
+    achieved_from_sends: bool | None = None,
 ) -> LoadResult:
     """Run ``load`` over ``specs`` through ``client`` and return the :class:`LoadResult`.
 
     ``specs`` may be a list or any iterator (e.g. ``itertools.cycle(specs)`` with a duration).
     ``on_record`` is called once per finished record, from a collector task, off the submission
     path (use it for live progress); ``sink.write`` receives every record as it completes
-    (``storage.RunWriter``); ``keep_records=False`` keeps memory bounded. ``pacer``: how the open
+    (``storage.RunWriter``); ``keep_records=False`` keeps no record in ``LoadResult.records``, so
+    memory stays bounded (per request only the two lags, 8 bytes each, are kept for their
+    percentiles). ``achieved_from_sends``: the achieved rate over the first to the last T_submit
+    (what a kept run reports); default: so when records are kept, else sends over the send window
+    (the warm-up's and a shard's figure). ``pacer``: how the open
     loop waits for each send time (pacer.py: ``"auto"`` picks a kernel timerfd where there is one,
     else a loop timer to the due time minus its measured wake-up error; ``"spin"`` is the previous
     yield-spin for the last ``spin_ms``); a given ``spin_ms`` alone selects ``"spin"`` (``spin_ms=0``:
@@ -762,6 +795,7 @@ async def run_load(
         on_record=on_record,
         sink=sink,
         keep_records=keep_records,
+        achieved_from_sends=achieved_from_sends,
     )
     if isinstance(pacer, str) and pacer not in PACERS:
         raise ValueError(f"pacer must be one of {PACERS}, got {pacer!r}")

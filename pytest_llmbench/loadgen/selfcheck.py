@@ -147,11 +147,11 @@ class ClientDelay:
 def option_c_error(records: Iterable[RequestRecord]) -> dict[str, Any] | None:
     """Client first-token time − the server's first-token send time, per successful record that has
     both (§4.6.3 option C; one host, both on CLOCK_MONOTONIC): ``n`` and ms at P50/P99/max, or None."""
-    d = [r.first_token_ns - r.server_token_ns[0] for r in records
-         if r.ok and r.first_token_ns is not None and r.server_token_ns]
-    if not d:
+    a = np.fromiter((r.first_token_ns - r.server_token_ns[0] for r in records
+                     if r.ok and r.first_token_ns is not None and r.server_token_ns), dtype=np.float64)
+    if not a.size:
         return None
-    a = np.asarray(d, dtype=np.float64) / 1e6
+    a = a / 1e6
     p50, p99 = np.percentile(a, [50, 99])
     return {"n": int(a.size), "p50_ms": float(p50), "p99_ms": float(p99), "max_ms": float(a.max()),
             "min_ms": float(a.min())}

@@ -21,14 +21,14 @@ The decision, in order:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..common.records import RequestRecord
 from .tokencount import EXACT_METHODS, REFERENCE, TOKENIZE_RECONCILED
 
-__all__ = ["DIRECT_SHARE", "ITL_NOT_MEASURABLE", "ItlDecision", "decide_itl"]
+__all__ = ["DIRECT_SHARE", "ITL_NOT_MEASURABLE", "ItlDecision", "ItlTally", "decide_itl"]
 
 #: App. B.2.1 step 2: single-token chunks "dominate" above this share of content chunks.
 DIRECT_SHARE = 0.9
@@ -84,32 +84,68 @@ class ItlDecision:
         return f"option {self.option}: {self.reason} ({pattern}{extra}; App. B.2.1)"
 
 
-def decide_itl(records: Sequence[RequestRecord]) -> ItlDecision:
+@dataclass
+class ItlTally:
+    """App. B.2.1's counts over one run's successful records with content, added one record at a
+    time (a long run is decided without keeping its records): what :meth:`decision` decides from."""
+
+    records: int = 0
+    records_counted_by_server: int = 0
+    server_timestamps: int = 0
+    multi_token_unstamped: int = 0  # records of >= 2 tokens without server per-token timestamps
+    content_chunks: int = 0
+    single_token_chunks: int = 0
+    multi_token_chunks: int = 0
+    tokens_at_chunk_time: int = 0
+
+    def add(self, r: RequestRecord) -> None:
+        if not r.ok:
+            return
+        sizes = [t for t in r.chunk_tokens if t > 0]
+        if not sizes:
+            return
+        self.records += 1
+        self.records_counted_by_server += (r.token_count_method or REFERENCE) in _SERVER_COUNTED
+        self.server_timestamps += bool(r.server_token_ns)
+        self.multi_token_unstamped += sum(r.chunk_tokens) >= 2 and not r.server_token_ns
+        self.content_chunks += len(sizes)
+        for t in sizes:
+            if t == 1:
+                self.single_token_chunks += 1
+            else:
+                self.multi_token_chunks += 1
+                self.tokens_at_chunk_time += t - 1
+
+    def decision(self) -> ItlDecision:
+        """App. B.2.1 over the records added (see the module docstring)."""
+        exact = self.records_counted_by_server == self.records
+        single = self.single_token_chunks if exact else None
+        common = dict(content_chunks=self.content_chunks, single_token_chunks=single,
+                      multi_token_chunks=self.multi_token_chunks if exact else None,
+                      tokens_at_chunk_time=self.tokens_at_chunk_time if exact else None, records=self.records,
+                      records_counted_by_server=self.records_counted_by_server,
+                      server_timestamps=self.server_timestamps)
+        if self.server_timestamps and not self.multi_token_unstamped:
+            return ItlDecision("C", "server per-token timestamps on every successful multi-token record", **common)
+        if not exact:
+            common["reference_single_token_share"] = round(self.single_token_chunks / self.content_chunks, 6) \
+                if self.content_chunks else None
+            return ItlDecision("A", f"{self.records - self.records_counted_by_server} of {self.records} records "
+                                    "counted with the reference tokenizer: tokens per chunk unknown, so chunk timing",
+                               **common)
+        if not self.content_chunks:  # nothing streamed: no gap to measure either way; the direct rule is vacuous
+            return ItlDecision("B", "no content chunks", **common)
+        share = self.single_token_chunks / self.content_chunks
+        if share > DIRECT_SHARE:
+            return ItlDecision("B", f"single-token chunks dominate (> {DIRECT_SHARE:.0%}): direct per-token gaps",
+                               **common)
+        return ItlDecision("A", f"multi-token chunks common (single-token share <= {DIRECT_SHARE:.0%}) and no "
+                                "server per-token timestamps: chunk timing", **common)
+
+
+def decide_itl(records: Iterable[RequestRecord]) -> ItlDecision:
     """App. B.2.1 over one run's successful records (see the module docstring)."""
-    ok = [r for r in records if r.ok and any(t > 0 for t in r.chunk_tokens)]
-    sizes = [t for r in ok for t in r.chunk_tokens if t > 0]
-    by_server = [r for r in ok if (r.token_count_method or REFERENCE) in _SERVER_COUNTED]
-    need_c = [r for r in ok if sum(r.chunk_tokens) >= 2]
-    stamped = sum(1 for r in ok if r.server_token_ns)
-    exact = len(by_server) == len(ok)
-    single = sum(1 for t in sizes if t == 1) if exact else None
-    multi = sum(1 for t in sizes if t > 1) if exact else None
-    at_chunk = sum(t - 1 for t in sizes if t > 1) if exact else None
-    common = dict(content_chunks=len(sizes), single_token_chunks=single, multi_token_chunks=multi,
-                  tokens_at_chunk_time=at_chunk, records=len(ok), records_counted_by_server=len(by_server),
-                  server_timestamps=stamped)
-    if stamped and all(r.server_token_ns for r in need_c):
-        return ItlDecision("C", "server per-token timestamps on every successful multi-token record", **common)
-    if not exact:
-        common["reference_single_token_share"] = round(sum(1 for t in sizes if t == 1) / len(sizes), 6) \
-            if sizes else None
-        return ItlDecision("A", f"{len(ok) - len(by_server)} of {len(ok)} records counted with the reference "
-                                "tokenizer: tokens per chunk unknown, so chunk timing", **common)
-    if not sizes:  # nothing streamed: no gap to measure either way; the direct rule is vacuous
-        return ItlDecision("B", "no content chunks", **common)
-    share = (single or 0) / len(sizes)
-    if share > DIRECT_SHARE:
-        return ItlDecision("B", f"single-token chunks dominate (> {DIRECT_SHARE:.0%}): direct per-token gaps",
-                           **common)
-    return ItlDecision("A", f"multi-token chunks common (single-token share <= {DIRECT_SHARE:.0%}) and no server "
-                            "per-token timestamps: chunk timing", **common)
+    tally = ItlTally()
+    for r in records:
+        tally.add(r)
+    return tally.decision()

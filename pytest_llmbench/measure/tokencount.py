@@ -23,7 +23,7 @@ gives the share of records counted exactly for the report.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..common.records import RequestRecord
@@ -174,12 +174,14 @@ def apply_pieces(rec: RequestRecord, piece_bytes: Sequence[int]) -> None:
     rec.chunk_tokens = counts
 
 
-def method_shares(records: Sequence[RequestRecord]) -> dict[str, Any]:
-    """Counting methods over successful records and the share counted exactly (§4.4, §4.6)."""
-    ok = [r for r in records if r.ok]
+def method_shares(records: Iterable[RequestRecord]) -> dict[str, Any]:
+    """Counting methods over successful records and the share counted exactly (§4.4, §4.6); one pass."""
     by: dict[str, int] = {}
-    for r in ok:
-        key = r.token_count_method or REFERENCE
-        by[key] = by.get(key, 0) + 1
+    ok = 0
+    for r in records:
+        if r.ok:
+            ok += 1
+            key = r.token_count_method or REFERENCE
+            by[key] = by.get(key, 0) + 1
     exact = sum(n for k, n in by.items() if k in EXACT_METHODS)
-    return {"methods": by, "exact_share": round(exact / len(ok), 4) if ok else None}
+    return {"methods": by, "exact_share": round(exact / ok, 4) if ok else None}

@@ -3,6 +3,11 @@
 A procedure module composes these; it never talks to the transport, the storage or the
 compliance registry directly. Every measured run is a directory under the procedure's run root
 (``records.jsonl`` streamed + ``run.json``), so reports can be rebuilt from disk.
+
+Memory does not grow with a run's records: each finished record goes to disk and to the run's
+``FrameBuilder`` (what the summariser reads) and its App. B.2.1 tally; afterwards a run's records
+(``Measured.records``) are a view that reads them back from disk on each pass, and the facts are
+computed over such passes (docs/load-generator.md, "Memory").
 """
 
 from __future__ import annotations
@@ -14,17 +19,20 @@ import json
 import math
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import numpy as np
+
 from ..client import ClientConfig, LLMClient
 from ..common import draft
 from ..common.files import write_text_atomic
 from ..common.records import ClockAnchor, RequestRecord, RequestSpec
-from ..common.storage import RECORDS_FILE, RunMetadata, RunWriter
+from ..common.storage import RecordsView, RunMetadata, RunWriter
 from ..compliance import (
     LOAD_CAPABILITIES,
     Check,
@@ -42,8 +50,10 @@ from ..compliance import (
 from ..loadgen.load import ClosedLoop, LoadResult, OpenLoop, run_load
 from ..loadgen.selfcheck import option_c_error
 from ..loadgen.warmup import WarmupPolicy, WarmupResult, run_warmup, scrape_for
-from ..measure.chunking import ItlDecision, decide_itl
+from ..measure import tokencount
+from ..measure.chunking import ItlDecision, ItlTally, decide_itl
 from ..measure.export_aiperf import write_aiperf_export
+from ..measure.frame import FrameBuilder
 from ..measure.refusals import RefusalPolicy
 from ..measure.summary import RunMetrics, summarize
 from ..measure.telemetry import TelemetrySampler, TelemetrySeries
@@ -54,6 +64,7 @@ from .prompts import ServerPromptClient, check_server_alive, plan_prompts, prefi
 
 __all__ = [
     "Measured",
+    "RunRecords",
     "client_for",
     "declarations",
     "finish",
@@ -96,7 +107,9 @@ class Measured:
         return self.summary.metrics
 
     @property
-    def records(self) -> list[RequestRecord]:
+    def records(self) -> Sequence[RequestRecord]:
+        """The run's records: for a run :func:`measure` made, a :class:`~..common.storage.RecordsView`
+        (re-iterable, read from disk on each pass, ``len()`` known), never a list held in memory."""
         return self.load.records
 
     def server_delta(self, name: str) -> float | None:
@@ -339,9 +352,12 @@ async def measure(
         ctx.progress(f"{label}: {done['n']}{of} requests, {done['n'] / max(elapsed, 1e-9):.1f} req/s, "
                      f"{done['err']} errors, {elapsed:.0f} s{remaining}")
 
+    frame, itl = FrameBuilder(), ItlTally()  # what the summary and App. B.2.1 need, fed as records finish
+
     def on_record(rec: RequestRecord) -> None:
         done["n"] += 1
         done["err"] += rec.failed
+        _feed(frame, itl, rec)
         status()
 
     telemetry = telemetry_sampler(ctx, client)
@@ -350,7 +366,8 @@ async def measure(
     anchor = ClockAnchor.now()
     result: LoadResult | None = None
     try:
-        with RunWriter(run_dir, keep_text=not ctx.settings.drop_text) as writer:
+        # spool_text: with --llm-drop-text the records file holds no text, the view still reads it whole
+        with RunWriter(run_dir, keep_text=not ctx.settings.drop_text, spool_text=True) as writer:
             result = await _run_measured(ctx, client, specs, load, writer, on_record, drain_timeout_s)
             writer.write_metadata(RunMetadata(
                 parameters={"phase": "measure", "label": label, **(extra or {})}, profile=ctx.settings.profile,
@@ -367,12 +384,19 @@ async def measure(
         planned = f"{total} requests" if total and result.sent < total else f"{planned_duration or 0:.0f} s"
         ctx.budget_cuts.append(f"{label}: cut to {cap:.0f} s by the time budget ({result.sent} requests sent, "
                                f"{planned} planned)")
+    result.records = writer.view()  # this run's records, read back from disk on each pass
     await check_server_alive(client, label, result.records)  # a server that died mid-run fails the procedure
-    if await ctx.sut.adapter.recount_tokens(result.records, client):  # in the server's tokens (§4.4)
-        _rewrite_records(run_dir, result.records, keep_text=not ctx.settings.drop_text)
+    if await _recount(ctx, client, writer, result.records):  # in the server's tokens (§4.4)
+        result.records = writer.view()
+        frame, itl = FrameBuilder(), ItlTally()
+        for rec in result.records:
+            _feed(frame, itl, rec)
     telemetry.series.set_client_in_flight(result.concurrency_samples)
-    decision = itl_decision_for(result.records)  # App. B.2.1: the ITL option of this run and its evidence
-    metrics = summarize(result.records, slos=slos, itl_option=decision.option)
+    decision = itl.decision()  # App. B.2.1: the ITL option of this run and its evidence
+    # summarised once, from the columns collected as the records finished; throughput over the load's send
+    # window (its start to its last send, §5.2.3.2)
+    metrics = summarize(frame, slos=slos, itl_option=decision.option,
+                        send_window_ns=(result.start_ns, result.send_end_ns))
     if "aiperf" in ctx.settings.export:  # --llm-export aiperf: AIPerf's files next to the records, from this summary
         write_aiperf_export(run_dir / "aiperf", result.records, metrics, anchor=anchor, tokenizer=ctx.tokenizer)
     summary = RunSummary(
@@ -400,14 +424,58 @@ def itl_option_for(records: Sequence[RequestRecord]) -> str:
     return itl_decision_for(records).option
 
 
-def itl_decision_for(records: Sequence[RequestRecord]) -> ItlDecision:
+def itl_decision_for(records: Iterable[RequestRecord]) -> ItlDecision:
     """App. B.2.1 per run (measure/chunking.py): C with server per-token times, else direct (B) when
     more than 90 % of the content chunks carry one server token, else A (Time Between Chunks).
 
     Only successful records count: a level whose requests were all cancelled (overload, 5.3/5.8)
     may hold partial server times on cancelled records, and option C over no successful one fails.
     """
-    return decide_itl([r for r in records if r.phase == "measure"])
+    return decide_itl(r for r in records if r.phase == "measure")
+
+
+def _feed(frame: FrameBuilder, itl: ItlTally, rec: RequestRecord) -> None:
+    """One finished record into the run's summary columns and its App. B.2.1 tally (measured phase)."""
+    frame.add(rec)
+    if rec.phase == "measure":
+        itl.add(rec)
+
+
+RECOUNT_CONCURRENCY = 4  # /tokenize calls in flight at once while recounting (the adapters' own bound)
+
+
+async def _recount(ctx: ProcedureContext, client: LLMClient, writer: RunWriter, records: RecordsView) -> bool:
+    """Per-chunk output counts in the server's tokens, after the run (§4.4, measure/tokencount.py),
+    one record at a time so that no run is held in memory: the adapter is offered the first record
+    that needs a server count; when it recounts none (no such endpoint), the reference counts stay
+    and the records file is untouched. Otherwise every later record that needs one is offered too
+    (a failure leaves that record's counts) and the records file is rewritten, atomically."""
+    adapter = ctx.sut.adapter
+    first = next(((i, r) for i, r in enumerate(records) if tokencount.needs_server_count(r)), None)
+    if first is None or not await adapter.recount_tokens([first[1]], client):
+        return False
+    at, head = first
+
+    async def each(window: list[RequestRecord]) -> None:
+        await asyncio.gather(*(adapter.recount_tokens([r], client) for r in window
+                               if tokencount.needs_server_count(r)))
+
+    with writer.rewriting() as out:
+        window: list[RequestRecord] = []
+        for i, rec in enumerate(records):
+            if i <= at:
+                out.write(head if i == at else rec)
+                continue
+            window.append(rec)
+            if len(window) == RECOUNT_CONCURRENCY:
+                await each(window)
+                for r in window:
+                    out.write(r)
+                window.clear()
+        await each(window)
+        for r in window:
+            out.write(r)
+    return True
 
 
 async def _run_measured(ctx: ProcedureContext, client: LLMClient, specs: Iterable[RequestSpec],
@@ -422,16 +490,12 @@ async def _run_measured(ctx: ProcedureContext, client: LLMClient, specs: Iterabl
         if backend is not None:
             try:
                 return await run_sharded(backend, client, specs, load, tokenizer=s.tokenizer, sink=writer,
-                                         on_record=on_record, drain_timeout_s=drain_timeout_s)
+                                         on_record=on_record, drain_timeout_s=drain_timeout_s, keep_records=False)
             except NotShardable as exc:
                 ctx.progress(f"not sharded ({exc}): running in process")
+    # no record kept in memory: each goes to the writer (disk) and on_record (the summary's columns)
     return await run_load(client, specs, load, phase="measure", sink=writer, on_record=on_record,
-                          drain_timeout_s=drain_timeout_s)
-
-
-def _rewrite_records(run_dir: Path, records: Sequence[RequestRecord], *, keep_text: bool) -> None:
-    """Records recounted after the run (tokencount.py) replace the streamed file, atomically."""
-    write_text_atomic(run_dir / RECORDS_FILE, "".join(r.dumps(keep_text=keep_text) + "\n" for r in records))
+                          drain_timeout_s=drain_timeout_s, keep_records=False, achieved_from_sends=True)
 
 
 def error_messages(records: Iterable[RequestRecord], top: int = 3) -> list[dict[str, Any]]:
@@ -509,11 +573,11 @@ def run_facts(
 
     first = measured[0].load if measured else None
     load = load_facts(measured)
-    records = [r for m in measured for r in m.records]
+    records = RunRecords(measured)
+    scan = _RecordScan()
+    audit = RecordAudit.from_records(scan.through(records))  # one pass: the audit and the scan's tallies
     decisions = [{"run": m.summary.label, **m.summary.extra["itl_decision"]} for m in measured
                  if isinstance(m.summary.extra.get("itl_decision"), dict)]
-    chunk_tokens = [t for r in records for t in r.chunk_tokens if t]
-    one_token = sum(1 for t in chunk_tokens if t == 1) / len(chunk_tokens) if chunk_tokens else None
     anchor = first.clock_anchor if first else ClockAnchor.now()
     if warmup is None:
         wf = WarmupFacts()
@@ -535,10 +599,9 @@ def run_facts(
     # option/ini that set it, or the embedded simulator (a model engine) when none did
     src = ctx.settings.sources.get("boundary")
     boundary_from = src if src and src != "default" else ("the embedded simulator" if ctx.sut.embedded else None)
-    streamed = sum(1 for r in records if len(r.chunk_ns) > 0)
+    streamed = scan.streamed
     hosts = _load_hosts(measured)
-    sent = [r.sent_ns for r in records if r.sent_ns]
-    ts_sample = anchor.iso(min(sent)) if sent else None
+    ts_sample = anchor.iso(scan.first_sent_ns) if scan.first_sent_ns is not None else None
     pc, pc_source = prefix_cache_state(ctx, warmup, records, prefix_caching)
     return RunFacts(
         sut_boundary=ctx.sut.boundary,
@@ -555,26 +618,25 @@ def run_facts(
                                timestamp_format=timestamp_format_of(ts_sample),
                                timestamp_sample=ts_sample),
         # observed: records whose response arrived as an SSE event stream with timed chunks
-        streaming=(streamed > 0) if records else None,
+        streaming=(streamed > 0) if scan.n else None,
         protocol="sse" if streamed else None,
         streamed_records=streamed,
-        single_token_chunk_fraction=one_token,
-        itl_method=_itl_method(decisions) or ("server" if any(r.server_token_ns for r in records[:50])
-                                               else "distributed"),
+        single_token_chunk_fraction=scan.one_token_chunks / scan.content_chunks if scan.content_chunks else None,
+        itl_method=_itl_method(decisions) or ("server" if scan.early_server_stamps else "distributed"),
         itl_decisions=tuple(decisions) or None,
         itl_reported=itl_reported,
-        server_token_timestamps=any(r.server_token_ns for r in records[:50]),
+        server_token_timestamps=scan.early_server_stamps,
         warmup=wf,
-        tokenizer=count_tokenizer(ctx, records),
+        tokenizer=_tokenizer_facts(ctx, scan.counting),
         special_tokens=None,  # client counting: the tokenizer declaration; server counting: declared
-        counting_used=_counting_used(records),
+        counting_used=scan.counting,
         workload=workload,
         session_workloads=tuple(sorted(ctx.session_workloads | {str(workload.get("name"))})),
         seed=ctx.settings.seed,
         sequence_hash=workload.get("request_sequence_sha256"),
         generator=str((workload.get("generator") or {}).get("name", "pytest_llmbench.workloads"))
         if isinstance(workload.get("generator"), dict) else workload.get("generator"),
-        records=RecordAudit.from_records(records),
+        records=audit,
         guardrails=simulator_guardrails(str(guard)) if guard else None,
         prefix_caching=pc,
         prefix_caching_source=pc_source,
@@ -584,6 +646,56 @@ def run_facts(
         tls_verified=ctx.sut.verify_tls,
         exceeds_capacity=exceeds_capacity,
     )
+
+
+class RunRecords:
+    """Every record of some measured runs (``phase``: of that phase only), run after run,
+    re-iterable: each pass reads the runs' records again (from disk for a run :func:`measure` made)."""
+
+    def __init__(self, measured: Sequence[Measured], phase: str | None = None) -> None:
+        self._runs = [m.records for m in measured]
+        self._phase = phase
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        phase = self._phase
+        for records in self._runs:
+            for r in records:
+                if phase is None or r.phase == phase:
+                    yield r
+
+
+EARLY_RECORDS = 50  # server per-token timestamps are looked for in this many first records
+
+
+@dataclass
+class _RecordScan:
+    """What the run facts read of every record, tallied in one pass (:meth:`through`)."""
+
+    n: int = 0
+    streamed: int = 0  # records with timed chunks
+    content_chunks: int = 0  # chunks that carried tokens
+    one_token_chunks: int = 0
+    first_sent_ns: int | None = None
+    early_server_stamps: bool = False  # server per-token timestamps in the first EARLY_RECORDS records
+    counting: dict[str, int] = field(default_factory=dict)  # _counting_used
+
+    def through(self, records: Iterable[RequestRecord]) -> Iterator[RequestRecord]:
+        """``records`` passed on unchanged, each tallied on the way."""
+        a = b = 0
+        for r in records:
+            if self.n < EARLY_RECORDS and r.server_token_ns:
+                self.early_server_stamps = True
+            self.n += 1
+            self.streamed += len(r.chunk_ns) > 0
+            for t in r.chunk_tokens:
+                if t:
+                    self.content_chunks += 1
+                    self.one_token_chunks += t == 1
+            if r.sent_ns and (self.first_sent_ns is None or r.sent_ns < self.first_sent_ns):
+                self.first_sent_ns = r.sent_ns
+            a, b = _count_option(r, a, b)
+            yield r
+        self.counting = _counting_dict(a, b)
 
 
 def _itl_method(decisions: Sequence[dict[str, Any]]) -> str | None:
@@ -616,7 +728,7 @@ def _server_queue(warmup: WarmupResult, measured: Sequence[Measured]) -> dict[st
     return {"server_queue_drained": ok, "server_queue_evidence": "server /metrics " + "; ".join(parts)}
 
 
-def prefix_cache_state(ctx: ProcedureContext, warmup: WarmupResult | None, records: Sequence[RequestRecord],
+def prefix_cache_state(ctx: ProcedureContext, warmup: WarmupResult | None, records: Iterable[RequestRecord],
                        set_by_procedure: str | None = None) -> tuple[str | None, str | None]:
     """The SUT's prefix-caching state and where it comes from (§5.1.2), or ``(None, None)`` when the
     run does not show it: the procedure's own setting through its SUT hook, what the SUT reports
@@ -633,19 +745,23 @@ def prefix_cache_state(ctx: ProcedureContext, warmup: WarmupResult | None, recor
     return _prefix_cache_observed(warmup, records)
 
 
-def _prefix_cache_observed(warmup: WarmupResult | None, records: Sequence[RequestRecord]) -> tuple[str | None, str | None]:
+def _prefix_cache_observed(warmup: WarmupResult | None, records: Iterable[RequestRecord]) -> tuple[str | None, str | None]:
     """§5.1.2: prefix caching is enabled when the server reported cached prompt tokens for any
     request of this run (the warm-up probes repeat one prompt); no cached token proves nothing
     (measured prompts are disjoint), so the state is then left to the ``prefix_caching`` declaration."""
     probes = [p for p in ((warmup.probes_before + warmup.probes_after) if warmup else ()) if p.cached_tokens]
-    hits = [r.cached_tokens for r in records if r.cached_tokens]
+    n = hits = most = 0
+    for r in records:
+        n += 1
+        if r.cached_tokens:
+            hits, most = hits + 1, max(most, r.cached_tokens)
     if not probes and not hits:
         return None, None
     where = []
     if probes:
         where.append(f"{len(probes)} repeated warm-up probes (max {max(p.cached_tokens or 0 for p in probes)})")
     if hits:
-        where.append(f"{len(hits)} of {len(records)} measured requests (max {max(hits)})")
+        where.append(f"{hits} of {n} measured requests (max {most})")
     return "enabled", "measured: the server reported cached prompt tokens for " + " and ".join(where)
 
 
@@ -665,7 +781,7 @@ def _load_hosts(measured: Sequence[Measured]) -> set[str]:
     return hosts
 
 
-def count_tokenizer(ctx: ProcedureContext, records: Sequence[RequestRecord]) -> dict[str, Any]:
+def count_tokenizer(ctx: ProcedureContext, records: Iterable[RequestRecord]) -> dict[str, Any]:
     """The tokenizer behind a run's output counts and the counting option (§4.4.1, §4.4.2).
 
     Counts from the server's usage (option A) are in the server's tokens: name, version, vocabulary
@@ -675,7 +791,11 @@ def count_tokenizer(ctx: ProcedureContext, records: Sequence[RequestRecord]) -> 
     reference-tokenizer tokens, so its usage is in the reference tokenizer. Option B: the reference
     tokenizer's declaration.
     """
-    used = _counting_used(records)
+    return _tokenizer_facts(ctx, _counting_used(records))
+
+
+def _tokenizer_facts(ctx: ProcedureContext, used: dict[str, int]) -> dict[str, Any]:
+    """:func:`count_tokenizer` from the counting options the records used (:func:`_counting_used`)."""
     option = "+".join(sorted(used)) or "B"
     ref = ctx.tokenizer.declaration.to_json()
     info = ctx.sut.server_info or {}
@@ -690,10 +810,25 @@ def count_tokenizer(ctx: ProcedureContext, records: Sequence[RequestRecord]) -> 
     }
 
 
-def _counting_used(records: Sequence[RequestRecord]) -> dict[str, int]:
+def _counting_used(records: Iterable[RequestRecord]) -> dict[str, int]:
     """Per record, the counting option its output count came from (§4.4.2): A = server usage, B = client."""
-    a = sum(1 for r in records if r.ok and r.output_tokens_server is not None)
-    b = sum(1 for r in records if r.ok and r.output_tokens_server is None and r.output_tokens_client is not None)
+    a = b = 0
+    for r in records:
+        a, b = _count_option(r, a, b)
+    return _counting_dict(a, b)
+
+
+def _count_option(r: RequestRecord, a: int, b: int) -> tuple[int, int]:
+    """(A, B) counts with ``r`` added: a successful record counted by the server (A) or the client (B)."""
+    if r.ok:
+        if r.output_tokens_server is not None:
+            return a + 1, b
+        if r.output_tokens_client is not None:
+            return a, b + 1
+    return a, b
+
+
+def _counting_dict(a: int, b: int) -> dict[str, int]:
     return {k: v for k, v in (("A", a), ("B", b)) if v}
 
 
@@ -706,44 +841,80 @@ def _spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
     return rho if math.isfinite(rho) else None
 
 
-def _arrival_fit(recs: Sequence[RequestRecord], kind: str | None, rate: float | None) -> float | None:
+def _arrival_fit(recs: Iterable[RequestRecord], kind: str | None, rate: float | None) -> float | None:
     """KS p-value of one run's real send gaps against the exponential gaps of a Poisson process at
     that run's rate (§4.2.3); None below 30 sends or for another arrival process."""
-    if kind != "poisson" or not rate or len(recs) < 30:
+    sent = array("q", (r.handoff_ns for r in recs))  # the client's schedule, connection set-up excluded
+    return _arrival_fit_of(np.frombuffer(sent, dtype=np.int64), kind, rate)
+
+
+def _arrival_fit_of(handoff_ns: np.ndarray, kind: str | None, rate: float | None) -> float | None:
+    """:func:`_arrival_fit` of the runs' hand-over times (ns, any order)."""
+    if kind != "poisson" or not rate or handoff_ns.size < 30:
         return None
     from scipy.stats import kstest
 
-    sent = sorted(r.handoff_ns for r in recs)  # the client's schedule, connection set-up excluded
-    gaps = [(b - a) / 1e9 for a, b in zip(sent, sent[1:])]
+    gaps = np.diff(np.sort(handoff_ns)) / 1e9
     return float(kstest(gaps, "expon", args=(0, 1 / rate)).pvalue)
 
 
-def _run_load(label: str, m: Measured) -> RunLoad:
-    """§4.2.3–§4.2.5 figures of one measured run, against its own rate and schedule."""
-    import numpy as np
+@dataclass
+class _SendTimes:
+    """One run's sent records (``intended_ns`` known, ``sent_ns`` set) as columns, 8 bytes per value:
+    intended and hand-over times, and the load state at the hand-over (§4.2.5 evidence)."""
 
+    intended: array[int] = field(default_factory=lambda: array("q"))
+    handoff: array[int] = field(default_factory=lambda: array("q"))
+    has_state: array[int] = field(default_factory=lambda: array("b"))  # 1: inflight_at_send recorded
+    inflight: array[int] = field(default_factory=lambda: array("q"))  # inflight_at_send or 0
+    oldest: array[int] = field(default_factory=lambda: array("q"))  # oldest_outstanding_ns or 0
+    max_inflight: int | None = None  # over every record of the run, sent or not
+
+    @classmethod
+    def of(cls, records: Iterable[RequestRecord]) -> _SendTimes:
+        t = cls()
+        for r in records:
+            if r.inflight_at_send is not None and (t.max_inflight is None or r.inflight_at_send > t.max_inflight):
+                t.max_inflight = r.inflight_at_send
+            if r.intended_ns is None or not r.sent_ns:
+                continue
+            t.intended.append(r.intended_ns)
+            t.handoff.append(r.handoff_ns)
+            t.has_state.append(r.inflight_at_send is not None)
+            t.inflight.append(r.inflight_at_send or 0)
+            t.oldest.append(r.oldest_outstanding_ns or 0)
+        return t
+
+    def column(self, name: str) -> np.ndarray:
+        return np.frombuffer(getattr(self, name), dtype=np.int8 if name == "has_state" else np.int64)
+
+
+def _run_load(label: str, m: Measured) -> tuple[RunLoad, int | None]:
+    """§4.2.3–§4.2.5 figures of one measured run, against its own rate and schedule (one pass over its
+    records), and the most requests it had outstanding at a send."""
     ld = m.load
-    recs = [r for r in m.records if r.intended_ns is not None and r.sent_ns]
+    sends = _SendTimes.of(m.records)
+    intended, handoff = sends.column("intended"), sends.column("handoff")
     if ld.load_model != "open":
         # the first request of each slot goes out at the start: a fill, not a completion-to-resubmit gap
-        start = min((r.intended_ns for r in recs), default=None)
-        gaps = [(r.handoff_ns - r.intended_ns) / 1e9 for r in recs if r.intended_ns != start]
+        fill = intended == intended.min() if intended.size else np.zeros(0, dtype=bool)
+        gaps = (handoff - intended)[~fill] / 1e9
         return RunLoad(label, ld.load_model, concurrency=ld.concurrency_target,
-                       resubmit_gap_p99_s=float(np.percentile(gaps, 99)) if gaps else None, resubmit_n=len(gaps))
+                       resubmit_gap_p99_s=float(np.percentile(gaps, 99)) if gaps.size else None,
+                       resubmit_n=int(gaps.size)), sends.max_inflight
     arrival = ld.parameters.get("arrival") or {}
     rate = arrival.get("rate") or ld.requested_rate
-    lags = [(r.handoff_ns - r.intended_ns) / 1e9 for r in recs]
-    run = RunLoad(label, "open", arrival.get("kind"), rate, send_lag_p99_s=float(np.percentile(lags, 99)) if lags
-                  else None, send_lag_n=len(lags), arrival_fit_p=_arrival_fit(recs, arrival.get("kind"), rate))
-    planned = sorted(r.intended_ns for r in recs)
-    if len(planned) > 1:
-        run.mean_gap_s = (planned[-1] - planned[0]) / (len(planned) - 1) / 1e9
-    with_state = [(lag, r) for lag, r in zip(lags, recs) if r.inflight_at_send is not None]
-    if with_state:
-        ls = [lag for lag, _ in with_state]
-        run.lag_inflight_rho = _spearman(ls, [float(r.inflight_at_send or 0) for _, r in with_state])
-        run.lag_oldest_rho = _spearman(ls, [float(r.oldest_outstanding_ns or 0) for _, r in with_state])
-    return run
+    lags = (handoff - intended) / 1e9
+    run = RunLoad(label, "open", arrival.get("kind"), rate, send_lag_p99_s=float(np.percentile(lags, 99)) if lags.size
+                  else None, send_lag_n=int(lags.size), arrival_fit_p=_arrival_fit_of(handoff, arrival.get("kind"), rate))
+    if intended.size > 1:
+        run.mean_gap_s = (int(intended.max()) - int(intended.min())) / (intended.size - 1) / 1e9
+    state = sends.column("has_state").astype(bool)
+    if state.any():
+        ls = lags[state].tolist()
+        run.lag_inflight_rho = _spearman(ls, sends.column("inflight")[state].astype(np.float64).tolist())
+        run.lag_oldest_rho = _spearman(ls, sends.column("oldest")[state].astype(np.float64).tolist())
+    return run, sends.max_inflight
 
 
 def _worst(values: Sequence[float | None], key: Callable[[float], float] = lambda v: v) -> float | None:
@@ -760,11 +931,12 @@ def load_facts(measured: Sequence[Measured]) -> LoadFacts:
     first = measured[0].load if measured else None
     if first is None:
         return LoadFacts()
-    runs = tuple(_run_load(getattr(getattr(m, "summary", None), "label", None) or f"run {i + 1}", m)
-                 for i, m in enumerate(measured))
+    per_run = [_run_load(getattr(getattr(m, "summary", None), "label", None) or f"run {i + 1}", m)
+               for i, m in enumerate(measured)]
+    runs = tuple(run for run, _ in per_run)
     open_runs = [r for r in runs if r.model == "open"]
     closed_runs = [r for r in runs if r.model != "open"]
-    states = [r.inflight_at_send for m in measured for r in m.records if r.inflight_at_send is not None]
+    states = [most for _, most in per_run if most is not None]
     facts = LoadFacts(model=first.load_model, concurrency=first.concurrency_target if first.load_model != "open"
                       else None, max_inflight=max(states) if states else None, runs=runs)
     caps: set[str] = set()

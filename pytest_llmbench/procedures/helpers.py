@@ -5,10 +5,11 @@ table formatting and declared checks. No I/O here; procedures import this, never
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from ..compliance import Check, decide
 from ..measure.stats import CensoredPercentile, censored_percentile, proportion_estimate, queue_growing
 from ..measure.summary import STEADY_STATE_FRACTION, steady_state_window
 from ..measure.units import Cell, CellValue, format_cell, format_value
-from ..workloads import build_workload
+from ..workloads import SpecStream, build_workload
 from .base import Finding
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,13 +71,19 @@ _CAPACITY_TEXT = re.compile(
 )
 
 
-def cap_output(specs: Sequence[RequestSpec], cap: int | None) -> list[RequestSpec]:
-    """Cap every request's ``max_tokens`` (and ``min_tokens``) at ``cap`` (profiles shorten runs)."""
+def cap_output(specs: Sequence[RequestSpec] | SpecStream, cap: int | None) -> list[RequestSpec] | SpecStream:
+    """Cap every request's ``max_tokens`` (and ``min_tokens``) at ``cap`` (profiles shorten runs); a
+    lazy workload's stream stays a stream, capped as each request is drawn."""
+    if isinstance(specs, SpecStream):
+        return specs if cap is None else specs.map(functools.partial(_capped, cap=cap))
     if cap is None:
         return list(specs)
-    return [dataclasses.replace(s, max_tokens=min(s.max_tokens, cap),
-                                min_tokens=None if s.min_tokens is None else min(s.min_tokens, cap))
-            for s in specs]
+    return [_capped(s, cap) for s in specs]
+
+
+def _capped(s: RequestSpec, cap: int) -> RequestSpec:
+    return dataclasses.replace(s, max_tokens=min(s.max_tokens, cap),
+                               min_tokens=None if s.min_tokens is None else min(s.min_tokens, cap))
 
 
 def level_specs(ctx: ProcedureContext, workload: str, n: int, seed: int, cap: int | None,
@@ -143,23 +150,27 @@ def capacity_error(rec: RequestRecord) -> bool:
     return bool(rec.error_message and _CAPACITY_TEXT.search(rec.error_message))
 
 
-def cache_hit_summary(records: Sequence[RequestRecord]) -> dict[str, Any]:
+def cache_hit_summary(records: Iterable[RequestRecord]) -> dict[str, Any]:
     """The measured prefix-cache hit fraction from ``usage...cached_tokens`` (§4.5.1, §5.7).
 
     Over successful records whose server reported ``cached_tokens``: the share of prompt tokens
     served from cache, and the share of requests with more than half their prompt cached (a
     measured sample contaminated by warm-up or repetition shows up here). ``fraction`` is None
-    when the server reports no cached counts.
+    when the server reports no cached counts. One pass over ``records``.
     """
-    ok = [r for r in records if r.ok and r.cached_tokens is not None]
-    prompt = sum(r.input_tokens for r in ok)
-    cached = sum(min(r.cached_tokens or 0, r.input_tokens) for r in ok)
-    over_half = sum(1 for r in ok if r.input_tokens > 0 and (r.cached_tokens or 0) > r.input_tokens / 2)
+    n = prompt = cached = over_half = 0
+    for r in records:
+        if not r.ok or r.cached_tokens is None:
+            continue
+        n += 1
+        prompt += r.input_tokens
+        cached += min(r.cached_tokens or 0, r.input_tokens)
+        over_half += r.input_tokens > 0 and (r.cached_tokens or 0) > r.input_tokens / 2
     return {
-        "requests_reporting": len(ok),
-        "fraction": round(cached / prompt, 4) if ok and prompt else None,
+        "requests_reporting": n,
+        "fraction": round(cached / prompt, 4) if n and prompt else None,
         "requests_over_half_cached": over_half,
-        "share_over_half_cached": round(over_half / len(ok), 4) if ok else None,
+        "share_over_half_cached": round(over_half / n, 4) if n else None,
     }
 
 

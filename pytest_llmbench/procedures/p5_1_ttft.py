@@ -74,8 +74,9 @@ class TTFT(ProcedureRun[TTFTParams]):
 
     async def prepare(self) -> None:
         p = self.p
+        # lazy: a long run's requests are drawn one at a time, never held (the same requests for the seed)
         self.wl = build_workload(p.workload, n=p.requests, seed=self.seeds.derive("measure"),
-                                 tokenizer=self.ctx.tokenizer)
+                                 tokenizer=self.ctx.tokenizer, lazy=True)
         self.specs = cap_output(self.wl.specs, p.max_output_tokens)
         self.load, self.load_desc = await resolve_load(self.ctx, p.load, max_requests=len(self.specs),
                                                         seed=self.seeds.derive("arrivals"))

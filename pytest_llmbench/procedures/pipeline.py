@@ -21,6 +21,7 @@ import asyncio
 import dataclasses
 import math
 import time
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -37,7 +38,7 @@ from ..measure import tokencount
 from ..measure.registry import METRICS
 from ..measure.summary import RunMetrics
 from ..measure.units import Cell, CellValue
-from ..workloads import Workload, reference_checks
+from ..workloads import SpecStream, Workload, reference_checks
 from .base import (
     Capacity,
     Finding,
@@ -55,7 +56,17 @@ from .base import (
     params_json,
     register,
 )
-from .common import Measured, client_for, count_tokenizer, finish, measure, probe_window_s, run_facts, warm_up
+from .common import (
+    Measured,
+    RunRecords,
+    client_for,
+    count_tokenizer,
+    finish,
+    measure,
+    probe_window_s,
+    run_facts,
+    warm_up,
+)
 from .helpers import (
     cache_hit_summary,
     capacity_error,
@@ -73,14 +84,22 @@ __all__ = ["CapacitySearch", "ColdStart", "Outcome", "CAPACITY", "SaturationProb
 P = TypeVar("P")
 
 
-def as_run(workload: Mapping[str, Any], cap: int | None, records: Sequence[RequestRecord]) -> dict[str, Any]:
+def as_run(workload: Mapping[str, Any], cap: int | None, records: Iterable[RequestRecord]) -> dict[str, Any]:
     """The workload as run (§4.3-MUST-1, §4.3.2-PARAM-1): a standard workload the profile or the
     tester altered (output cap that bound some request, synthetic stand-in for a dataset workload)
-    is a custom workload, described by the distributions actually sent."""
+    is a custom workload, described by the distributions actually sent. ``records``: re-iterable
+    (read at most twice)."""
     w = dict(workload)
-    if not w or not records:
+    if not w:
         return w
-    capped = cap is not None and any(r.max_tokens >= cap for r in records)
+    sent = array("q"), array("q")  # input and output lengths as sent, one pass
+    for r in records:
+        sent[0].append(r.spec_input_tokens)
+        sent[1].append(r.max_tokens)
+    ins, outs = np.frombuffer(sent[0], dtype=np.int64), np.frombuffer(sent[1], dtype=np.int64)
+    if not ins.size:
+        return w
+    capped = cap is not None and bool((outs >= cap).any())
     standin = bool(w.get("synthetic_standin") or (w.get("dataset") or {}).get("synthetic_standin"))
     if not (capped or standin):
         return w
@@ -89,8 +108,6 @@ def as_run(workload: Mapping[str, Any], cap: int | None, records: Sequence[Reque
         why.append(f"output capped at {cap} tokens")
     if standin:
         why.append(f"synthetic stand-in for the {w.get('name')} dataset")
-    ins = np.array([r.spec_input_tokens for r in records])
-    outs = np.array([r.max_tokens for r in records])
 
     def dist(a: np.ndarray) -> dict[str, Any]:
         return {"type": "empirical (as sent)", "params": {"min": int(a.min()), "p50": float(np.median(a)),
@@ -239,6 +256,28 @@ def low_success_warnings(runs: Sequence[Measured]) -> list[Finding]:
             low.append((ok / s, f"{m.summary.label} {ok} of {s}"))
     return [Finding("failed_requests", f"{len(low)} run(s) below {SUCCESS_WARN:.0%} success (lowest: {min(low)[1]})")] \
         if low else []
+
+
+def _prompt_repeats(records: Iterable[RequestRecord], warmup: set[str]) -> tuple[int, int]:
+    """(measured prompts that repeat an earlier measured one, measured prompts the warm-up sent) in
+    one pass; the hashes (16 hex digits, RequestSpec.prompt_hash) are kept as 8-byte integers."""
+    keys, other = array("Q"), []
+    seen = 0
+    for r in records:
+        h = r.prompt_hash
+        if h is None:
+            continue
+        seen += h in warmup
+        if len(h) == 16:
+            try:
+                keys.append(int(h, 16))
+                continue
+            except ValueError:
+                pass
+        other.append(h)
+    n = len(keys) + len(other)
+    distinct = int(np.unique(np.frombuffer(keys, dtype=np.uint64)).size) + len(set(other))
+    return n - distinct, seen
 
 
 def now_iso() -> str:
@@ -437,7 +476,7 @@ class ProcedureRun(Generic[P]):
         self.started = now_iso()
         self.warmup: WarmupResult | None = None
         self.measured: list[Measured] = []
-        self.reserved_prompts: set[str] = set()  # hashes of planned measured prompts (see reserve)
+        self.reserved: list[Iterable[RequestSpec]] = []  # planned measured prompts (see reserve)
         self.warmup_prompts: set[str] = set()  # hashes of the prompts the warm-up sent
         self.cold_start: ColdStart | None = None  # set by measure_cold_start (§4.5.3)
 
@@ -460,7 +499,7 @@ class ProcedureRun(Generic[P]):
                              + ". Request counts or durations below a draft minimum are listed as unmet.")
         fact_runs = runs if out.fact_runs is None else out.fact_runs
         workload = as_run(out.workload, getattr(self.p, "max_output_tokens", None),
-                          [r for m in fact_runs for r in m.records])
+                          (r for m in fact_runs for r in m.records))
         facts = run_facts(self.ctx, workload=workload, warmup=self.warmup, measured=fact_runs, **out.facts)
         cold = self.cold_start
         if cold is not None:  # labelled in the result: table, notes, measurements, heading (§4.5.3-MUST-2)
@@ -499,7 +538,7 @@ class ProcedureRun(Generic[P]):
         wl, specs = getattr(self, "wl", None), getattr(self, "specs", None)
         if not isinstance(wl, Workload):
             return {}
-        sent = dataclasses.replace(wl, specs=list(specs)) if specs else wl
+        sent = dataclasses.replace(wl, specs=specs if isinstance(specs, SpecStream) else list(specs)) if specs else wl
         out = {}
         for rid, (ok, why) in reference_checks(sent).items():
             out[rid] = decide(rid, ok=bool(ok), met=why, unmet=f"{why} (workload {workload.get('name')})",
@@ -572,8 +611,14 @@ class ProcedureRun(Generic[P]):
                                                   extra={"cold_start_reference": True})
 
     def reserve(self, specs: Iterable[RequestSpec]) -> None:
-        """Declare prompts the measured runs will send, so the warm-up never sends them (§4.5.1)."""
-        self.reserved_prompts.update(s.prompt_hash for s in specs)
+        """Declare prompts the measured runs will send, so the warm-up never sends them (§4.5.1).
+        Kept as given (a list, or a lazy workload's stream, never copied) and read when the warm-up's
+        prompts are known; a one-pass iterator is kept as a list."""
+        self.reserved.append(specs if isinstance(specs, (Sequence, SpecStream)) else list(specs))
+
+    def reserved_among(self, hashes: set[str]) -> set[str]:
+        """The prompt hashes among ``hashes`` that a measured run will send (:meth:`reserve`)."""
+        return {h for specs in self.reserved for s in specs if (h := s.prompt_hash) in hashes}
 
     async def warm_up_with(self, client: LLMClient, specs: Iterable[RequestSpec], **kw: Any) -> WarmupResult:
         """§4.5 warm-up with the procedure's ``warmup_requests`` / ``warmup_tokens`` parameters.
@@ -584,7 +629,9 @@ class ProcedureRun(Generic[P]):
         """
         kw.setdefault("min_requests", getattr(self.p, "warmup_requests"))
         kw.setdefault("min_output_tokens", getattr(self.p, "warmup_tokens"))
-        pool = [s for s in specs if s.prompt_hash not in self.reserved_prompts]
+        specs = list(specs)
+        reserved = self.reserved_among({s.prompt_hash for s in specs})
+        pool = [s for s in specs if s.prompt_hash not in reserved]
         if not pool:
             raise ValueError(f"{self.id}: every warm-up prompt is also a measured prompt; "
                              "warm-up prompts must come from their own seed stream (§4.5.1)")
@@ -599,11 +646,11 @@ class ProcedureRun(Generic[P]):
         Values for the results document (measurements), so contamination of the measured sample
         by a prefix cache is visible in every procedure's report (§4.5.1, §5.7).
         """
-        records = [r for m in self.measured for r in m.records if r.phase == "measure"]
-        hashes = [r.prompt_hash for r in records if r.prompt_hash is not None]
+        records = RunRecords(self.measured, phase="measure")  # re-read on each pass: nothing held per request
         hit = cache_hit_summary(records)
         counting = tokencount.method_shares(records)
         tok = count_tokenizer(self.ctx, records)
+        repeats, seen = _prompt_repeats(records, self.warmup_prompts)
         return {
             "token_counts_exact_share": counting["exact_share"],
             "token_count_methods": ", ".join(f"{k} {n}" for k, n in sorted(counting["methods"].items())) or "n/a",
@@ -614,8 +661,8 @@ class ProcedureRun(Generic[P]):
             "measured_requests_over_half_cached": (
                 f"{hit['requests_over_half_cached']} of {hit['requests_reporting']}"
                 if hit["requests_reporting"] else "not reported by the server"),
-            "measured_prompts_seen_in_warmup": sum(1 for h in hashes if h in self.warmup_prompts),
-            "measured_prompt_repeats": len(hashes) - len(set(hashes)),
+            "measured_prompts_seen_in_warmup": seen,
+            "measured_prompt_repeats": repeats,
         }
 
     async def search_capacity(self, client: LLMClient, label: str,

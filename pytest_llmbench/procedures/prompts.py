@@ -41,6 +41,7 @@ import httpx
 from ..client import LLMClient, build_body
 from ..common.records import RequestRecord, RequestSpec
 from ..sut.adapters.vllm.switch import fresh_salt
+from ..workloads import SpecStream
 
 __all__ = ["PromptFitError", "PromptPlan", "ServerGone", "ServerPromptClient", "check_context", "check_server_alive",
            "failure_cause", "plan_prompts", "prefit"]
@@ -285,10 +286,10 @@ def check_context(sut: Any, specs: Iterable[RequestSpec]) -> None:
 async def prefit(client: LLMClient, ctx: Any, specs: Iterable[RequestSpec]) -> Iterable[RequestSpec]:
     """Before a run of procedure context ``ctx``: the context check and, for the server-ids mode, one
     /tokenize per distinct prompt; for reference-text, one pre-flight request (its record written to
-    the run directory ``preflight``, like every request sent). Only a list is inspected (a lazy stream
-    is fitted as it is sent)."""
+    the run directory ``preflight``, like every request sent). Only a list or a lazy workload's
+    re-iterable :class:`~..workloads.SpecStream` is inspected (another lazy stream is fitted as it is sent)."""
     sut = ctx.sut
-    if not isinstance(specs, (list, tuple)) or not specs or getattr(sut, "embedded", False):
+    if not isinstance(specs, (list, tuple, SpecStream)) or not specs or getattr(sut, "embedded", False):
         return specs
     check_context(sut, specs)
     if isinstance(client, ServerPromptClient):

@@ -20,6 +20,7 @@ from typing import Any
 from ..common.tokenizer import Tokenizer, get_tokenizer
 from .core import (
     MismatchStats,
+    SpecStream,
     Workload,
     WorkloadDeclaration,
     chat_messages,
@@ -51,11 +52,13 @@ __all__ = [
     "A5_TARGET_LENGTHS",
     "CONVERSATION_REFERENCE_QUANTILES",
     "FAIRNESS_CLASSES",
+    "LAZY_WORKLOADS",
     "STANDARD_WORKLOADS",
     "WORKLOADS",
     "LengthDistribution",
     "MismatchStats",
     "RequestClass",
+    "SpecStream",
     "TextFactory",
     "Workload",
     "WorkloadDeclaration",
@@ -92,6 +95,9 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
     "fixed": fixed_length,
 }
 
+#: Builders that make their requests a block at a time into a :class:`SpecStream` (``lazy=True``).
+LAZY_WORKLOADS = frozenset({"synthetic-uniform"})
+
 #: The five standard workloads of §4.3.2.
 STANDARD_WORKLOADS = ("synthetic-uniform", "synthetic-skewed", "conversation", "code-completion", "long-context")
 
@@ -104,17 +110,22 @@ def build_workload(
     n: int,
     seed: int,
     tokenizer: Tokenizer | str | None = None,
+    lazy: bool = False,
     **params: Any,
 ) -> Workload:
     """Build ``n`` requests of a named workload, a custom spec file, or replay a request file.
 
     ``tokenizer`` (a :class:`~pytest_llmbench.common.tokenizer.Tokenizer` or a name for
     :func:`~pytest_llmbench.common.tokenizer.get_tokenizer`) defines the token unit; default
-    cl100k_base (§4.4.2 option B). Same arguments, same requests, byte for byte.
+    cl100k_base (§4.4.2 option B). Same arguments, same requests, byte for byte. ``lazy``: the
+    requests as a :class:`SpecStream` (never all in memory) where the builder can make them so
+    (:data:`LAZY_WORKLOADS`), else the usual list.
     """
     tok = get_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
     key = str(name_or_path)
     if key in WORKLOADS:
+        if lazy and key in LAZY_WORKLOADS:
+            params = {**params, "lazy": True}
         try:
             return WORKLOADS[key](n=n, seed=seed, tokenizer=tok, **params)
         except TypeError as exc:  # unknown keyword: name the workload and the accepted ones

@@ -14,14 +14,17 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 
+from ..common.files import LineSpool
 from ..common.records import RequestSpec
 from ..common.seeds import WORKLOAD_GENERATOR_VERSION
 from ..common.tokenizer import Tokenizer, get_tokenizer
@@ -29,6 +32,7 @@ from .distributions import LengthDistribution, WorkloadError
 
 __all__ = [
     "MismatchStats",
+    "SpecStream",
     "Workload",
     "WorkloadDeclaration",
     "chat_messages",
@@ -156,30 +160,48 @@ class MismatchStats:
 
 def retokenization_mismatch(specs: Sequence[RequestSpec], tokenizer: Tokenizer | None = None) -> MismatchStats:
     """Re-tokenize every spec's text and compare with its intended length and ids (§4.4)."""
-    tok = tokenizer or get_tokenizer()
-    batch = getattr(tok, "encode_batch", None)
-    texts = [s.prompt_text for s in specs]
-    encoded = batch(texts) if batch is not None else [tok.encode(t) for t in texts]
-    deltas = np.zeros(len(specs), dtype=np.int64)
-    rel = np.zeros(len(specs))
-    ids_bad = 0
-    for k, (s, ids) in enumerate(zip(specs, encoded)):
-        sys_n = len(_encode_cached(tok, s.system_prompt)) if s.system_prompt else 0
-        deltas[k] = sys_n + len(ids) - s.input_tokens
-        rel[k] = abs(deltas[k]) / max(s.input_tokens, 1)
-        if s.prompt_ids is not None and tuple(ids) != tuple(s.prompt_ids):
-            ids_bad += 1
-    n = len(specs)
-    return MismatchStats(
-        tokenizer=tok.declaration.name,
-        n=n,
-        mismatched=int(np.count_nonzero(deltas)),
-        ids_mismatched=ids_bad,
-        mean_delta=float(deltas.mean()) if n else 0.0,
-        mean_abs_delta=float(np.abs(deltas).mean()) if n else 0.0,
-        max_abs_delta=int(np.abs(deltas).max()) if n else 0,
-        max_rel_delta=float(rel.max()) if n else 0.0,
-    )
+    tally = _Retokenization(len(specs), tokenizer or get_tokenizer())
+    tally.add(specs)
+    return tally.stats()
+
+
+class _Retokenization:
+    """:func:`retokenization_mismatch` over ``n`` specs given a block at a time."""
+
+    def __init__(self, n: int, tokenizer: Tokenizer) -> None:
+        self.tok = tokenizer
+        self.deltas = np.zeros(n, dtype=np.int64)
+        self.rel = np.zeros(n)
+        self.ids_bad = 0
+        self.k = 0
+
+    def add(self, specs: Sequence[RequestSpec]) -> None:
+        tok = self.tok
+        batch = getattr(tok, "encode_batch", None)
+        texts = [s.prompt_text for s in specs]
+        encoded = batch(texts) if batch is not None else [tok.encode(t) for t in texts]
+        deltas, rel = self.deltas, self.rel
+        for s, ids in zip(specs, encoded):
+            k = self.k
+            sys_n = len(_encode_cached(tok, s.system_prompt)) if s.system_prompt else 0
+            deltas[k] = sys_n + len(ids) - s.input_tokens
+            rel[k] = abs(deltas[k]) / max(s.input_tokens, 1)
+            if s.prompt_ids is not None and tuple(ids) != tuple(s.prompt_ids):
+                self.ids_bad += 1
+            self.k += 1
+
+    def stats(self) -> MismatchStats:
+        n, deltas, rel = self.k, self.deltas[: self.k], self.rel[: self.k]
+        return MismatchStats(
+            tokenizer=self.tok.declaration.name,
+            n=n,
+            mismatched=int(np.count_nonzero(deltas)),
+            ids_mismatched=self.ids_bad,
+            mean_delta=float(deltas.mean()) if n else 0.0,
+            mean_abs_delta=float(np.abs(deltas).mean()) if n else 0.0,
+            max_abs_delta=int(np.abs(deltas).max()) if n else 0,
+            max_rel_delta=float(rel.max()) if n else 0.0,
+        )
 
 
 # ---------------------------------------------------------------------- declaration
@@ -288,11 +310,40 @@ def _jsonable(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
+class SpecStream:
+    """A workload's requests drawn lazily (§4.3.3: the same seed, the same requests): written once,
+    as they were generated, to a :class:`~..common.files.LineSpool` as their canonical lines
+    (:func:`dumps_requests`) and read back one at a time on each iteration. Re-iterable, with a
+    known count; memory holds the request being sent, never the workload. ``map`` gives the same
+    stream with each request transformed (e.g. its output capped)."""
+
+    def __init__(self, spool: LineSpool, count: int,
+                 transform: Callable[[RequestSpec], RequestSpec] | None = None) -> None:
+        self._spool, self._count, self._transform = spool, count, transform
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[RequestSpec]:
+        t = self._transform
+        for line in self._spool.lines():
+            spec = RequestSpec.from_json(orjson.loads(line))
+            yield spec if t is None else t(spec)
+
+    def map(self, fn: Callable[[RequestSpec], RequestSpec]) -> SpecStream:
+        t = self._transform
+        return SpecStream(self._spool, self._count, fn if t is None else lambda s: fn(t(s)))
+
+    def __repr__(self) -> str:
+        return f"SpecStream({self._count} requests)"
+
+
 @dataclass
 class Workload:
-    """The requests to send (``specs``) and what the report says about them (``declaration``)."""
+    """The requests to send (``specs``: a list, or a :class:`SpecStream` for a workload built lazily)
+    and what the report says about them (``declaration``)."""
 
-    specs: list[RequestSpec]
+    specs: list[RequestSpec] | SpecStream
     declaration: WorkloadDeclaration
 
     def __len__(self) -> int:
@@ -318,21 +369,56 @@ def finish(
     check: bool = True,
 ) -> Workload:
     """Fill the observed lengths, the re-tokenization check and the sequence hash."""
-    inp = np.fromiter((s.input_tokens for s in specs), dtype=np.int64, count=len(specs))
-    out = np.fromiter((s.max_tokens for s in specs), dtype=np.int64, count=len(specs))
+    return finish_blocks([specs], declaration, tokenizer, n=len(specs), check=check)
+
+
+def finish_blocks(
+    blocks: Iterable[Sequence[RequestSpec]],
+    declaration: WorkloadDeclaration,
+    tokenizer: Tokenizer,
+    *,
+    n: int,
+    check: bool = True,
+    lazy: bool = False,
+) -> Workload:
+    """:func:`finish` for ``n`` specs generated a block at a time; ``lazy``: the specs go to a
+    :class:`SpecStream` as they come, so the workload is never held in memory."""
+    inp = np.empty(n, dtype=np.int64)
+    out = np.empty(n, dtype=np.int64)
+    retok = _Retokenization(n, tokenizer) if check else None
+    digest = hashlib.sha256()
+    spool = LineSpool() if lazy else None
+    specs: list[RequestSpec] = []
+    shared, classes, k = 0, {}, 0
+    any_prefix = any_class = False
+    for block in blocks:
+        for s in block:
+            inp[k], out[k] = s.input_tokens, s.max_tokens
+            k += 1
+            any_prefix |= s.prefix_id is not None
+            shared += s.prefix_id is not None
+            if s.request_class is not None:
+                any_class = True
+            classes[str(s.request_class)] = classes.get(str(s.request_class), 0) + 1
+            line = (_spec_line(s) + "\n").encode("utf-8")
+            digest.update(line)
+            if spool is not None:
+                spool.append(line[:-1])
+            else:
+                specs.append(s)
+        if retok is not None:
+            retok.add(block)
+    if k != n:
+        raise WorkloadError(f"workload {declaration.name!r}: {k} requests generated, {n} declared")
     declaration.observed = {"input_tokens": _summary(inp), "max_tokens": _summary(out)}
-    if any(s.prefix_id is not None for s in specs):
-        shared = sum(s.prefix_id is not None for s in specs)
-        declaration.observed["shared_prefix_fraction"] = shared / len(specs)
-    if any(s.request_class is not None for s in specs):
-        counts: dict[str, int] = {}
-        for s in specs:
-            counts[str(s.request_class)] = counts.get(str(s.request_class), 0) + 1
-        declaration.observed["class_counts"] = counts
-    if check:
-        declaration.retokenization = retokenization_mismatch(specs, tokenizer).to_json()
-    declaration.request_sequence_sha256 = sequence_sha256(specs)
-    return Workload(specs, declaration)
+    if any_prefix:
+        declaration.observed["shared_prefix_fraction"] = shared / n
+    if any_class:
+        declaration.observed["class_counts"] = classes
+    if retok is not None:
+        declaration.retokenization = retok.stats().to_json()
+    declaration.request_sequence_sha256 = digest.hexdigest()
+    return Workload(SpecStream(spool, n) if spool is not None else specs, declaration)
 
 
 # ---------------------------------------------------------------------- reference checks
@@ -346,9 +432,13 @@ def reference_checks(workload: Workload) -> dict[str, tuple[bool, str]]:
     out: dict[str, tuple[bool, str]] = {}
     if not specs:
         return out
-    inp = np.array([s.input_tokens for s in specs])
-    mx = np.array([s.max_tokens for s in specs])
-    shared = np.array([s.prefix_id is not None for s in specs])
+    cols = array("q"), array("q"), array("b")  # one pass: a lazy workload is read from its spool once
+    for s in specs:
+        cols[0].append(s.input_tokens)
+        cols[1].append(s.max_tokens)
+        cols[2].append(s.prefix_id is not None)
+    inp, mx = np.frombuffer(cols[0], dtype=np.int64), np.frombuffer(cols[1], dtype=np.int64)
+    shared = np.frombuffer(cols[2], dtype=np.int8).astype(bool)
     if name == "synthetic-uniform":
         ok = inp.min() >= 128 and inp.max() <= 512 and mx.min() >= 64 and mx.max() <= 256 and not shared.any()
         out["4.3.2-PARAM-2"] = (bool(ok), f"inputs {inp.min()}-{inp.max()}, max_tokens {mx.min()}-{mx.max()}, "

@@ -13,8 +13,9 @@ for 5.4's >= 50 output tokens and 5.5's fixed length).
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..common.records import RequestSpec
 from ..common.tokenizer import Tokenizer
-from .core import Workload, WorkloadDeclaration, finish
+from .core import Workload, WorkloadDeclaration, finish, finish_blocks
 from .datasets import load_code_dataset, load_sharegpt
 from .distributions import LengthDistribution, WorkloadError
 from .text import CODE_LANGUAGES, QUESTION, SYSTEM_PROMPT_SOURCE, CodeWriter, TextFactory, comment_marker, text_factory
@@ -154,15 +155,41 @@ def _random_content(
     factory: TextFactory, rng: np.random.Generator, lengths: np.ndarray, id_pool: str
 ) -> tuple[list[str], list[list[int]]]:
     """Random-token prompts (A.1.4). ``round-trip``: word pool, fitted; ``full``: any ordinary id."""
+    texts: list[str] = []
+    ids: list[list[int]] = []
+    for t, i in _random_content_blocks(factory, rng, lengths, id_pool):
+        texts += t
+        ids += i
+    return texts, ids
+
+
+CONTENT_BLOCK = 1024  # prompts made (and fitted with one batched encode) at a time
+
+
+def _random_content_blocks(
+    factory: TextFactory, rng: np.random.Generator, lengths: np.ndarray, id_pool: str, block: int = CONTENT_BLOCK
+) -> Iterator[tuple[list[str], list[list[int]]]]:
+    """:func:`_random_content`, ``block`` prompts at a time: the same prompts from the same ``rng``.
+
+    ``round-trip`` draws every prompt's word-pool ids first and then fits them, drawing again from
+    ``rng`` for a prompt that does not encode to its length; a block's ids come from a copy of
+    ``rng`` and its fitting from ``rng`` itself, moved past every prompt's ids beforehand."""
+    if id_pool not in ("round-trip", "full"):
+        raise WorkloadError(f"id_pool must be 'round-trip' or 'full', got {id_pool!r}")
     if id_pool == "round-trip":
-        fitted = factory.fit_many(rng, [factory.word_ids(rng, int(k)) for k in lengths], lengths.tolist())
-        return [f.text for f in fitted], [f.ids for f in fitted]
-    if id_pool == "full":
-        ordinary = getattr(factory.tok, "ordinary_ids", None)
-        pool = np.asarray(ordinary() if ordinary else range(factory.tok.declaration.vocab_size))
-        ids = [pool[rng.integers(0, len(pool), size=int(k))].tolist() for k in lengths]
-        return [factory.tok.decode(x) for x in ids], ids
-    raise WorkloadError(f"id_pool must be 'round-trip' or 'full', got {id_pool!r}")
+        words = copy.deepcopy(rng)
+        for k in lengths:
+            factory.word_ids(rng, int(k))  # rng now stands where the fitting draws begin
+        for lo in range(0, len(lengths), block):
+            part = lengths[lo : lo + block]
+            fitted = factory.fit_many(rng, [factory.word_ids(words, int(k)) for k in part], part.tolist())
+            yield [f.text for f in fitted], [f.ids for f in fitted]
+        return
+    ordinary = getattr(factory.tok, "ordinary_ids", None)
+    pool = np.asarray(ordinary() if ordinary else range(factory.tok.declaration.vocab_size))
+    for lo in range(0, len(lengths), block):
+        ids = [pool[rng.integers(0, len(pool), size=int(k))].tolist() for k in lengths[lo : lo + block]]
+        yield [factory.tok.decode(x) for x in ids], ids
 
 
 def _random_content_fields(id_pool: str, factory: TextFactory) -> dict[str, Any]:
@@ -199,11 +226,14 @@ def synthetic_uniform(
     output_tokens: int | None = None,
     force_output: bool = False,
     id_pool: str = "round-trip",
+    lazy: bool = False,
 ) -> Workload:
     """Synthetic-Uniform (§4.3.2.1, A.1): input U(128, 512), output U(64, 256) via max_tokens.
 
     ``output_tokens`` fixes the output length instead (5.5); any change from the A.1 values makes
-    the workload non-standard, and the declaration then reports it in full.
+    the workload non-standard, and the declaration then reports it in full. ``lazy``: the requests
+    are made a block at a time into a :class:`~.core.SpecStream` (the same requests, never all in
+    memory at once).
     """
     n = _check_n(n)
     tok = _tok(tokenizer)
@@ -217,8 +247,8 @@ def synthetic_uniform(
         dout = LengthDistribution("uniform", {"min": output_min, "max": output_max}, tokenizer=tname)
     lin = din.sample(r_len, n)
     lout = dout.sample(r_out, n)
-    texts, ids = _random_content(factory, r_txt, lin, id_pool)
-    specs = [_spec(i, "synthetic-uniform", ids[i], texts[i], lin[i], lout[i], force_output) for i in range(n)]
+    blocks = _random_content_blocks(factory, r_txt, lin, id_pool)
+    specs = _spec_blocks(blocks, "synthetic-uniform", lin, lout, force_output)
     standard = (input_min, input_max, output_min, output_max, output_tokens, id_pool) == (128, 512, 64, 256, None, "round-trip")
     decl = WorkloadDeclaration(
         name="synthetic-uniform",
@@ -238,7 +268,17 @@ def synthetic_uniform(
     )
     if not standard:
         decl.notes.append("parameters differ from App. A.1: reported as a custom workload (4.3-MUST-1)")
-    return finish(specs, decl, tok)
+    return finish_blocks(specs, decl, tok, n=n, lazy=lazy)
+
+
+def _spec_blocks(blocks: Iterable[tuple[list[str], list[list[int]]]], workload: str, lin: np.ndarray,
+                 lout: np.ndarray, force_output: bool) -> Iterator[list[RequestSpec]]:
+    """The requests of prompt blocks (:func:`_random_content_blocks`), numbered on from 0."""
+    i = 0
+    for texts, ids in blocks:
+        yield [_spec(i + j, workload, ids[j], texts[j], lin[i + j], lout[i + j], force_output)
+               for j in range(len(texts))]
+        i += len(texts)
 
 
 def _sample_in_range(rng: np.random.Generator, mu: float, sigma: float, lo: int, hi: int, n: int) -> np.ndarray:

@@ -17,7 +17,17 @@ from typing import Any, Protocol
 from ...client import LLMClient
 from ...common.records import ClockAnchor, RequestRecord, RequestSpec
 from ..load import ClosedLoop, LoadResult, OpenLoop, RecordSink, SelfCheck
-from .core import NotShardable, ShardHello, ShardReport, ShardTask, clock_shift_ns, merge, plan_shards, shift_record
+from .core import (
+    MergeTally,
+    NotShardable,
+    ShardHello,
+    ShardReport,
+    ShardTask,
+    clock_shift_ns,
+    merge,
+    plan_shards,
+    shift_record,
+)
 
 __all__ = ["Backend", "NotShardable", "ShardError", "backend_for", "parse_workers", "run_sharded"]
 
@@ -78,9 +88,11 @@ async def run_sharded(
     on_record: Callable[[RequestRecord], None] | None = None,
     drain_timeout_s: float | None = 60.0,
     self_check: SelfCheck | None = None,
+    keep_records: bool = True,
 ) -> LoadResult:
     """:func:`~..load.run_load` over the backend's shards; same contract (records to ``sink`` and
-    ``on_record`` as they finish, cancellation stops every shard and keeps what finished)."""
+    ``on_record`` as they finish, cancellation stops every shard and keeps what finished;
+    ``keep_records=False``: the parent keeps no record, only the tally the merged figures need)."""
     check = self_check or SelfCheck()
     parts = plan_shards(specs, load, backend.shard_count())
     tasks = [
@@ -93,7 +105,8 @@ async def run_sharded(
     anchor, host = ClockAnchor.now(), socket.gethostname()
     shifts: dict[int, int] = {}
     hellos: dict[int, ShardHello] = {}
-    records: list[RequestRecord] = []
+    records: list[RequestRecord] | None = [] if keep_records else None
+    tally = MergeTally()
     callback_error: list[BaseException] = []
 
     def on_hello(h: ShardHello) -> None:
@@ -105,7 +118,9 @@ async def run_sharded(
             shift_record(rec, shifts.get(idx, 0))
             if sink is not None:
                 sink.write(rec)
-            records.append(rec)
+            tally.add(rec)
+            if records is not None:
+                records.append(rec)
             if on_record is not None and not callback_error:
                 try:
                     on_record(rec)
@@ -126,8 +141,8 @@ async def run_sharded(
     sharding = {"backend": backend.name, "workers": len(tasks),
                 "hosts": sorted({h.host for h in hellos.values()}), "parent_host": host,
                 "start_iso": anchor.iso(start_ns), **backend.info}
-    result = merge(load, reports, records, anchor=anchor, start_ns=start_ns, transport=client.transport_name,
-                   drain_timeout_s=drain_timeout_s, self_check=check, sharding=sharding)
+    result = merge(load, reports, tally, anchor=anchor, start_ns=start_ns, transport=client.transport_name,
+                   drain_timeout_s=drain_timeout_s, self_check=check, sharding=sharding, records=records)
     if callback_error:
         raise callback_error[0]
     return result

@@ -26,6 +26,7 @@ import os
 import socket
 import time
 import traceback
+from array import array
 from collections.abc import Awaitable, Callable, Iterable, Sized
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,10 +36,11 @@ import numpy as np
 from ...client import ClientConfig, LLMClient
 from ...common.records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
 from ...sut.adapters import ServerAdapter
-from ..load import ArrivalProcess, ClosedLoop, LagStats, LoadResult, OpenLoop, SelfCheck, run_load
+from ..load import ArrivalProcess, ClosedLoop, LagStats, LoadResult, OpenLoop, SelfCheck, SendSpan, run_load
 
 __all__ = [
     "DealtArrival",
+    "MergeTally",
     "NotShardable",
     "ShardHello",
     "ShardReport",
@@ -333,33 +335,57 @@ def shift_record(rec: RequestRecord, shift: int) -> None:
     rec.chunk_ns = [t + shift for t in rec.chunk_ns]
 
 
-def merge(load: OpenLoop | ClosedLoop, reports: list[ShardReport], records: list[RequestRecord], *,
+@dataclass
+class MergeTally:
+    """What :func:`merge` needs of the shards' records, tallied as each arrives (no record kept):
+    count, outcomes, output tokens, the latest end, the send span and every record's send lag
+    (8 bytes each, for its exact percentiles)."""
+
+    count: int = 0
+    ok: int = 0
+    output_tokens: int = 0
+    end_ns: int = 0
+    phase: str | None = None  # the first record's
+    errors: dict[str, int] = field(default_factory=dict)  # by error type, in order of first occurrence
+    sends: SendSpan = field(default_factory=SendSpan)
+    lags: array[int] = field(default_factory=lambda: array("q"))  # hand-over − intended (schedule lag)
+
+    def add(self, r: RequestRecord) -> None:
+        if self.phase is None:
+            self.phase = r.phase
+        self.count += 1
+        self.sends.add(r.sent_ns)
+        self.end_ns = max(self.end_ns, r.end_ns or 0)
+        if r.error_type is None:
+            self.ok += 1
+        else:
+            self.errors[r.error_type.value] = self.errors.get(r.error_type.value, 0) + 1
+        self.output_tokens += r.output_tokens or 0
+        if r.intended_ns is not None and r.sent_ns:
+            self.lags.append(r.handoff_ns - r.intended_ns)
+
+
+def merge(load: OpenLoop | ClosedLoop, reports: list[ShardReport], tally: MergeTally, *,
           anchor: ClockAnchor, start_ns: int, transport: str, drain_timeout_s: float | None,
-          self_check: SelfCheck, sharding: dict[str, Any]) -> LoadResult:
-    """One :class:`LoadResult` for the whole run from the shards' reports and the merged records.
+          self_check: SelfCheck, sharding: dict[str, Any], records: list[RequestRecord] | None = None) -> LoadResult:
+    """One :class:`LoadResult` for the whole run from the shards' reports and the tally of the merged
+    records (``records``: the records themselves, when the caller kept them).
 
     Send lag is pooled over every record (exact); loop delay is the worst shard's (each event loop
     is checked on its own); the run is valid only when every shard is. Concurrency mean is the sum
     of the shards' means; concurrency max the sum of their maxima (an upper bound). Per-shard figures go to
     ``parameters["sharding"]["shards"]``.
     """
-    sent_times = sorted(r.sent_ns for r in records if r.sent_ns)
-    achieved = None
-    if len(sent_times) >= 2 and sent_times[-1] > sent_times[0]:
-        achieved = (len(sent_times) - 1) / ((sent_times[-1] - sent_times[0]) / 1e9)
+    achieved = tally.sends.rate()
     send_end = max((r.send_end_ns for r in reports), default=start_ns)
     if load.duration_s is not None and isinstance(load, OpenLoop):
         send_end = max(send_end, start_ns + int(load.duration_s * 1e9))
     end = max((r.end_ns for r in reports), default=start_ns)
-    end = max(end, max((r.end_ns or 0 for r in records), default=0))
-    errors: dict[str, int] = {}
-    for r in records:
-        if r.error_type is not None:
-            errors[r.error_type.value] = errors.get(r.error_type.value, 0) + 1
-    ok = sum(1 for r in records if r.error_type is None)
+    end = max(end, tally.end_ns)
+    errors = dict(tally.errors)
+    ok = tally.ok
     cancelled = errors.get(ErrorType.CANCELLED.value, 0)
-    lags = [r.handoff_ns - r.intended_ns for r in records if r.intended_ns is not None and r.sent_ns]
-    send_lag = LagStats.of_ns(lags)
+    send_lag = LagStats.of_ns(tally.lags)
     worst = max(reports, key=lambda r: r.loop_delay.p99_ms or 0.0) if reports else None
     loop_delay = worst.loop_delay if worst is not None else LagStats.of_ns([])
     reasons = [f"shard {r.index}: {r.invalid_reason}" for r in reports if not r.valid and r.invalid_reason]
@@ -381,12 +407,12 @@ def merge(load: OpenLoop | ClosedLoop, reports: list[ShardReport], records: list
     params.update(max_requests=load.max_requests, duration_s=load.duration_s, drain_timeout_s=drain_timeout_s,
                   stop_predicate=False, sharding={**sharding, "shards": [r.to_json() for r in reports]})
     return LoadResult(
-        phase=records[0].phase if records else "measure",
+        phase=tally.phase or "measure",
         load_model="open" if isinstance(load, OpenLoop) else "closed",
-        parameters=params, records=records, transport=transport, clock_anchor=anchor,
+        parameters=params, records=records if records is not None else [], transport=transport, clock_anchor=anchor,
         start_ns=start_ns, send_end_ns=send_end, end_ns=max(end, send_end),
-        sent=len(records), completed=len(records) - cancelled, ok=ok, cancelled=cancelled, errors=errors,
-        output_tokens=sum(r.output_tokens or 0 for r in records), requested_rate=requested,
+        sent=tally.count, completed=tally.count - cancelled, ok=ok, cancelled=cancelled, errors=errors,
+        output_tokens=tally.output_tokens, requested_rate=requested,
         achieved_rate=achieved, completion_rate=ok / ((end - start_ns) / 1e9) if end > start_ns else None,
         concurrency_target=target, concurrency_mean=float(sum(r.concurrency_mean for r in reports)),
         concurrency_max=int(sum(r.concurrency_max for r in reports)), concurrency_samples=samples,

@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Memory of the measured path: max RSS of procedure 5.1 at growing request counts (issue 30).
+
+    python bench/memory.py                                  # 10,000, 100,000 and 1,000,000 requests
+    python bench/memory.py --requests 10000,100000          # chosen sizes
+    python bench/memory.py --requests 10000 --keep /tmp/m   # keep the report directories
+    python bench/memory.py --url http://127.0.0.1:8000/v1   # a server already running
+
+Starts the reference mock ``shared/tools/mock_openai_server.py`` (``--ttft-ms 0 --itl-ms 0 --tokens
+50 --no-stats``) unless ``--url`` is given, then runs procedure 5.1 once per size, each in a fresh
+child process, through the real procedure path: a :class:`pytest_llmbench.session.Session` against
+the mock (the same ``Session.run`` the suites call), closed loop of 64 streams, 50-token answers,
+warm-up (§4.5) first, records streamed to ``records.jsonl`` and summarised, then the results
+document built from the session (``document.build``). Per size it prints:
+
+* requests and wall time of the child (the procedure, then the document);
+* max RSS of the child (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) after the procedure and
+  after the document, and the start-up footprint (max RSS once the package, the tokenizer and
+  the SUT check are loaded, before any request);
+* RSS per 1,000 requests beyond that footprint: (max RSS − footprint) / (requests / 1000);
+* the load average (``os.getloadavg``) when the child started and when it ended;
+* at the smallest size (``--agree-at``, default 10,000): the summary's agreement with the
+  in-memory path: the run's records read back from disk into a list and summarised by
+  ``summarize(records)`` with the run's own App. B.2.1 ITL option, compared with the procedure's
+  ``RunMetrics`` in full (``to_json(per_request=True)``): "identical" or the differing fields.
+
+Figures are printed, never asserted. The 1,000,000 size needs about 33 GB on a path that keeps
+every record in memory: pass ``--max-rss-gb`` to skip a size whose projection (from the smaller
+sizes' per-1,000 figure) is above the limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+MARK = "MEMORY-BENCH-RESULT "
+MB = 1024.0  # ru_maxrss is in KiB on Linux
+
+
+def _maxrss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / MB
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+# ----------------------------------------------------------------------------------------------
+# the child: one size, one process
+# ----------------------------------------------------------------------------------------------
+
+
+def _differences(a: Any, b: Any, path: str = "", out: list[str] | None = None, limit: int = 12) -> list[str]:
+    """Where two JSON-ready values differ (first ``limit`` paths)."""
+    out = [] if out is None else out
+    if len(out) >= limit:
+        return out
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            if k not in a or k not in b:
+                out.append(f"{path}/{k}: only in {'procedure' if k in a else 'in-memory'}")
+            else:
+                _differences(a[k], b[k], f"{path}/{k}", out, limit)
+    elif isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            out.append(f"{path}: {len(a)} vs {len(b)} entries")
+        else:
+            for i, (x, y) in enumerate(zip(a, b)):
+                _differences(x, y, f"{path}[{i}]", out, limit)
+    elif a != b and not (a != a and b != b):  # NaN equals NaN here
+        out.append(f"{path}: {a!r} vs {b!r}")
+    return out
+
+
+def _agreement(result: Any) -> dict[str, Any]:
+    """The procedure's RunMetrics against ``summarize(list of the run's records read back)``."""
+    from pytest_llmbench.common.storage import load_run
+    from pytest_llmbench.measure.summary import summarize
+    from pytest_llmbench.procedures.common import itl_decision_for
+
+    run = next(r for r in result.runs if r.label == "measure")
+    records = load_run(run.run_dir).records
+    decision = itl_decision_for(records)
+    memory = summarize(records, itl_option=decision.option)
+    a, b = result.metrics.to_json(per_request=True), memory.to_json(per_request=True)
+    keys = {"ttft_p50_s": ("distributions", "ttft", "p50"), "ttft_p99_s": ("distributions", "ttft", "p99"),
+            "tpot_p50_s": ("distributions", "tpot", "p50"), "e2e_p99_s": ("distributions", "e2e", "p99")}
+
+    def pick(m: Any, what: tuple[str, str, str]) -> float | None:
+        d = m.distributions.get(what[1])
+        return None if d is None or not d.n else d.percentile(float(what[2][1:])).value
+
+    return {
+        "records": len(records),
+        "itl_option": [result.metrics.itl_option, decision.option],
+        "key_figures": {k: [pick(result.metrics, w), pick(memory, w)] for k, w in keys.items()},
+        "identical": json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True),
+        "differences": _differences(a, b),
+    }
+
+
+def child(args: argparse.Namespace) -> None:
+    """Run 5.1 at ``args.child`` requests and print one JSON line of figures."""
+    load_start, t_start = _load(), time.perf_counter()
+    from pytest_llmbench.document.build import build_document
+    from pytest_llmbench.procedures.base import closed, get_procedure
+    from pytest_llmbench.session import Session
+    from pytest_llmbench.settings import Settings
+
+    n = args.child
+    settings = Settings(endpoint=args.url, boundary="model-engine", profile="standard", report=Path(args.report),
+                        seed=42, sources={"boundary": "bench/memory.py"})
+    session = Session(settings)
+    try:
+        session.get_sut()
+        _ = session.tokenizer
+        startup = _maxrss_mb()
+        proc = get_procedure("5.1")
+        params = proc.make_params("standard", {"requests": n, "load": closed(args.concurrency),
+                                               "max_output_tokens": args.tokens})
+        t0 = time.perf_counter()
+        result = session.run(proc, params)
+        t_proc = time.perf_counter() - t0
+        after_proc = _maxrss_mb()
+        build_document(session.result(complete=True))
+        t_doc = time.perf_counter() - t0 - t_proc
+        after_doc = _maxrss_mb()
+    finally:
+        session.close()
+    out: dict[str, Any] = {
+        "requests": n, "sent": result.runs[0].load.get("sent") if result.runs else None,
+        "ok": result.runs[0].load.get("ok") if result.runs else None,
+        "wall_s": round(time.perf_counter() - t_start, 1), "procedure_s": round(t_proc, 1), "document_s": round(t_doc, 1),
+        "startup_mb": round(startup, 1), "maxrss_procedure_mb": round(after_proc, 1),
+        "maxrss_document_mb": round(after_doc, 1), "load_start": load_start, "load_end": _load(),
+    }
+    if n <= args.agree_at:
+        out["agreement"] = _agreement(result)
+    print(MARK + json.dumps(out), flush=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# the parent: the mock, one child per size, the table
+# ----------------------------------------------------------------------------------------------
+
+
+def _per_1000(row: dict[str, Any], key: str) -> float:
+    return (row[key] - row["startup_mb"]) / (row["requests"] / 1000)
+
+
+def _print(row: dict[str, Any], previous: dict[str, Any] | None) -> None:
+    print(f"\n{row['requests']:,} requests ({row['sent']} sent, {row['ok']} ok): wall {row['wall_s']} s "
+          f"(procedure {row['procedure_s']} s, document {row['document_s']} s); "
+          f"load average {row['load_start']} at start, {row['load_end']} at end")
+    print(f"  start-up footprint {row['startup_mb']:.0f} MB; max RSS {row['maxrss_procedure_mb']:.0f} MB after the "
+          f"procedure ({_per_1000(row, 'maxrss_procedure_mb'):.2f} MB per 1,000 requests beyond the footprint), "
+          f"{row['maxrss_document_mb']:.0f} MB after the document ({_per_1000(row, 'maxrss_document_mb'):.2f} MB "
+          "per 1,000)")
+    if previous is not None:
+        span = (row["requests"] - previous["requests"]) / 1000
+        print(f"  marginal: {(row['maxrss_procedure_mb'] - previous['maxrss_procedure_mb']) / span:.2f} MB per 1,000 "
+              f"requests from {previous['requests']:,} to {row['requests']:,} (procedure), "
+              f"{(row['maxrss_document_mb'] - previous['maxrss_document_mb']) / span:.2f} (document)")
+    agree = row.get("agreement")
+    if agree:
+        figures = ", ".join(f"{k} {v[0]!r} vs {v[1]!r}" for k, v in agree["key_figures"].items())
+        print(f"  agreement with summarize(list of {agree['records']} records read back), ITL option "
+              f"{agree['itl_option'][0]} vs {agree['itl_option'][1]}: "
+              + ("identical (RunMetrics.to_json(per_request=True))" if agree["identical"] else "DIFFERENT"))
+        print(f"    key figures (procedure vs in-memory): {figures}")
+        for d in agree["differences"]:
+            print(f"    {d}")
+    sys.stdout.flush()
+
+
+def _wait_quiet(max_load: float | None, max_wait: float) -> None:
+    if max_load is None:
+        return
+    deadline = time.monotonic() + max_wait
+    while os.getloadavg()[0] >= max_load and time.monotonic() < deadline:
+        print(f"  (load average {_load()}: waiting for the 1-minute load below {max_load})", flush=True)
+        time.sleep(30)
+
+
+def parent(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from loadgen import find_mock, start_mock  # bench/loadgen.py: the same mock, started the same way
+
+    mock = None
+    url = args.url
+    if url is None:
+        mock, url = start_mock(find_mock(args.mock), args.tokens)
+    rows: list[dict[str, Any]] = []
+    try:
+        for n in args.requests:
+            if args.max_rss_gb and rows:
+                slope = max(_per_1000(r, "maxrss_document_mb") for r in rows)
+                projected = rows[0]["startup_mb"] + slope * n / 1000
+                if projected > args.max_rss_gb * 1024:
+                    print(f"\n{n:,} requests: not run, projected max RSS {projected / 1024:.1f} GB "
+                          f"({slope:.2f} MB per 1,000) is above --max-rss-gb {args.max_rss_gb}")
+                    continue
+            _wait_quiet(args.max_load, args.max_wait)
+            with tempfile.TemporaryDirectory(prefix="llmbench-mem-") as tmp:
+                report = Path(args.keep) / f"n{n}" if args.keep else Path(tmp)
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+                cmd = [sys.executable, __file__, "--child", str(n), "--url", url, "--report", str(report),
+                       "--concurrency", str(args.concurrency), "--tokens", str(args.tokens),
+                       "--agree-at", str(args.agree_at)]
+                proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+                line = next((x for x in proc.stdout.splitlines() if x.startswith(MARK)), None)
+                if proc.returncode or line is None:
+                    raise SystemExit(f"{n} requests: the child failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}")
+                rows.append(json.loads(line[len(MARK):]))
+                _print(rows[-1], rows[-2] if len(rows) > 1 else None)
+    finally:
+        if mock is not None:
+            mock.terminate()
+            mock.wait(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=lambda t: [int(x) for x in t.split(",")], default=[10_000, 100_000, 1_000_000],
+                    help="comma-separated request counts, one child process each")
+    ap.add_argument("--url", default=None, help="an OpenAI-compatible base URL already running (skips the mock)")
+    ap.add_argument("--mock", type=Path, default=None,
+                    help="path of mock_openai_server.py (default: ../shared/tools/ beside the checkout)")
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=50, help="answer length (the mock's --tokens and 5.1's output cap)")
+    ap.add_argument("--agree-at", type=int, default=10_000,
+                    help="compare with the in-memory summary at sizes up to this many requests")
+    ap.add_argument("--keep", default=None, help="keep each size's report directory under this directory")
+    ap.add_argument("--max-rss-gb", type=float, default=None,
+                    help="skip a size whose max RSS, projected from the smaller sizes, is above this")
+    ap.add_argument("--max-load", type=float, default=None,
+                    help="before each size wait until the 1-minute load average is below this")
+    ap.add_argument("--max-wait", type=float, default=600.0, help="--max-load: wait at most this many seconds")
+    ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--report", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child is not None:
+        child(args)
+    else:
+        parent(args)
+
+
+if __name__ == "__main__":
+    main()

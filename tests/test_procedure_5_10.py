@@ -237,26 +237,26 @@ def test_a_borrowed_capacity_is_a_deviation() -> None:
 
 
 def test_saturation_detection_on_synthetic_runs() -> None:
-    """Delivered under 95 % of the offered output tok/s: saturated; delivering what is offered: not."""
+    """Delivered under 95 % of the offered output tok/s: saturated; delivering what is offered: not. Delivered
+    is the run's output_throughput over the send window less its first 10 % (the one definition)."""
     from types import SimpleNamespace
 
+    from factories import make_record
+
+    from pytest_llmbench.measure.summary import summarize
     from pytest_llmbench.procedures.p5_10_guardrails import saturation_throughput
 
-    def run(gap_ns: int, done_after_ns: int) -> Any:
-        # 100 requests every gap_ns, 10 tokens each, one chunk per token spread over done_after_ns
-        recs = [SimpleNamespace(ok=True, sent_ns=i * gap_ns, output_tokens=10, chunk_tokens=[1] * 10,
-                                chunk_ns=[i * gap_ns + (j + 1) * done_after_ns // 10 for j in range(10)])
-                for i in range(100)]
-        return SimpleNamespace(load=SimpleNamespace(start_ns=0, send_end_ns=99 * gap_ns), records=recs)
+    def run(gap_ms: float, first_token_ms: float, token_gap_ms: float) -> Any:
+        # 100 requests every gap_ms, 10 one-token chunks each
+        recs = [make_record(i, sent=i * gap_ms, ttft=first_token_ms(i) if callable(first_token_ms) else first_token_ms,
+                            itl=token_gap_ms, n_chunks=10, output_tokens_server=10) for i in range(100)]
+        return SimpleNamespace(metrics=summarize(recs, send_window_ns=(0, int(99 * gap_ms * 1e6))))
 
-    keeps_up = saturation_throughput(run(10_000_000, 5_000_000))  # 100 req/s, served in 5 ms
+    keeps_up = saturation_throughput(run(10.0, 0.5, 0.5))  # 100 req/s, each served in 5 ms
     assert keeps_up is not None and not keeps_up.saturated
     assert keeps_up.delivered_tps == pytest.approx(keeps_up.offered_tps, rel=0.03)
-    # a server that serves one request per 20 ms while they arrive every 10 ms falls behind
-    behind = SimpleNamespace(load=SimpleNamespace(start_ns=0, send_end_ns=990_000_000), records=[
-        SimpleNamespace(ok=True, sent_ns=i * 10_000_000, output_tokens=10, chunk_tokens=[1] * 10,
-                        chunk_ns=[i * 20_000_000 + (j + 1) * 2_000_000 for j in range(10)]) for i in range(100)])
-    sat = saturation_throughput(behind)
+    # a server that serves one request per 20 ms while they arrive every 10 ms falls behind: 500 tok/s
+    sat = saturation_throughput(run(10.0, lambda i: 10.0 * i + 2.0, 2.0))
     assert sat is not None and sat.saturated and sat.delivered_tps == pytest.approx(500.0, rel=0.03)
 
 

@@ -42,6 +42,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..client import LLMClient
 from ..common import draft
 from ..common.records import ErrorType
@@ -134,27 +136,23 @@ class SaturationResult:
         return dataclasses.asdict(self)
 
 
-def saturation_throughput(m: Measured, skip_fraction: float = 0.1) -> SaturationResult | None:
-    """Output tok/s delivered over an overload run's submission window, and whether it saturated.
+def saturation_throughput(m: Measured) -> SaturationResult | None:
+    """Output tok/s delivered over an overload run's steady window, and whether it saturated.
 
-    The window is the submission window (start → last submission) minus its first
-    ``skip_fraction`` (the queue is still building). A server that keeps up delivers the offered
-    tokens; one that falls behind (saturated) delivers its maximum. None: no window or no success.
+    Delivered: the run's ``output_throughput`` (the one definition: the send window less its first 10 %,
+    every request's streamed tokens, §5.2.3.2; measure/metrics/throughput.py). A server that keeps up
+    delivers the offered tokens (arrivals in the window × the mean output of a successful request); one
+    that falls behind (saturated) delivers its maximum. None: no window or no success.
     """
-    load = m.load
-    t0 = load.start_ns + skip_fraction * (load.send_end_ns - load.start_ns)
-    t1 = load.send_end_ns
-    ok = [r for r in m.records if r.ok]
-    if t1 <= t0 or not ok:
+    mt = m.metrics
+    ok = mt.per_request["ok"]
+    delivered = mt.scalar("output_throughput").value if "output_throughput" in mt.scalars else math.nan
+    w0, w1 = mt.steady_window
+    if not ok.any() or not w1 > w0 or not math.isfinite(delivered):
         return None
-    tokens = 0
-    for r in ok:
-        counts = r.chunk_tokens if len(r.chunk_tokens) == len(r.chunk_ns) else [1] * len(r.chunk_ns)
-        tokens += sum(k for t, k in zip(r.chunk_ns, counts) if t0 <= t <= t1)
-    span = (t1 - t0) / 1e9
-    arrivals = sum(1 for r in m.records if t0 <= r.sent_ns <= t1) / span
-    mean_out = sum(r.output_tokens or 0 for r in ok) / len(ok)
-    delivered, offered = tokens / span, arrivals * mean_out
+    sent = mt.per_request["sent"]
+    arrivals = int(((sent >= w0) & (sent <= w1)).sum()) / (w1 - w0)
+    offered = arrivals * float(np.nanmean(mt.per_request["osl"][ok]))
     return SaturationResult(delivered, offered, delivered < SATURATED_SHARE * offered)
 
 

@@ -67,7 +67,8 @@ def completion_levels(p: Mapping[str, Any]) -> list[dict[str, Any]]:
     completed (the load generator's ``ok``) over sent, next to the level's ``cancelled`` count.
     Empty for procedures whose ``levels`` carry no ``cancelled`` count."""
     levels = [lv for lv in _meas(p).get("levels") or [] if isinstance(lv, Mapping) and "cancelled" in lv]
-    runs = [r.get("load") or {} for r in (p.get("result") or {}).get("runs") or []]
+    runs = [r.get("load") or {} for r in (p.get("result") or {}).get("runs") or []
+            if (r.get("extra") or {}).get("phase_role") != "capacity search"]  # a search level is not a level
     out = []
     for lv in levels:
         load = next((ld for ld in runs if ld.get("concurrency") == lv.get("concurrency")), {})

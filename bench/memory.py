@@ -140,7 +140,8 @@ def child(args: argparse.Namespace) -> None:
     out: dict[str, Any] = {
         "requests": n, "sent": result.runs[0].load.get("sent") if result.runs else None,
         "ok": result.runs[0].load.get("ok") if result.runs else None,
-        "wall_s": round(time.perf_counter() - t_start, 1), "procedure_s": round(t_proc, 1), "document_s": round(t_doc, 1),
+        "wall_s": round(time.perf_counter() - t_start, 1), "procedure_s": round(t_proc, 1),
+        "document_s": round(t_doc, 1),
         "startup_mb": round(startup, 1), "maxrss_procedure_mb": round(after_proc, 1),
         "maxrss_document_mb": round(after_doc, 1), "load_start": load_start, "load_end": _load(),
     }

@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 from factories import make_record, serve_app, sse
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
+from pytest_llmbench.common.records import ErrorType
 from pytest_llmbench.measure import tokencount
 from pytest_llmbench.measure.chunking import ITL_NOT_MEASURABLE, decide_itl
 from pytest_llmbench.measure.slo import evaluate
@@ -29,6 +32,44 @@ def _rec(index: int, sizes: list[int], method: str, *, server_ns: bool = False) 
     if server_ns:
         rec.server_token_ns = list(range(0, 1000 * sum(sizes), 1000))
     return rec
+
+
+_METHODS = [tokencount.USAGE_PER_CHUNK, tokencount.TOKENIZE_RECONCILED, tokencount.REFERENCE, None]
+_RUN = st.lists(st.tuples(st.lists(st.integers(0, 4), max_size=6), st.sampled_from(_METHODS), st.booleans(),
+                          st.booleans()), max_size=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_RUN)
+@example([([1, 1], tokencount.USAGE_PER_CHUNK, False, True), ([1, 2], tokencount.USAGE_PER_CHUNK, True, True)])
+@example([([1, 1, 0], tokencount.USAGE_PER_CHUNK, False, True), ([3], tokencount.REFERENCE, False, False)])
+def test_the_rule_tallied_record_by_record_gives_the_whole_runs_decision(run: list[Any]) -> None:
+    """decide_itl tallies one record at a time (a long run's records are never held): its decision
+    equals App. B.2.1 computed over the whole list of successful records with content, as stated."""
+    recs = []
+    for i, (sizes, method, stamped, ok) in enumerate(run):
+        rec = _rec(i, sizes, method or tokencount.REFERENCE, server_ns=stamped) if sizes else make_record(i, chunks=())
+        rec.token_count_method = method if sizes else None
+        rec.server_token_ns = rec.server_token_ns if stamped else None
+        if not ok:
+            rec.error_type = ErrorType.TIMEOUT
+        recs.append(rec)
+    d = decide_itl(iter(recs))
+    ok = [r for r in recs if r.ok and any(t > 0 for t in r.chunk_tokens)]
+    sizes = [t for r in ok for t in r.chunk_tokens if t > 0]
+    by_server = [r for r in ok if (r.token_count_method or tokencount.REFERENCE) in tokencount.SERVER_METHODS]
+    stamped = sum(1 for r in ok if r.server_token_ns)
+    exact = len(by_server) == len(ok)
+    assert (d.records, d.records_counted_by_server, d.server_timestamps, d.content_chunks) == \
+        (len(ok), len(by_server), stamped, len(sizes))
+    assert d.single_token_chunks == (sum(1 for t in sizes if t == 1) if exact else None)
+    assert d.tokens_at_chunk_time == (sum(t - 1 for t in sizes if t > 1) if exact else None)
+    if stamped and all(r.server_token_ns for r in ok if sum(r.chunk_tokens) >= 2):
+        assert d.option == "C"
+    elif not exact or (sizes and sum(1 for t in sizes if t == 1) / len(sizes) <= 0.9):
+        assert d.option == "A"
+    else:
+        assert d.option == "B"
 
 
 def test_b21_rule_per_run() -> None:

@@ -325,6 +325,28 @@ async def test_stop_by_count_until_and_callbacks(url: str, tmp_path: Path) -> No
         assert res.sent == 10
 
 
+async def test_a_run_that_keeps_no_record_gives_the_figures_of_one_that_does(client: LLMClient) -> None:
+    """keep_records=False keeps per request only the two lags (8-byte arrays) and the send span: the
+    achieved rate (with achieved_from_sends), schedule and submit lag equal what the records give."""
+    from pytest_llmbench.loadgen.load import LagStats, SendSpan
+
+    seen: list[RequestRecord] = []
+    res = await run_load(client, specs(["fast"] * 60), OpenLoop(ArrivalProcess("poisson", 400.0, seed=3)),
+                         on_record=seen.append, keep_records=False, achieved_from_sends=True)
+    assert res.records == [] and len(seen) == res.sent == 60
+    sent = sorted(r.sent_ns for r in seen if r.sent_ns)
+    assert res.achieved_rate == (len(sent) - 1) / ((sent[-1] - sent[0]) / 1e9)
+    assert res.send_lag == LagStats.of_ns([r.handoff_ns - r.intended_ns for r in seen])
+    assert res.submit_lag == LagStats.of_ns([r.sent_ns - r.intended_ns for r in seen])
+    window = await run_load(client, specs(["fast"] * 5), ClosedLoop(2), keep_records=False)
+    assert window.achieved_rate == window.sent / window.send_window_s  # the warm-up's figure, as before
+    span = SendSpan()
+    for t in (0, 5, 3, 9, 0):  # 0: never submitted
+        span.add(t)
+    assert (span.count, span.first_ns, span.last_ns) == (3, 3, 9) and span.rate() == 2 / (6 / 1e9)
+    assert SendSpan(1, 4, 4).rate() is None
+
+
 async def test_failing_callback_does_not_stop_the_run(client: LLMClient) -> None:
     def boom(_r: RequestRecord) -> None:
         raise RuntimeError("progress bar broke")

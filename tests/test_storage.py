@@ -138,3 +138,79 @@ def test_run_json_carries_the_records_format_and_older_files_are_read(tmp_path: 
     meta_path.write_text(json.dumps(stored), encoding="utf-8")
     with pytest.raises(StorageError, match="records format 3.0 is not supported"):
         load_run(tmp_path / "run")
+
+
+def test_a_run_read_back_through_its_view_is_re_iterable_and_holds_only_this_writers_records(tmp_path: Path) -> None:
+    """RunWriter.view(): every pass reads the records from disk again (nothing kept in memory), in
+    order, ``len()`` without reading; an index or a slice reads up to it. A directory written before
+    (the same label measured twice) keeps its older lines, and the view reads only this writer's."""
+    with RunWriter(tmp_path) as w:
+        w.write(_stored(0, error=ErrorType.TIMEOUT))
+    with RunWriter(tmp_path) as w:
+        recs = [_stored(i) for i in range(1, 6)]
+        for r in recs:
+            w.write(r)
+        live = w.view()
+        assert list(live) == recs  # readable while the writer is open
+    view = w.view()
+    assert len(view) == 5 and list(view) == recs and list(view) == recs and bool(view)
+    assert view[0] == recs[0] and view[-1] == recs[-1] and view[1:4:2] == [recs[1], recs[3]]
+    assert view[::-1] == recs[::-1]
+    with pytest.raises(IndexError, match="record 5 of a run of 5"):
+        view[5]
+    passes = [iter(view), iter(view)]  # two readers at once, each at its own place
+    assert next(passes[0]) == next(passes[1]) == recs[0] and next(passes[1]) == recs[1]
+    assert len(load_run(tmp_path).records) == 6  # the file itself holds both writers' records
+
+
+def test_without_text_on_disk_the_view_still_reads_the_text_from_an_unnamed_spool(tmp_path: Path) -> None:
+    """--llm-drop-text: records.jsonl holds no text, the run's view reads every record whole (what
+    the facts and the recount read), from a spool that has no name in the run directory."""
+    recs = [_stored(i) for i in range(3)]
+    with RunWriter(tmp_path, keep_text=False, spool_text=True) as w:
+        for r in recs:
+            w.write(r)
+    assert "héllo" not in (tmp_path / RECORDS_FILE).read_text(encoding="utf-8")
+    assert sorted(os.listdir(tmp_path)) == [RECORDS_FILE, RUN_FILE]
+    assert list(w.view()) == recs and w.view()[1].chunk_text == ["", " héllo", " wörld"]
+    with RunWriter(tmp_path / "kept", spool_text=True) as kept:  # text on disk: no spool, the file is read
+        kept.write(recs[0])
+    assert list(kept.view()) == recs[:1]
+
+
+def test_records_are_rewritten_atomically_record_by_record(tmp_path: Path) -> None:
+    """rewriting(): the file (and the spool) change when the block ends, not at all on an exception;
+    the view read inside the block is the old one, a view taken after reads the new records."""
+    recs = [_stored(i) for i in range(4)]
+    with RunWriter(tmp_path, keep_text=False, spool_text=True) as w:
+        for r in recs:
+            w.write(r)
+        with pytest.raises(StorageError, match="still open"):
+            w.rewrite(recs)
+    before = (tmp_path / RECORDS_FILE).read_bytes()
+    with pytest.raises(RuntimeError, match="halfway"):
+        with w.rewriting() as out:
+            out.write(recs[0])
+            raise RuntimeError("halfway")
+    assert (tmp_path / RECORDS_FILE).read_bytes() == before and list(w.view()) == recs
+    assert sorted(os.listdir(tmp_path)) == [RECORDS_FILE, RUN_FILE]  # no temporary file left
+    with w.rewriting() as out:
+        for r in w.view():
+            r.chunk_tokens = [0, 2, 2]
+            out.write(r)
+            assert len(w.view()) == 4 and next(iter(w.view())).chunk_tokens == [0, 1, 1]  # still the old ones
+    assert [r.chunk_tokens for r in w.view()] == [[0, 2, 2]] * 4 and len(w.view()) == 4
+    assert w.view()[2].chunk_text == ["", " héllo", " wörld"]  # the new spool has the text
+    assert [r.chunk_tokens for r in load_run(tmp_path).records] == [[0, 2, 2]] * 4
+    assert w.rewrite(recs[:2]) == 2 and list(w.view()) == recs[:2] and len(load_run(tmp_path).records) == 2
+
+
+def test_a_record_line_with_nan_is_read_back(tmp_path: Path) -> None:
+    """Records are parsed with orjson, which does not read NaN; json.dumps writes it for a float
+    field, so such a line falls back to the standard parser."""
+    rec = _stored(0)
+    rec.server_timing = {"queue_ns": float("nan")}
+    with RunWriter(tmp_path) as w:
+        w.write(rec)
+    (back,) = w.view()
+    assert back.server_timing is not None and back.server_timing["queue_ns"] != back.server_timing["queue_ns"]

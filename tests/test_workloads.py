@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -349,3 +350,58 @@ def test_reference_checks_from_the_specs() -> None:
     assert lc[0] is False and "ambiguity 5" in lc[1]
     off = build_workload("conversation", n=50, seed=1, system_prompt_fraction=0.2)
     assert reference_checks(off)["4.3.2-PARAM-4"][0] is False
+
+
+class _OffByOne(type(TOK)):  # type: ignore[misc]
+    """cl100k_base whose batched encode drops a token of every text of a length divisible by 7, so
+    that prompt fitting (TextFactory.fit) runs and draws from the seed stream again."""
+
+    def encode_batch(self, texts):  # type: ignore[no-untyped-def]
+        return [ids[:-1] if len(t) % 7 == 0 and ids else ids for t, ids in zip(texts, super().encode_batch(texts))]
+
+
+#: request-sequence hashes of the all-at-once builder before the lazy one (issue 30): the same requests
+PINNED = {("cl100k_base", 2500, 1): "38c3d3226112255f06b742dec471b841bd1697117724dfc83c4e4267e1ae747e",
+          ("off-by-one", 1030, 7): "f117bfe7db901c889c4024dec4d76fb8086e0338e36307d73b7d0ca6df8a32b6"}
+
+
+@pytest.mark.parametrize("tok_name, n, seed", list(PINNED))
+def test_a_lazy_workload_sends_the_same_requests_as_the_list(tok_name: str, n: int, seed: int) -> None:
+    """synthetic-uniform made a block at a time (build_workload(lazy=True)): a re-iterable SpecStream
+    of the same requests, in the same order, with the same declaration, as the list; both as before."""
+    from pytest_llmbench.workloads import SpecStream
+
+    tok = TOK if tok_name == "cl100k_base" else _OffByOne("cl100k_base")
+    eager = build_workload("synthetic-uniform", n=n, seed=seed, tokenizer=tok)
+    lazy = build_workload("synthetic-uniform", n=n, seed=seed, tokenizer=tok, lazy=True)
+    assert isinstance(lazy.specs, SpecStream) and isinstance(eager.specs, list) and len(lazy) == n
+    assert eager.declaration.request_sequence_sha256 == PINNED[(tok_name, n, seed)]
+    assert lazy.declaration.to_json() == eager.declaration.to_json()
+    assert list(lazy.specs) == eager.specs and list(lazy.specs) == eager.specs  # each pass reads it again
+    if tok_name != "cl100k_base":
+        assert eager.declaration.retokenization["mismatched"] > 0  # the fitting draws did run
+    capped = lazy.specs.map(lambda s: dataclasses.replace(s, max_tokens=7))  # drawn lazily too
+    assert len(capped) == n and list(capped) == [dataclasses.replace(s, max_tokens=7) for s in eager.specs]
+    assert list(lazy.specs) == eager.specs  # the stream it was mapped from is unchanged
+
+
+def test_prompts_made_in_blocks_do_not_depend_on_the_block_size() -> None:
+    """The prompt blocks continue one seed stream: any block size gives the same prompts."""
+    from pytest_llmbench.workloads.standard import _random_content_blocks
+    from pytest_llmbench.workloads.text import text_factory
+
+    tok = _OffByOne("cl100k_base")
+    lengths = np.random.default_rng(0).integers(128, 512, size=40)
+
+    def made(block: int, pool: str) -> tuple[list[str], list[list[int]]]:
+        texts: list[str] = []
+        ids: list[list[int]] = []
+        for t, i in _random_content_blocks(text_factory(tok), np.random.default_rng(5), lengths, pool, block):
+            texts += t
+            ids += i
+        return texts, ids
+
+    for pool in ("round-trip", "full"):
+        assert made(7, pool) == made(40, pool) == made(1, pool)
+    with pytest.raises(WorkloadError, match="id_pool must be"):
+        made(7, "words")

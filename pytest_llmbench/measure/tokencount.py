@@ -175,13 +175,26 @@ def apply_pieces(rec: RequestRecord, piece_bytes: Sequence[int]) -> None:
 
 
 def method_shares(records: Iterable[RequestRecord]) -> dict[str, Any]:
-    """Counting methods over successful records and the share counted exactly (§4.4, §4.6); one pass."""
-    by: dict[str, int] = {}
-    ok = 0
+    """Counting methods over successful records and the share counted exactly (§4.4, §4.6)."""
+    tally = MethodTally()
     for r in records:
+        tally.add(r)
+    return tally.shares()
+
+
+class MethodTally:
+    """:func:`method_shares`, one record at a time."""
+
+    def __init__(self) -> None:
+        self.ok = 0
+        self.by: dict[str, int] = {}
+
+    def add(self, r: RequestRecord) -> None:
         if r.ok:
-            ok += 1
+            self.ok += 1
             key = r.token_count_method or REFERENCE
-            by[key] = by.get(key, 0) + 1
-    exact = sum(n for k, n in by.items() if k in EXACT_METHODS)
-    return {"methods": by, "exact_share": round(exact / ok, 4) if ok else None}
+            self.by[key] = self.by.get(key, 0) + 1
+
+    def shares(self) -> dict[str, Any]:
+        exact = sum(n for k, n in self.by.items() if k in EXACT_METHODS)
+        return {"methods": self.by, "exact_share": round(exact / self.ok, 4) if self.ok else None}

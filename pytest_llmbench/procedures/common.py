@@ -31,7 +31,7 @@ import numpy as np
 from ..client import ClientConfig, LLMClient
 from ..common import draft
 from ..common.files import write_text_atomic
-from ..common.records import ClockAnchor, RequestRecord, RequestSpec
+from ..common.records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
 from ..common.storage import RecordsView, RunMetadata, RunWriter
 from ..compliance import (
     LOAD_CAPABILITIES,
@@ -63,6 +63,7 @@ from .base import ProcedureContext, ProcedureResult, RunSummary
 from .prompts import ServerPromptClient, check_server_alive, plan_prompts, prefit
 
 __all__ = [
+    "CountingTally",
     "Measured",
     "RunRecords",
     "client_for",
@@ -75,6 +76,7 @@ __all__ = [
     "measure",
     "request_floor_s",
     "run_facts",
+    "tokenizer_facts",
     "warm_up",
 ]
 
@@ -385,7 +387,8 @@ async def measure(
         ctx.budget_cuts.append(f"{label}: cut to {cap:.0f} s by the time budget ({result.sent} requests sent, "
                                f"{planned} planned)")
     result.records = writer.view()  # this run's records, read back from disk on each pass
-    await check_server_alive(client, label, result.records)  # a server that died mid-run fails the procedure
+    if any(kind != ErrorType.CANCELLED.value for kind in result.errors):  # only a failed request can show it
+        await check_server_alive(client, label, result.records)  # a server that died mid-run fails the procedure
     if await _recount(ctx, client, writer, result.records):  # in the server's tokens (§4.4)
         result.records = writer.view()
         frame, itl = FrameBuilder(), ItlTally()
@@ -627,9 +630,9 @@ def run_facts(
         itl_reported=itl_reported,
         server_token_timestamps=scan.early_server_stamps,
         warmup=wf,
-        tokenizer=_tokenizer_facts(ctx, scan.counting),
+        tokenizer=tokenizer_facts(ctx, scan.counting.used()),
         special_tokens=None,  # client counting: the tokenizer declaration; server counting: declared
-        counting_used=scan.counting,
+        counting_used=scan.counting.used(),
         workload=workload,
         session_workloads=tuple(sorted(ctx.session_workloads | {str(workload.get("name"))})),
         seed=ctx.settings.seed,
@@ -646,6 +649,25 @@ def run_facts(
         tls_verified=ctx.sut.verify_tls,
         exceeds_capacity=exceeds_capacity,
     )
+
+
+@dataclass
+class CountingTally:
+    """Per record, the counting option its output count came from (§4.4.2), one record at a time:
+    successful records counted by the server's usage (A) or by the client (B)."""
+
+    a: int = 0
+    b: int = 0
+
+    def add(self, r: RequestRecord) -> None:
+        if r.ok:
+            if r.output_tokens_server is not None:
+                self.a += 1
+            elif r.output_tokens_client is not None:
+                self.b += 1
+
+    def used(self) -> dict[str, int]:
+        return {k: v for k, v in (("A", self.a), ("B", self.b)) if v}
 
 
 class RunRecords:
@@ -677,11 +699,10 @@ class _RecordScan:
     one_token_chunks: int = 0
     first_sent_ns: int | None = None
     early_server_stamps: bool = False  # server per-token timestamps in the first EARLY_RECORDS records
-    counting: dict[str, int] = field(default_factory=dict)  # _counting_used
+    counting: CountingTally = field(default_factory=CountingTally)
 
     def through(self, records: Iterable[RequestRecord]) -> Iterator[RequestRecord]:
         """``records`` passed on unchanged, each tallied on the way."""
-        a = b = 0
         for r in records:
             if self.n < EARLY_RECORDS and r.server_token_ns:
                 self.early_server_stamps = True
@@ -693,9 +714,8 @@ class _RecordScan:
                     self.one_token_chunks += t == 1
             if r.sent_ns and (self.first_sent_ns is None or r.sent_ns < self.first_sent_ns):
                 self.first_sent_ns = r.sent_ns
-            a, b = _count_option(r, a, b)
+            self.counting.add(r)
             yield r
-        self.counting = _counting_dict(a, b)
 
 
 def _itl_method(decisions: Sequence[dict[str, Any]]) -> str | None:
@@ -745,7 +765,8 @@ def prefix_cache_state(ctx: ProcedureContext, warmup: WarmupResult | None, recor
     return _prefix_cache_observed(warmup, records)
 
 
-def _prefix_cache_observed(warmup: WarmupResult | None, records: Iterable[RequestRecord]) -> tuple[str | None, str | None]:
+def _prefix_cache_observed(warmup: WarmupResult | None,
+                           records: Iterable[RequestRecord]) -> tuple[str | None, str | None]:
     """§5.1.2: prefix caching is enabled when the server reported cached prompt tokens for any
     request of this run (the warm-up probes repeat one prompt); no cached token proves nothing
     (measured prompts are disjoint), so the state is then left to the ``prefix_caching`` declaration."""
@@ -781,8 +802,9 @@ def _load_hosts(measured: Sequence[Measured]) -> set[str]:
     return hosts
 
 
-def count_tokenizer(ctx: ProcedureContext, records: Iterable[RequestRecord]) -> dict[str, Any]:
-    """The tokenizer behind a run's output counts and the counting option (§4.4.1, §4.4.2).
+def tokenizer_facts(ctx: ProcedureContext, used: dict[str, int]) -> dict[str, Any]:
+    """The tokenizer behind a run's output counts and the counting option (§4.4.1, §4.4.2), from how
+    many successful records each option counted (``used``: :meth:`CountingTally.used`).
 
     Counts from the server's usage (option A) are in the server's tokens: name, version, vocabulary
     size and source come from what the adapter read (``/v1/models`` root/id, llama.cpp ``/props``
@@ -791,11 +813,6 @@ def count_tokenizer(ctx: ProcedureContext, records: Iterable[RequestRecord]) -> 
     reference-tokenizer tokens, so its usage is in the reference tokenizer. Option B: the reference
     tokenizer's declaration.
     """
-    return _tokenizer_facts(ctx, _counting_used(records))
-
-
-def _tokenizer_facts(ctx: ProcedureContext, used: dict[str, int]) -> dict[str, Any]:
-    """:func:`count_tokenizer` from the counting options the records used (:func:`_counting_used`)."""
     option = "+".join(sorted(used)) or "B"
     ref = ctx.tokenizer.declaration.to_json()
     info = ctx.sut.server_info or {}
@@ -808,28 +825,6 @@ def _tokenizer_facts(ctx: ProcedureContext, used: dict[str, int]) -> dict[str, A
         "counting_option": option, "counting_method": "server-usage", "server": True,
         "reference": ref["name"],
     }
-
-
-def _counting_used(records: Iterable[RequestRecord]) -> dict[str, int]:
-    """Per record, the counting option its output count came from (§4.4.2): A = server usage, B = client."""
-    a = b = 0
-    for r in records:
-        a, b = _count_option(r, a, b)
-    return _counting_dict(a, b)
-
-
-def _count_option(r: RequestRecord, a: int, b: int) -> tuple[int, int]:
-    """(A, B) counts with ``r`` added: a successful record counted by the server (A) or the client (B)."""
-    if r.ok:
-        if r.output_tokens_server is not None:
-            return a + 1, b
-        if r.output_tokens_client is not None:
-            return a, b + 1
-    return a, b
-
-
-def _counting_dict(a: int, b: int) -> dict[str, int]:
-    return {k: v for k, v in (("A", a), ("B", b)) if v}
 
 
 def _spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
@@ -905,8 +900,9 @@ def _run_load(label: str, m: Measured) -> tuple[RunLoad, int | None]:
     arrival = ld.parameters.get("arrival") or {}
     rate = arrival.get("rate") or ld.requested_rate
     lags = (handoff - intended) / 1e9
-    run = RunLoad(label, "open", arrival.get("kind"), rate, send_lag_p99_s=float(np.percentile(lags, 99)) if lags.size
-                  else None, send_lag_n=int(lags.size), arrival_fit_p=_arrival_fit_of(handoff, arrival.get("kind"), rate))
+    run = RunLoad(label, "open", arrival.get("kind"), rate,
+                  send_lag_p99_s=float(np.percentile(lags, 99)) if lags.size else None, send_lag_n=int(lags.size),
+                  arrival_fit_p=_arrival_fit_of(handoff, arrival.get("kind"), rate))
     if intended.size > 1:
         run.mean_gap_s = (int(intended.max()) - int(intended.min())) / (intended.size - 1) / 1e9
     state = sends.column("has_state").astype(bool)

@@ -38,6 +38,7 @@ __all__ = [
     "fmt_censored",
     "QueueTrend",
     "build_level_specs",
+    "CacheHits",
     "cache_hit_summary",
     "cap_output",
     "cancelled_warning",
@@ -156,22 +157,39 @@ def cache_hit_summary(records: Iterable[RequestRecord]) -> dict[str, Any]:
     Over successful records whose server reported ``cached_tokens``: the share of prompt tokens
     served from cache, and the share of requests with more than half their prompt cached (a
     measured sample contaminated by warm-up or repetition shows up here). ``fraction`` is None
-    when the server reports no cached counts. One pass over ``records``.
+    when the server reports no cached counts.
     """
-    n = prompt = cached = over_half = 0
+    hits = CacheHits()
     for r in records:
+        hits.add(r)
+    return hits.summary()
+
+
+@dataclass
+class CacheHits:
+    """:func:`cache_hit_summary`, one record at a time."""
+
+    n: int = 0
+    prompt: int = 0
+    cached: int = 0
+    over_half: int = 0
+
+    def add(self, r: RequestRecord) -> None:
         if not r.ok or r.cached_tokens is None:
-            continue
-        n += 1
-        prompt += r.input_tokens
-        cached += min(r.cached_tokens or 0, r.input_tokens)
-        over_half += r.input_tokens > 0 and (r.cached_tokens or 0) > r.input_tokens / 2
-    return {
-        "requests_reporting": n,
-        "fraction": round(cached / prompt, 4) if n and prompt else None,
-        "requests_over_half_cached": over_half,
-        "share_over_half_cached": round(over_half / n, 4) if n else None,
-    }
+            return
+        self.n += 1
+        self.prompt += r.input_tokens
+        self.cached += min(r.cached_tokens or 0, r.input_tokens)
+        self.over_half += r.input_tokens > 0 and (r.cached_tokens or 0) > r.input_tokens / 2
+
+    def summary(self) -> dict[str, Any]:
+        n = self.n
+        return {
+            "requests_reporting": n,
+            "fraction": round(self.cached / self.prompt, 4) if n and self.prompt else None,
+            "requests_over_half_cached": self.over_half,
+            "share_over_half_cached": round(self.over_half / n, 4) if n else None,
+        }
 
 
 def build_level_specs(ctx: ProcedureContext, workload: str, n: int, seed: int, output_tokens: int,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import re
 import time
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -57,18 +58,19 @@ from .base import (
     register,
 )
 from .common import (
+    CountingTally,
     Measured,
     RunRecords,
     client_for,
-    count_tokenizer,
     finish,
     measure,
     probe_window_s,
     run_facts,
+    tokenizer_facts,
     warm_up,
 )
 from .helpers import (
-    cache_hit_summary,
+    CacheHits,
     capacity_error,
     closed_level_stream,
     fmt_ms,
@@ -258,26 +260,33 @@ def low_success_warnings(runs: Sequence[Measured]) -> list[Finding]:
         if low else []
 
 
-def _prompt_repeats(records: Iterable[RequestRecord], warmup: set[str]) -> tuple[int, int]:
-    """(measured prompts that repeat an earlier measured one, measured prompts the warm-up sent) in
-    one pass; the hashes (16 hex digits, RequestSpec.prompt_hash) are kept as 8-byte integers."""
-    keys, other = array("Q"), []
-    seen = 0
-    for r in records:
+_HEX16 = re.compile(r"[0-9a-f]{16}")  # RequestSpec.prompt_hash
+
+
+class _Prompts:
+    """The measured records' prompt hashes, one record at a time: how many the warm-up sent too,
+    and each kept as an 8-byte integer (a hash that is not 16 hex digits is kept as it is)."""
+
+    def __init__(self, warmup: set[str]) -> None:
+        self.warmup = warmup
+        self.seen = 0
+        self.keys = array("Q")
+        self.other: list[str] = []
+
+    def add(self, r: RequestRecord) -> None:
         h = r.prompt_hash
         if h is None:
-            continue
-        seen += h in warmup
-        if len(h) == 16:
-            try:
-                keys.append(int(h, 16))
-                continue
-            except ValueError:
-                pass
-        other.append(h)
-    n = len(keys) + len(other)
-    distinct = int(np.unique(np.frombuffer(keys, dtype=np.uint64)).size) + len(set(other))
-    return n - distinct, seen
+            return
+        self.seen += h in self.warmup
+        if _HEX16.fullmatch(h):
+            self.keys.append(int(h, 16))
+        else:
+            self.other.append(h)
+
+    def repeats(self) -> int:
+        """Measured prompts that repeat an earlier measured one."""
+        distinct = int(np.unique(np.frombuffer(self.keys, dtype=np.uint64)).size) + len(set(self.other))
+        return len(self.keys) + len(self.other) - distinct
 
 
 def now_iso() -> str:
@@ -646,11 +655,15 @@ class ProcedureRun(Generic[P]):
         Values for the results document (measurements), so contamination of the measured sample
         by a prefix cache is visible in every procedure's report (§4.5.1, §5.7).
         """
-        records = RunRecords(self.measured, phase="measure")  # re-read on each pass: nothing held per request
-        hit = cache_hit_summary(records)
-        counting = tokencount.method_shares(records)
-        tok = count_tokenizer(self.ctx, records)
-        repeats, seen = _prompt_repeats(records, self.warmup_prompts)
+        hits, methods, used = CacheHits(), tokencount.MethodTally(), CountingTally()
+        prompts = _Prompts(self.warmup_prompts)
+        for r in RunRecords(self.measured, phase="measure"):  # one pass; nothing held per request
+            hits.add(r)
+            methods.add(r)
+            used.add(r)
+            prompts.add(r)
+        hit, counting, tok = hits.summary(), methods.shares(), tokenizer_facts(self.ctx, used.used())
+        repeats, seen = prompts.repeats(), prompts.seen
         return {
             "token_counts_exact_share": counting["exact_share"],
             "token_count_methods": ", ".join(f"{k} {n}" for k, n in sorted(counting["methods"].items())) or "n/a",

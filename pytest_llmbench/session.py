@@ -281,7 +281,11 @@ class Session:
                 self.partial[key] = partial
             raise
         result.duration_s = time.perf_counter() - t0
-        keep_samples(result.runs)
+        try:
+            keep_samples(result.runs)
+        except OSError as err:  # a full disk or read-only report directory must not lose the result
+            result.notes.append(f"per-request samples not written beside the run records ({err}); "
+                                "--llm-save will summarise the runs again from their records")
         return result
 
     def _capacity_outside_budget(self, ctx: ProcedureContext) -> Callable[[str], Awaitable[Capacity]]:

@@ -154,6 +154,11 @@ class FrameBuilder:
     def __len__(self) -> int:
         return len(self._index)
 
+    @property
+    def last_sent_ns(self) -> int | None:
+        """The last T_submit collected so far (None before the first record)."""
+        return max(self._sent) if len(self._sent) else None
+
     def add(self, r: RequestRecord) -> None:
         """Copy what the metrics read of one record (of this builder's phase; others are skipped)."""
         if self.phase is not None and r.phase != self.phase:

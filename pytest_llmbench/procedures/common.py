@@ -398,8 +398,10 @@ async def measure(
     decision = itl.decision()  # App. B.2.1: the ITL option of this run and its evidence
     # summarised once, from the columns collected as the records finished; throughput over the load's send
     # window (its start to its last send, §5.2.3.2)
-    metrics = summarize(frame, slos=slos, itl_option=decision.option,
-                        send_window_ns=(result.start_ns, result.send_end_ns))
+    last_send = frame.last_sent_ns  # a closed loop of a fixed count stops sending at its last send, not
+    # when its last worker found no work left (after that worker's last response)
+    send_end = result.send_end_ns if last_send is None else min(result.send_end_ns, last_send)
+    metrics = summarize(frame, slos=slos, itl_option=decision.option, send_window_ns=(result.start_ns, send_end))
     if "aiperf" in ctx.settings.export:  # --llm-export aiperf: AIPerf's files next to the records, from this summary
         write_aiperf_export(run_dir / "aiperf", result.records, metrics, anchor=anchor, tokenizer=ctx.tokenizer)
     summary = RunSummary(
@@ -839,7 +841,8 @@ def _spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
 def _arrival_fit(recs: Iterable[RequestRecord], kind: str | None, rate: float | None) -> float | None:
     """KS p-value of one run's real send gaps against the exponential gaps of a Poisson process at
     that run's rate (§4.2.3); None below 30 sends or for another arrival process."""
-    sent = array("q", (r.handoff_ns for r in recs))  # the client's schedule, connection set-up excluded
+    sent = array("q", (r.handoff_ns for r in recs if r.intended_ns is not None and r.sent_ns))  # the client's
+    # schedule (connection set-up excluded), of requests that were sent
     return _arrival_fit_of(np.frombuffer(sent, dtype=np.int64), kind, rate)
 
 

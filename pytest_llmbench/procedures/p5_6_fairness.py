@@ -233,10 +233,10 @@ class Fairness(ProcedureRun[FairnessParams]):
         self.by_class = {c: [s for s in self.specs if s.request_class == c] for c in self.classes}
         # §5.6.3 step 2: each class's baseline on prompts of its own seed stream, as many as the mixed run
         # has of the class, from the same class distributions (a single-class mix of the same workload)
-        self.iso_specs = {c: cap_output(build_workload(p.workload, n=max(1, len(self.by_class[c])),
+        self.iso_specs = {c: cap_output(build_workload(p.workload, n=len(self.by_class[c]),
                                                        seed=self.seeds.derive("isolated", k), tokenizer=ctx.tokenizer,
                                                        classes=FAIRNESS_CLASSES, mix={c: 1.0}).specs,
-                                        p.max_output_tokens)
+                                        p.max_output_tokens) if self.by_class[c] else []  # none mixed, none alone
                           for k, c in enumerate(self.classes, start=1)}
         self.fixed = dataclasses.replace(p.load, rate=rate, capacity_fraction=None)
         self.iso_rates = {c: rate * (self.shares[c] if p.isolation == "class-share" else 1.0) for c in self.classes}

@@ -110,7 +110,8 @@ def _delay_bound_s(check: Mapping[str, Any] | None) -> float:
     """The client's own delay at P99 (self-check), seconds; 1 ms when the run has no self-check."""
     client = (check or {}).get("client") or {}
     table = client.get("receive_delay_ms") if client.get("source") == "receive-probe" else client.get("loop_lag_ms")
-    return float((table or {}).get("p99", 1.0)) / 1e3
+    p99 = (table or {}).get("p99")
+    return (float(p99) if p99 is not None else 1.0) / 1e3
 
 
 def _schedule_rows(metrics: Mapping[str, Any] | None, check: Mapping[str, Any] | None) -> set[str]:

@@ -89,9 +89,12 @@ def _agreement(result: Any) -> dict[str, Any]:
     from pytest_llmbench.procedures.common import itl_decision_for
 
     run = next(r for r in result.runs if r.label == "measure")
-    records = load_run(run.run_dir).records
+    stored = load_run(run.run_dir)
+    records = stored.records
     decision = itl_decision_for(records)
-    memory = summarize(records, itl_option=decision.option)
+    load = stored.metadata.loads[0]  # the load's start and end of sending (run.json), as the procedure passes them
+    send_end = min(int(load["send_end_ns"]), max(r.sent_ns for r in records if r.phase == "measure"))
+    memory = summarize(records, itl_option=decision.option, send_window_ns=(int(load["start_ns"]), send_end))
     a, b = result.metrics.to_json(per_request=True), memory.to_json(per_request=True)
     keys = {"ttft_p50_s": ("distributions", "ttft", "p50"), "ttft_p99_s": ("distributions", "ttft", "p99"),
             "tpot_p50_s": ("distributions", "tpot", "p50"), "e2e_p99_s": ("distributions", "e2e", "p99")}

@@ -50,7 +50,8 @@ def test_a_measured_run_is_summarised_as_its_records_in_memory(harness: StartHar
     assert texts and any(t in on_disk for t in texts) is (not drop_text)
     decision = itl_decision_for(records)
     assert m.summary.extra["itl_decision"] == decision.to_json()
-    in_memory = summarize(records, itl_option=decision.option)
+    send_window = (m.load.start_ns, min(m.load.send_end_ns, max(r.sent_ns for r in records)))  # as measure() passes
+    in_memory = summarize(records, itl_option=decision.option, send_window_ns=send_window)
     assert json.dumps(m.metrics.to_json(per_request=True), sort_keys=True) == \
         json.dumps(in_memory.to_json(per_request=True), sort_keys=True)
     facts = run_facts(ctx, workload={"name": "synthetic-uniform"}, warmup=None, measured=[m])

@@ -20,7 +20,7 @@ from factories import simulator_harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench.common.storage import iter_records
+from pytest_llmbench.common.storage import iter_records, load_run
 from pytest_llmbench.procedures.base import get_procedure
 from pytest_llmbench.procedures.p5_9_long_context import (
     LengthThroughput,
@@ -130,9 +130,12 @@ def test_max_throughput_per_length_from_a_concurrency_sweep(tmp_path: Path) -> N
                        and r.extra["concurrency"] == lv["concurrency"])
             recs = [r for r in iter_records(run.run_dir) if r.phase == "measure"]
             assert lv["requests"] == 2 * lv["concurrency"] == len(recs)
-            # over the steady window (§5.2.3.2): the send window less its first 10 %, no drain tail; the
-            # simulator streams one token per chunk, so a chunk's tokens are the output tokens it delivers
-            t0, t1 = min(r.sent_ns for r in recs), max(r.sent_ns for r in recs)
+            # over the steady window (§5.2.3.2): the send window (the load's start to its last send) less its
+            # first 10 %, no drain tail; the simulator streams one token per chunk, so a chunk's tokens are the
+            # output tokens it delivers
+            load = load_run(run.run_dir).metadata.loads[0]
+            t0 = int(load["start_ns"])
+            t1 = min(int(load["send_end_ns"]), max(r.sent_ns for r in recs))
             lo = t0 + 0.1 * (t1 - t0)
             tokens = sum(k for r in recs for t, k in zip(r.chunk_ns, r.chunk_tokens) if lo <= t <= t1)
             assert t1 > lo and lv["output_tps"] == pytest.approx(tokens / ((t1 - lo) / 1e9), rel=1e-3)

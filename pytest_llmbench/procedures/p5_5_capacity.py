@@ -34,7 +34,7 @@ from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.units import Cell, CellValue
-from .base import Capacity, KeyFigure, ProcedureContext, ServerView, Sweep, Table
+from .base import Capacity, KeyFigure, ServerView, Sweep, Table
 from .common import Measured
 from .helpers import (
     build_level_specs,
@@ -46,7 +46,15 @@ from .helpers import (
     parse_criteria,
     pvalue,
 )
-from .pipeline import CAPACITY, Outcome, ProcedureRun
+from .pipeline import (
+    CAPACITY,
+    DEFAULT_TTFT_P99_S,
+    Outcome,
+    ProcedureRun,
+    capacity_ttft_threshold,
+    judge_search_level,
+    next_search_level,
+)
 
 __all__ = [
     "DEFAULT_TTFT_P99_S",
@@ -60,7 +68,6 @@ __all__ = [
     "ttft_threshold",
 ]
 
-DEFAULT_TTFT_P99_S = 2.0  # at time_scale 1 (real endpoints); × time_scale on the simulator
 MIN_LEVEL_S = draft.value("capacity.level_min_s")  # §5.5.3 step 3c
 MIN_COMPLETIONS_PER_SLOT = draft.value("capacity.min_completions_per_slot")
 MIN_COMPLETION = draft.value("capacity.min_completion")  # §5.5.2
@@ -114,29 +121,9 @@ PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.5')  # data/profiles.yam
 # ---------------------------------------------------------------------------------------------
 
 
-def ttft_threshold(ctx: ProcedureContext, declared: float | None) -> tuple[float, str]:
-    """The TTFT P99 criterion in seconds and where it came from."""
-    if declared is not None:
-        return float(declared), "declared (ttft_p99_threshold_s)"
-    if ctx.sut.embedded:
-        scale = float(ctx.sut.server_info.get("time_scale", 1.0) or 1.0)
-        return DEFAULT_TTFT_P99_S * scale, f"default {DEFAULT_TTFT_P99_S:g} s x simulator time_scale {scale:g}"
-    return DEFAULT_TTFT_P99_S, f"default {DEFAULT_TTFT_P99_S:g} s"
-
-
-def next_level(lo: int, hi: int | None, maximum: int, resolution: int) -> int | None:
-    """Next concurrency of the search, or None when it has converged.
-
-    ``lo``: largest passing level so far (0: none); ``hi``: smallest failing level (None: none).
-    Double while passing (up to ``maximum``), halve while failing, then bisect.
-    """
-    if hi is None:
-        return None if lo >= maximum else min(2 * lo, maximum)
-    if lo == 0:
-        return None if hi <= 1 else hi // 2
-    if hi - lo <= resolution:
-        return None
-    return (lo + hi) // 2
+#: §5.5.3's search steps, shared with 5.8's own search (pipeline.py): one definition of each.
+ttft_threshold = capacity_ttft_threshold
+next_level = next_search_level
 
 
 @dataclass
@@ -345,22 +332,14 @@ def _kv_at_capacity(m: Measured) -> tuple[float, float] | None:
 
 def _judge(c: int, m: Measured, threshold: float, min_completion: float, repeats: int,
            criteria: Sequence[str] = ()) -> LevelOutcome:
+    """§5.5.2's criteria on one level (pipeline.judge_search_level, shared with 5.8), plus the tester's own."""
+    lv = judge_search_level(c, m, threshold, min_completion)
     met = m.metrics
+    reasons = lv.reasons + criteria_failures(criteria, met)  # e.g. Etalon's fluidity SLO bounding capacity
     n_ok = int(met.scalar("completed_count").value)
     n_failed = int(met.scalar("error_count").value)
-    completion = n_ok / (n_ok + n_failed) if n_ok + n_failed else None
-    ttft99, tpot99 = pvalue(met, "ttft", 99), pvalue(met, "tpot", 99)
-    cap_err = sum(1 for r in m.records if capacity_error(r))
-    reasons = []
-    if completion is None or completion < min_completion:
-        reasons.append(f"completion {_pct(completion)} < {min_completion:.0%}")
-    if ttft99 is None or ttft99 > threshold:
-        reasons.append(f"TTFT P99 {fmt_ms(ttft99)} > {fmt_ms(threshold)}")
-    if cap_err:
-        reasons.append(f"{cap_err} out-of-memory/capacity errors")
-    reasons += criteria_failures(criteria, met)  # e.g. Etalon's fluidity SLO bounding capacity
-    return LevelOutcome(c, m, completion, ttft99, tpot99, n_failed, cap_err, not reasons, reasons, n_ok,
-                        m.load.send_window_s, repeats)
+    return LevelOutcome(c, m, lv.completion, lv.ttft_p99_s, pvalue(met, "tpot", 99), n_failed, lv.capacity_errors,
+                        not reasons, reasons, n_ok, m.load.send_window_s, repeats)
 
 
 def _checks(p: CapacityParams, outcomes: dict[int, LevelOutcome], order: list[int], lo: int, converged: bool,

@@ -496,3 +496,30 @@ def test_gate_settings_resolve_and_validate():
     assert (s.compare, s.compare_fail, s.runs, str(s.storage)) == ("latest", ["tpot.p50:10%"], 3, "/tmp/st")
     with pytest.raises(LLMBenchConfigError, match="--llm-runs.*>= 1"):
         resolve(lambda k: {"llm_runs": "0"}.get(k), lambda k: None, environ={})
+
+
+def test_unreadable_stored_samples_fall_back_to_the_stored_summaries_and_a_bug_is_not_hidden(store: Path):
+    """A damaged samples.npz is a GateStorageError naming the file; the comparison then reads the stored
+    percentile. Any other error reading samples (a bug) propagates instead of being swallowed."""
+    from pytest_llmbench.gate.compare import figure_samples, figure_value
+
+    rule = parse_rule("ttft.p99:10%")
+    run = load_run("base", store)
+    proc = run.document["procedures"][0]
+    with_samples = figure_value(run, proc, rule)
+    assert figure_samples(run, proc, rule) is not None
+    (run.path / "samples.npz").write_bytes(b"not a zip file")
+    damaged = load_run("base", store)
+    with pytest.raises(GateStorageError, match="samples.npz: stored samples unreadable"):
+        _ = damaged.samples
+    assert figure_samples(damaged, proc, rule) is None
+    stored = proc["result"]["runs"][0]["metrics"]["distributions"]["ttft"]["percentiles"]["p99"]
+    assert figure_value(damaged, proc, rule) == stored and with_samples["n"] == stored["n"]
+
+    class Broken:
+        @property
+        def samples(self):
+            raise TypeError("a bug")
+
+    with pytest.raises(TypeError, match="a bug"):
+        figure_samples(Broken(), proc, rule)  # type: ignore[arg-type]

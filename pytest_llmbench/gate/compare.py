@@ -32,7 +32,7 @@ from ..measure.stats.significance import (
     widen_by_history,
 )
 from .rules import Rule, parse_rule
-from .storage import StoredRun, primary_label, records_format_key, repetition_views
+from .storage import GateStorageError, StoredRun, primary_label, records_format_key, repetition_views
 
 __all__ = [
     "Comparison",
@@ -216,7 +216,7 @@ def figure_samples(run: StoredRun, proc: Mapping[str, Any], rule: Rule) -> np.nd
         return None
     try:
         s = run.samples.get((str(proc["key"]), label, _stored(rule)))
-    except Exception:  # samples unavailable (report dir without records): fall back to summaries
+    except GateStorageError:  # samples unavailable (report dir without records): fall back to summaries
         return None
     return None if s is None or s.size == 0 else np.asarray(s, dtype=float)
 

@@ -31,6 +31,7 @@ import socket
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -331,8 +332,13 @@ class StoredRun:
             npz = self.path / SAMPLES
             if npz.is_file():
                 index = self.meta.get("samples") or []
-                with np.load(npz) as z:
-                    self._samples = {(e["procedure"], e["run"], e["metric"]): z[f"s{i}"] for i, e in enumerate(index)}
+                try:
+                    with np.load(npz) as z:
+                        self._samples = {(e["procedure"], e["run"], e["metric"]): z[f"s{i}"]
+                                         for i, e in enumerate(index)}
+                except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+                    raise GateStorageError(f"{npz}: stored samples unreadable ({type(exc).__name__}: {exc}); "
+                                           "save this run again") from None
             else:
                 base = self.path if self.path.is_dir() else self.path.parent
                 notes: list[str] = []

@@ -199,3 +199,23 @@ def test_overlays_and_differences_follow_the_declared_series() -> None:
     declared.series[1].run = "not-a-run"
     assert [s["label"] for s in run_overlays(result)["cdfs_ttft"]["series"]] == ["Cache Disabled", "Cache (Warm)"]
     assert run_overlays(SimpleNamespace(procedure="5.7", runs=runs)) == {}
+
+
+def test_each_procedure_figure_is_declared_by_its_own_procedure_module():
+    """An SLO-nameable figure of a procedure's result (5.5's ``max_concurrency``, ...) is declared beside
+    the measurement it reads, in that procedure's module: its name and measurement key are string
+    constants there, and its declaration (title) is in no module of the layers below (measure/ once
+    declared them all)."""
+    from pytest_llmbench.measure.registry import procedure_figures
+
+    figures = procedure_figures()
+    assert len(figures) >= 10
+    lower = {f: {v for _, v in _constants(f)} for f in _modules(owners=False)
+             if f.relative_to(PACKAGE).parts[0] in LOWER}
+    for m in figures:
+        section = m.section.lstrip("§").rsplit(".", 1)[0]  # §5.5.4 -> 5.5
+        mod = next(f for f in (PACKAGE / "procedures").glob("p*.py")
+                   if f.stem.startswith("p" + section.replace(".", "_") + "_"))
+        consts = {v for _, v in _constants(mod)}
+        assert {m.name, m.measurement} <= consts, (m.name, mod.name)
+        assert not [f for f, words in lower.items() if m.title in words], m.name  # declared nowhere else

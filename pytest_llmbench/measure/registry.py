@@ -282,7 +282,7 @@ def slo_metrics() -> list[Metric]:
 
 
 def procedure_figures() -> list[Metric]:
-    """The figures a procedure result holds once (declared in ``measure/metrics/procedure_figures.py``), not per run."""
+    """The figures a procedure result holds once (each declared by its procedure module, procedures/), not per run."""
     return [m for m in METRICS.values() if m.measurement is not None]
 
 

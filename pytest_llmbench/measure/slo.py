@@ -603,7 +603,7 @@ def assert_slo(run_metrics: RunMetricsLike, *slos: SLO | str, strict: bool = Fal
 
 
 class FiguresView:
-    """A run's metrics plus figures of a whole procedure (registry ``PROCEDURE_FIGURES``) as scalars:
+    """A run's metrics plus figures of a whole procedure (``registry.procedure_figures()``) as scalars:
     what an SLO on a procedure result reads. ``run`` may be None (a result without run metrics)."""
 
     def __init__(self, run: RunMetricsLike | None, figures: Mapping[str, Estimate]) -> None:

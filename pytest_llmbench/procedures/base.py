@@ -308,7 +308,8 @@ class ProcedureResult:
 
     def slo_metrics(self) -> FiguresView:
         """What an SLO on this result reads: the summary run metrics and the procedure figures
-        (registry ``PROCEDURE_FIGURES``, e.g. ``max_concurrency``) found in its measurements."""
+        (``registry.procedure_figures()``, declared by the procedure modules, e.g. ``max_concurrency``) found in
+        its measurements."""
         from ..measure.registry import procedure_figures
         from ..measure.slo import FiguresView
         from ..measure.stats import Estimate

@@ -49,6 +49,7 @@ from ..common import draft
 from ..common.records import ErrorType
 from ..compliance import Check, RunFacts, decide
 from ..loadgen.warmup import WarmupResult
+from ..measure.registry import declare, figure
 from ..measure.units import Cell, CellValue
 from ..settings import parse_capacity
 from ..sut.system import simulator_guardrails
@@ -119,6 +120,16 @@ class GuardrailParams:
 
 
 PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.10')  # data/profiles.yaml
+
+#: The figures of this procedure's result an SLO may name (§5.10.4), e.g. in ``assert_slo``; each reads
+#: one of the result's measurements (scaled to the base unit), not a run's records.
+declare(
+    figure("guardrail_e2e_overhead_p50", "Total guardrail overhead at E2E P50", "s", "lower", "E2E P50 (Full "
+           "Filter) - E2E P50 (Baseline) at the report level", "§5.10.4", "total_overhead_e2e_p50_ms", 1e-3),
+    figure("guardrail_throughput_loss", "Throughput lost to full guardrails", "fraction", "lower",
+           "(max throughput Baseline - max throughput Full Filter) / Baseline (Table 14's reduction, sign reversed)",
+           "§5.10.4", "full_throughput_loss"),
+)
 
 
 SATURATED_SHARE = 0.95  # delivered below this share of the offered output tok/s: the server fell behind

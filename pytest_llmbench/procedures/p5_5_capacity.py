@@ -33,6 +33,7 @@ from ..common import draft
 from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
+from ..measure.registry import declare, figure
 from ..measure.units import Cell, CellValue
 from .base import Capacity, KeyFigure, ServerView, Sweep, Table
 from .common import Measured
@@ -114,6 +115,15 @@ class CapacityParams:
 
 
 PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.5')  # data/profiles.yaml
+
+#: The figures of this procedure's result an SLO may name (§5.5.4), e.g. in ``assert_slo``; each reads
+#: one of the result's measurements (scaled to the base unit), not a run's records.
+declare(
+    figure("max_concurrency", "Maximum concurrency", "requests", "higher", "highest concurrency at which every "
+           "§5.5.4 criterion held (completion, TTFT P99, no out-of-memory errors)", "§5.5.4", "max_concurrency"),
+    figure("capacity_output_throughput", "Output throughput at maximum concurrency", "tokens/s", "higher",
+           "output throughput of the §5.5 level at the maximum concurrency", "§5.5.4", "output_throughput_at_max_tps"),
+)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from ..client import LLMClient
 from ..common import draft
 from ..compliance import Check, decide
 from ..loadgen.warmup import WarmupResult
+from ..measure.registry import declare, figure
 from ..measure.stats import jain_index, latency_inflation, slowdown, starvation_rate
 from ..measure.summary import RunMetrics, summarize
 from ..measure.units import Cell, CellValue
@@ -110,6 +111,18 @@ class FairnessParams:
 
 
 PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.6')  # data/profiles.yaml
+
+#: The figures of this procedure's result an SLO may name (§5.6.4), e.g. in ``assert_slo``; each reads
+#: one of the result's measurements (scaled to the base unit), not a run's records.
+declare(
+    figure("jain_index", "Jain's fairness index", "ratio", "higher", "Jain's index over the requests' TTFT slowdowns "
+           "in the mixed run: 1 = every request served alike", "§5.6.4", "jain_index", count="jain_index_n"),
+    figure("short_class_ttft_p99", "Short-class TTFT P99", "s", "lower", "TTFT P99 of the short class in the mixed run",
+           "§5.6.4", "short_ttft_p99_ms", 1e-3, count="short_count"),
+    figure("short_class_starvation_rate", "Short-class starvation rate", "fraction", "lower", "share of the short "
+           "class's requests whose TTFT exceeds 5x the class median in the mixed run", "§5.6.4", "short_starvation_rate",
+           count="short_count"),
+)
 
 
 def _shares(mix: dict[str, float]) -> dict[str, float]:

@@ -28,6 +28,7 @@ from ..common import draft
 from ..common.records import RequestSpec
 from ..compliance import Check, RunFacts, decide
 from ..loadgen.warmup import WarmupResult
+from ..measure.registry import declare, figure
 from ..measure.units import Cell
 from ..workloads import build_workload, completion_prompt_ids, sequence_sha256
 from .base import LoadSpec, Overlays, ProcedureContext, RunSummary, Series, SkipProcedure, Table, closed
@@ -67,6 +68,14 @@ class PrefixCacheParams:
 
 
 PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.7')  # data/profiles.yaml
+
+#: The figures of this procedure's result an SLO may name (§5.7.4), e.g. in ``assert_slo``; each reads
+#: one of the result's measurements (scaled to the base unit), not a run's records.
+declare(
+    figure("warm_cache_ttft_reduction_p50", "Warm-cache TTFT reduction at P50", "fraction", "higher",
+           "(TTFT P50 with the cache disabled - TTFT P50 with a warm cache) / TTFT P50 with the cache disabled",
+           "§5.7.4", "warm_ttft_reduction_p50_pct", 0.01),
+)
 
 
 def prefix_specs(specs: list[RequestSpec], tokenizer: Any) -> list[RequestSpec]:

@@ -53,6 +53,7 @@ from ..common import draft
 from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
+from ..measure.registry import declare, figure
 from ..measure.units import Cell, CellValue
 from ..settings import parse_capacity
 from .base import ServerView, Sweep, Table
@@ -140,6 +141,17 @@ class MemoryPressureParams:
 
 
 PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.8')  # data/profiles.yaml
+
+#: The figures of this procedure's result an SLO may name (§5.8.4), e.g. in ``assert_slo``; each reads
+#: one of the result's measurements (scaled to the base unit), not a run's records.
+declare(
+    figure("oversubscription_fail_rate", "Failure rate under oversubscription", "fraction", "lower",
+           "highest failure rate (failed / sent; a cancelled request is not a failure) of any §5.8 level", "§5.8.4",
+           "max_fail_rate"),
+    figure("oversubscription_capacity_errors", "Capacity errors under oversubscription", "requests", "lower",
+           "requests that failed with an out-of-memory or capacity error, over every §5.8 level", "§5.8.4",
+           "capacity_errors"),
+)
 
 
 def level_concurrency(level: float, capacity: int) -> int:
@@ -421,7 +433,7 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
         }
         measurements["cancelled_requests"] = sum(o.cancelled for o in outcomes)
         measurements["sent_requests"] = sum(o.requests for o in outcomes)
-        # procedure figures an SLO can name (registry PROCEDURE_FIGURES): the worst level's failure
+        # procedure figures an SLO can name (declared at the top of this module): the worst level's failure
         # rate and the capacity (out-of-memory) errors over every level
         rates = [o.fail_rate for o in outcomes if o.fail_rate is not None]
         measurements["max_fail_rate"] = round(max(rates), 5) if rates else None

@@ -199,7 +199,18 @@ def test_capacity_probe_runs_in_baseline_on_its_own_workload(harness: StartHarne
             return ok
 
         ctx.configure_sut = logged
-        result = asyncio.run(PROC.run(ctx, params))
+        warm_up_with = Guardrails.warm_up_with
+        reserved_at_warm_up: list[set[str]] = []  # the prompts reserved when each warm-up chose its own
+
+        async def watched(self: Guardrails, *a: Any, **kw: Any) -> Any:
+            reserved_at_warm_up.append({s.prompt_hash for specs in self.reserved for s in specs})
+            return await warm_up_with(self, *a, **kw)
+
+        Guardrails.warm_up_with = watched  # type: ignore[method-assign]
+        try:
+            result = asyncio.run(PROC.run(ctx, params))
+        finally:
+            Guardrails.warm_up_with = warm_up_with  # type: ignore[method-assign]
     probe, base, inp = result.runs
     assert probe.label == "capacity-probe-baseline-c8" and probe.extra["phase_role"] == "capacity probe"
     assert probe.extra["guardrails_state"] == "none" and probe.extra["capacity_configuration"] == "none"
@@ -211,6 +222,8 @@ def test_capacity_probe_runs_in_baseline_on_its_own_workload(harness: StartHarne
     assert {r.workload for r in recs} == {"conversation"}  # its own workload, not 5.2's synthetic-uniform
     measured = {r.prompt_hash for run in (base, inp) for r in iter_records(run.run_dir) if r.phase == "measure"}
     assert not measured & {r.prompt_hash for r in recs}
+    # every prompt the probe sent was reserved before the first warm-up chose its prompts (§4.5.1)
+    assert reserved_at_warm_up and {r.prompt_hash for r in recs} <= reserved_at_warm_up[0]
     # the capacity = completions over the probe's steady window; the level is 50 % of it
     load = json.loads((Path(probe.run_dir) / "run.json").read_text())["loads"][0]
     lo = load["start_ns"] + 0.1 * (load["send_end_ns"] - load["start_ns"])

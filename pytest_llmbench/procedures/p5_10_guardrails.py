@@ -246,6 +246,15 @@ class Guardrails(ProcedureRun[GuardrailParams]):
             self.cap_kind = DECLARED if src.startswith("declared") else BORROWED
         else:
             self.cap_kind = PROBED  # measured in run_loads, in the capacity configuration
+        #: the capacity probe's requests: its own seed stream, drawn (and reserved) before any warm-up
+        self.capacity_probe_specs: list[Any] = []
+        if self.cap_kind == PROBED:
+            c = p.probe_concurrency
+            self.capacity_probe_specs = cap_output(build_workload(
+                p.workload, n=3 * c + math.ceil(30 * p.probe_duration_s), seed=self.seeds.derive("capacity-probe"),
+                tokenizer=ctx.tokenizer, **p.workload_params).specs, p.max_output_tokens)
+        for measured in (self.specs, self.probe_specs, self.capacity_probe_specs):  # never sent by a warm-up
+            self.reserve(measured)
         info = ctx.sut.server_info
         self.original = info.get("guardrails") if "guardrails" in info else None
         self.runs: dict[tuple[str, float], Measured] = {}
@@ -285,12 +294,9 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         """The request-rate capacity of this workload in the capacity configuration (module doc)."""
         p, ctx = self.p, self.ctx
         c = p.probe_concurrency
-        wl = build_workload(p.workload, n=3 * c + math.ceil(30 * p.probe_duration_s),
-                            seed=self.seeds.derive("capacity-probe"), tokenizer=ctx.tokenizer, **p.workload_params)
-        self.reserve(wl.specs)
         self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
         probe = await self.probe_saturation(
-            client, f"capacity-probe-{KEYS[self.capacity_cfg]}-c{c}", cap_output(wl.specs, p.max_output_tokens), c,
+            client, f"capacity-probe-{KEYS[self.capacity_cfg]}-c{c}", self.capacity_probe_specs, c,
             p.probe_duration_s, extra={"capacity_configuration": self.capacity_cfg,
                                        "guardrails_state": ctx.sut.server_info.get("guardrails")})
         self.capacity_probe = probe
@@ -312,8 +318,6 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         p = self.p
         wu = build_workload(p.workload, n=max(p.warmup_requests, 10), seed=self.seeds.derive("warmup"),
                             tokenizer=self.ctx.tokenizer, **p.workload_params)
-        self.reserve(self.specs)
-        self.reserve(self.probe_specs)
         self.rewarm[cfg] = await self.warm_up_with(client, cap_output(wu.specs, p.max_output_tokens),
                                                    label=f"warmup-{KEYS[cfg]}")
         return self.rewarm[cfg]

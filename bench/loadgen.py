@@ -10,8 +10,10 @@
     python bench/loadgen.py --url http://127.0.0.1:8000/v1   # use a server already running
     python bench/loadgen.py --workers 1,2         # closed loop over 1 and 2 load-generator processes
     python bench/loadgen.py --only open --pacer spin --spin-ms 1.5   # the open loop with the previous pacer
-    python bench/loadgen.py --pacers              # open loop: each pacer in turn, interleaved (issue 38)
+    python bench/loadgen.py --pacers              # open loop: each pacer (and no send priority) in turn, interleaved
     python bench/loadgen.py --targets --against ../base --rounds 3   # issue 38's figures, A/B against a checkout
+    python bench/loadgen.py --late-profile --rate 1000   # what ran between a late send's due time and its hand-over
+    python bench/loadgen.py --cprofile --only open       # cProfile of the open loop (else the closed loop), top entries
 
 Starts the reference mock ``shared/tools/mock_openai_server.py`` in its own process
 (``--ttft-ms 0 --itl-ms 0 --tokens 50 --no-stats``; ``--itl-ms`` sets its ITL) unless ``--url`` is
@@ -231,10 +233,12 @@ def lags_ms(res: LoadResult) -> dict[str, np.ndarray]:
 
 def _pacer_kwargs(args: argparse.Namespace) -> dict[str, object]:
     """``pacer=`` where the measured checkout has pacers, else its only knob, ``spin_ms``."""
-    if "pacer" in inspect.signature(run_load).parameters:
+    params = inspect.signature(run_load).parameters
+    extra: dict[str, object] = {"sends_first": not args.no_sends_first} if "sends_first" in params else {}
+    if "pacer" in params:
         if args.pacer == "spin":
-            return {"pacer": "spin", "spin_ms": 1.5 if args.spin_ms is None else args.spin_ms}
-        return {"pacer": args.pacer}
+            return {"pacer": "spin", "spin_ms": 1.5 if args.spin_ms is None else args.spin_ms, **extra}
+        return {"pacer": args.pacer, **extra}
     return {"spin_ms": 1.5 if args.spin_ms is None else args.spin_ms}
 
 
@@ -277,7 +281,7 @@ async def open_run(cfg: ClientConfig, specs: list[RequestSpec], rate: float, sec
         from pytest_llmbench.loadgen.pacer import make_pacer
 
         wake = WakeLag(make_pacer(str(kw["pacer"]), spin_ms=float(kw.get("spin_ms", 1.5))))  # type: ignore[arg-type]
-        kw = {"pacer": wake}
+        kw = {"pacer": wake, **{k: v for k, v in kw.items() if k == "sends_first"}}
     async with LLMClient(cfg) as c:
         await run_closed_loop(c, specs[:200], 4)  # connections, tokenizer and caches warm, as in the closed loop
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -319,6 +323,65 @@ async def open_loop(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.
     print_open(await open_run(cfg, specs, args.rate, args.open_seconds, args))
 
 
+async def late_profile(url: str, args: argparse.Namespace) -> None:
+    """The open loop at --rate on the asyncio loop with every callback timed (late_sends.py): for each
+    send whose schedule lag exceeded --late-ms, the callbacks that ran between its due time and its
+    hand-over, tallied by name."""
+    from late_sends import CallbackLog, late_send_table
+
+    specs = bench_specs(args)
+    cfg = ClientConfig(base_url=url, model="mock-model", transport=args.transport)
+    n_open = int(args.rate * args.open_seconds)
+    open_specs = (specs * (n_open // len(specs) + 1))[:n_open]
+    log = CallbackLog()
+    async with LLMClient(cfg) as c:
+        await run_closed_loop(c, specs[:200], 4)  # connections, tokenizer and caches warm
+        log.install(asyncio.get_running_loop())
+        try:
+            res = await run_open_loop(c, open_specs, ArrivalProcess("poisson", args.rate, seed=1),
+                                      **_pacer_kwargs(args))
+        finally:
+            log.uninstall()
+    lag = lags_ms(res)
+    print(f"  open loop Poisson {args.rate:.0f} req/s, asyncio loop with every callback timed, pacer {res.pacer}: "
+          f"schedule lag p50 {np.percentile(lag['schedule'], 50):.3f} ms  p99 {np.percentile(lag['schedule'], 99):.3f} ms"
+          f"  submit lag p99 {np.percentile(lag['submit'], 99):.3f} ms  ({len(log.start)} callbacks and polls timed)")
+    sends = [(r.intended_ns, r.handoff_ns) for r in res.records if r.intended_ns is not None and r.sent_ns]
+    for line in late_send_table(log, sends, int(args.late_ms * 1e6), top=args.top):
+        print("  " + line)
+
+
+async def cprofile_run(url: str, args: argparse.Namespace) -> None:
+    """cProfile of one run (--only open: the open loop at --rate; else the closed loop); top --top by own time."""
+    import cProfile
+    import pstats
+
+    specs = bench_specs(args)
+    cfg = ClientConfig(base_url=url, model="mock-model", transport=args.transport)
+    prof = cProfile.Profile()
+    open_rate = args.rate if args.only == "open" else 0.0
+    async with LLMClient(cfg, max_connections=None if open_rate else args.concurrency) as c:
+        await run_closed_loop(c, specs[:300], 4 if open_rate else args.concurrency)
+        prof.enable()
+        if open_rate:
+            n_open = int(open_rate * args.open_seconds)
+            res = await run_open_loop(c, (specs * (n_open // len(specs) + 1))[:n_open],
+                                      ArrivalProcess("poisson", open_rate, seed=1), **_pacer_kwargs(args))
+        else:
+            res = await run_closed_loop(c, specs, args.concurrency)
+        prof.disable()
+    st = pstats.Stats(prof)
+    total = st.total_tt  # type: ignore[attr-defined]
+    n = max(len(res.records), 1)
+    print(f"  cProfile, {'open loop Poisson %.0f req/s' % open_rate if open_rate else 'closed loop c=%d' % args.concurrency}"
+          f", {n} requests: {total / n * 1e6:.1f} µs profiled per request; top {args.top} by own time "
+          "(µs per request, own / cumulative):")
+    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[: args.top]  # type: ignore[attr-defined]
+    for (file, line, func), (_cc, nc, tt, ct, _callers) in rows:
+        where = f"{Path(file).name}:{line}({func})" if file != "~" else func
+        print(f"    {tt / n * 1e6:8.1f} {ct / n * 1e6:9.1f}  {nc / n:8.2f} calls  {where}")
+
+
 def wait_for_quiet(args: argparse.Namespace) -> float:
     """With ``--max-load L``: wait (up to ``--max-wait`` s) until the 1-minute load average is below L;
     returns the load average at the start."""
@@ -337,22 +400,22 @@ async def pacers_bench(url: str, args: argparse.Namespace) -> None:
     """The open loop with each pacer in turn, rounds interleaved (order rotated each round), at --rate."""
     specs = bench_specs(args)
     cfg = ClientConfig(base_url=url, model="mock-model", transport=args.transport)
-    kinds = [("spin", 1.5), ("spin", 0.0), ("auto", None)]
+    kinds = [("spin", 1.5, False), ("spin", 0.0, False), ("auto", None, False), ("auto", None, True)]
     rows: dict[str, list[dict[str, float | str | None]]] = {}
     for rnd in range(args.rounds):
         order = kinds[rnd % len(kinds):] + kinds[:rnd % len(kinds)]
-        for kind, spin in order:
-            a = argparse.Namespace(**{**vars(args), "pacer": kind, "spin_ms": spin})
+        for kind, spin, no_first in order:
+            a = argparse.Namespace(**{**vars(args), "pacer": kind, "spin_ms": spin, "no_sends_first": no_first})
             load = wait_for_quiet(args)
             o = await open_run(cfg, specs, args.rate, args.open_seconds, a, seed=rnd)
             o["load"] = load
-            print(f"  load average {load:.2f} at the start:", end="")
+            print(f"  load average {load:.2f} at the start{', no sends-first' if no_first else ''}:", end="")
             print_open(o)
-            rows.setdefault(str(o["pacer"]), []).append(o)
+            rows.setdefault(str(o["pacer"]) + (", no sends-first" if no_first else ""), []).append(o)
     print(f"  medians over {args.rounds} interleaved rounds, open loop Poisson {args.rate:.0f} req/s:")
     for name, rs in rows.items():
         med = {k: float(np.median([r[k] for r in rs])) for k in ("schedule_p99", "submit_p99", "cpu_ms_per_1000_chunks")}
-        print(f"    {name:>16}: schedule lag p99 {med['schedule_p99']:.3f} ms  submit lag p99 {med['submit_p99']:.3f} ms  "
+        print(f"    {name:>32}: schedule lag p99 {med['schedule_p99']:.3f} ms  submit lag p99 {med['submit_p99']:.3f} ms  "
               f"CPU {med['cpu_ms_per_1000_chunks']:.2f} ms/1000 chunks")
 
 
@@ -401,6 +464,8 @@ def targets(url: str, args: argparse.Namespace) -> None:
                    "--transport", args.transport, "--loop", args.loop]
             if args.spin_ms is not None:
                 cmd += ["--spin-ms", str(args.spin_ms)]
+            if args.no_sends_first:
+                cmd += ["--no-sends-first"]
             load = (wait_for_quiet(args),)
             line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
             r = json.loads(line)
@@ -490,6 +555,8 @@ def main() -> None:
                     help="open loop: how the dispatcher waits for a send time (loadgen/pacer.py)")
     ap.add_argument("--spin-ms", type=float, default=None,
                     help="open loop, --pacer spin: yield-spin this close to a send (default 1.5)")
+    ap.add_argument("--no-sends-first", action="store_true",
+                    help="open loop: no send priority (a due send may wait behind response parsing; load.py)")
     ap.add_argument("--pacers", action="store_true",
                     help="open loop at --rate with the spin (1.5 ms), timer (spin 0) and auto pacers, interleaved")
     ap.add_argument("--targets", action="store_true",
@@ -502,6 +569,13 @@ def main() -> None:
                     help="--targets / --pacers: before each run wait until the 1-minute load average is below this")
     ap.add_argument("--max-wait", type=float, default=300.0, help="--max-load: wait at most this many seconds")
     ap.add_argument("--mock-cpus", default=None, help="pin the mock to these CPUs (taskset -c), e.g. 1")
+    ap.add_argument("--late-profile", action="store_true",
+                    help="open loop at --rate on the asyncio loop with every callback timed: what ran between "
+                         "each late send's due time and its hand-over (bench/late_sends.py)")
+    ap.add_argument("--late-ms", type=float, default=0.2, help="--late-profile: a send later than this is late")
+    ap.add_argument("--cprofile", action="store_true",
+                    help="cProfile one run (--only open: the open loop at --rate, else the closed loop)")
+    ap.add_argument("--top", type=int, default=15, help="--late-profile / --cprofile: entries printed")
     ap.add_argument("--repo", type=Path, default=None, help="measure this checkout's package (A/B child runs)")
     ap.add_argument("--child-json", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--http-trace", action="store_true", help="record per-request HTTP timings (httptrace.py)")
@@ -533,6 +607,12 @@ def main() -> None:
     try:
         if args.workers:
             run(workers_bench(url, args))
+            return
+        if args.late_profile:
+            asyncio.run(late_profile(url, args))  # the asyncio loop: uvloop's callbacks cannot be timed
+            return
+        if args.cprofile:
+            run(cprofile_run(url, args))
             return
         if args.targets:
             targets(url, args)

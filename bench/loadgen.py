@@ -451,34 +451,103 @@ TARGET_ROWS = (
 )
 
 
-def targets(url: str, args: argparse.Namespace) -> None:
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _host_busy_s() -> float:
+    """CPU seconds the whole host has been busy (every core; /proc/stat), 0 where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except OSError:
+        return 0.0
+    return (sum(v) - v[3] - v[4]) / _HZ
+
+
+def _pid_cpu_s(pid: int | None) -> float:
+    """CPU seconds of one process (/proc/PID/stat utime + stime), 0 where unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _HZ
+
+
+def wait_for_idle(args: argparse.Namespace) -> float:
+    """With ``--max-others C``: wait (up to ``--max-wait`` s) until the host's busy CPU over one second
+    is below C cores (nothing else running); returns the last sample."""
+    deadline = time.monotonic() + args.max_wait
+    while True:
+        b0 = _host_busy_s()
+        time.sleep(1.0)
+        busy = _host_busy_s() - b0
+        if args.max_others is None or busy < args.max_others or time.monotonic() > deadline:
+            return busy
+
+
+def targets(url: str, args: argparse.Namespace, mock_pid: int | None = None) -> None:
     """Each round runs this checkout (A) and, with --against, another one (B) in fresh processes, in
-    turn (A B, then B A, ...), against the same mock; prints every run, then medians and A/B ratios."""
+    turn (A B, then B A, ...), against the same mock; prints every run, then medians and A/B ratios.
+
+    Each run also measures the *others'* CPU: the host's busy CPU during the run less the run's own
+    process and the mock's, in cores. With ``--max-others C`` a run where others used more than C
+    cores is printed, discarded and run again (up to ``--retries`` times), after waiting for an idle
+    host: figures from a host where another job took a core are not the client's."""
     sides = [("A", REPO)] + ([("B", args.against.resolve())] if args.against else [])
     runs: dict[str, list[dict[str, float | str | None]]] = {name: [] for name, _ in sides}
     for rnd in range(args.rounds):
         for name, repo in (sides if rnd % 2 == 0 else sides[::-1]):
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--repo", str(repo), "--url", url, "--child-json",
-                   "--requests", str(args.requests), "--open-seconds", str(args.open_seconds),
-                   "--tokens", str(args.tokens), "--concurrency", str(args.concurrency), "--pacer", args.pacer,
-                   "--transport", args.transport, "--loop", args.loop]
-            if args.spin_ms is not None:
-                cmd += ["--spin-ms", str(args.spin_ms)]
-            if args.no_sends_first:
-                cmd += ["--no-sends-first"]
-            load = (wait_for_quiet(args),)
-            line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-            r = json.loads(line)
-            r["load1"] = load[0]
+            for attempt in range(args.retries + 1):
+                r = _target_child(url, args, repo, mock_pid)
+                others = float(r["others_cores"])  # type: ignore[arg-type]
+                if args.max_others is None or others <= args.max_others or attempt == args.retries:
+                    break
+                print(f"  round {rnd + 1} {name}: discarded, others used {others:.2f} cores "
+                      f"(load average {r['load1']:.2f}); again", flush=True)
             runs[name].append(r)
-            print(f"  round {rnd + 1} {name} ({repo}), load average {load[0]:.2f}: closed {r['closed_rps']:.0f} req/s "
+            print(f"  round {rnd + 1} {name} ({repo}), load average {r['load1']:.2f}, others {others:.2f} cores: "
+                  f"closed {r['closed_rps']:.0f} req/s "
                   f"{r['closed_cpu_ms_per_1000_chunks']:.2f} ms/1000 chunks | open 1000: schedule p99 "
                   f"{r['open1000_schedule_p99']:.3f} ms, submit p99 {r['open1000_submit_p99']:.3f} ms, "
                   f"{r['open1000_cpu_ms_per_1000_chunks']:.2f} ms/1000 chunks, pacer {r['open1000_pacer']} | open 2000: "
                   f"schedule p99 {r['open2000_schedule_p99']:.3f} ms, submit p99 {r['open2000_submit_p99']:.3f} ms, "
                   f"achieved {r['open2000_achieved']:.0f}", flush=True)
-    loads = [r["load1"] for rs in runs.values() for r in rs]
-    print(f"  medians over {args.rounds} round(s); 1-minute load average at each start {min(loads):.2f}-{max(loads):.2f}")
+    _targets_table(runs, args)
+
+
+def _target_child(url: str, args: argparse.Namespace, repo: Path, mock_pid: int | None) -> dict[str, float | str | None]:
+    """One --targets run of ``repo`` in a fresh process: its figures, the load average at its start and
+    the others' CPU during it (host busy − the run − the mock, in cores)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--repo", str(repo), "--url", url, "--child-json",
+           "--requests", str(args.requests), "--open-seconds", str(args.open_seconds),
+           "--tokens", str(args.tokens), "--concurrency", str(args.concurrency), "--pacer", args.pacer,
+           "--transport", args.transport, "--loop", args.loop]
+    if args.spin_ms is not None:
+        cmd += ["--spin-ms", str(args.spin_ms)]
+    if args.no_sends_first:
+        cmd += ["--no-sends-first"]
+    load = wait_for_quiet(args)
+    wait_for_idle(args)
+    ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    host0, mock0, me0, t0 = _host_busy_s(), _pid_cpu_s(mock_pid), time.process_time(), time.monotonic()
+    line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    host1, mock1, me1, t1 = _host_busy_s(), _pid_cpu_s(mock_pid), time.process_time(), time.monotonic()
+    ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child = (ch1.ru_utime - ch0.ru_utime) + (ch1.ru_stime - ch0.ru_stime)
+    r = json.loads(line)
+    r["load1"] = load
+    r["others_cores"] = max(0.0, (host1 - host0) - child - (mock1 - mock0) - (me1 - me0)) / (t1 - t0)
+    return r
+
+
+def _targets_table(runs: dict[str, list[dict[str, float | str | None]]], args: argparse.Namespace) -> None:
+    loads = [float(r["load1"]) for rs in runs.values() for r in rs]  # type: ignore[arg-type]
+    others = [float(r["others_cores"]) for rs in runs.values() for r in rs]  # type: ignore[arg-type]
+    print(f"  medians over {args.rounds} round(s); 1-minute load average at each start {min(loads):.2f}-{max(loads):.2f}; "
+          f"others' CPU during the runs {min(others):.2f}-{max(others):.2f} cores")
     head = f"  {'figure':<44} {'target':>16} {'A (this)':>10}"
     if args.against:
         head += f" {'B (against)':>12} {'A/B pairwise median':>20}"
@@ -568,6 +637,10 @@ def main() -> None:
     ap.add_argument("--max-load", type=float, default=None,
                     help="--targets / --pacers: before each run wait until the 1-minute load average is below this")
     ap.add_argument("--max-wait", type=float, default=300.0, help="--max-load: wait at most this many seconds")
+    ap.add_argument("--max-others", type=float, default=None,
+                    help="--targets: wait until the host is idle (busy < this many cores) before each run, and "
+                         "run again one where other processes used more than this many cores")
+    ap.add_argument("--retries", type=int, default=3, help="--max-others: runs again at most this many times")
     ap.add_argument("--mock-cpus", default=None, help="pin the mock to these CPUs (taskset -c), e.g. 1")
     ap.add_argument("--late-profile", action="store_true",
                     help="open loop at --rate on the asyncio loop with every callback timed: what ran between "
@@ -615,7 +688,7 @@ def main() -> None:
             run(cprofile_run(url, args))
             return
         if args.targets:
-            targets(url, args)
+            targets(url, args, proc.pid if proc is not None else None)
             return
         if args.pacers:
             run(pacers_bench(url, args))

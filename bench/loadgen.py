@@ -596,13 +596,21 @@ async def workers_bench(url: str, args: argparse.Namespace) -> None:
         n = chunks(res)
         shards = res.parameters.get("sharding", {}).get("shards", [])
         lag = max((s["loop_delay"]["p99_ms"] or 0.0 for s in shards), default=res.loop_delay.p99_ms or 0.0)
+        if shards:  # each shard's own CPU over its run, per 1000 of the chunks it received
+            per = [s.get("cpu_s", 0.0) / max(sum(len(r.chunk_ns) for r in res.records if r.shard == s["index"]), 1)
+                   * 1e6 for s in shards]
+        else:
+            per = [res.client_delay.cpu_s / max(n, 1) * 1e6] if res.client_delay is not None else []
         rows.append((w, res.ok / res.duration_s, n / res.duration_s, cpu / max(n, 1) * 1e6, lag, res.valid,
-                     res.ok, res.sent))
+                     res.ok, res.sent, per))
     print(f"  closed loop c={args.concurrency}, {args.requests} requests, {args.tokens}-token streams:")
-    print(f"  {'workers':>7} {'req/s':>8} {'chunks/s':>9} {'CPU ms/1000 chunks':>19} {'loop p99 ms':>12} "
-          f"{'valid':>6} {'ok/sent':>12}")
-    for w, rps, cps, cpu_k, lag, valid, ok, sent in rows:
-        print(f"  {w:>7} {rps:8.0f} {cps:9.0f} {cpu_k:19.2f} {lag:12.1f} {str(valid):>6} {ok:>6}/{sent:<6}")
+    print(f"  {'workers':>7} {'req/s':>8} {'chunks/s':>9} {'CPU ms/1000 chunks':>19} {'per worker (its run)':>22} "
+          f"{'loop p99 ms':>12} {'valid':>6} {'ok/sent':>12}")
+    for w, rps, cps, cpu_k, lag, valid, ok, sent, per in rows:
+        each = ", ".join(f"{x:.2f}" for x in per)
+        print(f"  {w:>7} {rps:8.0f} {cps:9.0f} {cpu_k:19.2f} {each:>22} {lag:12.1f} {str(valid):>6} {ok:>6}/{sent:<6}")
+    print("  CPU ms/1000 chunks: every load-generator process (parent + shards, start-up included); per worker: "
+          "each process's CPU over its own run per 1000 of its chunks")
 
 
 def main() -> None:

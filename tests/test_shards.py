@@ -129,8 +129,9 @@ def test_two_workers_give_the_same_accounting_as_one(ttft_runs: dict[str, Proced
     sharding = ttft_runs["2"].runs[0].load["sharding"]
     assert sharding["backend"] == "local" and sharding["workers"] == 2
     assert [s["sent"] for s in sharding["shards"]] == [75, 75]
-    for s in sharding["shards"]:  # send lag, loop delay and the self-check, per shard
+    for s in sharding["shards"]:  # send lag, loop delay, the self-check and the CPU of its run, per shard
         assert s["send_lag"]["n"] == 75 and s["loop_delay"]["n"] > 0 and isinstance(s["valid"], bool)
+        assert s["cpu_s"] > 0
     run_json = json.loads((Path(ttft_runs["2"].runs[0].run_dir) / "run.json").read_text())
     assert run_json["loads"][0]["parameters"]["sharding"]["workers"] == 2
 

@@ -130,6 +130,7 @@ class ShardReport:
     spec_stats: dict[str, int] = field(default_factory=dict)
     clock_offset_ms: float | None = None  # node wall clock - driver wall clock (Ray backend)
     clock_rtt_ms: float | None = None
+    cpu_s: float = 0.0  # the shard process's CPU seconds over its run (start-up and record hand-over excluded)
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -301,7 +302,8 @@ async def run_shard(task: ShardTask, client: LLMClient, start_unix_ns: int, emit
     return ShardReport(task.index, me.host, me.pid, me.node, r.start_ns, r.send_end_ns, r.end_ns, r.sent, r.ok,
                        r.cancelled, dict(r.errors), r.output_tokens, r.achieved_rate, r.concurrency_target,
                        r.concurrency_mean, r.concurrency_max, list(r.concurrency_samples), r.send_lag, r.loop_delay,
-                       r.valid, r.invalid_reason, spec_stats=stats)
+                       r.valid, r.invalid_reason, spec_stats=stats,
+                       cpu_s=r.client_delay.cpu_s if r.client_delay is not None else 0.0)
 
 
 def make_client(task: ShardTask) -> LLMClient:

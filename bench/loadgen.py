@@ -10,8 +10,10 @@
     python bench/loadgen.py --url http://127.0.0.1:8000/v1   # use a server already running
     python bench/loadgen.py --workers 1,2         # closed loop over 1 and 2 load-generator processes
     python bench/loadgen.py --only open --pacer spin --spin-ms 1.5   # the open loop with the previous pacer
-    python bench/loadgen.py --pacers              # open loop: each pacer in turn, interleaved (issue 38)
+    python bench/loadgen.py --pacers              # open loop: each pacer (and no send priority) in turn, interleaved
     python bench/loadgen.py --targets --against ../base --rounds 3   # issue 38's figures, A/B against a checkout
+    python bench/loadgen.py --late-profile --rate 1000   # what ran between a late send's due time and its hand-over
+    python bench/loadgen.py --cprofile --only open       # cProfile of the open loop (else the closed loop), top entries
 
 Starts the reference mock ``shared/tools/mock_openai_server.py`` in its own process
 (``--ttft-ms 0 --itl-ms 0 --tokens 50 --no-stats``; ``--itl-ms`` sets its ITL) unless ``--url`` is
@@ -231,10 +233,12 @@ def lags_ms(res: LoadResult) -> dict[str, np.ndarray]:
 
 def _pacer_kwargs(args: argparse.Namespace) -> dict[str, object]:
     """``pacer=`` where the measured checkout has pacers, else its only knob, ``spin_ms``."""
-    if "pacer" in inspect.signature(run_load).parameters:
+    params = inspect.signature(run_load).parameters
+    extra: dict[str, object] = {"sends_first": not args.no_sends_first} if "sends_first" in params else {}
+    if "pacer" in params:
         if args.pacer == "spin":
-            return {"pacer": "spin", "spin_ms": 1.5 if args.spin_ms is None else args.spin_ms}
-        return {"pacer": args.pacer}
+            return {"pacer": "spin", "spin_ms": 1.5 if args.spin_ms is None else args.spin_ms, **extra}
+        return {"pacer": args.pacer, **extra}
     return {"spin_ms": 1.5 if args.spin_ms is None else args.spin_ms}
 
 
@@ -277,7 +281,7 @@ async def open_run(cfg: ClientConfig, specs: list[RequestSpec], rate: float, sec
         from pytest_llmbench.loadgen.pacer import make_pacer
 
         wake = WakeLag(make_pacer(str(kw["pacer"]), spin_ms=float(kw.get("spin_ms", 1.5))))  # type: ignore[arg-type]
-        kw = {"pacer": wake}
+        kw = {"pacer": wake, **{k: v for k, v in kw.items() if k == "sends_first"}}
     async with LLMClient(cfg) as c:
         await run_closed_loop(c, specs[:200], 4)  # connections, tokenizer and caches warm, as in the closed loop
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -319,6 +323,65 @@ async def open_loop(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.
     print_open(await open_run(cfg, specs, args.rate, args.open_seconds, args))
 
 
+async def late_profile(url: str, args: argparse.Namespace) -> None:
+    """The open loop at --rate on the asyncio loop with every callback timed (late_sends.py): for each
+    send whose schedule lag exceeded --late-ms, the callbacks that ran between its due time and its
+    hand-over, tallied by name."""
+    from late_sends import CallbackLog, late_send_table
+
+    specs = bench_specs(args)
+    cfg = ClientConfig(base_url=url, model="mock-model", transport=args.transport)
+    n_open = int(args.rate * args.open_seconds)
+    open_specs = (specs * (n_open // len(specs) + 1))[:n_open]
+    log = CallbackLog()
+    async with LLMClient(cfg) as c:
+        await run_closed_loop(c, specs[:200], 4)  # connections, tokenizer and caches warm
+        log.install(asyncio.get_running_loop())
+        try:
+            res = await run_open_loop(c, open_specs, ArrivalProcess("poisson", args.rate, seed=1),
+                                      **_pacer_kwargs(args))
+        finally:
+            log.uninstall()
+    lag = lags_ms(res)
+    print(f"  open loop Poisson {args.rate:.0f} req/s, asyncio loop with every callback timed, pacer {res.pacer}: "
+          f"schedule lag p50 {np.percentile(lag['schedule'], 50):.3f} ms  p99 {np.percentile(lag['schedule'], 99):.3f} ms"
+          f"  submit lag p99 {np.percentile(lag['submit'], 99):.3f} ms  ({len(log.start)} callbacks and polls timed)")
+    sends = [(r.intended_ns, r.handoff_ns) for r in res.records if r.intended_ns is not None and r.sent_ns]
+    for line in late_send_table(log, sends, int(args.late_ms * 1e6), top=args.top):
+        print("  " + line)
+
+
+async def cprofile_run(url: str, args: argparse.Namespace) -> None:
+    """cProfile of one run (--only open: the open loop at --rate; else the closed loop); top --top by own time."""
+    import cProfile
+    import pstats
+
+    specs = bench_specs(args)
+    cfg = ClientConfig(base_url=url, model="mock-model", transport=args.transport)
+    prof = cProfile.Profile()
+    open_rate = args.rate if args.only == "open" else 0.0
+    async with LLMClient(cfg, max_connections=None if open_rate else args.concurrency) as c:
+        await run_closed_loop(c, specs[:300], 4 if open_rate else args.concurrency)
+        prof.enable()
+        if open_rate:
+            n_open = int(open_rate * args.open_seconds)
+            res = await run_open_loop(c, (specs * (n_open // len(specs) + 1))[:n_open],
+                                      ArrivalProcess("poisson", open_rate, seed=1), **_pacer_kwargs(args))
+        else:
+            res = await run_closed_loop(c, specs, args.concurrency)
+        prof.disable()
+    st = pstats.Stats(prof)
+    total = st.total_tt  # type: ignore[attr-defined]
+    n = max(len(res.records), 1)
+    print(f"  cProfile, {'open loop Poisson %.0f req/s' % open_rate if open_rate else 'closed loop c=%d' % args.concurrency}"
+          f", {n} requests: {total / n * 1e6:.1f} µs profiled per request; top {args.top} by own time "
+          "(µs per request, own / cumulative):")
+    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[: args.top]  # type: ignore[attr-defined]
+    for (file, line, func), (_cc, nc, tt, ct, _callers) in rows:
+        where = f"{Path(file).name}:{line}({func})" if file != "~" else func
+        print(f"    {tt / n * 1e6:8.1f} {ct / n * 1e6:9.1f}  {nc / n:8.2f} calls  {where}")
+
+
 def wait_for_quiet(args: argparse.Namespace) -> float:
     """With ``--max-load L``: wait (up to ``--max-wait`` s) until the 1-minute load average is below L;
     returns the load average at the start."""
@@ -337,22 +400,22 @@ async def pacers_bench(url: str, args: argparse.Namespace) -> None:
     """The open loop with each pacer in turn, rounds interleaved (order rotated each round), at --rate."""
     specs = bench_specs(args)
     cfg = ClientConfig(base_url=url, model="mock-model", transport=args.transport)
-    kinds = [("spin", 1.5), ("spin", 0.0), ("auto", None)]
+    kinds = [("spin", 1.5, False), ("spin", 0.0, False), ("auto", None, False), ("auto", None, True)]
     rows: dict[str, list[dict[str, float | str | None]]] = {}
     for rnd in range(args.rounds):
         order = kinds[rnd % len(kinds):] + kinds[:rnd % len(kinds)]
-        for kind, spin in order:
-            a = argparse.Namespace(**{**vars(args), "pacer": kind, "spin_ms": spin})
+        for kind, spin, no_first in order:
+            a = argparse.Namespace(**{**vars(args), "pacer": kind, "spin_ms": spin, "no_sends_first": no_first})
             load = wait_for_quiet(args)
             o = await open_run(cfg, specs, args.rate, args.open_seconds, a, seed=rnd)
             o["load"] = load
-            print(f"  load average {load:.2f} at the start:", end="")
+            print(f"  load average {load:.2f} at the start{', no sends-first' if no_first else ''}:", end="")
             print_open(o)
-            rows.setdefault(str(o["pacer"]), []).append(o)
+            rows.setdefault(str(o["pacer"]) + (", no sends-first" if no_first else ""), []).append(o)
     print(f"  medians over {args.rounds} interleaved rounds, open loop Poisson {args.rate:.0f} req/s:")
     for name, rs in rows.items():
         med = {k: float(np.median([r[k] for r in rs])) for k in ("schedule_p99", "submit_p99", "cpu_ms_per_1000_chunks")}
-        print(f"    {name:>16}: schedule lag p99 {med['schedule_p99']:.3f} ms  submit lag p99 {med['submit_p99']:.3f} ms  "
+        print(f"    {name:>32}: schedule lag p99 {med['schedule_p99']:.3f} ms  submit lag p99 {med['submit_p99']:.3f} ms  "
               f"CPU {med['cpu_ms_per_1000_chunks']:.2f} ms/1000 chunks")
 
 
@@ -388,32 +451,103 @@ TARGET_ROWS = (
 )
 
 
-def targets(url: str, args: argparse.Namespace) -> None:
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _host_busy_s() -> float:
+    """CPU seconds the whole host has been busy (every core; /proc/stat), 0 where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except OSError:
+        return 0.0
+    return (sum(v) - v[3] - v[4]) / _HZ
+
+
+def _pid_cpu_s(pid: int | None) -> float:
+    """CPU seconds of one process (/proc/PID/stat utime + stime), 0 where unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _HZ
+
+
+def wait_for_idle(args: argparse.Namespace) -> float:
+    """With ``--max-others C``: wait (up to ``--max-wait`` s) until the host's busy CPU over one second
+    is below C cores (nothing else running); returns the last sample."""
+    deadline = time.monotonic() + args.max_wait
+    while True:
+        b0 = _host_busy_s()
+        time.sleep(1.0)
+        busy = _host_busy_s() - b0
+        if args.max_others is None or busy < args.max_others or time.monotonic() > deadline:
+            return busy
+
+
+def targets(url: str, args: argparse.Namespace, mock_pid: int | None = None) -> None:
     """Each round runs this checkout (A) and, with --against, another one (B) in fresh processes, in
-    turn (A B, then B A, ...), against the same mock; prints every run, then medians and A/B ratios."""
+    turn (A B, then B A, ...), against the same mock; prints every run, then medians and A/B ratios.
+
+    Each run also measures the *others'* CPU: the host's busy CPU during the run less the run's own
+    process and the mock's, in cores. With ``--max-others C`` a run where others used more than C
+    cores is printed, discarded and run again (up to ``--retries`` times), after waiting for an idle
+    host: figures from a host where another job took a core are not the client's."""
     sides = [("A", REPO)] + ([("B", args.against.resolve())] if args.against else [])
     runs: dict[str, list[dict[str, float | str | None]]] = {name: [] for name, _ in sides}
     for rnd in range(args.rounds):
         for name, repo in (sides if rnd % 2 == 0 else sides[::-1]):
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--repo", str(repo), "--url", url, "--child-json",
-                   "--requests", str(args.requests), "--open-seconds", str(args.open_seconds),
-                   "--tokens", str(args.tokens), "--concurrency", str(args.concurrency), "--pacer", args.pacer,
-                   "--transport", args.transport, "--loop", args.loop]
-            if args.spin_ms is not None:
-                cmd += ["--spin-ms", str(args.spin_ms)]
-            load = (wait_for_quiet(args),)
-            line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-            r = json.loads(line)
-            r["load1"] = load[0]
+            for attempt in range(args.retries + 1):
+                r = _target_child(url, args, repo, mock_pid)
+                others = float(r["others_cores"])  # type: ignore[arg-type]
+                if args.max_others is None or others <= args.max_others or attempt == args.retries:
+                    break
+                print(f"  round {rnd + 1} {name}: discarded, others used {others:.2f} cores "
+                      f"(load average {r['load1']:.2f}); again", flush=True)
             runs[name].append(r)
-            print(f"  round {rnd + 1} {name} ({repo}), load average {load[0]:.2f}: closed {r['closed_rps']:.0f} req/s "
+            print(f"  round {rnd + 1} {name} ({repo}), load average {r['load1']:.2f}, others {others:.2f} cores: "
+                  f"closed {r['closed_rps']:.0f} req/s "
                   f"{r['closed_cpu_ms_per_1000_chunks']:.2f} ms/1000 chunks | open 1000: schedule p99 "
                   f"{r['open1000_schedule_p99']:.3f} ms, submit p99 {r['open1000_submit_p99']:.3f} ms, "
                   f"{r['open1000_cpu_ms_per_1000_chunks']:.2f} ms/1000 chunks, pacer {r['open1000_pacer']} | open 2000: "
                   f"schedule p99 {r['open2000_schedule_p99']:.3f} ms, submit p99 {r['open2000_submit_p99']:.3f} ms, "
                   f"achieved {r['open2000_achieved']:.0f}", flush=True)
-    loads = [r["load1"] for rs in runs.values() for r in rs]
-    print(f"  medians over {args.rounds} round(s); 1-minute load average at each start {min(loads):.2f}-{max(loads):.2f}")
+    _targets_table(runs, args)
+
+
+def _target_child(url: str, args: argparse.Namespace, repo: Path, mock_pid: int | None) -> dict[str, float | str | None]:
+    """One --targets run of ``repo`` in a fresh process: its figures, the load average at its start and
+    the others' CPU during it (host busy − the run − the mock, in cores)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--repo", str(repo), "--url", url, "--child-json",
+           "--requests", str(args.requests), "--open-seconds", str(args.open_seconds),
+           "--tokens", str(args.tokens), "--concurrency", str(args.concurrency), "--pacer", args.pacer,
+           "--transport", args.transport, "--loop", args.loop]
+    if args.spin_ms is not None:
+        cmd += ["--spin-ms", str(args.spin_ms)]
+    if args.no_sends_first:
+        cmd += ["--no-sends-first"]
+    load = wait_for_quiet(args)
+    wait_for_idle(args)
+    ch0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    host0, mock0, me0, t0 = _host_busy_s(), _pid_cpu_s(mock_pid), time.process_time(), time.monotonic()
+    line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    host1, mock1, me1, t1 = _host_busy_s(), _pid_cpu_s(mock_pid), time.process_time(), time.monotonic()
+    ch1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    child = (ch1.ru_utime - ch0.ru_utime) + (ch1.ru_stime - ch0.ru_stime)
+    r = json.loads(line)
+    r["load1"] = load
+    r["others_cores"] = max(0.0, (host1 - host0) - child - (mock1 - mock0) - (me1 - me0)) / (t1 - t0)
+    return r
+
+
+def _targets_table(runs: dict[str, list[dict[str, float | str | None]]], args: argparse.Namespace) -> None:
+    loads = [float(r["load1"]) for rs in runs.values() for r in rs]  # type: ignore[arg-type]
+    others = [float(r["others_cores"]) for rs in runs.values() for r in rs]  # type: ignore[arg-type]
+    print(f"  medians over {args.rounds} round(s); 1-minute load average at each start {min(loads):.2f}-{max(loads):.2f}; "
+          f"others' CPU during the runs {min(others):.2f}-{max(others):.2f} cores")
     head = f"  {'figure':<44} {'target':>16} {'A (this)':>10}"
     if args.against:
         head += f" {'B (against)':>12} {'A/B pairwise median':>20}"
@@ -462,13 +596,21 @@ async def workers_bench(url: str, args: argparse.Namespace) -> None:
         n = chunks(res)
         shards = res.parameters.get("sharding", {}).get("shards", [])
         lag = max((s["loop_delay"]["p99_ms"] or 0.0 for s in shards), default=res.loop_delay.p99_ms or 0.0)
+        if shards:  # each shard's own CPU over its run, per 1000 of the chunks it received
+            per = [s.get("cpu_s", 0.0) / max(sum(len(r.chunk_ns) for r in res.records if r.shard == s["index"]), 1)
+                   * 1e6 for s in shards]
+        else:
+            per = [res.client_delay.cpu_s / max(n, 1) * 1e6] if res.client_delay is not None else []
         rows.append((w, res.ok / res.duration_s, n / res.duration_s, cpu / max(n, 1) * 1e6, lag, res.valid,
-                     res.ok, res.sent))
+                     res.ok, res.sent, per))
     print(f"  closed loop c={args.concurrency}, {args.requests} requests, {args.tokens}-token streams:")
-    print(f"  {'workers':>7} {'req/s':>8} {'chunks/s':>9} {'CPU ms/1000 chunks':>19} {'loop p99 ms':>12} "
-          f"{'valid':>6} {'ok/sent':>12}")
-    for w, rps, cps, cpu_k, lag, valid, ok, sent in rows:
-        print(f"  {w:>7} {rps:8.0f} {cps:9.0f} {cpu_k:19.2f} {lag:12.1f} {str(valid):>6} {ok:>6}/{sent:<6}")
+    print(f"  {'workers':>7} {'req/s':>8} {'chunks/s':>9} {'CPU ms/1000 chunks':>19} {'per worker (its run)':>22} "
+          f"{'loop p99 ms':>12} {'valid':>6} {'ok/sent':>12}")
+    for w, rps, cps, cpu_k, lag, valid, ok, sent, per in rows:
+        each = ", ".join(f"{x:.2f}" for x in per)
+        print(f"  {w:>7} {rps:8.0f} {cps:9.0f} {cpu_k:19.2f} {each:>22} {lag:12.1f} {str(valid):>6} {ok:>6}/{sent:<6}")
+    print("  CPU ms/1000 chunks: every load-generator process (parent + shards, start-up included); per worker: "
+          "each process's CPU over its own run per 1000 of its chunks")
 
 
 def main() -> None:
@@ -490,6 +632,8 @@ def main() -> None:
                     help="open loop: how the dispatcher waits for a send time (loadgen/pacer.py)")
     ap.add_argument("--spin-ms", type=float, default=None,
                     help="open loop, --pacer spin: yield-spin this close to a send (default 1.5)")
+    ap.add_argument("--no-sends-first", action="store_true",
+                    help="open loop: no send priority (a due send may wait behind response parsing; load.py)")
     ap.add_argument("--pacers", action="store_true",
                     help="open loop at --rate with the spin (1.5 ms), timer (spin 0) and auto pacers, interleaved")
     ap.add_argument("--targets", action="store_true",
@@ -501,7 +645,18 @@ def main() -> None:
     ap.add_argument("--max-load", type=float, default=None,
                     help="--targets / --pacers: before each run wait until the 1-minute load average is below this")
     ap.add_argument("--max-wait", type=float, default=300.0, help="--max-load: wait at most this many seconds")
+    ap.add_argument("--max-others", type=float, default=None,
+                    help="--targets: wait until the host is idle (busy < this many cores) before each run, and "
+                         "run again one where other processes used more than this many cores")
+    ap.add_argument("--retries", type=int, default=3, help="--max-others: runs again at most this many times")
     ap.add_argument("--mock-cpus", default=None, help="pin the mock to these CPUs (taskset -c), e.g. 1")
+    ap.add_argument("--late-profile", action="store_true",
+                    help="open loop at --rate on the asyncio loop with every callback timed: what ran between "
+                         "each late send's due time and its hand-over (bench/late_sends.py)")
+    ap.add_argument("--late-ms", type=float, default=0.2, help="--late-profile: a send later than this is late")
+    ap.add_argument("--cprofile", action="store_true",
+                    help="cProfile one run (--only open: the open loop at --rate, else the closed loop)")
+    ap.add_argument("--top", type=int, default=15, help="--late-profile / --cprofile: entries printed")
     ap.add_argument("--repo", type=Path, default=None, help="measure this checkout's package (A/B child runs)")
     ap.add_argument("--child-json", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--http-trace", action="store_true", help="record per-request HTTP timings (httptrace.py)")
@@ -534,8 +689,14 @@ def main() -> None:
         if args.workers:
             run(workers_bench(url, args))
             return
+        if args.late_profile:
+            asyncio.run(late_profile(url, args))  # the asyncio loop: uvloop's callbacks cannot be timed
+            return
+        if args.cprofile:
+            run(cprofile_run(url, args))
+            return
         if args.targets:
-            targets(url, args)
+            targets(url, args, proc.pid if proc is not None else None)
             return
         if args.pacers:
             run(pacers_bench(url, args))

@@ -78,7 +78,7 @@ async def test_a_bad_event_keeps_the_chunks_timed_before_it_in_the_same_read(sta
     with pytest.raises(TransportError) as err:
         await reader.read_stream(Reads(reads), rec)
     assert err.value.error_type is ErrorType.PARSE
-    assert rec.chunk_text == ["A", " b"] and rec.chunk_ns == [1000, 2000]
+    assert rec.chunk_text == ["A", " b"] and rec.chunk_ns == [1000, 2000] and rec.chunk_reasoning == ["", ""]
 
 
 async def test_reasoning_and_refusal_deltas_are_read_beside_content(stamps: list[int]) -> None:
@@ -88,3 +88,15 @@ async def test_reasoning_and_refusal_deltas_are_read_beside_content(stamps: list
     await ResponseReader(ClientConfig(base_url="http://127.0.0.1:1/v1", model="m"), GENERIC).read_stream(Reads(reads), rec)
     assert rec.chunk_text == ["", "x", ""] and rec.chunk_reasoning == ["think", "more", ""]
     assert rec.refusal == "no" and rec.chunk_ns == [1000] * 3 and rec.first_token_ns == 1000
+
+
+async def test_reasoning_after_content_only_chunks_stays_aligned(stamps: list[int]) -> None:
+    """The read's stamps and empty reasonings are added once per read: a reasoning chunk after
+    content-only ones (same read, then a later read) lands at its own chunk's index."""
+    reads = [event("a") + event("b") + event(None, reasoning_content="r1"),
+             event("c") + event(None, reasoning="r2") + event("d") + b"data: [DONE]\n\n"]
+    rec = record()
+    await ResponseReader(ClientConfig(base_url="http://127.0.0.1:1/v1", model="m"), GENERIC).read_stream(Reads(reads), rec)
+    assert rec.chunk_text == ["a", "b", "", "c", "", "d"]
+    assert rec.chunk_reasoning == ["", "", "r1", "", "r2", ""]
+    assert rec.chunk_ns == [1000] * 3 + [2000] * 3

@@ -395,3 +395,46 @@ async def test_result_to_json_round_trip(client: LLMClient) -> None:
     d = json.loads(json.dumps(res.to_json(include_records=True)))
     assert d["sent"] == 5 and d["parameters"]["arrival"]["kind"] == "poisson" and len(d["records"]) == 5
     assert d["start_iso"].endswith("Z") and d["transport"] == "aiohttp"
+
+
+async def test_sends_first_holds_work_that_would_still_run_when_a_send_falls_due() -> None:
+    """The open loop's send priority (load._SendsFirst): work estimated to end after the next due
+    send, or started while a send is made but not handed over, waits for that send's first step."""
+    gate = load_mod._SendsFirst(base_ns=10_000, per_event_ns=1_000)
+    gate.due = 1_000_000
+    assert gate.hold(1_000_000 - 50_000, 10) is None  # 20 µs of work ends 30 µs before the send
+    w = gate.hold(1_000_000 - 15_000, 10)  # ... would end 5 µs after it: wait
+    assert w is not None and gate.hold(1_000_001, 0) is w  # overdue: everyone waits on one future
+    gate.due = 5_000_000
+    gate.unsent += 1  # the send was made (its task created): it has not handed over yet
+    assert gate.hold(0, 0) is w
+    gate.handed_over()  # its first step: the waiters resume behind it (one loop turn later)
+    assert not w.done()
+    await asyncio.sleep(0)
+    assert w.done() and gate.hold(0, 0) is None
+
+
+async def test_open_loop_with_held_reads_completes_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real client whose every read while sends remain is held (the send priority's estimate set to
+    1 s of work): each request still completes with its chunks stamped, and the drain after the
+    schedule never waits for a send."""
+    from pytest_llmbench.client import MockResponse, MockTransport
+
+    held: list[int] = []
+    hold = load_mod._SendsFirst.hold
+
+    def counted(self: Any, now_ns: int, n: int) -> Any:
+        w = hold(self, now_ns, n)
+        held.append(w is not None)
+        return w
+
+    monkeypatch.setattr(load_mod._SendsFirst.__init__, "__defaults__", (10**9, 0))
+    monkeypatch.setattr(load_mod._SendsFirst, "hold", counted)
+    events = [{"choices": [{"index": 0, "delta": {"content": f" t{i}"}, "finish_reason": None}]} for i in range(5)]
+    cfg = ClientConfig(base_url="http://mock/v1", model="m")
+    specs = [RequestSpec(index=i, workload="w", input_tokens=4, max_tokens=5, prompt_text="hi") for i in range(40)]
+    async with LLMClient(cfg, transport=MockTransport(lambda r: MockResponse.sse(events, gap_s=0.001))) as c:
+        res = await run_open_loop(c, specs, ArrivalProcess("uniform", 2000.0), drain_timeout_s=5)
+        assert c._reader.hold is None  # removed after the open loop
+    assert res.ok == res.sent == 40 and res.cancelled == 0 and sum(held) > 40
+    assert all(len(r.chunk_ns) == 5 and r.chunk_ns == sorted(r.chunk_ns) for r in res.records)

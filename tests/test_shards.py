@@ -129,8 +129,9 @@ def test_two_workers_give_the_same_accounting_as_one(ttft_runs: dict[str, Proced
     sharding = ttft_runs["2"].runs[0].load["sharding"]
     assert sharding["backend"] == "local" and sharding["workers"] == 2
     assert [s["sent"] for s in sharding["shards"]] == [75, 75]
-    for s in sharding["shards"]:  # send lag, loop delay and the self-check, per shard
+    for s in sharding["shards"]:  # send lag, loop delay, the self-check and the CPU of its run, per shard
         assert s["send_lag"]["n"] == 75 and s["loop_delay"]["n"] > 0 and isinstance(s["valid"], bool)
+        assert s["cpu_s"] > 0
     run_json = json.loads((Path(ttft_runs["2"].runs[0].run_dir) / "run.json").read_text())
     assert run_json["loads"][0]["parameters"]["sharding"]["workers"] == 2
 
@@ -241,3 +242,25 @@ def test_ray_two_nodes_one_shard_each(ray_cluster: Any, tmp_path: Path) -> None:
     # one host: the merged send times are tested (across hosts each shard's own would be)
     sent = np.sort([r.handoff_ns for r in recs])  # the schedule the shards kept (connection set-up excluded)
     assert stats.kstest(np.diff(sent) / 1e9, "expon", args=(0, 1 / rate)).pvalue > KS_MIN_P
+
+
+def test_merged_result_carries_submit_lag_beside_schedule_lag() -> None:
+    """The merge pools both lags over every shard's records: schedule lag (hand-over − intended) and
+    submit lag (T_submit − intended), each exact, so a sharded run reports what one process does."""
+    from factories import make_record
+
+    from pytest_llmbench.common.records import ClockAnchor
+    from pytest_llmbench.loadgen.load import SelfCheck
+    from pytest_llmbench.loadgen.shards.core import MergeTally, merge
+
+    tally = MergeTally()
+    for i in range(4):  # intended at i ms, handed over 0.1·(i+1) ms later, sent 1 ms after intended
+        r = make_record(i, sent=i + 1.0, intended_ns=i * 1_000_000, queued_ns=i * 1_000_000 + (i + 1) * 100_000)
+        tally.add(r)
+    tally.add(make_record(9, sent=5.0))  # a record without an intended time: in neither
+    res = merge(OpenLoop(ArrivalProcess("poisson", 100.0)), [], tally, anchor=ClockAnchor.now(), start_ns=0,
+                transport="aiohttp", drain_timeout_s=None, self_check=SelfCheck(), sharding={})
+    assert res.schedule_lag.n == res.submit_lag.n == 4
+    assert res.schedule_lag.max_ms == pytest.approx(0.4) and res.schedule_lag.p50_ms == pytest.approx(0.25)
+    assert res.submit_lag.max_ms == res.submit_lag.p50_ms == pytest.approx(1.0)
+    assert res.to_json()["submit_lag"]["n"] == 4

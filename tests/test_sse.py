@@ -294,3 +294,21 @@ def test_feed_data_keeps_the_order_and_count_of_one_reads_events() -> None:
     assert p.feed_data(good + bad) == ['{"a":1}']  # the events before an invalid byte first ...
     with pytest.raises(SSEDecodeError, match="invalid UTF-8"):
         p.feed_data(b"data: more\n\n")  # ... then the error
+
+
+def test_feed_data_fast_path_at_every_cut() -> None:
+    """Reads made of ``data: `` events only (the split on the event boundary), cut at every byte and
+    at every pair of bytes: the same data as the reference, whatever part of an event a read ends in
+    (inside ``data: ``, inside a payload, between the two LFs, on an event's end) and with a payload
+    that is empty, holds ``data: `` or is followed by a blank line or a comment."""
+    streams = [
+        b'data: {"i":0}\n\ndata: \n\ndata: x data: y\n\ndata: [DONE]\n\n',
+        b'data: a\n\ndata: b\n\n\n\ndata: c\n\n: ping\n\ndata: d\n\n',
+        b'data: a\r\n\r\ndata: b\n\ndata: c\n',
+    ]
+    for payload in streams:
+        expected = [e.data for e in reference_parse(payload.decode())]
+        for i in range(len(payload) + 1):
+            assert data_in_pieces(payload, [i]) == expected, (payload, i)
+            for j in range(i, len(payload) + 1, 3):
+                assert data_in_pieces(payload, [i, j]) == expected, (payload, i, j)

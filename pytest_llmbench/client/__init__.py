@@ -44,7 +44,7 @@ from .errors import (
     map_transport_errors,
 )
 from .sse import SSEDecodeError, SSEError
-from .stream import ResponseReader, assign_chunk_tokens, dumps
+from .stream import Hold, ResponseReader, assign_chunk_tokens, dumps
 from .transports import (
     MockRequest,
     MockResponse,
@@ -184,6 +184,11 @@ class LLMClient:
     def max_connections(self) -> int | None:
         """Connection pool size (None: unlimited)."""
         return self._max_connections
+
+    def set_hold(self, hold: Hold | None) -> None:
+        """Before parsing a read, ask ``hold`` whether to wait first (:data:`.stream.Hold`; None: never).
+        The open loop sets one so that a due send is not queued behind a batch of parsing."""
+        self._reader.hold = hold
 
     @property
     def tokenizer(self) -> Tokenizer | None:

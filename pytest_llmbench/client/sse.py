@@ -127,6 +127,20 @@ class SSEParser:
             return self._defer(bad, self.feed_data(bad.prefix))
         if buf is None:
             return []
+        if buf[:6] == "data: ":  # fast path: every event one "data: " line, split on the event boundary
+            parts = buf[6:].split("\n\ndata: ")
+            last = parts[-1]
+            lf = buf.count("\n")
+            if lf == 2 * len(parts) and last[-2:] == "\n\n":  # the read ends on an event's end
+                parts[-1] = last[:-2]
+                self._keep("")
+                self.events += len(parts)
+                return parts
+            if lf == 2 * len(parts) - 2 and "\n" not in last:  # ... or inside a "data: " line
+                parts.pop()
+                self._keep("data: " + last)
+                self.events += len(parts)
+                return parts
         blocks = buf.split("\n\n")
         self._keep(blocks.pop())
         out = [b[6:] for b in blocks if b[:6] == "data: " and "\n" not in b]

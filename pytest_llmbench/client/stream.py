@@ -13,6 +13,7 @@ A server's own extensions of a streamed object (llama.cpp ``timings``, the simul
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..common.records import ErrorType, RequestRecord
@@ -41,7 +42,12 @@ except ImportError:  # pragma: no cover - fallback when orjson is not installed
         return _json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-__all__ = ["ResponseReader", "assign_chunk_tokens", "dumps", "loads"]
+__all__ = ["Hold", "ResponseReader", "assign_chunk_tokens", "dumps", "loads"]
+
+#: ``hold(now_ns, events)``: before the reader parses a read of ``events`` events (stamped ``now_ns``
+#: already), something to wait for first, or None. The open loop sets one so that a send due before
+#: that work would end goes first (loadgen/load.py); the read's stamp is taken before the wait.
+Hold = Callable[[int, int], "Awaitable[None] | None"]
 
 
 def assign_chunk_tokens(tokenizer: Tokenizer, texts: list[str]) -> list[int]:
@@ -107,7 +113,7 @@ class ResponseReader:
     chat or completions) and ``adapter`` reads the server's extensions; a failure found in the
     response raises a classified :class:`TransportError`."""
 
-    __slots__ = ("chat", "stream", "require_done", "refusals", "parse_extensions", "metadata_keys")
+    __slots__ = ("chat", "stream", "require_done", "refusals", "parse_extensions", "metadata_keys", "hold")
 
     def __init__(self, config: ClientConfig, adapter: ServerAdapter) -> None:
         self.chat = config.api == "chat"
@@ -117,6 +123,8 @@ class ResponseReader:
         self.parse_extensions = adapter.parse_extensions
         #: an object with one of these keys is read beyond its choices (see ``read_stream``)
         self.metadata_keys = frozenset({"error", *adapter.extension_keys})
+        #: see :data:`Hold` (None: never wait)
+        self.hold: Hold | None = None
 
     async def read(self, resp: Response, rec: RequestRecord) -> None:
         """Status, content type, then the body (stream or JSON) into ``rec``."""
@@ -177,7 +185,11 @@ class ResponseReader:
 
     async def read_stream(self, resp: Response, rec: RequestRecord) -> None:
         """The hot path, one pass per read: read, one clock read, the read's events parsed at once
-        and recorded with that read's stamp, the time they arrived (App. B.1.1)."""
+        and recorded with that read's stamp, the time they arrived (App. B.1.1).
+
+        Per event only the text is appended; the read's stamps (and the empty reasoning of its
+        chunks) are added once per read, in a ``finally`` so that the three lists stay aligned
+        when an event raises (the chunks before it keep their stamp)."""
         parser = SSEParser()
         feed = parser.feed_data
         read = resp.read_chunk
@@ -185,10 +197,12 @@ class ResponseReader:
         _loads = loads
         chat = self.chat
         metadata_keys = self.metadata_keys
+        isdisjoint = metadata_keys.isdisjoint
         metadata = self._metadata
-        ns_app = rec.chunk_ns.append
-        text_app = rec.chunk_text.append
-        reas_app = rec.chunk_reasoning.append
+        chunk_ns = rec.chunk_ns
+        chunk_text = rec.chunk_text
+        chunk_reasoning = rec.chunk_reasoning
+        text_app = chunk_text.append
         usage_app = rec.chunk_usage_tokens.append
         first_token = rec.first_token_ns is not None
         done = False
@@ -204,51 +218,63 @@ class ResponseReader:
             if rec.first_chunk_ns is None:
                 rec.first_chunk_ns = now
             events_seen += len(events)
-            for d in events:
-                if d == "[DONE]":
-                    if not done:
-                        done = True
-                        rec.end_ns = now
-                    continue
-                obj = _loads(d)
-                if type(obj) is not dict:
-                    raise TransportError(ErrorType.PARSE, f"SSE data is not a JSON object: {d[:80]!r}")
-                choices = obj.get("choices")
-                usage = obj.get("usage")  # "usage": null rides on every chunk with include_usage
-                if choices:
-                    c = choices[0]
-                    if chat:
-                        delta = c.get("delta")
-                        if delta:
-                            content = delta.get("content") or ""
-                            if content and len(delta) == 1:  # the common delta: content alone
-                                reasoning = ""
+            hold = self.hold
+            if hold is not None:
+                wait = hold(now, len(events))
+                if wait is not None:
+                    await wait
+            try:
+                for d in events:
+                    if d == "[DONE]":
+                        if not done:
+                            done = True
+                            rec.end_ns = now
+                        continue
+                    obj = _loads(d)
+                    if type(obj) is not dict:
+                        raise TransportError(ErrorType.PARSE, f"SSE data is not a JSON object: {d[:80]!r}")
+                    choices = obj.get("choices")
+                    if choices:
+                        c = choices[0]
+                        if chat:
+                            delta = c.get("delta")
+                            if delta:
+                                content = delta.get("content") or ""
+                                if not content or len(delta) != 1:  # not the common delta, content alone
+                                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                                    if reasoning:  # aligned with this chunk's text
+                                        chunk_reasoning.extend([""] * (len(chunk_text) - len(chunk_reasoning)))
+                                        chunk_reasoning.append(reasoning)
+                                    if delta.get("refusal"):  # OpenAI: the refusal streams instead of content
+                                        rec.refusal = (rec.refusal or "") + delta["refusal"]
                             else:
-                                reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
-                                if delta.get("refusal"):  # OpenAI: the refusal streams instead of content
-                                    rec.refusal = (rec.refusal or "") + delta["refusal"]
+                                content = ""
                         else:
-                            content = reasoning = ""
-                    else:
-                        content = c.get("text") or ""
-                        reasoning = ""
-                    ns_app(now)
-                    text_app(content)
-                    reas_app(reasoning)
-                    if not first_token and content and not content.isspace():
-                        first_token = True
-                        rec.first_token_ns = now
-                    fr = c.get("finish_reason")
-                    if fr:
-                        rec.finish_reason = fr
-                    if usage:  # continuous usage stats (vLLM: every chunk): the running output count (§4.4)
-                        rec.usage = usage
-                        ct = usage.get("completion_tokens")
-                        if type(ct) is int:
-                            usage_app(ct)
-                # metadata is rare: a usage-only chunk, an error, a server's extension keys
-                if not choices or not metadata_keys.isdisjoint(obj):
-                    metadata(obj, rec)
+                            content = c.get("text") or ""
+                        text_app(content)
+                        if not first_token and content and not content.isspace():
+                            first_token = True
+                            rec.first_token_ns = now
+                        fr = c.get("finish_reason")
+                        if fr:
+                            rec.finish_reason = fr
+                        usage = obj.get("usage")  # "usage": null rides on every chunk with include_usage
+                        if usage:  # continuous usage stats (vLLM: every chunk): the running output count (§4.4)
+                            rec.usage = usage
+                            ct = usage.get("completion_tokens")
+                            if type(ct) is int:
+                                usage_app(ct)
+                        # metadata is rare: an error, a server's extension keys
+                        if not isdisjoint(obj):
+                            metadata(obj, rec)
+                    else:  # a usage-only chunk, an error
+                        metadata(obj, rec)
+            finally:  # this read's stamp on each of its chunks; no reasoning where none came
+                n = len(chunk_text)
+                if n > len(chunk_ns):
+                    chunk_ns.extend([now] * (n - len(chunk_ns)))
+                if n > len(chunk_reasoning):
+                    chunk_reasoning.extend([""] * (n - len(chunk_reasoning)))
         parser.close()
         if rec.end_ns is None:
             rec.end_ns = clock()

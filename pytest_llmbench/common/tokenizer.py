@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Sequence
@@ -165,6 +166,13 @@ class TiktokenTokenizer:
             self._lengths = table
         return table
 
+    def _byte_length_list(self) -> list[int]:
+        """:meth:`_byte_lengths` as a list (indexing one id is cheaper than numpy's for a short text)."""
+        table = getattr(self, "_length_list", None)
+        if table is None:
+            table = self._length_list = self._byte_lengths().tolist()
+        return table
+
     def token_starts(self, text: str) -> list[int]:
         """Offsets as tiktoken's ``decode_with_offsets`` gives them, computed with numpy.
 
@@ -172,11 +180,16 @@ class TiktokenTokenizer:
         UTF-8 lead bytes before it, minus one when it starts on a continuation byte. This is the
         client's per-response step (§4.6.3), so it avoids tiktoken's per-token Python loop.
         """
-        import numpy as np
-
         ids = self.encode(text)
         if not ids:
             return []
+        if text.isascii():  # one byte per character: the offsets are the running byte lengths
+            starts = list(itertools.accumulate(map(self._byte_length_list().__getitem__, ids), initial=0))
+            if starts.pop() != len(text):  # cannot happen for valid str input; guard the contract anyway
+                raise TokenizerError("tokenizer round trip changed the text; offsets unusable")
+            return starts
+        import numpy as np
+
         raw = text.encode("utf-8", errors="surrogatepass")
         lengths = self._byte_lengths()[np.asarray(ids, dtype=np.int64)]
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))

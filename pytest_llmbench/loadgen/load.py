@@ -264,7 +264,7 @@ class LoadResult:
     invalid_reason: str | None
     self_check: SelfCheck = field(default_factory=SelfCheck)
     client_delay: ClientDelay | None = None  # the client's own delay while receiving (selfcheck.py)
-    submit_lag: LagStats | None = None  # sent (T_submit) − intended; None where not computed (merged shards)
+    submit_lag: LagStats | None = None  # sent (T_submit) − intended; None where not computed
     pacer: str | None = None  # the open loop's pacer (pacer.py)
 
     @property
@@ -372,6 +372,48 @@ class _ReceiveProbe(asyncio.Protocol):
             self.out.close()
 
 
+class _SendsFirst:
+    """The open loop's send priority: work that would still run when a send falls due waits for
+    that send's hand-over (issue 38: a due send waited behind a batch of response parsing).
+
+    :meth:`hold` is the client's :data:`~pytest_llmbench.client.stream.Hold`: before a reader parses
+    a read of ``n`` events (or the collector finalises a record of ``n`` chunks), estimated to take
+    ``base_ns + n × per_event_ns``, it gets a future to wait on when the next send is due before that
+    work would end, or a send was made and has not been handed over yet. The send's own first step
+    releases the waiters (:meth:`handed_over`), after its transport has queued the request write, so
+    the readers resume behind both. A read's stamp is taken before the wait (App. B.1.1).
+    """
+
+    __slots__ = ("due", "unsent", "waiter", "base_ns", "per_event_ns", "_loop")
+
+    def __init__(self, base_ns: int = 15_000, per_event_ns: int = 2_500) -> None:
+        self.due = 0  # the next send's intended time (0: none armed)
+        self.unsent = 0  # sends made (task created) whose first step has not run yet
+        self.waiter: asyncio.Future[None] | None = None
+        self.base_ns = base_ns
+        self.per_event_ns = per_event_ns
+        self._loop = asyncio.get_running_loop()
+
+    def hold(self, now_ns: int, n: int) -> asyncio.Future[None] | None:
+        if self.unsent or (self.due and self.due - now_ns < self.base_ns + n * self.per_event_ns):
+            w = self.waiter
+            if w is None:
+                w = self.waiter = self._loop.create_future()
+            return w
+        return None
+
+    def handed_over(self) -> None:
+        """A send's first step: one fewer unsent; the waiters resume behind its request write."""
+        self.unsent -= 1
+        if self.waiter is not None and not self.unsent:
+            self._loop.call_soon(self.release)
+
+    def release(self) -> None:
+        w, self.waiter = self.waiter, None
+        if w is not None and not w.done():
+            w.set_result(None)
+
+
 class _Runner:
     def __init__(
         self,
@@ -388,6 +430,7 @@ class _Runner:
         sink: RecordSink | None,
         keep_records: bool,
         achieved_from_sends: bool | None = None,
+        sends_first: bool = True,
     ) -> None:
         if max_requests is not None and max_requests < 0:
             raise ValueError(f"max_requests must be >= 0, got {max_requests}")
@@ -408,6 +451,7 @@ class _Runner:
         self.on_record = on_record
         self.sink = sink
         self.keep = keep_records
+        self.sends_first = sends_first
         self.from_sends = keep_records if achieved_from_sends is None else achieved_from_sends
         self.progress = LoadProgress()
         self.records: list[RequestRecord] = []
@@ -433,6 +477,7 @@ class _Runner:
         self.start_ns = 0
         self.stopped = False
         self.pacer_name: str | None = None
+        self.gate: _SendsFirst | None = None  # the open loop's send priority, while it sends
 
     # -- bookkeeping (hot path: counters and a deque append only) --------------------------
     def _change(self, delta: int) -> None:
@@ -459,6 +504,9 @@ class _Runner:
         return next(self.specs, None)
 
     async def _one(self, spec: RequestSpec, intended_ns: int) -> None:
+        gate = self.gate
+        if gate is not None:  # this step hands the request over (client.send runs to its first wait)
+            gate.handed_over()
         rec = RequestRecord.from_spec(spec, phase=self.phase)
         now = time.perf_counter_ns()
         rec.inflight_at_send = self.inflight
@@ -479,6 +527,11 @@ class _Runner:
             await self.wake.wait()
             self.wake.clear()
             while self.queue:
+                gate = self.gate
+                if gate is not None:  # a send due before this record's finalising would end goes first
+                    wait = gate.hold(time.perf_counter_ns(), len(self.queue[0].chunk_ns))
+                    if wait is not None:
+                        await wait
                 self._drain_queue(limit=1)
                 # one record per loop turn: a burst of completions must not hold the loop while a
                 # send is due (finalize tokenizes, the sink writes to disk)
@@ -556,6 +609,7 @@ class _Runner:
         create_task = asyncio.create_task
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()  # True: ended by the duration
         pending: list[Any] = []  # (intended ns, spec) of the next send
+        gate = self.gate
 
         def step() -> None:
             """Send what is due, then arm the pacer for the next send. It runs in the pacer's own
@@ -566,9 +620,13 @@ class _Runner:
                     if pending:
                         t, spec = pending
                         if t > clock():
+                            if gate is not None:
+                                gate.due = t
                             pacer.call_at(t, step)
                             return
                         pending.clear()
+                        if gate is not None:
+                            gate.unsent += 1
                         task = create_task(one(spec, t))
                         progress.sent += 1
                         tasks.add(task)
@@ -595,6 +653,9 @@ class _Runner:
             by_duration = await done
         finally:
             pacer.cancel()
+            if gate is not None:  # nothing more to send: nothing waits for a send
+                gate.due = 0
+                gate.release()
         if by_duration and duration is not None:
             # the send window is the whole duration, even if the next arrival falls after it
             rest = start + duration - clock()
@@ -627,11 +688,22 @@ class _Runner:
                 running = loop_tasks
                 p = make_pacer(pacer, spin_ms=spin_ms, clock=time.perf_counter_ns) if isinstance(pacer, str) else pacer
                 self.pacer_name = p.name
+                set_hold = getattr(self.client, "set_hold", None)  # a stand-in client may have none
+                if self.sends_first:
+                    self.gate = _SendsFirst()
+                    if set_hold is not None:
+                        set_hold(self.gate.hold)
                 try:
                     await self._dispatch_open(load.arrival, p, loop_tasks)
                 finally:
                     if p is not pacer:  # made here: closed here (a timerfd)
                         p.close()
+                    if self.gate is not None:  # the drain runs without: no send is left to wait for
+                        if set_hold is not None:
+                            set_hold(None)
+                        gate, self.gate = self.gate, None
+                        gate.due = gate.unsent = 0
+                        gate.release()
             else:
                 workers = {asyncio.create_task(self._worker()) for _ in range(load.concurrency)}
                 running = workers
@@ -756,6 +828,7 @@ async def run_load(
     gc_freeze: bool = True,
     start_ns: int | None = None,
     achieved_from_sends: bool | None = None,
+    sends_first: bool = True,
 ) -> LoadResult:
     """Run ``load`` over ``specs`` through ``client`` and return the :class:`LoadResult`.
 
@@ -776,7 +849,9 @@ async def run_load(
     collections otherwise stall the loop for tens of ms and show up as send lag); cyclic
     garbage made during the run is collected after it. ``start_ns`` (a ``perf_counter_ns``
     reading, default now): the time the open-loop schedule is anchored to, so that load-generator
-    shards (shards/) started at one common moment send on one schedule.
+    shards (shards/) started at one common moment send on one schedule. ``sends_first`` (open loop): a
+    response read or a finished record whose processing would still run when the next send falls due
+    waits for that send's hand-over first (its stamp is taken before; :class:`_SendsFirst`).
     """
     if isinstance(load, ClosedLoop) and client.max_connections is not None and client.max_connections < load.concurrency:
         raise ValueError(
@@ -796,6 +871,7 @@ async def run_load(
         sink=sink,
         keep_records=keep_records,
         achieved_from_sends=achieved_from_sends,
+        sends_first=sends_first,
     )
     if isinstance(pacer, str) and pacer not in PACERS:
         raise ValueError(f"pacer must be one of {PACERS}, got {pacer!r}")

@@ -130,6 +130,7 @@ class ShardReport:
     spec_stats: dict[str, int] = field(default_factory=dict)
     clock_offset_ms: float | None = None  # node wall clock - driver wall clock (Ray backend)
     clock_rtt_ms: float | None = None
+    cpu_s: float = 0.0  # the shard process's CPU seconds over its run (start-up and record hand-over excluded)
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -301,7 +302,8 @@ async def run_shard(task: ShardTask, client: LLMClient, start_unix_ns: int, emit
     return ShardReport(task.index, me.host, me.pid, me.node, r.start_ns, r.send_end_ns, r.end_ns, r.sent, r.ok,
                        r.cancelled, dict(r.errors), r.output_tokens, r.achieved_rate, r.concurrency_target,
                        r.concurrency_mean, r.concurrency_max, list(r.concurrency_samples), r.send_lag, r.loop_delay,
-                       r.valid, r.invalid_reason, spec_stats=stats)
+                       r.valid, r.invalid_reason, spec_stats=stats,
+                       cpu_s=r.client_delay.cpu_s if r.client_delay is not None else 0.0)
 
 
 def make_client(task: ShardTask) -> LLMClient:
@@ -349,6 +351,7 @@ class MergeTally:
     errors: dict[str, int] = field(default_factory=dict)  # by error type, in order of first occurrence
     sends: SendSpan = field(default_factory=SendSpan)
     lags: array[int] = field(default_factory=lambda: array("q"))  # hand-over − intended (schedule lag)
+    submit_lags: array[int] = field(default_factory=lambda: array("q"))  # sent (T_submit) − intended
 
     def add(self, r: RequestRecord) -> None:
         if self.phase is None:
@@ -363,6 +366,7 @@ class MergeTally:
         self.output_tokens += r.output_tokens or 0
         if r.intended_ns is not None and r.sent_ns:
             self.lags.append(r.handoff_ns - r.intended_ns)
+            self.submit_lags.append(r.sent_ns - r.intended_ns)
 
 
 def merge(load: OpenLoop | ClosedLoop, reports: list[ShardReport], tally: MergeTally, *,
@@ -371,7 +375,7 @@ def merge(load: OpenLoop | ClosedLoop, reports: list[ShardReport], tally: MergeT
     """One :class:`LoadResult` for the whole run from the shards' reports and the tally of the merged
     records (``records``: the records themselves, when the caller kept them).
 
-    Send lag is pooled over every record (exact); loop delay is the worst shard's (each event loop
+    Schedule and submit lag are pooled over every record (exact); loop delay is the worst shard's (each event loop
     is checked on its own); the run is valid only when every shard is. Concurrency mean is the sum
     of the shards' means; concurrency max the sum of their maxima (an upper bound). Per-shard figures go to
     ``parameters["sharding"]["shards"]``.
@@ -417,7 +421,7 @@ def merge(load: OpenLoop | ClosedLoop, reports: list[ShardReport], tally: MergeT
         concurrency_target=target, concurrency_mean=float(sum(r.concurrency_mean for r in reports)),
         concurrency_max=int(sum(r.concurrency_max for r in reports)), concurrency_samples=samples,
         send_lag=send_lag, loop_delay=loop_delay, valid=not reasons, invalid_reason="; ".join(reasons) or None,
-        self_check=self_check,
+        self_check=self_check, submit_lag=LagStats.of_ns(tally.submit_lags),
     )
 
 

@@ -121,7 +121,7 @@ def test_exact_percentile_bootstrap_matches_naive_resampling():
             assert np.percentile(fast, q) == pytest.approx(np.percentile(naive, q), rel=0.02)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15, deadline=None, derandomize=True)  # a statistical claim: the same 15 examples every run
 @given(shift=st.floats(1.25, 2.0), p=st.sampled_from([50.0, 90.0]), seed=st.integers(0, 10_000))
 def test_known_slowdown_beyond_threshold_is_significant(shift, p, seed):
     rng = np.random.default_rng(seed)

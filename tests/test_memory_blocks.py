@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.measure import frame
 from pytest_llmbench.measure.frame import FrameBuilder
+from pytest_llmbench.measure.metrics import itl
 from pytest_llmbench.measure.metrics._kit import Windows
 from pytest_llmbench.measure.samples import read_run_samples, samples_of, write_run_samples
 from pytest_llmbench.measure.stats import core
@@ -59,16 +60,20 @@ def _builder(records: list[RequestRecord], spill_at: int, block: int, order: lis
 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 60), burst=st.integers(0, 20), block=st.sampled_from([1, 2, 7, 50, 10**9]),
-       spill_at=st.sampled_from([1, 3, 64, 10**9]), itl_option=st.sampled_from(["B", "A", "auto"]), rnd=st.randoms())
+       spill_at=st.sampled_from([1, 3, 64, 10**9]), itl_option=st.sampled_from(["B", "A", "auto"]),
+       min_raw=st.sampled_from([1, 8, 1 << 16]), rnd=st.randoms())
 def test_blocks_and_spill_give_the_figures_of_the_whole_run(seed: int, n: int, burst: int, block: int, spill_at: int,
-                                                            itl_option: str, rnd: object) -> None:
+                                                            itl_option: str, min_raw: int, rnd: object) -> None:
     """Any block size (one request a block, a boundary inside a burst sent at one instant), any spill
-    threshold and any completion order: the same RunMetrics as the records summarised in one block."""
+    threshold, gaps kept as (value, count) pairs or as an array, and any completion order: the same
+    RunMetrics as the records summarised in one block."""
     records = _ragged(seed, n, burst)
     order = list(range(n))
     rnd.shuffle(order)  # type: ignore[attr-defined]
     whole = summarize(_builder(records, 10**9, 10**9, list(range(n))), itl_option=itl_option)
-    blocked = summarize(_builder(records, spill_at, block, order), itl_option=itl_option)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(itl._Gaps, "_MIN_RAW", min_raw)
+        blocked = summarize(_builder(records, spill_at, block, order), itl_option=itl_option)
     assert _canon(blocked) == _canon(whole)
     for name in whole.distributions:
         assert blocked.percentile(name, 37.5) == whole.percentile(name, 37.5)

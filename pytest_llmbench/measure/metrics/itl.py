@@ -31,16 +31,59 @@ class ItlSamples:
 
 
 class _Gaps:
-    """Integer ns gaps collected block by block into one array allocated once: uint32 while every gap fits
-    (4 bytes a sample), else int64; :meth:`sorted` sorts it in place."""
+    """Integer ns gaps collected block by block. While ties make them compressible (a fast server's gaps,
+    timed to the ns, repeat) they are held as sorted (value, count) pairs, each block's merged in as it
+    comes; else in one array allocated once (uint32 while every gap fits, else int64), sorted in place
+    at the end. Either way :meth:`sorted` gives the same samples."""
+
+    _MIN_RAW = 1 << 16  # samples before the pairs may be judged not worth keeping
 
     def __init__(self, capacity: int) -> None:
-        self.buf = np.empty(max(int(capacity), 0), dtype=np.uint32)
+        self.capacity = max(int(capacity), 0)
+        self.values = np.empty(0, dtype=np.int64)  # the pairs merged so far
+        self.counts = np.empty(0, dtype=np.int64)
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self.pending_size = 0
+        self.buf: np.ndarray | None = None  # the array, once pairs are not worth it
         self.k = 0
+        self.n = 0
 
     def add(self, gaps: np.ndarray) -> None:
         if not gaps.size:
             return
+        self.n += int(gaps.size)
+        if self.buf is not None:
+            self._append(gaps)
+            return
+        u, c = np.unique(gaps, return_counts=True)
+        self.pending.append((u, c))
+        self.pending_size += int(u.size)
+        if self.pending_size >= max(self.values.size, self._MIN_RAW):
+            self._merge()
+            if self.n >= self._MIN_RAW and self.values.size * 16 > self.n * 4:  # pairs cost more than uint32
+                self._to_array()
+
+    def _merge(self) -> None:
+        if not self.pending:
+            return
+        vals = np.concatenate([self.values, *(u for u, _ in self.pending)]).astype(np.int64, copy=False)
+        cnts = np.concatenate([self.counts, *(c for _, c in self.pending)]).astype(np.int64, copy=False)
+        self.pending, self.pending_size = [], 0
+        order = np.argsort(vals, kind="stable")
+        vals, cnts = vals[order], cnts[order]
+        starts = np.flatnonzero(np.concatenate(([True], vals[1:] != vals[:-1])))
+        self.values, self.counts = vals[starts], np.add.reduceat(cnts, starts) if starts.size else cnts
+
+    def _to_array(self) -> None:
+        self._merge()
+        values, counts = self.values, self.counts
+        self.values, self.counts = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        self.buf = np.empty(max(self.capacity, self.n), dtype=np.uint32)
+        self.k = 0
+        self._append(np.repeat(values, counts))
+
+    def _append(self, gaps: np.ndarray) -> None:
+        assert self.buf is not None
         if self.buf.dtype == np.uint32 and int(gaps.max()) > np.iinfo(np.uint32).max:
             self.buf = self.buf.astype(np.int64)
         if self.k + gaps.size > self.buf.size:  # not expected: the capacity bounds the samples
@@ -49,14 +92,24 @@ class _Gaps:
         self.k += gaps.size
 
     def copy(self, capacity: int) -> _Gaps:
+        """These samples so far, as the start of another set (option B's, once a chunk holds two tokens)."""
         out = _Gaps(capacity)
-        out.buf = out.buf.astype(self.buf.dtype)
-        out.add(self.buf[:self.k])
+        if self.buf is not None:
+            out.buf = np.empty(max(capacity, self.k), dtype=self.buf.dtype)
+            if self.k:
+                out._append(self.buf[:self.k])
+        else:
+            self._merge()
+            out.values, out.counts = self.values.copy(), self.counts.copy()
+        out.n = self.n
         return out
 
     def sorted(self) -> SortedSamples:
-        """The samples sorted; as (value, count) pairs when ties make that at most half the size (gaps
-        timed to the ns repeat: a fast server's, or any long run's)."""
+        """The samples sorted; as (value, count) pairs when ties make that at most half the size."""
+        if self.buf is None:
+            self._merge()
+            small = self.values.size and int(self.values[-1]) <= np.iinfo(np.uint32).max
+            return SortedSamples(self.values.astype(np.uint32) if small else self.values, self.counts, scale=NS)
         values = self.buf[:self.k]
         values.sort()
         self.buf = np.empty(0, dtype=values.dtype)
@@ -212,22 +265,22 @@ def itl_data(first_token_ns: np.ndarray, chunks: Chunks, chunk_counts: np.ndarra
         content_ok = content & ok_b[owner]
         a_vals, a_owner = pairs_diff(block.chunk_ns[content_ok], owner[content_ok])
         del content_ok
+        b_sizes = block.chunk_tokens[content]
+        single_b = bool((b_sizes == 1).all())
+        if gaps_b is None and not single_b:
+            gaps_b = gaps_a.copy(b_capacity)  # the blocks so far held one token a chunk: B's samples were A's
         gaps_a.add(a_vals)
         if a_owner.size:
             u, first_idx = np.unique(a_owner, return_index=True)
             ttst[lo + u] = a_vals[first_idx] * NS
-        b_sizes = block.chunk_tokens[content]
         _tally(sizes, b_sizes)
         _tally(sizes_ok, b_sizes[ok_b[owner[content]]])
         chosen = (a_vals, a_owner)
-        if not bool((b_sizes == 1).all()) or gaps_b is not None or option == "B":
+        if not single_b or gaps_b is not None or option == "B":
             b_ns = np.repeat(block.chunk_ns[content], b_sizes)
             b_own = np.repeat(owner[content], b_sizes)
             sel_b = ok_b[b_own]
             b_vals, b_owner = pairs_diff(b_ns[sel_b], b_own[sel_b])
-            if gaps_b is None and not bool((b_sizes == 1).all()):
-                gaps_b = gaps_a.copy(b_capacity)
-                gaps_b.k -= a_vals.size  # this block's A samples are not B's: B's follow
             if gaps_b is not None:
                 gaps_b.add(b_vals)
             if option == "B":

@@ -24,9 +24,13 @@ document built from the session (``document.build``). Per size it prints:
   ``summarize(records)`` with the run's own App. B.2.1 ITL option, compared with the procedure's
   ``RunMetrics`` in full (``to_json(per_request=True)``): "identical" or the differing fields.
 
-Figures are printed, never asserted. The 1,000,000 size needs about 33 GB on a path that keeps
-every record in memory: pass ``--max-rss-gb`` to skip a size whose projection (from the smaller
-sizes' per-1,000 figure) is above the limit.
+Figures are printed, never asserted. What the measured path keeps (docs/load-generator.md,
+"Memory"): no record; the run's per-request columns (``measure.frame.FrameBuilder``); its per-chunk
+columns spill to a temporary directory beyond ``frame.SPILL_AT`` entries and the summary reads them
+back in blocks of requests (docs/metrics.md); the pooled ITL samples as sorted integer ns. Target
+(issue 30): 1,000,000 requests under 1 GB. A path that keeps every record in memory needed about
+33 GB there: pass ``--max-rss-gb`` to skip a size whose projection (from the smaller sizes'
+per-1,000 figure) is above the limit.
 """
 
 from __future__ import annotations

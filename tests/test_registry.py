@@ -138,8 +138,8 @@ def test_a_metric_reading_nothing_known_is_refused(monkeypatch: pytest.MonkeyPat
 def test_every_declaration_is_complete() -> None:
     """Each computed metric has a definition (its docstring), a known unit and reads only known names."""
     frame_and_options = {"n", "index", "request_class", "error", "ok", "failed", "cancelled", "okf", "sent_ns",
-                         "end_ns", "has_end", "duration", "reasoning_streamed", "chunk_counts", "chunk_ns",
-                         "chunk_tokens", "server_token_counts", "server_token_ns", "slos", "itl_option", "gpu_count",
+                         "end_ns", "has_end", "duration", "reasoning_streamed", "chunk_counts", "chunks",
+                         "chunk_token_sum", "server_token_counts", "slos", "itl_option", "gpu_count",
                          "percentiles", "confidence", "batches", "prefill_deadline", "decode_deadline",
                          "reading_speed", "ttft_allowance", "alpha", "steady", "windows", "per_request"}
     from pytest_llmbench.measure.frame import _TIMES, FLOAT_FIELDS

@@ -44,6 +44,13 @@ def atomic_text_file(path: str | os.PathLike[str]) -> Iterator[IO[str]]:
 
 
 @contextlib.contextmanager
+def atomic_binary_file(path: str | os.PathLike[str]) -> Iterator[IO[bytes]]:
+    """:func:`atomic_text_file` for bytes: written piece by piece, replacing ``path`` at the end."""
+    with _atomic_file(path, binary=True) as f:
+        yield f
+
+
+@contextlib.contextmanager
 def _atomic_file(path: str | os.PathLike[str], *, binary: bool) -> Iterator[Any]:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")

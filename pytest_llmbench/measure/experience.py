@@ -306,6 +306,8 @@ def fluid_token_generation_rate(tokens: TokenTimes, prefill_deadline: ArrayLike 
                                 hi: float = 60.0, rel_tol: float = 1e-3) -> FluidRate:
     """Smallest ``D_d`` with >= ``request_fraction`` of requests at fluidity >= ``min_fluidity``.
 
+    ``tokens``: a :class:`TokenTimes`, or an object whose ``blocks()`` yields ``(TokenTimes, slice)``
+    pairs (the token times of consecutive requests and their positions), counted block by block.
     Requests without tokens and ``failed`` requests count in the denominator as not fluid.
     Bisection in log space assumes the fraction is non-decreasing in ``D_d`` (a later deadline
     never turns a met deadline into a miss).
@@ -313,10 +315,18 @@ def fluid_token_generation_rate(tokens: TokenTimes, prefill_deadline: ArrayLike 
     denom = tokens.n_requests + int(failed)
     if denom == 0:
         raise ValueError("no requests to compute a fluid token generation rate from")
+    blocks = getattr(tokens, "blocks", None)  # a run's token times made block by block (summary.RunTokens)
+    dp = np.asarray(prefill_deadline, dtype=np.float64)
 
     def fraction(dd: float) -> float:
-        fi = fluidity_index(tokens, prefill_deadline, dd)
-        return float(np.count_nonzero(fi >= min_fluidity)) / denom
+        if blocks is None:
+            fi = fluidity_index(tokens, prefill_deadline, dd)
+            return float(np.count_nonzero(fi >= min_fluidity)) / denom
+        met = 0
+        for part, rows in blocks():
+            fi = fluidity_index(part, dp if dp.ndim == 0 else dp[rows], dd)
+            met += int(np.count_nonzero(fi >= min_fluidity))
+        return float(met) / denom
 
     if fraction(hi) < request_fraction:
         return FluidRate(math.nan, math.nan, min_fluidity, request_fraction, denom)

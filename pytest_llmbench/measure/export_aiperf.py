@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..common.records import ClockAnchor, RequestRecord
+from .frame import chunk_gaps_ns
 from .http_phases import phases
 from .summary import RunMetrics
 
@@ -246,7 +247,7 @@ def _record_metrics(r: RequestRecord, row: int, run: RunMetrics, tokenizer: Any)
         "usage_reasoning_tokens_diff_pct": abs(col("reasoning_usage_diff_pct")),
         "osl_mismatch_diff_pct": col("osl_mismatch_pct"),
     }
-    gaps = pr.itl["A"].for_request(row) if "A" in pr.itl else np.empty(0)
+    gaps = chunk_gaps_ns(r) * 1e-9  # the record's option-A samples (the summary pools them sorted)
     if gaps.size:
         v["inter_chunk_latency"] = [float(g) * 1e3 for g in gaps]
     for ph, val in phases(r.http_trace).items():

@@ -16,16 +16,17 @@ a layer above the gate supplies (``session.resummarize_run``), and the file is w
 
 from __future__ import annotations
 
-import io
 import os
 import re
-from collections.abc import Callable, Mapping
+import zipfile
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from ..common.files import write_bytes_atomic
+from ..common.files import atomic_binary_file
+from .stats import SortedSamples
 
 __all__ = ["SAMPLES_FILE", "SAMPLES_FORMAT", "Resummarize", "RunSamplesError", "Summary", "read_run_samples",
            "samples_of", "write_run_samples"]
@@ -55,25 +56,49 @@ class RunSamplesError(ValueError):
 
 def samples_of(summary: Summary) -> dict[str, np.ndarray]:
     """Sorted float32 samples of every distribution of ``summary`` that kept a non-empty sample set."""
-    out: dict[str, np.ndarray] = {}
+    return {name: np.concatenate(list(parts)) for name, _, parts in _sample_sets(summary)}
+
+
+_BLOCK = 1 << 20  # samples converted to float32 at once while writing
+
+
+def _sample_sets(summary: Summary) -> Iterator[tuple[str, int, Iterator[np.ndarray]]]:
+    """(name, count, sorted float32 blocks) of each distribution with a non-empty kept sample set. Samples
+    are kept sorted (float64, or compact ``SortedSamples``) and float32 rounding keeps their order, so the
+    blocks are converted in order, never the whole set at once."""
     for name, dist in summary.distributions.items():
         s = getattr(dist, "samples", None)
-        if s is not None and len(s):
-            out[str(name)] = np.sort(np.asarray(s, dtype=np.float32))
-    return out
+        if s is None or not len(s):
+            continue
+        if isinstance(s, SortedSamples):
+            yield str(name), s.size, (s.floats(a, min(a + _BLOCK, s.size)).astype(np.float32)
+                                      for a in range(0, s.size, _BLOCK))
+        else:
+            x = np.sort(np.asarray(s, dtype=np.float32))
+            yield str(name), int(x.size), iter((x,))
 
 
 def write_run_samples(run_dir: str | os.PathLike[str], summary: Summary) -> Path:
-    """Write ``summary``'s samples to ``run_dir/samples.npz`` (atomically); returns the path."""
-    samples = samples_of(summary)
-    bad = [name for name in samples if not _NAME_RE.match(name)]
+    """Write ``summary``'s samples to ``run_dir/samples.npz`` (atomically); returns the path. Written
+    array by array, block by block (an ``.npz`` is a zip of ``.npy`` files), so that a long run's pooled
+    samples are never held as one float32 copy."""
+    names = [str(name) for name, d in summary.distributions.items()
+             if getattr(d, "samples", None) is not None and len(d.samples)]
+    bad = [name for name in names if not _NAME_RE.match(name)]
     if bad:
         raise RunSamplesError(f"{run_dir}: distribution names {bad} cannot be keys of {SAMPLES_FILE} "
                               "(letters, digits, '_' and '.', starting with a letter)")
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **{_FORMAT_KEY: np.array(SAMPLES_FORMAT)}, **samples)
     path = Path(run_dir) / SAMPLES_FILE
-    write_bytes_atomic(path, buf.getvalue())
+    with atomic_binary_file(path) as f, zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        with z.open(f"{_FORMAT_KEY}.npy", "w") as out:
+            np.lib.format.write_array(out, np.array(SAMPLES_FORMAT))
+        for name, count, parts in _sample_sets(summary):
+            with z.open(f"{name}.npy", "w", force_zip64=True) as out:
+                np.lib.format.write_array_header_1_0(
+                    out, {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")), "fortran_order": False,
+                          "shape": (count,)})
+                for part in parts:
+                    out.write(part.astype("<f4", copy=False).tobytes())
     return path
 
 

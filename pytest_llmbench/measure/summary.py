@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -40,11 +40,12 @@ from ..common.records import FAILURE_TYPES, ErrorType, RequestRecord
 from . import experience as ux
 from . import registry
 from .frame import FrameBuilder, RunFrame
-from .metrics._kit import Windows, dist
-from .metrics.itl import ItlSamples
+from .metrics._kit import Windows
+from .metrics.itl import ItlSamples, RunTokens
 from .metrics.latency import INPUT_LENGTH_BUCKETS
 from .stats import DEFAULT_PERCENTILES, Distribution, Estimate, Modality, TailShape, distribution, modality, tail_shape
 from .stats import DEFINITIONS as STATS_DEFINITIONS
+from .stats.core import LazySorted
 
 __all__ = [
     "DEFINITIONS",
@@ -168,7 +169,9 @@ class RunMetrics:
     steady_window: tuple[float, float] = (math.nan, math.nan)  # seconds after first submission
     definitions_version: int = DEFINITIONS_VERSION
     prefill_deadline: ux.PrefillDeadline | None = None
-    tokens: ux.TokenTimes | None = field(default=None, repr=False)
+    #: option-B token times (``RunTokens``, read block by block); None for a run whose chunks were spilled to
+    #: disk during the run (more than ``frame.SPILL_AT`` of them): the files go when the summary is made
+    tokens: RunTokens | None = field(default=None, repr=False)
 
     def percentile(self, name: str, p: float) -> Estimate:
         """Any percentile of a distribution, computed from its kept samples, with its CI."""
@@ -206,7 +209,9 @@ class RunMetrics:
                                     request_fraction: float = 0.99) -> ux.FluidRate:
         """Etalon's fluid token generation rate over this run's successful + failed requests."""
         if self.tokens is None or self.prefill_deadline is None:
-            raise ValueError("this run has no token timing / TTFT to derive a prefill deadline from")
+            raise ValueError("this run has no token timing / TTFT to derive a prefill deadline from (a run of "
+                             "more chunks than frame.SPILL_AT keeps no token times after its summary: its "
+                             "fluid_token_rate is in its scalars)")
         pr = self.per_request
         ok = pr["ok"]
         sub = self.tokens.select(ok)
@@ -261,8 +266,8 @@ def _inputs(frame: RunFrame) -> dict[str, Any]:
         "sent_ns": frame.sent, "end_ns": frame.end, "has_end": frame.has_end,
         "duration": (frame.t_end - frame.t0) * _NS, **frame.times, **frame.numbers,
         "reasoning_streamed": frame.reasoning_streamed, "chunk_counts": frame.chunk_counts,
-        "chunk_ns": frame.chunk_ns, "chunk_tokens": frame.chunk_tokens,
-        "server_token_counts": frame.server_token_counts, "server_token_ns": frame.server_token_ns,
+        "chunk_token_sum": frame.chunk_token_sum, "chunks": frame.chunks,
+        "server_token_counts": frame.server_token_counts,
     }
 
 
@@ -309,8 +314,7 @@ def _table(values: dict[str, Any]) -> dict[str, np.ndarray]:
 def _aggregate(values: dict[str, Any], percentiles: Sequence[float], confidence: float
                ) -> tuple[dict[str, Distribution], dict[str, Estimate]]:
     """Each metric's figures as its declaration says: distributions and scalars (None: not defined here)."""
-    ok, n = values["ok"], values["n"]
-    everyone = np.ones(n, dtype=bool)
+    ok = values["ok"]
     dists: dict[str, Distribution] = {}
     scalars: dict[str, Estimate] = {}
     for m in registry.METRICS.values():
@@ -326,10 +330,24 @@ def _aggregate(values: dict[str, Any], percentiles: Sequence[float], confidence:
             if v is not None:
                 dists[m.name] = v
         else:
-            vals = v[ok if m.over == "ok" else everyone]
+            rows = ok if m.over == "ok" else None
+            vals = v if rows is None else v[rows]
             if m.always or np.count_nonzero(~np.isnan(vals)):
-                dists[m.name] = dist(m.name, vals, m.unit, percentiles, confidence)
+                d = distribution(m.name, vals, m.unit, percentiles, confidence=confidence, keep_samples=False)
+                dists[m.name] = replace(d, samples=LazySorted(v, rows))  # sorted when read: no second copy
     return dists, scalars
+
+
+def _compact(columns: dict[str, np.ndarray]) -> None:
+    """A float column holding one value in every row (NaN where the server sent no such field) becomes a
+    read-only ``np.broadcast_to`` of that value: the same figures and JSON, no memory per request."""
+    for k, v in columns.items():
+        if v.dtype.kind != "f" or v.ndim != 1 or not v.size or v.strides == (0,):
+            continue
+        first = v[0]
+        same = bool(np.isnan(v).all()) if first != first else bool((v == first).all())
+        if same:
+            columns[k] = np.broadcast_to(first, v.shape)
 
 
 def _steady(values: dict[str, Any], send_window_ns: tuple[int, int] | None, t0: int, duration: float,
@@ -404,9 +422,26 @@ def summarize(
         if not isinstance(getattr(slo, "metric", None), str) or not callable(getattr(slo, "ok", None)):
             raise TypeError(f"SLO {slo!r} needs a 'metric' str attribute and an ok(values) method")
     if isinstance(records, FrameBuilder):
-        frame = records.build(release=True)
+        try:
+            frame = records.build(release=True)
+        except BaseException:
+            records.close()
+            raise
     else:
         frame = records if isinstance(records, RunFrame) else RunFrame.from_records(records, phase)
+    chunks = frame.chunks
+    try:
+        return _summarize(frame, slos, opt, steady_state_fraction, gpu_count, send_window_ns, percentiles,
+                          confidence, batches, prefill_deadline, decode_deadline, reading_speed, ttft_allowance,
+                          alpha)
+    finally:
+        chunks.close()  # spilled chunk files go now; chunks kept in memory stay for RunMetrics.tokens
+
+
+def _summarize(frame: RunFrame, slos: Sequence[RequestSLO], opt: str, steady_state_fraction: float,
+               gpu_count: int | None, send_window_ns: tuple[int, int] | None, percentiles: Sequence[float],
+               confidence: float, batches: int, prefill_deadline: ux.PrefillDeadline | None, decode_deadline: float,
+               reading_speed: float, ttft_allowance: float, alpha: float) -> RunMetrics:
     values = _inputs(frame)
     t0 = frame.t0
     del frame  # the values hold its columns, each dropped after its last reader
@@ -422,6 +457,8 @@ def summarize(
     per_request.itl = itl_data.samples
     if values["good"] is not None:
         per_request.columns["good"] = values["good"]
+    _compact(per_request.columns)
+    values.update({k: v for k, v in per_request.columns.items() if k in registry.METRICS})
     dists, scalars = _aggregate(values, percentiles, confidence)
     itl_d = dists["itl"]
     dp_model = values["deadline_model"]
@@ -439,7 +476,8 @@ def summarize(
         ttft_by_input_length=values["ttft_by_input_length"], itl_option=itl_data.option, itl_modality=(
             modality(itl_d.samples, assume_sorted=True) if itl_d.samples is not None else None),
         itl_tail=tail_shape(itl_d.samples, assume_sorted=True) if itl_d.samples is not None else None,
-        definitions=definitions, steady_window=(w0, w1), prefill_deadline=dp_model, tokens=itl_data.tokens,
+        definitions=definitions, steady_window=(w0, w1), prefill_deadline=dp_model,
+        tokens=None if itl_data.tokens.chunks.spilled else itl_data.tokens,
     )
 
 

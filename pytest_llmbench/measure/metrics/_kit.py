@@ -76,6 +76,10 @@ class Windows:
         """Per-batch event sums of each window (events at times ``t`` s, weights ``w``)."""
         return {suf: window_sums(t, w, a, b, self.batches) for suf, (a, b) in self.windows.items()}
 
+    def fold(self) -> WindowFold:
+        """Per-batch sums of events added in parts (:class:`WindowFold`)."""
+        return WindowFold(self)
+
     def rate(self, s: dict[str, tuple[np.ndarray, int]], unit: str) -> dict[str, Estimate]:
         """The rate over the steady-state window (suffix ``""``) and over the whole run (``_full``)."""
         return {suf: rate_from_window_sums(s[suf][0], s[suf][1], b - a, unit=unit, confidence=self.confidence)
@@ -85,3 +89,39 @@ class Windows:
 def dist(name: str, values: np.ndarray, unit: str, percentiles: Sequence[float], confidence: float) -> Distribution:
     """The distribution of ``values`` with the run's percentiles and confidence (§5.1.4.3)."""
     return distribution(name, values, unit, percentiles, confidence=confidence)
+
+
+class WindowFold:
+    """:meth:`Windows.sums` of events given in consecutive parts (``add``), bit for bit: each batch's
+    weighted sum continues from the previous parts' (``np.bincount`` adds weights in order, so the
+    previous sums go in first), so the parts of a run's chunks give the sums of the whole run."""
+
+    def __init__(self, windows: Windows) -> None:
+        self.windows = windows
+        self.state: dict[str, tuple[np.ndarray, int]] = {
+            suf: (np.zeros(max(windows.batches, 1)), 0) for suf in windows.windows}
+
+    def add(self, t: np.ndarray, w: np.ndarray | None) -> None:
+        batches = self.windows.batches
+        for suf, (start, end) in self.windows.windows.items():
+            if not end - start > 0 or batches < 1:
+                continue
+            t = np.asarray(t, dtype=np.float64)
+            wi = None if w is None else np.asarray(w, dtype=np.float64)
+            if t.size and not (t.min() >= start and t.max() <= end):
+                inside = (t >= start) & (t <= end)
+                ti = t[inside]
+                wi = None if wi is None else wi[inside]
+            else:
+                ti = t
+            idx = np.minimum(((ti - start) * (batches / (end - start))).astype(np.int64), batches - 1)
+            sums, k = self.state[suf]
+            if wi is None:
+                sums = sums + np.bincount(idx, minlength=batches)
+            else:
+                sums = np.bincount(np.concatenate((np.arange(batches), idx)), weights=np.concatenate((sums, wi)),
+                                   minlength=batches).astype(np.float64)
+            self.state[suf] = (sums, k + int(ti.size))
+
+    def sums(self) -> dict[str, tuple[np.ndarray, int]]:
+        return dict(self.state)

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..frame import Chunks
 from ..registry import TIME_AVERAGE, WINDOW_RATE, derived, metric
 from ..stats import Estimate, rate_from_window_sums
 from ._kit import NAN, NS, Windows, segment_sum
@@ -28,17 +29,19 @@ def token_scale(osl: np.ndarray, chunk_token_sum: np.ndarray, n: int) -> np.ndar
 
 
 @derived
-def output_sums(ok: np.ndarray, chunk_owner: np.ndarray, chunk_tokens: np.ndarray, chunk_ns: np.ndarray,
-                chunk_token_sum: np.ndarray, token_scale: np.ndarray, osl: np.ndarray, end_ns: np.ndarray,
-                has_end: np.ndarray, windows: Windows) -> Sums:
+def output_sums(ok: np.ndarray, chunks: Chunks, chunk_token_sum: np.ndarray, token_scale: np.ndarray,
+                osl: np.ndarray, end_ns: np.ndarray, has_end: np.ndarray, windows: Windows) -> Sums:
     """Output tokens per batch of each window, at their chunk's arrival: every request's streamed tokens
     (a successful one's scaled to its OSL), and a successful non-streamed response's OSL at its end."""
-    streamed = chunk_tokens > 0
-    owner = chunk_owner[streamed]
-    weight = np.where(ok[owner], chunk_tokens[streamed] * token_scale[owner], chunk_tokens[streamed])
+    fold = windows.fold()
+    for block in chunks.blocks():  # the run's chunks in row order, a block at a time
+        streamed = block.chunk_tokens > 0
+        owner = block.owner()[streamed] + block.lo
+        weight = np.where(ok[owner], block.chunk_tokens[streamed] * token_scale[owner], block.chunk_tokens[streamed])
+        fold.add(block.chunk_ns[streamed] * NS, weight)
     no_chunks = ok & (chunk_token_sum == 0) & (osl > 0) & has_end
-    out_t = np.concatenate((chunk_ns[streamed] * NS, end_ns[no_chunks] * NS))
-    return windows.sums(out_t, np.concatenate((weight, osl[no_chunks])))
+    fold.add(end_ns[no_chunks] * NS, osl[no_chunks])
+    return fold.sums()
 
 
 @derived
@@ -95,54 +98,63 @@ def tokens_per_gpu_second(output_throughput: dict[str, Estimate], gpu_count: int
 
 
 @derived
-def in_flight(sent_ns: np.ndarray, end_ns: np.ndarray, isl: np.ndarray, chunk_ns: np.ndarray, ok: np.ndarray,
-              chunk_owner: np.ndarray, chunk_tokens: np.ndarray, token_scale: np.ndarray, chunk_counts: np.ndarray,
-              steady: tuple[float, float], windows: Windows) -> tuple[Estimate, Estimate]:
+def in_flight(sent_ns: np.ndarray, end_ns: np.ndarray, isl: np.ndarray, chunks: Chunks, ok: np.ndarray,
+              token_scale: np.ndarray, chunk_counts: np.ndarray, steady: tuple[float, float], windows: Windows
+              ) -> tuple[Estimate, Estimate]:
     """Time-averaged tokens in flight and requests in flight over the steady-state window (§5.5.4).
 
     A request holds its input tokens from submission to end, and each output token from its arrival to
     the request's end (failed requests included: they held memory). The integral up to x is evaluated at
     the batch boundaries (requests already ended contribute a precomputed constant; only requests
     straddling x are evaluated chunk by chunk); the per-batch averages give a t interval (batch means).
+    The chunks are read block by block: per request their weighted sums, and the chunks of the requests
+    straddling a boundary.
     """
-    held = np.where(ok[chunk_owner], chunk_tokens * token_scale[chunk_owner], chunk_tokens)
-    return _in_flight(sent_ns * NS, end_ns * NS, isl, chunk_ns * NS, held, chunk_counts, steady[0], steady[1],
-                      windows.batches, windows.confidence)
-
-
-def _in_flight(start: np.ndarray, end: np.ndarray, isl: np.ndarray, chunk_t: np.ndarray, chunk_w: np.ndarray,
-               chunk_counts: np.ndarray, w0: float, w1: float, batches: int, confidence: float
-               ) -> tuple[Estimate, Estimate]:
+    w0, w1 = steady
     length = w1 - w0
-    method = f"time average over the window, batch means ({max(batches, 1)} sub-windows), t interval"
+    method = f"time average over the window, batch means ({max(windows.batches, 1)} sub-windows), t interval"
     if not length > 0:
         nan = Estimate(NAN, 0, "tokens", undersampled=True, method=method)
         return nan, replace(nan, unit="requests")
+    start, end = sent_ns * NS, end_ns * NS
     n = start.size
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(chunk_counts, out=offsets[1:])
-    w_sum = segment_sum(chunk_w, chunk_counts)
-    wt_sum = segment_sum(chunk_w * chunk_t, chunk_counts)
+    bounds = np.linspace(w0, w1, max(windows.batches, 1) + 1)
+    w_sum, wt_sum, first_t = np.zeros(n), np.zeros(n), np.full(n, np.inf)
+    mids: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in bounds]
+    for block in chunks.blocks():
+        lo, hi = block.lo, block.hi
+        owner = block.owner() + lo
+        chunk_w = np.where(ok[owner], block.chunk_tokens * token_scale[owner], block.chunk_tokens)
+        chunk_t = block.chunk_ns * NS
+        counts = block.chunk_counts
+        w_sum[lo:hi] = segment_sum(chunk_w, counts)
+        wt_sum[lo:hi] = segment_sum(chunk_w * chunk_t, counts)
+        offsets = np.zeros(block.n + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        has = counts > 0
+        first = first_t[lo:hi]
+        first[has] = chunk_t[offsets[:-1][has]]
+        for j, x in enumerate(bounds):
+            mid = np.flatnonzero((first < x) & (end[lo:hi] > x))
+            if mid.size:
+                lens = counts[mid]
+                idx = np.repeat(offsets[mid] - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
+                mids[j].append((chunk_w[idx], chunk_t[idx]))
     ended_const = end * w_sum - wt_sum  # Σ w_k (end - t_k): the whole output contribution
-    has = chunk_counts > 0
-    first_t = np.full(n, np.inf)
-    first_t[has] = chunk_t[offsets[:-1][has]]
-    bounds = np.linspace(w0, w1, max(batches, 1) + 1)
     tok_int = np.empty(bounds.size)
     req_int = np.empty(bounds.size)
     for j, x in enumerate(bounds):
         held = np.clip(np.minimum(end, x) - start, 0.0, None)
         req_int[j] = held.sum()
         out_part = float(ended_const[end <= x].sum())
-        mid = np.flatnonzero((first_t < x) & (end > x))
-        if mid.size:
-            lens = chunk_counts[mid]
-            idx = np.repeat(offsets[mid] - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
-            out_part += float(np.dot(chunk_w[idx], np.clip(x - chunk_t[idx], 0.0, None)))
+        if mids[j]:
+            cw = np.concatenate([m[0] for m in mids[j]])
+            ct = np.concatenate([m[1] for m in mids[j]])
+            out_part += float(np.dot(cw, np.clip(x - ct, 0.0, None)))
         tok_int[j] = float(np.dot(isl, held)) + out_part
     out = []
     for integral, unit in ((tok_int, "tokens"), (req_int, "requests")):
-        est = rate_from_window_sums(np.diff(integral), n, length, unit=unit, confidence=confidence)
+        est = rate_from_window_sums(np.diff(integral), n, length, unit=unit, confidence=windows.confidence)
         out.append(replace(est, undersampled=False, method=method))
     return out[0], out[1]
 

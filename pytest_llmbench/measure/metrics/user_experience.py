@@ -32,9 +32,12 @@ def fluidity(itl_data: ItlData, deadline_model: ux.PrefillDeadline | None, isl: 
     """Etalon fluidity-index: share of token deadlines met per request (Etalon §4.2, D_p from the run's TTFT fit,
     D_d = 1/decode rate)
     """
+    fluid = np.full(n, NAN)
     if deadline_model is None:
-        return np.full(n, NAN)
-    fluid = ux.fluidity_index(itl_data.tokens, deadline_model(isl), decode_deadline)
+        return fluid
+    dp = deadline_model(isl)
+    for tokens, rows in itl_data.tokens.blocks():  # per request: block by block
+        fluid[rows] = ux.fluidity_index(tokens, dp[rows], decode_deadline)
     fluid[~ok] = NAN
     return fluid
 
@@ -46,8 +49,10 @@ def user_idle_latency(itl_data: ItlData, reading_speed: float, ttft_allowance: f
     """l_r = max_i(t_i - (A + i/V)) clipped at 0: how long a reader at V tokens/s with a TTFT allowance A waits
     beyond the reading pace; failed requests included
     """
-    idle = ux.user_idle_latency(itl_data.tokens, reading_speed=reading_speed, ttft_allowance=ttft_allowance,
-                                end_ns=end_ns, complete=ok)
+    idle = np.empty(ok.size)
+    for tokens, rows in itl_data.tokens.blocks():  # per request: block by block
+        idle[rows] = ux.user_idle_latency(tokens, reading_speed=reading_speed, ttft_allowance=ttft_allowance,
+                                          end_ns=end_ns[rows], complete=ok[rows])
     idle[~(ok | failed)] = NAN
     return idle
 

@@ -38,6 +38,7 @@ __all__ = [
     "Modality",
     "PERCENTILE_METHOD",
     "ScalingFit",
+    "SortedSamples",
     "TailShape",
     "CensoredPercentile",
     "NoisyRule",
@@ -45,6 +46,7 @@ __all__ = [
     "censored_percentile",
     "completion_rate_saturated",
     "distribution",
+    "distribution_of_sorted",
     "jain_index",
     "knee_point",
     "knee_point_ci",
@@ -141,7 +143,9 @@ class Distribution:
 
     ``percentiles`` maps the percentile (50.0, 90.0, 95.0, 99.0, 99.9) to its :class:`Estimate`;
     :meth:`percentile` computes any other one from the kept samples when they were kept.
-    ``samples`` holds the sorted, NaN-free samples (None when not kept).
+    ``samples`` holds the sorted, NaN-free samples (None when not kept): a float64 array, a compact
+    :class:`SortedSamples` (pooled per-gap samples) or a :class:`LazySorted` view of a per-request
+    column (sorted when read); ``np.asarray`` gives the float64 values of any of them.
     """
 
     name: str
@@ -152,7 +156,7 @@ class Distribution:
     min: float
     max: float
     percentiles: dict[float, Estimate] = field(default_factory=dict)
-    samples: np.ndarray | None = field(default=None, repr=False, compare=False)
+    samples: np.ndarray | SortedSamples | LazySorted | None = field(default=None, repr=False, compare=False)
     dropped: int = 0  # NaN (undefined) entries left out of the samples
 
     def percentile(self, p: float, *, confidence: float | None = None) -> Estimate:
@@ -163,6 +167,11 @@ class Distribution:
         if self.samples is None:
             raise ValueError(f"distribution {self.name!r} did not keep its samples; "
                              f"only P{sorted(self.percentiles)} are available")
+        if isinstance(self.samples, (SortedSamples, LazySorted)):
+            if not 0.0 <= float(p) <= 100.0:
+                raise ValueError(f"percentile must be in [0, 100], got {p}")
+            x = self.samples if isinstance(self.samples, SortedSamples) else self.samples.sorted()
+            return _percentiles_sorted(x, [float(p)], self.unit, conf)[0]
         return percentile_estimate(self.samples, p, unit=self.unit, confidence=conf,
                                    assume_sorted=True)
 
@@ -346,6 +355,12 @@ def distribution(name: str, samples: ArrayLike, unit: str,
     """Summarise ``samples`` (NaN = undefined, dropped and counted in ``dropped``)."""
     x, dropped = _clean(samples)
     x = np.sort(x)
+    return _of_sorted(name, x, unit, percentiles, confidence, x if keep_samples else None, dropped)
+
+
+def _of_sorted(name: str, x: Any, unit: str, percentiles: Sequence[float], confidence: float, kept: Any,
+               dropped: int) -> Distribution:
+    """The distribution of sorted NaN-free samples ``x`` (an array or :class:`SortedSamples`)."""
     n = x.size
     ps = [float(p) for p in percentiles]
     ests = _percentiles_sorted(x, ps, unit, confidence)
@@ -354,8 +369,194 @@ def distribution(name: str, samples: ArrayLike, unit: str,
     return Distribution(
         name=name, unit=unit, n=n, mean=mean, std=std,
         min=float(x[0]) if n else math.nan, max=float(x[-1]) if n else math.nan,
-        percentiles=dict(zip(ps, ests)), samples=x if keep_samples else None, dropped=dropped,
+        percentiles=dict(zip(ps, ests)), samples=kept, dropped=dropped,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# compact sorted samples (memory of long runs, issue 30)
+# --------------------------------------------------------------------------------------------
+
+_PAIRWISE_LEAF = 1 << 16  # numpy's pairwise summation evaluated on leaves of at most this many values
+
+
+def _pairwise_sum(block: Any, n: int, lo: int = 0) -> float:
+    """numpy's ``np.add.reduce`` of ``n`` float64 values, ``block(a, b)`` giving values ``a..b-1``,
+    evaluated leaf by leaf: numpy's pairwise summation splits a length ``m`` > 128 at ``m//2`` rounded
+    down to a multiple of 8, so a leaf of the same split tree summed by numpy gives the same partial
+    sum, and the whole is bit for bit numpy's (without all values in memory at once)."""
+    if n <= _PAIRWISE_LEAF:
+        return float(np.add.reduce(block(lo, lo + n))) if n else 0.0
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _pairwise_sum(block, n2, lo) + _pairwise_sum(block, n - n2, lo + n2)
+
+
+class _AsArray:
+    """Arithmetic, comparisons and numpy functions on a sample view act on its float64 array (made for the
+    occasion): code that treats ``Distribution.samples`` as an array keeps working."""
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        raise NotImplementedError
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        args = [np.asarray(x) if isinstance(x, _AsArray) else x for x in inputs]
+        return getattr(ufunc, method)(*args, **kwargs)
+
+    def __iter__(self) -> Any:
+        return iter(np.asarray(self))
+
+    def tolist(self) -> list[float]:
+        return np.asarray(self).tolist()
+
+
+def _delegate(op: str) -> Any:
+    def method(self: Any, other: Any) -> Any:
+        return getattr(np.asarray(self), op)(other)
+    method.__name__ = op
+    return method
+
+
+for _op in ("__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__add__", "__radd__", "__sub__",
+            "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__"):
+    setattr(_AsArray, _op, _delegate(_op))
+_AsArray.__hash__ = None  # type: ignore[assignment]
+
+
+class SortedSamples(_AsArray):
+    """Sorted samples kept compactly: integers ``values`` (ascending; with ``counts``, value ``i``
+    repeated ``counts[i]`` times), sample ``k`` being ``float64(values[k]) * scale`` (``scale`` None:
+    ``float64(values[k])``). Integer nanoseconds times 1e-9 are the seconds the float64 path computes,
+    and the conversion is monotone, so the sorted floats are the converted sorted integers.
+
+    Indexing (an int, a slice or an int array) gives float64 values; :meth:`mean` and :meth:`std` are
+    numpy's (same pairwise summation) without a float64 copy of the samples; ``np.asarray`` gives the
+    float64 array (for small sets and callers that need one).
+    """
+
+    dtype = np.dtype(np.float64)
+    ndim = 1
+
+    def __init__(self, values: np.ndarray, counts: np.ndarray | None = None, scale: float | None = None) -> None:
+        self.values = values
+        self.counts = counts
+        self.scale = scale
+        self._ends = None if counts is None else np.cumsum(counts, dtype=np.int64)
+        self.size = int(values.size if counts is None else (self._ends[-1] if self._ends.size else 0))
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.size,)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _convert(self, raw: np.ndarray) -> np.ndarray:
+        f = raw.astype(np.float64)
+        return f if self.scale is None else f * self.scale
+
+    def _raw(self, idx: Any) -> Any:
+        if self.counts is None:
+            return self.values[idx]
+        return self.values[np.searchsorted(self._ends, idx, side="right")]
+
+    def __getitem__(self, idx: Any) -> Any:
+        if isinstance(idx, slice):
+            lo, hi, step = idx.indices(self.size)
+            if step != 1:
+                return self._convert(self._raw(np.arange(lo, hi, step)))
+            return self.floats(lo, hi)
+        if isinstance(idx, (int, np.integer)):
+            i = int(idx) + (self.size if idx < 0 else 0)
+            if not 0 <= i < self.size:
+                raise IndexError(f"index {idx} out of range for {self.size} samples")
+            return self._convert(np.asarray([self._raw(i)]))[0]
+        arr = np.asarray(idx)
+        if arr.dtype == bool:
+            raise TypeError("SortedSamples: boolean masks are not supported")
+        return self._convert(np.asarray(self._raw(np.where(arr < 0, arr + self.size, arr))))
+
+    def floats(self, lo: int, hi: int) -> np.ndarray:
+        """Samples ``lo..hi-1`` as float64."""
+        if self.counts is None:
+            return self._convert(self.values[lo:hi])
+        if hi <= lo:
+            return np.empty(0, dtype=np.float64)
+        a, b = np.searchsorted(self._ends, [lo, hi - 1], side="right")
+        reps = self.counts[a:b + 1].copy()
+        starts = np.concatenate(([0], self._ends[:-1]))
+        reps[0] -= lo - starts[a]
+        reps[-1] = hi - max(lo, int(starts[b])) if b > a else hi - lo
+        return self._convert(np.repeat(self.values[a:b + 1], reps))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.floats(0, self.size)
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def sum(self) -> float:
+        return _pairwise_sum(self.floats, self.size)
+
+    def mean(self) -> np.float64:
+        """``np.mean`` of the float64 samples, bit for bit."""
+        return np.float64(self.sum()) / self.size if self.size else np.float64(math.nan)
+
+    def std(self, ddof: int = 0) -> np.float64:
+        """``np.std(ddof=ddof)`` of the float64 samples, bit for bit (deviations squared leaf by leaf)."""
+        m = self.mean()
+
+        def squares(a: int, b: int) -> np.ndarray:
+            d = self.floats(a, b) - m
+            d *= d
+            return d
+
+        return np.sqrt(np.float64(_pairwise_sum(squares, self.size)) / (self.size - ddof))
+
+    def take_evenly(self, k: int) -> np.ndarray:
+        """``x[np.linspace(0, n - 1, k).round().astype(int64)]`` as float64."""
+        return self[np.linspace(0, self.size - 1, k).round().astype(np.int64)]
+
+    def tail_above(self, u: float) -> np.ndarray:
+        """``x[x > u]`` (float64, ascending): the samples after the last one <= ``u``."""
+        lo, hi = 0, self.size
+        while lo < hi:  # first index whose value is > u
+            mid = (lo + hi) // 2
+            if self[mid] > u:
+                hi = mid
+            else:
+                lo = mid + 1
+        return self.floats(lo, self.size)
+
+
+class LazySorted(_AsArray):
+    """The sorted NaN-free values of ``column[rows]``, sorted when read (a distribution of per-request
+    values keeps this view of the per-request column instead of a sorted copy)."""
+
+    def __init__(self, column: np.ndarray, rows: np.ndarray | None) -> None:
+        self.column, self.rows = column, rows
+        self.size = int(np.count_nonzero(~np.isnan(column if rows is None else column[rows])))
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.size,)
+
+    def sorted(self) -> np.ndarray:
+        x, _ = _clean(self.column if self.rows is None else self.column[self.rows])
+        return np.sort(x)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.sorted()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
+def distribution_of_sorted(name: str, x: SortedSamples, unit: str,
+                           percentiles: Sequence[float] = DEFAULT_PERCENTILES, *,
+                           confidence: float = 0.95) -> Distribution:
+    """:func:`distribution` of compact sorted samples: the same figures, bit for bit, as of their
+    float64 values, without a float64 copy (the samples are kept as they are)."""
+    return _of_sorted(name, x, unit, percentiles, confidence, x, 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,16 +580,24 @@ class Modality:
         return {k: (_finite_or_none(v) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
+def _sorted_view(samples: Any, assume_sorted: bool) -> Any:
+    """Compact samples as they are, else the sorted NaN-free float64 array."""
+    if isinstance(samples, SortedSamples):
+        return samples
+    x, _ = _clean(samples)
+    return x if assume_sorted else np.sort(x)
+
+
 def modality(samples: ArrayLike, *, alpha: float = 0.05, assume_sorted: bool = False) -> Modality:
     """Hartigan's dip test; above 72,000 samples, on 72,000 evenly spaced order statistics."""
-    x, _ = _clean(samples)
-    if not assume_sorted:
-        x = np.sort(x)
+    x = _sorted_view(samples, assume_sorted)
     n = x.size
     if n < 4 or x[0] == x[-1]:
         return Modality("undetermined" if n < 4 else "unimodal", 0.0, 1.0 if n >= 4 else math.nan, n)
     if n > _DIP_MAX_N:
         x = x[np.linspace(0, n - 1, _DIP_MAX_N).round().astype(np.int64)]
+    elif isinstance(x, SortedSamples):
+        x = np.asarray(x)
     import diptest
 
     dip, pval = diptest.diptest(x, sort_x=False)
@@ -413,15 +622,13 @@ class TailShape:
 def tail_shape(samples: ArrayLike, *, threshold_percentile: float = 90.0, band: float = 0.1,
                min_exceedances: int = 50, assume_sorted: bool = False) -> TailShape:
     """Classify the tail by the generalised Pareto shape of excesses over P``threshold``."""
-    x, _ = _clean(samples)
-    if not assume_sorted:
-        x = np.sort(x)
+    x = _sorted_view(samples, assume_sorted)
     n = x.size
     if n == 0:
         return TailShape("undetermined", math.nan, math.nan, 0, math.nan)
     p50, p99, u = _interp_sorted(x, np.array([0.5, 0.99, threshold_percentile / 100.0]))
     ratio = float(p99 / p50) if p50 > 0 else math.nan
-    y = x[x > u] - u  # sorted ascending
+    y = (x.tail_above(u) if isinstance(x, SortedSamples) else x[x > u]) - u  # sorted ascending
     m = y.size
     if m < min_exceedances or not y.any():
         return TailShape("undetermined", math.nan, float(u), m, ratio)

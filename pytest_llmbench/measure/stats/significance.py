@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import stats as sps
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
@@ -166,6 +165,7 @@ def mean_change(baseline: ArrayLike, new: ArrayLike, *, confidence: float = 0.95
 
 
 def _se_from_ci(value: float, lo: float | None, hi: float | None, confidence: float) -> float:
+    from scipy import stats as sps  # imported when used (start-up of every session)
     z = float(sps.norm.ppf(0.5 + confidence / 2))
     if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
         return max(hi - lo, 0.0) / (2 * z)
@@ -212,6 +212,7 @@ def across_runs_change(baseline: Sequence[float], new: Sequence[float], *, confi
         s = sa if na > 1 else sbv
         how = "the standard deviation of the side with repeated runs"
     df = max(na + nb - 2, 1)
+    from scipy import stats as sps  # imported when used (start-up of every session)
     t = float(sps.t.ppf(0.5 + confidence / 2, df))
     half = t * s * math.sqrt(1 / na + 1 / nb)
     ma, mb = float(a.mean()), float(b.mean())
@@ -237,6 +238,7 @@ def widen_by_history(c: Change, values: Sequence[float]) -> Change:
     x = np.asarray(values, dtype=float)
     k = x.size
     s = float(x.std(ddof=1))
+    from scipy import stats as sps  # imported when used (start-up of every session)
     t = float(sps.t.ppf(0.5 + c.confidence / 2, k - 1))
     half = t * s * math.sqrt(2)
     d_lo, d_hi = min(c.diff_ci[0], c.diff - half), max(c.diff_ci[1], c.diff + half)

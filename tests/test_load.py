@@ -438,3 +438,41 @@ async def test_open_loop_with_held_reads_completes_every_request(monkeypatch: py
         assert c._reader.hold is None  # removed after the open loop
     assert res.ok == res.sent == 40 and res.cancelled == 0 and sum(held) > 40
     assert all(len(r.chunk_ns) == 5 and r.chunk_ns == sorted(r.chunk_ns) for r in res.records)
+
+
+class TurnClient(VirtualClient):
+    """Every request finishes ``turns`` loop turns after it starts, with no time passing: a closed
+    loop of N streams then finishes N records in the same turn, turn after turn (a client at its
+    limit against a zero-delay server, made exact)."""
+
+    def __init__(self, turns: int = 1) -> None:
+        super().__init__(0.0)
+        self.turns = turns
+        self.finalized = 0
+
+    async def send(self, spec: RequestSpec, *, record: RequestRecord, intended_ns: int | None = None,
+                   finalize: bool = True) -> RequestRecord:
+        record.intended_ns = intended_ns
+        record.sent_ns = time.perf_counter_ns()
+        for _ in range(self.turns):
+            await asyncio.sleep(0)
+        record.first_chunk_ns = record.first_token_ns = record.end_ns = time.perf_counter_ns()
+        return record
+
+    def finalize(self, record: RequestRecord) -> RequestRecord:
+        self.finalized += 1
+        return record
+
+
+async def test_the_collector_keeps_up_with_a_closed_loop_that_finishes_many_records_per_turn() -> None:
+    """Issue 30: finished records wait for the collector with their parsed chunks, so a backlog that
+    grows with the run is memory that grows with the run. 64 streams finish 64 records every turn;
+    the collector takes every record a turn starts with, so at most two turns' worth ever wait
+    (with one record per turn, 3,000 requests left thousands waiting)."""
+    n, total = 64, 3000
+    client = TurnClient()
+    seen: list[int] = []
+    res = await run_load(client, specs(["x"] * total), ClosedLoop(n), spin_ms=0, on_record=lambda r: seen.append(r.index))
+    assert res.ok == total and client.finalized == total and sorted(seen) == list(range(total))
+    assert res.collector_backlog_max is not None and n <= res.collector_backlog_max <= 2 * n
+    assert res.to_json()["collector_backlog_max"] == res.collector_backlog_max

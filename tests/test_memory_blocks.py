@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
+from pytest_llmbench.document import plotdata
 from pytest_llmbench.measure import frame
 from pytest_llmbench.measure.frame import FrameBuilder
 from pytest_llmbench.measure.metrics import itl
@@ -157,6 +158,40 @@ def _compare_compact(values: list[int], rle: bool, scale: float | None) -> None:
         assert np.array_equal(x.tail_above(float(floats[raw.size // 2])), floats[floats > floats[raw.size // 2]])
         assert np.array_equal(x[[0, raw.size - 1, raw.size // 3]], floats[[0, raw.size - 1, raw.size // 3]])
         assert np.array_equal(x[2:raw.size - 1], floats[2:raw.size - 1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(st.integers(0, 2**32 - 1) | st.integers(0, 40), min_size=1, max_size=3000),
+       rle=st.booleans(), scale=st.sampled_from([1e-9, None]))
+def test_plot_data_of_compact_samples_is_numpys_without_a_copy(values: list[int], rle: bool,
+                                                               scale: float | None) -> None:
+    """The report's plot data (quantiles, histogram, CDF) of compact samples equals numpy's
+    np.percentile / np.histogram on their float64 values, and the samples are never made float64
+    whole (a long run's pooled ITL: issue 30)."""
+    raw = np.sort(np.array(values, dtype=np.int64))
+    floats = raw.astype(np.float64) * (1.0 if scale is None else scale)
+    if rle:
+        u, c = np.unique(raw, return_counts=True)
+        x = SortedSamples(u, c, scale=scale)
+    else:
+        x = SortedSamples(raw.astype(np.uint32 if raw.max() < 2**32 else np.int64), scale=scale)
+
+    def no_whole_copy(self: SortedSamples, dtype: object = None, copy: object = None) -> np.ndarray:
+        raise AssertionError("the plot data made a float64 copy of the samples")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(SortedSamples, "__array__", no_whole_copy)
+        got = plotdata.samples_summary(x, "itl")
+    want = plotdata.samples_summary(floats, "itl")
+    assert json.dumps(got) == json.dumps(want)
+    # and the float64 path is numpy's own calls
+    lo, hi = float(floats[0]), float(floats[-1])
+    if hi > lo:
+        counts, edges = np.histogram(floats, bins=len(want["histogram"]["counts"]), range=(lo, hi))
+        assert want["histogram"] == {"edges": edges.tolist(), "counts": counts.tolist()}
+    qs = np.percentile(floats, plotdata.QUANTILES, method="linear")
+    assert [want["stats"][f"p{q:g}"] for q in plotdata.QUANTILES] == qs.tolist()
+    assert want["stats"]["mean"] == float(floats.mean())
 
 
 @settings(max_examples=40, deadline=None)

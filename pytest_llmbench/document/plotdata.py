@@ -86,8 +86,14 @@ def _index(v: Any, n: int, where: str) -> int | None:
 
 
 def samples_summary(samples: Any, name: str, *, source: str = "procedure") -> dict[str, Any]:
-    """Exact quantiles, an exact histogram and a thinned CDF of ``samples`` (seconds)."""
-    x = _sorted_finite(samples)
+    """Exact quantiles, an exact histogram and a thinned CDF of ``samples`` (seconds).
+
+    Compact sorted samples (:class:`~..measure.stats.SortedSamples`, a long run's pooled ITL) are
+    read where they are: quantiles and the CDF by index, the histogram by counting the samples below
+    each edge, so the figures are numpy's without a float64 copy of the whole set (issue 30)."""
+    from ..measure.stats import SortedSamples
+
+    x = samples if isinstance(samples, SortedSamples) else _sorted_finite(samples)
     n = int(x.size)
     if n == 0:
         raise PlotDataError(f"{name}: no finite samples")
@@ -97,7 +103,7 @@ def samples_summary(samples: Any, name: str, *, source: str = "procedure") -> di
     if hi == lo:
         pad = abs(lo) * 0.05 or 1e-3
         lo, hi, bins = lo - pad, hi + pad, 1
-    counts, edges = np.histogram(x, bins=bins, range=(lo, hi))
+    counts, edges = _histogram_sorted(x, bins, lo, hi)
     return {
         "kind": "samples",
         "name": name,
@@ -115,9 +121,21 @@ def _sorted_finite(samples: Any) -> np.ndarray:
     return np.sort(x[np.isfinite(x)])
 
 
-def _stats(x: np.ndarray, quantiles: tuple[float, ...] = QUANTILES) -> dict[str, float]:
-    """min, the ``quantiles`` (linear rule), max and mean of sorted finite samples."""
-    qs = np.percentile(x, quantiles, method="linear")
+def _histogram_sorted(x: Any, bins: int, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    """``np.histogram(x, bins, range=(lo, hi))`` of sorted samples inside the range: bin ``i`` counts
+    ``edges[i] <= x < edges[i+1]``, the last bin its right edge too (numpy's rule), from the number of
+    samples below each inner edge."""
+    edges = np.histogram_bin_edges(np.empty(0), bins=bins, range=(lo, hi))
+    inner = edges[1:-1]
+    below = np.searchsorted(x, inner, side="left") if isinstance(x, np.ndarray) else x.searchsorted(inner)
+    return np.diff(np.concatenate(([0], below, [x.size]))), edges
+
+
+def _stats(x: Any, quantiles: tuple[float, ...] = QUANTILES) -> dict[str, float]:
+    """min, the ``quantiles`` (linear rule, numpy's bit for bit), max and mean of sorted finite samples."""
+    from ..measure.stats import numpy_percentiles_sorted
+
+    qs = numpy_percentiles_sorted(x, quantiles)
     return {"min": float(x[0]), **{f"p{q:g}": float(v) for q, v in zip(quantiles, qs)},
             "max": float(x[-1]), "mean": float(x.mean())}
 

@@ -266,6 +266,7 @@ class LoadResult:
     client_delay: ClientDelay | None = None  # the client's own delay while receiving (selfcheck.py)
     submit_lag: LagStats | None = None  # sent (T_submit) − intended; None where not computed
     pacer: str | None = None  # the open loop's pacer (pacer.py)
+    collector_backlog_max: int | None = None  # most finished records waiting at once to be finalised; None: not kept (shards)
 
     @property
     def schedule_lag(self) -> LagStats:
@@ -288,6 +289,7 @@ class LoadResult:
                 "end_ns", "sent", "completed", "ok", "cancelled", "errors", "output_tokens",
                 "requested_rate", "achieved_rate", "completion_rate", "concurrency_target",
                 "concurrency_mean", "concurrency_max", "valid", "invalid_reason", "pacer",
+                "collector_backlog_max",
             )
         }
         d["clock_anchor"] = asdict(self.clock_anchor)
@@ -472,6 +474,7 @@ class _Runner:
         self.last_change = 0
         # collector
         self.queue: collections.deque[RequestRecord] = collections.deque()
+        self.backlog_max = 0  # the queue's largest length (LoadResult.collector_backlog_max)
         self.wake = asyncio.Event()
         self.callback_error: BaseException | None = None
         self.start_ns = 0
@@ -518,25 +521,37 @@ class _Runner:
         finally:
             self._change(-1)
             self.outstanding.pop(id(rec), None)
-            self.queue.append(rec)
+            queue = self.queue
+            queue.append(rec)
+            if len(queue) > self.backlog_max:
+                self.backlog_max = len(queue)
             self.wake.set()
 
     # -- collector: token counting, storage, callbacks, off the submission path ------------
     async def _collect(self) -> None:
+        """Finalise, store and hand on finished records, off the submission path.
+
+        Each loop turn takes the records that finished before it, one at a time (the open loop's
+        gate lets a due send go first before each), then yields. So the backlog never outgrows
+        what the readers finish in one turn: a client that finishes several records per turn
+        (a closed loop at its limit) still finalises them during the run, its CPU counted there,
+        and memory does not grow with the run (issue 30: one record per turn let a closed loop's
+        backlog, every waiting record with its parsed chunks, grow by the thousands).
+        """
+        queue = self.queue
         while True:
             await self.wake.wait()
             self.wake.clear()
-            while self.queue:
-                gate = self.gate
-                if gate is not None:  # a send due before this record's finalising would end goes first
-                    wait = gate.hold(time.perf_counter_ns(), len(self.queue[0].chunk_ns))
-                    if wait is not None:
-                        await wait
-                self._drain_queue(limit=1)
-                # one record per loop turn: a burst of completions must not hold the loop while a
-                # send is due (finalize tokenizes, the sink writes to disk)
-                await asyncio.sleep(0)
-            if self.stopped and not self.queue:
+            while queue:
+                for _ in range(len(queue)):  # the records this turn starts with
+                    gate = self.gate
+                    if gate is not None:  # a send due before this record's finalising would end goes first
+                        wait = gate.hold(time.perf_counter_ns(), len(queue[0].chunk_ns))
+                        if wait is not None:
+                            await wait
+                    self._drain_queue(limit=1)
+                await asyncio.sleep(0)  # the readers' turn (finalize tokenizes, the sink writes to disk)
+            if self.stopped and not queue:
                 return
 
     def _drain_queue(self, limit: int | None = None) -> None:
@@ -808,6 +823,7 @@ class _Runner:
             client_delay=client_delay,
             submit_lag=submit_lag,
             pacer=self.pacer_name,
+            collector_backlog_max=self.backlog_max,
         )
 
 

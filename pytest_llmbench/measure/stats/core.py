@@ -48,6 +48,7 @@ __all__ = [
     "distribution",
     "distribution_of_sorted",
     "jain_index",
+    "numpy_percentiles_sorted",
     "knee_point",
     "knee_point_ci",
     "latency_inflation",
@@ -234,6 +235,27 @@ def _interp_sorted(x: np.ndarray, qs: np.ndarray) -> np.ndarray:
     lo = np.floor(h).astype(np.int64)
     hi = np.minimum(lo + 1, n - 1)
     return x[lo] + (h - lo) * (x[hi] - x[lo])
+
+
+def numpy_percentiles_sorted(x: Any, ps: Sequence[float]) -> np.ndarray:
+    """``np.percentile(x, ps)`` (method "linear") of sorted NaN-free samples ``x``, an array or
+    :class:`SortedSamples`, bit for bit: numpy's virtual index, neighbours and lerp, read by index
+    (so compact samples are never copied whole)."""
+    n = x.size
+    q = np.true_divide(np.asarray(ps, dtype=np.float64), 100)
+    v = (n - 1) * q
+    prev = np.floor(v)
+    nxt = prev + 1
+    above = v >= n - 1
+    prev[above] = nxt[above] = -1
+    prev[v < 0] = nxt[v < 0] = 0
+    prev_i, nxt_i = prev.astype(np.intp), nxt.astype(np.intp)
+    a, b = np.asarray(x[prev_i], dtype=np.float64), np.asarray(x[nxt_i], dtype=np.float64)
+    t = v - prev_i
+    diff = b - a
+    out = np.add(a, diff * t)
+    np.subtract(b, diff * (1 - t), out=out, where=t >= 0.5)
+    return out
 
 
 def _percentiles_sorted(x: np.ndarray, ps: Sequence[float], unit: str,
@@ -514,6 +536,21 @@ class SortedSamples(_AsArray):
     def take_evenly(self, k: int) -> np.ndarray:
         """``x[np.linspace(0, n - 1, k).round().astype(int64)]`` as float64."""
         return self[np.linspace(0, self.size - 1, k).round().astype(np.int64)]
+
+    def searchsorted(self, edges: ArrayLike) -> np.ndarray:
+        """``np.searchsorted(float64 samples, edges, side="left")``: for each edge, how many samples are
+        below it (a vectorised bisection over the sample index, no float64 copy)."""
+        e = np.asarray(edges, dtype=np.float64)
+        lo, hi = np.zeros(e.shape, dtype=np.int64), np.full(e.shape, self.size, dtype=np.int64)
+        while True:
+            open_ = lo < hi
+            if not open_.any():
+                return lo
+            mid = (lo + hi) // 2
+            below = np.zeros(e.shape, dtype=bool)
+            below[open_] = self[mid[open_]] < e[open_]
+            lo = np.where(open_ & below, mid + 1, lo)
+            hi = np.where(open_ & ~below, mid, hi)
 
     def tail_above(self, u: float) -> np.ndarray:
         """``x[x > u]`` (float64, ascending): the samples after the last one <= ``u``."""

@@ -402,16 +402,46 @@ async def test_sends_first_holds_work_that_would_still_run_when_a_send_falls_due
     send, or started while a send is made but not handed over, waits for that send's first step."""
     gate = load_mod._SendsFirst(base_ns=10_000, per_event_ns=1_000)
     gate.due = 1_000_000
-    assert gate.hold(1_000_000 - 50_000, 10) is None  # 20 µs of work ends 30 µs before the send
-    w = gate.hold(1_000_000 - 15_000, 10)  # ... would end 5 µs after it: wait
-    assert w is not None and gate.hold(1_000_001, 0) is w  # overdue: everyone waits on one future
+    assert gate.hold(1_000_000 - 50_000, 10, 1_000_000 - 50_000) is None  # 20 µs of work ends 30 µs before the send
+    w = gate.hold(1_000_000 - 15_000, 10, 1_000_000 - 15_000)  # ... would end 5 µs after it: wait
+    assert w is not None and gate.hold(1_000_001, 0, 1_000_001) is w  # overdue: everyone waits on one future
     gate.due = 5_000_000
     gate.unsent += 1  # the send was made (its task created): it has not handed over yet
-    assert gate.hold(0, 0) is w
+    assert gate.hold(0, 0, 0) is w
     gate.handed_over()  # its first step: the waiters resume behind it (one loop turn later)
     assert not w.done()
     await asyncio.sleep(0)
-    assert w.done() and gate.hold(0, 0) is None
+    assert w.done() and gate.hold(0, 0, 0) is None
+
+
+async def test_sends_first_a_released_reader_asks_again_within_a_bound() -> None:
+    """Issue 38: a reader released by one send's hand-over asks again and waits for the next send when
+    that one is due within its work too; work that has waited ``max_hold_ns`` since it first asked runs
+    whatever is due, so a saturated client still reads. The gate's clock is the one it is given."""
+    gate = load_mod._SendsFirst(base_ns=10_000, per_event_ns=1_000, max_hold_ns=300_000)
+    since = 995_000
+    gate.due = 1_000_000
+    w1 = gate.hold(since, 10, since)  # 20 µs of work, a send due in 5 µs: wait
+    assert w1 is not None
+    gate.unsent += 1  # the pacer makes that send and arms the next, due 12 µs after it
+    gate.due = 1_012_000
+    gate.handed_over()
+    await asyncio.sleep(0)
+    assert w1.done()
+    w2 = gate.hold(1_001_000, 10, since)  # released at 1.001 ms: the next send is 11 µs away: wait again
+    assert w2 is not None and w2 is not w1
+    assert gate.hold(1_003_000, 0, since) is w2  # 10 µs of work, 9 µs before the send: waits on the same one
+    assert gate.hold(1_001_000, 0, since) is None  # ... 11 µs before it: ends in time
+    gate.unsent += 1
+    gate.due = 2_000_000  # the one after is far off
+    gate.handed_over()
+    await asyncio.sleep(0)
+    assert w2.done() and gate.hold(1_013_000, 10, since) is None  # nothing due within its work: it runs
+    # the bound: a send overdue and one not handed over hold nothing that has waited 300 µs
+    gate.due, gate.unsent = 1_100_000, 1
+    assert gate.hold(since + 299_999, 10, since) is not None
+    assert gate.hold(since + 300_000, 10, since) is None
+    gate.release()
 
 
 async def test_open_loop_with_held_reads_completes_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -423,12 +453,12 @@ async def test_open_loop_with_held_reads_completes_every_request(monkeypatch: py
     held: list[int] = []
     hold = load_mod._SendsFirst.hold
 
-    def counted(self: Any, now_ns: int, n: int) -> Any:
-        w = hold(self, now_ns, n)
+    def counted(self: Any, now_ns: int, n: int, since_ns: int) -> Any:
+        w = hold(self, now_ns, n, since_ns)
         held.append(w is not None)
         return w
 
-    monkeypatch.setattr(load_mod._SendsFirst.__init__, "__defaults__", (10**9, 0))
+    monkeypatch.setattr(load_mod._SendsFirst.__init__, "__defaults__", (10**9, 0, 500_000))
     monkeypatch.setattr(load_mod._SendsFirst, "hold", counted)
     events = [{"choices": [{"index": 0, "delta": {"content": f" t{i}"}, "finish_reason": None}]} for i in range(5)]
     cfg = ClientConfig(base_url="http://mock/v1", model="m")

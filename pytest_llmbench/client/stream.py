@@ -44,10 +44,12 @@ except ImportError:  # pragma: no cover - fallback when orjson is not installed
 
 __all__ = ["Hold", "ResponseReader", "assign_chunk_tokens", "dumps", "loads"]
 
-#: ``hold(now_ns, events)``: before the reader parses a read of ``events`` events (stamped ``now_ns``
-#: already), something to wait for first, or None. The open loop sets one so that a send due before
-#: that work would end goes first (loadgen/load.py); the read's stamp is taken before the wait.
-Hold = Callable[[int, int], "Awaitable[None] | None"]
+#: ``hold(now_ns, events, since_ns)``: before the reader parses a read of ``events`` events (stamped
+#: ``since_ns`` already), something to wait for first, or None. The open loop sets one so that a send
+#: due before that work would end goes first (loadgen/load.py); the read's stamp is taken before the
+#: wait. After each wait the reader asks again with the time then (``now_ns``); the hold bounds how
+#: long one read is held.
+Hold = Callable[[int, int, int], "Awaitable[None] | None"]
 
 
 def assign_chunk_tokens(tokenizer: Tokenizer, texts: list[str]) -> list[int]:
@@ -220,9 +222,11 @@ class ResponseReader:
             events_seen += len(events)
             hold = self.hold
             if hold is not None:
-                wait = hold(now, len(events))
-                if wait is not None:
+                wait = hold(now, len(events), now)
+                while wait is not None:  # released: ask again, a send may be due within this work too
                     await wait
+                    hold = self.hold
+                    wait = hold(clock(), len(events), now) if hold is not None else None
             try:
                 for d in events:
                     if d == "[DONE]":

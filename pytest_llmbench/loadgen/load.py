@@ -374,27 +374,33 @@ class _ReceiveProbe(asyncio.Protocol):
 
 class _SendsFirst:
     """The open loop's send priority: work that would still run when a send falls due waits for
-    that send's hand-over (issue 38: a due send waited behind a batch of response parsing).
+    that send's hand-over (issue 38: a due send waited behind a batch of response parsing; §4.2.5).
 
     :meth:`hold` is the client's :data:`~pytest_llmbench.client.stream.Hold`: before a reader parses
     a read of ``n`` events (or the collector finalises a record of ``n`` chunks), estimated to take
     ``base_ns + n × per_event_ns``, it gets a future to wait on when the next send is due before that
     work would end, or a send was made and has not been handed over yet. The send's own first step
     releases the waiters (:meth:`handed_over`), after its transport has queued the request write, so
-    the readers resume behind both. A read's stamp is taken before the wait (App. B.1.1).
+    the readers resume behind both. A released reader asks again (the next send may be due within
+    its work too); work that has waited ``max_hold_ns`` since it first asked runs regardless, so a
+    saturated client still reads. A read's stamp is taken before the wait (App. B.1.1).
     """
 
-    __slots__ = ("due", "unsent", "waiter", "base_ns", "per_event_ns", "_loop")
+    __slots__ = ("due", "unsent", "waiter", "base_ns", "per_event_ns", "max_hold_ns", "_loop")
 
-    def __init__(self, base_ns: int = 15_000, per_event_ns: int = 2_500) -> None:
+    def __init__(self, base_ns: int = 15_000, per_event_ns: int = 2_500, max_hold_ns: int = 500_000) -> None:
         self.due = 0  # the next send's intended time (0: none armed)
         self.unsent = 0  # sends made (task created) whose first step has not run yet
         self.waiter: asyncio.Future[None] | None = None
         self.base_ns = base_ns
         self.per_event_ns = per_event_ns
+        self.max_hold_ns = max_hold_ns
         self._loop = asyncio.get_running_loop()
 
-    def hold(self, now_ns: int, n: int) -> asyncio.Future[None] | None:
+    def hold(self, now_ns: int, n: int, since_ns: int) -> asyncio.Future[None] | None:
+        """What work of ``n`` events that first asked at ``since_ns`` waits for at ``now_ns``, or None."""
+        if now_ns - since_ns >= self.max_hold_ns:  # held long enough: it runs, whatever is due
+            return None
         if self.unsent or (self.due and self.due - now_ns < self.base_ns + n * self.per_event_ns):
             w = self.waiter
             if w is None:
@@ -529,13 +535,18 @@ class _Runner:
             while self.queue:
                 gate = self.gate
                 if gate is not None:  # a send due before this record's finalising would end goes first
-                    wait = gate.hold(time.perf_counter_ns(), len(self.queue[0].chunk_ns))
-                    if wait is not None:
-                        await wait
+                    since = now = time.perf_counter_ns()
+                    while (wait := gate.hold(now, len(self.queue[0].chunk_ns), since)) is not None:
+                        await wait  # released: ask again (the gate bounds how long)
+                        now = time.perf_counter_ns()
+                        gate = self.gate
+                        if gate is None:
+                            break
                 self._drain_queue(limit=1)
                 # one record per loop turn: a burst of completions must not hold the loop while a
-                # send is due (finalize tokenizes, the sink writes to disk)
-                await asyncio.sleep(0)
+                # send is due (finalize tokenizes, the sink writes to disk); none left: wait for one
+                if self.queue:
+                    await asyncio.sleep(0)
             if self.stopped and not self.queue:
                 return
 

@@ -287,6 +287,28 @@ async def test_slow_responses_do_not_delay_later_sends_virtual_clock(virtual_clo
     assert max(r.sent_ns - r.intended_ns for r in res.records) <= 1000, [r.sent_ns - r.intended_ns for r in res.records]
 
 
+@pytest.mark.looptime
+async def test_open_loop_makes_each_record_ahead_of_its_send_virtual_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38: the open loop makes the next send's record while it waits for that send (its due
+    step only sends); the first, due at once, is made in its own step. Every record is made once."""
+    made: dict[int, int] = {}
+
+    class Timed(RequestRecord):
+        @classmethod
+        def from_spec(cls, spec: RequestSpec, *, phase: str = "measure") -> RequestRecord:
+            made[spec.index] = loop_ns()
+            return super().from_spec(spec, phase=phase)
+
+    monkeypatch.setattr(load_mod, "time", types.SimpleNamespace(perf_counter_ns=loop_ns))
+    monkeypatch.setattr(load_mod, "RequestRecord", Timed)
+    res = await run_load(VirtualClient(0.002), specs(["x"] * 20), OpenLoop(ArrivalProcess("uniform", 100.0)),
+                         spin_ms=0)
+    assert res.ok == 20 and sorted(made) == list(range(20))
+    by_index = {r.index: r for r in res.records}
+    assert made[0] == by_index[0].intended_ns  # due at once: made in its step
+    assert all(made[i] < by_index[i].intended_ns - 5_000_000 for i in range(1, 20))  # made 10 ms gaps ahead
+
+
 async def test_stop_by_duration_drains_with_a_bound(client: LLMClient) -> None:
     res = await run_load(
         client, itertools.cycle(specs(["slow:5"])), ClosedLoop(4, duration_s=0.3), drain_timeout_s=0.3,

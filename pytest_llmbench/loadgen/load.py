@@ -509,11 +509,12 @@ class _Runner:
             return None
         return next(self.specs, None)
 
-    async def _one(self, spec: RequestSpec, intended_ns: int) -> None:
+    async def _one(self, spec: RequestSpec, intended_ns: int, record: RequestRecord | None = None) -> None:
+        """One request, its record handed to the collector; ``record``: made ahead (the open loop's)."""
         gate = self.gate
         if gate is not None:  # this step hands the request over (client.send runs to its first wait)
             gate.handed_over()
-        rec = RequestRecord.from_spec(spec, phase=self.phase)
+        rec = record if record is not None else RequestRecord.from_spec(spec, phase=self.phase)
         now = time.perf_counter_ns()
         rec.inflight_at_send = self.inflight
         rec.oldest_outstanding_ns = now - next(iter(self.outstanding.values())) if self.outstanding else 0
@@ -619,8 +620,15 @@ class _Runner:
         progress, one, next_spec = self.progress, self._one, self._next_spec
         create_task = asyncio.create_task
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()  # True: ended by the duration
-        pending: list[Any] = []  # (intended ns, spec) of the next send
+        pending: list[Any] = []  # [intended ns, spec, its record made ahead or None] of the next send
         gate = self.gate
+        phase, call_soon = self.phase, asyncio.get_running_loop().call_soon
+
+        def prepare(spec: RequestSpec) -> None:
+            """The next send's record, made while the loop waits for its due time (after the send
+            just made has taken its first step), so that its own first step does not."""
+            if pending and pending[1] is spec and pending[2] is None:
+                pending[2] = RequestRecord.from_spec(spec, phase=phase)
 
         def step() -> None:
             """Send what is due, then arm the pacer for the next send. It runs in the pacer's own
@@ -629,16 +637,18 @@ class _Runner:
             try:
                 while True:
                     if pending:
-                        t, spec = pending
+                        t, spec, rec = pending
                         if t > clock():
                             if gate is not None:
                                 gate.due = t
                             pacer.call_at(t, step)
+                            if rec is None:
+                                call_soon(prepare, spec)
                             return
                         pending.clear()
                         if gate is not None:
                             gate.unsent += 1
-                        task = create_task(one(spec, t))
+                        task = create_task(one(spec, t, rec))
                         progress.sent += 1
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
@@ -654,7 +664,7 @@ class _Runner:
                     if spec is None:
                         done.set_result(False)
                         return
-                    pending[:] = (t, spec)
+                    pending[:] = (t, spec, None)
             except Exception as exc:  # a bug, or the specs iterator failed: end the run with it
                 if not done.done():
                     done.set_exception(exc if not isinstance(exc, StopIteration) else RuntimeError(repr(exc)))

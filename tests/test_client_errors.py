@@ -169,8 +169,7 @@ class _FakeAiohttpPool:
 
     def __init__(self, exc: BaseException, mid: bool) -> None:
         self.exc, self.mid = exc, mid
-        self.transport = types.SimpleNamespace(write=lambda data: None, is_closing=lambda: False,
-                                               get_write_buffer_size=lambda: 0, get_extra_info=lambda name: None)
+        self.transport = types.SimpleNamespace(write=lambda data: None, is_closing=lambda: False)
         self.protocol, self.writing_paused = self, False
 
     async def connect(self, req: object, traces: object, timeout: object) -> object:

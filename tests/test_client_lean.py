@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -102,24 +101,15 @@ async def test_lean_path_only_untraced() -> None:
 
 
 class Writes:
-    """A plain TCP transport (and its socket) that keeps what happens to it in order: writes, corking,
-    and the clock read that T_submit takes."""
+    """A transport that keeps what happens to it in order: writes and the clock read T_submit takes."""
 
-    def __init__(self, tls: bool = False) -> None:
+    def __init__(self) -> None:
         self.written: list[bytes] = []
         self.events: list[tuple[str, int]] = []
-        self.tls = tls
 
     def write(self, data: bytes | memoryview) -> None:
         self.written.append(bytes(data))
         self.events.append(("write", len(data)))
-
-    def get_extra_info(self, name: str) -> Any:
-        return {"socket": self, "sslcontext": object() if self.tls else None}[name]
-
-    def setsockopt(self, level: int, option: int, value: int) -> None:
-        assert (level, option) == (socket.IPPROTO_TCP, socket.TCP_CORK)
-        self.events.append(("cork", value))
 
     def clock(self) -> int:
         self.events.append(("stamp", sum(map(len, self.written))))
@@ -129,27 +119,20 @@ class Writes:
 @pytest.mark.parametrize("body", [b"{}", b"x", b"", b"y" * 70_000])
 def test_t_submit_is_taken_between_all_but_the_last_byte_and_the_last_byte(
         body: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
-    """App. B.1.1: the head and all but the last body byte are written (corked: held), then the stamp,
-    then the last byte, then the uncorking that sends what was held."""
+    """App. B.1.1: the head and all but the last body byte are written, then the stamp, then the last byte."""
     t = Writes()
     monkeypatch.setattr(aiohttp_mod, "_clock", t.clock)
     submit = SubmitStamp()
     head = b"POST /v1/x HTTP/1.1\r\nHost: h\r\nContent-Length: "
-    corked = aiohttp_mod._cork(t)
     aiohttp_mod._write_all_but_last(t, head, body)
-    aiohttp_mod._write_last(t, body, submit, corked)
+    aiohttp_mod._write_last(t, body, submit)
     wire = b"".join(t.written)
     assert wire == head + str(len(body)).encode() + b"\r\n\r\n" + body
     head_writes = [("write", len(w)) for w in t.written[: -1 if body else None]]
     last = [("write", 1)] if body else []
-    assert t.events == [("cork", 1), *head_writes, ("stamp", len(wire) - len(body[-1:])), *last, ("cork", 0)]
+    assert t.events == [*head_writes, ("stamp", len(wire) - len(body[-1:])), *last]
     assert submit.ns == 42
     assert len(t.written) == 1 + (len(body) >= 65536) + (len(body) > 0)  # head (+ a long body apart) + last byte
-
-
-def test_a_tls_transport_is_not_corked() -> None:
-    t = Writes(tls=True)
-    assert aiohttp_mod._cork(t) is None and t.events == []
 
 
 async def test_a_body_not_read_to_its_end_closes_its_connection(raw: RawServer) -> None:

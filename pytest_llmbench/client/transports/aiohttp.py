@@ -14,7 +14,6 @@ aiohttp other than the one measured), or a URL carries credentials, it takes ``s
 from __future__ import annotations
 
 import inspect
-import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -88,22 +87,6 @@ def _lean_supported() -> bool:
         and hasattr(BaseConnector, "connect") and hasattr(ClientRequest, "connection_key")
 
 
-_TCP_CORK = getattr(socket, "TCP_CORK", None)  # Linux
-
-
-def _cork(transport: Any) -> Any:
-    """The TCP socket under a plain (not TLS) ``transport``, corked (``TCP_CORK``: partial segments
-    held until uncorked), or None where it cannot be."""
-    if _TCP_CORK is None or transport.get_extra_info("sslcontext") is not None:
-        return None
-    sock = transport.get_extra_info("socket")
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1)
-    except (OSError, AttributeError, TypeError):
-        return None
-    return sock
-
-
 def _write_all_but_last(transport: Any, head: bytes, body: bytes) -> None:
     """The request head (``head`` ends at ``Content-Length: ``), the body's length, and all but the
     last byte of ``body``, in one write where the body is short (App. B.1.1: T_submit follows)."""
@@ -117,24 +100,17 @@ def _write_all_but_last(transport: Any, head: bytes, body: bytes) -> None:
         transport.write(memoryview(body)[:-1])
 
 
-def _write_last(transport: Any, body: bytes, submit: SubmitStamp, corked: Any = None) -> None:
-    """T_submit (App. B.1.1), then the last byte of ``body``: the stamp is taken as it is sent. On a
-    ``corked`` socket the uncorking sends it, with what the cork held of the rest: the server is
-    woken once per request, not once per write, and still after the stamp."""
+def _write_last(transport: Any, body: bytes, submit: SubmitStamp) -> None:
+    """T_submit (App. B.1.1), then the last byte of ``body``: the stamp is taken as it is sent."""
     submit.ns = _clock()
     if body:
         transport.write(body[-1:])
-    if corked is not None:
-        corked.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 0)
 
 
 class AiohttpTransport:
     """Plain aiohttp: one session, one connector sized to the load; untraced POSTs on the lean path."""
 
     name = "aiohttp"
-    #: lean path: cork the request's writes so that its segments go out together at its last byte
-    #: (one wake-up of the server per request; T_submit unchanged: the stamp, then the last byte sent)
-    cork = True
 
     def __init__(self, config: ClientConfig, max_connections: int | None) -> None:
         import aiohttp
@@ -248,11 +224,10 @@ class AiohttpTransport:
                 transport = proto.transport
                 if transport is None or transport.is_closing():
                     raise ConnectionResetError("connection closed before the request was written")
-                corked = _cork(transport) if self.cork and not transport.get_write_buffer_size() else None
                 _write_all_but_last(transport, route.head, body)
                 if proto.writing_paused:  # above the transport's high-water mark: wait as aiohttp does
                     await proto._drain_helper()
-                _write_last(transport, body, submit, corked)
+                _write_last(transport, body, submit)
                 proto.start_timeout()  # sock_read from here (aiohttp: after the body is written)
                 while True:
                     message, payload = await proto.read()

@@ -2,7 +2,8 @@
 
 Expected classifications are written out here, not read from the table, so a changed entry fails.
 Each transport is tested in-process: its HTTP library object is replaced by one that raises the
-exception (aiohttp: a fake session; httpx: ``httpx.MockTransport``; httpx-aiohttp: the same, with
+exception (aiohttp: a fake pool and protocol for its lean path, a fake session for its own request
+path; httpx: ``httpx.MockTransport``; httpx-aiohttp: the same, with
 the exception passed through httpx-aiohttp's own ``map_aiohttp_exceptions`` as its transport does).
 Real sockets breaking are covered by tests/test_faults.py and tests/test_client.py.
 """
@@ -161,6 +162,39 @@ class _FakeAiohttpSession:
         pass
 
 
+class _FakeAiohttpPool:
+    """The part of aiohttp's connector, connection and protocol AiohttpTransport's lean path uses (a
+    pooled connection, its protocol's response message and payload stream); fails where told: the
+    connection (before the response) or the second read of the body (mid-stream)."""
+
+    def __init__(self, exc: BaseException, mid: bool) -> None:
+        self.exc, self.mid = exc, mid
+        self.transport = types.SimpleNamespace(write=lambda data: None, is_closing=lambda: False)
+        self.protocol, self.writing_paused = self, False
+
+    async def connect(self, req: object, traces: object, timeout: object) -> object:
+        if not self.mid:
+            raise self.exc
+        return self
+
+    def set_response_params(self, **_: object) -> None:
+        pass
+
+    def start_timeout(self) -> None:
+        pass
+
+    async def read(self) -> tuple[object, object]:
+        payload = await _FakeAiohttpSession(self.exc, True).post("")
+        return types.SimpleNamespace(code=200, headers=payload.headers), types.SimpleNamespace(  # type: ignore[attr-defined]
+            readany=payload.content.readany, on_eof=lambda callback: None)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+
 class _FailingStream(httpx.AsyncByteStream):
     def __init__(self, exc: BaseException, wrap: bool) -> None:
         self.exc, self.wrap = exc, wrap
@@ -189,10 +223,14 @@ def _httpx_client(exc: BaseException, mid: bool, wrap: bool) -> httpx.AsyncClien
 
 
 async def _failing_transport(name: str, exc: BaseException, mid: bool) -> client_mod.Transport:
-    t = make_transport(ClientConfig(base_url=URL, model="m", transport=name), None)
-    if name == "aiohttp":
+    t = make_transport(ClientConfig(base_url=URL, model="m", transport=name.removesuffix("-session")), None)
+    if name == "aiohttp":  # the lean path (an untraced request's): aiohttp's pool and protocol
+        assert t._lean  # type: ignore[attr-defined]
+        t._connector = _FakeAiohttpPool(exc, mid)  # type: ignore[attr-defined]
+    elif name == "aiohttp-session":  # aiohttp's own request path (a traced request's)
         await t._session.close()  # type: ignore[attr-defined]
         t._session = _FakeAiohttpSession(exc, mid)  # type: ignore[attr-defined]
+        t._lean = False  # type: ignore[attr-defined]
     else:
         await t._client.aclose()  # type: ignore[attr-defined]
         t._client = _httpx_client(exc, mid, wrap=name == "httpx-aiohttp")  # type: ignore[attr-defined]
@@ -203,7 +241,8 @@ async def _failing_transport(name: str, exc: BaseException, mid: bool) -> client
 # classified by their aiohttp cause), httpx errors; any of them may see a bare OSError/timeout.
 PER_TRANSPORT = [
     (name, cid, case)
-    for name, cases in (("aiohttp", {**AIOHTTP, **GENERIC}), ("httpx-aiohttp", {**AIOHTTP, **GENERIC}),
+    for name, cases in (("aiohttp", {**AIOHTTP, **GENERIC}), ("aiohttp-session", {**AIOHTTP, **GENERIC}),
+                        ("httpx-aiohttp", {**AIOHTTP, **GENERIC}),
                         ("httpx", {**HTTPX, **GENERIC}))
     for cid, case in [*((k.__name__, c) for k, c in cases.items()), ("unmapped", UNMAPPED)]
 ]
@@ -230,13 +269,14 @@ async def test_transport_maps_through_the_table(transport: str, exc_name: str, c
     assert original in chain  # chained, directly or through httpx-aiohttp's wrapper
 
 
-@pytest.mark.parametrize("transport", ["aiohttp", "httpx-aiohttp", "httpx"])
+@pytest.mark.parametrize("transport", ["aiohttp", "aiohttp-session", "httpx-aiohttp", "httpx"])
 async def test_send_records_the_mapped_type(transport: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Through ``LLMClient.send``: a connection dropped mid-stream keeps the chunk already timed."""
     original = aiohttp.ServerDisconnectedError() if transport != "httpx" else httpx.RemoteProtocolError("eof")
     t = await _failing_transport(transport, original, mid=True)
     monkeypatch.setattr(client_mod, "make_transport", lambda config, n: t)
-    async with LLMClient(ClientConfig(base_url=URL, model="m", transport=transport, tokenizer=None)) as c:
+    async with LLMClient(ClientConfig(base_url=URL, model="m", transport=transport.removesuffix("-session"),
+                                      tokenizer=None)) as c:
         rec = await c.send(RequestSpec(index=0, workload="w", input_tokens=1, max_tokens=4, prompt_text="x"))
     assert rec.error_type is ErrorType.PROTOCOL
     assert rec.chunk_text == ["hi"] and rec.first_token_ns == rec.chunk_ns[0]

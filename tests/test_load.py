@@ -287,6 +287,28 @@ async def test_slow_responses_do_not_delay_later_sends_virtual_clock(virtual_clo
     assert max(r.sent_ns - r.intended_ns for r in res.records) <= 1000, [r.sent_ns - r.intended_ns for r in res.records]
 
 
+@pytest.mark.looptime
+async def test_open_loop_makes_each_record_ahead_of_its_send_virtual_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38: the open loop makes the next send's record while it waits for that send (its due
+    step only sends); the first, due at once, is made in its own step. Every record is made once."""
+    made: dict[int, int] = {}
+
+    class Timed(RequestRecord):
+        @classmethod
+        def from_spec(cls, spec: RequestSpec, *, phase: str = "measure") -> RequestRecord:
+            made[spec.index] = loop_ns()
+            return super().from_spec(spec, phase=phase)
+
+    monkeypatch.setattr(load_mod, "time", types.SimpleNamespace(perf_counter_ns=loop_ns))
+    monkeypatch.setattr(load_mod, "RequestRecord", Timed)
+    res = await run_load(VirtualClient(0.002), specs(["x"] * 20), OpenLoop(ArrivalProcess("uniform", 100.0)),
+                         spin_ms=0)
+    assert res.ok == 20 and sorted(made) == list(range(20))
+    by_index = {r.index: r for r in res.records}
+    assert made[0] == by_index[0].intended_ns  # due at once: made in its step
+    assert all(made[i] < by_index[i].intended_ns - 5_000_000 for i in range(1, 20))  # made 10 ms gaps ahead
+
+
 async def test_stop_by_duration_drains_with_a_bound(client: LLMClient) -> None:
     res = await run_load(
         client, itertools.cycle(specs(["slow:5"])), ClosedLoop(4, duration_s=0.3), drain_timeout_s=0.3,
@@ -402,16 +424,46 @@ async def test_sends_first_holds_work_that_would_still_run_when_a_send_falls_due
     send, or started while a send is made but not handed over, waits for that send's first step."""
     gate = load_mod._SendsFirst(base_ns=10_000, per_event_ns=1_000)
     gate.due = 1_000_000
-    assert gate.hold(1_000_000 - 50_000, 10) is None  # 20 µs of work ends 30 µs before the send
-    w = gate.hold(1_000_000 - 15_000, 10)  # ... would end 5 µs after it: wait
-    assert w is not None and gate.hold(1_000_001, 0) is w  # overdue: everyone waits on one future
+    assert gate.hold(1_000_000 - 50_000, 10, 1_000_000 - 50_000) is None  # 20 µs of work ends 30 µs before the send
+    w = gate.hold(1_000_000 - 15_000, 10, 1_000_000 - 15_000)  # ... would end 5 µs after it: wait
+    assert w is not None and gate.hold(1_000_001, 0, 1_000_001) is w  # overdue: everyone waits on one future
     gate.due = 5_000_000
     gate.unsent += 1  # the send was made (its task created): it has not handed over yet
-    assert gate.hold(0, 0) is w
+    assert gate.hold(0, 0, 0) is w
     gate.handed_over()  # its first step: the waiters resume behind it (one loop turn later)
     assert not w.done()
     await asyncio.sleep(0)
-    assert w.done() and gate.hold(0, 0) is None
+    assert w.done() and gate.hold(0, 0, 0) is None
+
+
+async def test_sends_first_a_released_reader_asks_again_within_a_bound() -> None:
+    """Issue 38: a reader released by one send's hand-over asks again and waits for the next send when
+    that one is due within its work too; work that has waited ``max_hold_ns`` since it first asked runs
+    whatever is due, so a saturated client still reads. The gate's clock is the one it is given."""
+    gate = load_mod._SendsFirst(base_ns=10_000, per_event_ns=1_000, max_hold_ns=300_000)
+    since = 995_000
+    gate.due = 1_000_000
+    w1 = gate.hold(since, 10, since)  # 20 µs of work, a send due in 5 µs: wait
+    assert w1 is not None
+    gate.unsent += 1  # the pacer makes that send and arms the next, due 12 µs after it
+    gate.due = 1_012_000
+    gate.handed_over()
+    await asyncio.sleep(0)
+    assert w1.done()
+    w2 = gate.hold(1_001_000, 10, since)  # released at 1.001 ms: the next send is 11 µs away: wait again
+    assert w2 is not None and w2 is not w1
+    assert gate.hold(1_003_000, 0, since) is w2  # 10 µs of work, 9 µs before the send: waits on the same one
+    assert gate.hold(1_001_000, 0, since) is None  # ... 11 µs before it: ends in time
+    gate.unsent += 1
+    gate.due = 2_000_000  # the one after is far off
+    gate.handed_over()
+    await asyncio.sleep(0)
+    assert w2.done() and gate.hold(1_013_000, 10, since) is None  # nothing due within its work: it runs
+    # the bound: a send overdue and one not handed over hold nothing that has waited 300 µs
+    gate.due, gate.unsent = 1_100_000, 1
+    assert gate.hold(since + 299_999, 10, since) is not None
+    assert gate.hold(since + 300_000, 10, since) is None
+    gate.release()
 
 
 async def test_open_loop_with_held_reads_completes_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -423,12 +475,12 @@ async def test_open_loop_with_held_reads_completes_every_request(monkeypatch: py
     held: list[int] = []
     hold = load_mod._SendsFirst.hold
 
-    def counted(self: Any, now_ns: int, n: int) -> Any:
-        w = hold(self, now_ns, n)
+    def counted(self: Any, now_ns: int, n: int, since_ns: int) -> Any:
+        w = hold(self, now_ns, n, since_ns)
         held.append(w is not None)
         return w
 
-    monkeypatch.setattr(load_mod._SendsFirst.__init__, "__defaults__", (10**9, 0))
+    monkeypatch.setattr(load_mod._SendsFirst.__init__, "__defaults__", (10**9, 0, 500_000))
     monkeypatch.setattr(load_mod._SendsFirst, "hold", counted)
     events = [{"choices": [{"index": 0, "delta": {"content": f" t{i}"}, "finish_reason": None}]} for i in range(5)]
     cfg = ClientConfig(base_url="http://mock/v1", model="m")

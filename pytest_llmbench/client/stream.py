@@ -44,10 +44,16 @@ except ImportError:  # pragma: no cover - fallback when orjson is not installed
 
 __all__ = ["Hold", "ResponseReader", "assign_chunk_tokens", "dumps", "loads"]
 
-#: ``hold(now_ns, events)``: before the reader parses a read of ``events`` events (stamped ``now_ns``
-#: already), something to wait for first, or None. The open loop sets one so that a send due before
-#: that work would end goes first (loadgen/load.py); the read's stamp is taken before the wait.
-Hold = Callable[[int, int], "Awaitable[None] | None"]
+#: with a hold set, a read's events are parsed this many at a time, the hold asked before each
+#: slice: a send that falls due during a long read waits for one slice, not the whole read
+_HOLD_SLICE = 16
+
+#: ``hold(now_ns, events, since_ns)``: before the reader parses a read of ``events`` events (stamped
+#: ``since_ns`` already), something to wait for first, or None. The open loop sets one so that a send
+#: due before that work would end goes first (loadgen/load.py); the read's stamp is taken before the
+#: wait. After each wait the reader asks again with the time then (``now_ns``); the hold bounds how
+#: long one read is held.
+Hold = Callable[[int, int, int], "Awaitable[None] | None"]
 
 
 def assign_chunk_tokens(tokenizer: Tokenizer, texts: list[str]) -> list[int]:
@@ -189,7 +195,9 @@ class ResponseReader:
 
         Per event only the text is appended; the read's stamps (and the empty reasoning of its
         chunks) are added once per read, in a ``finally`` so that the three lists stay aligned
-        when an event raises (the chunks before it keep their stamp)."""
+        when an event raises (the chunks before it keep their stamp). With a :data:`Hold` set (the
+        open loop's send priority) the read's events are parsed :data:`_HOLD_SLICE` at a time and
+        the hold is asked before each slice; every event still carries the read's stamp."""
         parser = SSEParser()
         feed = parser.feed_data
         read = resp.read_chunk
@@ -217,58 +225,68 @@ class ResponseReader:
                 continue
             if rec.first_chunk_ns is None:
                 rec.first_chunk_ns = now
-            events_seen += len(events)
+            ne = len(events)
+            events_seen += ne
             hold = self.hold
-            if hold is not None:
-                wait = hold(now, len(events))
-                if wait is not None:
-                    await wait
+            lo = 0
             try:
-                for d in events:
-                    if d == "[DONE]":
-                        if not done:
-                            done = True
-                            rec.end_ns = now
-                        continue
-                    obj = _loads(d)
-                    if type(obj) is not dict:
-                        raise TransportError(ErrorType.PARSE, f"SSE data is not a JSON object: {d[:80]!r}")
-                    choices = obj.get("choices")
-                    if choices:
-                        c = choices[0]
-                        if chat:
-                            delta = c.get("delta")
-                            if delta:
-                                content = delta.get("content") or ""
-                                if not content or len(delta) != 1:  # not the common delta, content alone
-                                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                                    if reasoning:  # aligned with this chunk's text
-                                        chunk_reasoning.extend([""] * (len(chunk_text) - len(chunk_reasoning)))
-                                        chunk_reasoning.append(reasoning)
-                                    if delta.get("refusal"):  # OpenAI: the refusal streams instead of content
-                                        rec.refusal = (rec.refusal or "") + delta["refusal"]
+                while lo < ne:
+                    if hold is None:  # no send to give way to: the whole read at once
+                        hi = ne
+                    else:  # a slice at a time, asking before each (a send due within it goes first)
+                        hi = lo + _HOLD_SLICE
+                        k = min(ne, hi) - lo
+                        wait = hold(now if lo == 0 else clock(), k, now)
+                        while wait is not None:  # released: ask again, a send may be due within this work too
+                            await wait
+                            hold = self.hold
+                            wait = hold(clock(), k, now) if hold is not None else None
+                    for d in (events if lo == 0 and hi >= ne else events[lo:hi]):
+                        if d == "[DONE]":
+                            if not done:
+                                done = True
+                                rec.end_ns = now
+                            continue
+                        obj = _loads(d)
+                        if type(obj) is not dict:
+                            raise TransportError(ErrorType.PARSE, f"SSE data is not a JSON object: {d[:80]!r}")
+                        choices = obj.get("choices")
+                        if choices:
+                            c = choices[0]
+                            if chat:
+                                delta = c.get("delta")
+                                if delta:
+                                    content = delta.get("content") or ""
+                                    if not content or len(delta) != 1:  # not the common delta, content alone
+                                        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                                        if reasoning:  # aligned with this chunk's text
+                                            chunk_reasoning.extend([""] * (len(chunk_text) - len(chunk_reasoning)))
+                                            chunk_reasoning.append(reasoning)
+                                        if delta.get("refusal"):  # OpenAI: the refusal streams instead of content
+                                            rec.refusal = (rec.refusal or "") + delta["refusal"]
+                                else:
+                                    content = ""
                             else:
-                                content = ""
-                        else:
-                            content = c.get("text") or ""
-                        text_app(content)
-                        if not first_token and content and not content.isspace():
-                            first_token = True
-                            rec.first_token_ns = now
-                        fr = c.get("finish_reason")
-                        if fr:
-                            rec.finish_reason = fr
-                        usage = obj.get("usage")  # "usage": null rides on every chunk with include_usage
-                        if usage:  # continuous usage stats (vLLM: every chunk): the running output count (§4.4)
-                            rec.usage = usage
-                            ct = usage.get("completion_tokens")
-                            if type(ct) is int:
-                                usage_app(ct)
-                        # metadata is rare: an error, a server's extension keys
-                        if not isdisjoint(obj):
+                                content = c.get("text") or ""
+                            text_app(content)
+                            if not first_token and content and not content.isspace():
+                                first_token = True
+                                rec.first_token_ns = now
+                            fr = c.get("finish_reason")
+                            if fr:
+                                rec.finish_reason = fr
+                            usage = obj.get("usage")  # "usage": null rides on every chunk with include_usage
+                            if usage:  # continuous usage stats (vLLM: every chunk): the running output count (§4.4)
+                                rec.usage = usage
+                                ct = usage.get("completion_tokens")
+                                if type(ct) is int:
+                                    usage_app(ct)
+                            # metadata is rare: an error, a server's extension keys
+                            if not isdisjoint(obj):
+                                metadata(obj, rec)
+                        else:  # a usage-only chunk, an error
                             metadata(obj, rec)
-                    else:  # a usage-only chunk, an error
-                        metadata(obj, rec)
+                    lo = hi
             finally:  # this read's stamp on each of its chunks; no reasoning where none came
                 n = len(chunk_text)
                 if n > len(chunk_ns):

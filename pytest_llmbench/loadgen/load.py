@@ -376,27 +376,33 @@ class _ReceiveProbe(asyncio.Protocol):
 
 class _SendsFirst:
     """The open loop's send priority: work that would still run when a send falls due waits for
-    that send's hand-over (issue 38: a due send waited behind a batch of response parsing).
+    that send's hand-over (issue 38: a due send waited behind a batch of response parsing; §4.2.5).
 
     :meth:`hold` is the client's :data:`~pytest_llmbench.client.stream.Hold`: before a reader parses
     a read of ``n`` events (or the collector finalises a record of ``n`` chunks), estimated to take
     ``base_ns + n × per_event_ns``, it gets a future to wait on when the next send is due before that
     work would end, or a send was made and has not been handed over yet. The send's own first step
     releases the waiters (:meth:`handed_over`), after its transport has queued the request write, so
-    the readers resume behind both. A read's stamp is taken before the wait (App. B.1.1).
+    the readers resume behind both. A released reader asks again (the next send may be due within
+    its work too); work that has waited ``max_hold_ns`` since it first asked runs regardless, so a
+    saturated client still reads. A read's stamp is taken before the wait (App. B.1.1).
     """
 
-    __slots__ = ("due", "unsent", "waiter", "base_ns", "per_event_ns", "_loop")
+    __slots__ = ("due", "unsent", "waiter", "base_ns", "per_event_ns", "max_hold_ns", "_loop")
 
-    def __init__(self, base_ns: int = 15_000, per_event_ns: int = 2_500) -> None:
+    def __init__(self, base_ns: int = 15_000, per_event_ns: int = 2_500, max_hold_ns: int = 500_000) -> None:
         self.due = 0  # the next send's intended time (0: none armed)
         self.unsent = 0  # sends made (task created) whose first step has not run yet
         self.waiter: asyncio.Future[None] | None = None
         self.base_ns = base_ns
         self.per_event_ns = per_event_ns
+        self.max_hold_ns = max_hold_ns
         self._loop = asyncio.get_running_loop()
 
-    def hold(self, now_ns: int, n: int) -> asyncio.Future[None] | None:
+    def hold(self, now_ns: int, n: int, since_ns: int) -> asyncio.Future[None] | None:
+        """What work of ``n`` events that first asked at ``since_ns`` waits for at ``now_ns``, or None."""
+        if now_ns - since_ns >= self.max_hold_ns:  # held long enough: it runs, whatever is due
+            return None
         if self.unsent or (self.due and self.due - now_ns < self.base_ns + n * self.per_event_ns):
             w = self.waiter
             if w is None:
@@ -506,11 +512,12 @@ class _Runner:
             return None
         return next(self.specs, None)
 
-    async def _one(self, spec: RequestSpec, intended_ns: int) -> None:
+    async def _one(self, spec: RequestSpec, intended_ns: int, record: RequestRecord | None = None) -> None:
+        """One request, its record handed to the collector; ``record``: made ahead (the open loop's)."""
         gate = self.gate
         if gate is not None:  # this step hands the request over (client.send runs to its first wait)
             gate.handed_over()
-        rec = RequestRecord.from_spec(spec, phase=self.phase)
+        rec = record if record is not None else RequestRecord.from_spec(spec, phase=self.phase)
         now = time.perf_counter_ns()
         rec.inflight_at_send = self.inflight
         rec.oldest_outstanding_ns = now - next(iter(self.outstanding.values())) if self.outstanding else 0
@@ -546,11 +553,16 @@ class _Runner:
                 for _ in range(len(queue)):  # the records this turn starts with
                     gate = self.gate
                     if gate is not None:  # a send due before this record's finalising would end goes first
-                        wait = gate.hold(time.perf_counter_ns(), len(queue[0].chunk_ns))
-                        if wait is not None:
-                            await wait
+                        since = now = time.perf_counter_ns()
+                        while (wait := gate.hold(now, len(queue[0].chunk_ns), since)) is not None:
+                            await wait  # released: ask again (the gate bounds how long)
+                            now = time.perf_counter_ns()
+                            gate = self.gate
+                            if gate is None:
+                                break
                     self._drain_queue(limit=1)
-                await asyncio.sleep(0)  # the readers' turn (finalize tokenizes, the sink writes to disk)
+                if queue:  # the readers' turn (finalize tokenizes, the sink writes to disk); none left: wait
+                    await asyncio.sleep(0)
             if self.stopped and not queue:
                 return
 
@@ -623,8 +635,15 @@ class _Runner:
         progress, one, next_spec = self.progress, self._one, self._next_spec
         create_task = asyncio.create_task
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()  # True: ended by the duration
-        pending: list[Any] = []  # (intended ns, spec) of the next send
+        pending: list[Any] = []  # [intended ns, spec, its record made ahead or None] of the next send
         gate = self.gate
+        phase, call_soon = self.phase, asyncio.get_running_loop().call_soon
+
+        def prepare(spec: RequestSpec) -> None:
+            """The next send's record, made while the loop waits for its due time (after the send
+            just made has taken its first step), so that its own first step does not."""
+            if pending and pending[1] is spec and pending[2] is None:
+                pending[2] = RequestRecord.from_spec(spec, phase=phase)
 
         def step() -> None:
             """Send what is due, then arm the pacer for the next send. It runs in the pacer's own
@@ -633,16 +652,18 @@ class _Runner:
             try:
                 while True:
                     if pending:
-                        t, spec = pending
+                        t, spec, rec = pending
                         if t > clock():
                             if gate is not None:
                                 gate.due = t
                             pacer.call_at(t, step)
+                            if rec is None:
+                                call_soon(prepare, spec)
                             return
                         pending.clear()
                         if gate is not None:
                             gate.unsent += 1
-                        task = create_task(one(spec, t))
+                        task = create_task(one(spec, t, rec))
                         progress.sent += 1
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
@@ -658,7 +679,7 @@ class _Runner:
                     if spec is None:
                         done.set_result(False)
                         return
-                    pending[:] = (t, spec)
+                    pending[:] = (t, spec, None)
             except Exception as exc:  # a bug, or the specs iterator failed: end the run with it
                 if not done.done():
                     done.set_exception(exc if not isinstance(exc, StopIteration) else RuntimeError(repr(exc)))

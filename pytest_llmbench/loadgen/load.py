@@ -560,44 +560,41 @@ class _Runner:
                             gate = self.gate
                             if gate is None:
                                 break
-                    self._drain_queue(limit=1)
+                    self._finish(queue.popleft())
                 if queue:  # the readers' turn (finalize tokenizes, the sink writes to disk); none left: wait
                     await asyncio.sleep(0)
             if self.stopped and not queue:
                 return
 
-    def _drain_queue(self, limit: int | None = None) -> None:
+    def _finish(self, rec: RequestRecord) -> None:
+        """One finished record: finalised, tallied, stored and handed to ``on_record``."""
         p = self.progress
-        done = 0
-        while self.queue and (limit is None or done < limit):
-            done += 1
-            rec = self.queue.popleft()
-            self.client.finalize(rec)
-            p.completed += 1
-            if rec.error_type is None:
-                p.ok += 1
-            elif rec.error_type is ErrorType.CANCELLED:
-                p.cancelled += 1
-            else:
-                p.failed += 1
-            if rec.error_type is not None:
-                self.errors[rec.error_type.value] += 1
-            out = rec.output_tokens
-            if out:
-                p.output_tokens += out
-            if rec.intended_ns is not None and rec.sent_ns:
-                self.lags.append(rec.handoff_ns - rec.intended_ns)
-                self.submit_lags.append(rec.sent_ns - rec.intended_ns)
-            self.sends.add(rec.sent_ns)
-            if self.sink is not None:
-                self.sink.write(rec)
-            if self.keep:
-                self.records.append(rec)
-            if self.on_record is not None and self.callback_error is None:
-                try:
-                    self.on_record(rec)
-                except Exception as exc:  # reported after the run; measuring continues
-                    self.callback_error = exc
+        self.client.finalize(rec)
+        p.completed += 1
+        if rec.error_type is None:
+            p.ok += 1
+        elif rec.error_type is ErrorType.CANCELLED:
+            p.cancelled += 1
+        else:
+            p.failed += 1
+        if rec.error_type is not None:
+            self.errors[rec.error_type.value] += 1
+        out = rec.output_tokens
+        if out:
+            p.output_tokens += out
+        if rec.intended_ns is not None and rec.sent_ns:
+            self.lags.append(rec.handoff_ns - rec.intended_ns)
+            self.submit_lags.append(rec.sent_ns - rec.intended_ns)
+        self.sends.add(rec.sent_ns)
+        if self.sink is not None:
+            self.sink.write(rec)
+        if self.keep:
+            self.records.append(rec)
+        if self.on_record is not None and self.callback_error is None:
+            try:
+                self.on_record(rec)
+            except Exception as exc:  # reported after the run; measuring continues
+                self.callback_error = exc
 
     async def _monitor(self, gc_freeze: bool) -> None:
         interval_ns = int(self.check.probe_interval_ms * 1e6)

@@ -537,31 +537,25 @@ class SortedSamples(_AsArray):
         """``x[np.linspace(0, n - 1, k).round().astype(int64)]`` as float64."""
         return self[np.linspace(0, self.size - 1, k).round().astype(np.int64)]
 
-    def searchsorted(self, edges: ArrayLike) -> np.ndarray:
-        """``np.searchsorted(float64 samples, edges, side="left")``: for each edge, how many samples are
-        below it (a vectorised bisection over the sample index, no float64 copy)."""
+    def searchsorted(self, edges: ArrayLike, side: str = "left") -> np.ndarray:
+        """``np.searchsorted(float64 samples, edges, side)``: for each edge, how many samples are below
+        it ("left") or at most it ("right"); a vectorised bisection over the sample index, no float64 copy."""
         e = np.asarray(edges, dtype=np.float64)
         lo, hi = np.zeros(e.shape, dtype=np.int64), np.full(e.shape, self.size, dtype=np.int64)
+        below = np.less if side == "left" else np.less_equal
         while True:
             open_ = lo < hi
             if not open_.any():
                 return lo
             mid = (lo + hi) // 2
-            below = np.zeros(e.shape, dtype=bool)
-            below[open_] = self[mid[open_]] < e[open_]
-            lo = np.where(open_ & below, mid + 1, lo)
-            hi = np.where(open_ & ~below, mid, hi)
+            go_right = np.zeros(e.shape, dtype=bool)
+            go_right[open_] = below(self[mid[open_]], e[open_])
+            lo = np.where(open_ & go_right, mid + 1, lo)
+            hi = np.where(open_ & ~go_right, mid, hi)
 
     def tail_above(self, u: float) -> np.ndarray:
         """``x[x > u]`` (float64, ascending): the samples after the last one <= ``u``."""
-        lo, hi = 0, self.size
-        while lo < hi:  # first index whose value is > u
-            mid = (lo + hi) // 2
-            if self[mid] > u:
-                hi = mid
-            else:
-                lo = mid + 1
-        return self.floats(lo, self.size)
+        return self.floats(int(self.searchsorted([u], side="right")[0]), self.size)
 
 
 class LazySorted(_AsArray):

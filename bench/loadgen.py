@@ -127,6 +127,14 @@ def chunks(res: LoadResult) -> int:
     return sum(len(r.chunk_ns) for r in res.records)
 
 
+def reads_per_request(res: LoadResult) -> float:
+    """Socket reads that carried events, per answered request: its distinct chunk stamps (one clock
+    read per read, App. B.1.1). CPU per chunk depends on it: each read costs a loop wake-up, aiohttp's
+    callback and a parse, whatever it carries."""
+    ok = [r for r in res.records if r.ok]
+    return sum(len(set(r.chunk_ns)) for r in ok) / max(len(ok), 1)
+
+
 async def bench(url: str, transport: str, args: argparse.Namespace) -> None:
     specs = [RequestSpec(index=i, workload="bench", input_tokens=8, max_tokens=args.tokens,
                          prompt_text="benchmark the benchmarker please") for i in range(args.requests)]
@@ -156,7 +164,8 @@ async def closed_run(cfg: ClientConfig, specs: list[RequestSpec], args: argparse
     res, cpu = await _closed_measure(cfg, specs, args)
     n = chunks(res)
     return {"rps": res.ok / res.duration_s, "cpu_ms_per_1000_chunks": cpu / max(n, 1) * 1e6,
-            "sys_share": args._sys_share, "loop_p99": res.loop_delay.p99_ms or 0.0, "errors": sum(res.errors.values())}
+            "sys_share": args._sys_share, "loop_p99": res.loop_delay.p99_ms or 0.0, "errors": sum(res.errors.values()),
+            "reads_per_request": reads_per_request(res)}
 
 
 async def closed(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> None:
@@ -168,7 +177,7 @@ async def closed(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Nam
           f"(max {res.concurrency_max})  {res.ok} ok in {res.duration_s:.2f} s  errors {bad or 0}")
     print(f"    client CPU {cpu:.2f} s = {cpu / n_chunks * 1000 * 1000:.2f} ms per 1000 chunks "
           f"({cpu / res.duration_s * 100:.0f} % of one core)  loop-delay p99 {res.loop_delay.p99_ms:.1f} ms  "
-          f"valid={res.valid}")
+          f"valid={res.valid}  reads per request {reads_per_request(res):.1f}")
     # how soon a completion is replaced (tests/test_load.py checks the logic on a virtual clock)
     gaps = np.array([r.sent_ns - r.intended_ns for r in res.records[args.concurrency:]]) / 1e6
     if gaps.size:
@@ -302,7 +311,7 @@ async def open_run(cfg: ClientConfig, specs: list[RequestSpec], rate: float, sec
         "sys_share": (ru1.ru_stime - ru0.ru_stime) / max(cpu, 1e-9),
         "ctx_switches_per_request": ((ru1.ru_nvcsw - ru0.ru_nvcsw) + (ru1.ru_nivcsw - ru0.ru_nivcsw)) / max(res.sent, 1),
         "pacer": getattr(res, "pacer", None) or f"spin {_pacer_kwargs(args).get('spin_ms')} ms", "valid": res.valid,
-        "errors": sum(res.errors.values()),
+        "errors": sum(res.errors.values()), "reads_per_request": reads_per_request(res),
     }
     for name, a in lag.items():
         out.update({f"{name}_p50": float(np.percentile(a, 50)), f"{name}_p99": float(np.percentile(a, 99)),
@@ -316,7 +325,8 @@ def print_open(o: dict[str, float | str | None]) -> None:
           f"submit lag p50 {o['submit_p50']:.3f} ms  p99 {o['submit_p99']:.3f} ms  max {o['submit_max']:.2f} ms  "
           + (f"pacer wake-up lag p50 {o['wake_p50']:.3f} ms  p99 {o['wake_p99']:.3f} ms  " if "wake_p99" in o else "")
           + f"in flight mean {o['in_flight']:.1f}  ok {o['ok']}/{o['sent']}  "
-          f"CPU {o['cpu_ms_per_1000_chunks']:.2f} ms/1000 chunks  errors {o['errors']}  valid={o['valid']}")
+          f"CPU {o['cpu_ms_per_1000_chunks']:.2f} ms/1000 chunks  errors {o['errors']}  valid={o['valid']}  "
+          f"reads per request {o['reads_per_request']:.1f}")
 
 
 async def open_loop(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> None:

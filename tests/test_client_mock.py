@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -155,6 +156,56 @@ async def test_total_timeout_and_cancellation_keep_the_record() -> None:
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(c.send(spec(), record=record), 0.05)
     assert record.error_type is ErrorType.CANCELLED and record.end_ns is not None
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="the per-request deadline needs Task.uncancel (3.11)")
+async def test_the_total_timeout_is_one_timer_per_request_and_leaves_other_cancellations_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadline of :meth:`LLMClient.send` (issue 38: one ``call_at`` per request, not
+    ``asyncio.timeout``): its expiry is a TIMEOUT record; after a request that ended in time it
+    cancels nothing; a cancellation of the caller's own still propagates, even when the deadline
+    fires with it, and the record says cancelled."""
+    import pytest_llmbench.client as client_mod
+
+    def no_asyncio_timeout(delay: float | None) -> Any:
+        raise AssertionError("the lean deadline was not taken")
+
+    monkeypatch.setattr(client_mod, "_timeout", no_asyncio_timeout)
+    rec, _ = await send(MockResponse.sse([text("a"), text("b")], gap_s=5.0), total_timeout_s=0.05)
+    assert rec.error_type is ErrorType.TIMEOUT and "total timeout" in (rec.error_message or "")
+
+    cfg = ClientConfig(base_url=URL, model="m", api="completions", tokenizer=None, total_timeout_s=0.05)
+    fast = MockTransport(lambda request: MockResponse.sse([text("a", "stop")]))
+    async with LLMClient(cfg, transport=fast) as c:
+        rec = await c.send(spec())
+        assert rec.ok, rec.error_message
+        await asyncio.sleep(0.1)  # past the deadline: its timer was cancelled with the request
+        assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+    async def slow(request: MockRequest) -> MockResponse:
+        await asyncio.sleep(5)
+        raise AssertionError("cancelled before")
+
+    async with LLMClient(cfg, transport=MockTransport(slow)) as c:
+        record = RequestRecord.from_spec(spec(), phase="measure")
+        task = asyncio.ensure_future(c.send(spec(), record=record))
+        await asyncio.sleep(0.01)
+        task.cancel()  # the caller's own cancellation ...
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert record.error_type is ErrorType.CANCELLED
+
+        expire = client_mod._expire
+
+        def expire_and_cancelled_too(task: asyncio.Task[Any], expired: list[bool]) -> None:
+            expire(task, expired)
+            task.cancel()  # ... also when it comes in the deadline's own loop turn
+
+        monkeypatch.setattr(client_mod, "_expire", expire_and_cancelled_too)
+        record = RequestRecord.from_spec(spec(), phase="measure")
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.ensure_future(c.send(spec(), record=record))
+        assert record.error_type is ErrorType.CANCELLED
 
 
 async def test_get_through_the_transport() -> None:

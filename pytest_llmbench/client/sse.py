@@ -52,6 +52,7 @@ class _Invalid(Exception):
         self.error = error
 
 _new = tuple.__new__  # builds an SSEEvent without the namedtuple constructor's Python frame
+_UTF8Decoder = codecs.getincrementaldecoder("utf-8")  # looked up once, not per stream (a codec registry search)
 
 
 class SSEParser:
@@ -79,7 +80,7 @@ class SSEParser:
     def __init__(self, *, max_event_chars: int = _DEFAULT_MAX_EVENT_CHARS) -> None:
         if max_event_chars <= 0:
             raise ValueError(f"max_event_chars must be positive, got {max_event_chars}")
-        self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        self._decoder = _UTF8Decoder("strict")
         self._buf = ""  # decoded, LF-normalised text not yet dispatched
         self._searched = 0  # prefix of _buf already searched for a blank line
         self._skip_lf = False  # previous read ended in CR: drop a leading LF

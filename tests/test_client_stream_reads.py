@@ -8,6 +8,8 @@ import json
 
 import pytest
 from factories import make_record
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from pytest_llmbench.client import stream as stream_mod
 from pytest_llmbench.client.config import ClientConfig
@@ -179,3 +181,110 @@ async def test_a_long_read_is_parsed_a_slice_at_a_time_each_slice_asking_the_hol
     rec, reader.hold = record(), None  # no hold: the read at once, no clock read but its stamp
     await reader.read_stream(Reads([b"".join(event(t) for t in texts) + b"data: [DONE]\n\n"]), rec)
     assert rec.chunk_text == texts and rec.chunk_ns == [5000] * 39 and stamps[-1] == 5000
+
+
+# -- the typed decode of the common object against the dict path -------------------------------
+
+_text = st.text(alphabet=st.sampled_from(["a", " ", "\n", "é", "\u2028", "\"", "\\", "日"]), max_size=4)
+_str_or_junk = st.one_of(st.none(), _text, st.integers(-2, 2), st.just([]))
+_delta = st.one_of(
+    st.none(), st.just({}), st.just("x"), st.just([]),
+    st.fixed_dictionaries({}, optional={"role": st.just("assistant"), "content": _str_or_junk,
+                                        "reasoning_content": _str_or_junk, "reasoning": _str_or_junk,
+                                        "refusal": _str_or_junk}),
+)
+_choice = st.one_of(st.just(3), st.fixed_dictionaries(
+    {"index": st.just(0)}, optional={"delta": _delta, "text": _str_or_junk,
+                                     "finish_reason": st.one_of(st.none(), st.sampled_from(["stop", "length", ""]),
+                                                                st.just(5))}))
+_usage = st.one_of(st.none(), st.just([1]), st.fixed_dictionaries(
+    {"prompt_tokens": st.integers(0, 9), "completion_tokens": st.one_of(st.integers(0, 9), st.just(2 ** 70))}))
+_object = st.fixed_dictionaries(
+    {"id": st.just("x")},
+    optional={"choices": st.one_of(st.lists(_choice, max_size=2), st.none(), st.just({"0": 1})),
+              "usage": _usage,
+              "timings": st.just({"predicted_n": 3}),
+              "llmbench_timing": st.just({"queue_ns": 5}),
+              "error": st.just({"message": "boom", "code": 503})},
+)
+_str_or_none = st.one_of(st.none(), _text)
+_common = st.fixed_dictionaries(  # the shape the typed decode takes, mostly (its reasoning and refusal not)
+    {"id": st.just("x"), "usage": st.none(), "choices": st.lists(st.fixed_dictionaries(
+        {"index": st.just(0), "finish_reason": st.one_of(st.none(), st.sampled_from(["stop", ""]))},
+        optional={"text": _str_or_none, "delta": st.fixed_dictionaries({}, optional={
+            "role": st.just("assistant"), "content": _str_or_none, "reasoning_content": _str_or_none,
+            "reasoning": _str_or_none, "refusal": _str_or_none})}), min_size=1, max_size=2)})
+_event = st.one_of(_common.map(lambda o: json.dumps(o, ensure_ascii=False)),
+                   _object.map(lambda o: json.dumps(o, ensure_ascii=False)),
+                   st.sampled_from(["[1]", "not json", '"s"', "{}", '{"choices": [{"delta": {"content": "\\ud800"}}]}']))
+
+
+def _read_all(reader: ResponseReader, reads: list[bytes]) -> tuple[dict, str | None]:
+    """The record and the error (type and message) of one stream, the reader's clock reset."""
+    ticks = itertools.count(1000, 1000)
+    clock = type("T", (), {"perf_counter_ns": staticmethod(lambda: next(ticks))})
+    rec = record()
+    coro = reader.read_stream(Reads(reads), rec)
+    error = None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stream_mod, "time", clock)
+        try:
+            coro.send(None)  # Reads never waits: the reader runs to its end in one step
+        except StopIteration:
+            pass
+        except Exception as exc:  # noqa: BLE001 - compared, whatever it is
+            error = f"{type(exc).__name__}: {getattr(exc, 'error_type', '')} {exc}"
+    return rec.to_json(), error
+
+
+@pytest.mark.skipif(stream_mod._msgspec is None, reason="msgspec not installed")
+def _chat(delta: dict, finish: str | None = None) -> str:
+    return json.dumps({"id": "x", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], "usage": None})
+
+
+_A = _chat({"content": " a"})
+
+
+@settings(max_examples=400, deadline=None)
+@given(events=st.lists(_event, min_size=1, max_size=6), chat=st.booleans(), done=st.booleans(),
+       cuts=st.lists(st.integers(0, 400), max_size=3))
+@example(events=[_A, _chat({"content": "b", "refusal": "no"}), _A], chat=True, done=True, cuts=[])
+@example(events=[_A, _chat({"content": "", "reasoning_content": "r"}), _chat({"reasoning": "s"}), _A], chat=True,
+         done=True, cuts=[])
+@example(events=[_A, _chat({}, "stop"), _chat(None, "length"), _chat({"content": "\n "})], chat=True, done=False,
+         cuts=[])
+@example(events=[json.dumps({"choices": [{"text": " t", "finish_reason": None}]}),
+                 json.dumps({"choices": [{"text": None, "finish_reason": "stop"}]})], chat=False, done=True, cuts=[])
+@example(events=[_A, json.dumps({"choices": [{"delta": {"content": "c"}}], "usage": {"completion_tokens": 2}}), _A],
+         chat=True, done=True, cuts=[30])
+def test_the_typed_decode_reads_every_stream_as_the_dict_path_does(events: list[str], chat: bool, done: bool,
+                                                                   cuts: list[int]) -> None:
+    """Issue 38: the common object is decoded typed (msgspec: only the fields read); any other shape,
+    a metadata key, reasoning or refusal, or bytes that are not JSON go to the dict path, and the
+    rest of the stream with them. Whatever the objects and however the bytes fall into reads, the
+    record (every chunk, stamp, count and usage) and the error are the dict path's alone."""
+    raw = b"".join(b"data: " + e.encode() + b"\n\n" for e in events) + (b"data: [DONE]\n\n" if done else b"")
+    bounds = sorted({0, len(raw), *(min(c, len(raw)) for c in cuts)})
+    reads = [raw[a:b] for a, b in zip(bounds, bounds[1:])]
+    cfg = ClientConfig(base_url="http://127.0.0.1:1/v1", model="m", api="chat" if chat else "completions")
+    typed = ResponseReader(cfg, GENERIC)
+    assert typed.typed is not None
+    plain = ResponseReader(cfg, GENERIC)
+    plain.typed = None
+    assert _read_all(typed, reads) == _read_all(plain, reads)
+
+
+def test_the_typed_decode_takes_the_common_object_and_leaves_the_rest() -> None:
+    """The common chunk (content alone, usage null) is decoded typed; a metadata key, a usage value, an
+    object of another shape and reasoning are not (the dict path reads them, and the rest of the stream)."""
+    if stream_mod._msgspec is None:
+        pytest.skip("msgspec not installed")
+    decode, metadata_of, none = stream_mod._chunk_decoder(frozenset({"error", "timings"}))
+    common = decode(event(" a").removeprefix(b"data: ").strip())
+    assert common.choices[0].delta.content == " a" and metadata_of(common) == none
+    assert metadata_of(decode(b'{"choices": [], "timings": {}}')) != none
+    for other in (b'{"usage": {"completion_tokens": 1}}', b'{"choices": {"0": 1}}', b"[1]",
+                  b'{"choices": [{"delta": {"content": 1}}]}'):
+        with pytest.raises(stream_mod._msgspec.DecodeError):
+            decode(other)
+    assert stream_mod._chunk_decoder(frozenset({"usage"})) is None  # a metadata key among the fields read

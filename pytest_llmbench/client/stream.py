@@ -12,6 +12,8 @@ A server's own extensions of a streamed object (llama.cpp ``timings``, the simul
 
 from __future__ import annotations
 
+import functools
+import operator
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -42,6 +44,11 @@ except ImportError:  # pragma: no cover - fallback when orjson is not installed
         return _json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+try:  # a typed decode of the common chunk: only the fields read, no dict per object (issue 38)
+    import msgspec as _msgspec
+except ImportError:  # pragma: no cover - msgspec is a dependency; without it every object takes loads
+    _msgspec = None  # type: ignore[assignment]
+
 __all__ = ["Hold", "ResponseReader", "assign_chunk_tokens", "dumps", "loads"]
 
 #: with a hold set, a read's events are parsed this many at a time, the hold asked before each
@@ -54,6 +61,42 @@ _HOLD_SLICE = 16
 #: wait. After each wait the reader asks again with the time then (``now_ns``); the hold bounds how
 #: long one read is held.
 Hold = Callable[[int, int, int], "Awaitable[None] | None"]
+
+
+if _msgspec is not None:
+    class _Delta(_msgspec.Struct):
+        content: str | None = None
+        reasoning_content: str | None = None
+        reasoning: str | None = None
+        refusal: str | None = None
+
+    class _Choice(_msgspec.Struct):
+        delta: _Delta | None = None
+        text: str | None = None
+        finish_reason: str | None = None
+
+
+@functools.lru_cache(maxsize=None)
+def _chunk_decoder(metadata_keys: frozenset[str]) -> tuple[Callable[[str], Any], Callable[[Any], Any], Any] | None:
+    """The typed decoder of the common streamed object (§4.6.1): its ``choices`` (each one's delta
+    content, reasoning, refusal, text and finish reason, all strings or null), ``usage`` only when
+    null, and whether each of ``metadata_keys`` is there. Returns ``(decode, metadata, none)``:
+    ``metadata(obj) == none`` when the object holds no metadata key. An object of any other shape
+    fails to decode (``msgspec.DecodeError``) and is read as a dict (:meth:`ResponseReader.read_stream`).
+    None without msgspec, or where a metadata key is one of the fields read."""
+    if _msgspec is None or metadata_keys & {"choices", "usage"}:
+        return None
+    keys = sorted(metadata_keys)
+    names = [f"m{i}" for i in range(len(keys))]
+    chunk = _msgspec.defstruct(
+        "_Chunk",
+        [("choices", list[_Choice], []), ("usage", None, None)] + [(n, Any, _msgspec.UNSET) for n in names],
+        rename=dict(zip(names, keys)),
+    )
+    decode = _msgspec.json.Decoder(chunk).decode
+    metadata = operator.attrgetter(*names)
+    none = (_msgspec.UNSET,) * len(names) if len(names) > 1 else _msgspec.UNSET
+    return decode, metadata, none
 
 
 def assign_chunk_tokens(tokenizer: Tokenizer, texts: list[str]) -> list[int]:
@@ -119,7 +162,8 @@ class ResponseReader:
     chat or completions) and ``adapter`` reads the server's extensions; a failure found in the
     response raises a classified :class:`TransportError`."""
 
-    __slots__ = ("chat", "stream", "require_done", "refusals", "parse_extensions", "metadata_keys", "hold")
+    __slots__ = ("chat", "stream", "require_done", "refusals", "parse_extensions", "metadata_keys", "hold",
+                 "typed")
 
     def __init__(self, config: ClientConfig, adapter: ServerAdapter) -> None:
         self.chat = config.api == "chat"
@@ -131,6 +175,8 @@ class ResponseReader:
         self.metadata_keys = frozenset({"error", *adapter.extension_keys})
         #: see :data:`Hold` (None: never wait)
         self.hold: Hold | None = None
+        #: the typed decoder of the common object (:func:`_chunk_decoder`); None: every object as a dict
+        self.typed = _chunk_decoder(self.metadata_keys)
 
     async def read(self, resp: Response, rec: RequestRecord) -> None:
         """Status, content type, then the body (stream or JSON) into ``rec``."""
@@ -215,6 +261,10 @@ class ResponseReader:
         first_token = rec.first_token_ns is not None
         done = False
         events_seen = 0
+        typed = self.typed
+        if typed is not None:
+            decode, metadata_of, no_metadata = typed
+            decode_error = _msgspec.DecodeError
         while True:
             data = await read()
             if not data:
@@ -247,6 +297,33 @@ class ResponseReader:
                                 done = True
                                 rec.end_ns = now
                             continue
+                        if typed is not None:  # the common object, typed: content and finish reason alone
+                            try:
+                                ch = decode(d)
+                            except decode_error:  # another shape (or not JSON): read below as a dict
+                                ch = None
+                            if ch is not None and ch.choices and metadata_of(ch) == no_metadata:
+                                c = ch.choices[0]
+                                if chat:
+                                    delta = c.delta
+                                    if delta is None:
+                                        content = ""
+                                    elif delta.reasoning_content or delta.reasoning or delta.refusal:
+                                        ch = None  # read below as a dict, where reasoning and refusal are
+                                    else:
+                                        content = delta.content or ""
+                                else:
+                                    content = c.text or ""
+                                if ch is not None:
+                                    text_app(content)
+                                    if not first_token and content and not content.isspace():
+                                        first_token = True
+                                        rec.first_token_ns = now
+                                    fr = c.finish_reason
+                                    if fr:
+                                        rec.finish_reason = fr
+                                    continue
+                            typed = None  # this stream sends other shapes: the rest of it as dicts
                         obj = _loads(d)
                         if type(obj) is not dict:
                             raise TransportError(ErrorType.PARSE, f"SSE data is not a JSON object: {d[:80]!r}")

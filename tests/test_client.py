@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 from factories import DONE, delta_chunk, serve_app, sse, sse_response
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pytest_llmbench.client import ClientConfig, LLMClient, assign_chunk_tokens, build_body
 from pytest_llmbench.common.records import ErrorType, RequestSpec
@@ -284,6 +286,21 @@ async def test_multi_token_chunks_get_their_token_counts(server: str) -> None:
     assert r.chunk_text == ["", " hello world", " the capital of France", " is", ""]
     assert r.chunk_tokens == [0, 2, 4, 1, 0]
     assert r.output_tokens_client == len(tok.encode("".join(r.chunk_text))) == 7
+
+
+@given(texts=st.lists(st.text(alphabet="ab ", max_size=3), max_size=8), data=st.data())
+def test_assign_chunk_tokens_gives_each_token_to_the_chunk_holding_its_first_character(
+        texts: list[str], data: st.DataObject) -> None:
+    """§4.6.3 by its definition, character by character, for any token starts (ascending, repeats
+    allowed: a tokenizer that splits a character gives its start twice), empty chunks anywhere."""
+    joined = "".join(texts)
+    starts = sorted(data.draw(st.lists(st.integers(0, max(len(joined) - 1, 0)), max_size=12))) if joined else []
+    owner = [i for i, t in enumerate(texts) for _ in t]  # the chunk of each character
+    expected = [0] * len(texts)
+    for s in starts:
+        expected[owner[s]] += 1
+    tok = type("Starts", (), {"token_starts": staticmethod(lambda text: list(starts))})()
+    assert assign_chunk_tokens(tok, texts) == expected
 
 
 def test_assign_chunk_tokens_token_straddling_chunks() -> None:

@@ -51,3 +51,25 @@ def test_clock_anchor_iso_millis() -> None:
     anchor = ClockAnchor(perf_ns=1_000, unix_ns=1_700_000_000_123_456_789)
     assert anchor.iso(1_000) == "2023-11-14T22:13:20.123Z"
     assert anchor.iso(1_000 + 1_000_000) == "2023-11-14T22:13:20.124Z"
+
+
+def test_a_specs_prompt_hash_is_computed_once_and_never_serialised() -> None:
+    """Issue 38: the hash of a long token-id prompt costs ~0.2 ms, so a spec keeps it once computed
+    (the warm-up's check hashes the measured specs before the run; the record made at the send reads
+    it). The cache is not part of the workload: not in ``to_json``, equality or ``dataclasses.replace``."""
+    import dataclasses
+    import hashlib
+
+    from pytest_llmbench.common.records import RequestSpec
+    from pytest_llmbench.workloads.core import _spec_dict
+
+    spec = RequestSpec(index=0, workload="w", input_tokens=3, max_tokens=4, prompt_text="a b c",
+                       prompt_ids=(1, 2, 3), system_prompt="sys")
+    expected = hashlib.sha256(b"sys\x00" + b"1,2,3").hexdigest()[:16]
+    assert spec.prompt_hash == expected and spec._prompt_hash == expected
+    object.__setattr__(spec, "_prompt_hash", "cached")
+    assert spec.prompt_hash == "cached"  # read, not computed again
+    assert "_prompt_hash" not in spec.to_json() and "_prompt_hash" not in _spec_dict(spec)
+    other = dataclasses.replace(spec, prompt_ids=(1, 2))
+    assert other.prompt_hash == hashlib.sha256(b"sys\x00" + b"1,2").hexdigest()[:16]
+    assert spec == dataclasses.replace(spec)  # the cache is not compared

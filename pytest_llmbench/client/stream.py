@@ -12,7 +12,9 @@ A server's own extensions of a streamed object (llama.cpp ``timings``, the simul
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import operator
 import time
 from collections.abc import Awaitable, Callable
@@ -63,14 +65,14 @@ _HOLD_SLICE = 16
 Hold = Callable[[int, int, int], "Awaitable[None] | None"]
 
 
-if _msgspec is not None:
-    class _Delta(_msgspec.Struct):
+if _msgspec is not None:  # gc=False: decoded JSON holds no cycle, so the collector need not track them
+    class _Delta(_msgspec.Struct, gc=False):
         content: str | None = None
         reasoning_content: str | None = None
         reasoning: str | None = None
         refusal: str | None = None
 
-    class _Choice(_msgspec.Struct):
+    class _Choice(_msgspec.Struct, gc=False):
         delta: _Delta | None = None
         text: str | None = None
         finish_reason: str | None = None
@@ -92,6 +94,7 @@ def _chunk_decoder(metadata_keys: frozenset[str]) -> tuple[Callable[[str], Any],
         "_Chunk",
         [("choices", list[_Choice], []), ("usage", None, None)] + [(n, Any, _msgspec.UNSET) for n in names],
         rename=dict(zip(names, keys)),
+        gc=False,
     )
     decode = _msgspec.json.Decoder(chunk).decode
     metadata = operator.attrgetter(*names)
@@ -102,20 +105,13 @@ def _chunk_decoder(metadata_keys: frozenset[str]) -> tuple[Callable[[str], Any],
 def assign_chunk_tokens(tokenizer: Tokenizer, texts: list[str]) -> list[int]:
     """Tokens per chunk: tokenize ``"".join(texts)`` once, give each token to the chunk that
     holds its first character (§4.6.3). Never tokenizes chunks one by one."""
-    counts = [0] * len(texts)
     joined = "".join(texts)
     if not joined:
-        return counts
-    starts = tokenizer.token_starts(joined)
-    j = 0
-    end = len(texts[0])
-    last = len(texts) - 1
-    for s in starts:
-        while s >= end and j < last:
-            j += 1
-            end += len(texts[j])
-        counts[j] += 1
-    return counts
+        return [0] * len(texts)
+    starts = tokenizer.token_starts(joined)  # ascending
+    # the tokens that start before each chunk's end (one bisection per chunk); a chunk's own are the step
+    below = list(map(functools.partial(bisect.bisect_left, starts), itertools.accumulate(map(len, texts))))
+    return [b - a for a, b in zip([0, *below], below)]
 
 
 def _error_message(body: bytes) -> str:

@@ -47,7 +47,7 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------- serialization
-_SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RequestSpec))
+_SPEC_FIELDS = tuple(f.name for f in dataclasses.fields(RequestSpec) if f.init)  # not the cached hash
 
 
 def _spec_dict(spec: RequestSpec) -> dict[str, Any]:

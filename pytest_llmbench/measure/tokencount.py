@@ -55,7 +55,10 @@ SERVER_METHODS = EXACT_METHODS | {TOKENIZE_RECONCILED}
 
 
 def _content_flags(rec: RequestRecord) -> list[bool]:
-    reasoning = rec.chunk_reasoning if len(rec.chunk_reasoning) == len(rec.chunk_text) else [""] * len(rec.chunk_text)
+    """Per chunk: does it carry text or reasoning."""
+    reasoning = rec.chunk_reasoning
+    if len(reasoning) != len(rec.chunk_text) or not any(reasoning):
+        return list(map(bool, rec.chunk_text))  # the common chunk: text alone (one C pass)
     return [bool(t) or bool(r) for t, r in zip(rec.chunk_text, reasoning)]
 
 
@@ -90,7 +93,7 @@ def apply_one_per_chunk(rec: RequestRecord) -> bool:
     if total is None or not flags:
         return False
     if sum(flags) == total:
-        counts = [int(f) for f in flags]
+        counts = list(map(int, flags))
     elif len(flags) == total and sum(flags) < total:
         counts = [1] * total
     elif len(flags) == total + 1 and not flags[0] and sum(flags) < total:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 from factories import make_record
@@ -288,3 +289,25 @@ def test_the_typed_decode_takes_the_common_object_and_leaves_the_rest() -> None:
         with pytest.raises(stream_mod._msgspec.DecodeError):
             decode(other)
     assert stream_mod._chunk_decoder(frozenset({"usage"})) is None  # a metadata key among the fields read
+
+
+CAPTURES = Path(__file__).parent / "data" / "sse-captures"  # real llama-server streams
+
+
+@pytest.mark.skipif(stream_mod._msgspec is None, reason="msgspec not installed")
+@pytest.mark.parametrize("capture", sorted(p.name for p in CAPTURES.glob("*.sse")))
+@pytest.mark.parametrize("read_size", [None, 7, 100])
+def test_the_typed_decode_reads_real_llama_server_streams_as_the_dict_path_does(capture: str,
+                                                                                read_size: int | None) -> None:
+    """Each captured llama-server stream (its ``timings`` on the finish chunk, the usage chunk, the
+    completions shape), whole or cut into reads of 7 or 100 bytes: the same record as the dict path."""
+    raw = (CAPTURES / capture).read_bytes()
+    reads = [raw] if read_size is None else [raw[i:i + read_size] for i in range(0, len(raw), read_size)]
+    for api in ("chat", "completions"):
+        cfg = ClientConfig(base_url="http://127.0.0.1:1/v1", model="m", api=api)
+        typed, plain = ResponseReader(cfg, GENERIC), ResponseReader(cfg, GENERIC)
+        plain.typed = None
+        got, expected = _read_all(typed, reads), _read_all(plain, reads)
+        assert got == expected
+        if "native" not in capture:  # llama.cpp's own /completion shape has no choices to read
+            assert expected[0]["chunk_text"]  # the capture was read, not refused

@@ -11,6 +11,7 @@
     python bench/loadgen.py --workers 1,2         # closed loop over 1 and 2 load-generator processes
     python bench/loadgen.py --only open --pacer spin --spin-ms 1.5   # the open loop with the previous pacer
     python bench/loadgen.py --pacers              # open loop: each pacer (and no send priority) in turn, interleaved
+    python bench/loadgen.py --rates 250,500,1000,2000 --rounds 2   # open loop CPU per chunk by rate, and closed
     python bench/loadgen.py --targets --against ../base --rounds 3   # issue 38's figures, A/B against a checkout
     python bench/loadgen.py --late-profile --rate 1000   # what ran between a late send's due time and its hand-over
     python bench/loadgen.py --cprofile --only open       # cProfile of the open loop (else the closed loop), top entries
@@ -26,7 +27,8 @@ given, then measures:
 * client CPU seconds per 1000 chunks (process CPU time of this process);
 * which transport and event loop ran.
 
-Goals: >= 1300 req/s holding 64 in flight; 1000 req/s open loop with send-lag p99 < 1 ms.
+Issue 38's targets (``--targets``): closed loop <= 5 ms CPU per 1000 chunks, req/s not lower than before;
+open loop 1000 req/s schedule-lag P99 <= 0.2 ms (<= 0.5 ms at 2000), CPU per chunk within 1.2x the closed loop's.
 
 The mock is found relative to the checkout: ``../shared/tools/mock_openai_server.py`` beside the
 repository (looked for beside the repository root, then beside each directory above it, so a git
@@ -165,7 +167,7 @@ async def closed_run(cfg: ClientConfig, specs: list[RequestSpec], args: argparse
     n = chunks(res)
     return {"rps": res.ok / res.duration_s, "cpu_ms_per_1000_chunks": cpu / max(n, 1) * 1e6,
             "sys_share": args._sys_share, "loop_p99": res.loop_delay.p99_ms or 0.0, "errors": sum(res.errors.values()),
-            "reads_per_request": reads_per_request(res)}
+            "reads_per_request": reads_per_request(res), "cpu_us_per_request": cpu / max(res.sent, 1) * 1e6}
 
 
 async def closed(cfg: ClientConfig, specs: list[RequestSpec], args: argparse.Namespace) -> None:
@@ -312,6 +314,7 @@ async def open_run(cfg: ClientConfig, specs: list[RequestSpec], rate: float, sec
         "ctx_switches_per_request": ((ru1.ru_nvcsw - ru0.ru_nvcsw) + (ru1.ru_nivcsw - ru0.ru_nivcsw)) / max(res.sent, 1),
         "pacer": getattr(res, "pacer", None) or f"spin {_pacer_kwargs(args).get('spin_ms')} ms", "valid": res.valid,
         "errors": sum(res.errors.values()), "reads_per_request": reads_per_request(res),
+        "cpu_us_per_request": cpu / max(res.sent, 1) * 1e6,
     }
     for name, a in lag.items():
         out.update({f"{name}_p50": float(np.percentile(a, 50)), f"{name}_p99": float(np.percentile(a, 99)),
@@ -404,6 +407,39 @@ def wait_for_quiet(args: argparse.Namespace) -> float:
 def bench_specs(args: argparse.Namespace) -> list[RequestSpec]:
     return [RequestSpec(index=i, workload="bench", input_tokens=8, max_tokens=args.tokens,
                         prompt_text="benchmark the benchmarker please") for i in range(args.requests)]
+
+
+async def rates_bench(url: str, args: argparse.Namespace) -> None:
+    """The open loop at each of --rates, rounds interleaved, then the closed loop: CPU per chunk and per
+    request, context switches and reads per request. The code per request is the same at every rate;
+    what changes is how often the client sleeps between requests (bench/wakeups.py: the cost of that)."""
+    specs = bench_specs(args)
+    cfg = ClientConfig(base_url=url, model="mock-model", transport=args.transport)
+    rows: dict[float, list[dict[str, float | str | None]]] = {}
+    closed_runs: list[dict[str, float]] = []
+    for rnd in range(args.rounds):
+        for rate in (args.rates if rnd % 2 == 0 else args.rates[::-1]):
+            load = wait_for_quiet(args)
+            o = await open_run(cfg, specs, rate, args.open_seconds, args, seed=rnd)
+            o["load"] = load
+            rows.setdefault(rate, []).append(o)
+        load = wait_for_quiet(args)
+        closed_runs.append(await closed_run(cfg, specs, args))
+    closed = float(np.median([r["cpu_ms_per_1000_chunks"] for r in closed_runs]))
+    closed_req = float(np.median([r["cpu_us_per_request"] for r in closed_runs]))
+    loads = [float(o["load"]) for rs in rows.values() for o in rs]
+    print(f"  medians over {args.rounds} interleaved round(s); load average at each start {min(loads):.2f}-{max(loads):.2f}")
+    print(f"  {'rate':>6} {'achieved':>9} {'CPU ms/1000 chunks':>19} {'x closed':>9} {'CPU us/request':>15} "
+          f"{'switches/request':>17} {'reads/request':>14}")
+    for rate, rs in rows.items():
+        med = {k: float(np.median([float(r[k]) for r in rs]))  # type: ignore[arg-type]
+               for k in ("achieved", "cpu_ms_per_1000_chunks", "ctx_switches_per_request", "reads_per_request",
+                         "cpu_us_per_request")}
+        per_req = med["cpu_us_per_request"]
+        print(f"  {rate:6.0f} {med['achieved']:9.1f} {med['cpu_ms_per_1000_chunks']:19.2f} "
+              f"{med['cpu_ms_per_1000_chunks'] / closed:9.2f} {per_req:15.0f} {med['ctx_switches_per_request']:17.2f} "
+              f"{med['reads_per_request']:14.1f}")
+    print(f"  closed c={args.concurrency}: {closed:.2f} ms/1000 chunks, {closed_req:.0f} us/request")
 
 
 async def pacers_bench(url: str, args: argparse.Namespace) -> None:
@@ -644,6 +680,9 @@ def main() -> None:
                     help="open loop, --pacer spin: yield-spin this close to a send (default 1.5)")
     ap.add_argument("--no-sends-first", action="store_true",
                     help="open loop: no send priority (a due send may wait behind response parsing; load.py)")
+    ap.add_argument("--rates", type=lambda v: [float(x) for x in v.split(",")], default=None,
+                    help="open loop at each of these rates (comma-separated), interleaved, then the closed loop: "
+                         "CPU per chunk and per request, switches and reads per request")
     ap.add_argument("--pacers", action="store_true",
                     help="open loop at --rate with the spin (1.5 ms), timer (spin 0) and auto pacers, interleaved")
     ap.add_argument("--targets", action="store_true",
@@ -710,6 +749,9 @@ def main() -> None:
             return
         if args.pacers:
             run(pacers_bench(url, args))
+            return
+        if args.rates:
+            run(rates_bench(url, args))
             return
         for t in (TRANSPORTS if args.transport == "all" else (args.transport,)):
             print(f"transport: {t}")

@@ -7,8 +7,9 @@ The work is the client's own per-response pass: ``ResponseReader.read_stream`` o
 answer shaped as the reference mock sends it (one read, chat chunks, a usage chunk, ``[DONE]``).
 It runs (1) back to back, without sleeping, and (2) once per wake-up of an event loop that sleeps
 ``1/hz`` between pieces (``asyncio.sleep`` on uvloop, as the open loop's client sleeps between
-requests). Printed per rate: the process CPU per piece and per wake-up, the voluntary context
-switches per wake-up, and what a piece costs after a sleep beyond what it costs back to back.
+requests), and (3) with no work, the wake-up alone. Printed per rate: the process CPU of a wake-up
+alone and of a wake-up with one piece, against the piece back to back; the voluntary context
+switches per wake-up.
 
 Why: the open loop's CPU per chunk falls as its rate rises, with the same code and the same reads
 per request (``bench/loadgen.py --rates``); a process that sleeps between requests pays on each
@@ -62,8 +63,9 @@ class _OneRead:
         return data
 
 
-async def measure(hz: float | None, seconds: float, answer: bytes) -> dict[str, float]:
-    """Pieces of work for ``seconds``: back to back (``hz`` None) or one per wake-up at ``hz``."""
+async def measure(hz: float | None, seconds: float, answer: bytes | None) -> dict[str, float]:
+    """Pieces of work for ``seconds``: back to back (``hz`` None) or one per wake-up at ``hz``;
+    ``answer`` None: no work, the wake-up alone."""
     reader = ResponseReader(ClientConfig(base_url="http://127.0.0.1:1/v1", model="m"), GENERIC)
     spec = RequestSpec(index=0, workload="bench", input_tokens=4, max_tokens=50, prompt_text="x")
     period = 1.0 / hz if hz else 0.0
@@ -73,7 +75,8 @@ async def measure(hz: float | None, seconds: float, answer: bytes) -> dict[str, 
     while time.perf_counter() - t0 < seconds:
         if period:
             await asyncio.sleep(period)
-        await reader.read_stream(_OneRead(answer), RequestRecord.from_spec(spec))
+        if answer is not None:
+            await reader.read_stream(_OneRead(answer), RequestRecord.from_spec(spec))
         n += 1
     cpu = time.process_time() - cpu0
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -89,10 +92,13 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"back to back: {hot['cpu_us_per_piece']:.1f} us CPU per 50-event answer "
           f"({hot['pieces']} pieces, kernel share {hot['kernel_share']:.0%})")
     for hz in args.hz:
+        idle = await measure(hz, args.seconds / 2, None)
         r = await measure(hz, args.seconds, answer)
         extra = r["cpu_us_per_piece"] - hot["cpu_us_per_piece"]
-        print(f"one per wake-up at {hz:6.0f}/s: {r['cpu_us_per_piece']:7.1f} us CPU per answer and wake-up "
-              f"({r['cpu_us_per_piece'] / hot['cpu_us_per_piece']:.2f}x back to back; +{extra:.0f} us), "
+        print(f"at {hz:6.0f} wake-ups/s: the wake-up alone {idle['cpu_us_per_piece']:6.1f} us CPU; with one answer "
+              f"{r['cpu_us_per_piece']:6.1f} us ({r['cpu_us_per_piece'] / hot['cpu_us_per_piece']:.2f}x the answer "
+              f"back to back, +{extra:.0f} us, of which the answer itself ran "
+              f"+{r['cpu_us_per_piece'] - idle['cpu_us_per_piece'] - hot['cpu_us_per_piece']:.0f} us slower); "
               f"{r['vol_switches_per_piece']:.2f} voluntary switches per wake-up, kernel share {r['kernel_share']:.0%}")
 
 

@@ -4,7 +4,9 @@ JSON body; usage, finish reason, refusals and in-stream errors (§4.2.6, §4.8.1
 Every chunk is stamped with ``time.perf_counter_ns()`` at the read that completed its ``data:``
 event (one clock read per socket read; the events of one read are parsed in one pass and all carry
 that read's stamp, never a later one). The first token is the first chunk whose *content* has a
-non-whitespace character (``records.TTFT_RULE``, §5.1.3.1). Per-chunk token counts are assigned
+non-whitespace character (``records.TTFT_RULE``, §5.1.3.1). The common streamed object (content
+alone) is decoded typed, only the fields read (:func:`_chunk_decoder`); every other one as a dict,
+with the same result. Per-chunk token counts are assigned
 after the stream ends by tokenizing the joined output once (:func:`assign_chunk_tokens`, §4.6.3).
 A server's own extensions of a streamed object (llama.cpp ``timings``, the simulator's
 ``llmbench_timing``) are its adapter's to read (``ServerAdapter.parse_extensions``).

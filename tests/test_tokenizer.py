@@ -202,3 +202,14 @@ def test_token_starts_multibyte_split_across_tokens() -> None:
     text = "héllo 日本語 🎉🎉 ok"
     tok = get_tokenizer()
     assert tok.token_starts(text) == list(tok._enc.decode_with_offsets(tok.encode(text))[1])
+
+
+def test_special_token_text_is_encoded_as_ordinary_text() -> None:
+    """A model's output that spells a special token is text, not the special id: ``encode`` is
+    tiktoken's ``encode_ordinary``, the ids ``encode(text, disallowed_special=())`` gives."""
+    tok = get_tokenizer("cl100k_base")
+    text = "a <|endoftext|> b <|fim_prefix|>"
+    ids = tok.encode(text)
+    assert ids == tok._enc.encode(text, disallowed_special=())  # type: ignore[attr-defined]
+    assert 100257 not in ids and tok.decode(ids) == text  # <|endoftext|> is 100257
+    assert tok.encode_batch([text, "x"]) == [ids, tok.encode("x")]

@@ -135,11 +135,14 @@ class TiktokenTokenizer:
         self._byte_lengths()  # built here, never inside a measurement (0.1-0.2 s once per process)
 
     def encode(self, text: str) -> list[int]:
-        return self._enc.encode(text, disallowed_special=())
+        """Special-token text is encoded as ordinary text (tiktoken's ``encode_ordinary``: the same
+        ids as ``encode(text, disallowed_special=())`` without its search for special tokens; ~6 µs
+        less per short answer, issue 38)."""
+        return self._enc.encode_ordinary(text)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """``encode`` over many texts at once (tiktoken's threaded batch encoder)."""
-        return self._enc.encode_batch(list(texts), num_threads=2, disallowed_special=())
+        return self._enc.encode_ordinary_batch(list(texts), num_threads=2)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._enc.decode(list(ids))

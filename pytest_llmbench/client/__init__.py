@@ -360,15 +360,11 @@ class LLMClient:
         """
         total = self.config.total_timeout_s
         loop = self._loop
-        task = _current_task(loop) if _LEAN_DEADLINE and loop is not None else None
-        if task is None:
+        task = _current_task(loop) if _LEAN_DEADLINE and loop is not None and total is not None else None
+        if task is None:  # no timeout (None), outside the transport's loop, or before 3.11
             async with _timeout(total):
                 rec.queued_ns = time.perf_counter_ns()
                 await self._exchange(transport, body, rec, submit)
-            return
-        if total is None:
-            rec.queued_ns = time.perf_counter_ns()
-            await self._exchange(transport, body, rec, submit)
             return
         cancelling = task.cancelling()
         expired = [False]
@@ -377,18 +373,15 @@ class LLMClient:
             rec.queued_ns = time.perf_counter_ns()
             await self._exchange(transport, body, rec, submit)
         except asyncio.CancelledError as exc:
-            if expired[0] and task.uncancel() <= cancelling:  # ours alone: the total timeout
-                raise TimeoutError from exc
+            if expired[0]:
+                expired[0] = False  # our cancellation, taken back here
+                if task.uncancel() <= cancelling:  # ours alone: the total timeout
+                    raise TimeoutError from exc
             raise
-        except BaseException:
-            if expired[0]:  # expired, then failed otherwise: take our cancellation back
-                task.uncancel()
-            raise
-        else:
-            if expired[0]:  # expired as the exchange ended: take our cancellation back
-                task.uncancel()
         finally:
             handle.cancel()
+            if expired[0]:  # expired as the exchange ended otherwise: take our cancellation back
+                task.uncancel()
 
     async def _exchange(self, transport: Transport, body: bytes, rec: RequestRecord, submit: SubmitStamp) -> None:
         if self.config.http_trace:

@@ -295,38 +295,32 @@ class ResponseReader:
                                 done = True
                                 rec.end_ns = now
                             continue
-                        if typed is not None:  # the common object, typed: content and finish reason alone
+                        obj = content = None
+                        if typed is not None:  # the common object, typed: its content and finish reason
                             try:
                                 ch = decode(d)
                             except decode_error:  # another shape (or not JSON): read below as a dict
                                 ch = None
                             if ch is not None and ch.choices and metadata_of(ch) == no_metadata:
                                 c = ch.choices[0]
-                                if chat:
-                                    delta = c.delta
-                                    if delta is None:
-                                        content = ""
-                                    elif delta.reasoning_content or delta.reasoning or delta.refusal:
-                                        ch = None  # read below as a dict, where reasoning and refusal are
-                                    else:
-                                        content = delta.content or ""
-                                else:
+                                if not chat:
                                     content = c.text or ""
-                                if ch is not None:
-                                    text_app(content)
-                                    if not first_token and content and not content.isspace():
-                                        first_token = True
-                                        rec.first_token_ns = now
-                                    fr = c.finish_reason
-                                    if fr:
-                                        rec.finish_reason = fr
-                                    continue
-                            typed = None  # this stream sends other shapes: the rest of it as dicts
-                        obj = _loads(d)
-                        if type(obj) is not dict:
-                            raise TransportError(ErrorType.PARSE, f"SSE data is not a JSON object: {d[:80]!r}")
-                        choices = obj.get("choices")
-                        if choices:
+                                elif (delta := c.delta) is None:
+                                    content = ""
+                                elif not (delta.reasoning_content or delta.reasoning or delta.refusal):
+                                    content = delta.content or ""  # (reasoning, refusal: the dict path reads them)
+                            if content is None:
+                                typed = None  # this stream sends other shapes: the rest of it as dicts
+                            else:
+                                fr = c.finish_reason
+                        if content is None:
+                            obj = _loads(d)
+                            if type(obj) is not dict:
+                                raise TransportError(ErrorType.PARSE, f"SSE data is not a JSON object: {d[:80]!r}")
+                            choices = obj.get("choices")
+                            if not choices:  # a usage-only chunk, an error
+                                metadata(obj, rec)
+                                continue
                             c = choices[0]
                             if chat:
                                 delta = c.get("delta")
@@ -343,13 +337,14 @@ class ResponseReader:
                                     content = ""
                             else:
                                 content = c.get("text") or ""
-                            text_app(content)
-                            if not first_token and content and not content.isspace():
-                                first_token = True
-                                rec.first_token_ns = now
                             fr = c.get("finish_reason")
-                            if fr:
-                                rec.finish_reason = fr
+                        text_app(content)
+                        if not first_token and content and not content.isspace():
+                            first_token = True
+                            rec.first_token_ns = now
+                        if fr:
+                            rec.finish_reason = fr
+                        if obj is not None:
                             usage = obj.get("usage")  # "usage": null rides on every chunk with include_usage
                             if usage:  # continuous usage stats (vLLM: every chunk): the running output count (§4.4)
                                 rec.usage = usage
@@ -359,8 +354,6 @@ class ResponseReader:
                             # metadata is rare: an error, a server's extension keys
                             if not isdisjoint(obj):
                                 metadata(obj, rec)
-                        else:  # a usage-only chunk, an error
-                            metadata(obj, rec)
                     lo = hi
             finally:  # this read's stamp on each of its chunks; no reasoning where none came
                 n = len(chunk_text)

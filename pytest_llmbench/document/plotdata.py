@@ -127,7 +127,7 @@ def _histogram_sorted(x: Any, bins: int, lo: float, hi: float) -> tuple[np.ndarr
     samples below each inner edge."""
     edges = np.histogram_bin_edges(np.empty(0), bins=bins, range=(lo, hi))
     inner = edges[1:-1]
-    below = np.searchsorted(x, inner, side="left") if isinstance(x, np.ndarray) else x.searchsorted(inner)
+    below = x.searchsorted(inner)  # an ndarray's method, or SortedSamples' (side "left" for both)
     return np.diff(np.concatenate(([0], below, [x.size]))), edges
 
 

@@ -410,6 +410,15 @@ class _SendsFirst:
             return w
         return None
 
+    async def give_way(self, n: int) -> None:
+        """Wait while :meth:`hold` says a send goes first for work of ``n`` events, asking again after
+        each release (bounded by ``max_hold_ns``; a removed gate, its ``due`` and ``unsent`` zeroed,
+        holds nothing)."""
+        since = now = time.perf_counter_ns()
+        while (wait := self.hold(now, n, since)) is not None:
+            await wait
+            now = time.perf_counter_ns()
+
     def handed_over(self) -> None:
         """A send's first step: one fewer unsent; the waiters resume behind its request write."""
         self.unsent -= 1
@@ -553,13 +562,7 @@ class _Runner:
                 for _ in range(len(queue)):  # the records this turn starts with
                     gate = self.gate
                     if gate is not None:  # a send due before this record's finalising would end goes first
-                        since = now = time.perf_counter_ns()
-                        while (wait := gate.hold(now, len(queue[0].chunk_ns), since)) is not None:
-                            await wait  # released: ask again (the gate bounds how long)
-                            now = time.perf_counter_ns()
-                            gate = self.gate
-                            if gate is None:
-                                break
+                        await gate.give_way(len(queue[0].chunk_ns))
                     self._finish(queue.popleft())
                 if queue:  # the readers' turn (finalize tokenizes, the sink writes to disk); none left: wait
                     await asyncio.sleep(0)

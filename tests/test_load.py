@@ -102,8 +102,9 @@ def test_arrival_and_load_validation() -> None:
         ClosedLoop(0)
 
 
-@pytest.mark.parametrize("kind, rate, cv", [("gaussian", 1.0, None), ("poisson", 0.0, None), ("poisson", math.inf, None),
-                                            ("bursty", 1.0, 0.5), ("bursty", 1.0, None), ("poisson", 1.0, 2.0)])
+@pytest.mark.parametrize("kind, rate, cv", [("gaussian", 1.0, None), ("poisson", 0.0, None),
+                                            ("poisson", math.inf, None), ("bursty", 1.0, 0.5), ("bursty", 1.0, None),
+                                            ("poisson", 1.0, 2.0)])
 def test_a_marker_load_and_the_arrival_process_share_one_check(kind: str, rate: float, cv: float | None) -> None:
     """``LoadSpec`` (what a marker writes) rejects exactly what ``ArrivalProcess`` rejects, with its words."""
     from pytest_llmbench import LoadSpec
@@ -404,7 +405,8 @@ async def test_steady_state_window_excludes_first_ten_percent(client: LLMClient)
 
 @pytest.mark.looptime
 async def test_steady_state_window_virtual_clock(virtual_clock: None) -> None:
-    res = await run_open_loop(VirtualClient(0.002), specs(["x"] * 100), ArrivalProcess("uniform", 200.0), LoadOptions(spin_ms=0))
+    res = await run_open_loop(VirtualClient(0.002), specs(["x"] * 100), ArrivalProcess("uniform", 200.0),
+                              LoadOptions(spin_ms=0))
     lo, hi = steady_state_window(res)
     assert (lo - res.start_ns, hi - res.start_ns) == (pytest.approx(49.5e6, abs=2), pytest.approx(495e6, abs=2))
     # sends at 0, 5, ..., 495 ms; the first 10 % of the window (to 49.5 ms) is left out: 10 sends

@@ -505,6 +505,9 @@ class _SendsFirst:
 
 
 class _Runner:
+    """One run of ``load`` over ``specs``: the senders (:meth:`_dispatch_open`, :meth:`_worker`), the
+    collector that finalises and hands on finished records, the self-check monitor, and the result."""
+
     def __init__(
         self,
         client: LLMClient,
@@ -522,7 +525,8 @@ class _Runner:
         if duration_s is not None and not duration_s > 0:
             raise ValueError(f"duration_s must be > 0, got {duration_s}")
         if max_requests is None and duration_s is None and options.stop is None and not isinstance(specs, Sized):
-            raise ValueError("an unbounded spec iterator needs max_requests, duration_s or a stop predicate (LoadOptions.stop)")
+            raise ValueError("an unbounded spec iterator needs max_requests, duration_s or a stop predicate "
+                             "(LoadOptions.stop)")
         self.client = client
         self.specs = iter(specs)
         self.load = load

@@ -18,7 +18,7 @@ import pytest
 from pytest_llmbench.common.records import RequestRecord, RequestSpec
 from pytest_llmbench.compliance import RunFacts, Status, evaluate_test
 from pytest_llmbench.loadgen import load as load_mod
-from pytest_llmbench.loadgen.load import ArrivalProcess, ClosedLoop, OpenLoop, run_load
+from pytest_llmbench.loadgen.load import ArrivalProcess, ClosedLoop, LoadOptions, OpenLoop, run_load
 from pytest_llmbench.procedures.base import RunSummary
 from pytest_llmbench.procedures.common import Measured, _arrival_fit, load_facts
 
@@ -63,7 +63,7 @@ def _specs(n: int) -> list[RequestSpec]:
 
 
 async def _run(label: str, client: VirtualClient, load: OpenLoop | ClosedLoop, n: int) -> Measured:
-    res = await run_load(client, _specs(n), load, spin_ms=0, drain_timeout_s=30)
+    res = await run_load(client, _specs(n), load, LoadOptions(spin_ms=0, drain_timeout_s=30))
     await asyncio.sleep(2.0)  # the pause between levels
     return Measured(load=res, summary=RunSummary(label, "", {}, None))  # type: ignore[arg-type]
 

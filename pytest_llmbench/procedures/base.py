@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..common.seeds import Seeds
+from ..loadgen.load import check_arrival
 from ..measure.units import CellValue, cell_json
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -523,16 +524,11 @@ class LoadSpec:
 
     def __post_init__(self) -> None:
         if self.model == "open":
-            if self.arrival not in ("poisson", "uniform", "bursty"):
-                raise ValueError(f"open-loop arrival must be poisson, uniform or bursty, not {self.arrival!r}")
             if (self.rate is None) == (self.capacity_fraction is None):
                 raise ValueError("open-loop load needs exactly one of rate= (req/s) or capacity_fraction=")
-            if self.rate is not None and not self.rate > 0:
-                raise ValueError(f"rate must be > 0 req/s, got {self.rate}")
             if self.capacity_fraction is not None and not self.capacity_fraction > 0:
                 raise ValueError(f"capacity_fraction must be > 0, got {self.capacity_fraction}")
-            if self.arrival == "bursty" and not (self.cv or 0) > 1:
-                raise ValueError("bursty arrivals need cv > 1 (coefficient of variation of the gaps)")
+            object.__setattr__(self, "arrival", check_arrival(self.arrival, self.rate, self.cv))
         elif self.model == "closed":
             if not isinstance(self.concurrency, int) or self.concurrency < 1:
                 raise ValueError(f"closed-loop concurrency must be an integer >= 1, got {self.concurrency!r}")

@@ -47,8 +47,9 @@ from ..compliance import (
     evaluate_test,
     timestamp_format_of,
 )
-from ..loadgen.load import ClosedLoop, LoadResult, OpenLoop, run_load
+from ..loadgen.load import ClosedLoop, LoadOptions, LoadResult, OpenLoop, run_load
 from ..loadgen.selfcheck import option_c_error
+from ..loadgen.shards import NotShardable, backend_for, run_sharded
 from ..loadgen.warmup import WarmupPolicy, WarmupResult, run_warmup, scrape_for
 from ..measure import tokencount
 from ..measure.chunking import ItlDecision, ItlTally, decide_itl
@@ -488,19 +489,16 @@ async def _run_measured(ctx: ProcedureContext, client: LLMClient, specs: Iterabl
                         drain_timeout_s: float | None) -> LoadResult:
     """The load generator in process, or over shards when ``--llm-workers``/``--llm-ray-address`` ask."""
     s = ctx.settings
-    if str(s.workers).strip() not in ("", "1") or s.ray_address:
-        from ..loadgen.shards import NotShardable, backend_for, run_sharded
-
-        backend = backend_for(s.workers, s.ray_address)
-        if backend is not None:
-            try:
-                return await run_sharded(backend, client, specs, load, tokenizer=s.tokenizer, sink=writer,
-                                         on_record=on_record, drain_timeout_s=drain_timeout_s, keep_records=False)
-            except NotShardable as exc:
-                ctx.progress(f"not sharded ({exc}): running in process")
+    options = LoadOptions(phase="measure", drain_timeout_s=drain_timeout_s, achieved_from_sends=True)
+    backend = backend_for(s)
+    if backend is not None:
+        try:
+            return await run_sharded(backend, client, specs, load, options, tokenizer=s.tokenizer, sink=writer,
+                                     on_record=on_record, keep_records=False)
+        except NotShardable as exc:
+            ctx.progress(f"not sharded ({exc}): running in process")
     # no record kept in memory: each goes to the writer (disk) and on_record (the summary's columns)
-    return await run_load(client, specs, load, phase="measure", sink=writer, on_record=on_record,
-                          drain_timeout_s=drain_timeout_s, keep_records=False, achieved_from_sends=True)
+    return await run_load(client, specs, load, options, sink=writer, on_record=on_record, keep_records=False)
 
 
 def error_messages(records: Iterable[RequestRecord], top: int = 3) -> list[dict[str, Any]]:

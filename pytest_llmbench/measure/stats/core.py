@@ -42,7 +42,6 @@ __all__ = [
     "TailShape",
     "CensoredPercentile",
     "NoisyRule",
-    "batch_means_rate",
     "censored_percentile",
     "completion_rate_saturated",
     "distribution",
@@ -358,17 +357,6 @@ def rate_from_window_sums(sums: np.ndarray, n_events: int, length: float, *, uni
 
     half = float(student.ppf(0.5 + confidence / 2.0, batches - 1)) * float(per.std(ddof=1)) / math.sqrt(batches)
     return Estimate(value, n_events, unit, value - half, value + half, confidence, False, method)
-
-
-def batch_means_rate(times: ArrayLike, weights: ArrayLike | None, start: float, end: float, *,
-                     unit: str, batches: int = 10, confidence: float = 0.95) -> Estimate:
-    """Rate of events (times in seconds, optional weights) inside ``[start, end]``.
-
-    Value: weighted count / window length. CI: batch means over ``batches`` equal
-    sub-windows (t interval over the sub-window rates; their mean equals the value).
-    """
-    sums, n_events = window_sums(times, weights, start, end, batches)
-    return rate_from_window_sums(sums, n_events, end - start, unit=unit, confidence=confidence)
 
 
 def distribution(name: str, samples: ArrayLike, unit: str,

@@ -76,7 +76,7 @@ class WarmupPolicy:
     probe_max_tokens: int | None = 16
     drain_timeout_s: float = 120.0
     drain_poll_s: float = 0.2
-    metrics_path: str | None = "/metrics"
+    metrics_path: str | None = "/metrics"  # the server's metrics page (its adapter's); None: no server gauges
     cold_start: bool = False
 
     def __post_init__(self) -> None:
@@ -139,12 +139,14 @@ class WarmupResult:
 
 
 class MetricsScraper:
-    """``GET /metrics`` on the server root over its own connection (the client's headers and TLS
-    setting), so a scrape never waits for, or holds, a slot of the load's connection pool. A call
-    returns (status, text), or None when the server did not answer (measure/telemetry.Scrape)."""
+    """``GET`` the server's metrics page on its root over its own connection (the client's headers and
+    TLS setting), so a scrape never waits for, or holds, a slot of the load's connection pool. ``path``:
+    default the client's adapter's (``ServerAdapter.metrics_path``). A call returns (status, text), or
+    None when the server did not answer (measure/telemetry.Scrape)."""
 
-    def __init__(self, client: LLMClient, path: str = "/metrics", timeout_s: float = 5.0) -> None:
-        self.url = client.server_root + "/" + path.lstrip("/")
+    def __init__(self, client: LLMClient, path: str | None = None, timeout_s: float = 5.0) -> None:
+        self.path = path if path is not None else client.adapter.metrics_path
+        self.url = client.server_root + "/" + self.path.lstrip("/")
         self._http = httpx.AsyncClient(headers={k: v for k, v in client.headers.items() if k != "Content-Type"},
                                        verify=client.verify_tls, timeout=timeout_s,
                                        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
@@ -160,12 +162,12 @@ class MetricsScraper:
         await self._http.aclose()
 
 
-def scrape_for(client: LLMClient, path: str = "/metrics") -> MetricsScraper:
+def scrape_for(client: LLMClient, path: str | None = None) -> MetricsScraper:
     """The telemetry scrape of ``client``'s server (close it with ``aclose``; TelemetrySampler.stop does)."""
     return MetricsScraper(client, path)
 
 
-async def queue_depth(client: LLMClient, path: str = "/metrics",
+async def queue_depth(client: LLMClient, path: str | None = None,
                       scrape: MetricsScraper | None = None) -> dict[str, float] | None:
     """{"waiting": n, "running": n} from the server gauges (and ``gauges``: their Prometheus names
     joined), or None when not available."""

@@ -188,6 +188,7 @@ async def warm_up(
         probe_max=max(10, probes),
         probe_max_tokens=64,  # long enough that timer jitter stays well below the 10 % band (§4.5.2)
         max_duration_s=_warmup_duration(ctx),
+        metrics_path=ctx.sut.adapter.metrics_path,
     )
     telemetry = telemetry_sampler(ctx, client)
     await telemetry.start()

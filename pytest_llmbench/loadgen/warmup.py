@@ -51,11 +51,6 @@ __all__ = [
 DRAFT_MIN_REQUESTS = draft.value("warmup.min_requests")  # §4.5.1 item 2
 DRAFT_MIN_OUTPUT_TOKENS = draft.value("warmup.min_output_tokens")  # §4.5.1 item 2
 
-#: Server gauges for the request queue, first match wins (the simulator's names first).
-WAITING_METRICS = metric_names("waiting")
-RUNNING_METRICS = metric_names("running")
-
-
 @dataclass(frozen=True)
 class WarmupPolicy:
     """Warm-up parameters. Defaults are the draft's minimums (§4.5.1) and 10 % stability (§4.5.2).
@@ -181,7 +176,9 @@ async def queue_depth(client: LLMClient, path: str | None = None,
     if got is None or got[0] != 200:
         return None
     try:
-        roles = read_roles(read_exposition(got[1]), {"waiting": WAITING_METRICS, "running": RUNNING_METRICS})
+        # every known server's queue gauges (adapters.metric_names: the simulator's first), first match wins
+        roles = read_roles(read_exposition(got[1]), {"waiting": metric_names("waiting"),
+                                                     "running": metric_names("running")})
     except ValueError:
         return None
     if len(roles) != 2:

@@ -1,18 +1,23 @@
-"""Server adapters: what a known serving engine adds to the OpenAI API, without special cases in
-the client's hot path (docs/architecture.md, "SUT").
+"""Server adapters: every word of a serving engine's protocol beyond the OpenAI API, in one place and
+without special cases in the client's hot path (docs/architecture.md, "The adapter's protocol hooks").
 
-An adapter names the server kind, recognises it from ``GET /v1/models``, ``/props``, ``/version``
-or ``/get_model_info``, contributes extra request-body fields (through ``SUT.extra_body``, merged
-by the client into every body), names the server's Prometheus metrics by role, describes the
-server (version, per-slot context window, ...) for the SUT description in reports, and
-implements the ``pytest_llmbench_configure_sut`` settings it can make (:func:`configure`). On the
-response side it reads the server's extensions of a streamed object (``parse_extensions``, called
-by the client) and recounts tokens in the server's own tokens after a run (``recount_tokens``).
+An adapter names the server kind, recognises it from ``GET /v1/models`` or the server's own endpoints,
+contributes extra request-body fields (through ``SUT.extra_body``, merged by the client into every
+body), names the server's Prometheus metrics by role and the page they are on, describes the server
+(version, per-slot context window, ...) for the SUT description in reports, and implements the
+``pytest_llmbench_configure_sut`` settings it can make (:func:`configure`). For prompts in the
+server's own tokens it names its tokenize forms (:class:`TokenizeForm`), its vocabulary size and its
+per-request prefix isolation; :func:`prompt_fit` makes the body hook the client is handed
+(``fitting.py``). On the response side it reads the server's extensions of a streamed object
+(``parse_extensions``, called by the client) and recounts tokens in the server's own tokens after a
+run (``recount_tokens``).
 
-Kinds (:data:`KINDS`, the choices of ``--llm-server-kind``): ``llama.cpp`` (tested live in CI),
-``vllm``, ``sglang``, ``openai`` (tested against documented response formats only) and
-``openai-compatible`` (anything else: no request extensions, every known response extension read).
-The embedded simulator has its own adapter (:data:`SIMULATOR`), found by :func:`adapter_for`.
+This package is the registry: it imports every module of its folder, and a module calls
+:func:`register` on its adapters, so a new server kind is one module. Kinds (:data:`KINDS`, the choices
+of ``--llm-server-kind``, in detection order): ``llama.cpp`` (tested live in CI), ``sglang``, ``vllm``,
+``openai`` (tested against documented response formats only) and ``openai-compatible`` (anything else:
+no request extensions, every known response extension read). The embedded simulator has its own
+adapter (:data:`SIMULATOR`), found by :func:`adapter_for`.
 """
 
 from __future__ import annotations

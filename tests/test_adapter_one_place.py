@@ -259,3 +259,10 @@ def test_a_module_in_the_adapters_folder_is_found(tmp_path: Path) -> None:
     kinds, choices, title = json.loads(out.stdout)
     assert kinds == choices == ["llama.cpp", "sglang", "vllm", "openai", "sglang-like", "openai-compatible"]
     assert title == "An SGLang-shaped server"
+
+
+def test_a_kind_is_registered_once() -> None:
+    with pytest.raises(ValueError, match="'vllm' is registered already"):
+        adapters.register(adapters.ServerAdapter(kind="vllm", title="another vLLM"))
+    assert adapters.register(adapters.VLLM) is adapters.VLLM  # the same adapter again: nothing changes
+    assert adapters.get_adapter("vllm") is adapters.VLLM and adapters.get_adapter("llama-server") is adapters.LLAMACPP

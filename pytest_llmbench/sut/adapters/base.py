@@ -262,8 +262,13 @@ class ServerAdapter:
 
 # --- the registry of server kinds (read by sut/adapters/__init__.py) ------------------------------
 _REGISTRY: dict[str, ServerAdapter] = {}
-_ORDERED: list[tuple[ServerAdapter, ...]] = [()]
+_ORDERED: tuple[ServerAdapter, ...] = ()
 A = TypeVar("A", bound=ServerAdapter)
+
+
+def _reorder() -> None:
+    global _ORDERED
+    _ORDERED = tuple(sorted(_REGISTRY.values(), key=lambda a: a.detect_order))
 
 
 def register(adapter: A) -> A:
@@ -274,16 +279,16 @@ def register(adapter: A) -> A:
     if held is not None and held is not adapter:
         raise ValueError(f"server kind {adapter.kind!r} is registered already ({held.title})")
     _REGISTRY[adapter.kind] = adapter
-    _ORDERED[0] = tuple(sorted(_REGISTRY.values(), key=lambda a: a.detect_order))
+    _reorder()
     return adapter
 
 
 def unregister(kind: str) -> None:
     """Forget a server kind (a test's throw-away adapter)."""
     if _REGISTRY.pop(kind, None) is not None:
-        _ORDERED[0] = tuple(sorted(_REGISTRY.values(), key=lambda a: a.detect_order))
+        _reorder()
 
 
 def registered() -> tuple[ServerAdapter, ...]:
     """The known server kinds in detection order."""
-    return _ORDERED[0]
+    return _ORDERED

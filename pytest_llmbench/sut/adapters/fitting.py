@@ -35,7 +35,7 @@ __all__ = ["TOKENIZE_CONCURRENCY", "PromptFit", "PromptFitError"]
 TOKENIZE_CONCURRENCY = 8  # tokenize/detokenize calls in flight at once
 
 #: a prompt's identity for fitting: its text, its system prompt and its intended length
-Key = tuple[str, "str | None", int]
+Key = tuple[str, str | None, int]
 
 
 class PromptFitError(RuntimeError):

@@ -73,6 +73,7 @@ def test_every_root_folder_and_module_has_a_layer() -> None:
     ("measure/metrics/latency.py", "from ...client import LLMClient", "the package in layers"),
     ("compliance/facts.py", "from ..measure import summary", "compliance judges facts"),
     ("gate/storage.py", "from ..measure.summary import summarize", "the gate builds comparison documents"),
+    ("procedures/prompts.py", "from ..sut.adapters.vllm.switch import fresh_salt", "procedures speak to a server"),
 ])
 def test_an_offending_import_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:
     shutil.copytree(PACKAGE, tmp_path / "pytest_llmbench", ignore=shutil.ignore_patterns("__pycache__"))

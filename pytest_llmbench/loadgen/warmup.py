@@ -51,11 +51,6 @@ __all__ = [
 DRAFT_MIN_REQUESTS = draft.value("warmup.min_requests")  # §4.5.1 item 2
 DRAFT_MIN_OUTPUT_TOKENS = draft.value("warmup.min_output_tokens")  # §4.5.1 item 2
 
-#: Server gauges for the request queue, first match wins (the simulator's names first).
-WAITING_METRICS = metric_names("waiting")
-RUNNING_METRICS = metric_names("running")
-
-
 @dataclass(frozen=True)
 class WarmupPolicy:
     """Warm-up parameters. Defaults are the draft's minimums (§4.5.1) and 10 % stability (§4.5.2).
@@ -76,7 +71,7 @@ class WarmupPolicy:
     probe_max_tokens: int | None = 16
     drain_timeout_s: float = 120.0
     drain_poll_s: float = 0.2
-    metrics_path: str | None = "/metrics"
+    metrics_path: str | None = "/metrics"  # the server's metrics page (its adapter's); None: no server gauges
     cold_start: bool = False
 
     def __post_init__(self) -> None:
@@ -139,12 +134,14 @@ class WarmupResult:
 
 
 class MetricsScraper:
-    """``GET /metrics`` on the server root over its own connection (the client's headers and TLS
-    setting), so a scrape never waits for, or holds, a slot of the load's connection pool. A call
-    returns (status, text), or None when the server did not answer (measure/telemetry.Scrape)."""
+    """``GET`` the server's metrics page on its root over its own connection (the client's headers and
+    TLS setting), so a scrape never waits for, or holds, a slot of the load's connection pool. ``path``:
+    default the client's adapter's (``ServerAdapter.metrics_path``). A call returns (status, text), or
+    None when the server did not answer (measure/telemetry.Scrape)."""
 
-    def __init__(self, client: LLMClient, path: str = "/metrics", timeout_s: float = 5.0) -> None:
-        self.url = client.server_root + "/" + path.lstrip("/")
+    def __init__(self, client: LLMClient, path: str | None = None, timeout_s: float = 5.0) -> None:
+        self.path = path if path is not None else client.adapter.metrics_path
+        self.url = client.server_root + "/" + self.path.lstrip("/")
         self._http = httpx.AsyncClient(headers={k: v for k, v in client.headers.items() if k != "Content-Type"},
                                        verify=client.verify_tls, timeout=timeout_s,
                                        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
@@ -160,12 +157,12 @@ class MetricsScraper:
         await self._http.aclose()
 
 
-def scrape_for(client: LLMClient, path: str = "/metrics") -> MetricsScraper:
+def scrape_for(client: LLMClient, path: str | None = None) -> MetricsScraper:
     """The telemetry scrape of ``client``'s server (close it with ``aclose``; TelemetrySampler.stop does)."""
     return MetricsScraper(client, path)
 
 
-async def queue_depth(client: LLMClient, path: str = "/metrics",
+async def queue_depth(client: LLMClient, path: str | None = None,
                       scrape: MetricsScraper | None = None) -> dict[str, float] | None:
     """{"waiting": n, "running": n} from the server gauges (and ``gauges``: their Prometheus names
     joined), or None when not available."""
@@ -179,7 +176,9 @@ async def queue_depth(client: LLMClient, path: str = "/metrics",
     if got is None or got[0] != 200:
         return None
     try:
-        roles = read_roles(read_exposition(got[1]), {"waiting": WAITING_METRICS, "running": RUNNING_METRICS})
+        # every known server's queue gauges (adapters.metric_names: the simulator's first), first match wins
+        roles = read_roles(read_exposition(got[1]), {"waiting": metric_names("waiting"),
+                                                     "running": metric_names("running")})
     except ValueError:
         return None
     if len(roles) != 2:

@@ -58,10 +58,10 @@ from ..measure.frame import FrameBuilder
 from ..measure.refusals import RefusalPolicy
 from ..measure.summary import RunMetrics, summarize
 from ..measure.telemetry import TelemetrySampler, TelemetrySeries
-from ..sut.adapters import telemetry_names
+from ..sut.adapters import prompt_fit, telemetry_names
 from ..sut.system import self_declarations, simulator_guardrails
 from .base import ProcedureContext, ProcedureResult, RunSummary
-from .prompts import ServerPromptClient, check_server_alive, plan_prompts, prefit
+from .prompts import check_server_alive, plan_prompts, prefit
 
 __all__ = [
     "CountingTally",
@@ -152,13 +152,12 @@ def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> 
     )
     plan = plan_prompts(sut)  # the prompt mode that fits the server (prompts.py)
     # reference ids only where the server's vocabulary holds them (a shard rebuilding a client from this
-    # config sends text otherwise); the server-ids client sends its fitted ids itself
+    # config sends text otherwise); in server-ids mode the adapter's prompt-fitting hook sends its fitted ids
     config = dataclasses.replace(config, token_id_prompts=config.token_id_prompts and plan.mode == "reference-ids")
-    if plan.mode == "server-ids" and plan.tokenize_style:
-        return ServerPromptClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer,
-                                  root_url=sut.root_url, model=sut.model, style=plan.tokenize_style,
-                                  headers=sut.headers(), verify=sut.verify_tls, adapter=sut.adapter)
-    return LLMClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer, adapter=sut.adapter)
+    hook = (prompt_fit(sut, plan.tokenize_style, ctx.tokenizer)
+            if plan.mode == "server-ids" and plan.tokenize_style else None)
+    return LLMClient(config, max_connections=max_connections, tokenizer=ctx.tokenizer, adapter=sut.adapter,
+                     body_hook=hook)
 
 
 async def warm_up(
@@ -190,6 +189,7 @@ async def warm_up(
         probe_max=max(10, probes),
         probe_max_tokens=64,  # long enough that timer jitter stays well below the 10 % band (§4.5.2)
         max_duration_s=_warmup_duration(ctx),
+        metrics_path=ctx.sut.adapter.metrics_path,
     )
     telemetry = telemetry_sampler(ctx, client)
     await telemetry.start()

@@ -39,6 +39,7 @@ from ..measure import tokencount
 from ..measure.registry import METRICS
 from ..measure.summary import RunMetrics
 from ..measure.units import Cell, CellValue
+from ..sut.adapters import metric_names
 from ..workloads import SpecStream, Workload, reference_checks
 from .base import (
     Capacity,
@@ -126,8 +127,6 @@ def as_run(workload: Mapping[str, Any], cap: int | None, records: Iterable[Reque
     return w
 
 
-#: server counters of finished requests: 0 right after a restart proves nothing was served before
-FINISHED_COUNTERS = ("llmbench:requests_finished_total", "vllm:request_success_total")
 
 
 @dataclass
@@ -157,7 +156,7 @@ class ColdStart:
         if first is not None:
             return first
         before = self.cold.server_before or {}
-        return next((before[n] for n in FINISHED_COUNTERS if n in before), None)
+        return next((before[n] for n in metric_names("requests_finished") if n in before), None)
 
     def to_json(self) -> dict[str, Any]:
         cold, warm = self.ttfts(self.cold), [t for t in self.ttfts(self.warm) if t is not None]

@@ -127,8 +127,6 @@ def as_run(workload: Mapping[str, Any], cap: int | None, records: Iterable[Reque
     return w
 
 
-
-
 @dataclass
 class ColdStart:
     """§4.5.3 cold start: the SUT restarted through the configure hook's ``restart`` setting, the first
@@ -155,7 +153,7 @@ class ColdStart:
         first = self.cold.telemetry.first("requests_finished")
         if first is not None:
             return first
-        before = self.cold.server_before or {}
+        before = self.cold.server_before or {}  # 0 right after a restart: nothing was served before
         return next((before[n] for n in metric_names("requests_finished") if n in before), None)
 
     def to_json(self) -> dict[str, Any]:

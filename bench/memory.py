@@ -90,7 +90,7 @@ def _agreement(result: Any) -> dict[str, Any]:
     """The procedure's RunMetrics against ``summarize(list of the run's records read back)``."""
     from pytest_llmbench.common.storage import load_run
     from pytest_llmbench.measure.summary import summarize
-    from pytest_llmbench.procedures.common import itl_decision_for
+    from pytest_llmbench.procedures.run import itl_decision_for
 
     run = next(r for r in result.runs if r.label == "measure")
     stored = load_run(run.run_dir)
@@ -120,7 +120,8 @@ def child(args: argparse.Namespace) -> None:
     """Run 5.1 at ``args.child`` requests and print one JSON line of figures."""
     load_start, t_start = _load(), time.perf_counter()
     from pytest_llmbench.document.build import build_document
-    from pytest_llmbench.procedures.base import closed, get_procedure
+    from pytest_llmbench.procedures.base import get_procedure
+    from pytest_llmbench.procedures.loads import closed
     from pytest_llmbench.session import Session
     from pytest_llmbench.settings import Settings
 

@@ -19,15 +19,8 @@ import pytest
 
 from . import hookspecs
 from .options import add_options, settings_from_config
-from .procedures.base import (
-    Capacity,
-    Procedure,
-    ProcedureError,
-    ProcedureResult,
-    SkipProcedure,
-    get_procedure,
-    params_key,
-)
+from .procedures.base import Procedure, ProcedureError, SkipProcedure, get_procedure, params_key
+from .procedures.result import Capacity, ProcedureResult
 from .session import Session, configure_embedded, resummarize_run
 from .settings import LLMBenchConfigError, Settings, parse_capacity
 from .sut import adapters

@@ -31,16 +31,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .compliance import rejudge_session
 from .measure.samples import write_run_samples
-from .procedures.base import (
-    Capacity,
-    Procedure,
-    ProcedureContext,
-    ProcedureResult,
-    RunSummary,
-    SkipProcedure,
-    capacity_provider,
-    params_key,
-)
+from .procedures.base import Procedure, ProcedureContext, SkipProcedure, capacity_provider, params_key
+from .procedures.result import Capacity, ProcedureResult, RunSummary
 from .settings import Settings, parse_capacity
 from .sut.system import SUT, EndpointError, check_endpoint, identify_server
 

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from faultserver import FaultServer
 
     from pytest_llmbench.compliance import Check, RunFacts
-    from pytest_llmbench.procedures.base import Capacity, ProcedureContext
+    from pytest_llmbench.procedures.base import ProcedureContext
+    from pytest_llmbench.procedures.result import Capacity
     from pytest_llmbench.simulator import SimConfig
 
 MS = 1_000_000  # ns per millisecond
@@ -240,7 +241,7 @@ def simulator_harness(config: SimConfig, root: Path, *, capacity: Capacity | Non
     ``rate``: the request-rate capacity the test declares, short for
     ``capacity=Capacity(rate=rate, source="declared by the test")``.
     """
-    from pytest_llmbench.procedures.base import Capacity
+    from pytest_llmbench.procedures.result import Capacity
     from pytest_llmbench.simulator import start_simulator
 
     if rate is not None:
@@ -284,7 +285,7 @@ async def sse_response(request: web.Request) -> web.StreamResponse:
 #: A test file with one 5.1 run at a Poisson rate: ``SUITE_5_1.format(rate=40, requests=100, extra="")``.
 SUITE_5_1 = '''
 import pytest
-from pytest_llmbench.procedures.base import poisson
+from pytest_llmbench.procedures.loads import poisson
 
 @pytest.mark.llm_procedure("5.1", load=poisson(rate={rate}), requests={requests}, warmup_requests=8,
                            warmup_tokens=30{extra})

@@ -35,7 +35,7 @@ from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.loadgen.warmup import scrape_for
 from pytest_llmbench.measure.telemetry import TelemetrySampler
 from pytest_llmbench.procedures import prompts
-from pytest_llmbench.procedures.common import client_for
+from pytest_llmbench.procedures.run import client_for
 from pytest_llmbench.sut import adapters
 from pytest_llmbench.sut.system import SUT, identify_server
 from pytest_llmbench.workloads import build_workload

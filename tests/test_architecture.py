@@ -135,4 +135,4 @@ def test_public_api_is_importable_and_lazy() -> None:
             "print(n, LoadSpec.__module__, callable(assert_slo), bool(__version__))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     n, module, ok, version = out.stdout.split()
-    assert int(n) == 1 and module == "pytest_llmbench.procedures.base" and ok == "True" and version == "True"
+    assert int(n) == 1 and module == "pytest_llmbench.procedures.loads" and ok == "True" and version == "True"

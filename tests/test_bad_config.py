@@ -20,7 +20,7 @@ import pytest_llmbench.workloads  # noqa: F401
 
 SUITE = '''
 import pytest
-from pytest_llmbench.procedures.base import poisson
+from pytest_llmbench.procedures.loads import poisson
 
 @pytest.mark.llm_procedure("5.1", load=poisson(rate=80), requests=20, warmup_requests=4, warmup_tokens=10{extra})
 def test_ttft(llm_result):

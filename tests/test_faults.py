@@ -280,7 +280,7 @@ async def test_every_fault_at_once_on_one_pool(server: FaultServer) -> None:
 # -------------------------------------------------------------------------------------------
 PLUGIN_SUITE = '''
 import pytest
-from pytest_llmbench.procedures.base import poisson
+from pytest_llmbench.procedures.loads import poisson
 
 @pytest.mark.llm_procedure("5.1", load=poisson(rate=40), requests=80, warmup_requests=10, warmup_tokens=40,
                            slo=["success_rate >= 99%"])

@@ -1,6 +1,6 @@
 """Findings to read first (document/headline.py): each kind of finding once with the procedures it
 concerns, most severe first; a procedure with failed requests names its most frequent error message
-and count (from the runs' load summaries, procedures/common.error_messages).
+and count (from the runs' load summaries, procedures/run.error_messages).
 
 Built on the stored smoke document (tests/data/results-smoke.json.gz), re-annotated; a copy of its
 5.1 is turned into the real-server case the issue describes: half the requests answered HTTP 400.
@@ -21,7 +21,7 @@ from factories import make_record
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.document.build import _item_titles
 from pytest_llmbench.document.headline import FINDING_KINDS, annotate, findings
-from pytest_llmbench.procedures.common import error_messages
+from pytest_llmbench.procedures.run import error_messages
 from pytest_llmbench.report import render_html, render_markdown, terminal_rows
 
 DATA = Path(__file__).parent / "data" / "results-smoke.json.gz"

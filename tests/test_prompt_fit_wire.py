@@ -34,7 +34,7 @@ from pytest_llmbench.common.records import RequestRecord, RequestSpec
 from pytest_llmbench.common.seeds import Seeds
 from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.procedures import prompts
-from pytest_llmbench.procedures.common import client_for
+from pytest_llmbench.procedures.run import client_for
 from pytest_llmbench.sut.system import SUT
 from pytest_llmbench.workloads import build_workload
 

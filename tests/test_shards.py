@@ -27,8 +27,9 @@ from pytest_llmbench.common.storage import RECORDS_FILE, iter_records
 from pytest_llmbench.document.build import build_document
 from pytest_llmbench.loadgen.load import ArrivalProcess, ClosedLoop, OpenLoop
 from pytest_llmbench.loadgen.shards import NotShardable, parse_workers, plan_shards
-from pytest_llmbench.procedures.base import ProcedureResult, get_procedure
+from pytest_llmbench.procedures.base import get_procedure
 from pytest_llmbench.procedures.helpers import closed_level_stream
+from pytest_llmbench.procedures.result import ProcedureResult
 from pytest_llmbench.session import Session
 from pytest_llmbench.settings import LLMBenchConfigError, Settings, resolve
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..common.records import ErrorType, RequestRecord
-from .registry import _BOUNDARY_ALIASES, LOAD_CAPABILITIES, ComplianceError
+from .registry import BOUNDARY_ALIASES, LOAD_CAPABILITIES, ComplianceError
 from .verdict import _jsonable
 
 # ============================================================================================
@@ -256,7 +256,7 @@ class RunFacts:
     def boundary(self) -> str | None:
         if self.sut_boundary is None:
             return None
-        return _BOUNDARY_ALIASES.get(str(self.sut_boundary).lower())
+        return BOUNDARY_ALIASES.get(str(self.sut_boundary).lower())
 
     @property
     def workload_name(self) -> str | None:

@@ -5,7 +5,7 @@ re-judged then for every procedure, whatever order the tests ran in: a Model Eng
 Synthetic-Uniform run (4.3.2-MUST-1), an Application Gateway report should hold a Conversation
 run (4.3.2-SHOULD-1), and production-representative gateway runs should be paired with a
 guardrails on/off comparison (5.10, 4.8.2-SHOULD-2). Only workloads run as defined count: a capped
-or stand-in workload is custom (``procedures.pipeline.as_run``).
+or stand-in workload is custom (``procedures.sample.as_run``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def rejudge_session(results: Iterable[Any]) -> dict[str, tuple[str, str]]:
     """Re-judge every result's compliance with the session's workloads and tests.
 
     ``results`` are procedure results carrying ``procedure``, ``facts``, ``checks`` and
-    ``compliance`` (procedures.base.ProcedureResult). Returns ``{procedure: (old, new)}`` for the
+    ``compliance`` (procedures.result.ProcedureResult). Returns ``{procedure: (old, new)}`` for the
     results whose verdict changed; each result's ``compliance`` and ``measurements`` are updated.
     """
     done = [r for r in results if getattr(r, "compliance", None) is not None and getattr(r, "facts", None)]

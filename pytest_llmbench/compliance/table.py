@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from .engine import item_data
-from .registry import TESTS, VERDICT_LEVELS, applicable_items, registry
+from .registry import VERDICT_LEVELS, applicable_items, draft_tests, registry
 
 __all__ = ["BLOCKS", "SOURCE_COLUMNS", "construction_items", "construction_summary", "construction_table", "doc_block",
            "item_sources", "load_document", "main", "render_blocks", "source_counts", "source_table", "update_doc"]
@@ -60,7 +60,7 @@ def load_document(path: str | Path) -> dict[str, Any]:
 
 def _binding_items() -> list[str]:
     """MUST/SHOULD ids that can bind a procedure 5.1–5.10, in registry order."""
-    applies = {req.id for t in TESTS if t != "6" for req, _ in applicable_items(t)}
+    applies = {req.id for t in draft_tests() if t != "6" for req, _ in applicable_items(t)}
     return [rid for rid, req in registry().items.items() if req.in_verdict and rid in applies]
 
 

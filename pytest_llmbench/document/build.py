@@ -30,7 +30,7 @@ from typing import Any
 from ..compliance import effective_declarations, registry
 from ..loadgen.selfcheck import procedure_check
 from ..measure.registry import FIGURES, METRICS, lookup
-from ..procedures.pipeline import LATENCY, MAX_OUTPUT_THROUGHPUT
+from ..procedures.figures import LATENCY, MAX_OUTPUT_THROUGHPUT
 from ..session import SessionResult
 from ..sut.system import self_declarations
 from .headline import annotate, draft_order

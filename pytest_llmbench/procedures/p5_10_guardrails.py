@@ -54,10 +54,13 @@ from ..measure.units import Cell, CellValue
 from ..settings import parse_capacity
 from ..sut.system import simulator_guardrails
 from ..workloads import build_workload
-from .base import LoadSpec, Overlays, ProcedureContext, RunSummary, Series, SkipProcedure, Table
-from .common import Measured, refusal_policy, resolve_load
+from .base import ProcedureContext, SkipProcedure
+from .capacity import SaturationProbe
 from .helpers import cap_output, pvalue
-from .pipeline import Outcome, ProcedureRun, SaturationProbe
+from .loads import LoadSpec, resolve_load
+from .pipeline import Outcome, ProcedureRun
+from .result import Overlays, RunSummary, Series, Table
+from .run import Measured, refusal_policy
 
 GUARDRAIL_CONFIGS = ("none", "input", "output", "full")
 LABELS = {"none": "Baseline", "input": "Input Filter", "output": "Output Filter", "full": "Full Filter"}
@@ -539,7 +542,7 @@ class Guardrails(ProcedureRun[GuardrailParams]):
                             "failures, excluded from the latency distributions"])
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        return _checks(self.p, self.runs, self.probes, self.wl.declaration.to_json(), self.states,
+        return item_checks(self.p, self.runs, self.probes, self.wl.declaration.to_json(), self.states,
                        self.loads[0][1].get("capacity_source", "") if self.cap_kind == BORROWED else None)
 
     def adjust_facts(self, facts: RunFacts) -> None:
@@ -551,7 +554,7 @@ class Guardrails(ProcedureRun[GuardrailParams]):
             facts.session_tests = tuple(sorted(set(facts.session_tests) | {"5.10"}))
 
 
-def _checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes: dict[str, Measured],
+def item_checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes: dict[str, Measured],
             decl: dict[str, Any], states: dict[str, Any], borrowed: str | None = None) -> dict[str, Check]:
     """The 5.10 items; ``borrowed``: the source of a capacity borrowed from another workload (a deviation)."""
     cfgs, levels = p.configurations, p.load_fractions

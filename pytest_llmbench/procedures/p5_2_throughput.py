@@ -30,7 +30,7 @@ stability and the throughput trend over the window are reported per level.
 
 Without ``rate_min``/``rate_max``/``rate_step``, a short closed-loop probe at
 ``probe_concurrency`` (long enough to complete about ``PROBE_MIN_COMPLETIONS`` requests at the
-warm-up's completion rate, ``common.probe_window_s``) estimates the capacity and the range is derived from it (0.5x, 2x, step
+warm-up's completion rate, ``budget.probe_window_s``) estimates the capacity and the range is derived from it (0.5x, 2x, step
 0.25x); the derived values are reported (5.2.2-MUST-4). The result's ``capacity`` is what
 procedures defined relative to capacity (5.3, 5.4, 5.6, 5.10) use.
 """
@@ -55,8 +55,9 @@ from ..measure.registry import METRICS
 from ..measure.stats import Distribution, completion_rate_saturated, tail_blowup
 from ..measure.summary import RunMetrics
 from ..measure.units import Cell, CellValue, format_cell
-from .base import Capacity, KeyFigure, ProcedureContext, Sweep, Table
-from .common import Measured, measure, probe_window_s, request_floor_s
+from .base import ProcedureContext
+from .budget import probe_window_s, request_floor_s
+from .figures import MAX_OUTPUT_THROUGHPUT, THROUGHPUT
 from .helpers import (
     RAMP_UP_FRACTION,
     QueueTrend,
@@ -69,8 +70,10 @@ from .helpers import (
     queue_trend,
     steady_window_ns,
 )
-from .pipeline import MAX_OUTPUT_THROUGHPUT, THROUGHPUT, Outcome, ProcedureRun
+from .pipeline import Outcome, ProcedureRun
 from .prompts import failure_cause
+from .result import Capacity, KeyFigure, Sweep, Table
+from .run import Measured, measure
 
 DRAFT_MIN_DURATION_S = draft.value("throughput.level_min_s")  # §5.2.2.1
 
@@ -316,7 +319,7 @@ def _scalar(mt: RunMetrics, name: str) -> float:
 
 
 @dataclass
-class _Search:
+class RateSearch:
     ctx: ProcedureContext
     p: ThroughputParams
     client: Any
@@ -438,12 +441,10 @@ async def _probe_capacity(ctx: ProcedureContext, client: Any, p: ThroughputParam
 
 
 def _gpu_count(ctx: ProcedureContext) -> int | None:
-    from .common import (
-        _declarations,  # the session's merged declarations (simulator + user)
-    )
+    from .facts import declarations
 
     try:
-        hw = dict(_declarations(ctx)).get("hardware")
+        hw = dict(declarations(ctx)).get("hardware")
     except Exception:  # noqa: BLE001 - a bad declaration file is reported by the compliance step
         return None
     count = hw.get("count") if isinstance(hw, dict) else None
@@ -475,7 +476,7 @@ class Throughput(ProcedureRun[ThroughputParams]):
         self.probe: Measured | None = None
         self.estimate: float | None = None
         self.start, self.step, self.stop, self.range_source = await self._range(client)
-        self.search = _Search(self.ctx, self.p, client, self.seeds)
+        self.search = RateSearch(self.ctx, self.p, client, self.seeds)
         self.lo, self.hi = await self.search.search(self.start, self.step, self.stop)
 
     async def _range(self, client: LLMClient) -> tuple[float, float | None, float, str]:
@@ -631,9 +632,9 @@ class Throughput(ProcedureRun[ThroughputParams]):
         return capacity
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        checks = _checks(self.p, self.search.levels, self.best, self.warmup, self.slo_given, self.start, self.step,
+        checks = item_checks(self.p, self.search.levels, self.best, self.warmup, self.slo_given, self.start, self.step,
                          self.stop, self.range_source)
-        checks.update(_report_checks(self.ctx, self.best, self.gpus, self.measurements,
+        checks.update(report_checks(self.ctx, self.best, self.gpus, self.measurements,
                                      {"5.2.5-REPORT-1": self.table3, "5.2.5-REPORT-2": self.table4}, out.tables))
         return checks
 
@@ -670,7 +671,7 @@ def _search_table(levels: list[tuple[Measured, LevelAssessment, str]], unit: str
                          "lowest load's TTFT P50 (§5.2.3.1); rates over each level's steady window")])
 
 
-def _checks(p: ThroughputParams, levels: list[tuple[Measured, LevelAssessment, str]],
+def item_checks(p: ThroughputParams, levels: list[tuple[Measured, LevelAssessment, str]],
             best: tuple[Measured, LevelAssessment, str] | None, wu: Any, slo_given: bool,
             start: float, step: float | None, stop: float, range_source: str) -> dict[str, Check]:
     closed = p.load_model == "closed"
@@ -710,7 +711,7 @@ def _checks(p: ThroughputParams, levels: list[tuple[Measured, LevelAssessment, s
     return c
 
 
-def _report_checks(ctx: ProcedureContext, best: tuple[Measured, LevelAssessment, str] | None, gpus: int | None,
+def report_checks(ctx: ProcedureContext, best: tuple[Measured, LevelAssessment, str] | None, gpus: int | None,
                    meas: dict[str, Any], required: dict[str, Table | None], tables: list[Table]) -> dict[str, Check]:
     """5.2.3-PARAM-3/4 and the 5.2.4/5.2.5 REPORT items: what the result carries.
 

@@ -48,12 +48,14 @@ from ..measure.stats import jain_index, latency_inflation, slowdown, starvation_
 from ..measure.summary import RunMetrics, summarize
 from ..measure.units import Cell, CellValue
 from ..workloads import FAIRNESS_CLASSES, build_workload
-from ..workloads.standard import _mix_counts  # the workload's own class-count rule
-from .base import Finding, LoadSpec, Overlays, RunSummary, Series, Table, poisson
-from .common import Measured, level_requests, probe_window_s, resolve_load
+from ..workloads.standard import mix_counts  # the workload's own class-count rule
+from .budget import level_requests, probe_window_s
 from .helpers import cap_output, pvalue, queue_trend, reported
+from .loads import LoadSpec, poisson, resolve_load
 from .pipeline import Outcome, ProcedureRun
 from .prompts import failure_cause
+from .result import Finding, Overlays, RunSummary, Series, Table
+from .run import Measured
 
 MIN_PER_CLASS = draft.value("fairness.min_requests_per_class")  # §5.6.2
 MIN_DURATION_S = draft.value("fairness.min_duration_s")  # §5.6.3 step 4
@@ -133,11 +135,11 @@ def _shares(mix: dict[str, float]) -> dict[str, float]:
 MIN_BUDGET_REQUESTS = 10  # a time budget never cuts the mixed run below this (about two long requests)
 
 
-def _mixed_count(p: FairnessParams, rate: float) -> int:
+def mixed_count(p: FairnessParams, rate: float) -> int:
     """Requests for the mixed run: >= requests_per_class per class and a send window >= duration_s."""
     shares = _shares(p.mix)
     by_class = math.ceil(p.requests_per_class / min(shares.values()))
-    while min(_mix_counts(by_class, p.mix).values()) < p.requests_per_class:  # rounding of exact class counts
+    while min(mix_counts(by_class, p.mix).values()) < p.requests_per_class:  # rounding of exact class counts
         by_class += 1
     expected = rate * p.duration_s
     spread = (p.load.cv or 1.0) if p.load.arrival != "uniform" else 0.0
@@ -238,7 +240,7 @@ class Fairness(ProcedureRun[FairnessParams]):
         # within a time budget, the isolated runs and the mixed run (twice the mixed run's requests at
         # this rate in all, isolation "total") get what the remaining budget holds, never fewer than
         # MIN_BUDGET_REQUESTS; the cut is a noted reduction below the per-class minimum
-        n = level_requests(ctx, "5.6 mixed and isolated runs", rate, _mixed_count(p, rate),
+        n = level_requests(ctx, "5.6 mixed and isolated runs", rate, mixed_count(p, rate),
                            min_requests=MIN_BUDGET_REQUESTS, levels_left=2)
         self.wl = build_workload(p.workload, n=n, seed=self.seeds.derive("measure"),
                                  tokenizer=ctx.tokenizer, classes=FAIRNESS_CLASSES, mix=dict(p.mix))
@@ -482,12 +484,12 @@ class Fairness(ProcedureRun[FairnessParams]):
     def checks(self, out: Outcome) -> dict[str, Check]:
         p = self.p
         fraction = self.load_desc.get("capacity_fraction") if p.load.rate is None else None
-        return {**_checks(p, self.classes, self.shares, self.mixed, self.isolated, self.mixed_cls, fraction,
+        return {**item_checks(p, self.classes, self.shares, self.mixed, self.isolated, self.mixed_cls, fraction,
                           self.warmup, self.wl.declaration.to_json(), self.overloaded),
-                **_report_checks(self.classes, self.t8, self.t9, self.t_inflation, out.tables)}
+                **report_checks(self.classes, self.t8, self.t9, self.t_inflation, out.tables)}
 
 
-def _checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mixed: Measured,
+def item_checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mixed: Measured,
             isolated: dict[str, Measured], mixed_cls: dict[str, RunMetrics | None], fraction: float | None,
             wu: Any, decl: dict[str, Any], overloaded: bool | None) -> dict[str, Check]:
     c_load = decide("5.6.2-SHOULD-1", fraction=fraction, rate=p.load.rate, queue_growing=overloaded)
@@ -529,7 +531,7 @@ def _checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mix
     }
 
 
-def _report_checks(classes: list[str], t8: Table, t9: Table, inflation: Table, tables: list[Table]) -> dict[str, Check]:
+def report_checks(classes: list[str], t8: Table, t9: Table, inflation: Table, tables: list[Table]) -> dict[str, Check]:
     """5.6.4/5.6.5 REPORT items, read back from Tables 8 and 9 and the inflation table."""
     starvation = [(t9, f"{c.capitalize()} Class Starvation") for c in classes]
     items = {

@@ -56,8 +56,7 @@ from ..loadgen.warmup import WarmupResult
 from ..measure.registry import declare, figure
 from ..measure.units import Cell, CellValue
 from ..settings import parse_capacity
-from .base import ServerView, Sweep, Table
-from .common import Measured
+from .capacity import CapacitySearch, SearchOptions, capacity_ttft_threshold
 from .helpers import (
     CENSORED_NOTE,
     AllRequests,
@@ -70,7 +69,9 @@ from .helpers import (
     count_cancelled_as_unsuccessful,
     fmt_ms,
 )
-from .pipeline import CapacitySearch, Outcome, ProcedureRun, capacity_ttft_threshold
+from .pipeline import Outcome, ProcedureRun
+from .result import ServerView, Sweep, Table
+from .run import Measured
 
 __all__ = ["PROFILES", "LevelPressure", "MemoryPressureParams", "level_concurrency"]
 
@@ -215,7 +216,7 @@ class LevelPressure:
         return d
 
 
-def _assess(level: float, c: int, m: Measured, repeats: int) -> LevelPressure:
+def assess_pressure(level: float, c: int, m: Measured, repeats: int) -> LevelPressure:
     met = m.metrics
     ev = all_requests(m, (99.0,))
     count_cancelled_as_unsuccessful(m, ev)
@@ -338,12 +339,11 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
             self.declaration = self.declaration or decl
             return specs
 
-        self.search = search = await self.search_capacity(
-            client, "capacity-search", specs_for, initial=p.search_initial_concurrency,
-            maximum=p.search_max_concurrency, resolution=p.search_resolution, min_level_s=p.search_min_level_s,
-            min_completions_per_slot=p.search_min_completions_per_slot, threshold_s=self.threshold,
-            threshold_source=self.threshold_src, min_completion=p.min_completion,
-            extra={"workload": p.workload, "workload_params": dict(p.workload_params)})
+        self.search = search = await self.search_capacity(client, "capacity-search", specs_for, SearchOptions(
+            initial=p.search_initial_concurrency, maximum=p.search_max_concurrency, resolution=p.search_resolution,
+            min_level_s=p.search_min_level_s, min_completions_per_slot=p.search_min_completions_per_slot,
+            threshold_s=self.threshold, threshold_source=self.threshold_src, min_completion=p.min_completion,
+            extra={"workload": p.workload, "workload_params": dict(p.workload_params)}))
         if search.capacity is None:
             raise RuntimeError(f"5.8: the capacity search (§5.5.3) on its own {p.workload} workload found no "
                                f"concurrency meeting §5.5.2's criteria: {search.describe()}. Raise "
@@ -374,7 +374,7 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
                                    ClosedLoop(c, duration_s=p.level_s),
                                    drain_timeout_s=ctx.settings.timeout if p.drain_s is None else p.drain_s,
                                    extra={"level": level, "concurrency": c, "capacity": cap_n})
-            lp = _assess(level, c, m, stats.get("repeats", 0))
+            lp = assess_pressure(level, c, m, stats.get("repeats", 0))
             self.outcomes.append(lp)
             if lp.requests and m.load.duration_s > 0:
                 rate = lp.requests / m.load.duration_s * 1.25  # next level: more in flight, maybe faster
@@ -422,7 +422,7 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
                     "sampled during the run): a request may be preempted more than once, so events are an upper "
                     "bound on requests preempted, not §5.8.4's per-request rate")],
         )
-        self.degradation = degradation = _degradation(outcomes)
+        self.degradation = degradation = describe_degradation(outcomes)
         tables = [table11, detail] + ([] if self.search is None else [self._search_table()])
         measurements: dict[str, Any] = {
             "capacity_concurrency": cap_n, "capacity_source": cap_src, "capacity_kind": self.cap_kind,
@@ -491,11 +491,11 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
         return []
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        return _checks(self.p, self.cap_n or 0, self.cap_src, self.cap_kind, self.outcomes, self.levels,
+        return item_checks(self.p, self.cap_n or 0, self.cap_src, self.cap_kind, self.outcomes, self.levels,
                        self.degradation)
 
 
-def _degradation(outcomes: list[LevelPressure]) -> str:
+def describe_degradation(outcomes: list[LevelPressure]) -> str:
     """A one-line account of how the SUT degrades from the lowest to the highest level (§5.8.3 step 4)."""
     if len(outcomes) < 2:
         return "one level only: no degradation pattern"
@@ -528,7 +528,7 @@ def _declared_concurrency(capacity: str | None) -> bool:
     return capacity is not None and parse_capacity(capacity, "--llm-capacity")[0] == "concurrency"
 
 
-def _checks(p: MemoryPressureParams, cap_n: int, cap_src: str, cap_kind: str, outcomes: list[LevelPressure],
+def item_checks(p: MemoryPressureParams, cap_n: int, cap_src: str, cap_kind: str, outcomes: list[LevelPressure],
             levels: list[float], degradation: str) -> dict[str, Check]:
     short = [_label(o.level) for o in outcomes if o.measured.load.send_window_s < MIN_LEVEL_S]
     measurable = all(o.source != NOT_MEASURABLE for o in outcomes)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from factories import StartHarness
+from factories import StartHarness, checks_markdown
 
 from pytest_llmbench.common import draft
 from pytest_llmbench.compliance import Check, Status, Verdict, evaluate_test, registry, verdict_of
@@ -51,7 +51,7 @@ def test_the_verdict_line_names_the_deviation() -> None:
     assert res.verdict_level("5.6.2-PARAM-3") == "SHOULD" and res.level("5.6.2-PARAM-3") == "PARAM"
     assert res.to_json()["deviations"] == res.deviations
     assert any("Deviation" in n and "(§5.6.2)" in n for n in res.notes)
-    assert "- Deviation: 5.6: 30 per class < 500" in res.to_markdown()
+    assert "- Deviation: 5.6: 30 per class < 500" in checks_markdown(res)
 
 
 def test_a_56_run_with_30_per_class_is_at_most_conditionally_compliant(harness: StartHarness) -> None:

@@ -14,8 +14,6 @@ environment variable whose name says it holds a key, token, secret or password (
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import json
 import math
 import os
@@ -27,6 +25,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..common import draft
+from ..common.draft import VERDICTS
+from ..common.jsonable import jsonable
 from ..compliance import effective_declarations, registry
 from ..loadgen.selfcheck import procedure_check
 from ..measure.registry import FIGURES, METRICS, lookup
@@ -40,8 +41,8 @@ from .schema import SCHEMA_VERSION
 __all__ = ["DRAFT", "SCHEMA_VERSION", "build_document", "iso_ms", "jsonable", "secret_values", "write_exports"]
 
 DRAFT = "draft-gaikwad-llm-benchmarking-methodology-00"
-#: The App. C.1 latency bound for "Throughput at P99 TTFT < 500ms".
-C1_TTFT_P99_BOUND_S = 0.5
+#: The App. C.1 latency bound for "Throughput at P99 TTFT < 500ms" (data/draft.yaml).
+C1_TTFT_P99_BOUND_S: float = draft.value("report.c1_ttft_p99_bound_s")
 #: Environment variable names whose values are treated as secrets.
 SECRET_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL)", re.IGNORECASE)
 MIN_SECRET_LEN = 6
@@ -63,38 +64,6 @@ def iso_ms(unix_s: float) -> str:
     """ISO 8601 UTC with milliseconds, ``2026-01-24T06:52:18.123Z`` (§4.7.4)."""
     dt = datetime.fromtimestamp(unix_s, tz=timezone.utc)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
-
-
-def jsonable(x: Any) -> Any:
-    """A JSON-ready copy: objects with ``to_json``, dataclasses, numpy values, enums, paths; NaN -> null."""
-    if hasattr(x, "to_json") and callable(x.to_json) and not isinstance(x, type):
-        return jsonable(x.to_json())
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return jsonable(dataclasses.asdict(x))
-    if isinstance(x, Mapping):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, set, frozenset)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, enum.Enum):
-        return jsonable(x.value)
-    if isinstance(x, bool) or x is None or isinstance(x, str):
-        return x
-    if isinstance(x, int):
-        return int(x)
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    try:
-        import numpy as np
-
-        if isinstance(x, np.ndarray):
-            return jsonable(x.tolist())
-        if isinstance(x, np.generic):
-            return jsonable(x.item())
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        pass
-    if isinstance(x, Path):
-        return str(x)
-    return str(x)
 
 
 def secret_values(result: SessionResult, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -323,9 +292,6 @@ def _all_metrics(result: Any) -> list[tuple[str, Any]]:
             seen.add(id(run.metrics))
             out.append((run.label, run.metrics))
     return out
-
-
-VERDICTS = ("unconditionally compliant", "conditionally compliant", "not compliant")
 
 
 def _verdict(result: Any) -> str:
@@ -612,7 +578,7 @@ def _repetitions(index: int, entry: Mapping[str, Any], reps: list[Any], isolatio
                  report_dir: Path) -> dict[str, Any]:
     """``--llm-runs N`` (§6.3): every repetition's result and, per key figure, the across-run mean,
     SD, CV and Student-t CI (``gate.summarize_runs``), read from each repetition's summaries."""
-    from ..gate.compare import DEFAULT_FIGURES, _summary_value
+    from ..gate.compare import DEFAULT_FIGURES, summary_value
     from ..gate.repeated import summarize_runs
     from ..gate.rules import parse_rule
     from ..gate.storage import primary_label
@@ -630,7 +596,7 @@ def _repetitions(index: int, entry: Mapping[str, Any], reps: list[Any], isolatio
             label = primary_label(r["result"])
             metrics = next((x.get("metrics") for x in r["result"].get("runs") or [] if str(x.get("label")) == label),
                            r["result"].get("metrics"))
-            vals.append(_summary_value(jsonable(metrics), rule))
+            vals.append(summary_value(jsonable(metrics), rule))
         if sum(v is not None for v in vals) >= 2:
             across[fig] = summarize_runs(fig, vals).to_json()
     return {"n": len(runs), "isolation": isolation, "runs": runs, "across_runs": across,

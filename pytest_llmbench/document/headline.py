@@ -21,9 +21,10 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from ..common.draft import VERDICTS
+
 __all__ = ["annotate", "draft_order"]
 
-VERDICTS = ("unconditionally compliant", "conditionally compliant", "not compliant")
 #: success rate below which a procedure's verdict cell carries a warning (§5.10: refusals, errors)
 SUCCESS_WARN = 0.99
 STATUS_RANK = {"unmet": 0, "needs-declaration": 1, "met": 2, "not-applicable": 3}

@@ -350,16 +350,31 @@ class Session:
 
         A session with a crashed procedure (an incomplete partial result) is never complete.
         """
-        for key, partial in self.partial.items():
-            self.results.setdefault(key, partial)
-        rejudge_session(self.results.values())  # session-level items, whatever the test order (§4.3.2, §4.8.2)
-        crashed = any(not r.complete for r in self.results.values())
-        return SessionResult(settings=self.settings, sut=self.sut, results=dict(self.results),
+        results = {**self.results, **{k: p for k, p in self.partial.items() if k not in self.results}}
+        judged = _judged_over_session(results)
+        crashed = any(not r.complete for r in judged.values())
+        # the first repetition is the result itself: the judged copy stands in for it there too
+        repetitions = {k: [judged.get(k, r) if r is results.get(k) else r for r in reps]
+                       for k, reps in self.repetitions.items()}
+        return SessionResult(settings=self.settings, sut=self.sut, results=judged,
                              capacity=dict(self.capacity), test_outcomes=dict(test_outcomes or {}),
                              started=self.started, finished=time.time(),
                              complete=complete and not interrupted and not crashed, interrupted=interrupted,
-                             command_line=list(command_line or []), repetitions=dict(self.repetitions),
+                             command_line=list(command_line or []), repetitions=repetitions,
                              repetition_isolation=dict(self.repetition_isolation))
+
+
+def _judged_over_session(results: dict[str, ProcedureResult]) -> dict[str, ProcedureResult]:
+    """Copies of ``results`` with the session-level items judged over all of them, whatever the test
+    order (§4.3.2, §4.8.2); the cached results keep the verdict their own run gave."""
+    judged = rejudge_session(results)
+    out = {}
+    for key, r in results.items():
+        j = judged.get(key)
+        out[key] = r if j is None else dataclasses.replace(
+            r, facts=j.facts, compliance=j.compliance,
+            measurements={**r.measurements, "compliance_verdict": j.compliance.verdict.value})
+    return out
 
 
 def partial_result(proc: Procedure, params: Any, run_root: Path, profile: str,

@@ -82,8 +82,10 @@ def capture(report_dir: Path, pytest_args: list[str]) -> int:
     return int(pytest.main(pytest_args, plugins=[_Capture(out)]))
 
 
-def _writer() -> Any:
-    """The plugin's document writer with its own hook implementations (no pytest session)."""
+def _writer(result: Any, gate: Any) -> Any:
+    """The plugin's hook implementations (its module and its session object) without a pytest session."""
+    from types import SimpleNamespace
+
     import pluggy
 
     from pytest_llmbench import hookspecs, plugin
@@ -91,17 +93,24 @@ def _writer() -> Any:
     pm = pluggy.PluginManager("pytest")
     pm.add_hookspecs(hookspecs)
     pm.register(plugin)
+    pm.register(plugin.LLMBenchPlugin(None, SimpleNamespace(settings=result.settings), gate), "llmbench-session")
     return pm
 
 
 def rebuild(result: Any, out: Path, gate: Any = None) -> dict[str, Any]:
-    """The document of ``result`` as the plugin writes it, and its reports and exports in ``out``."""
+    """The document of ``result`` as the plugin writes it, and its reports and exports in ``out``; with the
+    one writer (issue 45), also written a second time by the same writer (its entries from its cache)."""
     from pytest_llmbench.report import write_reports
 
     import pytest_llmbench.plugin as plugin
 
     if hasattr(plugin, "write_document"):  # the one document writer (issue 45)
-        doc = plugin.write_document(_writer().hook, None, result, gate=gate)
+        hook = _writer(result, gate).hook
+        doc = plugin.write_document(hook, None, result)
+        again = plugin.write_document(hook, None, result)
+        print(f"{'same' if again == doc else 'DIFFERENT'}: the document written again from the writer's cache")
+        if again != doc:
+            raise SystemExit(1)
     else:  # the base commit: the builder, then the plugin's comparison
         from pytest_llmbench.document.build import build_document
 
@@ -153,9 +162,10 @@ def _check_tests(golden: Path, settings: Any) -> list[str]:
     results = [pickle.loads(b) for b in pickle.loads((golden / "tests.pkl").read_bytes())]
     gate = _gate(settings)
     again = []
+    hook = _writer(results[-1], gate).hook if hasattr(plugin, "gate_document") else None
     for entry, result in zip(kept, results, strict=True):
-        if hasattr(plugin, "write_document"):
-            doc = plugin.test_document(_writer().hook, None, result)
+        if hook is not None:  # one writer for the session, as the plugin keeps one
+            doc = plugin.gate_document(hook, None, result)
         else:
             from pytest_llmbench.document.build import build_document
 

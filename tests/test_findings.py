@@ -19,8 +19,7 @@ import pytest
 from factories import make_record
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
-from pytest_llmbench.document.build import _item_titles
-from pytest_llmbench.document.headline import FINDING_KINDS, annotate, findings
+from pytest_llmbench.document.headline import FINDING_KINDS, annotate, findings, item_titles
 from pytest_llmbench.procedures.common import error_messages
 from pytest_llmbench.report import render_html, render_markdown, terminal_rows
 
@@ -63,7 +62,7 @@ def doc() -> dict[str, Any]:
     d["procedures"].append(half)
     p58 = next(p for p in d["procedures"] if p["procedure"] == "5.8")  # a 5.8 whose drain cancelled requests
     p58["result"]["warnings"] = [*p58["result"].get("warnings", []), {"kind": "cancelled", "text": "66 of 210 requests"}]
-    annotate(d, _item_titles())
+    annotate(d, item_titles())
     return d
 
 

@@ -321,7 +321,8 @@ class Session:
                 self._capacity_errors[kind] = self._capacity_error(proc.id, kind)
                 raise RuntimeError(self._capacity_errors[kind])
             cap = result.capacity
-            cap.source = cap.source or f"measured by {proc.id} in this session"
+            if not cap.source:  # named on a copy: a result is not changed once its procedure returned it
+                cap = dataclasses.replace(cap, source=f"measured by {proc.id} in this session")
         self.capacity[kind] = cap
         return cap
 

@@ -6,7 +6,8 @@ pytest plugin or by any other caller. It owns the SUT (the embedded simulator is
 use and stopped by :meth:`Session.close`), the endpoint check (§4.1), the result cache (one run
 per procedure and parameters), the capacity hand-off between procedures (§5.3.3) and the recovery
 of a procedure cut short (its records read back from disk, marked incomplete). :meth:`Session.result`
-returns the plain :class:`SessionResult` that ``results.py`` turns into ``results.json``.
+returns the plain :class:`SessionResult` that ``document.build`` turns into ``results.json``; the cached
+results are never changed (the session-level compliance items are judged on copies, §4.3.2).
 
 Each measured run is summarised once: the procedure summarises it, and the session writes that
 summary's per-request samples beside the run's records (``samples.npz``, :mod:`.measure.samples`)
@@ -61,7 +62,7 @@ ADMIN_TIMEOUT_S = 10.0
 
 @dataclass
 class SessionResult:
-    """What a session produced, as plain data: the input of ``results.build_document``.
+    """What a session produced, as plain data: the input of the results document (``document.build``).
 
     ``test_outcomes`` maps a test id to its procedure, result key, SLOs and outcome (filled by the
     caller, e.g. the pytest plugin); ``command_line`` is the invocation as given (the document

@@ -24,6 +24,8 @@ from pytest_llmbench.document.build import KEY_ORDER, build_document, generate_d
 from pytest_llmbench.document.procedure import EntryCache
 from pytest_llmbench.document.redact import REDACTED
 
+pytest_plugins = ["pytester"]
+
 
 class FakeGate:
     """What the plugin's comparison update asks of the gate; records what the document held then."""
@@ -153,3 +155,36 @@ def test_the_machine_fingerprint_comes_from_its_hook_pair(tmp_path: Path) -> Non
     stored = save(base.document, tmp_path / "store", samples=base.samples, name="m", commit="c", machine=gate.machine)
     assert stored.meta["machine"]["gpu"] == "none"
     assert json.loads((stored.path / "meta.json").read_text(encoding="utf-8"))["machine"] == gate.machine
+
+
+CONFTEST = '''
+def pytest_llmbench_update_document(document):
+    document["ci"] = {"headline": "headline" in document, "comparison": "comparison" in document}
+
+
+def pytest_llmbench_update_machine_info(machine_info):
+    machine_info["rack"] = "r1"
+'''
+TEST = '''
+import pytest
+
+@pytest.mark.llm_procedure("5.1", requests=20, warmup_requests=3, warmup_tokens=100, warmup_probes=0,
+                           max_output_tokens=16)
+def test_ttft(llm_result):
+    assert llm_result.metrics is not None
+'''
+
+
+def test_a_conftest_s_hooks_update_the_document_and_the_machine_fingerprint(pytester: pytest.Pytester) -> None:
+    """Through pytest: a conftest's update runs after the headline and before the comparison, its key is
+    written after the plugin's; the stored session carries the conftest's machine fingerprint."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_t=TEST)
+    common = ("-p", "no:randomly", "-p", "no:cacheprovider", "--llm-capacity", "rate=20")
+    pytester.runpytest_subprocess(*common, "--llm-save", "base", timeout=600).assert_outcomes(passed=1)
+    stored = json.loads((pytester.path / ".llmbench" / "0001_base" / "meta.json").read_text(encoding="utf-8"))
+    assert stored["machine"]["rack"] == "r1"
+    pytester.runpytest_subprocess(*common, "--llm-compare", "base", timeout=600).assert_outcomes(passed=1)
+    doc = json.loads((pytester.path / "llmbench-report" / "results.json").read_text(encoding="utf-8"))
+    assert doc["ci"] == {"headline": True, "comparison": False}
+    assert list(doc)[-2:] == ["comparison", "ci"] and doc["comparison"]["pairs"]

@@ -21,7 +21,7 @@ from . import hookspecs
 from .options import add_options, settings_from_config
 from .procedures.base import Procedure, ProcedureError, SkipProcedure, get_procedure, params_key
 from .procedures.result import Capacity, ProcedureResult
-from .session import Session, configure_embedded, resummarize_run
+from .session import Session, SessionResult, configure_embedded, resummarize_run
 from .settings import LLMBenchConfigError, Settings, parse_capacity
 from .sut import adapters
 from .sut.system import SUT, EndpointError
@@ -55,8 +55,8 @@ def pytest_configure(config: pytest.Config) -> None:
     from .gate import GateStorageError, RuleError
     from .gate.sessiongate import SessionGate
 
-    try:
-        gate = SessionGate(settings, resummarize=resummarize_run)  # the gate itself never summarises records
+    try:  # the gate itself never summarises records, nor fingerprints the machine: the hooks do
+        gate = SessionGate(settings, resummarize=resummarize_run, machine_info=_machine_info(config))
     except (RuleError, GateStorageError) as exc:
         raise pytest.UsageError(str(exc)) from None
     plugin = LLMBenchPlugin(config, bench, gate)
@@ -179,6 +179,55 @@ def pytest_llmbench_configure_sut(sut: SUT, setting: str, value: Any) -> bool | 
     return made if made is not None else configure_embedded(sut, setting, value)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_llmbench_update_document(document: dict[str, Any]) -> None:
+    """The plugin's first update of the document: its headline (document.headline.annotate)."""
+    from .document.headline import annotate, item_titles
+
+    annotate(document, item_titles())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_llmbench_generate_machine_info() -> dict[str, Any]:
+    """The plugin's machine fingerprint (gate.storage.machine_fingerprint)."""
+    from .gate.storage import machine_fingerprint
+
+    return machine_fingerprint()
+
+
+def _machine_info(config: pytest.Config) -> Callable[[], dict[str, Any]]:
+    """The machine fingerprint through the generate/update_machine_info hooks, for the gate."""
+
+    def machine_info() -> dict[str, Any]:
+        info: dict[str, Any] = config.hook.pytest_llmbench_generate_machine_info(config=config)
+        config.hook.pytest_llmbench_update_machine_info(config=config, machine_info=info)
+        return info
+
+    return machine_info
+
+
+def write_document(hook: Any, config: pytest.Config | None, result: SessionResult) -> dict[str, Any]:
+    """The one writer of the results document (pytest-benchmark's ``generate_json``/``update_json``): the
+    generate hook builds it, every update hook changes it in their declared order (hookspecs.py), then it is
+    finished (keys in order, secrets scrubbed, plain JSON: ``document.build.finish_document``)."""
+    from .document.build import finish_document
+    from .document.redact import secret_values
+
+    doc: dict[str, Any] = hook.pytest_llmbench_generate_document(config=config, result=result)
+    hook.pytest_llmbench_update_document(config=config, result=result, document=doc)
+    return finish_document(doc, secret_values(result))
+
+
+def gate_document(hook: Any, config: pytest.Config | None, result: SessionResult) -> dict[str, Any]:
+    """The document a test is compared on under ``--llm-compare``: generated (each procedure's entry built
+    once per session), secrets scrubbed; the update hooks are for the document written at the end."""
+    from .document.redact import scrub, secret_values
+
+    doc: dict[str, Any] = scrub(hook.pytest_llmbench_generate_document(config=config, result=result),
+                                secret_values(result))
+    return doc
+
+
 def _hook_configure(config: pytest.Config) -> Callable[[SUT, str, Any], bool]:
     def configure(sut: SUT, setting: str, value: Any) -> bool:
         return bool(config.hook.pytest_llmbench_configure_sut(sut=sut, setting=setting, value=value))
@@ -232,6 +281,23 @@ class LLMBenchPlugin:
         self.document: dict[str, Any] | None = None
         self.report_path: Path | None = None
         self.saved: Any = None  # gate.StoredRun when --llm-save/--llm-autosave stored the session
+        self._entries: Any = None  # document.procedure.EntryCache: each procedure's entry built once
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_llmbench_generate_document(self, result: SessionResult) -> dict[str, Any]:
+        """The plugin's document: document.build.generate_document, with this session's entry cache."""
+        from .document.build import generate_document
+        from .document.procedure import EntryCache
+
+        if self._entries is None:
+            self._entries = EntryCache()
+        return generate_document(result, self._entries)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_llmbench_update_document(self, document: dict[str, Any]) -> None:
+        """The plugin's last update of the document: the comparison with the baseline (--llm-compare, §6)."""
+        if self.gate is not None and self.gate.comparing:
+            document["comparison"] = self.gate.comparison(document)
 
     def print_plan(self, items: list[pytest.Item]) -> None:
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -307,9 +373,8 @@ class LLMBenchPlugin:
         """The gate's failure messages for this test (and its JUnit properties), [] when not comparing."""
         if self.gate is None or not self.gate.comparing:
             return []
-        from .document.build import build_document
-
-        doc = build_document(self.session.result(complete=False, test_outcomes=self.test_outcomes))
+        doc = gate_document(self.config.hook, self.config,
+                            self.session.result(complete=False, test_outcomes=self.test_outcomes))
         verdict = self.gate.check_test(doc, item.nodeid)
         if verdict.comparison is not None:
             from .report.comparison import junit_properties
@@ -334,7 +399,7 @@ class LLMBenchPlugin:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         try:
             if self.session.results or self.session.partial:
-                from .document.build import build_document, write_exports
+                from .document.exports import write_exports
                 from .report import write_reports
 
                 # selected llmbench tests that never ran (pytest -x, a pytest.exit) make it incomplete
@@ -344,10 +409,7 @@ class LLMBenchPlugin:
                 result = self.session.result(complete=not not_run, interrupted=interrupted,
                                              test_outcomes=self.test_outcomes,
                                              command_line=list(self.config.invocation_params.args))
-                _final_junit_verdicts(self.config, result)
-                self.document = build_document(result)
-                if self.gate is not None and self.gate.comparing:
-                    self.document["comparison"] = self.gate.comparison(self.document)
+                self.document = write_document(self.config.hook, self.config, result)
                 self.report_path = write_reports(self.document)["html"]
                 write_exports(self.document, self.report_path.parent)  # levels.csv, requests.csv
                 if self.gate is not None and self.gate.saving:
@@ -377,22 +439,6 @@ class LLMBenchPlugin:
         if self.gate is not None:  # runs summarised again from records (a report directory of an older version)
             for note in self.gate.notes():
                 terminalreporter.write_line(f"llmbench: note: {note}")
-
-
-def _final_junit_verdicts(config: pytest.Config, result: Any) -> None:
-    """JUnit XML shows the verdict judged at session end (session-level items re-judged, §4.3.2)."""
-    from _pytest.junitxml import xml_key
-
-    xml = config.stash.get(xml_key, None)
-    if xml is None:
-        return
-    by_node = {nodeid: result.results.get(o.get("result_key")) for nodeid, o in result.test_outcomes.items()}
-    for (nodeid, _), reporter in getattr(xml, "node_reporters", {}).items():
-        res = by_node.get(nodeid)
-        if res is None or res.compliance is None:
-            continue
-        reporter.properties = [(k, res.compliance.verdict.value if k == "llmbench.compliance" else v)
-                               for k, v in reporter.properties]
 
 
 def _short_message(report: pytest.TestReport) -> str:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from aiohttp import web
     from faultserver import FaultServer
 
-    from pytest_llmbench.compliance import Check, RunFacts
+    from pytest_llmbench.compliance import Check, ComplianceResult, RunFacts
     from pytest_llmbench.procedures.base import ProcedureContext
     from pytest_llmbench.procedures.result import Capacity
     from pytest_llmbench.simulator import SimConfig
@@ -185,6 +185,31 @@ def all_procedure_checks(test_id: str) -> dict[str, Check]:
     from pytest_llmbench.compliance import Check, Status, procedure_items
 
     return {rid: Check(rid, Status.MET, "measured", source="measured") for rid in procedure_items(test_id)}
+
+
+def checks_text(res: ComplianceResult, *, levels: Sequence[str] = ("MUST", "SHOULD", "MAY", "PARAM", "REPORT"),
+                width: int = 100, hide_not_applicable: bool = False) -> str:
+    """A plain-text view of a compliance result for assertion messages: its summary, then ID | Level |
+    Status | Reason (the reports render the document's compliance, not this)."""
+    wanted = set(levels)
+    rows = [r for r in res.rows(hide_not_applicable=hide_not_applicable) if r[1] in wanted]
+    w0 = max([len("ID")] + [len(r[0]) for r in rows])
+    w2 = max([len("Status")] + [len(r[2]) for r in rows])
+    lines = [res.summary(), f"{'ID':<{w0}}  {'Level':<6}  {'Status':<{w2}}  Reason"]
+    for rid, lvl, st, reason in rows:
+        text = reason if len(reason) <= width else reason[: width - 1] + "…"
+        lines.append(f"{rid:<{w0}}  {lvl:<6}  {st:<{w2}}  {text}")
+    return "\n".join(lines)
+
+
+def checks_markdown(res: ComplianceResult, *, hide_not_applicable: bool = False) -> str:
+    """A Markdown view of a compliance result: the verdict, its deviations, one row per item."""
+    lines = [f"**{res.test_id}: {res.verdict.value}**", ""]
+    lines += [f"- Deviation: {d}" for d in res.deviations] + ([""] if res.deviations else [])
+    lines += ["| ID | Level | Status | Reason |", "|---|---|---|---|"]
+    for rid, lvl, st, reason in res.rows(hide_not_applicable=hide_not_applicable):
+        lines.append(f"| `{rid}` | {lvl} | {st} | {reason.replace('|', '/')} |")
+    return "\n".join(lines)
 
 
 # ================================================================================ simulator harness

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import pytest_llmbench
-from pytest_llmbench.document.build import _LEVEL_COLUMNS
+from pytest_llmbench.document.exports import LEVEL_COLUMNS
 from pytest_llmbench.document.headline import key_figures, procedure_warnings, sweep
 from pytest_llmbench.document.plotdata import configuration_differences, run_overlays
 from pytest_llmbench.document.schema import schema
@@ -110,7 +110,7 @@ def test_the_guard_catches_an_id_past_5_10_planted_outside_the_procedures(tmp_pa
 
 
 def test_no_procedure_measurement_key_outside_the_procedures() -> None:
-    csv_columns = {name for name, _, _ in _LEVEL_COLUMNS}  # levels.csv headers: run metrics, in ms
+    csv_columns = {name for name, _, _ in LEVEL_COLUMNS}  # levels.csv headers: run metrics, in ms
     from pytest_llmbench.measure import registry
 
     metric_names = {n for m in registry.METRICS.values() for n in (m.name, *m.aliases)}  # declared by function name

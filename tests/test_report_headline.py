@@ -199,7 +199,7 @@ def test_configuration_differences_carry_their_noise_band(doc: dict[str, Any], h
 
 
 def test_slo_line_on_the_latency_curve(doc: dict[str, Any]) -> None:
-    from pytest_llmbench.document.build import slo_objectives
+    from pytest_llmbench.document.outcomes import slo_objectives
 
     d = copy.deepcopy(doc)
     p53 = next(p for p in d["procedures"] if p["procedure"] == "5.3")
@@ -216,8 +216,7 @@ def test_slo_line_on_the_latency_curve(doc: dict[str, Any]) -> None:
 def _with_cancellations(doc: dict[str, Any]) -> dict[str, Any]:
     """The stored document with 5.8's drain having cancelled requests in its last two levels: what 5.8
     records then (the levels' ``cancelled``, the runs' ``ok`` and its ``cancelled`` finding), annotated again."""
-    from pytest_llmbench.document.build import _item_titles
-    from pytest_llmbench.document.headline import annotate
+    from pytest_llmbench.document.headline import annotate, item_titles
 
     d = copy.deepcopy(doc)
     p58 = next(p for p in d["procedures"] if p["procedure"] == "5.8")
@@ -230,7 +229,7 @@ def _with_cancellations(doc: dict[str, Any]) -> dict[str, Any]:
         total += k
     p58["result"]["warnings"] = [*p58["result"].get("warnings", []),
                                  {"kind": "cancelled", "text": f"{total} of {sum(r['load']['sent'] for r in runs)} requests"}]
-    annotate(d, _item_titles())
+    annotate(d, item_titles())
     return d
 
 

@@ -15,7 +15,7 @@ from factories import StartHarness, make_record
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.common.storage import iter_records
-from pytest_llmbench.document.build import jsonable
+from pytest_llmbench.common.jsonable import jsonable
 from pytest_llmbench.loadgen.load import ClosedLoop
 from pytest_llmbench.loadgen.selfcheck import (
     DELAY_PERCENTILES,

@@ -8,9 +8,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common.jsonable import jsonable
 from ..common.records import ErrorType, RequestRecord
 from .registry import BOUNDARY_ALIASES, LOAD_CAPABILITIES, ComplianceError
-from .verdict import _jsonable
 
 # ============================================================================================
 # Run facts: what a run knows about itself
@@ -250,7 +250,7 @@ class RunFacts:
     session_tests: tuple[str, ...] = ()  # tests run in the same session/report
 
     def to_json(self) -> dict[str, Any]:
-        return _jsonable(dataclasses.asdict(self))
+        return jsonable(dataclasses.asdict(self))
 
     @property
     def boundary(self) -> str | None:

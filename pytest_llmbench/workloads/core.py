@@ -25,6 +25,7 @@ import numpy as np
 import orjson
 
 from ..common.files import LineSpool
+from ..common.jsonable import jsonable
 from ..common.records import RequestSpec
 from ..common.seeds import WORKLOAD_GENERATOR_VERSION
 from ..common.tokenizer import Tokenizer, get_tokenizer
@@ -274,7 +275,7 @@ class WorkloadDeclaration:
         d["prefix_sharing"] = {**self.prefix_sharing, "length_distribution": self.prefix_sharing.get("length")}
         d["custom"] = not self.standard
         d["base"] = self.name if self.name in _REFERENCE_NAMES else None
-        return json.loads(json.dumps(d, default=_jsonable))
+        return jsonable(d)
 
     def missing_fields(self) -> list[str]:
         """4.3.1/4.3.3 fields that are empty (what a compliance check flags)."""
@@ -290,24 +291,6 @@ class WorkloadDeclaration:
                 if not self.dataset.get(key) or self.dataset.get(key) == "unspecified":
                     out.append(f"dataset.{key}")
         return out
-
-
-def _jsonable(o: Any) -> Any:
-    if isinstance(o, LengthDistribution):
-        return o.to_json()
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (tuple, set)):
-        return list(o)
-    if isinstance(o, Path):
-        return str(o)
-    if hasattr(o, "to_json"):
-        return o.to_json()
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
 class SpecStream:

@@ -91,8 +91,8 @@ DEFINITIONS: dict[str, str] = {
     "proportion_ci": "Wilson score interval",
     "rate_ci": "batch means: the window split into equal sub-windows, t interval over the "
     "sub-window rates",
-    "sample_size_rule": "P99 needs n >= 1000, P99.9 n >= 10000 (§5.1.4.3); other percentiles "
-    "n >= 1/(1-q) and at least the rule of the nearest lower listed percentile",
+    "sample_size_rule": f"P99 needs n >= {MIN_SAMPLES[99.0]}, P99.9 n >= {MIN_SAMPLES[99.9]} (§5.1.4.3); other "
+    "percentiles n >= 1/(1-q) and at least the rule of the nearest lower listed percentile",
     "std": "sample standard deviation (ddof=1)",
     "jain": "J = (Σx)² / (n·Σx²) over per-request slowdown x_i = latency_i / P50 latency of the "
     "request's class in isolation (§5.6.4)",

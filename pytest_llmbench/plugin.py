@@ -250,7 +250,8 @@ def _hook_configure(config: pytest.Config) -> Callable[[SUT, str, Any], bool]:
 
 
 def _progress_factory(config: pytest.Config) -> Callable[[str], Callable[[str], None]]:
-    """Progress lines on the terminal: rewritten in place on a tty, every 15 s otherwise (a CI log).
+    """Progress lines on the terminal: rewritten in place on a tty (at most one a second), every 10 s
+    otherwise (a CI log); a new phase (warm-up, a run, a level, a run's final count) is shown at once.
 
     Shown with ``-q`` too (a quiet CI job must not look hung); ``-qq`` silences them."""
 
@@ -259,7 +260,7 @@ def _progress_factory(config: pytest.Config) -> Callable[[str], Callable[[str], 
         verbose = config.get_verbosity() >= -1
         isatty = bool(tr is not None and getattr(tr, "isatty", False))
         state: dict[str, Any] = {"last": 0.0, "phase": None}
-        interval = 0.25 if isatty else 15.0
+        interval = 1.0 if isatty else 10.0
 
         def progress(line: str) -> None:
             now = time.monotonic()

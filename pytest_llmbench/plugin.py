@@ -52,6 +52,12 @@ def pytest_configure(config: pytest.Config) -> None:
         bench = Session(settings, configure_sut=_hook_configure(config), progress=_progress_factory(config))
     except LLMBenchConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
+    from .compliance import DeclarationError, Declarations
+
+    try:  # types, placeholders and unknown keys: a wrong declaration costs no measurement (issue 46)
+        Declarations.load(settings.declarations, rootdir=settings.rootdir)
+    except DeclarationError as exc:
+        raise pytest.UsageError(str(exc)) from None
     from .gate import GateStorageError, RuleError
     from .gate.sessiongate import SessionGate
 
@@ -139,18 +145,26 @@ def _check_param_types(proc: Procedure, kwargs: dict[str, Any]) -> None:
 
 
 def _validate_workload(proc: Procedure, params: Any) -> None:
-    """A marker's workload: a registered name, or a custom spec file read and checked now (§4.3.1).
-
-    Request files (``.jsonl``, replayed) are checked when the procedure reads them.
-    """
+    """A marker's workload, checked at collection so that a bad one costs no request (§4.3.1, issue 46):
+    a registered name (with its ``dataset`` file read now, when ``workload_params`` names one), a custom
+    spec file read and validated, or a request file (``.jsonl``, replayed) read line by line."""
     name = getattr(params, "workload", None)
     if not isinstance(name, str):
         return
-    from .workloads import WORKLOADS, WorkloadError, load_spec, validate_spec
+    from .workloads import WORKLOADS, WorkloadError, check_dataset, check_requests, load_spec, validate_spec
 
     suffix = Path(name).suffix.lower()
-    if name in WORKLOADS or suffix == ".jsonl":
-        return
+    dataset = (getattr(params, "workload_params", None) or {}).get("dataset")
+    try:
+        if suffix == ".jsonl":  # a request file (replayed): every line read now, none kept
+            check_requests(name)
+            return
+        if name in WORKLOADS:
+            if dataset is not None:  # the workload's dataset file, read now (§4.3, App. A.3, A.4)
+                check_dataset(name, dataset)
+            return
+    except WorkloadError as exc:
+        raise ProcedureError(f"procedure {proc.id}: {exc}") from None  # the message names the file
     if suffix not in (".toml", ".yaml", ".yml", ".json"):
         raise ProcedureError(f"procedure {proc.id}: unknown workload {name!r}: use one of {', '.join(WORKLOADS)}, "
                              "a spec file (.toml, .yaml, .yml, .json) or a request file (.jsonl)")
@@ -236,7 +250,8 @@ def _hook_configure(config: pytest.Config) -> Callable[[SUT, str, Any], bool]:
 
 
 def _progress_factory(config: pytest.Config) -> Callable[[str], Callable[[str], None]]:
-    """Progress lines on the terminal: rewritten in place on a tty, every 15 s otherwise (a CI log).
+    """Progress lines on the terminal: rewritten in place on a tty (at most one a second), every 10 s
+    otherwise (a CI log); a new phase (warm-up, a run, a level, a run's final count) is shown at once.
 
     Shown with ``-q`` too (a quiet CI job must not look hung); ``-qq`` silences them."""
 
@@ -245,7 +260,7 @@ def _progress_factory(config: pytest.Config) -> Callable[[str], Callable[[str], 
         verbose = config.get_verbosity() >= -1
         isatty = bool(tr is not None and getattr(tr, "isatty", False))
         state: dict[str, Any] = {"last": 0.0, "phase": None}
-        interval = 0.25 if isatty else 15.0
+        interval = 1.0 if isatty else 10.0
 
         def progress(line: str) -> None:
             now = time.monotonic()

@@ -62,7 +62,8 @@ __all__ = [
 ]
 
 
-HEARTBEAT_S = 10.0  # progress lines at least this often (the reporter shows one per 15 s in a CI log)
+HEARTBEAT_S = 5.0  # progress lines at least this often (the reporter shows one per 10 s in a CI log)
+STATUS_EVERY_S = 0.5  # a finished record updates the progress line at most this often (no string per record)
 
 
 @dataclass
@@ -244,6 +245,7 @@ async def measure(
         heartbeat.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await heartbeat
+        tally.status(done=True)  # the line ends on the final count
         server_after = await telemetry.stop(origin_ns=result.start_ns if result is not None else None)
     if cap is not None and (result.sent < (total or 0) or planned_duration is not None):
         planned = f"{total} requests" if total and result.sent < total else f"{planned_duration or 0:.0f} s"
@@ -271,10 +273,15 @@ class _RunTally:
         self.ctx, self.label, self.total, self.duration_s, self.cap = ctx, label, total, duration_s, cap
         self.n = self.err = 0
         self.t_start = time.perf_counter()
+        self._next_status = 0.0  # perf_counter() time of the next per-record progress line
         self.frame, self.itl = FrameBuilder(), ItlTally()  # what the summary and App. B.2.1 need, fed as records finish
 
-    def status(self) -> None:
-        elapsed = time.perf_counter() - self.t_start
+    def status(self, *, done: bool = False) -> None:
+        """The run's progress line; ``done``: the final count, once the run has ended (its own phase
+        ``<label> done``, so the reporter shows it at once, whenever the last line was shown)."""
+        now = time.perf_counter()
+        self._next_status = now + STATUS_EVERY_S
+        elapsed = now - self.t_start
         total, n = self.total, self.n
         of = f"/{total}" if total else ""
         if total and n:
@@ -283,15 +290,17 @@ class _RunTally:
             eta = max((self.duration_s or 0.0) - elapsed, 0.0) if self.duration_s else None
         if self.cap is not None and eta is not None:
             eta = min(eta, max(self.cap - elapsed, 0.0))
-        remaining = f", ~{eta:.0f} s left" if eta is not None else ""
-        self.ctx.progress(f"{self.label}: {n}{of} requests, {n / max(elapsed, 1e-9):.1f} req/s, "
+        remaining = "" if done or eta is None else f", ~{eta:.0f} s left"
+        label = f"{self.label} done" if done else self.label
+        self.ctx.progress(f"{label}: {n}{of} requests, {n / max(elapsed, 1e-9):.1f} req/s, "
                           f"{self.err} errors, {elapsed:.0f} s{remaining}")
 
     def on_record(self, rec: RequestRecord) -> None:
         self.n += 1
         self.err += rec.failed
         _feed(self.frame, self.itl, rec)
-        self.status()
+        if time.perf_counter() >= self._next_status:
+            self.status()
 
     def refill(self, records: Iterable[RequestRecord]) -> None:
         """The columns and the tally again, from the run's recounted records."""

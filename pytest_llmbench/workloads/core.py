@@ -39,6 +39,7 @@ __all__ = [
     "chat_messages",
     "completion_prompt_ids",
     "dumps_requests",
+    "check_requests",
     "load_requests",
     "reference_checks",
     "retokenization_mismatch",
@@ -86,6 +87,27 @@ def save_requests(path: str | os.PathLike[str], specs: Iterable[RequestSpec]) ->
     data = dumps_requests(specs)
     Path(path).write_bytes(data)
     return hashlib.sha256(data).hexdigest()
+
+
+def check_requests(path: str | os.PathLike[str]) -> int:
+    """Read a request file (:func:`save_requests`) line by line without keeping it, before any request is
+    sent (issue 46): the number of requests, or a :class:`WorkloadError` naming the file and the line."""
+    p = Path(path)
+    if not p.is_file():
+        raise WorkloadError(f"request file {str(p)!r} does not exist")
+    count = 0
+    with p.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                RequestSpec.from_json(json.loads(line))
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise WorkloadError(f"{p}:{lineno}: not a request spec: {exc}") from exc
+            count += 1
+    if not count:
+        raise WorkloadError(f"request file {str(p)!r} holds no request")
+    return count
 
 
 def load_requests(path: str | os.PathLike[str]) -> list[RequestSpec]:

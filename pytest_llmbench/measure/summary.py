@@ -83,7 +83,7 @@ def steady_state_window(start: float, end: float, fraction: float = STEADY_STATE
 
     Throughput is the tokens in the window divided by its length (§5.2.3 step 3c, §5.2.4); the
     first ``fraction`` of the test duration is ramp-up. The one definition: ``summarize`` applies
-    it to the run's span, ``load.steady_state_window`` and procedure 5.2 to the send window.
+    it to the load's send window (else the run's span), procedure 5.2 to the send window too.
     """
     if not 0.0 <= fraction < 1.0:
         raise ValueError(f"steady_state_fraction must be in [0, 1), got {fraction}")

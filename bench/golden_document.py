@@ -3,11 +3,11 @@
 ``capture`` runs a pytest session (the arguments after ``--``) with a plugin that keeps, beside the
 report directory, what the document writer was given: the final :class:`~pytest_llmbench.session.SessionResult`
 (``golden/session.pkl``), under ``--llm-compare`` each test's result as the gate judged it and the
-gate's verdict for it (``golden/tests.pkl``, ``golden/tests.json``), and the JUnit XML when
-``--junitxml`` is given. ``check`` rebuilds from those, with the code of the checkout it runs in, the
-document, every report, the CSV exports and the per-test verdicts, and compares them byte for byte
-with the files the captured session wrote. Nothing is normalised in the document or the reports
-(its times come from the session); in the JUnit XML only the timestamp, hostname and durations.
+gate's verdict for it (``golden/tests.pkl``, ``golden/tests.json``). ``check`` rebuilds from those,
+with the code of the checkout it runs in, the document, every report, the CSV exports and the per-test
+verdicts, and compares them byte for byte with the files the captured session wrote. Nothing is
+normalised: the document's times come from the session. (A pickle holds the classes by name: a kept
+session is read by checkouts whose result classes have not moved.)
 
     python bench/golden_document.py capture /tmp/doc-baseline-report -- suites --llm-report /tmp/doc-baseline-report
     python bench/golden_document.py check /tmp/doc-baseline-report
@@ -20,7 +20,6 @@ import filecmp
 import json
 import os
 import pickle
-import re
 import shutil
 import sys
 import tempfile
@@ -28,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 REPORT_FILES = ("results.json", "report.md", "report.html", "summary.md", "levels.csv", "requests.csv")
-JUNIT_VOLATILE = re.compile(r'( timestamp="[^"]*"| hostname="[^"]*"| time="[^"]*")')
 
 
 class _Capture:
@@ -41,7 +39,6 @@ class _Capture:
 
     def pytest_sessionstart(self, session: Any) -> None:
         from pytest_llmbench.gate.sessiongate import SessionGate
-
         from pytest_llmbench.plugin import SESSION_KEY
 
         bench = session.config.stash[SESSION_KEY].session
@@ -178,24 +175,15 @@ def _check_tests(golden: Path, settings: Any) -> list[str]:
     return [] if same else ["per-test gate verdicts"]
 
 
-def junit(report_dir: Path, other: Path) -> int:
-    """The JUnit XML of two sessions, equal but for timestamps, host name and durations."""
-    a, b = (JUNIT_VOLATILE.sub("", p.read_text(encoding="utf-8")) for p in (report_dir / "junit.xml", other))
-    print("same: junit.xml (timestamp, hostname, time left out)" if a == b else "DIFFERENT: junit.xml")
-    return 0 if a == b else 1
-
-
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=("capture", "check", "junit"))
+    ap.add_argument("command", choices=("capture", "check"))
     ap.add_argument("report_dir", type=Path)
     ap.add_argument("rest", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
     rest = [a for a in args.rest if a != "--"]
     if args.command == "capture":
         return capture(args.report_dir, rest)
-    if args.command == "junit":
-        return junit(args.report_dir, Path(rest[0]))
     return check(args.report_dir)
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from . import hookspecs
 from .options import add_options, settings_from_config
-from .procedures.base import Procedure, ProcedureError, SkipProcedure, get_procedure, params_key
+from .procedures.base import CannotMeasure, Procedure, ProcedureError, SkipProcedure, get_procedure, params_key
 from .procedures.result import Capacity, ProcedureResult
 from .session import Session, SessionResult, configure_embedded, resummarize_run
 from .settings import LLMBenchConfigError, Settings, parse_capacity
@@ -504,12 +504,17 @@ def llm_result(request: pytest.FixtureRequest, llm_session: Session, llm_sut: SU
         result_key=params_key(proc.id, params), procedure=proc.id, slos=list(slos) + list(llm_session.settings.slo))
     from .workloads import WorkloadError
 
+    cannot: CannotMeasure | None = None
     try:
         result = llm_session.run(proc, params)
     except SkipProcedure as exc:
         pytest.skip(str(exc))
     except WorkloadError as exc:  # a bad workload file or dataset: its message names it
         pytest.fail(f"pytest-llmbench: procedure {proc.id}: workload error: {exc}", pytrace=False)
+    except CannotMeasure as exc:  # its message names the cause, the figure and the option to change
+        cannot = exc
+    if cannot is not None:  # failed outside the except block: no "during handling" chain in the output
+        pytest.fail(f"pytest-llmbench: procedure {proc.id} cannot measure: {cannot}", pytrace=False)
     for name, value in _junit_properties(result):
         request.node.user_properties.append((name, value))
     return result

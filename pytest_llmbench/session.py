@@ -32,7 +32,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .compliance import rejudge_session
 from .measure.samples import write_run_samples
-from .procedures.base import Procedure, ProcedureContext, SkipProcedure, capacity_provider, params_key
+from .procedures.base import (
+    CannotMeasure,
+    Procedure,
+    ProcedureContext,
+    SkipProcedure,
+    capacity_provider,
+    params_key,
+)
 from .procedures.result import Capacity, ProcedureResult, RunSummary
 from .settings import Settings, parse_capacity
 from .sut.system import SUT, EndpointError, check_endpoint, identify_server
@@ -301,7 +308,7 @@ class Session:
         if kind in self.capacity:
             return self.capacity[kind]
         if kind in self._capacity_errors:  # one failed search per session, not one per dependent test
-            raise RuntimeError(self._capacity_errors[kind])
+            raise CannotMeasure(self._capacity_errors[kind])
         if self._declared_capacity is not None and self._declared_capacity[0] == kind:
             value = self._declared_capacity[1]
             cap = (Capacity(rate=value, source="declared (--llm-capacity)") if kind == "rate"
@@ -312,7 +319,7 @@ class Session:
             result = await self._run_async(proc, params)
             if result.capacity is None:
                 self._capacity_errors[kind] = self._capacity_error(proc.id, kind)
-                raise RuntimeError(self._capacity_errors[kind])
+                raise CannotMeasure(self._capacity_errors[kind])
             cap = result.capacity
             if not cap.source:  # named on a copy: a result is not changed once its procedure returned it
                 cap = dataclasses.replace(cap, source=f"measured by {proc.id} in this session")

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..sut.system import SUT
 
 __all__ = [
+    "CannotMeasure",
     "PlanFn",
     "Procedure",
     "ProcedureContext",
@@ -53,6 +54,12 @@ class SkipProcedure(Exception):
     """The procedure cannot run against this SUT (e.g. no configuration hook can switch it)."""
 
 
+class CannotMeasure(RuntimeError):
+    """The procedure ran but cannot give the figure it needs (a probe whose requests all failed, or
+    outlasted every window tried; a capacity no procedure determined): the message names the cause,
+    the figure and the option to change. The plugin fails the test with it, without a traceback."""
+
+
 @dataclass
 class ProcedureContext:
     """What a running procedure may use. Built by the plugin; nothing here imports pytest."""
@@ -71,6 +78,7 @@ class ProcedureContext:
     repetition: int = 0
     deadline: float | None = None  # time.monotonic() by which the procedure must end (--llm-max-duration)
     budget_cuts: list[str] = field(default_factory=list)  # what the time budget cut short (for the notes)
+    adapted: list[str] = field(default_factory=list)  # windows lengthened for a slow SUT (budget.run_lengthening)
 
     def remaining_s(self) -> float | None:
         """Seconds left of the procedure's time budget (None: no budget)."""

@@ -18,7 +18,7 @@ from ..common.records import RequestSpec
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from .base import ProcedureContext
-from .budget import probe_window_s
+from .budget import PROBE_FIT, Lengthened, probe_window_s, retry_label, run_lengthening
 from .helpers import capacity_error, closed_level_stream, fmt_ms, pvalue, steady_window_ns
 from .run import Measured
 
@@ -159,6 +159,7 @@ class SaturationProbe:
     completions: int  # successful completions inside the window
     window_s: float
     repeats: int  # requests past the end of the probe's list (a prompt sent again)
+    lengthened: Lengthened | None = None  # how budget.run_lengthening ended (None: not through it)
 
     @property
     def rate(self) -> float:
@@ -225,18 +226,31 @@ async def search_capacity(measure_run: MeasureRun, ctx: ProcedureContext, who: s
 
 
 async def probe_saturation(measure_run: MeasureRun, ctx: ProcedureContext, who: str, warmup: WarmupResult | None,
-                           label: str, specs: Sequence[RequestSpec], concurrency: int, duration_s: float,
-                           extra: Mapping[str, Any] | None = None) -> SaturationProbe:
+                           label: str, specs_for: Callable[[float, int], Sequence[RequestSpec]], concurrency: int,
+                           duration_s: float, extra: Mapping[str, Any] | None = None) -> SaturationProbe:
     """The saturation throughput of procedure ``who``'s own requests (how 5.2 estimates its range): a
     closed loop at ``concurrency`` for ``duration_s`` (longer on a slow SUT, ``budget.probe_window_s``
     from the ``warmup``); its completions inside the steady window / the window, in requests/s. Run
-    label ``label``."""
-    d = probe_window_s(duration_s, warmup)
+    label ``label``. ``specs_for(window_s, attempt)``: the requests of the probe's run ``attempt``
+    (0: the first; a probe whose requests outlast its window is run again longer on requests of its
+    own, ``budget.run_lengthening``). Its ``lengthened`` says how it ended."""
     stats: dict[str, int] = {}
-    ctx.progress(f"{who} capacity probe: closed loop, concurrency {concurrency}, {d:g} s")
-    m = await measure_run(label, closed_level_stream(specs, 0, d, stats),
-                          ClosedLoop(concurrency, duration_s=d), drain_timeout_s=max(30.0, d), sized=True,
-                          extra={**(extra or {}), "phase_role": "capacity probe", "concurrency": concurrency})
-    lo, hi = steady_window_ns(m)  # completions while the loop was full: no drain tail
+
+    async def run(d: float, attempt: int) -> Measured:
+        stats.clear()
+        ctx.progress(f"{who} capacity probe: closed loop, concurrency {concurrency}, {d:g} s")
+        return await measure_run(retry_label(label, attempt), closed_level_stream(specs_for(d, attempt), 0, d, stats),
+                                 ClosedLoop(concurrency, duration_s=d), drain_timeout_s=max(30.0, d), sized=True,
+                                 extra={**(extra or {}), "phase_role": "capacity probe", "concurrency": concurrency})
+
+    m, tried = await run_lengthening(ctx, f"{who} capacity probe", label, probe_window_s(duration_s, warmup), run,
+                                     lambda m: _steady_completions(m)[0] > 0, PROBE_FIT)
+    done, window_s = _steady_completions(m)
+    return SaturationProbe(m, concurrency, tried.window_s, done, window_s, stats.get("repeats", 0), tried)
+
+
+def _steady_completions(m: Measured) -> tuple[int, float]:
+    """Successful completions while the loop was full (the steady window: no drain tail) and that window in s."""
+    lo, hi = steady_window_ns(m)
     done = sum(1 for r in m.records if r.ok and r.end_ns is not None and lo <= r.end_ns <= hi)
-    return SaturationProbe(m, concurrency, d, done, max(hi - lo, 0) / 1e9, stats.get("repeats", 0))
+    return done, max(hi - lo, 0) / 1e9

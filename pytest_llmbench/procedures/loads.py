@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..loadgen.load import check_arrival
+from .base import CannotMeasure
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..loadgen.load import ClosedLoop, OpenLoop
@@ -102,7 +103,7 @@ async def resolve_load(
     if rate is None:
         cap = await ctx.get_capacity("rate")
         if not cap.rate:
-            raise RuntimeError("no request-rate capacity available to scale the load by")
+            raise CannotMeasure("no request-rate capacity available to scale the load by")
         rate = spec.capacity_fraction * cap.rate
         desc.update(resolved_rate=rate, capacity_rate=cap.rate, capacity_source=cap.source)
     arrival = ArrivalProcess(spec.arrival, rate, seed=seed, cv=spec.cv)

@@ -54,11 +54,13 @@ from ..measure.units import Cell, CellValue
 from ..settings import parse_capacity
 from ..sut.system import simulator_guardrails
 from ..workloads import build_workload
-from .base import ProcedureContext, SkipProcedure
+from .base import CannotMeasure, ProcedureContext, SkipProcedure
+from .budget import PROBE_FIT
 from .capacity import SaturationProbe
 from .helpers import cap_output, pvalue
 from .loads import LoadSpec, resolve_load
 from .pipeline import Outcome, ProcedureRun
+from .prompts import failure_cause
 from .result import Overlays, RunSummary, Series, Table
 from .run import Measured, refusal_policy
 
@@ -298,15 +300,25 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         p, ctx = self.p, self.ctx
         c = p.probe_concurrency
         self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
+
+        def specs_for(d: float, attempt: int) -> list[Any]:  # a retry: requests of its own, drawn now
+            if not attempt:
+                return self.capacity_probe_specs  # drawn and reserved in prepare
+            return cap_output(build_workload(
+                p.workload, n=3 * c + math.ceil(30 * d), seed=self.seeds.derive("capacity-probe", attempt),
+                tokenizer=ctx.tokenizer, **p.workload_params).specs, p.max_output_tokens)
+
         probe = await self.probe_saturation(
-            client, f"capacity-probe-{KEYS[self.capacity_cfg]}-c{c}", self.capacity_probe_specs, c,
+            client, f"capacity-probe-{KEYS[self.capacity_cfg]}-c{c}", specs_for, c,
             p.probe_duration_s, extra={"capacity_configuration": self.capacity_cfg,
                                        "guardrails_state": ctx.sut.server_info.get("guardrails")})
         self.capacity_probe = probe
         if not probe.rate > 0:
-            raise RuntimeError(f"5.10: the capacity probe in the {LABELS[self.capacity_cfg]} configuration completed "
-                               f"no request in its steady window ({probe.describe(p.workload)}); raise "
-                               "probe_duration_s, or declare the capacity with --llm-capacity rate=R")
+            history = probe.lengthened.history(PROBE_FIT) if probe.lengthened else ""
+            raise CannotMeasure(f"5.10: the capacity probe in the {LABELS[self.capacity_cfg]} configuration "
+                                f"completed no request in its steady window ({probe.describe(p.workload)}): "
+                                f"{failure_cause(probe.measured.records)}{history}; or declare the capacity with "
+                                "--llm-capacity rate=R")
         await self._resolve_loads(probe.rate)
 
     async def warm_up(self, client: LLMClient) -> WarmupResult:

@@ -55,8 +55,8 @@ from ..measure.registry import METRICS
 from ..measure.stats import Distribution, completion_rate_saturated, tail_blowup
 from ..measure.summary import RunMetrics
 from ..measure.units import Cell, CellValue, format_cell
-from .base import ProcedureContext
-from .budget import probe_window_s, request_floor_s
+from .base import CannotMeasure, ProcedureContext
+from .budget import PROBE_FIT, probe_window_s, request_floor_s, retry_label, run_lengthening
 from .figures import MAX_OUTPUT_THROUGHPUT, THROUGHPUT
 from .helpers import (
     RAMP_UP_FRACTION,
@@ -431,13 +431,19 @@ def level_window_s(rate: float, p: ThroughputParams) -> float:
 
 
 async def _probe_capacity(ctx: ProcedureContext, client: Any, p: ThroughputParams, seed: int,
-                          duration_s: float) -> Measured:
+                          duration_s: float, label: str) -> Measured:
     """A closed-loop run at ``probe_concurrency``: the preliminary capacity estimate."""
     c = p.probe_concurrency
     specs, _ = level_specs(ctx, p.workload, int(c * 4 + 80 * duration_s) + 50, seed, p.max_output_tokens)
     ctx.progress(f"5.2 capacity probe: closed loop, concurrency {c}, {duration_s:.0f} s")
-    return await measure(ctx, client, f"probe-c{c}", specs, ClosedLoop(c, duration_s=duration_s),
+    return await measure(ctx, client, label, specs, ClosedLoop(c, duration_s=duration_s),
                          drain_timeout_s=30.0, sized=True, extra={"search_phase": "probe"})
+
+
+def _probe_estimate(m: Measured) -> float | None:
+    """The probe's completion rate over its steady window (None: no request completed in it)."""
+    rate = m.metrics.scalar("request_throughput").value
+    return rate if rate and math.isfinite(rate) else None
 
 
 def _gpu_count(ctx: ProcedureContext) -> int | None:
@@ -486,13 +492,21 @@ class Throughput(ProcedureRun[ThroughputParams]):
             step = None if p.concurrency_step is None else float(p.concurrency_step)
             return float(p.concurrency_min), step, float(p.concurrency_max), "declared"
         if p.rate_min is None or p.rate_max is None or p.rate_step is None:
-            self.probe = await _probe_capacity(self.ctx, client, p, self.seeds.derive("probe"),
-                                               probe_window_s(p.probe_duration_s, self.warmup))
-            self.estimate = self.probe.metrics.scalar("request_throughput").value
-            if not self.estimate or not math.isfinite(self.estimate):
-                raise RuntimeError("5.2: the capacity probe completed no request: "
-                                   f"{failure_cause(self.probe.records)}. Without a completed request no rate "
-                                   "range can be derived (or give rate_min, rate_max and rate_step)")
+            label = f"probe-c{p.probe_concurrency}"
+
+            async def probe(window_s: float, attempt: int) -> Measured:  # a retry on prompts of its own
+                return await _probe_capacity(self.ctx, client, p, self.seeds.derive("probe", attempt), window_s,
+                                             retry_label(label, attempt))
+
+            self.probe, tried = await run_lengthening(
+                self.ctx, "5.2 capacity probe", label, probe_window_s(p.probe_duration_s, self.warmup), probe,
+                lambda m: _probe_estimate(m) is not None, PROBE_FIT)
+            self.estimate = _probe_estimate(self.probe)
+            if self.estimate is None:
+                raise CannotMeasure("5.2: the capacity probe completed no request: "
+                                    f"{failure_cause(self.probe.records)}{tried.history(PROBE_FIT)}. Without a "
+                                    "completed request no rate range can be derived (or give rate_min, rate_max "
+                                    "and rate_step)")
         est = self.estimate or 0.0  # set whenever one of the three is missing
         start = p.rate_min if p.rate_min is not None else 0.5 * est
         stop = p.rate_max if p.rate_max is not None else max(2.0 * est, start)

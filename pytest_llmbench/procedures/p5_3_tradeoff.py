@@ -47,6 +47,7 @@ from ..loadgen.warmup import WarmupResult
 from ..measure.registry import METRICS
 from ..measure.stats import NoisyRule, knee_point_ci, optimal_operating_point, saturation_point_ci
 from ..measure.units import Cell
+from .base import CannotMeasure
 from .budget import level_duration
 from .figures import THROUGHPUT
 from .helpers import (
@@ -227,7 +228,7 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
     async def prepare(self) -> None:
         self.cap = await self.ctx.get_capacity("rate")
         if not self.cap.rate or not self.cap.rate > 0:
-            raise RuntimeError("5.3 needs a request-rate capacity estimate (§5.3.3 step 1); none is available")
+            raise CannotMeasure("5.3 needs a request-rate capacity estimate (§5.3.3 step 1); none is available")
         self.fractions = sorted(self.p.levels)
         self.points: list[LevelPoint] = []
         self.declaration: dict[str, Any] | None = None

@@ -38,6 +38,7 @@ from ..loadgen.warmup import WarmupResult
 from ..measure.summary import ITL_OPTIONS, RunMetrics
 from ..measure.units import Cell, CellValue, format_value
 from ..workloads import build_workload
+from .base import CannotMeasure
 from .budget import level_requests
 from .figures import latency_figures
 from .helpers import FLUID_RATE_NOTE, cap_output, fluid_rate, pvalue, reported, sample_list
@@ -212,8 +213,8 @@ class ITL(ProcedureRun[ITLParams]):
     async def prepare(self) -> None:
         self.cap = await self.ctx.get_capacity("rate")
         if not self.cap.rate or not self.cap.rate > 0:
-            raise RuntimeError("5.4 needs a request-rate capacity (§5.4.2: load as a percentage of maximum "
-                               "throughput); none is available")
+            raise CannotMeasure("5.4 needs a request-rate capacity (§5.4.2: load as a percentage of maximum "
+                                "throughput); none is available")
         self.fractions = sorted(self.p.levels)
         self.audits: list[ItlAudit] = []
         self.raised_total = 0

@@ -49,7 +49,8 @@ from ..measure.summary import RunMetrics, summarize
 from ..measure.units import Cell, CellValue
 from ..workloads import FAIRNESS_CLASSES, build_workload
 from ..workloads.standard import mix_counts  # the workload's own class-count rule
-from .budget import level_requests, probe_window_s
+from .base import CannotMeasure
+from .budget import PROBE_FIT, level_requests
 from .helpers import cap_output, pvalue, queue_trend, reported
 from .loads import LoadSpec, poisson, resolve_load
 from .pipeline import Outcome, ProcedureRun
@@ -261,16 +262,22 @@ class Fairness(ProcedureRun[FairnessParams]):
         for ``probe_duration_s`` on requests of the mix from their own seed stream; its completion rate
         over the steady window (first 10 % excluded) is the capacity the load fraction applies to."""
         p, ctx = self.p, self.ctx
-        c, d = p.probe_concurrency, probe_window_s(p.probe_duration_s, self.warmup)  # longer on a slow SUT
-        wl = build_workload(p.workload, n=3 * c + math.ceil(30 * d), seed=self.seeds.derive("capacity-probe"),
-                            tokenizer=ctx.tokenizer, classes=FAIRNESS_CLASSES, mix=dict(p.mix))
-        probe = await self.probe_saturation(client, f"capacity-probe-c{c}", cap_output(wl.specs, p.max_output_tokens),
-                                            c, p.probe_duration_s, extra={"mix": dict(p.mix)})
+        c = p.probe_concurrency
+
+        def specs_for(d: float, attempt: int) -> list[Any]:  # d: the window, longer on a slow SUT
+            wl = build_workload(p.workload, n=3 * c + math.ceil(30 * d), tokenizer=ctx.tokenizer,
+                                seed=self.seeds.derive("capacity-probe", attempt), classes=FAIRNESS_CLASSES,
+                                mix=dict(p.mix))
+            return cap_output(wl.specs, p.max_output_tokens)
+
+        probe = await self.probe_saturation(client, f"capacity-probe-c{c}", specs_for, c, p.probe_duration_s,
+                                            extra={"mix": dict(p.mix)})
         self.probe, self.probe_repeats, cap = probe.measured, probe.repeats, probe.rate
         if not cap or not math.isfinite(cap):
-            raise RuntimeError("5.6: the capacity probe on the class mix completed no request: "
-                               f"{failure_cause(self.probe.records)}. Or declare the load as an absolute rate or "
-                               "use capacity='session'")
+            history = probe.lengthened.history(PROBE_FIT) if probe.lengthened else ""
+            raise CannotMeasure("5.6: the capacity probe on the class mix completed no request: "
+                                f"{failure_cause(self.probe.records)}{history}. Or declare the load as an absolute "
+                                "rate or use capacity='session'")
         fraction = p.load.capacity_fraction
         assert fraction is not None
         self.rate = fraction * cap

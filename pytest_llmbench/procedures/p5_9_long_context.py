@@ -51,6 +51,7 @@ from ..loadgen.warmup import WarmupResult
 from ..measure.stats import ScalingFit, scaling_fit
 from ..measure.units import Cell, CellValue
 from ..workloads import A5_TARGET_LENGTHS, build_workload
+from .base import CannotMeasure
 from .helpers import pvalue
 from .pipeline import Outcome, ProcedureRun
 from .result import Sweep, Table
@@ -285,9 +286,9 @@ class LongContext(ProcedureRun[LongContextParams]):
         else:
             self.lengths, self.length_notes = effective_lengths(p.lengths, window, p.output_tokens)
         if len(self.lengths) < 2:
-            raise RuntimeError(f"5.9 needs two context lengths or more to fit scaling, and the {window}-token context "
-                               f"window holds only {self.lengths} with {p.output_tokens} output tokens: lower "
-                               "output_tokens or give lengths that fit")
+            raise CannotMeasure(f"5.9 needs two context lengths or more to fit scaling, and the {window}-token "
+                                f"context window holds only {self.lengths} with {p.output_tokens} output tokens: "
+                                "lower output_tokens or give lengths that fit")
         wl = build_workload("long-context", n=p.requests_per_length * len(self.lengths),
                             seed=self.seeds.derive("measure"), tokenizer=ctx.tokenizer, lengths=self.lengths,
                             order="ascending", output_tokens=self.out_tokens, force_output=True)

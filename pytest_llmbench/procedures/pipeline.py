@@ -155,6 +155,7 @@ class ProcedureRun(Generic[P]):
         out = self.summarize()
         runs = self.measured if out.runs is None else out.runs
         out.measurements.update(self.prompt_hygiene())
+        out.notes.extend(self.ctx.adapted)  # probes and drains lengthened for a slow SUT
         if self.ctx.budget_cuts:
             out.notes.append(f"Time budget (--llm-max-duration {self.ctx.settings.max_duration:g} s): "
                              + "; ".join(self.ctx.budget_cuts)
@@ -314,12 +315,14 @@ class ProcedureRun(Generic[P]):
         return await search_capacity(functools.partial(self.measure, client), self.ctx, self.id, label, specs_for,
                                      options)
 
-    async def probe_saturation(self, client: LLMClient, label: str, specs: Sequence[RequestSpec], concurrency: int,
+    async def probe_saturation(self, client: LLMClient, label: str,
+                               specs_for: Callable[[float, int], Sequence[RequestSpec]], concurrency: int,
                                duration_s: float, *, extra: dict[str, Any] | None = None) -> SaturationProbe:
         """The saturation throughput of the procedure's own requests (``capacity.probe_saturation``): a
-        closed loop at ``concurrency`` for about ``duration_s``, a run of :meth:`measure` labelled ``label``."""
+        closed loop at ``concurrency`` for about ``duration_s``, a run of :meth:`measure` labelled ``label``
+        (run again longer, on ``specs_for(window_s, attempt)``, when its requests outlast the window)."""
         return await probe_saturation(functools.partial(self.measure, client), self.ctx, self.id, self.warmup, label,
-                                      specs, concurrency, duration_s, extra)
+                                      specs_for, concurrency, duration_s, extra)
 
     async def measure(self, client: LLMClient, label: str, specs: Iterable[RequestSpec],
                       load: OpenLoop | ClosedLoop, **kw: Any) -> Measured:

@@ -41,6 +41,7 @@ from ..common.records import RequestRecord, RequestSpec
 from ..sut import adapters
 from ..sut.adapters import PromptFitError
 from ..workloads import SpecStream
+from .base import CannotMeasure
 
 __all__ = ["PromptFitError", "PromptPlan", "ServerGone", "check_context", "check_server_alive", "failure_cause",
            "plan_prompts", "prefit"]
@@ -198,7 +199,7 @@ def failure_cause(records: Iterable[RequestRecord]) -> str:
             f"\"{msg}\"; {fix}")
 
 
-class ServerGone(RuntimeError):
+class ServerGone(CannotMeasure):
     """The server stopped answering during a run (it died or was stopped): the run cannot be trusted."""
 
 

@@ -213,16 +213,18 @@ async def measure(
     drain_timeout_s: float | None = 60.0,
     extra: dict[str, Any] | None = None,
     sized: bool = False,
+    drain_sized: bool = False,
 ) -> Measured:
     """Run one measured load level and summarise it (§4.2, §5.x.3); records stream to disk.
 
-    ``sized``: the run was fitted to the time budget by the caller (see :func:`.budget.budget_load`)."""
+    ``sized`` / ``drain_sized``: the run / its drain was fitted to the time budget by the caller (see
+    :func:`.budget.budget_load`)."""
     specs = await prefit(client, ctx, specs)  # fits the server, or fails before the run
     run_dir = ctx.run_dir(label)
     total = load.max_requests
 
     planned_duration = load.duration_s
-    load, drain_timeout_s, cap = budget_load(ctx, load, drain_timeout_s, sized=sized)
+    load, drain_timeout_s, cap = budget_load(ctx, load, drain_timeout_s, sized=sized, drain_sized=drain_sized)
     tally = _RunTally(ctx, label, total, load.duration_s, cap)  # progress, the summary's columns, App. B.2.1
     on_record = tally.on_record
 

@@ -36,6 +36,7 @@ start-up footprint.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -44,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -201,16 +203,27 @@ def _wait_quiet(max_load: float | None, max_wait: float) -> None:
         time.sleep(30)
 
 
-def parent(args: argparse.Namespace) -> None:
+@contextlib.contextmanager
+def _server(args: argparse.Namespace) -> Iterator[str]:
+    """``--url``, or the reference mock started for the bench (bench/loadgen.py's, the same way) and
+    stopped after it."""
+    if args.url is not None:
+        yield args.url
+        return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from loadgen import find_mock, start_mock  # bench/loadgen.py: the same mock, started the same way
+    from loadgen import find_mock, start_mock
 
-    mock = None
-    url = args.url
-    if url is None:
-        mock, url = start_mock(find_mock(args.mock), args.tokens)
-    rows: list[dict[str, Any]] = []
+    mock, url = start_mock(find_mock(args.mock), args.tokens)
     try:
+        yield url
+    finally:
+        mock.terminate()
+        mock.wait(10)
+
+
+def parent(args: argparse.Namespace) -> None:
+    rows: list[dict[str, Any]] = []
+    with _server(args) as url:
         for n in args.requests:
             if args.max_rss_gb and rows:
                 slope = max(_per_1000(r, "maxrss_document_mb") for r in rows)
@@ -232,10 +245,6 @@ def parent(args: argparse.Namespace) -> None:
                     raise SystemExit(f"{n} requests: the child failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}")
                 rows.append(json.loads(line[len(MARK):]))
                 _print(rows[-1], rows[-2] if len(rows) > 1 else None)
-    finally:
-        if mock is not None:
-            mock.terminate()
-            mock.wait(10)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -327,15 +336,8 @@ def _print_pytest(row: dict[str, Any], previous: dict[str, Any] | None) -> None:
 
 
 def parent_pytest(args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from loadgen import find_mock, start_mock  # bench/loadgen.py: the same mock, started the same way
-
-    mock = None
-    url = args.url
-    if url is None:
-        mock, url = start_mock(find_mock(args.mock), args.tokens)
     rows: list[dict[str, Any]] = []
-    try:
+    with _server(args) as url:
         for n in args.requests:
             _wait_quiet(args.max_load, args.max_wait)
             with tempfile.TemporaryDirectory(prefix="llmbench-mem-") as tmp_name:
@@ -343,10 +345,6 @@ def parent_pytest(args: argparse.Namespace) -> None:
                 tmp.mkdir(parents=True, exist_ok=True)
                 rows.append(_pytest_size(args, url, n, tmp))
                 _print_pytest(rows[-1], rows[-2] if len(rows) > 1 else None)
-    finally:
-        if mock is not None:
-            mock.terminate()
-            mock.wait(10)
 
 
 def main() -> None:

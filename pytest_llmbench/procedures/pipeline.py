@@ -147,10 +147,12 @@ class ProcedureRun(Generic[P]):
 
     async def execute(self) -> ProcedureResult:
         check_test(self.id)  # its compliance items are known before anything is sent
-        await self.prepare()
+        with timed(f"{self.id}: prepare (workloads, parameters)"):
+            await self.prepare()
         try:
             async with client_for(self.ctx, max_connections=self.connections()) as client:
-                self.warmup = await self.warm_up(client)
+                with timed(f"{self.id}: warm-up"):
+                    self.warmup = await self.warm_up(client)
                 await self.run_loads(client)
         finally:
             self.restore()

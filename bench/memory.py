@@ -39,6 +39,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -263,6 +264,8 @@ def test_5_1(llm_result):
 """
 
 TIMING_LOGGER = "pytest_llmbench.timing"
+LOG_FILE_FORMAT = "%(name)s %(message)s"  # the --log-file-format the timing lines are read in
+TIMING_LINE = re.compile(r"(?P<what>.*): (?P<s>[0-9.]+) s(?:; max RSS (?P<mb>[0-9.]+) MB)?\s*$")
 
 
 def _timed_pytest(cwd: Path, url: str, extra: list[str]) -> tuple[subprocess.CompletedProcess[str], float, float]:
@@ -277,19 +280,17 @@ def _timed_pytest(cwd: Path, url: str, extra: list[str]) -> tuple[subprocess.Com
     return proc, int(rss_file.read_text().split()[-1]) / MB, wall
 
 
-def _timings(log: Path) -> list[tuple[str, float]]:
-    """The plugin's ``pytest_llmbench.timing`` lines: ``<what>: <seconds> s``."""
-    out: list[tuple[str, float]] = []
+def _timings(log: Path) -> list[tuple[str, float, float | None]]:
+    """The plugin's ``pytest_llmbench.timing`` lines: ``<what>: <seconds> s; max RSS <MB> MB``."""
+    out: list[tuple[str, float, float | None]] = []
     if not log.is_file():
         return out
     for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
         if TIMING_LOGGER not in line:
             continue
-        what, _, secs = line.split(TIMING_LOGGER, 1)[1].strip().rpartition(":")
-        try:
-            out.append((what.strip(), float(secs.strip().removesuffix("s").strip())))
-        except ValueError:
-            continue
+        m = TIMING_LINE.search(line.split(TIMING_LOGGER, 1)[1])
+        if m:
+            out.append((m["what"].strip(), float(m["s"]), float(m["mb"]) if m["mb"] else None))
     return out
 
 
@@ -301,7 +302,7 @@ def _pytest_size(args: argparse.Namespace, url: str, n: int, tmp: Path) -> dict[
     log = tmp / "pytest.log"
     proc, rss, wall = _timed_pytest(tmp, url, [
         "-q", "--junitxml", str(tmp / "junit.xml"), "--llm-report", str(tmp / "llmbench-report"),
-        "--log-file", str(log), "--log-file-level", "INFO", "--log-file-format", "%(name)s %(message)s"])
+        "--log-file", str(log), "--log-file-level", "INFO", "--log-file-format", LOG_FILE_FORMAT])
     sent = ok = 0
     for records in sorted((tmp / "llmbench-report").glob("runs/*/measure/records.jsonl")):
         with records.open("rb") as f:  # streamed: the bench must not hold the run either
@@ -329,7 +330,9 @@ def _print_pytest(row: dict[str, Any], previous: dict[str, Any] | None) -> None:
         print(f"  marginal: {(row['maxrss_mb'] - previous['maxrss_mb']) / span:.3f} MB per 1,000 requests from "
               f"{previous['requests']:,} to {row['requests']:,}")
     if row["timings"]:
-        print("  where the time went: " + "; ".join(f"{w} {s:.1f} s" for w, s in row["timings"]))
+        print("  where the time went (and the peak RSS when each step ended):")
+        for w, secs, mb in row["timings"]:
+            print(f"    {w}: {secs:.1f} s" + (f", max RSS {mb:.0f} MB" if mb is not None else ""))
     else:
         print(f"  where the time went: no {TIMING_LOGGER} lines in the log")
     sys.stdout.flush()

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from . import hookspecs
+from .common.timing import LOGGER, timed
 from .options import add_options, settings_from_config
 from .procedures.base import CannotMeasure, Procedure, ProcedureError, SkipProcedure, get_procedure, params_key
 from .procedures.result import Capacity, ProcedureResult
@@ -297,6 +298,7 @@ class LLMBenchPlugin:
         self.report_path: Path | None = None
         self.saved: Any = None  # gate.StoredRun when --llm-save/--llm-autosave stored the session
         self._entries: Any = None  # document.procedure.EntryCache: each procedure's entry built once
+        self._finish_rest: float | None = None  # perf_counter() when this plugin's session finish ended
 
     @pytest.hookimpl(trylast=True)
     def pytest_llmbench_generate_document(self, result: SessionResult) -> dict[str, Any]:
@@ -424,17 +426,28 @@ class LLMBenchPlugin:
                 result = self.session.result(complete=not not_run, interrupted=interrupted,
                                              test_outcomes=self.test_outcomes,
                                              command_line=list(self.config.invocation_params.args))
-                self.document = write_document(self.config.hook, self.config, result)
-                self.report_path = write_reports(self.document)["html"]
-                write_exports(self.document, self.report_path.parent)  # levels.csv, requests.csv
+                with timed("document"):
+                    self.document = write_document(self.config.hook, self.config, result)
+                self.report_path = write_reports(self.document)["html"]  # each report timed inside
+                write_exports(self.document, self.report_path.parent)  # levels.csv, requests.csv, each timed
                 if self.gate is not None and self.gate.saving:
-                    self.saved = self.gate.save()
+                    with timed("gate: store the session"):
+                        self.saved = self.gate.save()
         finally:
             self.session.close()
+            # the plugins whose session finish runs after this one's (pytest's JUnit XML writer among them)
+            self._finish_rest = time.perf_counter()
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self._finish_rest is not None:
+            LOGGER.info("junit xml and the other plugins' session finish: %.3f s", time.perf_counter() - self._finish_rest)
+            self._finish_rest = None
         if self.document is None:
             return
+        with timed("terminal summary"):
+            self._terminal_summary(terminalreporter)
+
+    def _terminal_summary(self, terminalreporter: Any) -> None:
         from .report import terminal_rows
 
         terminalreporter.section("llmbench")

@@ -148,16 +148,17 @@ def test_a_server_that_recounts_nothing_leaves_the_records_untouched(tmp_path: P
 
 
 def test_prompt_hygiene_counts_repeats_and_warm_up_prompts_from_8_byte_keys() -> None:
-    """Measured prompt repeats and prompts the warm-up sent, in one pass with each hash kept as an
-    integer: the counts of the hash strings themselves (a hash that is not 16 hex digits counts too)."""
-    from pytest_llmbench.procedures.sample import PromptTally
+    """Measured prompt repeats and prompts the warm-up sent, with each hash kept as an integer as the records
+    finish (tally.PromptKeys, over two runs): the counts of the hash strings themselves (a hash that is not 16
+    hex digits counts too)."""
+    from pytest_llmbench.procedures.tally import PromptKeys
 
     hashes = ["00000000000000ff", "00000000000000ff", "abcdef0123456789", "ABCDEF0123456789", "0x00000000000ff",
               "legacy", "legacy", None, "abcdef0123456789"]
     warm = {"abcdef0123456789", "legacy", "00000000000000fe"}
-    p = PromptTally(warm)
+    runs = [PromptKeys(), PromptKeys()]
     for i, h in enumerate(hashes):
-        p.add(make_record(i, prompt_hash=h))
+        runs[i >= 4].add(make_record(i, prompt_hash=h))
     sent = [h for h in hashes if h is not None]
-    assert p.repeats() == len(sent) - len(set(sent)) == 3
-    assert p.seen == sum(1 for h in sent if h in warm) == 4
+    assert PromptKeys.repeats(runs) == len(sent) - len(set(sent)) == 3
+    assert PromptKeys.seen_in(runs, warm) == sum(1 for h in sent if h in warm) == 4

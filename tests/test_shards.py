@@ -242,9 +242,11 @@ def test_ray_two_nodes_one_shard_each(ray_cluster: Any, tmp_path: Path) -> None:
     assert all(s["clock_offset_ms"] is not None for s in gen["runs"][0]["shards"])
     rate = sharding["shards"][0]["sent"] and json.loads(
         (Path(result.runs[0].run_dir) / "run.json").read_text())["loads"][0]["parameters"]["arrival"]["rate"]
-    # one host: the merged send times are tested (across hosts each shard's own would be)
-    sent = np.sort([r.handoff_ns for r in recs])  # the schedule the shards kept (connection set-up excluded)
-    assert stats.kstest(np.diff(sent) / 1e9, "expon", args=(0, 1 / rate)).pvalue > KS_MIN_P
+    # the merged schedule (each request's intended send time, as the shards dealt it) is one Poisson process at
+    # the run's rate; the hand-over times follow it only as closely as the host's load allows (a loaded host
+    # bunches them: a timing figure, reported as the send lag, not asserted here)
+    intended = np.sort([r.intended_ns for r in recs])
+    assert stats.kstest(np.diff(intended) / 1e9, "expon", args=(0, 1 / rate)).pvalue > KS_MIN_P
 
 
 def test_merged_result_carries_submit_lag_beside_schedule_lag() -> None:

@@ -13,7 +13,7 @@ from factories import StartHarness, make_record
 from pytest_llmbench import closed
 from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.procedures.base import get_procedure
-from pytest_llmbench.procedures.helpers import CacheHits
+from pytest_llmbench.procedures.tally import CacheHits
 from pytest_llmbench.simulator import SimConfig
 
 
@@ -38,7 +38,7 @@ def test_5_1_warmup_prompts_are_disjoint_from_measured_ones(tmp_path: Path, harn
 
 
 def cache_hit_summary(records: list[Any]) -> dict[str, Any]:
-    """The measured prefix-cache hit figures of ``records`` (helpers.CacheHits, one record at a time)."""
+    """The measured prefix-cache hit figures of ``records`` (tally.CacheHits, one record at a time)."""
     hits = CacheHits()
     for r in records:
         hits.add(r)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..common.jsonable import jsonable
@@ -173,30 +173,46 @@ class RecordAudit:
     def from_records(cls, records: Iterable[RequestRecord], *, phase: str = "measure") -> RecordAudit:
         a = cls()
         for r in records:
-            if phase and r.phase != phase:
-                continue
-            a.n += 1
-            a.n_ok += r.ok
-            a.n_failed += r.failed
-            a.refused += r.error_type is ErrorType.REFUSED
-            signal = content_filter_signal(r)
-            if signal is not None:
-                a.filter_refused += 1
-                a.filter_signals[signal] = a.filter_signals.get(signal, 0) + 1
-            a.missing_submit += not r.sent_ns
-            has_content = any(t.strip() for t in r.chunk_text)
-            ft = r.first_token_ns
-            a.missing_first_token += bool(r.ok and has_content and (ft is None or (r.sent_ns and ft < r.sent_ns)))
-            ordered = all(b >= c for b, c in zip(r.chunk_ns[1:], r.chunk_ns)) and \
-                (not r.chunk_ns or not r.sent_ns or r.chunk_ns[0] >= r.sent_ns)
-            a.missing_chunk_times += bool(len(r.chunk_ns) != len(r.chunk_text) or (has_content and not r.chunk_ns)
-                                          or not ordered)
-            a.missing_final += r.end_ns is None or bool(r.chunk_ns and r.end_ns < r.chunk_ns[-1])
-            a.missing_input_tokens += bool(r.ok and r.input_tokens_server is None and r.input_tokens_client is None)
-            out = r.output_tokens
-            a.missing_output_tokens += bool(r.ok and (out is None or (has_content and out <= 0)))
-            a.missing_status += bool(r.ok and r.status is None) or bool(r.failed and r.error_type is None)
+            if not phase or r.phase == phase:
+                a.add(r)
         return a
+
+    def add(self, r: RequestRecord) -> None:
+        """One record into the audit (whatever its phase: :meth:`from_records` filters)."""
+        self.n += 1
+        self.n_ok += r.ok
+        self.n_failed += r.failed
+        self.refused += r.error_type is ErrorType.REFUSED
+        signal = content_filter_signal(r)
+        if signal is not None:
+            self.filter_refused += 1
+            self.filter_signals[signal] = self.filter_signals.get(signal, 0) + 1
+        self.missing_submit += not r.sent_ns
+        has_content = any(t.strip() for t in r.chunk_text)
+        ft = r.first_token_ns
+        self.missing_first_token += bool(r.ok and has_content and (ft is None or (r.sent_ns and ft < r.sent_ns)))
+        ordered = all(b >= c for b, c in zip(r.chunk_ns[1:], r.chunk_ns)) and \
+            (not r.chunk_ns or not r.sent_ns or r.chunk_ns[0] >= r.sent_ns)
+        self.missing_chunk_times += bool(len(r.chunk_ns) != len(r.chunk_text) or (has_content and not r.chunk_ns)
+                                         or not ordered)
+        self.missing_final += r.end_ns is None or bool(r.chunk_ns and r.end_ns < r.chunk_ns[-1])
+        self.missing_input_tokens += bool(r.ok and r.input_tokens_server is None and r.input_tokens_client is None)
+        out = r.output_tokens
+        self.missing_output_tokens += bool(r.ok and (out is None or (has_content and out <= 0)))
+        self.missing_status += bool(r.ok and r.status is None) or bool(r.failed and r.error_type is None)
+
+    @classmethod
+    def merged(cls, audits: Iterable[RecordAudit]) -> RecordAudit:
+        """The audit of several runs' records, run after run (what :meth:`from_records` gives over them all)."""
+        out = cls()
+        for a in audits:
+            for f in fields(cls):
+                if f.name == "filter_signals":
+                    for k, v in a.filter_signals.items():
+                        out.filter_signals[k] = out.filter_signals.get(k, 0) + v
+                else:
+                    setattr(out, f.name, getattr(out, f.name) + getattr(a, f.name))
+        return out
 
 
 @dataclass

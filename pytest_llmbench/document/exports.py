@@ -9,11 +9,12 @@ import csv
 import io
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..common.files import write_text_atomic
+from ..common.files import atomic_text_file, write_text_atomic
+from ..common.timing import timed
 
 __all__ = ["LEVELS_CSV", "LEVEL_COLUMNS", "REQUESTS_CSV", "write_exports"]
 
@@ -44,6 +45,14 @@ def write_exports(doc: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> di
     ``runs/*/records.jsonl`` (times in ns as recorded; lists such as chunk times are left out).
     """
     out = Path(out_dir)
+    with timed("export: levels.csv"):
+        paths = _levels_csv(doc, out)
+    with timed("export: requests.csv"):
+        paths["requests"] = _requests_csv(doc, out)
+    return paths
+
+
+def _levels_csv(doc: Mapping[str, Any], out: Path) -> dict[str, Path]:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["procedure", "run", "valid", "load_model", "offered_rate_req_s", "concurrency", "sent", "ok",
@@ -58,31 +67,43 @@ def write_exports(doc: Mapping[str, Any], out_dir: str | os.PathLike[str]) -> di
             w.writerow([p["procedure"], r.get("label"), r.get("valid", True), load.get("model", ""),
                         load.get("rate", ""), load.get("concurrency", ""), load.get("sent", ""), load.get("ok", ""),
                         *vals, r.get("run_dir", "")])
-    paths = {"levels": out / LEVELS_CSV, "requests": out / REQUESTS_CSV}
+    paths = {"levels": out / LEVELS_CSV}
     write_text_atomic(paths["levels"], buf.getvalue())
-    rows: list[dict[str, Any]] = []
-    fields: list[str] = ["run_file"]
-    for rec in doc.get("records") or []:
-        if rec.get("kind") != "records":
-            continue
-        f = out / rec["path"]
-        if not f.is_file():
-            continue
-        for line in f.read_text(encoding="utf-8").splitlines():
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            row = {"run_file": rec["path"]}
-            for k, v in obj.items():
-                if isinstance(v, (str, int, float, bool)) or v is None:
-                    row[k] = v
-                    if k not in fields:
-                        fields.append(k)
-            rows.append(row)
-    buf = io.StringIO()
-    dw = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
-    dw.writeheader()
-    dw.writerows(rows)
-    write_text_atomic(paths["requests"], buf.getvalue())
     return paths
+
+
+def _requests_csv(doc: Mapping[str, Any], out: Path) -> Path:
+    path = out / REQUESTS_CSV
+    files = [(rec["path"], out / rec["path"]) for rec in doc.get("records") or []
+             if rec.get("kind") == "records" and (out / rec["path"]).is_file()]
+    # two passes over the records files, one record at a time: the columns (every scalar field, in the order
+    # they first appear), then the rows, written as they are read (issue 46: no list of rows, no text held)
+    fields: dict[str, None] = {"run_file": None}
+    for _, obj in _records(files):
+        fields.update((k, None) for k, v in obj.items() if k not in fields and _scalar(v))
+    with atomic_text_file(path) as f:
+        dw = csv.DictWriter(f, fieldnames=list(fields), lineterminator="\n", extrasaction="ignore")
+        dw.writeheader()
+        for name, obj in _records(files):
+            row = {"run_file": name}
+            row.update((k, v) for k, v in obj.items() if _scalar(v))
+            dw.writerow(row)
+    return path
+
+
+def _scalar(v: Any) -> bool:
+    return isinstance(v, (str, int, float, bool)) or v is None
+
+
+def _records(files: list[tuple[str, Path]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each records file's JSON objects with the file's name as the document lists it, line by line (a line
+    that is not JSON, e.g. a torn last line, is left out)."""
+    for name, path in files:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(obj, dict):
+                    yield name, obj

@@ -44,6 +44,7 @@ __all__ = [
     "check_figures",
     "figure_error_ms",
     "option_c_error",
+    "option_c_error_of",
     "percentiles_ms",
     "procedure_check",
 ]
@@ -147,11 +148,16 @@ class ClientDelay:
 def option_c_error(records: Iterable[RequestRecord]) -> dict[str, Any] | None:
     """Client first-token time − the server's first-token send time, per successful record that has
     both (§4.6.3 option C; one host, both on CLOCK_MONOTONIC): ``n`` and ms at P50/P99/max, or None."""
-    a = np.fromiter((r.first_token_ns - r.server_token_ns[0] for r in records
-                     if r.ok and r.first_token_ns is not None and r.server_token_ns), dtype=np.float64)
-    if not a.size:
+    return option_c_error_of(np.fromiter((r.first_token_ns - r.server_token_ns[0] for r in records
+                                          if r.ok and r.first_token_ns is not None and r.server_token_ns),
+                                         dtype=np.float64))
+
+
+def option_c_error_of(diffs_ns: np.ndarray) -> dict[str, Any] | None:
+    """:func:`option_c_error` of the per-record differences in ns (float64), collected as records finished."""
+    if not diffs_ns.size:
         return None
-    a = a / 1e6
+    a = diffs_ns / 1e6
     p50, p99 = np.percentile(a, [50, 99])
     return {"n": int(a.size), "p50_ms": float(p50), "p99_ms": float(p99), "max_ms": float(a.max()),
             "min_ms": float(a.min())}

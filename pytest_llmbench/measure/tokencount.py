@@ -198,6 +198,12 @@ class MethodTally:
             key = r.token_count_method or REFERENCE
             self.by[key] = self.by.get(key, 0) + 1
 
+    def merge(self, other: MethodTally) -> None:
+        """Add another set of records' methods (another run's)."""
+        self.ok += other.ok
+        for k, n in other.by.items():
+            self.by[k] = self.by.get(k, 0) + n
+
     def shares(self) -> dict[str, Any]:
         exact = sum(n for k, n in self.by.items() if k in EXACT_METHODS)
         return {"methods": self.by, "exact_share": round(exact / self.ok, 4) if self.ok else None}

@@ -1,7 +1,7 @@
 """The general facts of a procedure's runs (§4), evaluated against the general items, and the verdict step.
 
-:func:`run_facts` reads what every run shows (one pass over its records, plus the load facts of
-``sendlag.py``): the SUT boundary (§4.1), clocks (§4.7), streaming and the ITL method (§4.6),
+:func:`run_facts` reads what every run shows (its records as tallied when they finished, ``tally.py``,
+and the load facts of ``sendlag.py``): the SUT boundary (§4.1), clocks (§4.7), streaming and the ITL method (§4.6),
 the warm-up (§4.5), token counting (§4.4), the workload (§4.3), the record audit (§4.2.6), the
 prefix-cache state (§5.1.2). :func:`finish` evaluates compliance (§2) on the procedure's checks and
 these facts, under the :func:`declarations` in force.
@@ -10,8 +10,7 @@ these facts, under the :func:`declarations` in force.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,11 +32,11 @@ from .base import ProcedureContext
 from .result import ProcedureResult
 from .run import Measured
 from .sendlag import load_facts
+from .tally import EARLY_RECORDS, CachedTokens, CountingTally, RecordScan, tallies
 
 __all__ = [
     "EARLY_RECORDS",
     "CountingTally",
-    "RunRecords",
     "declarations",
     "finish",
     "load_hosts",
@@ -80,9 +79,9 @@ def run_facts(
 
     first = measured[0].load if measured else None
     load = load_facts(measured)
-    records = RunRecords(measured)
-    scan = _RecordScan()
-    audit = RecordAudit.from_records(scan.through(records))  # one pass: the audit and the scan's tallies
+    counted = list(tallies(measured))  # what each run's records showed as they finished: no pass over them
+    scan = RecordScan.merged(t.scan for t in counted)
+    audit = RecordAudit.merged(t.audit for t in counted)
     decisions = [{"run": m.summary.label, **m.summary.extra["itl_decision"]} for m in measured
                  if isinstance(m.summary.extra.get("itl_decision"), dict)]
     anchor = first.clock_anchor if first else ClockAnchor.now()
@@ -94,7 +93,7 @@ def run_facts(
     src = ctx.settings.sources.get("boundary")
     boundary_from = src if src and src != "default" else ("the embedded simulator" if ctx.sut.embedded else None)
     streamed = scan.streamed
-    pc, pc_source = prefix_cache_state(ctx, warmup, records, prefix_caching)
+    pc, pc_source = prefix_cache_state(ctx, warmup, CachedTokens.merged(t.cached for t in counted), prefix_caching)
     return RunFacts(
         sut_boundary=ctx.sut.boundary,
         boundary_declared_before_start=boundary_from is not None,
@@ -167,73 +166,6 @@ def _clock_facts(ctx: ProcedureContext, measured: Sequence[Measured], anchor: Cl
 
 
 
-@dataclass
-class CountingTally:
-    """Per record, the counting option its output count came from (§4.4.2), one record at a time:
-    successful records counted by the server's usage (A) or by the client (B)."""
-
-    a: int = 0
-    b: int = 0
-
-    def add(self, r: RequestRecord) -> None:
-        if r.ok:
-            if r.output_tokens_server is not None:
-                self.a += 1
-            elif r.output_tokens_client is not None:
-                self.b += 1
-
-    def used(self) -> dict[str, int]:
-        return {k: v for k, v in (("A", self.a), ("B", self.b)) if v}
-
-
-class RunRecords:
-    """Every record of some measured runs (``phase``: of that phase only), run after run,
-    re-iterable: each pass reads the runs' records again (from disk for a run :func:`measure` made)."""
-
-    def __init__(self, measured: Sequence[Measured], phase: str | None = None) -> None:
-        self._runs = [m.records for m in measured]
-        self._phase = phase
-
-    def __iter__(self) -> Iterator[RequestRecord]:
-        phase = self._phase
-        for records in self._runs:
-            for r in records:
-                if phase is None or r.phase == phase:
-                    yield r
-
-
-EARLY_RECORDS = 50  # server per-token timestamps are looked for in this many first records
-
-
-@dataclass
-class _RecordScan:
-    """What the run facts read of every record, tallied in one pass (:meth:`through`)."""
-
-    n: int = 0
-    streamed: int = 0  # records with timed chunks
-    content_chunks: int = 0  # chunks that carried tokens
-    one_token_chunks: int = 0
-    first_sent_ns: int | None = None
-    early_server_stamps: bool = False  # server per-token timestamps in the first EARLY_RECORDS records
-    counting: CountingTally = field(default_factory=CountingTally)
-
-    def through(self, records: Iterable[RequestRecord]) -> Iterator[RequestRecord]:
-        """``records`` passed on unchanged, each tallied on the way."""
-        for r in records:
-            if self.n < EARLY_RECORDS and r.server_token_ns:
-                self.early_server_stamps = True
-            self.n += 1
-            self.streamed += len(r.chunk_ns) > 0
-            for t in r.chunk_tokens:
-                if t:
-                    self.content_chunks += 1
-                    self.one_token_chunks += t == 1
-            if r.sent_ns and (self.first_sent_ns is None or r.sent_ns < self.first_sent_ns):
-                self.first_sent_ns = r.sent_ns
-            self.counting.add(r)
-            yield r
-
-
 def _itl_method(decisions: Sequence[dict[str, Any]]) -> str | None:
     """The §4.6.3 method of the runs (compliance.registry.ITL_METHODS): chunk timing when any run
     took option A (its figures are not ITL), else server when every run took C, else distributed."""
@@ -264,7 +196,8 @@ def _server_queue(warmup: WarmupResult, measured: Sequence[Measured]) -> dict[st
     return {"server_queue_drained": ok, "server_queue_evidence": "server /metrics " + "; ".join(parts)}
 
 
-def prefix_cache_state(ctx: ProcedureContext, warmup: WarmupResult | None, records: Iterable[RequestRecord],
+def prefix_cache_state(ctx: ProcedureContext, warmup: WarmupResult | None,
+                       records: Iterable[RequestRecord] | CachedTokens,
                        set_by_procedure: str | None = None) -> tuple[str | None, str | None]:
     """The SUT's prefix-caching state and where it comes from (§5.1.2), or ``(None, None)`` when the
     run does not show it: the procedure's own setting through its SUT hook, what the SUT reports
@@ -282,16 +215,14 @@ def prefix_cache_state(ctx: ProcedureContext, warmup: WarmupResult | None, recor
 
 
 def prefix_cache_observed(warmup: WarmupResult | None,
-                           records: Iterable[RequestRecord]) -> tuple[str | None, str | None]:
+                           records: Iterable[RequestRecord] | CachedTokens) -> tuple[str | None, str | None]:
     """§5.1.2: prefix caching is enabled when the server reported cached prompt tokens for any
     request of this run (the warm-up probes repeat one prompt); no cached token proves nothing
-    (measured prompts are disjoint), so the state is then left to the ``prefix_caching`` declaration."""
+    (measured prompts are disjoint), so the state is then left to the ``prefix_caching`` declaration.
+    ``records``: the run's records, or their :class:`.tally.CachedTokens` tallied as they finished."""
     probes = [p for p in ((warmup.probes_before + warmup.probes_after) if warmup else ()) if p.cached_tokens]
-    n = hits = most = 0
-    for r in records:
-        n += 1
-        if r.cached_tokens:
-            hits, most = hits + 1, max(most, r.cached_tokens)
+    cached = records if isinstance(records, CachedTokens) else CachedTokens.of(records)
+    n, hits, most = cached.n, cached.hits, cached.most
     if not probes and not hits:
         return None, None
     where = []

@@ -5,7 +5,6 @@ table formatting and declared checks. No I/O here; procedures import this, never
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import re
 import time
@@ -20,7 +19,7 @@ from ..compliance import Check, decide
 from ..measure.stats import CensoredPercentile, censored_percentile, proportion_estimate, queue_growing
 from ..measure.summary import STEADY_STATE_FRACTION, steady_state_window
 from ..measure.units import Cell, CellValue, format_cell, format_value
-from ..workloads import SpecStream, build_workload
+from ..workloads import SpecStream, build_workload, cap_spec
 from .result import Finding
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,7 +38,6 @@ __all__ = [
     "fmt_censored",
     "QueueTrend",
     "build_level_specs",
-    "CacheHits",
     "cap_output",
     "cancelled_warning",
     "capacity_error",
@@ -76,15 +74,10 @@ def cap_output(specs: Sequence[RequestSpec] | SpecStream, cap: int | None) -> li
     """Cap every request's ``max_tokens`` (and ``min_tokens``) at ``cap`` (profiles shorten runs); a
     lazy workload's stream stays a stream, capped as each request is drawn."""
     if isinstance(specs, SpecStream):
-        return specs if cap is None else specs.map(functools.partial(_capped, cap=cap))
+        return specs if cap is None else specs.capped(cap)
     if cap is None:
         return list(specs)
-    return [_capped(s, cap) for s in specs]
-
-
-def _capped(s: RequestSpec, cap: int) -> RequestSpec:
-    return dataclasses.replace(s, max_tokens=min(s.max_tokens, cap),
-                               min_tokens=None if s.min_tokens is None else min(s.min_tokens, cap))
+    return [cap_spec(s, cap) for s in specs]
 
 
 def level_specs(ctx: ProcedureContext, workload: str, n: int, seed: int, cap: int | None,
@@ -149,40 +142,6 @@ def capacity_error(rec: RequestRecord) -> bool:
     if rec.status in (503, 507):
         return True
     return bool(rec.error_message and _CAPACITY_TEXT.search(rec.error_message))
-
-
-@dataclass
-class CacheHits:
-    """The measured prefix-cache hit fraction from ``usage...cached_tokens`` (§4.5.1, §5.7), one record
-    at a time.
-
-    Over successful records whose server reported ``cached_tokens``: the share of prompt tokens
-    served from cache, and the share of requests with more than half their prompt cached (a
-    measured sample contaminated by warm-up or repetition shows up here). ``fraction`` is None
-    when the server reports no cached counts.
-    """
-
-    n: int = 0
-    prompt: int = 0
-    cached: int = 0
-    over_half: int = 0
-
-    def add(self, r: RequestRecord) -> None:
-        if not r.ok or r.cached_tokens is None:
-            return
-        self.n += 1
-        self.prompt += r.input_tokens
-        self.cached += min(r.cached_tokens or 0, r.input_tokens)
-        self.over_half += r.input_tokens > 0 and (r.cached_tokens or 0) > r.input_tokens / 2
-
-    def summary(self) -> dict[str, Any]:
-        n = self.n
-        return {
-            "requests_reporting": n,
-            "fraction": round(self.cached / self.prompt, 4) if n and self.prompt else None,
-            "requests_over_half_cached": self.over_half,
-            "share_over_half_cached": round(self.over_half / n, 4) if n else None,
-        }
 
 
 def build_level_specs(ctx: ProcedureContext, workload: str, n: int, seed: int, output_tokens: int,

@@ -29,6 +29,7 @@ from .helpers import cap_output, percentile_row, sample_list
 from .loads import LoadSpec, poisson, resolve_load
 from .pipeline import Outcome, ProcedureRun
 from .result import Table
+from .tally import tally_of
 
 P99_MIN, P999_MIN = draft.value("ttft.p99_min_requests"), draft.value("ttft.p999_min_requests")  # §5.1.2.1
 
@@ -123,8 +124,7 @@ class TTFT(ProcedureRun[TTFTParams]):
         self.n_ok = n_ok = ttft.n
         self.n_successful = int(metrics.scalar("completed_count").value)
         no_content = self.n_successful - n_ok
-        self.pre_content = sum(1 for r in m.records if r.first_chunk_ns is not None and r.first_token_ns is not None
-                               and r.first_chunk_ns < r.first_token_ns)
+        self.pre_content = tally_of(m).pre_content  # counted as the records finished
         undersampled = [f"P{q:g} under-sampled: needs >= {need} samples, have {n_ok}"
                         for q, need in ((99, P99_MIN), (99.9, P999_MIN)) if n_ok < need]
         self.config_summary = self._config_summary()
@@ -195,7 +195,7 @@ class TTFT(ProcedureRun[TTFTParams]):
         model_hw = (f"model {ctx.sut.model} ({', '.join(f'{k}={v}' for k, v in model.items())}); hardware "
                     f"{', '.join(f'{k}={v}' for k, v in hw.items())} ({decl.source})"
                     if isinstance(model, dict) and isinstance(hw, dict) else None)
-        state, source = prefix_cache_state(ctx, wu, m.records)  # the state the compliance facts carry
+        state, source = prefix_cache_state(ctx, wu, tally_of(m).cached)  # the state the compliance facts carry
         if state is not None:
             prefix = (f"{state} ({source})", "measured")
         else:

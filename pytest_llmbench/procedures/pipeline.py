@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from ..client import LLMClient
 from ..common.records import RequestSpec
+from ..common.timing import timed
 from ..compliance import Check, ColdStartFacts, RunFacts, decide
 from ..compliance.registry import add_requirements, check_test
 from ..loadgen.load import ClosedLoop, OpenLoop
@@ -48,6 +49,7 @@ from .helpers import level_specs
 from .result import Capacity, Finding, KeyFigure, Overlays, ProcedureResult, ServerView, Sweep, Table
 from .run import Measured, client_for, measure, warm_up
 from .sample import as_run, prompt_hygiene
+from .tally import SentLengths, tallies
 
 __all__ = ["Outcome", "PIPELINE_KEYS", "ProcedureRun", "now_iso"]
 
@@ -145,13 +147,20 @@ class ProcedureRun(Generic[P]):
 
     async def execute(self) -> ProcedureResult:
         check_test(self.id)  # its compliance items are known before anything is sent
-        await self.prepare()
+        with timed(f"{self.id}: prepare (workloads, parameters)"):
+            await self.prepare()
         try:
             async with client_for(self.ctx, max_connections=self.connections()) as client:
-                self.warmup = await self.warm_up(client)
+                with timed(f"{self.id}: warm-up"):
+                    self.warmup = await self.warm_up(client)
                 await self.run_loads(client)
         finally:
             self.restore()
+        with timed(f"{self.id}: summaries, facts and checks after the runs"):
+            return self.conclude()
+
+    def conclude(self) -> ProcedureResult:
+        """After the runs: the procedure's summaries, the sample's hygiene, the facts, checks and verdict."""
         out = self.summarize()
         runs = self.measured if out.runs is None else out.runs
         out.measurements.update(self.prompt_hygiene())
@@ -162,7 +171,7 @@ class ProcedureRun(Generic[P]):
                              + ". Request counts or durations below a draft minimum are listed as unmet.")
         fact_runs = runs if out.fact_runs is None else out.fact_runs
         workload = as_run(out.workload, getattr(self.p, "max_output_tokens", None),
-                          (r for m in fact_runs for r in m.records))
+                          SentLengths.merged(t.lengths for t in tallies(fact_runs)))
         facts = run_facts(self.ctx, workload=workload, warmup=self.warmup, measured=fact_runs, **out.facts)
         cold = self.cold_start
         if cold is not None:  # labelled in the result: table, notes, measurements, heading (§4.5.3-MUST-2)
@@ -280,8 +289,14 @@ class ProcedureRun(Generic[P]):
         self.reserved.append(specs if isinstance(specs, (Sequence, SpecStream)) else list(specs))
 
     def reserved_among(self, hashes: set[str]) -> set[str]:
-        """The prompt hashes among ``hashes`` that a measured run will send (:meth:`reserve`)."""
-        return {h for specs in self.reserved for s in specs if (h := s.prompt_hash) in hashes}
+        """The prompt hashes among ``hashes`` that a measured run will send (:meth:`reserve`): a lazy
+        workload's from the hashes noted when it was generated (``SpecStream.hashes_among``: no pass over
+        it, issue 46), a list's from its specs."""
+        out: set[str] = set()
+        for specs in self.reserved:
+            known = specs.hashes_among(hashes) if isinstance(specs, SpecStream) else None
+            out |= known if known is not None else {h for s in specs if (h := s.prompt_hash) in hashes}
+        return out
 
     async def warm_up_with(self, client: LLMClient, specs: Iterable[RequestSpec], **kw: Any) -> WarmupResult:
         """§4.5 warm-up with the procedure's ``warmup_requests`` / ``warmup_tokens`` parameters.

@@ -106,6 +106,9 @@ def check_context(sut: Any, specs: Iterable[RequestSpec]) -> None:
     window, source = _window(sut)
     if window is None or getattr(sut, "embedded", False):
         return
+    bound = specs.max_total() if isinstance(specs, SpecStream) else None
+    if bound is not None and bound <= window:  # a lazy workload's longest request fits: no pass over it
+        return
     worst = max(specs, key=lambda s: s.input_tokens + s.max_tokens, default=None)
     if worst is None or worst.input_tokens + worst.max_tokens <= window:
         return
@@ -138,7 +141,8 @@ async def _preflight(client: LLMClient, ctx: Any, specs: Sequence[RequestSpec]) 
     from ..common.storage import RunMetadata, RunWriter
 
     sut, note = ctx.sut, ctx.progress
-    spec = max(specs, key=lambda s: s.input_tokens)
+    longest = specs.longest() if isinstance(specs, SpecStream) else None  # noted when it was generated
+    spec = longest if longest is not None else max(specs, key=lambda s: s.input_tokens)
     probe = dataclasses.replace(spec, max_tokens=1, min_tokens=None, ignore_eos=False)
     rec = await client.send(probe, phase="probe")
     with RunWriter(ctx.run_dir("preflight"), keep_text=not ctx.settings.drop_text) as writer:

@@ -18,9 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import re
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,10 +27,11 @@ from typing import Any
 from ..client import ClientConfig, LLMClient
 from ..common import draft
 from ..common.files import write_text_atomic
-from ..common.records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
+from ..common.records import ClockAnchor, RequestRecord, RequestSpec
 from ..common.storage import RecordsView, RunMetadata, RunWriter
+from ..common.timing import timed
 from ..loadgen.load import ClosedLoop, LoadOptions, LoadResult, OpenLoop, run_load
-from ..loadgen.selfcheck import option_c_error
+from ..loadgen.selfcheck import option_c_error_of
 from ..loadgen.shards import NotShardable, backend_for, run_sharded
 from ..loadgen.warmup import WarmupPolicy, WarmupResult, run_warmup, scrape_for
 from ..measure import tokencount
@@ -47,6 +46,7 @@ from .base import ProcedureContext
 from .budget import budget_load, warmup_cap_s
 from .prompts import check_server_alive, plan_prompts, prefit
 from .result import RunSummary
+from .tally import FailureMessages, RecordTally
 
 __all__ = [
     "HEARTBEAT_S",
@@ -76,6 +76,9 @@ class Measured:
     telemetry: TelemetrySeries = field(default_factory=lambda: TelemetrySeries(status="not sampled"))
     server_before: dict[str, float] | None = None
     server_after: dict[str, float] | None = None
+    #: what the steps after the run read of its records, tallied as they finished (None: :func:`.tally.tally_of`
+    #: tallies ``records`` when first asked)
+    tally: RecordTally | None = None
 
     @property
     def queue_samples(self) -> list[tuple[float, float]]:
@@ -235,7 +238,8 @@ async def measure(
     result: LoadResult | None = None
     try:
         # spool_text: with --llm-drop-text the records file holds no text, the view still reads it whole
-        with RunWriter(run_dir, keep_text=not ctx.settings.drop_text, spool_text=True) as writer:
+        with RunWriter(run_dir, keep_text=not ctx.settings.drop_text, spool_text=True) as writer, \
+                timed(f"{ctx.run_root.name} {label}: measured run"):
             result = await _run_measured(ctx, client, specs, load, writer, on_record, drain_timeout_s)
             writer.write_metadata(RunMetadata(
                 parameters={"phase": "measure", "label": label, **(extra or {})}, profile=ctx.settings.profile,
@@ -254,21 +258,24 @@ async def measure(
         ctx.budget_cuts.append(f"{label}: cut to {cap:.0f} s by the time budget ({result.sent} requests sent, "
                                f"{planned} planned)")
     result.records = writer.view()  # this run's records, read back from disk on each pass
-    if any(kind != ErrorType.CANCELLED.value for kind in result.errors):  # only a failed request can show it
+    if tally.records.connection_failures:  # only a connection or stream failure can show a server that died
         await check_server_alive(client, label, result.records)  # a server that died mid-run fails the procedure
-    if await _recount(ctx, client, writer, result.records):  # in the server's tokens (§4.4)
-        result.records = writer.view()
-        tally.refill(result.records)
+    if tally.records.server_count_needed:  # some record's counts may be recounted in the server's tokens (§4.4)
+        with timed(f"{ctx.run_root.name} {label}: recount in the server's tokens"):
+            if await _recount(ctx, client, writer, result.records, tally):
+                result.records = writer.view()
     telemetry.series.set_client_in_flight(result.concurrency_samples)
-    summary = _summarise(ctx, label, run_dir, result, tally, slos, anchor, extra, telemetry.series)
+    with timed(f"{ctx.run_root.name} {label}: summary"):
+        summary = _summarise(ctx, label, run_dir, result, tally, slos, anchor, extra, telemetry.series)
     _write_telemetry(run_dir, telemetry.series)
     return Measured(load=result, summary=summary, telemetry=telemetry.series,
-                    server_before=server_before, server_after=server_after)
+                    server_before=server_before, server_after=server_after, tally=tally.records)
 
 
 class _RunTally:
     """One measured run as its records finish: the progress line (requests, errors, rate, time left),
-    the summary's columns and the run's App. B.2.1 tally."""
+    the summary's columns, the run's App. B.2.1 tally and what the steps after the run read of its records
+    (:class:`.tally.RecordTally`)."""
 
     def __init__(self, ctx: ProcedureContext, label: str, total: int | None, duration_s: float | None,
                  cap: float | None) -> None:
@@ -277,6 +284,7 @@ class _RunTally:
         self.t_start = time.perf_counter()
         self._next_status = 0.0  # perf_counter() time of the next per-record progress line
         self.frame, self.itl = FrameBuilder(), ItlTally()  # what the summary and App. B.2.1 need, fed as records finish
+        self.records = RecordTally()  # what the load summary, the facts and the sample's hygiene read
 
     def status(self, *, done: bool = False) -> None:
         """The run's progress line; ``done``: the final count, once the run has ended (its own phase
@@ -300,15 +308,19 @@ class _RunTally:
     def on_record(self, rec: RequestRecord) -> None:
         self.n += 1
         self.err += rec.failed
-        _feed(self.frame, self.itl, rec)
+        self.feed(rec)
         if time.perf_counter() >= self._next_status:
             self.status()
 
-    def refill(self, records: Iterable[RequestRecord]) -> None:
-        """The columns and the tally again, from the run's recounted records."""
-        self.frame, self.itl = FrameBuilder(), ItlTally()
-        for rec in records:
-            _feed(self.frame, self.itl, rec)
+    def feed(self, rec: RequestRecord) -> None:
+        """One finished record into the summary's columns and the tallies."""
+        _feed(self.frame, self.itl, rec)
+        self.records.add(rec)
+
+    def restart(self) -> None:
+        """Empty columns and tallies, to be fed the run's records again (recounted, :func:`_recount`)."""
+        self.frame.close()
+        self.frame, self.itl, self.records = FrameBuilder(), ItlTally(), RecordTally()
 
 
 def _summarise(ctx: ProcedureContext, label: str, run_dir: Path, result: LoadResult, tally: _RunTally,
@@ -329,7 +341,7 @@ def _summarise(ctx: ProcedureContext, label: str, run_dir: Path, result: LoadRes
     return RunSummary(
         label=label,
         run_dir=str(run_dir),
-        load=_load_summary(result),  # the full LoadResult is in the run's run.json
+        load=_load_summary(result, tally.records),  # the full LoadResult is in the run's run.json
         metrics=metrics,
         valid=result.valid,
         invalid_reason=result.invalid_reason,
@@ -363,12 +375,14 @@ def _feed(frame: FrameBuilder, itl: ItlTally, rec: RequestRecord) -> None:
 RECOUNT_CONCURRENCY = 4  # /tokenize calls in flight at once while recounting (the adapters' own bound)
 
 
-async def _recount(ctx: ProcedureContext, client: LLMClient, writer: RunWriter, records: RecordsView) -> bool:
+async def _recount(ctx: ProcedureContext, client: LLMClient, writer: RunWriter, records: RecordsView,
+                   tally: _RunTally | None = None) -> bool:
     """Per-chunk output counts in the server's tokens, after the run (§4.4, measure/tokencount.py),
     one record at a time so that no run is held in memory: the adapter is offered the first record
     that needs a server count; when it recounts none (no such endpoint), the reference counts stay
     and the records file is untouched. Otherwise every later record that needs one is offered too
-    (a failure leaves that record's counts) and the records file is rewritten, atomically."""
+    (a failure leaves that record's counts), the records file is rewritten, atomically, and each record
+    written is fed to ``tally`` anew (the summary's columns and tallies of the recounted records)."""
     adapter = ctx.sut.adapter
     first = next(((i, r) for i, r in enumerate(records) if tokencount.needs_server_count(r)), None)
     if first is None or not await adapter.recount_tokens([first[1]], client):
@@ -379,21 +393,29 @@ async def _recount(ctx: ProcedureContext, client: LLMClient, writer: RunWriter, 
         await asyncio.gather(*(adapter.recount_tokens([r], client) for r in window
                                if tokencount.needs_server_count(r)))
 
+    if tally is not None:
+        tally.restart()
     with writer.rewriting() as out:
+
+        def write(r: RequestRecord) -> None:
+            out.write(r)
+            if tally is not None:
+                tally.feed(r)
+
         window: list[RequestRecord] = []
         for i, rec in enumerate(records):
             if i <= at:
-                out.write(head if i == at else rec)
+                write(head if i == at else rec)
                 continue
             window.append(rec)
             if len(window) == RECOUNT_CONCURRENCY:
                 await each(window)
                 for r in window:
-                    out.write(r)
+                    write(r)
                 window.clear()
         await each(window)
         for r in window:
-            out.write(r)
+            write(r)
     return True
 
 
@@ -417,23 +439,16 @@ async def _run_measured(ctx: ProcedureContext, client: LLMClient, specs: Iterabl
 def error_messages(records: Iterable[RequestRecord], top: int = 3) -> list[dict[str, Any]]:
     """The most frequent reasons failed requests gave (cancelled ones are not failures): one example
     message each (``HTTP 400: …`` when the server answered), its error type and count; messages that
-    differ only in their numbers count as one."""
-    counts: Counter[str] = Counter()
-    example: dict[str, tuple[str, str]] = {}
+    differ only in their numbers count as one (:class:`.tally.FailureMessages`)."""
+    messages = FailureMessages()
     for r in records:
-        if not r.failed:
-            continue
-        msg = " ".join(str(r.error_message or "").split())[:200] or "(no message)"
-        if r.status is not None and r.status >= 400 and not msg.startswith(f"HTTP {r.status}"):
-            msg = f"HTTP {r.status}: {msg}"
-        key = re.sub(r"\d+", "#", msg)
-        counts[key] += 1
-        example.setdefault(key, (msg, r.error_type.value if r.error_type is not None else "error"))
-    return [{"message": example[k][0], "type": example[k][1], "count": n} for k, n in counts.most_common(top)]
+        messages.add(r)
+    return messages.top(top)
 
 
-def _load_summary(result: LoadResult) -> dict[str, Any]:
-    """The few load figures a report table shows for one run (§4.2.3–§4.2.5)."""
+def _load_summary(result: LoadResult, records: RecordTally) -> dict[str, Any]:
+    """The few load figures a report table shows for one run (§4.2.3–§4.2.5), with what its records
+    showed as they finished (``records``)."""
     arrival = result.parameters.get("arrival") or {}
     d: dict[str, Any] = {"model": result.load_model}
     if result.load_model == "open":
@@ -445,10 +460,10 @@ def _load_summary(result: LoadResult) -> dict[str, Any]:
              send_lag_p99_ms=round(result.send_lag.p99_ms, 3) if result.send_lag.p99_ms is not None else None)
     if result.client_delay is not None:  # the client's own delay while receiving (selfcheck.py)
         d["client_delay"] = result.client_delay.to_json()
-    errors = error_messages(result.records)
+    errors = records.failures.top()
     if errors:  # why requests failed, most frequent first (the headline names the first)
         d["error_messages"] = errors
-    option_c = option_c_error(result.records)  # client vs server first-token time (§4.6.3 option C)
+    option_c = option_c_error_of(records.option_c_ns())  # client vs server first-token time (§4.6.3 option C)
     if option_c is not None:
         d["option_c_error"] = option_c
     sharding = result.parameters.get("sharding")

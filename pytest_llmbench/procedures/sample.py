@@ -8,8 +8,6 @@ contamination of the measured sample is visible in every procedure's report.
 
 from __future__ import annotations
 
-import re
-from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,32 +15,30 @@ import numpy as np
 
 from ..common.records import RequestRecord
 from ..measure import tokencount
-from .facts import CountingTally, RunRecords, tokenizer_facts
-from .helpers import CacheHits
+from .facts import tokenizer_facts
+from .tally import CacheHits, CountingTally, PromptKeys, SentLengths, tallies
 
 if TYPE_CHECKING:  # pragma: no cover
     from .base import ProcedureContext
     from .run import Measured
 
-__all__ = ["PromptTally", "as_run", "prompt_hygiene"]
+__all__ = ["as_run", "prompt_hygiene"]
 
 
-def as_run(workload: Mapping[str, Any], cap: int | None, records: Iterable[RequestRecord]) -> dict[str, Any]:
+def as_run(workload: Mapping[str, Any], cap: int | None,
+           records: Iterable[RequestRecord] | SentLengths) -> dict[str, Any]:
     """The workload as run (§4.3-MUST-1, §4.3.2-PARAM-1): a standard workload the profile or the
     tester altered (output cap that bound some request, synthetic stand-in for a dataset workload)
-    is a custom workload, described by the distributions actually sent. ``records``: re-iterable
-    (read at most twice)."""
+    is a custom workload, described by the distributions actually sent. ``records``: the records sent,
+    or their lengths as tallied when they finished (:class:`.tally.SentLengths`)."""
     w = dict(workload)
     if not w:
         return w
-    sent = array("q"), array("q")  # input and output lengths as sent, one pass
-    for r in records:
-        sent[0].append(r.spec_input_tokens)
-        sent[1].append(r.max_tokens)
-    ins, outs = np.frombuffer(sent[0], dtype=np.int64), np.frombuffer(sent[1], dtype=np.int64)
-    if not ins.size:
+    sent = records if isinstance(records, SentLengths) else _lengths(records)
+    if not sent.n:
         return w
-    capped = cap is not None and bool((outs >= cap).any())
+    ins, outs = _Histogram(sent.inputs), _Histogram(sent.outputs)
+    capped = cap is not None and outs.max >= cap
     standin = bool(w.get("synthetic_standin") or (w.get("dataset") or {}).get("synthetic_standin"))
     if not (capped or standin):
         return w
@@ -52,9 +48,9 @@ def as_run(workload: Mapping[str, Any], cap: int | None, records: Iterable[Reque
     if standin:
         why.append(f"synthetic stand-in for the {w.get('name')} dataset")
 
-    def dist(a: np.ndarray) -> dict[str, Any]:
-        return {"type": "empirical (as sent)", "params": {"min": int(a.min()), "p50": float(np.median(a)),
-                                                          "mean": round(float(a.mean()), 2), "max": int(a.max())}}
+    def dist(a: _Histogram) -> dict[str, Any]:
+        return {"type": "empirical (as sent)", "params": {"min": a.min, "p50": a.median(), "mean": round(a.mean(), 2),
+                                                          "max": a.max}}
 
     base = w.get("base") or w.get("name")
     prior = list(w.get("altered_by") or [])  # a procedure's own reasons (5.9's lengths) come first
@@ -67,33 +63,34 @@ def as_run(workload: Mapping[str, Any], cap: int | None, records: Iterable[Reque
     return w
 
 
-_HEX16 = re.compile(r"[0-9a-f]{16}")  # RequestSpec.prompt_hash
+def _lengths(records: Iterable[RequestRecord]) -> SentLengths:
+    out = SentLengths()
+    for r in records:
+        out.add(r)
+    return out
 
 
-class PromptTally:
-    """The measured records' prompt hashes, one record at a time: how many the warm-up sent too,
-    and each kept as an 8-byte integer (a hash that is not 16 hex digits is kept as it is)."""
+class _Histogram:
+    """A histogram of integer lengths (length -> records) read as the sorted lengths it stands for: the
+    same minimum, maximum, median (``np.median``: the middle one, or the mean of the two middle ones) and
+    mean (the exact sum over the count) as the array of the lengths."""
 
-    def __init__(self, warmup: set[str]) -> None:
-        self.warmup = warmup
-        self.seen = 0
-        self.keys = array("Q")
-        self.other: list[str] = []
+    def __init__(self, counts: Mapping[int, int]) -> None:
+        self.values = np.array(sorted(counts), dtype=np.int64)
+        self.counts = np.array([counts[v] for v in self.values.tolist()], dtype=np.int64)
+        self.n = int(self.counts.sum())
+        self.min, self.max = int(self.values[0]), int(self.values[-1])
 
-    def add(self, r: RequestRecord) -> None:
-        h = r.prompt_hash
-        if h is None:
-            return
-        self.seen += h in self.warmup
-        if _HEX16.fullmatch(h):
-            self.keys.append(int(h, 16))
-        else:
-            self.other.append(h)
+    def _at(self, k: int) -> int:
+        """The ``k``-th smallest length (0-based)."""
+        return int(self.values[int(np.searchsorted(np.cumsum(self.counts), k, side="right"))])
 
-    def repeats(self) -> int:
-        """Measured prompts that repeat an earlier measured one."""
-        distinct = int(np.unique(np.frombuffer(self.keys, dtype=np.uint64)).size) + len(set(self.other))
-        return len(self.keys) + len(self.other) - distinct
+    def median(self) -> float:
+        n = self.n
+        return float(self._at(n // 2)) if n % 2 else (float(self._at(n // 2 - 1)) + float(self._at(n // 2))) / 2
+
+    def mean(self) -> float:
+        return float(sum(v * c for v, c in zip(self.values.tolist(), self.counts.tolist()))) / self.n
 
 
 def prompt_hygiene(ctx: ProcedureContext, measured: Sequence[Measured], warmup_prompts: set[str]) -> dict[str, Any]:
@@ -104,15 +101,15 @@ def prompt_hygiene(ctx: ProcedureContext, measured: Sequence[Measured], warmup_p
     Values for the results document (measurements), so contamination of the measured sample
     by a prefix cache is visible in every procedure's report (§4.5.1, §5.7).
     """
-    hits, methods, used = CacheHits(), tokencount.MethodTally(), CountingTally()
-    prompts = PromptTally(warmup_prompts)
-    for r in RunRecords(measured, phase="measure"):  # one pass; nothing held per request
-        hits.add(r)
-        methods.add(r)
-        used.add(r)
-        prompts.add(r)
+    counted = list(tallies(measured))  # the measured records as they finished: no pass over them
+    hits, methods = CacheHits(), tokencount.MethodTally()
+    for t in counted:
+        hits.merge(t.hits)
+        methods.merge(t.methods)
+    used = CountingTally.merged(t.counting for t in counted)
     hit, counting, tok = hits.summary(), methods.shares(), tokenizer_facts(ctx, used.used())
-    repeats, seen = prompts.repeats(), prompts.seen
+    prompts = [t.prompts for t in counted]
+    repeats, seen = PromptKeys.repeats(prompts), PromptKeys.seen_in(prompts, warmup_prompts)
     return {
         "token_counts_exact_share": counting["exact_share"],
         "token_count_methods": ", ".join(f"{k} {n}" for k, n in sorted(counting["methods"].items())) or "n/a",

@@ -1,7 +1,7 @@
 """The sends of each measured run against its own schedule (§4.2.3–§4.2.5), as load facts.
 
-Per run, over one pass of its records: an open loop's send lag (the client's hand-over minus the
-intended time), its Spearman association with the load state at the send (requests in flight, the
+Per run, from its sends as its records finished (``tally.SendTimes``): an open loop's send lag (the
+client's hand-over minus the intended time), its Spearman association with the load state at the send (requests in flight, the
 oldest outstanding request's age), and the Kolmogorov–Smirnov fit of the send gaps to the
 exponential gaps of a Poisson process at the run's rate; a closed loop's completion-to-resubmit gap.
 :func:`load_facts` gives every run's figures and the worst run's at the top level.
@@ -10,15 +10,13 @@ exponential gaps of a Poisson process at the run's rate; a closed loop's complet
 from __future__ import annotations
 
 import math
-from array import array
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..common.records import RequestRecord
 from ..compliance import LOAD_CAPABILITIES, LoadFacts, RunLoad
+from .tally import tally_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from .run import Measured
@@ -47,42 +45,11 @@ def arrival_fit_p(handoff_ns: np.ndarray, kind: str | None, rate: float | None) 
     return float(kstest(gaps, "expon", args=(0, 1 / rate)).pvalue)
 
 
-@dataclass
-class _SendTimes:
-    """One run's sent records (``intended_ns`` known, ``sent_ns`` set) as columns, 8 bytes per value:
-    intended and hand-over times, and the load state at the hand-over (§4.2.5 evidence)."""
-
-    intended: array[int] = field(default_factory=lambda: array("q"))
-    handoff: array[int] = field(default_factory=lambda: array("q"))
-    has_state: array[int] = field(default_factory=lambda: array("b"))  # 1: inflight_at_send recorded
-    inflight: array[int] = field(default_factory=lambda: array("q"))  # inflight_at_send or 0
-    oldest: array[int] = field(default_factory=lambda: array("q"))  # oldest_outstanding_ns or 0
-    max_inflight: int | None = None  # over every record of the run, sent or not
-
-    @classmethod
-    def of(cls, records: Iterable[RequestRecord]) -> _SendTimes:
-        t = cls()
-        for r in records:
-            if r.inflight_at_send is not None and (t.max_inflight is None or r.inflight_at_send > t.max_inflight):
-                t.max_inflight = r.inflight_at_send
-            if r.intended_ns is None or not r.sent_ns:
-                continue
-            t.intended.append(r.intended_ns)
-            t.handoff.append(r.handoff_ns)
-            t.has_state.append(r.inflight_at_send is not None)
-            t.inflight.append(r.inflight_at_send or 0)
-            t.oldest.append(r.oldest_outstanding_ns or 0)
-        return t
-
-    def column(self, name: str) -> np.ndarray:
-        return np.frombuffer(getattr(self, name), dtype=np.int8 if name == "has_state" else np.int64)
-
-
 def _run_load(label: str, m: Measured) -> tuple[RunLoad, int | None]:
-    """§4.2.3–§4.2.5 figures of one measured run, against its own rate and schedule (one pass over its
-    records), and the most requests it had outstanding at a send."""
+    """§4.2.3–§4.2.5 figures of one measured run, against its own rate and schedule (its sends as they
+    finished, ``tally.SendTimes``), and the most requests it had outstanding at a send."""
     ld = m.load
-    sends = _SendTimes.of(m.records)
+    sends = tally_of(m).sends  # collected as the run's records finished
     intended, handoff = sends.column("intended"), sends.column("handoff")
     if ld.load_model != "open":
         # the first request of each slot goes out at the start: a fill, not a completion-to-resubmit gap

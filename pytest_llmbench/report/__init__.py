@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common.files import write_text_atomic
+from ..common.timing import timed
 from ..document.schema import SCHEMA_VERSION, ReportError, dumps_document, load_document, schema
 from .render import render_html, render_markdown, render_summary
 from .terminal import rows_from_document
@@ -48,9 +49,12 @@ SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
 def _render_all(doc: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
     paths = {"markdown": out_dir / MARKDOWN_FILE, "html": out_dir / HTML_FILE, "summary": out_dir / SUMMARY_FILE}
-    write_text_atomic(paths["markdown"], render_markdown(doc))
-    write_text_atomic(paths["html"], render_html(doc))
-    write_text_atomic(paths["summary"], render_summary(doc, HTML_FILE, limit=SUMMARY_LIMIT))
+    with timed("report: report.md"):
+        write_text_atomic(paths["markdown"], render_markdown(doc))
+    with timed("report: report.html"):
+        write_text_atomic(paths["html"], render_html(doc))
+    with timed("report: summary.md"):
+        write_text_atomic(paths["summary"], render_summary(doc, HTML_FILE, limit=SUMMARY_LIMIT))
     return paths
 
 
@@ -65,7 +69,8 @@ def write_reports(doc: Mapping[str, Any], out_dir: str | os.PathLike[str] | None
     target = Path(out_dir) if out_dir is not None else Path(str(doc.get("report_dir") or "llmbench-report"))
     target.mkdir(parents=True, exist_ok=True)
     paths = {"json": target / RESULTS_FILE}
-    write_text_atomic(paths["json"], dumps_document(doc))
+    with timed("report: results.json"):
+        write_text_atomic(paths["json"], dumps_document(doc))
     paths.update(_render_all(doc, target))
     summary = env.get(SUMMARY_ENV)
     if summary:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -34,6 +35,8 @@ from .distributions import LengthDistribution, WorkloadError
 __all__ = [
     "MismatchStats",
     "SpecStream",
+    "StreamFacts",
+    "cap_spec",
     "Workload",
     "WorkloadDeclaration",
     "chat_messages",
@@ -315,32 +318,135 @@ class WorkloadDeclaration:
         return out
 
 
+@dataclass
+class StreamFacts:
+    """What later steps read of a lazy workload's requests, noted once as they were generated (issue 46), so
+    that none of them reads the stream again: each request's prompt hash (:attr:`RequestSpec.prompt_hash`,
+    8 bytes each, in order: the warm-up's disjointness check, §4.5.1, and the hash a record carries), the
+    histograms of input lengths and output caps and the shared-prefix count (the 4.3.2 checks, §4.3.2), the
+    longest prompt (the pre-flight request) and the longest prompt plus output (the context check)."""
+
+    keys: array[int] = field(default_factory=lambda: array("Q"))
+    inputs: dict[int, int] = field(default_factory=dict)
+    max_tokens: dict[int, int] = field(default_factory=dict)
+    shared: int = 0
+    longest: tuple[int, bytes] = (-1, b"")  # (input tokens, line) of the first request with the most
+    max_total: int = 0  # the most input + max_tokens of one request
+
+    def add(self, s: RequestSpec, line: bytes) -> None:
+        self.keys.append(int(s.prompt_hash, 16))
+        self.inputs[s.input_tokens] = self.inputs.get(s.input_tokens, 0) + 1
+        self.max_tokens[s.max_tokens] = self.max_tokens.get(s.max_tokens, 0) + 1
+        self.shared += s.prefix_id is not None
+        if s.input_tokens > self.longest[0]:
+            self.longest = (s.input_tokens, line)
+        self.max_total = max(self.max_total, s.input_tokens + s.max_tokens)
+
+
 class SpecStream:
     """A workload's requests drawn lazily (§4.3.3: the same seed, the same requests): written once,
     as they were generated, to a :class:`~..common.files.LineSpool` as their canonical lines
     (:func:`dumps_requests`) and read back one at a time on each iteration. Re-iterable, with a
-    known count; memory holds the request being sent, never the workload. ``map`` gives the same
-    stream with each request transformed (e.g. its output capped)."""
+    known count; memory holds the request being sent, never the workload. ``capped`` gives the same
+    stream with each request's output capped, ``map`` with each request transformed otherwise.
+
+    The :class:`StreamFacts` noted at generation answer without a pass over the stream: :meth:`hashes_among`
+    (the prompt hashes among some), :meth:`longest`, :meth:`max_total`, :meth:`lengths`; each answers None
+    for a stream ``map`` transformed (its caller then reads the stream)."""
 
     def __init__(self, spool: LineSpool, count: int,
-                 transform: Callable[[RequestSpec], RequestSpec] | None = None) -> None:
+                 transform: Callable[[RequestSpec], RequestSpec] | None = None, *,
+                 facts: StreamFacts | None = None, cap: int | None = None) -> None:
         self._spool, self._count, self._transform = spool, count, transform
+        self._facts, self._cap = facts, cap
 
     def __len__(self) -> int:
         return self._count
 
     def __iter__(self) -> Iterator[RequestSpec]:
-        t = self._transform
-        for line in self._spool.lines():
-            spec = RequestSpec.from_json(orjson.loads(line))
+        t, cap = self._transform, self._cap
+        keys = self._facts.keys if self._facts is not None else None
+        for i, line in enumerate(self._spool.lines()):
+            spec = self._spec(line, None if keys is None else keys[i])
             yield spec if t is None else t(spec)
+
+    def _spec(self, line: bytes, key: int | None) -> RequestSpec:
+        """One request of the spool, capped, its prompt hash known (the one noted at generation)."""
+        spec = RequestSpec.from_json(orjson.loads(line))
+        cap = self._cap
+        if cap is not None:
+            spec = dataclasses.replace(spec, max_tokens=min(spec.max_tokens, cap),
+                                       min_tokens=None if spec.min_tokens is None else min(spec.min_tokens, cap))
+        if key is not None:  # the prompt is the one generated: its hash is not computed again at the send
+            object.__setattr__(spec, "_prompt_hash", f"{key:016x}")
+        return spec
 
     def map(self, fn: Callable[[RequestSpec], RequestSpec]) -> SpecStream:
         t = self._transform
-        return SpecStream(self._spool, self._count, fn if t is None else lambda s: fn(t(s)))
+        return SpecStream(self._spool, self._count, fn if t is None else lambda s: fn(t(s)), facts=self._facts,
+                          cap=self._cap)
+
+    def capped(self, cap: int) -> SpecStream:
+        """The same requests, each one's ``max_tokens`` (and ``min_tokens``) at most ``cap``."""
+        if self._transform is not None:
+            return self.map(functools.partial(cap_spec, cap=cap))
+        return SpecStream(self._spool, self._count, facts=self._facts,
+                          cap=cap if self._cap is None else min(cap, self._cap))
+
+    def _known(self) -> StreamFacts | None:
+        return self._facts if self._transform is None else None
+
+    def hashes_among(self, hashes: set[str]) -> set[str] | None:
+        """The prompt hashes among ``hashes`` that this stream's requests carry (None: not known without a pass)."""
+        facts = self._known()
+        if facts is None:
+            return None
+        asked = [h for h in hashes if _HEX16.fullmatch(h)]  # a prompt hash is 16 hex digits: no other is here
+        found = np.isin(np.array([int(h, 16) for h in asked], dtype=np.uint64), np.frombuffer(facts.keys, dtype=np.uint64))
+        return {h for h, ok in zip(asked, found.tolist()) if ok}
+
+    def longest(self) -> RequestSpec | None:
+        """The first request with the most input tokens (None: not known without a pass)."""
+        facts = self._known()
+        if facts is None or facts.longest[0] < 0:
+            return None
+        return self._spec(facts.longest[1], None)
+
+    def max_total(self) -> int | None:
+        """The most input plus output tokens one request asks for, or more (an output cap only lowers it);
+        None: not known without a pass."""
+        facts = self._known()
+        return None if facts is None else facts.max_total
+
+    def lengths(self) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """The input lengths and output caps of the requests, sorted (their histograms expanded, the cap
+        applied), and how many start with a shared prefix; None: not known without a pass."""
+        facts = self._known()
+        if facts is None:
+            return None
+
+        def expand(h: dict[int, int], cap: int | None = None) -> np.ndarray:
+            values = np.array(sorted(h), dtype=np.int64)
+            counts = np.array([h[v] for v in values.tolist()], dtype=np.int64)
+            a = np.repeat(values if cap is None else np.minimum(values, cap), counts)
+            return np.sort(a) if cap is not None else a
+
+        return expand(facts.inputs), expand(facts.max_tokens, self._cap), facts.shared
 
     def __repr__(self) -> str:
         return f"SpecStream({self._count} requests)"
+
+
+_HEX16 = re.compile(r"[0-9a-f]{16}")  # RequestSpec.prompt_hash
+
+
+def cap_spec(s: RequestSpec, cap: int) -> RequestSpec:
+    """``s`` with its ``max_tokens`` (and ``min_tokens``) at most ``cap`` (the same prompt: its hash kept)."""
+    out = dataclasses.replace(s, max_tokens=min(s.max_tokens, cap),
+                              min_tokens=None if s.min_tokens is None else min(s.min_tokens, cap))
+    if s._prompt_hash is not None:
+        object.__setattr__(out, "_prompt_hash", s._prompt_hash)
+    return out
 
 
 @dataclass
@@ -393,6 +499,7 @@ def finish_blocks(
     retok = _Retokenization(n, tokenizer) if check else None
     digest = hashlib.sha256()
     spool = LineSpool() if lazy else None
+    facts = StreamFacts() if lazy else None
     specs: list[RequestSpec] = []
     shared, classes, k = 0, {}, 0
     any_prefix = any_class = False
@@ -409,6 +516,7 @@ def finish_blocks(
             digest.update(line)
             if spool is not None:
                 spool.append(line[:-1])
+                facts.add(s, line[:-1])  # type: ignore[union-attr]
             else:
                 specs.append(s)
         if retok is not None:
@@ -423,7 +531,7 @@ def finish_blocks(
     if retok is not None:
         declaration.retokenization = retok.stats().to_json()
     declaration.request_sequence_sha256 = digest.hexdigest()
-    return Workload(SpecStream(spool, n) if spool is not None else specs, declaration)
+    return Workload(SpecStream(spool, n, facts=facts) if spool is not None else specs, declaration)
 
 
 # ---------------------------------------------------------------------- reference checks
@@ -437,13 +545,19 @@ def reference_checks(workload: Workload) -> dict[str, tuple[bool, str]]:
     out: dict[str, tuple[bool, str]] = {}
     if not specs:
         return out
-    cols = array("q"), array("q"), array("b")  # one pass: a lazy workload is read from its spool once
-    for s in specs:
-        cols[0].append(s.input_tokens)
-        cols[1].append(s.max_tokens)
-        cols[2].append(s.prefix_id is not None)
-    inp, mx = np.frombuffer(cols[0], dtype=np.int64), np.frombuffer(cols[1], dtype=np.int64)
-    shared = np.frombuffer(cols[2], dtype=np.int8).astype(bool)
+    known = specs.lengths() if isinstance(specs, SpecStream) else None
+    if known is not None:  # a lazy workload's lengths as noted when it was generated: no pass over it
+        inp, mx, n_shared = known
+        shared = np.zeros(inp.size, dtype=bool)
+        shared[:n_shared] = True  # where the prefixes are does not matter to the checks, only how many
+    else:
+        cols = array("q"), array("q"), array("b")  # one pass: a lazy workload is read from its spool once
+        for s in specs:
+            cols[0].append(s.input_tokens)
+            cols[1].append(s.max_tokens)
+            cols[2].append(s.prefix_id is not None)
+        inp, mx = np.frombuffer(cols[0], dtype=np.int64), np.frombuffer(cols[1], dtype=np.int64)
+        shared = np.frombuffer(cols[2], dtype=np.int8).astype(bool)
     if name == "synthetic-uniform":
         ok = inp.min() >= 128 and inp.max() <= 512 and mx.min() >= 64 and mx.max() <= 256 and not shared.any()
         out["4.3.2-PARAM-2"] = (bool(ok), f"inputs {inp.min()}-{inp.max()}, max_tokens {mx.min()}-{mx.max()}, "

@@ -61,7 +61,7 @@ def test_body_fails(llm_result):
 def test_procedure_figure(llm_result):
     assert_slo(llm_result, "max_concurrency >= 8")
 
-@pytest.mark.llm_procedure("5.98", slo=["success_rate >= 99%"])
+@pytest.mark.llm_procedure("5.98", slo=["success_rate >= 90%"])  # 40 requests: 99% cannot be shown to hold (needs >= 299), 90% can
 def test_marker_and_body(llm_result):
     assert_slo(llm_result, "ttft.max <= 1s")
 
@@ -114,9 +114,9 @@ def test_body_slos_are_counted_pass_and_fail_in_tests_headline_terminal_and_juni
     (fig,) = _test(doc, "test_procedure_figure")["slo_results"]
     assert (fig["metric"], fig["outcome"], fig["value"], fig["threshold"]) == ("max_concurrency", "PASS", 12, 8)
     t = _test(doc, "test_marker_and_body")
-    assert t["slos"] == ["success_rate >= 99%", "ttft.max <= 1s"]
+    assert t["slos"] == ["success_rate >= 90%", "ttft.max <= 1s"]
     assert [(r["origin"], r["outcome"]) for r in t["slo_results"]] == [("body", "PASS"), ("marker", "PASS")]
-    assert {"llmbench.slo.ttft.max <= 1s", "llmbench.slo.success_rate >= 99%"} <= set(props["test_marker_and_body"])
+    assert {"llmbench.slo.ttft.max <= 1s", "llmbench.slo.success_rate >= 90%"} <= set(props["test_marker_and_body"])
     assert _test(doc, "test_no_slo")["label"] == "INFORMATIONAL"
     # the headline and the terminal count them: four tests asserted SLOs, the fifth is informational
     h = doc["headline"]["tests"]

@@ -455,3 +455,13 @@ def test_against_real_run_metrics() -> None:
                           input_tokens_client=100, output_tokens_client=4) for i in range(50)]
     r = evaluate("ttft.p50 <= 50ms", metrics.summarize(rising))
     assert r.verdict is Verdict.INCONCLUSIVE and r.design_effect > 10 and "design effect" in r.message
+
+
+def test_point_verdict_for_search_criteria() -> None:
+    """point=True: the value against the threshold, two-way (a search level's criterion, §5.2.2.3)."""
+    run = _run()
+    run.per_request["ttft"] = np.full(50, 0.1)
+    assert evaluate("ttft.p50 <= 1s", run).passed  # 0 of 50: 50 % shown
+    assert evaluate("ttft.p99 <= 1s", run).verdict is Verdict.INCONCLUSIVE  # 0 of 50: 1 % not shown
+    r = evaluate("ttft.p99 <= 1s", run, point=True)  # the estimate (612.3 ms) against 1 s
+    assert r.passed and r.method == "point" and "method point: a point verdict was asked for" in r.message

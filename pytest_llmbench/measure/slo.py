@@ -1005,7 +1005,7 @@ def _confidence(slo: SLO, confidence: float | None) -> float:
 def evaluate(slo: SLO | str, run_metrics: RunMetricsLike, *, strict: bool = False,
              client_error: ClientError | None = None, confidence: float | None = None,
              in_flight: int = 0, burst_length: float | None = None,
-             design_effect: float | None = None) -> SLOResult:
+             design_effect: float | None = None, point: bool = False) -> SLOResult:
     """Judge one SLO on a run: PASS, FAIL or INCONCLUSIVE at the SLO's confidence (its ``confidence=``, else
     ``confidence``, else :data:`DEFAULT_CONFIDENCE`). ``strict`` turns a PASS on an under-sampled percentile
     into FAIL (§5.1.4.3); ``client_error`` gives the client's measurement error of the value (a note when it
@@ -1013,7 +1013,8 @@ def evaluate(slo: SLO | str, run_metrics: RunMetricsLike, *, strict: bool = Fals
     count as beyond the threshold for PASS and as within it for FAIL. A share bound is taken on ``n/d``
     requests, ``d`` the larger of the exceedances' own design effect in send order and that of
     ``burst_length`` (default :data:`DEFAULT_BURST_LENGTH`), or ``design_effect`` when given (a look: fixed
-    before it)."""
+    before it). ``point=True`` judges the value alone, two-way (method ``point``): what a search criterion
+    of §5.2.2.3 / §5.5.2 compares at each level (procedures/helpers.py ``criteria_failures``)."""
     slo = parse_slo(slo)
     conf = _confidence(slo, confidence)
     prior = burst_design_effect(DEFAULT_BURST_LENGTH if burst_length is None else burst_length)
@@ -1030,7 +1031,10 @@ def evaluate(slo: SLO | str, run_metrics: RunMetricsLike, *, strict: bool = Fals
     if est.n == 0 or est.value is None or math.isnan(est.value):
         return SLOResult(slo, Verdict.FAIL, est, f"{slo.label}: undefined (n={est.n}); cannot meet {slo}",
                          confidence=conf)
-    judged, shown = _judge(slo, run_metrics, est, conf, in_flight, design_effect, prior)
+    if point:
+        judged, shown = _point(slo, est, "a point verdict was asked for"), est
+    else:
+        judged, shown = _judge(slo, run_metrics, est, conf, in_flight, design_effect, prior)
     verdict = judged.verdict
     undersampled = bool(est.undersampled)
     if judged.method == "point":

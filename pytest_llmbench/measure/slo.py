@@ -759,9 +759,9 @@ def _pooled_shares(slo: SLO, run: RunMetricsLike) -> _Shares | None:
     return _Shares(x, int(x.size), float(x.sum()), int(failed.sum()), "requests-share")
 
 
-#: The per-request column that says which requests count against each share metric (True = beyond):
-#: the complement of a good-direction share's column. Without it only the counts are known.
-_PROPORTION_COLUMNS = {"success_rate": ("ok", True), "error_rate": ("failed", False), "good_fraction": ("good", True)}
+#: The per-request column of each share metric's numerator (which requests it counts, send order); a run
+#: without it gives the counts only (no design effect of the run's own).
+_PROPORTION_COLUMNS = {"success_rate": "ok", "error_rate": "failed", "good_fraction": "good"}
 
 
 def _proportion_shares(slo: SLO, run: RunMetricsLike, est: Estimate) -> _Shares:
@@ -771,7 +771,7 @@ def _proportion_shares(slo: SLO, run: RunMetricsLike, est: Estimate) -> _Shares:
     good_high = slo.operator in (">=", ">")
     k = n - x_count if good_high else x_count
     seq = None
-    name, complement = _PROPORTION_COLUMNS.get(slo.metric, (None, False))
+    name = _PROPORTION_COLUMNS.get(slo.metric)
     col, ok, failed = (_column(run, name) if name else None), _column(run, "ok"), _column(run, "failed")
     if col is not None and ok is not None and failed is not None:
         judged = ok.astype(bool) | failed.astype(bool)
@@ -793,7 +793,7 @@ def _effect_text(d: float, observed: float, prior: float) -> str:
     return f"; the bound is taken on n/{_num(d)} requests (design effect {_num(d)}: {', '.join(why) or 'given'})"
 
 
-def _share_judged(slo: SLO, sh: _Shares, p0: float, conf: float, in_flight: int, effect: float | None,
+def _share_judged(sh: _Shares, p0: float, conf: float, in_flight: int, effect: float | None,
                   prior: float) -> tuple[ShareDecision, str]:
     """The share verdict and the design-effect note: ``effect`` given (a look: fixed before it), or the
     larger of the run's own and the declared burst allowance's."""
@@ -815,7 +815,7 @@ def _judge_percentile(slo: SLO, run: RunMetricsLike, conf: float, in_flight: int
     sh = _percentile_shares(slo, run)
     if sh is None:
         return None
-    d, note = _share_judged(slo, sh, _share_limit(slo), conf, in_flight, effect, prior)
+    d, note = _share_judged(sh, _share_limit(slo), conf, in_flight, effect, prior)
     side = f"{_SIDE[slo.operator]} {slo.threshold_text()}"
     rule = "" if slo.reversed else (f", {sh.failed} of them failed ({_FAILED_RULE})" if sh.failed
                                      else f" ({_FAILED_RULE})")
@@ -843,7 +843,7 @@ def _judge_pooled(slo: SLO, run: RunMetricsLike, conf: float, in_flight: int, ef
     if sh is None:
         return _Judged(Verdict.INCONCLUSIVE, "the run kept no per-request gaps, and the pooled gaps of one request "
                        "are not independent samples: no bound", method="requests-share")
-    d, note = _share_judged(slo, sh, _share_limit(slo), conf, in_flight, effect, prior)
+    d, note = _share_judged(sh, _share_limit(slo), conf, in_flight, effect, prior)
     side = f"{_SIDE[slo.operator]} {slo.threshold_text()}"
     rule = "" if slo.reversed else f" ({_FAILED_RULE}: share 1)"
     flight = f", {in_flight} in flight (counted against the verdict)" if in_flight else ""
@@ -889,7 +889,7 @@ def _judge_proportion(slo: SLO, run: RunMetricsLike, est: Estimate, conf: float,
     sh = _proportion_shares(slo, run, est)
     good_high = slo.operator in (">=", ">")
     p0 = 1.0 - slo.threshold if good_high else slo.threshold
-    d, note = _share_judged(slo, sh, p0, conf, in_flight, effect, prior)
+    d, note = _share_judged(sh, p0, conf, in_flight, effect, prior)
     lower, upper = (1.0 - d.upper, 1.0 - d.lower) if good_high else (d.lower, d.upper)
     bound, text = _metric_bound_text(slo, d.verdict, lower, upper, f"exact binomial bound over {sh.n} requests",
                                      est.value)

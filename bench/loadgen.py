@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import inspect
 import json
 import os
@@ -74,6 +75,11 @@ from pytest_llmbench.loadgen.load import (  # noqa: E402
     run_open_loop,
 )
 from pytest_llmbench.loadgen.shards import run_sharded  # noqa: E402
+
+try:  # the options object (issue 45); a checkout before it (--repo, A/B runs) takes keywords
+    from pytest_llmbench.loadgen.load import LoadOptions  # noqa: E402
+except ImportError:
+    LoadOptions = None  # type: ignore[assignment,misc]
 from pytest_llmbench.loadgen.shards.local import LocalBackend  # noqa: E402
 
 MOCK_RELATIVE = Path("shared/tools/mock_openai_server.py")
@@ -244,13 +250,20 @@ def lags_ms(res: LoadResult) -> dict[str, np.ndarray]:
 
 def _pacer_kwargs(args: argparse.Namespace) -> dict[str, object]:
     """``pacer=`` where the measured checkout has pacers, else its only knob, ``spin_ms``."""
-    params = inspect.signature(run_load).parameters
+    params = ({f.name for f in dataclasses.fields(LoadOptions)} if LoadOptions is not None
+              else inspect.signature(run_load).parameters)
     extra: dict[str, object] = {"sends_first": not args.no_sends_first} if "sends_first" in params else {}
     if "pacer" in params:
         if args.pacer == "spin":
             return {"pacer": "spin", "spin_ms": 1.5 if args.spin_ms is None else args.spin_ms, **extra}
         return {"pacer": args.pacer, **extra}
     return {"spin_ms": 1.5 if args.spin_ms is None else args.spin_ms}
+
+
+def _open_kwargs(knobs: dict[str, object]) -> dict[str, object]:
+    """The pacing knobs as the measured checkout's ``run_open_loop`` takes them: one ``LoadOptions``,
+    or (a checkout before it) keywords."""
+    return {"options": LoadOptions(**knobs)} if LoadOptions is not None else knobs  # type: ignore[arg-type]
 
 
 class WakeLag:
@@ -298,7 +311,7 @@ async def open_run(cfg: ClientConfig, specs: list[RequestSpec], rate: float, sec
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         cpu0 = time.process_time()
         try:
-            res = await run_open_loop(c, open_specs, ArrivalProcess("poisson", rate, seed=seed), **kw)
+            res = await run_open_loop(c, open_specs, ArrivalProcess("poisson", rate, seed=seed), **_open_kwargs(kw))
         finally:
             if wake is not None:
                 wake.close()
@@ -352,7 +365,7 @@ async def late_profile(url: str, args: argparse.Namespace) -> None:
         log.install(asyncio.get_running_loop())
         try:
             res = await run_open_loop(c, open_specs, ArrivalProcess("poisson", args.rate, seed=1),
-                                      **_pacer_kwargs(args))
+                                      **_open_kwargs(_pacer_kwargs(args)))
         finally:
             log.uninstall()
     lag = lags_ms(res)
@@ -379,7 +392,7 @@ async def cprofile_run(url: str, args: argparse.Namespace) -> None:
         if open_rate:
             n_open = int(open_rate * args.open_seconds)
             res = await run_open_loop(c, (specs * (n_open // len(specs) + 1))[:n_open],
-                                      ArrivalProcess("poisson", open_rate, seed=1), **_pacer_kwargs(args))
+                                      ArrivalProcess("poisson", open_rate, seed=1), **_open_kwargs(_pacer_kwargs(args)))
         else:
             res = await run_closed_loop(c, specs, args.concurrency)
         prof.disable()

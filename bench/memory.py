@@ -1,41 +1,42 @@
 #!/usr/bin/env python3
-"""Memory of the measured path: max RSS of procedure 5.1 at growing request counts (issue 30).
+"""Memory and time of the user's own command at growing request counts (issues 30 and 46).
 
     python bench/memory.py                                  # 10,000, 100,000 and 1,000,000 requests
-    python bench/memory.py --requests 10000,100000          # chosen sizes
+    python bench/memory.py --requests 10000,30000           # chosen sizes
     python bench/memory.py --requests 10000 --keep /tmp/m   # keep the report directories
     python bench/memory.py --url http://127.0.0.1:8000/v1   # a server already running
+    python bench/memory.py --path session                   # the side path (a Session, document.build)
 
 Starts the reference mock ``shared/tools/mock_openai_server.py`` (``--ttft-ms 0 --itl-ms 0 --tokens
-50 --no-stats``) unless ``--url`` is given, then runs procedure 5.1 once per size, each in a fresh
-child process, through the real procedure path: a :class:`pytest_llmbench.session.Session` against
-the mock (the same ``Session.run`` the suites call), closed loop of 64 streams, 50-token answers,
-warm-up (§4.5) first, records streamed to ``records.jsonl`` and summarised, then the results
-document built from the session (``document.build``). Per size it prints:
+50 --no-stats``) unless ``--url`` is given. Per size it writes, as a new user would, a test file::
 
-* requests and wall time of the child (the procedure, then the document);
-* max RSS of the child (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) after the procedure and
-  after the document, and the start-up footprint (max RSS once the package, the tokenizer and
-  the SUT check are loaded, before any request);
-* RSS per 1,000 requests beyond that footprint: (max RSS − footprint) / (requests / 1000);
-* the load average (``os.getloadavg``) when the child started and when it ended;
-* at the smallest size (``--agree-at``, default 10,000): the summary's agreement with the
-  in-memory path: the run's records read back from disk into a list and summarised by
-  ``summarize(records)`` with the run's own App. B.2.1 ITL option, compared with the procedure's
-  ``RunMetrics`` in full (``to_json(per_request=True)``): "identical" or the differing fields.
+    @pytest.mark.llm_procedure("5.1", workload="synthetic-uniform", load=closed(64), requests=N)
+    def test_5_1(llm_result): ...
 
-Figures are printed, never asserted. What the measured path keeps (docs/load-generator.md,
-"Memory"): no record; the run's per-request columns (``measure.frame.FrameBuilder``); its per-chunk
-columns spill to a temporary directory beyond ``frame.SPILL_AT`` entries and the summary reads them
-back in blocks of requests (docs/metrics.md); the pooled ITL samples as sorted integer ns. Target
-(issue 30): 1,000,000 requests under 1 GB. A path that keeps every record in memory needed about
-33 GB there: pass ``--max-rss-gb`` to skip a size whose projection (from the smaller sizes'
-per-1,000 figure) is above the limit.
+and runs ``pytest <file> --llm-endpoint URL --llm-boundary model-engine --llm-max-duration 0
+--junitxml …`` in a fresh process under ``/usr/bin/time -f %M`` (the default ``--path pytest``: the
+user's path, every report and export written: results.json, report.md, report.html, summary.md,
+requests.csv, JUnit XML, the terminal summary). Per size it prints:
+
+* the outcome, the requests sent and answered, the wall time of the pytest process;
+* its max RSS (``/usr/bin/time``'s ``%M``) and the start-up footprint (max RSS of the same command with
+  ``--collect-only``: the package, pytest and the plugin loaded), and RSS per 1,000 requests beyond it;
+* where the time went: the plugin's ``pytest_llmbench.timing`` log lines (measurement, summary,
+  document, each report and export), read from ``--log-file``;
+* the load average (``os.getloadavg``) when the process started and when it ended.
+
+``--path session`` runs the older side path: procedure 5.1 through a :class:`Session` and
+``document.build`` in a child, with its agreement check against the in-memory summary.
+
+Figures are printed, never asserted (the CI-sized slope is ``tests/test_user_path_memory.py``). Target
+(issue 46): max RSS under 1 GB at 1,000,000 requests, at most 0.75 MB per 1,000 requests beyond the
+start-up footprint.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -44,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,7 +92,7 @@ def _agreement(result: Any) -> dict[str, Any]:
     """The procedure's RunMetrics against ``summarize(list of the run's records read back)``."""
     from pytest_llmbench.common.storage import load_run
     from pytest_llmbench.measure.summary import summarize
-    from pytest_llmbench.procedures.common import itl_decision_for
+    from pytest_llmbench.procedures.run import itl_decision_for
 
     run = next(r for r in result.runs if r.label == "measure")
     stored = load_run(run.run_dir)
@@ -120,7 +122,8 @@ def child(args: argparse.Namespace) -> None:
     """Run 5.1 at ``args.child`` requests and print one JSON line of figures."""
     load_start, t_start = _load(), time.perf_counter()
     from pytest_llmbench.document.build import build_document
-    from pytest_llmbench.procedures.base import closed, get_procedure
+    from pytest_llmbench.procedures.base import get_procedure
+    from pytest_llmbench.procedures.loads import closed
     from pytest_llmbench.session import Session
     from pytest_llmbench.settings import Settings
 
@@ -200,16 +203,27 @@ def _wait_quiet(max_load: float | None, max_wait: float) -> None:
         time.sleep(30)
 
 
-def parent(args: argparse.Namespace) -> None:
+@contextlib.contextmanager
+def _server(args: argparse.Namespace) -> Iterator[str]:
+    """``--url``, or the reference mock started for the bench (bench/loadgen.py's, the same way) and
+    stopped after it."""
+    if args.url is not None:
+        yield args.url
+        return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from loadgen import find_mock, start_mock  # bench/loadgen.py: the same mock, started the same way
+    from loadgen import find_mock, start_mock
 
-    mock = None
-    url = args.url
-    if url is None:
-        mock, url = start_mock(find_mock(args.mock), args.tokens)
-    rows: list[dict[str, Any]] = []
+    mock, url = start_mock(find_mock(args.mock), args.tokens)
     try:
+        yield url
+    finally:
+        mock.terminate()
+        mock.wait(10)
+
+
+def parent(args: argparse.Namespace) -> None:
+    rows: list[dict[str, Any]] = []
+    with _server(args) as url:
         for n in args.requests:
             if args.max_rss_gb and rows:
                 slope = max(_per_1000(r, "maxrss_document_mb") for r in rows)
@@ -231,10 +245,106 @@ def parent(args: argparse.Namespace) -> None:
                     raise SystemExit(f"{n} requests: the child failed (exit {proc.returncode}):\n{proc.stdout[-4000:]}")
                 rows.append(json.loads(line[len(MARK):]))
                 _print(rows[-1], rows[-2] if len(rows) > 1 else None)
-    finally:
-        if mock is not None:
-            mock.terminate()
-            mock.wait(10)
+
+
+# ----------------------------------------------------------------------------------------------
+# the user's path: pytest in a process of its own, reports on
+# ----------------------------------------------------------------------------------------------
+
+TEST_FILE = """
+import pytest
+from pytest_llmbench import closed
+
+
+@pytest.mark.llm_procedure("5.1", workload="synthetic-uniform", load=closed({concurrency}), requests={n},
+                           max_output_tokens={tokens})
+def test_5_1(llm_result):
+    assert llm_result.metrics is not None
+"""
+
+TIMING_LOGGER = "pytest_llmbench.timing"
+
+
+def _timed_pytest(cwd: Path, url: str, extra: list[str]) -> tuple[subprocess.CompletedProcess[str], float, float]:
+    """``pytest`` under ``/usr/bin/time -f %M``: the process, its max RSS in MB and its wall time."""
+    rss_file = cwd / "maxrss.txt"
+    cmd = ["/usr/bin/time", "-f", "%M", "-o", str(rss_file), sys.executable, "-m", "pytest", "test_memory.py",
+           "--llm-endpoint", url, "--llm-boundary", "model-engine", "--llm-max-duration", "0",
+           "-p", "no:cacheprovider", "-p", "no:randomly", *extra]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wall = time.perf_counter() - t0
+    return proc, int(rss_file.read_text().split()[-1]) / MB, wall
+
+
+def _timings(log: Path) -> list[tuple[str, float]]:
+    """The plugin's ``pytest_llmbench.timing`` lines: ``<what>: <seconds> s``."""
+    out: list[tuple[str, float]] = []
+    if not log.is_file():
+        return out
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        if TIMING_LOGGER not in line:
+            continue
+        what, _, secs = line.split(TIMING_LOGGER, 1)[1].strip().rpartition(":")
+        try:
+            out.append((what.strip(), float(secs.strip().removesuffix("s").strip())))
+        except ValueError:
+            continue
+    return out
+
+
+def _pytest_size(args: argparse.Namespace, url: str, n: int, tmp: Path) -> dict[str, Any]:
+    """One size on the user's path: start-up footprint, then the run with every report."""
+    (tmp / "test_memory.py").write_text(TEST_FILE.format(n=n, concurrency=args.concurrency, tokens=args.tokens))
+    _, startup, _ = _timed_pytest(tmp, url, ["--collect-only", "-q"])
+    load_start = _load()
+    log = tmp / "pytest.log"
+    proc, rss, wall = _timed_pytest(tmp, url, [
+        "-q", "--junitxml", str(tmp / "junit.xml"), "--llm-report", str(tmp / "llmbench-report"),
+        "--log-file", str(log), "--log-file-level", "INFO", "--log-file-format", "%(name)s %(message)s"])
+    sent = ok = 0
+    for records in sorted((tmp / "llmbench-report").glob("runs/*/measure/records.jsonl")):
+        with records.open("rb") as f:  # streamed: the bench must not hold the run either
+            for line in f:
+                if line.strip():
+                    sent += 1
+                    ok += b'"error_type": null' in line or b'"error_type":null' in line
+    outcome = next((ln for ln in reversed(proc.stdout.splitlines()) if " passed" in ln or " failed" in ln
+                    or " error" in ln), f"exit {proc.returncode}")
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{n} requests: pytest exited {proc.returncode}:\n{proc.stdout[-4000:]}")
+    return {"requests": n, "sent": sent, "ok": ok, "outcome": outcome.strip(), "wall_s": round(wall, 1),
+            "startup_mb": round(startup, 1), "maxrss_mb": round(rss, 1), "timings": _timings(log),
+            "load_start": load_start, "load_end": _load()}
+
+
+def _print_pytest(row: dict[str, Any], previous: dict[str, Any] | None) -> None:
+    per = (row["maxrss_mb"] - row["startup_mb"]) / (row["requests"] / 1000)
+    print(f"\n{row['requests']:,} requests ({row['sent']} sent, {row['ok']} ok), pytest: {row['outcome']}; "
+          f"wall {row['wall_s']} s; load average {row['load_start']} at start, {row['load_end']} at end")
+    print(f"  max RSS {row['maxrss_mb']:.0f} MB; start-up footprint {row['startup_mb']:.0f} MB (--collect-only); "
+          f"{per:.3f} MB per 1,000 requests beyond it")
+    if previous is not None:
+        span = (row["requests"] - previous["requests"]) / 1000
+        print(f"  marginal: {(row['maxrss_mb'] - previous['maxrss_mb']) / span:.3f} MB per 1,000 requests from "
+              f"{previous['requests']:,} to {row['requests']:,}")
+    if row["timings"]:
+        print("  where the time went: " + "; ".join(f"{w} {s:.1f} s" for w, s in row["timings"]))
+    else:
+        print(f"  where the time went: no {TIMING_LOGGER} lines in the log")
+    sys.stdout.flush()
+
+
+def parent_pytest(args: argparse.Namespace) -> None:
+    rows: list[dict[str, Any]] = []
+    with _server(args) as url:
+        for n in args.requests:
+            _wait_quiet(args.max_load, args.max_wait)
+            with tempfile.TemporaryDirectory(prefix="llmbench-mem-") as tmp_name:
+                tmp = Path(args.keep) / f"n{n}" if args.keep else Path(tmp_name)
+                tmp.mkdir(parents=True, exist_ok=True)
+                rows.append(_pytest_size(args, url, n, tmp))
+                _print_pytest(rows[-1], rows[-2] if len(rows) > 1 else None)
 
 
 def main() -> None:
@@ -254,13 +364,17 @@ def main() -> None:
     ap.add_argument("--max-load", type=float, default=None,
                     help="before each size wait until the 1-minute load average is below this")
     ap.add_argument("--max-wait", type=float, default=600.0, help="--max-load: wait at most this many seconds")
+    ap.add_argument("--path", choices=("pytest", "session"), default="pytest",
+                    help="pytest: the user's command with every report (default); session: the side path")
     ap.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--report", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child is not None:
         child(args)
-    else:
+    elif args.path == "session":
         parent(args)
+    else:
+        parent_pytest(args)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ from factories import procedure_context, simulator_harness  # noqa: E402
 
 from pytest_llmbench import closed  # noqa: E402
 from pytest_llmbench.measure.stats import knee_point  # noqa: E402
-from pytest_llmbench.procedures.base import Capacity, get_procedure  # noqa: E402
+from pytest_llmbench.procedures.base import get_procedure  # noqa: E402
+from pytest_llmbench.procedures.result import Capacity  # noqa: E402
 from pytest_llmbench.simulator import SimConfig, start_simulator  # noqa: E402
 from pytest_llmbench.simulator.predict import simulate_closed_loop  # noqa: E402
 

@@ -11,10 +11,10 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .procedures.base import LoadSpec, bursty, closed, poisson, uniform
+    from .procedures.loads import LoadSpec, bursty, closed, poisson, uniform
 
 #: public name -> module that defines it
-_LAZY = {name: "pytest_llmbench.procedures.base" for name in ("LoadSpec", "bursty", "closed", "poisson", "uniform")}
+_LAZY = {name: "pytest_llmbench.procedures.loads" for name in ("LoadSpec", "bursty", "closed", "poisson", "uniform")}
 
 
 def __getattr__(name: str) -> Any:

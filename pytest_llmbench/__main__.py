@@ -139,9 +139,10 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     gate_text = "\n\n".join(render_comparison(d) for d in docs)
     text = render_systems_text(system_doc) + "\n\n" + gate_text
     if args.recount:
-        from .gate.recount import recount_text
+        from .gate.recount import recount_comparison
+        from .report.comparison import render_recount
 
-        text += "\n\n" + "\n\n".join(recount_text(sides[0][0], s[0]) for s in sides[1:])
+        text += "\n\n" + "\n\n".join(render_recount(recount_comparison(sides[0][0], s[0])) for s in sides[1:])
     print(text)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)

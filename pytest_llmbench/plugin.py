@@ -19,16 +19,9 @@ import pytest
 
 from . import hookspecs
 from .options import add_options, settings_from_config
-from .procedures.base import (
-    Capacity,
-    Procedure,
-    ProcedureError,
-    ProcedureResult,
-    SkipProcedure,
-    get_procedure,
-    params_key,
-)
-from .session import Session, configure_embedded, resummarize_run
+from .procedures.base import CannotMeasure, Procedure, ProcedureError, SkipProcedure, get_procedure, params_key
+from .procedures.result import Capacity, ProcedureResult
+from .session import Session, SessionResult, configure_embedded, resummarize_run
 from .settings import LLMBenchConfigError, Settings, parse_capacity
 from .sut import adapters
 from .sut.system import SUT, EndpointError
@@ -59,11 +52,17 @@ def pytest_configure(config: pytest.Config) -> None:
         bench = Session(settings, configure_sut=_hook_configure(config), progress=_progress_factory(config))
     except LLMBenchConfigError as exc:
         raise pytest.UsageError(str(exc)) from None
+    from .compliance import DeclarationError, Declarations
+
+    try:  # types, placeholders and unknown keys: a wrong declaration costs no measurement (issue 46)
+        Declarations.load(settings.declarations, rootdir=settings.rootdir)
+    except DeclarationError as exc:
+        raise pytest.UsageError(str(exc)) from None
     from .gate import GateStorageError, RuleError
     from .gate.sessiongate import SessionGate
 
-    try:
-        gate = SessionGate(settings, resummarize=resummarize_run)  # the gate itself never summarises records
+    try:  # the gate itself never summarises records, nor fingerprints the machine: the hooks do
+        gate = SessionGate(settings, resummarize=resummarize_run, machine_info=_machine_info(config))
     except (RuleError, GateStorageError) as exc:
         raise pytest.UsageError(str(exc)) from None
     plugin = LLMBenchPlugin(config, bench, gate)
@@ -146,18 +145,26 @@ def _check_param_types(proc: Procedure, kwargs: dict[str, Any]) -> None:
 
 
 def _validate_workload(proc: Procedure, params: Any) -> None:
-    """A marker's workload: a registered name, or a custom spec file read and checked now (§4.3.1).
-
-    Request files (``.jsonl``, replayed) are checked when the procedure reads them.
-    """
+    """A marker's workload, checked at collection so that a bad one costs no request (§4.3.1, issue 46):
+    a registered name (with its ``dataset`` file read now, when ``workload_params`` names one), a custom
+    spec file read and validated, or a request file (``.jsonl``, replayed) read line by line."""
     name = getattr(params, "workload", None)
     if not isinstance(name, str):
         return
-    from .workloads import WORKLOADS, WorkloadError, load_spec, validate_spec
+    from .workloads import WORKLOADS, WorkloadError, check_dataset, check_requests, load_spec, validate_spec
 
     suffix = Path(name).suffix.lower()
-    if name in WORKLOADS or suffix == ".jsonl":
-        return
+    dataset = (getattr(params, "workload_params", None) or {}).get("dataset")
+    try:
+        if suffix == ".jsonl":  # a request file (replayed): every line read now, none kept
+            check_requests(name)
+            return
+        if name in WORKLOADS:
+            if dataset is not None:  # the workload's dataset file, read now (§4.3, App. A.3, A.4)
+                check_dataset(name, dataset)
+            return
+    except WorkloadError as exc:
+        raise ProcedureError(f"procedure {proc.id}: {exc}") from None  # the message names the file
     if suffix not in (".toml", ".yaml", ".yml", ".json"):
         raise ProcedureError(f"procedure {proc.id}: unknown workload {name!r}: use one of {', '.join(WORKLOADS)}, "
                              "a spec file (.toml, .yaml, .yml, .json) or a request file (.jsonl)")
@@ -186,6 +193,55 @@ def pytest_llmbench_configure_sut(sut: SUT, setting: str, value: Any) -> bool | 
     return made if made is not None else configure_embedded(sut, setting, value)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_llmbench_update_document(document: dict[str, Any]) -> None:
+    """The plugin's first update of the document: its headline (document.headline.annotate)."""
+    from .document.headline import annotate, item_titles
+
+    annotate(document, item_titles())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_llmbench_generate_machine_info() -> dict[str, Any]:
+    """The plugin's machine fingerprint (gate.storage.machine_fingerprint)."""
+    from .gate.storage import machine_fingerprint
+
+    return machine_fingerprint()
+
+
+def _machine_info(config: pytest.Config) -> Callable[[], dict[str, Any]]:
+    """The machine fingerprint through the generate/update_machine_info hooks, for the gate."""
+
+    def machine_info() -> dict[str, Any]:
+        info: dict[str, Any] = config.hook.pytest_llmbench_generate_machine_info(config=config)
+        config.hook.pytest_llmbench_update_machine_info(config=config, machine_info=info)
+        return info
+
+    return machine_info
+
+
+def write_document(hook: Any, config: pytest.Config | None, result: SessionResult) -> dict[str, Any]:
+    """The one writer of the results document (pytest-benchmark's ``generate_json``/``update_json``): the
+    generate hook builds it, every update hook changes it in their declared order (hookspecs.py), then it is
+    finished (keys in order, secrets scrubbed, plain JSON: ``document.build.finish_document``)."""
+    from .document.build import finish_document
+    from .document.redact import secret_values
+
+    doc: dict[str, Any] = hook.pytest_llmbench_generate_document(config=config, result=result)
+    hook.pytest_llmbench_update_document(config=config, result=result, document=doc)
+    return finish_document(doc, secret_values(result))
+
+
+def gate_document(hook: Any, config: pytest.Config | None, result: SessionResult) -> dict[str, Any]:
+    """The document a test is compared on under ``--llm-compare``: generated (each procedure's entry built
+    once per session), secrets scrubbed; the update hooks are for the document written at the end."""
+    from .document.redact import scrub, secret_values
+
+    doc: dict[str, Any] = scrub(hook.pytest_llmbench_generate_document(config=config, result=result),
+                                secret_values(result))
+    return doc
+
+
 def _hook_configure(config: pytest.Config) -> Callable[[SUT, str, Any], bool]:
     def configure(sut: SUT, setting: str, value: Any) -> bool:
         return bool(config.hook.pytest_llmbench_configure_sut(sut=sut, setting=setting, value=value))
@@ -194,7 +250,8 @@ def _hook_configure(config: pytest.Config) -> Callable[[SUT, str, Any], bool]:
 
 
 def _progress_factory(config: pytest.Config) -> Callable[[str], Callable[[str], None]]:
-    """Progress lines on the terminal: rewritten in place on a tty, every 15 s otherwise (a CI log).
+    """Progress lines on the terminal: rewritten in place on a tty (at most one a second), every 10 s
+    otherwise (a CI log); a new phase (warm-up, a run, a level, a run's final count) is shown at once.
 
     Shown with ``-q`` too (a quiet CI job must not look hung); ``-qq`` silences them."""
 
@@ -203,7 +260,7 @@ def _progress_factory(config: pytest.Config) -> Callable[[str], Callable[[str], 
         verbose = config.get_verbosity() >= -1
         isatty = bool(tr is not None and getattr(tr, "isatty", False))
         state: dict[str, Any] = {"last": 0.0, "phase": None}
-        interval = 0.25 if isatty else 15.0
+        interval = 1.0 if isatty else 10.0
 
         def progress(line: str) -> None:
             now = time.monotonic()
@@ -239,6 +296,23 @@ class LLMBenchPlugin:
         self.document: dict[str, Any] | None = None
         self.report_path: Path | None = None
         self.saved: Any = None  # gate.StoredRun when --llm-save/--llm-autosave stored the session
+        self._entries: Any = None  # document.procedure.EntryCache: each procedure's entry built once
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_llmbench_generate_document(self, result: SessionResult) -> dict[str, Any]:
+        """The plugin's document: document.build.generate_document, with this session's entry cache."""
+        from .document.build import generate_document
+        from .document.procedure import EntryCache
+
+        if self._entries is None:
+            self._entries = EntryCache()
+        return generate_document(result, self._entries)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_llmbench_update_document(self, document: dict[str, Any]) -> None:
+        """The plugin's last update of the document: the comparison with the baseline (--llm-compare, §6)."""
+        if self.gate is not None and self.gate.comparing:
+            document["comparison"] = self.gate.comparison(document)
 
     def print_plan(self, items: list[pytest.Item]) -> None:
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -314,9 +388,8 @@ class LLMBenchPlugin:
         """The gate's failure messages for this test (and its JUnit properties), [] when not comparing."""
         if self.gate is None or not self.gate.comparing:
             return []
-        from .document.build import build_document
-
-        doc = build_document(self.session.result(complete=False, test_outcomes=self.test_outcomes))
+        doc = gate_document(self.config.hook, self.config,
+                            self.session.result(complete=False, test_outcomes=self.test_outcomes))
         verdict = self.gate.check_test(doc, item.nodeid)
         if verdict.comparison is not None:
             from .report.comparison import junit_properties
@@ -341,7 +414,7 @@ class LLMBenchPlugin:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         try:
             if self.session.results or self.session.partial:
-                from .document.build import build_document, write_exports
+                from .document.exports import write_exports
                 from .report import write_reports
 
                 # selected llmbench tests that never ran (pytest -x, a pytest.exit) make it incomplete
@@ -351,10 +424,7 @@ class LLMBenchPlugin:
                 result = self.session.result(complete=not not_run, interrupted=interrupted,
                                              test_outcomes=self.test_outcomes,
                                              command_line=list(self.config.invocation_params.args))
-                _final_junit_verdicts(self.config, result)
-                self.document = build_document(result)
-                if self.gate is not None and self.gate.comparing:
-                    self.document["comparison"] = self.gate.comparison(self.document)
+                self.document = write_document(self.config.hook, self.config, result)
                 self.report_path = write_reports(self.document)["html"]
                 write_exports(self.document, self.report_path.parent)  # levels.csv, requests.csv
                 if self.gate is not None and self.gate.saving:
@@ -384,22 +454,6 @@ class LLMBenchPlugin:
         if self.gate is not None:  # runs summarised again from records (a report directory of an older version)
             for note in self.gate.notes():
                 terminalreporter.write_line(f"llmbench: note: {note}")
-
-
-def _final_junit_verdicts(config: pytest.Config, result: Any) -> None:
-    """JUnit XML shows the verdict judged at session end (session-level items re-judged, §4.3.2)."""
-    from _pytest.junitxml import xml_key
-
-    xml = config.stash.get(xml_key, None)
-    if xml is None:
-        return
-    by_node = {nodeid: result.results.get(o.get("result_key")) for nodeid, o in result.test_outcomes.items()}
-    for (nodeid, _), reporter in getattr(xml, "node_reporters", {}).items():
-        res = by_node.get(nodeid)
-        if res is None or res.compliance is None:
-            continue
-        reporter.properties = [(k, res.compliance.verdict.value if k == "llmbench.compliance" else v)
-                               for k, v in reporter.properties]
 
 
 def _short_message(report: pytest.TestReport) -> str:
@@ -450,12 +504,17 @@ def llm_result(request: pytest.FixtureRequest, llm_session: Session, llm_sut: SU
         result_key=params_key(proc.id, params), procedure=proc.id, slos=list(slos) + list(llm_session.settings.slo))
     from .workloads import WorkloadError
 
+    cannot: CannotMeasure | None = None
     try:
         result = llm_session.run(proc, params)
     except SkipProcedure as exc:
         pytest.skip(str(exc))
     except WorkloadError as exc:  # a bad workload file or dataset: its message names it
         pytest.fail(f"pytest-llmbench: procedure {proc.id}: workload error: {exc}", pytrace=False)
+    except CannotMeasure as exc:  # its message names the cause, the figure and the option to change
+        cannot = exc
+    if cannot is not None:  # failed outside the except block: no "during handling" chain in the output
+        pytest.fail(f"pytest-llmbench: procedure {proc.id} cannot measure: {cannot}", pytrace=False)
     for name, value in _junit_properties(result):
         request.node.user_properties.append((name, value))
     return result

@@ -6,7 +6,8 @@ pytest plugin or by any other caller. It owns the SUT (the embedded simulator is
 use and stopped by :meth:`Session.close`), the endpoint check (§4.1), the result cache (one run
 per procedure and parameters), the capacity hand-off between procedures (§5.3.3) and the recovery
 of a procedure cut short (its records read back from disk, marked incomplete). :meth:`Session.result`
-returns the plain :class:`SessionResult` that ``results.py`` turns into ``results.json``.
+returns the plain :class:`SessionResult` that ``document.build`` turns into ``results.json``; the cached
+results are never changed (the session-level compliance items are judged on copies, §4.3.2).
 
 Each measured run is summarised once: the procedure summarises it, and the session writes that
 summary's per-request samples beside the run's records (``samples.npz``, :mod:`.measure.samples`)
@@ -32,15 +33,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .compliance import rejudge_session
 from .measure.samples import write_run_samples
 from .procedures.base import (
-    Capacity,
+    CannotMeasure,
     Procedure,
     ProcedureContext,
-    ProcedureResult,
-    RunSummary,
     SkipProcedure,
     capacity_provider,
     params_key,
 )
+from .procedures.result import Capacity, ProcedureResult, RunSummary
 from .settings import Settings, parse_capacity
 from .sut.system import SUT, EndpointError, check_endpoint, identify_server
 
@@ -61,7 +61,7 @@ ADMIN_TIMEOUT_S = 10.0
 
 @dataclass
 class SessionResult:
-    """What a session produced, as plain data: the input of ``results.build_document``.
+    """What a session produced, as plain data: the input of the results document (``document.build``).
 
     ``test_outcomes`` maps a test id to its procedure, result key, SLOs and outcome (filled by the
     caller, e.g. the pytest plugin); ``command_line`` is the invocation as given (the document
@@ -308,7 +308,7 @@ class Session:
         if kind in self.capacity:
             return self.capacity[kind]
         if kind in self._capacity_errors:  # one failed search per session, not one per dependent test
-            raise RuntimeError(self._capacity_errors[kind])
+            raise CannotMeasure(self._capacity_errors[kind])
         if self._declared_capacity is not None and self._declared_capacity[0] == kind:
             value = self._declared_capacity[1]
             cap = (Capacity(rate=value, source="declared (--llm-capacity)") if kind == "rate"
@@ -319,9 +319,10 @@ class Session:
             result = await self._run_async(proc, params)
             if result.capacity is None:
                 self._capacity_errors[kind] = self._capacity_error(proc.id, kind)
-                raise RuntimeError(self._capacity_errors[kind])
+                raise CannotMeasure(self._capacity_errors[kind])
             cap = result.capacity
-            cap.source = cap.source or f"measured by {proc.id} in this session"
+            if not cap.source:  # named on a copy: a result is not changed once its procedure returned it
+                cap = dataclasses.replace(cap, source=f"measured by {proc.id} in this session")
         self.capacity[kind] = cap
         return cap
 
@@ -350,16 +351,31 @@ class Session:
 
         A session with a crashed procedure (an incomplete partial result) is never complete.
         """
-        for key, partial in self.partial.items():
-            self.results.setdefault(key, partial)
-        rejudge_session(self.results.values())  # session-level items, whatever the test order (§4.3.2, §4.8.2)
-        crashed = any(not r.complete for r in self.results.values())
-        return SessionResult(settings=self.settings, sut=self.sut, results=dict(self.results),
+        results = {**self.results, **{k: p for k, p in self.partial.items() if k not in self.results}}
+        judged = _judged_over_session(results)
+        crashed = any(not r.complete for r in judged.values())
+        # the first repetition is the result itself: the judged copy stands in for it there too
+        repetitions = {k: [judged.get(k, r) if r is results.get(k) else r for r in reps]
+                       for k, reps in self.repetitions.items()}
+        return SessionResult(settings=self.settings, sut=self.sut, results=judged,
                              capacity=dict(self.capacity), test_outcomes=dict(test_outcomes or {}),
                              started=self.started, finished=time.time(),
                              complete=complete and not interrupted and not crashed, interrupted=interrupted,
-                             command_line=list(command_line or []), repetitions=dict(self.repetitions),
+                             command_line=list(command_line or []), repetitions=repetitions,
                              repetition_isolation=dict(self.repetition_isolation))
+
+
+def _judged_over_session(results: dict[str, ProcedureResult]) -> dict[str, ProcedureResult]:
+    """Copies of ``results`` with the session-level items judged over all of them, whatever the test
+    order (§4.3.2, §4.8.2); the cached results keep the verdict their own run gave."""
+    judged = rejudge_session(results)
+    out = {}
+    for key, r in results.items():
+        j = judged.get(key)
+        out[key] = r if j is None else dataclasses.replace(
+            r, facts=j.facts, compliance=j.compliance,
+            measurements={**r.measurements, "compliance_verdict": j.compliance.verdict.value})
+    return out
 
 
 def partial_result(proc: Procedure, params: Any, run_root: Path, profile: str,

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import scipy.stats  # noqa: F401  loaded once here: an in-process pytester run that imports it first would drop it
+# from sys.modules at its end, and the next run's import fails (numpy.fft 'cannot load module more than once')
 from factories import StartHarness, simulator_harness
 from faultserver import FaultServer, start_fault_server
 

@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from aiohttp import web
     from faultserver import FaultServer
 
-    from pytest_llmbench.compliance import Check, RunFacts
-    from pytest_llmbench.procedures.base import Capacity, ProcedureContext
+    from pytest_llmbench.compliance import Check, ComplianceResult, RunFacts
+    from pytest_llmbench.procedures.base import ProcedureContext
+    from pytest_llmbench.procedures.result import Capacity
     from pytest_llmbench.simulator import SimConfig
 
 MS = 1_000_000  # ns per millisecond
@@ -186,6 +187,31 @@ def all_procedure_checks(test_id: str) -> dict[str, Check]:
     return {rid: Check(rid, Status.MET, "measured", source="measured") for rid in procedure_items(test_id)}
 
 
+def checks_text(res: ComplianceResult, *, levels: Sequence[str] = ("MUST", "SHOULD", "MAY", "PARAM", "REPORT"),
+                width: int = 100, hide_not_applicable: bool = False) -> str:
+    """A plain-text view of a compliance result for assertion messages: its summary, then ID | Level |
+    Status | Reason (the reports render the document's compliance, not this)."""
+    wanted = set(levels)
+    rows = [r for r in res.rows(hide_not_applicable=hide_not_applicable) if r[1] in wanted]
+    w0 = max([len("ID")] + [len(r[0]) for r in rows])
+    w2 = max([len("Status")] + [len(r[2]) for r in rows])
+    lines = [res.summary(), f"{'ID':<{w0}}  {'Level':<6}  {'Status':<{w2}}  Reason"]
+    for rid, lvl, st, reason in rows:
+        text = reason if len(reason) <= width else reason[: width - 1] + "…"
+        lines.append(f"{rid:<{w0}}  {lvl:<6}  {st:<{w2}}  {text}")
+    return "\n".join(lines)
+
+
+def checks_markdown(res: ComplianceResult, *, hide_not_applicable: bool = False) -> str:
+    """A Markdown view of a compliance result: the verdict, its deviations, one row per item."""
+    lines = [f"**{res.test_id}: {res.verdict.value}**", ""]
+    lines += [f"- Deviation: {d}" for d in res.deviations] + ([""] if res.deviations else [])
+    lines += ["| ID | Level | Status | Reason |", "|---|---|---|---|"]
+    for rid, lvl, st, reason in res.rows(hide_not_applicable=hide_not_applicable):
+        lines.append(f"| `{rid}` | {lvl} | {st} | {reason.replace('|', '/')} |")
+    return "\n".join(lines)
+
+
 # ================================================================================ simulator harness
 def procedure_context(sim: Any, root: Path, *, capacity: Capacity | None = None, run_root: Path | None = None,
                       **settings: Any) -> ProcedureContext:
@@ -240,7 +266,7 @@ def simulator_harness(config: SimConfig, root: Path, *, capacity: Capacity | Non
     ``rate``: the request-rate capacity the test declares, short for
     ``capacity=Capacity(rate=rate, source="declared by the test")``.
     """
-    from pytest_llmbench.procedures.base import Capacity
+    from pytest_llmbench.procedures.result import Capacity
     from pytest_llmbench.simulator import start_simulator
 
     if rate is not None:
@@ -284,7 +310,7 @@ async def sse_response(request: web.Request) -> web.StreamResponse:
 #: A test file with one 5.1 run at a Poisson rate: ``SUITE_5_1.format(rate=40, requests=100, extra="")``.
 SUITE_5_1 = '''
 import pytest
-from pytest_llmbench.procedures.base import poisson
+from pytest_llmbench.procedures.loads import poisson
 
 @pytest.mark.llm_procedure("5.1", load=poisson(rate={rate}), requests={requests}, warmup_requests=8,
                            warmup_tokens=30{extra})

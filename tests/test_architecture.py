@@ -73,6 +73,7 @@ def test_every_root_folder_and_module_has_a_layer() -> None:
     ("measure/metrics/latency.py", "from ...client import LLMClient", "the package in layers"),
     ("compliance/facts.py", "from ..measure import summary", "compliance judges facts"),
     ("gate/storage.py", "from ..measure.summary import summarize", "the gate builds comparison documents"),
+    ("procedures/prompts.py", "from ..sut.adapters.vllm.switch import fresh_salt", "procedures speak to a server"),
 ])
 def test_an_offending_import_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:
     shutil.copytree(PACKAGE, tmp_path / "pytest_llmbench", ignore=shutil.ignore_patterns("__pycache__"))
@@ -134,4 +135,46 @@ def test_public_api_is_importable_and_lazy() -> None:
             "print(n, LoadSpec.__module__, callable(assert_slo), bool(__version__))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     n, module, ok, version = out.stdout.split()
-    assert int(n) == 1 and module == "pytest_llmbench.procedures.base" and ok == "True" and version == "True"
+    assert int(n) == 1 and module == "pytest_llmbench.procedures.loads" and ok == "True" and version == "True"
+
+
+#: private names imported across folders that another change owns (issue 45: procedures/ is reworked
+#: beside this one); a new entry needs a reason
+KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
+
+
+def _private_imports() -> set[tuple[str, str]]:
+    """(module path, imported private name) of every ``from ... import _name`` whose module is in another
+    folder of the package than the importer (a root module is a folder of its own)."""
+    import ast
+
+    out = set()
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        here = rel.with_suffix("").parts[:-1]  # the importer's package
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            names = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+            if not names:
+                continue
+            target = (here[:len(here) - node.level + 1] if node.level else ()) + tuple((node.module or "").split("."))
+            target = target[1:] if not node.level and target[:1] == ("pytest_llmbench",) else target
+            if target[:1] != rel.parts[:1] or len(rel.parts) == 1:
+                out.update((rel.as_posix(), ".".join((*target, n))) for n in names)
+    return out
+
+
+def test_no_private_name_is_imported_from_another_folder() -> None:
+    """A folder's underscored names are its own: what another folder needs is public (``gate.compare.
+    summary_value``, ``compliance.engine.onoff``), so a rename inside a folder stays inside it."""
+    found = _private_imports()
+    assert found - KNOWN_PRIVATE_IMPORTS == set(), sorted(found - KNOWN_PRIVATE_IMPORTS)
+    assert ("compliance/s4_7_clocks.py", "compliance.engine._Ctx") not in found  # same folder: allowed
+
+
+def test_a_private_import_from_another_folder_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copytree(PACKAGE / "document", tmp_path / "document", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "document" / "mvr.py").write_text("from ..gate.compare import _matches\n", encoding="utf-8")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path)
+    assert _private_imports() == {("document/mvr.py", "gate.compare._matches")}

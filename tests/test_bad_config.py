@@ -20,7 +20,7 @@ import pytest_llmbench.workloads  # noqa: F401
 
 SUITE = '''
 import pytest
-from pytest_llmbench.procedures.base import poisson
+from pytest_llmbench.procedures.loads import poisson
 
 @pytest.mark.llm_procedure("5.1", load=poisson(rate=80), requests=20, warmup_requests=4, warmup_tokens=10{extra})
 def test_ttft(llm_result):
@@ -168,8 +168,14 @@ def test_incomplete_custom_workload_names_the_file_and_every_missing_field(pytes
 
 
 def test_workload_error_while_running_is_a_clean_failure(pytester: pytest.Pytester, server: FaultServer) -> None:
-    """A replayed request file that is missing fails its test with the file named, no traceback;
-    the other tests of the session still run and the report is written."""
+    """A replayed request file that goes missing after collection (where it was read and found good,
+    tests/test_inputs_first.py) fails its test with the file named, no traceback; the other tests of
+    the session still run and the report is written."""
+    (pytester.path / "saved").mkdir()
+    (pytester.path / "saved" / "requests.jsonl").write_text(
+        '{"index": 0, "workload": "w", "input_tokens": 4, "max_tokens": 4, "prompt_text": "hi"}\n', encoding="utf-8")
+    pytester.makeconftest("import os\n\ndef pytest_collection_finish(session):\n"
+                          "    os.remove('saved/requests.jsonl')\n")
     pytester.makepyfile(test_suite=SUITE.format(extra=', workload="saved/requests.jsonl"') + '''
 
 @pytest.mark.llm_procedure("5.1", load=poisson(rate=80), requests=12, warmup_requests=4, warmup_tokens=10)

@@ -13,10 +13,10 @@ import pytest
 
 from pytest_llmbench.loadgen.load import ClosedLoop
 from pytest_llmbench.loadgen.warmup import WarmupPolicy, WarmupResult
-from pytest_llmbench.procedures.common import (
+from pytest_llmbench.procedures.budget import (
     PROBE_MAX_S,
     PROBE_MIN_COMPLETIONS,
-    _budget_load,
+    budget_load,
     level_duration,
     level_requests,
     probe_window_s,
@@ -64,9 +64,9 @@ def test_level_requests_capped_from_capacity_within_budget() -> None:
 
 def test_sized_runs_are_not_cut_by_the_budget_only_their_drain() -> None:
     load = ClosedLoop(4, duration_s=300.0)
-    cut, drain, cap = _budget_load(_Ctx(left=10.0), load, 60.0)
+    cut, drain, cap = budget_load(_Ctx(left=10.0), load, 60.0)
     assert cut.duration_s == pytest.approx(8.0) and cap == pytest.approx(8.0)  # ordinary run: cut
-    kept, drain, cap = _budget_load(_Ctx(left=10.0), load, 60.0, sized=True)
+    kept, drain, cap = budget_load(_Ctx(left=10.0), load, 60.0, sized=True)
     assert kept.duration_s == 300.0 and cap is None and drain == pytest.approx(10.0)
 
 
@@ -96,7 +96,7 @@ async def test_capacity_lookup_does_not_spend_the_dependent_procedures_budget() 
     import asyncio
     import types
 
-    from pytest_llmbench.procedures.base import Capacity
+    from pytest_llmbench.procedures.result import Capacity
     from pytest_llmbench.session import Session
 
     class _Owner:

@@ -504,7 +504,7 @@ def test_procedure_client_waits_for_the_first_byte_as_long_as_llm_timeout(tmp_pa
     Poisson 0.3 req/s, 2 cores, TTFT P99 above 100 s) time out although the tester allowed 300 s.
     """
     from pytest_llmbench.procedures.base import ProcedureContext
-    from pytest_llmbench.procedures.common import client_for
+    from pytest_llmbench.procedures.run import client_for
     from pytest_llmbench.settings import Settings
     from pytest_llmbench.sut.system import SUT
 

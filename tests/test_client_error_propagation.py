@@ -17,7 +17,7 @@ from pytest_llmbench.common.records import RequestRecord
 from pytest_llmbench.loadgen.selfcheck import ClientDelay, check_figures, figure_error_ms, procedure_check
 from pytest_llmbench.measure.slo import SLOInconclusive, SLOViolation
 from pytest_llmbench.measure.summary import summarize
-from pytest_llmbench.procedures.base import ProcedureResult, RunSummary
+from pytest_llmbench.procedures.result import ProcedureResult, RunSummary
 
 MS = 1_000_000
 

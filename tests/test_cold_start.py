@@ -20,7 +20,9 @@ from factories import StartHarness, simulator_harness
 
 from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.document.build import build_document
-from pytest_llmbench.procedures.base import ProcedureResult, SkipProcedure, closed, get_procedure
+from pytest_llmbench.procedures.base import SkipProcedure, get_procedure
+from pytest_llmbench.procedures.loads import closed
+from pytest_llmbench.procedures.result import ProcedureResult
 from pytest_llmbench.report import schema
 from pytest_llmbench.report import write_reports as doc_write_reports
 from pytest_llmbench.session import SessionResult

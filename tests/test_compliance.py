@@ -8,7 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
-from factories import GOOD_DECLARATIONS, all_procedure_checks, conversation_record, good_facts
+from factories import (
+    GOOD_DECLARATIONS,
+    all_procedure_checks,
+    checks_markdown,
+    checks_text,
+    conversation_record,
+    good_facts,
+)
 
 from pytest_llmbench import compliance as cm
 from pytest_llmbench.common import draft
@@ -41,7 +48,7 @@ COUNTS = {
     "PARAM": [30, 5, 15, 7, 9, 9, 7, 7, 7, 7, 5, 8],
     "REPORT": [7, 7, 10, 11, 8, 4, 6, 6, 5, 5, 6, 5],
 }
-SCOPES = ["general", "5.1", "5.2", "5.3", "5.4", "5.5", "5.6", "5.7", "5.8", "5.9", "5.10", "6"]
+SCOPES = ["general", *cm.draft_tests()]  # the procedures and §6, in draft order, from the items' applies_to
 
 #: What each procedure must evaluate itself: the contract handed to the procedure authors.
 PROCEDURE_ITEMS = {
@@ -110,7 +117,7 @@ def test_every_general_must_and_should_has_an_evaluator_or_declaration_hook() ->
     assert silent == []
 
 
-@pytest.mark.parametrize("test_id", cm.TESTS)
+@pytest.mark.parametrize("test_id", cm.draft_tests())
 def test_procedure_items_are_exactly_the_unanswered_ones(test_id: str) -> None:
     reg = registry()
     unanswered = [req.id for req, _ in applicable_items(test_id)
@@ -143,10 +150,10 @@ def test_applicable_items_include_own_and_matrix_rows() -> None:
 # ---------------------------------------------------------------------------------- verdicts
 
 
-@pytest.mark.parametrize("test_id", cm.TESTS)
+@pytest.mark.parametrize("test_id", cm.draft_tests())
 def test_all_met_is_unconditionally_compliant(test_id: str) -> None:
     res = evaluate_test(test_id, all_procedure_checks(test_id), good_facts(test_id), GOOD_DECLARATIONS)
-    assert res.verdict is Verdict.UNCONDITIONAL, res.format_table(levels=("MUST", "SHOULD"))
+    assert res.verdict is Verdict.UNCONDITIONAL, checks_text(res, levels=("MUST", "SHOULD"))
     assert not res.unmet_must and not res.unmet_should
 
 
@@ -426,10 +433,10 @@ def test_json_and_table_forms() -> None:
     assert item["title"] and item["fix"] == "get >= 1000 successful requests (standard profile; a rate the SUT sustains)"
     assert data["counts"]["MUST"]["unmet"] == 1
     assert ("5.1.2-MUST-3", "MUST", "unmet", "412 requests < 1000 required for P99") in res.rows()
-    table = res.format_table(levels=("MUST",))
+    table = checks_text(res, levels=("MUST",))
     assert table.splitlines()[0] == "5.1: not compliant (1 MUST unmet, 0 SHOULD unmet)"
     assert "SHOULD" not in table.splitlines()[2]
-    assert "| `5.1.2-MUST-3` | MUST | unmet |" in res.to_markdown()
+    assert "| `5.1.2-MUST-3` | MUST | unmet |" in checks_markdown(res)
     shown = {r[0] for r in res.rows(hide_not_applicable=True)}
     assert "6.2-REPORT-1" not in shown and "6.1-MUST-1" in shown  # verdict levels are never hidden
     assert "6.2-REPORT-1" in {r[0] for r in res.rows()}

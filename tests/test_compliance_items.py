@@ -19,10 +19,10 @@ import pytest
 from factories import GOOD_DECLARATIONS, all_procedure_checks, good_facts
 
 from pytest_llmbench.compliance import (
-    TESTS,
     RunFacts,
     Status,
     applicable_items,
+    draft_tests,
     engine,
     evaluate_test,
     procedure_items,
@@ -257,7 +257,7 @@ def verdict_items() -> list[str]:
 
 def _procedure_verdict_items() -> list[str]:
     """Every MUST/SHOULD that can apply to some procedure (5.1–5.10)."""
-    applies = {req.id for t in TESTS if t != "6" for req, _ in applicable_items(t)}
+    applies = {req.id for t in draft_tests() if t != "6" for req, _ in applicable_items(t)}
     return [r.id for r in registry() if r.in_verdict and r.id in applies]
 
 
@@ -345,25 +345,25 @@ def test_tool_verified_items_name_tests_that_exist() -> None:
 
 def test_procedure_items_are_left_to_procedures() -> None:
     """Items no evaluator answers are the procedures' (their tests cover met and unmet)."""
-    for t in TESTS[:-1]:
+    for t in draft_tests()[:-1]:
         assert not set(procedure_items(t)) & set(engine.EVALUATORS)
 
 
 def test_cross_host_intervals_come_from_the_hosts_that_timed_the_records() -> None:
-    """4.7.2-SHOULD-1 reads which hosts timed the run (procedures/common._load_hosts), not a literal."""
+    """4.7.2-SHOULD-1 reads which hosts timed the run (procedures/facts.load_hosts), not a literal."""
     import socket
     from types import SimpleNamespace
 
-    from pytest_llmbench.procedures.common import _load_hosts
+    from pytest_llmbench.procedures.facts import load_hosts
 
     def run(sharding: Any) -> Any:
         return SimpleNamespace(load=SimpleNamespace(parameters={"sharding": sharding} if sharding else {}))
 
-    assert _load_hosts([run(None)]) == {socket.gethostname()}
+    assert load_hosts([run(None)]) == {socket.gethostname()}
     one = {"hosts": ["a"], "parent_host": "a"}
     two = {"hosts": ["a", "b"], "parent_host": "a"}
-    assert _load_hosts([run(one), run(one)]) == {"a"}
-    assert _load_hosts([run(one), run(two)]) == {"a", "b"}
+    assert load_hosts([run(one), run(one)]) == {"a"}
+    assert load_hosts([run(one), run(two)]) == {"a", "b"}
 
 
 def test_prefix_warmup_item_applies_only_where_the_prefix_cache_is_under_test() -> None:
@@ -390,19 +390,19 @@ def test_prefix_caching_state_is_measured_from_cached_tokens() -> None:
     from types import SimpleNamespace
 
     from pytest_llmbench.loadgen.warmup import ProbeResult
-    from pytest_llmbench.procedures.common import _prefix_cache_observed
+    from pytest_llmbench.procedures.facts import prefix_cache_observed
 
     def probe(cached: int | None) -> ProbeResult:
         return ProbeResult("after", True, 1.0, 0.1, cached_tokens=cached)
 
     warm = SimpleNamespace(probes_before=[probe(0)], probes_after=[probe(426), probe(426), probe(None)])
     recs = [SimpleNamespace(cached_tokens=c) for c in (0, None, 0)]
-    state, source = _prefix_cache_observed(warm, recs)  # type: ignore[arg-type]
+    state, source = prefix_cache_observed(warm, recs)  # type: ignore[arg-type]
     assert state == "enabled" and source.startswith("measured") and "2 repeated warm-up probes (max 426)" in source
     cold = SimpleNamespace(probes_before=[probe(0)], probes_after=[probe(None)])
-    assert _prefix_cache_observed(cold, recs) == (None, None)  # type: ignore[arg-type]
+    assert prefix_cache_observed(cold, recs) == (None, None)  # type: ignore[arg-type]
     hit = [SimpleNamespace(cached_tokens=c) for c in (0, 12, 0)]
-    assert "1 of 3 measured requests (max 12)" in _prefix_cache_observed(None, hit)[1]  # type: ignore[arg-type,operator]
+    assert "1 of 3 measured requests (max 12)" in prefix_cache_observed(None, hit)[1]  # type: ignore[arg-type,operator]
     facts = _apply(good_facts("5.1"), {"prefix_caching": state, "prefix_caching_source": source})
     check = evaluate_test("5.1", all_procedure_checks("5.1"), facts, _drop("prefix_caching")(dict(GOOD_DECLARATIONS)))
     assert check["5.1.2-MUST-13"].status is Status.MET and check["5.1.2-MUST-13"].source == "measured"

@@ -36,6 +36,7 @@ from pytest_llmbench.common.storage import RECORDS_FILE, RunWriter, load_run
 from pytest_llmbench.loadgen.load import (
     ArrivalProcess,
     ClosedLoop,
+    LoadOptions,
     LoadResult,
     OpenLoop,
     run_load,
@@ -180,7 +181,7 @@ async def test_mixed_faults_every_request_accounted_for(server: FaultServer, mod
     server.reset()
     async with LLMClient(config(server.url), max_connections=None if model == "open" else 12) as c:
         with RunWriter(tmp_path, keep_text=False) as w:
-            res = await run_load(c, specs, load, sink=w, drain_timeout_s=30)
+            res = await run_load(c, specs, load, LoadOptions(drain_timeout_s=30), sink=w)
     check_accounting(res, faults, server.stats()["by_fault"])
     run = load_run(tmp_path)  # what is on disk says the same
     assert len(run.records) == res.sent and run.torn_lines == 0
@@ -211,7 +212,7 @@ async def test_drain_timeout_cancels_and_keeps_what_arrived(server: FaultServer)
     """Requests still running when the drain ends are ``cancelled`` (not SUT failures), chunks kept."""
     specs = [spec("stall" if i % 4 == 0 else "none", i) for i in range(40)]
     async with LLMClient(config(server.url, read_timeout_s=30.0)) as c:
-        res = await run_load(c, specs, OpenLoop(ArrivalProcess("uniform", rate=400.0)), drain_timeout_s=0.5)
+        res = await run_load(c, specs, OpenLoop(ArrivalProcess("uniform", rate=400.0)), LoadOptions(drain_timeout_s=0.5))
     assert res.sent == len(res.records) == 40
     assert res.cancelled == 10 and res.errors == {"cancelled": 10} and res.ok == 30
     for r in res.records:
@@ -255,8 +256,8 @@ async def test_client_survives_a_server_that_dies_mid_run(fault_server) -> None:
             if progress["n"] == 20:
                 srv.proc.kill()
 
-        res = await run_load(c, specs, OpenLoop(ArrivalProcess("uniform", rate=100.0)), on_record=on_record,
-                             drain_timeout_s=10)
+        res = await run_load(c, specs, OpenLoop(ArrivalProcess("uniform", rate=100.0)), LoadOptions(drain_timeout_s=10),
+                             on_record=on_record)
     assert res.sent == len(res.records) == 120
     assert res.ok + sum(res.errors.values()) == 120
     assert res.ok >= 20 and set(res.errors) <= {"connect", "protocol", "timeout"} and res.errors.get("connect", 0) > 0
@@ -279,7 +280,7 @@ async def test_every_fault_at_once_on_one_pool(server: FaultServer) -> None:
 # -------------------------------------------------------------------------------------------
 PLUGIN_SUITE = '''
 import pytest
-from pytest_llmbench.procedures.base import poisson
+from pytest_llmbench.procedures.loads import poisson
 
 @pytest.mark.llm_procedure("5.1", load=poisson(rate=40), requests=80, warmup_requests=10, warmup_tokens=40,
                            slo=["success_rate >= 99%"])

@@ -1,6 +1,6 @@
 """Findings to read first (document/headline.py): each kind of finding once with the procedures it
 concerns, most severe first; a procedure with failed requests names its most frequent error message
-and count (from the runs' load summaries, procedures/common.error_messages).
+and count (from the runs' load summaries, procedures/run.error_messages).
 
 Built on the stored smoke document (tests/data/results-smoke.json.gz), re-annotated; a copy of its
 5.1 is turned into the real-server case the issue describes: half the requests answered HTTP 400.
@@ -19,9 +19,8 @@ import pytest
 from factories import make_record
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
-from pytest_llmbench.document.build import _item_titles
-from pytest_llmbench.document.headline import FINDING_KINDS, annotate, findings
-from pytest_llmbench.procedures.common import error_messages
+from pytest_llmbench.document.headline import FINDING_KINDS, annotate, findings, item_titles
+from pytest_llmbench.procedures.run import error_messages
 from pytest_llmbench.report import render_html, render_markdown, terminal_rows
 
 DATA = Path(__file__).parent / "data" / "results-smoke.json.gz"
@@ -63,7 +62,7 @@ def doc() -> dict[str, Any]:
     d["procedures"].append(half)
     p58 = next(p for p in d["procedures"] if p["procedure"] == "5.8")  # a 5.8 whose drain cancelled requests
     p58["result"]["warnings"] = [*p58["result"].get("warnings", []), {"kind": "cancelled", "text": "66 of 210 requests"}]
-    annotate(d, _item_titles())
+    annotate(d, item_titles())
     return d
 
 
@@ -114,8 +113,7 @@ def test_a_standard_workload_run_only_altered_is_named_as_such() -> None:
 
     capped = result("5.1", "synthetic-uniform (custom: output capped at 64 tokens)", "synthetic-uniform")
     cache = result("5.7", "code-completion (custom: output capped at 16 tokens)", "code-completion")
-    rejudge_session([capped, cache])
-    item = cache.compliance["4.3.2-MUST-1"]
+    item = rejudge_session({"a": capped, "b": cache})["b"].compliance["4.3.2-MUST-1"]
     assert item.status is Status.UNMET
     assert item.reason == ("no synthetic-uniform run as defined in this report (workload: code-completion); 1 altered "
                            "by the profile or the marker, so custom: synthetic-uniform (custom: output capped at 64 "

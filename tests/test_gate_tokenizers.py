@@ -16,7 +16,7 @@ from pytest_llmbench.__main__ import compare_main
 from pytest_llmbench.common.storage import RunWriter
 from pytest_llmbench.gate import compare, load_run, save
 from pytest_llmbench.gate.compare import RECOUNT_HINT, IncomparableRunsError, check_comparable
-from pytest_llmbench.gate.recount import RecountRefused, recount
+from pytest_llmbench.gate.recount import RecountRefused, recount, recount_comparison
 from pytest_llmbench.measure.chunking import ITL_NOT_MEASURABLE
 
 
@@ -102,3 +102,23 @@ def test_recount_in_the_reference_tokenizer_or_refused_with_the_reason(store: Pa
     run_b = StoredRun(dropped, {"id": "b"})
     with pytest.raises(RecountRefused, match="--llm-drop-text"):
         recount(run_b, run_b.document["procedures"][0])
+
+
+def test_a_recount_comparison_is_built_by_the_gate_and_rendered_by_the_report(store: Path, tmp_path: Path) -> None:
+    """``compare --recount``: the gate computes both rates and the change; report/comparison.py only lays
+    them out (one line per procedure, or its refusal)."""
+    from pytest_llmbench.gate.storage import StoredRun
+    from pytest_llmbench.report.comparison import render_recount
+
+    base_doc = load_run("base", store).document
+    a = StoredRun(_report(tmp_path / "a", base_doc, " hello world"), {"id": "a"})
+    b = StoredRun(_report(tmp_path / "b", base_doc, " hello world hello world"), {"id": "b"})
+    doc = recount_comparison(a, b)
+    (p,) = doc["procedures"]
+    assert (p["baseline"]["output_tokens"], p["new"]["output_tokens"]) == (24, 48)
+    assert p["output_rate_change_pct"] == pytest.approx(100.0)
+    text = render_recount(doc)
+    assert text.splitlines()[0].endswith("baseline a, new b")
+    assert "tok/s (+100.0%) in cl100k_base tokens; 24 / 48 tokens (server usage: 12 / 12)" in text
+    dropped = StoredRun(_report(tmp_path / "c", base_doc, " hello world", drop_text=True), {"id": "c"})
+    assert "refused: " in render_recount(recount_comparison(a, dropped))

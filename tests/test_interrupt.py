@@ -104,7 +104,7 @@ CRASH_CONFTEST = '''
 from dataclasses import dataclass
 from pytest_llmbench.loadgen.load import ArrivalProcess, OpenLoop
 from pytest_llmbench.procedures.base import Procedure, register
-from pytest_llmbench.procedures.common import client_for, measure
+from pytest_llmbench.procedures.run import client_for, measure
 from pytest_llmbench.workloads import build_workload
 
 @dataclass

@@ -142,7 +142,8 @@ def _app(per_chunk: int, running_usage: bool) -> web.Application:
 
 async def _run_5_4(url: str, root: Path) -> Any:
     from pytest_llmbench.common.tokenizer import get_tokenizer
-    from pytest_llmbench.procedures.base import Capacity, ProcedureContext, get_procedure
+    from pytest_llmbench.procedures.base import ProcedureContext, get_procedure
+    from pytest_llmbench.procedures.result import Capacity
     from pytest_llmbench.settings import Settings
     from pytest_llmbench.sut.system import SUT
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 from scipy import stats
+from windows import steady_state_records, steady_state_window
 
 from pytest_llmbench.client import ClientConfig, LLMClient
 from pytest_llmbench.common.records import ErrorType, RequestRecord, RequestSpec
@@ -30,14 +32,13 @@ from pytest_llmbench.loadgen import load as load_mod
 from pytest_llmbench.loadgen.load import (
     ArrivalProcess,
     ClosedLoop,
+    LoadOptions,
     LoadResult,
     OpenLoop,
     SelfCheck,
     run_closed_loop,
     run_load,
     run_open_loop,
-    steady_state_records,
-    steady_state_window,
 )
 
 
@@ -101,6 +102,21 @@ def test_arrival_and_load_validation() -> None:
         ClosedLoop(0)
 
 
+@pytest.mark.parametrize("kind, rate, cv", [("gaussian", 1.0, None), ("poisson", 0.0, None),
+                                            ("poisson", math.inf, None), ("bursty", 1.0, 0.5), ("bursty", 1.0, None),
+                                            ("poisson", 1.0, 2.0)])
+def test_a_marker_load_and_the_arrival_process_share_one_check(kind: str, rate: float, cv: float | None) -> None:
+    """``LoadSpec`` (what a marker writes) rejects exactly what ``ArrivalProcess`` rejects, with its words."""
+    from pytest_llmbench import LoadSpec
+
+    with pytest.raises(ValueError) as direct:
+        ArrivalProcess(kind, rate, cv=cv)
+    with pytest.raises(ValueError) as marker:
+        LoadSpec("open", kind, rate=rate, cv=cv)
+    assert str(marker.value) == str(direct.value)
+    assert LoadSpec("open", "constant", rate=2.0).arrival == ArrivalProcess("constant", 2.0).kind == "uniform"
+
+
 async def test_unbounded_iterator_needs_a_stop_and_pool_must_fit(client: LLMClient, url: str) -> None:
     with pytest.raises(ValueError, match="unbounded"):
         await run_load(client, itertools.cycle(specs(["fast"])), ClosedLoop(2))
@@ -134,7 +150,7 @@ async def test_poisson_sends_follow_the_seeded_exponential_schedule(client: LLMC
 
 
 async def _lag_run(client: LLMClient, prompts: list[str]) -> LoadResult:
-    return await run_open_loop(client, specs(prompts), ArrivalProcess("uniform", 150.0), drain_timeout_s=30)
+    return await run_open_loop(client, specs(prompts), ArrivalProcess("uniform", 150.0), LoadOptions(drain_timeout_s=30))
 
 
 async def test_slow_responses_do_not_delay_later_sends(client: LLMClient) -> None:
@@ -221,7 +237,7 @@ def virtual_clock(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.looptime
 async def test_closed_loop_resubmits_at_once_virtual_clock(virtual_clock: None) -> None:
     n, service = 8, 0.1
-    res = await run_load(VirtualClient(service), specs(["x"] * 80), ClosedLoop(n), spin_ms=0)
+    res = await run_load(VirtualClient(service), specs(["x"] * 80), ClosedLoop(n), LoadOptions(spin_ms=0))
     assert res.ok == 80 and in_flight_max(res.records) == n
     # a completion is replaced in the same instant: no loop time passes before the resubmit
     assert [r.sent_ns - r.intended_ns for r in res.records] == [0] * 80
@@ -233,7 +249,7 @@ async def test_closed_loop_resubmits_at_once_virtual_clock(virtual_clock: None) 
 @pytest.mark.looptime
 async def test_open_loop_stop_by_duration_virtual_clock(virtual_clock: None) -> None:
     res = await run_load(VirtualClient(0.005), itertools.cycle(specs(["x"])),
-                         OpenLoop(ArrivalProcess("uniform", 50.0), duration_s=0.5), spin_ms=0)
+                         OpenLoop(ArrivalProcess("uniform", 50.0), duration_s=0.5), LoadOptions(spin_ms=0))
     # evenly spaced at 20 ms from offset 0: sends at 0, 20, ..., 480 ms -> 25 requests
     assert res.sent == 25 == res.ok
     assert res.send_end_ns - res.start_ns == 500_000_000  # the window is the full duration
@@ -265,7 +281,7 @@ async def test_open_loop_late_wake_drops_no_scheduled_send(monkeypatch: pytest.M
 
     monkeypatch.setattr(load_mod, "time", types.SimpleNamespace(perf_counter_ns=late_clock))
     res = await run_load(LosesTheCpu(0.005, clock=late_clock), specs(["x"] * 40),
-                         OpenLoop(ArrivalProcess("uniform", 50.0), duration_s=0.5), spin_ms=0)
+                         OpenLoop(ArrivalProcess("uniform", 50.0), duration_s=0.5), LoadOptions(spin_ms=0))
     assert res.sent == 25 == res.ok  # 0, 20, ..., 480 ms: the whole schedule inside the window
     by_intent = sorted(res.records, key=lambda r: r.intended_ns)
     offsets = np.array([r.intended_ns - res.start_ns for r in by_intent])
@@ -281,7 +297,7 @@ async def test_slow_responses_do_not_delay_later_sends_virtual_clock(virtual_clo
     """§4.2.5: every third response stalls 1.5 s; every send still goes out on its schedule."""
     n = 240
     res = await run_load(VirtualClient(0.002, slow_every=3, slow_s=1.5), specs(["x"] * n),
-                         OpenLoop(ArrivalProcess("uniform", 150.0)), spin_ms=0, drain_timeout_s=30)
+                         OpenLoop(ArrivalProcess("uniform", 150.0)), LoadOptions(spin_ms=0, drain_timeout_s=30))
     # 1.5 s stalls sent every 20 ms overlap: 75 at once (a send-after-response design: 1)
     assert res.ok == n and res.concurrency_max >= 75
     assert max(r.sent_ns - r.intended_ns for r in res.records) <= 1000, [r.sent_ns - r.intended_ns for r in res.records]
@@ -302,7 +318,7 @@ async def test_open_loop_makes_each_record_ahead_of_its_send_virtual_clock(monke
     monkeypatch.setattr(load_mod, "time", types.SimpleNamespace(perf_counter_ns=loop_ns))
     monkeypatch.setattr(load_mod, "RequestRecord", Timed)
     res = await run_load(VirtualClient(0.002), specs(["x"] * 20), OpenLoop(ArrivalProcess("uniform", 100.0)),
-                         spin_ms=0)
+                         LoadOptions(spin_ms=0))
     assert res.ok == 20 and sorted(made) == list(range(20))
     by_index = {r.index: r for r in res.records}
     assert made[0] == by_index[0].intended_ns  # due at once: made in its step
@@ -311,7 +327,7 @@ async def test_open_loop_makes_each_record_ahead_of_its_send_virtual_clock(monke
 
 async def test_stop_by_duration_drains_with_a_bound(client: LLMClient) -> None:
     res = await run_load(
-        client, itertools.cycle(specs(["slow:5"])), ClosedLoop(4, duration_s=0.3), drain_timeout_s=0.3,
+        client, itertools.cycle(specs(["slow:5"])), ClosedLoop(4, duration_s=0.3), LoadOptions(drain_timeout_s=0.3),
     )
     assert res.sent == 4 == len(res.records)  # the first four never finish
     assert all(r.error_type is ErrorType.CANCELLED and not r.failed for r in res.records)
@@ -343,7 +359,7 @@ async def test_stop_by_count_until_and_callbacks(url: str, tmp_path: Path) -> No
         assert load_run(tmp_path / "run").records[0].chunk_tokens == seen[0].chunk_tokens
         assert len(load_run(tmp_path / "run").records) == 50
         res = await run_load(c, itertools.cycle(specs(["fast"])), ClosedLoop(2, max_requests=1000),
-                             until=lambda p: p.sent >= 10)
+                             LoadOptions(stop=lambda p: p.sent >= 10))
         assert res.sent == 10
 
 
@@ -354,7 +370,7 @@ async def test_a_run_that_keeps_no_record_gives_the_figures_of_one_that_does(cli
 
     seen: list[RequestRecord] = []
     res = await run_load(client, specs(["fast"] * 60), OpenLoop(ArrivalProcess("poisson", 400.0, seed=3)),
-                         on_record=seen.append, keep_records=False, achieved_from_sends=True)
+                         LoadOptions(achieved_from_sends=True), on_record=seen.append, keep_records=False)
     assert res.records == [] and len(seen) == res.sent == 60
     sent = sorted(r.sent_ns for r in seen if r.sent_ns)
     assert res.achieved_rate == (len(sent) - 1) / ((sent[-1] - sent[0]) / 1e9)
@@ -389,7 +405,8 @@ async def test_steady_state_window_excludes_first_ten_percent(client: LLMClient)
 
 @pytest.mark.looptime
 async def test_steady_state_window_virtual_clock(virtual_clock: None) -> None:
-    res = await run_open_loop(VirtualClient(0.002), specs(["x"] * 100), ArrivalProcess("uniform", 200.0), spin_ms=0)
+    res = await run_open_loop(VirtualClient(0.002), specs(["x"] * 100), ArrivalProcess("uniform", 200.0),
+                              LoadOptions(spin_ms=0))
     lo, hi = steady_state_window(res)
     assert (lo - res.start_ns, hi - res.start_ns) == (pytest.approx(49.5e6, abs=2), pytest.approx(495e6, abs=2))
     # sends at 0, 5, ..., 495 ms; the first 10 % of the window (to 49.5 ms) is left out: 10 sends
@@ -404,7 +421,7 @@ async def test_self_check_flags_a_saturated_client(client: LLMClient) -> None:
     assert not res.valid and "client saturated" in (res.invalid_reason or "")
     assert res.send_lag.p99_ms is not None and res.send_lag.p99_ms > res.self_check.max_send_lag_p99_ms
     strict = await run_open_loop(client, specs(["fast"] * 60), ArrivalProcess("uniform", 100.0),
-                                 self_check=SelfCheck(max_send_lag_p99_ms=0.0))
+                                 LoadOptions(self_check=SelfCheck(max_send_lag_p99_ms=0.0)))
     assert not strict.valid and "send-lag" in (strict.invalid_reason or "")
     # no comparison with a second, unhindered run: host load moved its send lag to 212 ms at P50
     # while this suite ran beside three others; the bounds above are one-sided
@@ -486,7 +503,7 @@ async def test_open_loop_with_held_reads_completes_every_request(monkeypatch: py
     cfg = ClientConfig(base_url="http://mock/v1", model="m")
     specs = [RequestSpec(index=i, workload="w", input_tokens=4, max_tokens=5, prompt_text="hi") for i in range(40)]
     async with LLMClient(cfg, transport=MockTransport(lambda r: MockResponse.sse(events, gap_s=0.001))) as c:
-        res = await run_open_loop(c, specs, ArrivalProcess("uniform", 2000.0), drain_timeout_s=5)
+        res = await run_open_loop(c, specs, ArrivalProcess("uniform", 2000.0), LoadOptions(drain_timeout_s=5))
         assert c._reader.hold is None  # removed after the open loop
     assert res.ok == res.sent == 40 and res.cancelled == 0 and sum(held) > 40
     assert all(len(r.chunk_ns) == 5 and r.chunk_ns == sorted(r.chunk_ns) for r in res.records)
@@ -524,7 +541,8 @@ async def test_the_collector_keeps_up_with_a_closed_loop_that_finishes_many_reco
     n, total = 64, 3000
     client = TurnClient()
     seen: list[int] = []
-    res = await run_load(client, specs(["x"] * total), ClosedLoop(n), spin_ms=0, on_record=lambda r: seen.append(r.index))
+    res = await run_load(client, specs(["x"] * total), ClosedLoop(n), LoadOptions(spin_ms=0),
+                         on_record=lambda r: seen.append(r.index))
     assert res.ok == total and client.finalized == total and sorted(seen) == list(range(total))
     assert res.collector_backlog_max is not None and n <= res.collector_backlog_max <= 2 * n
     assert res.to_json()["collector_backlog_max"] == res.collector_backlog_max

@@ -1,4 +1,4 @@
-"""Load-generator items per run (procedures/common.load_facts, compliance/s4_2_load.py): 4.2.3-MUST-2
+"""Load-generator items per run (procedures/sendlag.load_facts, compliance/s4_2_load.py): 4.2.3-MUST-2
 fits each run's send gaps against that run's own rate, 4.2.5-MUST-1 judges each run's send lag
 against its own mean gap and load state, 4.2.4-MUST-1 each closed-loop run's resubmissions (the
 initial fill is not a resubmission); every item takes the worst run and names it.
@@ -13,14 +13,16 @@ import asyncio
 import types
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pytest_llmbench.common.records import RequestRecord, RequestSpec
 from pytest_llmbench.compliance import RunFacts, Status, evaluate_test
 from pytest_llmbench.loadgen import load as load_mod
-from pytest_llmbench.loadgen.load import ArrivalProcess, ClosedLoop, OpenLoop, run_load
-from pytest_llmbench.procedures.base import RunSummary
-from pytest_llmbench.procedures.common import Measured, _arrival_fit, load_facts
+from pytest_llmbench.loadgen.load import ArrivalProcess, ClosedLoop, LoadOptions, OpenLoop, run_load
+from pytest_llmbench.procedures.result import RunSummary
+from pytest_llmbench.procedures.run import Measured
+from pytest_llmbench.procedures.sendlag import arrival_fit_p, load_facts
 
 
 def loop_ns() -> int:
@@ -63,7 +65,7 @@ def _specs(n: int) -> list[RequestSpec]:
 
 
 async def _run(label: str, client: VirtualClient, load: OpenLoop | ClosedLoop, n: int) -> Measured:
-    res = await run_load(client, _specs(n), load, spin_ms=0, drain_timeout_s=30)
+    res = await run_load(client, _specs(n), load, LoadOptions(spin_ms=0, drain_timeout_s=30))
     await asyncio.sleep(2.0)  # the pause between levels
     return Measured(load=res, summary=RunSummary(label, "", {}, None))  # type: ignore[arg-type]
 
@@ -90,7 +92,8 @@ async def test_two_poisson_levels_at_10_and_40_rps_meet_the_arrival_and_isolatio
     assert isolation.status is Status.MET and "of 2 open-loop runs fail" in isolation.reason, isolation.reason
     # pooled, as before: every gap of both levels (and the pause between them) against 10 req/s
     pooled = [r for m in (slow, fast) for r in m.records]
-    assert _arrival_fit(pooled, "poisson", 10.0) < 1e-6
+    handoff = np.array([r.handoff_ns for r in pooled if r.intended_ns is not None and r.sent_ns], dtype=np.int64)
+    assert arrival_fit_p(handoff, "poisson", 10.0) < 1e-6
 
 
 @pytest.mark.looptime(start=100)

@@ -20,8 +20,9 @@ from pytest_llmbench.loadgen.load import ClosedLoop
 from pytest_llmbench.measure import frame, tokencount
 from pytest_llmbench.measure.chunking import decide_itl
 from pytest_llmbench.measure.summary import summarize
-from pytest_llmbench.procedures import common
-from pytest_llmbench.procedures.common import Measured, client_for, itl_decision_for, measure, run_facts
+from pytest_llmbench.procedures import run as measured_run
+from pytest_llmbench.procedures.facts import run_facts
+from pytest_llmbench.procedures.run import Measured, client_for, itl_decision_for, measure
 from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.workloads import build_workload
 
@@ -85,7 +86,7 @@ def test_no_record_outlives_its_write_but_the_summarys(harness: StartHarness, mo
             if self.seen == 140:
                 during.append(_live_records())
 
-    monkeypatch.setattr(common, "FrameBuilder", KeepsOne)
+    monkeypatch.setattr(measured_run, "FrameBuilder", KeepsOne)
     with harness(SIM, profile="smoke", seed=5) as (_, ctx):
         m = asyncio.run(_measure(ctx, 150))
         run_facts(ctx, workload={"name": "synthetic-uniform"}, warmup=None, measured=[m])
@@ -127,7 +128,7 @@ def test_the_recount_offers_every_record_that_needs_one_once_and_rewrites_the_fi
     writer = _written(tmp_path)
     adapter = _Recounter(fail={7})
     ctx = SimpleNamespace(sut=SimpleNamespace(adapter=adapter))
-    assert asyncio.run(common._recount(ctx, None, writer, writer.view())) is True  # type: ignore[arg-type]
+    assert asyncio.run(measured_run._recount(ctx, None, writer, writer.view())) is True  # type: ignore[arg-type]
     assert adapter.offered == [0, 1, 3, 4, 6, 7, 8, 9, 10]  # the failed and the exact ones are not
     methods = [r.token_count_method for r in writer.view()]
     assert methods == [tokencount.TOKENIZE] * 2 + [tokencount.REFERENCE] + [tokencount.TOKENIZE] * 2 \
@@ -142,19 +143,19 @@ def test_a_server_that_recounts_nothing_leaves_the_records_untouched(tmp_path: P
     before = (tmp_path / RECORDS_FILE).read_bytes()
     adapter = _Recounter(fail={0})
     ctx = SimpleNamespace(sut=SimpleNamespace(adapter=adapter))
-    assert asyncio.run(common._recount(ctx, None, writer, writer.view())) is False  # type: ignore[arg-type]
+    assert asyncio.run(measured_run._recount(ctx, None, writer, writer.view())) is False  # type: ignore[arg-type]
     assert adapter.offered == [0] and (tmp_path / RECORDS_FILE).read_bytes() == before
 
 
 def test_prompt_hygiene_counts_repeats_and_warm_up_prompts_from_8_byte_keys() -> None:
     """Measured prompt repeats and prompts the warm-up sent, in one pass with each hash kept as an
     integer: the counts of the hash strings themselves (a hash that is not 16 hex digits counts too)."""
-    from pytest_llmbench.procedures.pipeline import _Prompts
+    from pytest_llmbench.procedures.sample import PromptTally
 
     hashes = ["00000000000000ff", "00000000000000ff", "abcdef0123456789", "ABCDEF0123456789", "0x00000000000ff",
               "legacy", "legacy", None, "abcdef0123456789"]
     warm = {"abcdef0123456789", "legacy", "00000000000000fe"}
-    p = _Prompts(warm)
+    p = PromptTally(warm)
     for i, h in enumerate(hashes):
         p.add(make_record(i, prompt_hash=h))
     sent = [h for h in hashes if h is not None]

@@ -19,6 +19,7 @@ from pytest_llmbench.measure.summary import (
     DEFINITIONS,
     RequestSLO,
     RunMetrics,
+    SummaryOptions,
     summarize,
     throughput_at_ttft_p99,
 )
@@ -250,10 +251,10 @@ def test_throughput_uses_steady_state_window() -> None:
 
 
 def test_tokens_per_gpu_second() -> None:
-    m = summarize(window_run(), gpu_count=4, send_window_ns=SEND_WINDOW)
+    m = summarize(window_run(), SummaryOptions(gpu_count=4), send_window_ns=SEND_WINDOW)
     assert m.scalar("tokens_per_gpu_second").value == approx(8 / 0.9 / 4)
     with pytest.raises(ValueError, match="gpu_count"):
-        summarize(window_run(), gpu_count=0, send_window_ns=SEND_WINDOW)
+        summarize(window_run(), SummaryOptions(gpu_count=0), send_window_ns=SEND_WINDOW)
 
 
 def test_tokens_in_flight_time_weighted() -> None:
@@ -400,7 +401,7 @@ def test_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="record 7"):
         summarize([r])
     with pytest.raises(ValueError, match="steady_state_fraction"):
-        summarize(multi_chunk_run(), steady_state_fraction=1.0)
+        summarize(multi_chunk_run(), SummaryOptions(steady_state_fraction=1.0))
     w = make_record(0, chunks=[100])
     w.phase = "warmup"
     with pytest.raises(ValueError, match="phase"):
@@ -420,7 +421,7 @@ def test_throughput_at_ttft_p99() -> None:
 
 
 def test_experience_metrics_in_summary() -> None:
-    m = summarize(multi_chunk_run(), decode_deadline=0.025)
+    m = summarize(multi_chunk_run(), SummaryOptions(decode_deadline=0.025))
     # fluidity: every decode gap <= 25 ms -> 1.0 for request 0; request 1 only has its first token
     fi = m.per_request["fluidity"]
     assert 0.0 <= np.nanmin(fi) <= np.nanmax(fi) <= 1.0 and fi[0] == 1.0
@@ -470,7 +471,7 @@ def test_all_failed_run_and_fallbacks() -> None:
     assert m2.distributions["itl"].samples == approx([0.025])
     # a non-streamed response (no chunks): its OSL counts at the end time
     ns = make_record(0, chunks=[], end=400, output_tokens_server=30)
-    m3 = summarize([make_record(1, chunks=[10], end=10), ns], steady_state_fraction=0.0)
+    m3 = summarize([make_record(1, chunks=[10], end=10), ns], SummaryOptions(steady_state_fraction=0.0))
     assert m3.scalar("output_throughput").value == approx(31 / 0.4)
 
 

@@ -16,7 +16,7 @@ from pytest_llmbench.client import httptrace
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.measure import experience as ux
 from pytest_llmbench.measure import export_aiperf, registry
-from pytest_llmbench.measure.summary import summarize
+from pytest_llmbench.measure.summary import SummaryOptions, summarize
 
 AIPERF_LIST = Path(pytest_llmbench.__file__).parent / "data" / "aiperf_metrics.txt"
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
@@ -126,7 +126,7 @@ def test_token_weighted_goodput_eq5_by_hand() -> None:
     slow = make_record(1, chunks=tuple((1.0 + 0.01 * i, "y", "", 1) for i in range(5)), end=1.04,
                        output_tokens_server=5, **REC)
     failed = make_record(2, sent=0.5, end=2.0, error_type=ErrorType.HTTP_5XX, status=500, **BARE)
-    run = summarize([fast, slow, failed], reading_speed=20.0, ttft_allowance=0.0)
+    run = summarize([fast, slow, failed], SummaryOptions(reading_speed=20.0, ttft_allowance=0.0))
     duration = 2.0  # first submission (0) to last response (2.0)
     assert run.scalar("benchmark_duration").value == pytest.approx(duration)
     tw = run.scalar("token_weighted_goodput")
@@ -143,7 +143,7 @@ def test_fluid_token_rate_of_a_steady_stream() -> None:
     # D_d is 0.1 s, the rate 10 tok/s (bisection keeps the passing side, tolerance 1e-3)
     recs = [make_record(i, sent=float(i), chunks=tuple((i + 0.2 + 0.1 * k, "t", "", 1) for k in range(20)),
                         end=i + 0.2 + 1.9, output_tokens_server=20, **REC) for i in range(5)]
-    run = summarize(recs, prefill_deadline=ux.PrefillDeadline.constant(0.2))
+    run = summarize(recs, SummaryOptions(prefill_deadline=ux.PrefillDeadline.constant(0.2)))
     rate = run.scalar("fluid_token_rate").value
     assert rate == pytest.approx(10.0, rel=2e-3) and rate <= 10.0 + 1e-9
     assert run.fluid_token_generation_rate().rate == rate

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from factories import StartHarness
+from factories import StartHarness, checks_markdown
 
 from pytest_llmbench.common import draft
 from pytest_llmbench.compliance import Check, Status, Verdict, evaluate_test, registry, verdict_of
@@ -51,12 +51,12 @@ def test_the_verdict_line_names_the_deviation() -> None:
     assert res.verdict_level("5.6.2-PARAM-3") == "SHOULD" and res.level("5.6.2-PARAM-3") == "PARAM"
     assert res.to_json()["deviations"] == res.deviations
     assert any("Deviation" in n and "(§5.6.2)" in n for n in res.notes)
-    assert "- Deviation: 5.6: 30 per class < 500" in res.to_markdown()
+    assert "- Deviation: 5.6: 30 per class < 500" in checks_markdown(res)
 
 
 def test_a_56_run_with_30_per_class_is_at_most_conditionally_compliant(harness: StartHarness) -> None:
     """A real 5.6 run against the simulator with 30 requests per class and a 3 s mixed run."""
-    from pytest_llmbench.document.build import _compliance_summary
+    from pytest_llmbench.document.procedure import compliance_summary
 
     proc = get_procedure("5.6")
     params = proc.make_params("smoke", {"requests_per_class": 30, "duration_s": 3.0, "max_output_tokens": 16,
@@ -70,7 +70,7 @@ def test_a_56_run_with_30_per_class_is_at_most_conditionally_compliant(harness: 
     assert len(dev) == 1 and dev[0].startswith("5.6: ") and " per class < 500 " in dev[0]
     assert any("(§5.6.3)" in d and "< 300 s" in d for d in c.deviations)
     assert dev[0] in c.summary()
-    summary = _compliance_summary(result)  # procedures[].compliance of results.json
+    summary = compliance_summary(result)  # procedures[].compliance of results.json
     assert summary["deviations"] == c.deviations
     assert {"id": "5.6.2-PARAM-3", "level": "SHOULD"}.items() <= next(
         u for u in summary["unmet"] if u["id"] == "5.6.2-PARAM-3").items()

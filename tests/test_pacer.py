@@ -19,7 +19,7 @@ import pytest
 
 from pytest_llmbench.common.records import RequestRecord, RequestSpec
 from pytest_llmbench.loadgen import load as load_mod
-from pytest_llmbench.loadgen.load import ArrivalProcess, OpenLoop, run_load
+from pytest_llmbench.loadgen.load import ArrivalProcess, LoadOptions, OpenLoop, run_load
 from pytest_llmbench.loadgen.pacer import (
     SleepPacer,
     SpinPacer,
@@ -145,7 +145,7 @@ async def test_run_load_with_the_sleep_pacer_sends_on_schedule_virtual_clock(mon
 
     specs = itertools.cycle([RequestSpec(index=0, workload="w", input_tokens=1, max_tokens=1, prompt_text="x")])
     res = await run_load(Client(0.004), specs, OpenLoop(ArrivalProcess("poisson", 500.0, seed=2), max_requests=300),
-                         pacer="auto")
+                         LoadOptions(pacer="auto"))
     assert res.pacer == "sleep"  # a virtual clock has no kernel timer: auto falls back
     # the virtual clock starts at 0, so the first send reads sent_ns = 0 ("never sent") and has no lag
     assert res.ok == 300 and res.schedule_lag.n == 299 and res.submit_lag is not None and res.submit_lag.n == 299

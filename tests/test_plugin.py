@@ -17,7 +17,8 @@ TESTS = str(Path(__file__).parent)  # tests/factories.py, for the fake procedure
 FAKE_CONFTEST = '''
 import json, pathlib
 from dataclasses import dataclass
-from pytest_llmbench.procedures.base import Procedure, ProcedureResult, Table, register
+from pytest_llmbench.procedures.base import Procedure, register
+from pytest_llmbench.procedures.result import ProcedureResult, Table
 from pytest_llmbench.measure.summary import summarize
 from factories import ttft_records  # tests/factories.py: the fake fixture puts tests/ on PYTHONPATH
 

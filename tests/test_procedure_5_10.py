@@ -17,8 +17,9 @@ from pytest_llmbench.common.records import ErrorType
 from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.measure.units import format_cell
-from pytest_llmbench.procedures.base import Capacity, ProcedureContext, ProcedureError, SkipProcedure, get_procedure
+from pytest_llmbench.procedures.base import ProcedureContext, ProcedureError, SkipProcedure, get_procedure
 from pytest_llmbench.procedures.p5_10_guardrails import Guardrails
+from pytest_llmbench.procedures.result import Capacity
 from pytest_llmbench.settings import Settings
 from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.sut.system import SUT
@@ -167,7 +168,7 @@ def test_rewarm_after_switch_and_max_throughput_beyond_capacity(harness: StartHa
         # exact recomputation: output tokens of successful requests over the window after its first 10 %
         recs = list(iter_records(probe.run_dir))
         runjson = json.loads((Path(probe.run_dir) / "run.json").read_text())["loads"][0]
-        # the send window as every throughput figure takes it (procedures/common.measure, §5.2.3.2): from the
+        # the send window as every throughput figure takes it (procedures/run.measure, §5.2.3.2): from the
         # load's start to its last send (T_submit), never past the load's own end of sending
         t1 = min(runjson["send_end_ns"], max(r.sent_ns for r in recs))
         t0 = runjson["start_ns"] + 0.1 * (t1 - runjson["start_ns"])
@@ -241,12 +242,12 @@ def test_capacity_probe_runs_in_baseline_on_its_own_workload(harness: StartHarne
 
 def test_a_borrowed_capacity_is_a_deviation() -> None:
     """capacity="session" with 5.2's rate (not declared): 5.10.2-PARAM-3 is unmet and names the deviation."""
-    from pytest_llmbench.procedures.p5_10_guardrails import _checks
+    from pytest_llmbench.procedures.p5_10_guardrails import item_checks
 
     p = PROC.make_params("standard", {"capacity": "session"})
     decl = {"name": "conversation"}
-    ok = _checks(p, {}, {}, decl, {})["5.10.2-PARAM-3"]
-    borrowed = _checks(p, {}, {}, decl, {}, borrowed="measured by 5.2 in this session")["5.10.2-PARAM-3"]
+    ok = item_checks(p, {}, {}, decl, {})["5.10.2-PARAM-3"]
+    borrowed = item_checks(p, {}, {}, decl, {}, borrowed="measured by 5.2 in this session")["5.10.2-PARAM-3"]
     assert ok.status.value == "met" and borrowed.status.value == "unmet"
     assert "borrowed" in borrowed.reason and "measured by 5.2" in borrowed.reason
 

@@ -12,13 +12,10 @@ from factories import StartHarness, simulator_harness
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_llmbench.procedures.base import (
-    ProcedureError,
-    get_procedure,
-)
+from pytest_llmbench.procedures.base import ProcedureError, get_procedure
 from pytest_llmbench.procedures.p5_2_throughput import (
+    RateSearch,
     ThroughputParams,
-    _Search,
     completion_deficit,
 )
 from pytest_llmbench.simulator import SimConfig
@@ -31,7 +28,7 @@ class _FakeLevel:
         self.level, self.passed, self.ttft_p50 = level, passed, 0.01
 
 
-class FakeSearch(_Search):
+class FakeSearch(RateSearch):
     """The real search over a SUT that sustains exactly ``capacity`` (req/s or concurrency)."""
 
     def __init__(self, p: ThroughputParams, capacity: float) -> None:

@@ -26,11 +26,8 @@ from factories import make_record, simulator_harness
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.measure.stats import censored_percentile, knee_point, knee_point_ci, saturation_point_ci
-from pytest_llmbench.procedures.base import (
-    Capacity,
-    ProcedureError,
-    get_procedure,
-)
+from pytest_llmbench.procedures.base import ProcedureError, get_procedure
+from pytest_llmbench.procedures.result import Capacity
 from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.simulator.engine import Engine, Sequence, run_virtual
 from pytest_llmbench.simulator.predict import simulate_closed_loop
@@ -195,11 +192,11 @@ def overloaded_level() -> SimpleNamespace:
 
 def test_cancelled_requests_count_against_success_and_censor_the_p99() -> None:
     """Survivor bias: the old figures (success 100 %, TTFT P99 100 ms from the 90 survivors) are wrong."""
-    from pytest_llmbench.procedures.p5_3_tradeoff import TradeoffParams, _point
+    from pytest_llmbench.procedures.p5_3_tradeoff import TradeoffParams, level_point
 
     m = overloaded_level()
     assert m.metrics.scalar("success_rate").value == 1.0  # the metrics layer leaves cancelled requests out
-    pt = _point(m, 1.2, 10.0, TradeoffParams())  # type: ignore[arg-type]
+    pt = level_point(m, 1.2, 10.0, TradeoffParams())  # type: ignore[arg-type]
     assert (pt.everyone.sent, pt.everyone.ok, pt.everyone.cancelled) == (100, 90, 10)
     assert pt.success == pytest.approx(0.9)
     # the run's own figure (summary row, runs table, SLO assertions) counts them too
@@ -218,7 +215,7 @@ def test_cancelled_requests_count_against_success_and_censor_the_p99() -> None:
     assert pt.everyone.e2e[50.0].value == pytest.approx(0.13)
     assert not pt.everyone.e2e[95.0].bounded and pt.everyone.e2e[95.0].lower == pytest.approx(5.0)
     # an SLO can never be met by a censored P99
-    slo = _point(m, 1.2, 10.0, TradeoffParams(ttft_p99_slo_s=100.0))  # type: ignore[arg-type]
+    slo = level_point(m, 1.2, 10.0, TradeoffParams(ttft_p99_slo_s=100.0))  # type: ignore[arg-type]
     assert slo.meets_slo is False
 
 

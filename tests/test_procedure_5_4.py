@@ -13,12 +13,9 @@ from hypothesis import strategies as st
 
 from pytest_llmbench.common.records import RequestRecord, RequestSpec
 from pytest_llmbench.measure.summary import summarize
-from pytest_llmbench.procedures.base import (
-    Capacity,
-    ProcedureError,
-    get_procedure,
-)
+from pytest_llmbench.procedures.base import ProcedureError, get_procedure
 from pytest_llmbench.procedures.p5_4_itl import audit_itl, force_min_output
+from pytest_llmbench.procedures.result import Capacity
 from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.simulator.predict import simulate_closed_loop
 

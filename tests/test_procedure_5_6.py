@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from pytest_llmbench import closed, poisson
 from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.procedures.base import ProcedureError, get_procedure
-from pytest_llmbench.procedures.p5_6_fairness import FairnessParams, _mixed_count
+from pytest_llmbench.procedures.p5_6_fairness import FairnessParams, mixed_count
 from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.workloads import FAIRNESS_CLASSES
-from pytest_llmbench.workloads.standard import _mix_counts
+from pytest_llmbench.workloads.standard import mix_counts
 
 PROC = get_procedure("5.6")
 
@@ -151,8 +151,8 @@ def test_load_fraction_applies_to_the_mix_own_saturation_throughput(harness: Sta
 def test_mixed_count_meets_both_minimums(short: float, long: float, per_class: int, rate: float,
                                          duration: float) -> None:
     p = FairnessParams(mix={"short": short, "long": long}, requests_per_class=per_class, duration_s=duration)
-    n = _mixed_count(p, rate)
-    assert min(_mix_counts(n, p.mix).values()) >= per_class  # >= 500 per class in the standard profile
+    n = mixed_count(p, rate)
+    assert min(mix_counts(n, p.mix).values()) >= per_class  # >= 500 per class in the standard profile
     assert n >= rate * duration  # enough Poisson arrivals to span the duration (plus a 3-sigma margin)
     assert n <= math.ceil(per_class / min(short, long) * (short + long)) + rate * duration + 3 * math.sqrt(
         rate * duration) + 3  # and not wildly more
@@ -170,11 +170,11 @@ def test_baseline_at_the_share_of_the_rate_is_not_the_drafts(isolation: str, sta
     """§5.6.3 step 2 ("in isolation at same total load"): only isolation="total" meets 5.6.3-PARAM-2."""
     from types import SimpleNamespace
 
-    from pytest_llmbench.procedures.p5_6_fairness import _checks
+    from pytest_llmbench.procedures.p5_6_fairness import item_checks
 
     p = FairnessParams(isolation=isolation)
     mixed = SimpleNamespace(records=[], load=SimpleNamespace(send_window_s=1.0))
     wu = SimpleNamespace(ok=1, output_tokens=1)
-    checks = _checks(p, ["short", "long"], {"short": 0.8, "long": 0.2}, mixed, {"short": mixed, "long": mixed},
+    checks = item_checks(p, ["short", "long"], {"short": 0.8, "long": 0.2}, mixed, {"short": mixed, "long": mixed},
                      {"short": None, "long": None}, 0.8, wu, {}, False)  # type: ignore[arg-type]
     assert checks["5.6.3-PARAM-2"].status.value == status

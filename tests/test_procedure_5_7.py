@@ -14,8 +14,9 @@ from factories import StartHarness, measured_ok
 
 from pytest_llmbench import closed
 from pytest_llmbench.common.tokenizer import get_tokenizer
-from pytest_llmbench.procedures.base import Capacity, ProcedureContext, SkipProcedure, get_procedure
+from pytest_llmbench.procedures.base import ProcedureContext, SkipProcedure, get_procedure
 from pytest_llmbench.procedures.p5_7_prefix_cache import prefix_specs
+from pytest_llmbench.procedures.result import Capacity
 from pytest_llmbench.settings import Settings
 from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.sut.system import SUT

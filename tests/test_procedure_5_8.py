@@ -24,9 +24,15 @@ from pytest_llmbench.common.records import ErrorType
 from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.measure.summary import summarize
 from pytest_llmbench.measure.units import format_cell
-from pytest_llmbench.procedures.base import Capacity, RunSummary, get_procedure
-from pytest_llmbench.procedures.common import Measured
-from pytest_llmbench.procedures.p5_8_memory_pressure import NOT_MEASURABLE, _assess, _degradation, level_concurrency
+from pytest_llmbench.procedures.base import get_procedure
+from pytest_llmbench.procedures.p5_8_memory_pressure import (
+    NOT_MEASURABLE,
+    assess_pressure,
+    describe_degradation,
+    level_concurrency,
+)
+from pytest_llmbench.procedures.result import Capacity, RunSummary
+from pytest_llmbench.procedures.run import Measured
 from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.simulator.predict import simulate_closed_loop
 
@@ -94,7 +100,7 @@ def test_without_server_data_preemption_is_not_measurable(outcome):
     metrics = summarize(records)
     summary = RunSummary(label="x", run_dir=run_dir, load={}, metrics=metrics)
     fake = Measured(load=SimpleNamespace(records=records), summary=summary)  # type: ignore[arg-type]
-    lp = _assess(1.5, 18, fake, 0)
+    lp = assess_pressure(1.5, 18, fake, 0)
     assert lp.source == NOT_MEASURABLE
     assert lp.preemption_rate is None and lp.recovery_rate is None and lp.preemption_events is None
     assert lp.completion == 1.0
@@ -128,27 +134,30 @@ def test_cancelled_requests_count_against_completion(outcome):
     assert metrics.scalar("success_rate").value == 1.0  # the metrics layer leaves cancelled requests out
     summary = RunSummary(label="x", run_dir=run_dir, load={}, metrics=metrics)
     fake = Measured(load=SimpleNamespace(records=records, duration_s=3.0), summary=summary)  # type: ignore[arg-type]
-    lp = _assess(1.5, 18, fake, 0)
+    lp = assess_pressure(1.5, 18, fake, 0)
     n = len(records)
     assert (lp.requests, lp.cancelled) == (n, 19)
     assert lp.completion == pytest.approx((n - 19) / n) and lp.fail_rate == 0
     assert lp.cancelled_rate == pytest.approx(19 / n)
     assert lp.to_json()["cancelled"] == 19
     assert metrics.scalar("success_rate").value == pytest.approx((n - 19) / n)  # the run's figure counts them
-    base = _assess(1.0, 12, Measured(load=SimpleNamespace(records=[dataclasses.replace(r, error_type=None)
+    base = assess_pressure(1.0, 12, Measured(load=SimpleNamespace(records=[dataclasses.replace(r, error_type=None)
                                                                    for r in records], duration_s=3.0),
                                      summary=RunSummary(label="y", run_dir=run_dir, load={},
                                                         metrics=summarize([dataclasses.replace(r, error_type=None)
                                                                            for r in records]))), 0)
-    text = _degradation([base, lp])
+    text = describe_degradation([base, lp])
     assert "graceful" not in text and "19 of" in text and "cancelled" in text
-    assert "graceful" in _degradation([base, base])
+    assert "graceful" in describe_degradation([base, base])
 
 
 def test_a_level_without_a_successful_request_still_summarises(outcome):
     """Seen in a smoke run on a busy host: every request of a level cancelled at the drain, some with
     partial server token times; option C then had no successful record and summarize() raised."""
-    from pytest_llmbench.procedures.common import itl_option_for
+    from pytest_llmbench.procedures.run import itl_decision_for
+
+    def itl_option_for(records: list) -> str:  # the App. B.2.1 option a run's summary takes
+        return itl_decision_for(records).option
 
     records = list(iter_records(outcome.runs[-1].run_dir))
     assert itl_option_for(records) == "C"  # the simulator sends per-token times
@@ -181,7 +190,7 @@ def test_server_telemetry_per_level_and_events_only(outcome):
     summary = RunSummary(label="x", run_dir=run_dir, load={}, metrics=summarize(records))
     events = TelemetrySeries(status=SAMPLED, t_ns=[0, 10**9], values={"preemptions": [3.0, 10.0]})
     fake = Measured(load=SimpleNamespace(records=records), summary=summary, telemetry=events)  # type: ignore[arg-type]
-    lp = _assess(1.5, 18, fake, 0)
+    lp = assess_pressure(1.5, 18, fake, 0)
     assert lp.source == "server /metrics (events only)" and lp.preemption_events == 7.0
     assert lp.preemption_rate is None and lp.preempted_requests is None
 

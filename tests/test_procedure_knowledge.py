@@ -18,21 +18,23 @@ import numpy as np
 import pytest
 
 import pytest_llmbench
-from pytest_llmbench.document.build import _LEVEL_COLUMNS
+from pytest_llmbench.document.exports import LEVEL_COLUMNS
 from pytest_llmbench.document.headline import key_figures, procedure_warnings, sweep
 from pytest_llmbench.document.plotdata import configuration_differences, run_overlays
 from pytest_llmbench.document.schema import schema
 from pytest_llmbench.gate.storage import primary_label
 from pytest_llmbench.procedures import base, p5_7_prefix_cache
-from pytest_llmbench.procedures.base import Finding, KeyFigure, Sweep, capacity_provider, get_procedure, procedure_ids
+from pytest_llmbench.procedures.base import capacity_provider, get_procedure, procedure_ids
 from pytest_llmbench.procedures.pipeline import PIPELINE_KEYS
+from pytest_llmbench.procedures.result import Finding, KeyFigure, Sweep
 
 PACKAGE = Path(pytest_llmbench.__file__).parent
 #: where procedure knowledge lives: the procedures, and compliance (the draft's item -> test map)
 OWNERS = ("procedures", "compliance", "suites")
 #: layers below procedures: they never see a procedure's result, so a word they use is their own
 LOWER = ("common", "measure", "loadgen", "client", "sut", "workloads", "simulator", "settings.py")
-PROCEDURE_ID = re.compile(r"5\.(10|[1-9])")
+#: a procedure id of §5, any of them ("5.1", "5.10", "5.11" ...): a string constant that is one, whole
+PROCEDURE_ID = re.compile(r"5\.[1-9][0-9]*")
 #: words a procedure uses as a measurement key that also name something of the document's own
 #: layout (not in schema.json's property names), each read for that, not for the measurement
 DOCUMENT_WORDS = {
@@ -80,14 +82,35 @@ def _lower_words() -> set[str]:
     return words
 
 
-def test_no_procedure_id_outside_the_procedures() -> None:
-    hits = [f"{f.relative_to(PACKAGE)}:{line}: {v!r}" for f in _modules(owners=False) for line, v in _constants(f)
+def _id_hits(files: list[Path], root: Path) -> list[str]:
+    """Every string constant of ``files`` that is a procedure id, as ``path:line: '5.3'``."""
+    return [f"{f.relative_to(root)}:{line}: {v!r}" for f in files for line, v in _constants(f)
             if PROCEDURE_ID.fullmatch(v)]
+
+
+def test_no_procedure_id_outside_the_procedures() -> None:
+    hits = _id_hits(_modules(owners=False), PACKAGE)
     assert not hits, "procedure ids outside procedures/ (declare it on the procedure instead):\n" + "\n".join(hits)
 
 
+def test_the_guard_catches_an_id_past_5_10_planted_outside_the_procedures(tmp_path: Path) -> None:
+    """A new procedure's id leaks outside procedures/: "5.11" is caught like "5.1", prose citing it is not."""
+    assert all(PROCEDURE_ID.fullmatch(i) for i in ("5.1", "5.10", "5.11", "5.42"))
+    assert not any(PROCEDURE_ID.fullmatch(v) for v in ("5.0", "5.01", "6", "4.5", "5.11.2", "§5.11", "15.1"))
+    copy = tmp_path / "document"
+    copy.mkdir()
+    source = (PACKAGE / "document" / "headline.py").read_text(encoding="utf-8")
+    (copy / "headline.py").write_text(source, encoding="utf-8")
+    assert _id_hits([copy / "headline.py"], tmp_path) == []  # the module as shipped holds no id
+    planted = source + '\n\nNEW_PROCEDURE = "5.11"  # a procedure id outside procedures/\n'
+    (copy / "headline.py").write_text(planted, encoding="utf-8")
+    (copy / "prose.py").write_text('"""Cites §5.11 and 5.11 in prose only."""\n# "5.11" in a comment\n', encoding="utf-8")
+    hits = _id_hits(sorted(copy.glob("*.py")), tmp_path)
+    assert hits == [f"document/headline.py:{len(planted.splitlines())}: '5.11'"]
+
+
 def test_no_procedure_measurement_key_outside_the_procedures() -> None:
-    csv_columns = {name for name, _, _ in _LEVEL_COLUMNS}  # levels.csv headers: run metrics, in ms
+    csv_columns = {name for name, _, _ in LEVEL_COLUMNS}  # levels.csv headers: run metrics, in ms
     from pytest_llmbench.measure import registry
 
     metric_names = {n for m in registry.METRICS.values() for n in (m.name, *m.aliases)}  # declared by function name

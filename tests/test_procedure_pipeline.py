@@ -12,11 +12,12 @@ import pytest
 import pytest_llmbench.procedures as procedures
 from pytest_llmbench.common.records import RequestSpec
 from pytest_llmbench.compliance import Status
-from pytest_llmbench.procedures import base
-from pytest_llmbench.procedures.base import Table, get_procedure, procedure_ids
+from pytest_llmbench.procedures import base, result
+from pytest_llmbench.procedures.base import get_procedure, procedure_ids
 from pytest_llmbench.procedures.helpers import cap_output
-from pytest_llmbench.procedures.p5_2_throughput import _report_checks
+from pytest_llmbench.procedures.p5_2_throughput import report_checks
 from pytest_llmbench.procedures.pipeline import ProcedureRun
+from pytest_llmbench.procedures.result import Table
 
 PKG = Path(procedures.__file__).parent
 
@@ -47,8 +48,9 @@ def test_no_import_cycle_and_no_procedure_imports_another() -> None:
     for name, deps in graph.items():
         if name.startswith("p5_"):
             assert not {d for d in deps if d.startswith("p5_")}, f"{name} imports another procedure: {deps}"
-    assert not any(d.startswith("p5_") for d in graph["base"] | graph["common"] | graph["helpers"]
-                   | graph["pipeline"])
+    shared = {name: deps for name, deps in graph.items() if not name.startswith("p5_")}
+    assert {"base", "pipeline", "run", "facts"} <= set(shared)  # the shared rooms are there to be checked
+    assert not any(d.startswith("p5_") for deps in shared.values() for d in deps)
 
     def visit(node: str, path: tuple[str, ...]) -> None:
         assert node not in path, f"import cycle: {' -> '.join(path + (node,))}"
@@ -83,9 +85,9 @@ def test_report_items_refer_to_the_table_object_not_its_title() -> None:
     t4 = Table("Table 4: Latency at Maximum Throughput", ["Metric", "P50"], [["TTFT", "1 ms"]])
     look_alike = Table(t3.title, t3.columns, [r[:] for r in t3.rows])
     best: Any = object()
-    ok = _report_checks(ctx, best, None, meas, {"5.2.5-REPORT-1": t3, "5.2.5-REPORT-2": t4}, [t3, t4])  # type: ignore[arg-type]
+    ok = report_checks(ctx, best, None, meas, {"5.2.5-REPORT-1": t3, "5.2.5-REPORT-2": t4}, [t3, t4])  # type: ignore[arg-type]
     assert ok["5.2.5-REPORT-1"].status is Status.MET and ok["5.2.5-REPORT-2"].status is Status.MET
-    bad = _report_checks(ctx, best, None, meas, {"5.2.5-REPORT-1": t3, "5.2.5-REPORT-2": None},  # type: ignore[arg-type]
+    bad = report_checks(ctx, best, None, meas, {"5.2.5-REPORT-1": t3, "5.2.5-REPORT-2": None},  # type: ignore[arg-type]
                          [look_alike])
     assert bad["5.2.5-REPORT-1"].status is Status.UNMET and bad["5.2.5-REPORT-2"].status is Status.UNMET
 
@@ -93,8 +95,8 @@ def test_report_items_refer_to_the_table_object_not_its_title() -> None:
 def test_report_items_are_read_back_from_the_written_tables() -> None:
     """5.3/5.4 REPORT items: met only when the table is in the result and the column/row has a value in every row."""
     from pytest_llmbench.procedures.helpers import reported, reported_line
-    from pytest_llmbench.procedures.p5_3_tradeoff import _report_checks as report_5_3
-    from pytest_llmbench.procedures.p5_4_itl import _report_checks as report_5_4
+    from pytest_llmbench.procedures.p5_3_tradeoff import report_checks as report_5_3
+    from pytest_llmbench.procedures.p5_4_itl import report_checks as report_5_4
 
     t5 = Table("Table 5: Throughput-Latency Table", ["Offered (r/s)", "Achieved (tok/s)", "TTFT P50", "TTFT P99",
                                                      "TPOT P50", "TPOT P99", "Success"],
@@ -125,7 +127,7 @@ def test_report_items_are_read_back_from_the_written_tables() -> None:
     assert report_5_4([no_std], shape, [no_std, shape])["5.4.4-REPORT-3"].status is Status.UNMET
     assert reported("5.4.4-REPORT-1", "x", [(t6, "ITL Mean")], [Table(t6.title, t6.columns, t6.rows)]).status is Status.UNMET
 
-    from pytest_llmbench.procedures.p5_7_prefix_cache import _report_checks as report_5_7
+    from pytest_llmbench.procedures.p5_7_prefix_cache import report_checks as report_5_7
     t10 = Table("Table 10: Cache Effectiveness", ["Configuration", "TTFT P50", "TTFT P95", "TTFT P99"],
                 [["Cache Disabled", "90 ms", "99 ms", "120 ms"], ["Cache (Cold)", "40 ms", "60 ms", "70 ms"]])
     fx = Table("Prefix cache effect (§5.7.4)", ["Configuration", "TTFT Reduction P50", "TTFT Reduction P95",
@@ -153,8 +155,8 @@ def test_each_procedure_draws_warmup_and_measured_prompts_from_different_streams
     assert len(set(values)) == len(values)
 
 
-def _result(measurements: dict[str, Any], notes: list[str]) -> base.ProcedureResult:
-    return base.ProcedureResult(procedure="5.6", title="t", params={}, profile="smoke", metrics=None,
+def _result(measurements: dict[str, Any], notes: list[str]) -> result.ProcedureResult:
+    return result.ProcedureResult(procedure="5.6", title="t", params={}, profile="smoke", metrics=None,
                                 measurements=measurements, notes=notes)
 
 
@@ -165,19 +167,19 @@ def test_measured_returns_the_value() -> None:
 
 def test_measured_none_fails_with_the_procedures_notes() -> None:
     r = _result({"short_ttft_p99_ms": None}, ["short class: 0 completed requests (budget 60 s)"])
-    with pytest.raises(base.MeasurementMissing, match=r"5\.6 measured no 'short_ttft_p99_ms'.*short class: 0 completed"):
+    with pytest.raises(result.MeasurementMissing, match=r"5\.6 measured no 'short_ttft_p99_ms'.*short class: 0 completed"):
         r.measured("short_ttft_p99_ms")
-    assert issubclass(base.MeasurementMissing, AssertionError)  # a test failure, not an error
+    assert issubclass(result.MeasurementMissing, AssertionError)  # a test failure, not an error
 
 
 def test_measured_unknown_key_lists_the_known_ones() -> None:
-    with pytest.raises(base.MeasurementMissing, match=r"no measurement 'jain'.*known: jain_index, level_count"):
+    with pytest.raises(result.MeasurementMissing, match=r"no measurement 'jain'.*known: jain_index, level_count"):
         _result({"jain_index": 0.9, "level_count": 3}, []).measured("jain")
 
 
 def test_a_suite_style_slo_on_a_missing_figure_fails_rather_than_crashes(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("""
-        from pytest_llmbench.procedures.base import ProcedureResult
+        from pytest_llmbench.procedures.result import ProcedureResult
 
         def test_slo():
             r = ProcedureResult(procedure="5.6", title="t", params={}, profile="smoke", metrics=None,

@@ -26,3 +26,6 @@ def test_progress_lines_in_a_piped_log(pytester: pytest.Pytester, flags: tuple[s
     assert bool(lines) is shown, result.outlines
     if shown:  # each phase once at least: the warm-up, then the measured run with done/planned
         assert any(re.search(r"\d+/30 requests, [\d.]+ req/s, \d+ errors, \d+ s", line) for line in lines), lines
+        # the measured run's line ends on its final count, whenever the last periodic line was shown
+        assert any(re.search(r"measure done: 30/30 requests, [\d.]+ req/s, 0 errors, \d+ s$", line)
+                   for line in lines), lines

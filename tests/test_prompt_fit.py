@@ -102,22 +102,24 @@ def test_shared_prefixes_stay_shared_in_the_servers_ids(vocab_server: VocabServe
     prefix in reference tokens share exactly that many server ids, and the total is input_tokens."""
     import asyncio
 
-    from pytest_llmbench.client import ClientConfig
+    from pytest_llmbench.client import ClientConfig, LLMClient
     from pytest_llmbench.common.seeds import Seeds
     from pytest_llmbench.common.tokenizer import get_tokenizer
-    from pytest_llmbench.procedures.prompts import ServerPromptClient
+    from pytest_llmbench.sut.adapters import PromptFit
+    from pytest_llmbench.sut.adapters.others import VLLM_FORM
     from pytest_llmbench.workloads import build_workload
 
     tok = get_tokenizer("cl100k_base")
     root = vocab_server.endpoint.removesuffix("/v1")
     for name in ("code-completion", "conversation"):
         specs = build_workload(name, n=12, seed=Seeds(7, "5.7").derive(name), tokenizer=tok).specs
-        client = ServerPromptClient(ClientConfig(base_url=vocab_server.endpoint, model=MODEL, api="completions"), tokenizer=tok,
-                                    root_url=root, model=MODEL, style="vllm")
+        hook = PromptFit(VLLM_FORM, root_url=root, model=MODEL, api="completions", tokenizer=tok)
+        client = LLMClient(ClientConfig(base_url=vocab_server.endpoint, model=MODEL, api="completions"), tokenizer=tok,
+                           body_hook=hook)
 
-        async def fit(c: ServerPromptClient = client) -> list[list[int]]:
-            await c.prefit(specs)
-            out = [c.build_body(s)["prompt"] for s in specs]
+        async def fit(c: LLMClient = client, h: PromptFit = hook) -> list[list[int]]:
+            await c.prepare(specs)
+            out = [h(s, c.build_body(s))["prompt"] for s in specs]
             await c.aclose()
             return out
 

@@ -115,7 +115,7 @@ def test_refusal_reason_order_and_bad_pattern() -> None:
 
 
 def test_refusal_options_reach_the_client() -> None:
-    from pytest_llmbench.procedures.common import refusal_policy
+    from pytest_llmbench.procedures.run import refusal_policy
 
     def opts(**kw: Any) -> Callable[[str], Any]:
         return lambda name: kw.get(name)

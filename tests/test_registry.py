@@ -10,7 +10,8 @@ import pytest
 from factories import MS, make_record
 
 from pytest_llmbench.common.records import RequestRecord
-from pytest_llmbench.document.build import DIST_FIGURES, KEY_RESULT_UNITS, SCALAR_FIGURES
+from pytest_llmbench.document.mvr import KEY_RESULT_UNITS
+from pytest_llmbench.document.procedure import DIST_FIGURES, SCALAR_FIGURES
 from pytest_llmbench.measure import registry, slo, units
 from pytest_llmbench.measure.summary import DEFINITIONS, UNITS, summarize
 from pytest_llmbench.report.terminal import HEADER, TERMINAL_COLUMNS

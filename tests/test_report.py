@@ -30,10 +30,11 @@ from pytest_llmbench.compliance import (
     WarmupFacts,
     evaluate_test,
 )
-from pytest_llmbench.document.build import REDACTED, build_document, iso_ms
+from pytest_llmbench.document.build import build_document, iso_ms
+from pytest_llmbench.document.redact import REDACTED
 from pytest_llmbench.document.schema import SCHEMA_VERSION
 from pytest_llmbench.measure.summary import summarize
-from pytest_llmbench.procedures.base import Capacity, ProcedureResult, RunSummary, Table
+from pytest_llmbench.procedures.result import Capacity, ProcedureResult, RunSummary, Table
 from pytest_llmbench.report import (
     ReportError,
     dumps_document,

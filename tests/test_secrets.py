@@ -34,7 +34,7 @@ KEY_ENV = "LLMB_GATEWAY_AUTH"  # deliberately not a name the report's generic sc
 SUITE = '''
 import json, logging
 import pytest
-from pytest_llmbench.procedures.base import poisson
+from pytest_llmbench.procedures.loads import poisson
 
 log = logging.getLogger("suite")
 
@@ -144,7 +144,7 @@ def test_wrong_key_is_one_clear_message(pytester: pytest.Pytester, key: str, aut
 def _tls_suite(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_suite='''
 import pytest
-from pytest_llmbench.procedures.base import poisson
+from pytest_llmbench.procedures.loads import poisson
 
 @pytest.mark.llm_procedure("5.1", load=poisson(rate=80), requests=20, warmup_requests=4, warmup_tokens=10)
 def test_ttft(llm_result):

@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_llmbench.common.seeds import WORKLOAD_GENERATOR_VERSION, Seeds, derive_seed
+from pytest_llmbench.procedures.base import procedure_ids
 
-PROCS = ["5.1", "5.2", "5.3", "5.4", "5.5", "5.6", "5.7", "5.8", "5.9", "5.10"]
+PROCS = procedure_ids()  # the discovered procedures (procedures/__init__.py)
 PURPOSES = ["warmup", "measure", "arrivals", "level", "retry", "probe", "class"]
 
 

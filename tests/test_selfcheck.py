@@ -15,7 +15,7 @@ from factories import StartHarness, make_record
 
 from pytest_llmbench.common.records import ErrorType, RequestRecord
 from pytest_llmbench.common.storage import iter_records
-from pytest_llmbench.document.build import jsonable
+from pytest_llmbench.common.jsonable import jsonable
 from pytest_llmbench.loadgen.load import ClosedLoop
 from pytest_llmbench.loadgen.selfcheck import (
     DELAY_PERCENTILES,
@@ -27,7 +27,7 @@ from pytest_llmbench.loadgen.selfcheck import (
     percentiles_ms,
     procedure_check,
 )
-from pytest_llmbench.procedures.common import client_for, measure
+from pytest_llmbench.procedures.run import client_for, measure
 from pytest_llmbench.report.render import FLAG, _client_delay_table, _dist_rows
 from pytest_llmbench.simulator import SimConfig
 from pytest_llmbench.workloads import build_workload

@@ -27,8 +27,9 @@ from pytest_llmbench.common.storage import RECORDS_FILE, iter_records
 from pytest_llmbench.document.build import build_document
 from pytest_llmbench.loadgen.load import ArrivalProcess, ClosedLoop, OpenLoop
 from pytest_llmbench.loadgen.shards import NotShardable, parse_workers, plan_shards
-from pytest_llmbench.procedures.base import ProcedureResult, get_procedure
+from pytest_llmbench.procedures.base import get_procedure
 from pytest_llmbench.procedures.helpers import closed_level_stream
+from pytest_llmbench.procedures.result import ProcedureResult
 from pytest_llmbench.session import Session
 from pytest_llmbench.settings import LLMBenchConfigError, Settings, resolve
 
@@ -132,6 +133,8 @@ def test_two_workers_give_the_same_accounting_as_one(ttft_runs: dict[str, Proced
     for s in sharding["shards"]:  # send lag, loop delay, the self-check and the CPU of its run, per shard
         assert s["send_lag"]["n"] == 75 and s["loop_delay"]["n"] > 0 and isinstance(s["valid"], bool)
         assert s["cpu_s"] > 0
+        # a shard reports its sends over its own send window, whatever the run's achieved_from_sends
+        assert s["achieved_rate"] == s["sent"] / ((s["send_end_ns"] - s["start_ns"]) / 1e9)
     run_json = json.loads((Path(ttft_runs["2"].runs[0].run_dir) / "run.json").read_text())
     assert run_json["loads"][0]["parameters"]["sharding"]["workers"] == 2
 
@@ -250,7 +253,7 @@ def test_merged_result_carries_submit_lag_beside_schedule_lag() -> None:
     from factories import make_record
 
     from pytest_llmbench.common.records import ClockAnchor
-    from pytest_llmbench.loadgen.load import SelfCheck
+    from pytest_llmbench.loadgen.load import LoadOptions
     from pytest_llmbench.loadgen.shards.core import MergeTally, merge
 
     tally = MergeTally()
@@ -258,9 +261,71 @@ def test_merged_result_carries_submit_lag_beside_schedule_lag() -> None:
         r = make_record(i, sent=i + 1.0, intended_ns=i * 1_000_000, queued_ns=i * 1_000_000 + (i + 1) * 100_000)
         tally.add(r)
     tally.add(make_record(9, sent=5.0))  # a record without an intended time: in neither
-    res = merge(OpenLoop(ArrivalProcess("poisson", 100.0)), [], tally, anchor=ClockAnchor.now(), start_ns=0,
-                transport="aiohttp", drain_timeout_s=None, self_check=SelfCheck(), sharding={})
+    res = merge(OpenLoop(ArrivalProcess("poisson", 100.0)), LoadOptions(drain_timeout_s=None), [], tally,
+                anchor=ClockAnchor.now(), start_ns=0, transport="aiohttp", sharding={})
     assert res.schedule_lag.n == res.submit_lag.n == 4
     assert res.schedule_lag.max_ms == pytest.approx(0.4) and res.schedule_lag.p50_ms == pytest.approx(0.25)
     assert res.submit_lag.max_ms == res.submit_lag.p50_ms == pytest.approx(1.0)
     assert res.to_json()["submit_lag"]["n"] == 4
+
+
+class _Capture:
+    """A backend that runs no shard: it keeps the tasks it is given (sent to processes as they are)."""
+
+    name = "capture"
+    info: dict[str, Any] = {}
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.tasks: list[Any] = []
+
+    def shard_count(self) -> int:
+        return self.n
+
+    async def run(self, tasks: list[Any], on_hello: Any, on_records: Any) -> tuple[int, list[Any]]:
+        self.tasks = tasks
+        return time.time_ns(), []
+
+
+async def test_run_sharded_hands_every_shard_the_options_unchanged() -> None:
+    """One LoadOptions object reaches every shard as given, and survives pickling (a process or an actor);
+    what a shard cannot take (a stop predicate over the whole run, a pacer object) is refused up front."""
+    import pickle
+
+    from pytest_llmbench.client import ClientConfig, LLMClient
+    from pytest_llmbench.loadgen.load import LoadOptions, SelfCheck
+    from pytest_llmbench.loadgen.pacer import make_pacer
+    from pytest_llmbench.loadgen.shards import run_sharded
+
+    opts = LoadOptions(phase="measure", drain_timeout_s=7.0, self_check=SelfCheck(max_send_lag_p99_ms=3.0),
+                       pacer="sleep", sends_first=False, achieved_from_sends=True)
+    backend = _Capture(3)
+    async with LLMClient(ClientConfig(base_url="http://127.0.0.1:9/v1", model="m")) as client:
+        res = await run_sharded(backend, client, _specs(9), ClosedLoop(3), opts, tokenizer="cl100k_base")
+        assert len(backend.tasks) == 3 and all(t.options is opts for t in backend.tasks)
+        assert pickle.loads(pickle.dumps(backend.tasks[0])).options == opts
+        assert res.parameters["drain_timeout_s"] == 7.0 and res.sent == 0
+        with pytest.raises(NotShardable, match="stop predicate"):
+            await run_sharded(backend, client, _specs(9), ClosedLoop(3), LoadOptions(stop=lambda p: p.sent > 3),
+                              tokenizer="cl100k_base")
+        pacer = make_pacer("sleep")
+        try:
+            with pytest.raises(NotShardable, match="pacer object"):
+                await run_sharded(backend, client, _specs(9), ClosedLoop(3), LoadOptions(pacer=pacer),
+                                  tokenizer="cl100k_base")
+        finally:
+            pacer.close()
+
+
+def test_the_backend_follows_the_settings() -> None:
+    """``--llm-workers``/``--llm-ray-address`` pick the backend (no string test at the call site)."""
+    from pytest_llmbench.loadgen.shards import backend_for
+    from pytest_llmbench.loadgen.shards.local import LocalBackend
+    from pytest_llmbench.loadgen.shards.ray_backend import RayBackend
+
+    assert backend_for(Settings(workers="1")) is None
+    local = backend_for(Settings(workers="3"))
+    assert isinstance(local, LocalBackend) and local.workers == 3
+    ray = backend_for(Settings(workers="1", ray_address="auto"))
+    assert isinstance(ray, RayBackend) and ray.address == "auto" and ray.workers is None
+    assert backend_for(Settings(workers="2", ray_address="local")).workers == 2  # type: ignore[union-attr]

@@ -24,7 +24,8 @@ HERE = str(Path(__file__).parent)
 
 CONFTEST = '''
 from dataclasses import dataclass
-from pytest_llmbench.procedures.base import Procedure, ProcedureResult, register
+from pytest_llmbench.procedures.base import Procedure, register
+from pytest_llmbench.procedures.result import ProcedureResult
 from pytest_llmbench.measure.summary import summarize
 from factories import make_record  # tests/ is on PYTHONPATH (_session)
 
@@ -128,7 +129,7 @@ def test_body_slos_are_counted_pass_and_fail_in_tests_headline_terminal_and_juni
 def test_outside_pytest_assert_slo_is_a_plain_function() -> None:
     """No recorder is set outside a pytest-llmbench test; one set by hand receives every result."""
     from pytest_llmbench.measure.summary import summarize
-    from pytest_llmbench.procedures.base import ProcedureResult
+    from pytest_llmbench.procedures.result import ProcedureResult
 
     records = [make_record(i, sent=i * 10**9, ttft=10**8, itl=10**6, n_chunks=2, text=[" a", " b"], unit=1,
                            spec_input_tokens=10, max_tokens=2, output_tokens_client=2, input_tokens_client=10)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from windows import batch_means_rate
 
 from pytest_llmbench.measure import stats as S
 from pytest_llmbench.measure.stats import Distribution, Estimate
@@ -62,9 +63,9 @@ def test_wilson_interval_by_hand() -> None:
 
 def test_batch_means_rate() -> None:
     # 100 events evenly in [0, 10) s -> 10/s, every sub-window equal -> zero-width CI
-    e = S.batch_means_rate(np.arange(100) / 10, None, 0.0, 10.0, unit="req/s")
+    e = batch_means_rate(np.arange(100) / 10, None, 0.0, 10.0, unit="req/s")
     assert e.value == pytest.approx(10.0) and e.ci_low == pytest.approx(10.0) and e.n == 100
-    w = S.batch_means_rate([1.0, 2.0, 11.0], [2.0, 3.0, 100.0], 0.0, 10.0, unit="tok/s")
+    w = batch_means_rate([1.0, 2.0, 11.0], [2.0, 3.0, 100.0], 0.0, 10.0, unit="tok/s")
     assert w.value == pytest.approx(0.5)  # the event at 11 s is outside the window
 
 

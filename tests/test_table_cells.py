@@ -15,8 +15,8 @@ import pytest
 from pytest_llmbench.compliance import Status
 from pytest_llmbench.document.schema import schema
 from pytest_llmbench.measure.units import Cell, cell_from_json, cell_json, format_cell, format_value
-from pytest_llmbench.procedures.base import Table
 from pytest_llmbench.procedures.helpers import censored_cell, fmt_censored, fmt_ms, reported
+from pytest_llmbench.procedures.result import Table
 from pytest_llmbench.report.fmt import fmt_cell
 from pytest_llmbench.report.render import _as_text
 

@@ -29,7 +29,7 @@ from pytest_llmbench.measure.telemetry import (
     read_exposition,
     read_roles,
 )
-from pytest_llmbench.procedures.base import ServerView
+from pytest_llmbench.procedures.result import ServerView
 from pytest_llmbench.report.figures import figures_for
 from pytest_llmbench.sut.adapters import LLAMACPP, SIMULATOR, VLLM, telemetry_names
 

@@ -146,7 +146,7 @@ def _vllm_like(seen: list):
 def test_server_tokenize_counts_with_the_server() -> None:
     import httpx
 
-    from pytest_llmbench.common.tokenizer import ServerTokenCounter, server_counting
+    from pytest_llmbench.sut.adapters.counting import ServerTokenCounter, server_counting
 
     seen: list = []
     counter, decl = server_counting("http://sut:8000/v1", "m", api_key="sk-secret",
@@ -165,7 +165,7 @@ def test_server_tokenize_counts_with_the_server() -> None:
 def test_no_tokenize_endpoint_declares_usage_counting() -> None:
     import httpx
 
-    from pytest_llmbench.common.tokenizer import server_counting
+    from pytest_llmbench.sut.adapters.counting import server_counting
 
     counter, decl = server_counting("http://sut:8000/v1", "m",
                                     transport=httpx.MockTransport(lambda r: httpx.Response(404, text="nope")))
@@ -177,7 +177,7 @@ def test_no_tokenize_endpoint_declares_usage_counting() -> None:
 def test_malformed_tokenize_answer_is_an_error() -> None:
     import httpx
 
-    from pytest_llmbench.common.tokenizer import ServerTokenCounter
+    from pytest_llmbench.sut.adapters.counting import ServerTokenCounter
 
     c = ServerTokenCounter("http://sut", transport=httpx.MockTransport(lambda r: httpx.Response(200, json={"x": 1})))
     with pytest.raises(TokenizerError, match="without 'count'"):

@@ -206,9 +206,25 @@ def test_5_1(llm_result):
 '''
 
 
+def _vllm_gauges(base_url: str) -> dict[str, float]:
+    """vLLM's ``/metrics``: requests running now and requests finished so far (prometheus_client's parser)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    want = {"vllm:num_requests_running": "running", "vllm:request_success": "finished"}
+    got = {"running": 0.0, "finished": 0.0}
+    for family in text_string_to_metric_families(httpx.get(base_url + "/metrics", timeout=5).text):
+        if family.name in want:
+            got[want[family.name]] += sum(s.value for s in family.samples if not s.name.endswith("_created"))
+    return got
+
+
 def test_sigkill_of_the_server_in_the_middle_of_a_run(pytester: pytest.Pytester, vllm_server: VllmServer) -> None:
-    """Last of the vLLM tests: the server dies (SIGKILL) after a few measured requests of 5.1 (a closed loop
-    of 2, so two requests are in flight at the kill)."""
+    """Last of the vLLM tests: the server dies (SIGKILL) in the middle of 5.1's measured run (a closed
+    loop of 2). The kill waits on what the server shows, not on when record lines reach the disk (issue 46):
+    once the measured run has begun (its records file is opened before its first request is sent), three
+    more requests finished at the server (``vllm:request_success_total``) and two running
+    (``vllm:num_requests_running`` ≥ 2), each of up to 400 tokens: two are in flight and seven are still to
+    be sent when it lands, whatever the host's speed."""
     import threading
     import time
 
@@ -217,13 +233,21 @@ def test_sigkill_of_the_server_in_the_middle_of_a_run(pytester: pytest.Pytester,
 
     def killer() -> None:
         deadline = time.monotonic() + 300
+        at_start: float | None = None  # requests finished at the server when the measured run began
         while time.monotonic() < deadline and not killed:
-            measured = [r for r in _records(root) if r.get("phase") == "measure"] if root.exists() else []
-            if len(measured) >= 3:  # a closed loop of 2: two requests are in flight now
-                killed["after"] = len(measured)
+            try:
+                now = _vllm_gauges(vllm_server.base_url)
+            except httpx.HTTPError:
+                time.sleep(0.02)
+                continue
+            if at_start is None:
+                if any(root.glob("runs/*/measure/records.jsonl")):
+                    at_start = now["finished"]
+            elif now["finished"] - at_start >= 3 and now["running"] >= 2:
+                killed.update(after=now["finished"] - at_start, running=now["running"])
                 vllm_server.kill()
                 return
-            time.sleep(0.05)
+            time.sleep(0.02)
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
@@ -235,8 +259,10 @@ def test_sigkill_of_the_server_in_the_middle_of_a_run(pytester: pytest.Pytester,
     out = res.stdout.str()
     records = [r for r in _records(root) if r.get("phase") == "measure"]
     errors = [r for r in records if r.get("error_type")]
-    print(f"\nkilled after {killed.get('after')} measured records; {len(records)} measured records, "
-          f"{len(errors)} errors: {sorted({(r['error_type'], (r['error_message'] or '')[:80]) for r in errors})}")
+    split = {kind: sum(1 for r in errors if r["error_type"] == kind) for kind in sorted({r["error_type"] for r in errors})}
+    print(f"\nkilled after {killed.get('after')} measured requests finished at the server, "
+          f"{killed.get('running')} running; {len(records)} measured records, {len(errors)} errors {split}: "
+          f"{sorted({(r['error_type'], (r['error_message'] or '')[:80]) for r in errors})}")
     print("\n".join(ln for ln in out.splitlines() if "E " in ln[:3] or "error" in ln.lower())[-1500:])
     assert killed, "the server was never killed"
     assert not vllm_server.running

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from factories import StartHarness, make_record
 
 from pytest_llmbench import closed
 from pytest_llmbench.common.storage import iter_records
 from pytest_llmbench.procedures.base import get_procedure
-from pytest_llmbench.procedures.helpers import cache_hit_summary
+from pytest_llmbench.procedures.helpers import CacheHits
 from pytest_llmbench.simulator import SimConfig
 
 
@@ -34,6 +35,14 @@ def test_5_1_warmup_prompts_are_disjoint_from_measured_ones(tmp_path: Path, harn
     # the simulator reports cached_tokens: nothing of a measured prompt was cached by the warm-up
     assert m["measured_cache_hit_fraction"] == 0.0
     assert m["measured_requests_over_half_cached"] == "0 of 40"
+
+
+def cache_hit_summary(records: list[Any]) -> dict[str, Any]:
+    """The measured prefix-cache hit figures of ``records`` (helpers.CacheHits, one record at a time)."""
+    hits = CacheHits()
+    for r in records:
+        hits.add(r)
+    return hits.summary()
 
 
 def test_cache_hit_summary_counts_contaminated_requests() -> None:

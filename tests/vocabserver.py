@@ -113,6 +113,15 @@ class VocabServer:
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
+    def routes(self, app: web.Application) -> None:
+        """The endpoints served (a subclass serves another server's)."""
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/version", self.version)
+        app.router.add_post("/tokenize", self.do_tokenize)
+        app.router.add_post("/detokenize", self.do_detokenize)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/reset_prefix_cache", self.reset)
+
     def start(self) -> VocabServer:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -122,12 +131,7 @@ class VocabServer:
         def run() -> None:
             self._loop = asyncio.new_event_loop()
             app = web.Application()
-            app.router.add_get("/v1/models", self.models)
-            app.router.add_get("/version", self.version)
-            app.router.add_post("/tokenize", self.do_tokenize)
-            app.router.add_post("/detokenize", self.do_detokenize)
-            app.router.add_post("/v1/completions", self.completions)
-            app.router.add_post("/reset_prefix_cache", self.reset)
+            self.routes(app)
             self._runner = web.AppRunner(app)
             self._loop.run_until_complete(self._runner.setup())
             self._loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())

@@ -6,7 +6,8 @@ chunk at the read that completed its ``data:`` event (App. B.1.1; :mod:`.stream`
 connection set-up (App. B.1.1); the earlier hand-over to the transport is kept as ``queued_ns``.
 Per-chunk token counts are assigned after the stream ends by tokenizing the joined output once
 (§4.6.3). What a server adds to the OpenAI API is read by its adapter (``adapter=``, from
-``pytest_llmbench.sut.adapters``), never by a server-kind test here.
+``pytest_llmbench.sut.adapters``), never by a server-kind test here; what it needs of a request body
+beyond it is shaped by the hook its adapter makes (``body_hook=``, :mod:`.hooks`).
 
 Every outcome is classified into :class:`ErrorType` (:mod:`.errors`) and no exception escapes
 :meth:`LLMClient.send` except the caller's own cancellation (the record passed in is then marked
@@ -26,13 +27,14 @@ import errno as _errno
 import os
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from ..common.records import ErrorType, RequestRecord, RequestSpec
 from ..common.tokenizer import Tokenizer, get_tokenizer
 from ..measure import tokencount
 from ..measure.refusals import refusal_reason
-from ..sut.adapters import GENERIC, ServerAdapter
+from ..sut.adapters import GENERIC, ServerAdapter, root_url
 from .config import API_KINDS, TRANSPORTS, ClientConfig, build_body
 from .errors import (
     CLOSED_AFTER_SEND,
@@ -43,6 +45,7 @@ from .errors import (
     classify_transport_error,
     map_transport_errors,
 )
+from .hooks import BodyHook
 from .sse import SSEDecodeError, SSEError
 from .stream import Hold, ResponseReader, assign_chunk_tokens, dumps
 from .transports import (
@@ -80,6 +83,7 @@ __all__ = [
     "API_KINDS",
     "ERROR_MAP",
     "AiohttpTransport",
+    "BodyHook",
     "ClientConfig",
     "ErrorRule",
     "HttpxTransport",
@@ -120,7 +124,8 @@ class LLMClient:
     the load). ``tokenizer`` overrides ``config.tokenizer`` for client-side token counts.
     ``transport`` replaces the one ``config.transport`` names (e.g. a ``MockTransport``).
     ``adapter`` reads the server's response extensions (default: the generic adapter, which reads
-    every known one); ``SUT.adapter`` gives the SUT's.
+    every known one); ``SUT.adapter`` gives the SUT's. ``body_hook`` shapes each request body for the
+    server (:class:`~.hooks.BodyHook`, e.g. the adapter's prompt fitting); None: the OpenAI body as built.
     """
 
     def __init__(
@@ -131,9 +136,11 @@ class LLMClient:
         tokenizer: Tokenizer | None = None,
         transport: Transport | None = None,
         adapter: ServerAdapter | None = None,
+        body_hook: BodyHook | None = None,
     ) -> None:
         self.config = config
         self.adapter = adapter if adapter is not None else GENERIC
+        self.body_hook = body_hook
         self._given_transport = transport
         self._max_connections = max_connections if max_connections is not None else config.max_connections
         self._url = config.base_url.rstrip("/") + config.path
@@ -177,6 +184,8 @@ class LLMClient:
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self.body_hook is not None:
+            await self.body_hook.aclose()
         if self._transport is not None:
             await self._transport.aclose()
             self._transport = None
@@ -226,10 +235,21 @@ class LLMClient:
         d["max_connections"] = self._max_connections
         d["protocol"] = "sse" if self.config.stream else "http-json"
         d["tokenizer"] = self._tokenizer.declaration.to_json() if self._tokenizer else None
+        if self.body_hook is not None:
+            d.update(self.body_hook.describe())
         return d
 
     # -- requests --------------------------------------------------------------------------
+    async def prepare(self, specs: Iterable[RequestSpec]) -> None:
+        """Before a run: what the body hook needs for every spec, concurrently (raises what it raises),
+        so that no request waits for it at its send. Nothing without a hook."""
+        hook = self.body_hook
+        if hook is not None:
+            await asyncio.gather(*(hook.prepare(s) for s in specs))
+
     def build_body(self, spec: RequestSpec) -> dict[str, Any]:
+        """The OpenAI body for ``spec`` (:func:`.config.build_body`); :meth:`send` hands it to the body hook,
+        as httpx's ``send`` runs its request hooks on what ``build_request`` built."""
         sys_ids = None
         if (
             self.config.api == "completions"
@@ -259,8 +279,18 @@ class LLMClient:
         ``record`` lets the caller hold the record before the request runs (the load generator
         does, so that a cancelled request still yields its record, marked ``cancelled``, with
         the chunks timed so far). ``finalize=False`` leaves token counting to :meth:`finalize`
-        so the caller can do it off the submission path.
+        so the caller can do it off the submission path. A body hook that must prepare ``spec`` first
+        (:mod:`.hooks`) does so here; when it fails, the record fails (``protocol``) unsent.
         """
+        hook = self.body_hook
+        if hook is not None and not hook.ready(spec):
+            try:
+                await hook.prepare(spec)
+            except Exception as e:  # the hook's own failure (its server call): still one record
+                rec = record if record is not None else RequestRecord.from_spec(spec, phase=phase)
+                self._fail(rec, ErrorType.PROTOCOL, f"{hook.name}: {e}")
+                self._complete(rec, finalize)
+                return rec
         rec = record if record is not None else RequestRecord.from_spec(spec, phase=phase)
         if intended_ns is not None:
             rec.intended_ns = intended_ns
@@ -268,7 +298,7 @@ class LLMClient:
         submit = SubmitStamp()
         try:
             try:
-                body = dumps(self.build_body(spec))
+                body = dumps(self.build_body(spec) if hook is None else hook(spec, self.build_body(spec)))
                 transport = self._ensure_transport()
                 await self._exchange_in_time(transport, body, rec, submit)
             finally:  # failed before a response: T_submit if the body went out, else the hand-over
@@ -409,6 +439,5 @@ class LLMClient:
 
     @property
     def server_root(self) -> str:
-        """``base_url`` without a trailing ``/v1`` (where ``/metrics`` and ``/health`` live)."""
-        root = self.config.base_url.rstrip("/")
-        return root[: -len("/v1")] if root.endswith("/v1") else root
+        """The server root of ``base_url`` (``adapters.root_url``: where ``/metrics`` and ``/health`` live)."""
+        return root_url(self.config.base_url)

@@ -1,22 +1,40 @@
-"""The draft's numbers (``data/draft.yaml``) and the profiles (``data/profiles.yaml``).
+"""The draft's numbers (``data/draft.yaml``), the profiles (``data/profiles.yaml``) and the §2 verdicts.
 
 One home for every minimum, RECOMMENDED and fixed value of draft-gaikwad-llm-benchmarking-methodology-00
 that the plugin uses: parameter defaults, profiles and compliance thresholds all read them here, by
 name (``value("warmup.min_requests")``), so changing a number in the data file changes behaviour.
+The three outcomes of draft §2 (:class:`Verdict`) live here too, below both the compliance engine
+that reaches them and the gate that applies the same rule to a comparison (sibling layers).
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 from importlib import resources
 from typing import Any
 
 import yaml
 
-__all__ = ["DraftError", "entry", "minimums", "names", "profiles", "section", "value"]
+__all__ = ["VERDICTS", "DraftError", "Verdict", "entry", "minimums", "names", "profiles", "section", "value"]
 
 PROFILE_NAMES = ("smoke", "standard", "full")
 _REF = "draft:"
+
+
+class Verdict(str, enum.Enum):
+    """The three outcomes of draft §2."""
+
+    UNCONDITIONAL = "unconditionally compliant"
+    CONDITIONAL = "conditionally compliant"
+    NOT_COMPLIANT = "not compliant"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: the §2 outcomes as the documents spell them, best first
+VERDICTS: tuple[str, ...] = tuple(v.value for v in Verdict)
 
 
 class DraftError(KeyError):

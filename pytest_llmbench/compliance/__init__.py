@@ -41,11 +41,11 @@ from .facts import ClockFacts, ColdStartFacts, LoadFacts, RecordAudit, RunFacts,
 from .registry import (
     LOAD_CAPABILITIES,
     STANDARD_WORKLOADS,
-    TESTS,
     ComplianceError,
     DeclarationError,
     Requirement,
     applicable_items,
+    draft_tests,
     registry,
 )
 from .s4_7_clocks import timestamp_format_of
@@ -59,7 +59,6 @@ __all__ = [
     "LOAD_CAPABILITIES",
     "SESSION_ITEMS",
     "STANDARD_WORKLOADS",
-    "TESTS",
     "Check",
     "ClockFacts",
     "ColdStartFacts",
@@ -79,6 +78,7 @@ __all__ = [
     "applicable_items",
     "coverage",
     "decide",
+    "draft_tests",
     "evaluate_test",
     "procedure_items",
     "registry",

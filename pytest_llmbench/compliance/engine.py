@@ -137,6 +137,14 @@ def _blank(v: Any) -> bool:
     return v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, (list, tuple, dict)) and not v)
 
 
+def onoff(v: Any) -> Any:
+    """A guardrail switch as written (``on``/``off``): YAML 1.1 reads ``off``/``on`` as booleans, so map them
+    back; strings lower-cased (§4.8.1)."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    return v.lower() if isinstance(v, str) else v
+
+
 def _short(v: Any, n: int = 80) -> str:
     if isinstance(v, Mapping):
         s = ", ".join(f"{k}={_short(v2, n)}" for k, v2 in v.items())

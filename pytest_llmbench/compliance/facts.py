@@ -8,9 +8,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..common.jsonable import jsonable
 from ..common.records import ErrorType, RequestRecord
-from .registry import _BOUNDARY_ALIASES, LOAD_CAPABILITIES, ComplianceError
-from .verdict import _jsonable
+from .registry import BOUNDARY_ALIASES, LOAD_CAPABILITIES, ComplianceError
 
 # ============================================================================================
 # Run facts: what a run knows about itself
@@ -250,13 +250,13 @@ class RunFacts:
     session_tests: tuple[str, ...] = ()  # tests run in the same session/report
 
     def to_json(self) -> dict[str, Any]:
-        return _jsonable(dataclasses.asdict(self))
+        return jsonable(dataclasses.asdict(self))
 
     @property
     def boundary(self) -> str | None:
         if self.sut_boundary is None:
             return None
-        return _BOUNDARY_ALIASES.get(str(self.sut_boundary).lower())
+        return BOUNDARY_ALIASES.get(str(self.sut_boundary).lower())
 
     @property
     def workload_name(self) -> str | None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 
+from ..settings import BOUNDARIES
 from .engine import _Ctx, _need, evaluator, item, threshold, tool_test
 from .facts import RunFacts, RunLoad
-from .registry import BOUNDARIES, PROTOCOLS, registry
+from .registry import PROTOCOLS, registry
 from .verdict import Check
 
 # ============================================================================================

@@ -107,7 +107,7 @@ def _probe_stability(ctx: _Ctx, rid: str) -> Check:
 @evaluator("4.5.3-MUST-1")
 def _cold_no_warmup(ctx: _Ctx, rid: str) -> Check:
     cs = ctx.facts.cold_start
-    if cs is not None:  # a cold-start measurement next to a warm run (pipeline.ColdStart)
+    if cs is not None:  # a cold-start measurement next to a warm run (procedures/coldstart.ColdStart)
         ev = {"warmup_requests_before": cs.warmup_requests_before, "server_requests_before": cs.server_requests_before}
         if not cs.restarted:
             return decide(rid, ok=False, unmet="the SUT was not restarted before the cold-start requests", **ev)

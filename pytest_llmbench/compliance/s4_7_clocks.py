@@ -17,9 +17,9 @@ from .engine import (
     declaration_hook,
     evaluator,
     item,
+    onoff,
     tool_test,
 )
-from .s4_8_guardrails import _onoff
 from .verdict import Check
 
 # ---- 4.7 clocks
@@ -239,7 +239,7 @@ def _sync_params(ctx: _Ctx, rid: str) -> Check:
 @evaluator("4.1.1-PARAM-1")
 def _model_engine_boundary(ctx: _Ctx, rid: str) -> Check:
     f = ctx.facts
-    on = bool(f.guardrails) and any(_onoff(f.guardrails.get(k)) == "on" for k in ("input_filter", "output_filter"))
+    on = bool(f.guardrails) and any(onoff(f.guardrails.get(k)) == "on" for k in ("input_filter", "output_filter"))
     return decide(rid, ok=not on, met=f"boundary {f.boundary}",
                   unmet="Model Engine boundary but guardrails are on (outside that boundary)")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .engine import _blank, _Ctx, _need, _short, decide, declaration_hook, evaluator
+from .engine import _blank, _Ctx, _need, _short, decide, declaration_hook, evaluator, onoff
 from .verdict import Check
 
 # ---- 4.8 guardrails
@@ -32,7 +32,7 @@ def _guardrail_disclosure(ctx: _Ctx, rid: str) -> Check:
         c = ctx.declared(rid, "guardrails")
         return c
     ev = {"declared": dict(g)} if src.startswith("declared") else {}
-    v = _onoff(g.get(key))
+    v = onoff(g.get(key))
     contradiction = _filter_contradiction(ctx, g, key) if src.startswith("declared") else None
     if contradiction is not None:
         return decide(rid, ok=False, unmet=contradiction, **ev, refused_by_filter=ctx.facts.records.filter_signals)  # type: ignore[union-attr]
@@ -48,20 +48,13 @@ def _filter_contradiction(ctx: _Ctx, g: Mapping[str, Any], key: str) -> str | No
     and yet a content filter refused requests (a policy error code or ``finish_reason: content_filter``;
     a model's own refusal is reported by 4.8.1-MUST-4, not held against the declaration)."""
     audit = ctx.facts.records
-    if audit is None or not audit.filter_refused or _onoff(g.get(key)) != "off":
+    if audit is None or not audit.filter_refused or onoff(g.get(key)) != "off":
         return None
-    if any(_onoff(g.get(k)) == "on" for k in ("input_filter", "output_filter")):
+    if any(onoff(g.get(k)) == "on" for k in ("input_filter", "output_filter")):
         return None
     how = ", ".join(f"{n} by {sig}" for sig, n in sorted(audit.filter_signals.items()))
     return (f"declared guardrails.{key} = off ({ctx.decl.source}), but {audit.filter_refused} of {audit.n} requests "
             f"were refused by a content filter ({how}): the declaration contradicts the run")
-
-
-def _onoff(v: Any) -> Any:
-    """YAML 1.1 reads ``off``/``on`` as booleans: map them back; lower-case strings."""
-    if isinstance(v, bool):
-        return "on" if v else "off"
-    return v.lower() if isinstance(v, str) else v
 
 
 declaration_hook("4.8.1-MUST-1", "guardrails")
@@ -96,7 +89,7 @@ def _refusals(ctx: _Ctx, rid: str) -> Check:
 @evaluator("4.8.2-SHOULD-1")
 def _default_guardrails(ctx: _Ctx, rid: str) -> Check:
     g, _ = _guardrails(ctx)
-    if g and any(_onoff(g.get(k)) == "off" for k in ("input_filter", "output_filter")):
+    if g and any(onoff(g.get(k)) == "off" for k in ("input_filter", "output_filter")):
         return decide(rid, ok=False, unmet="safety systems were (partly) off in a production-representative run")
     return ctx.declared(rid, "guardrails_default")
 
@@ -109,7 +102,7 @@ def _safety_disabled_note(ctx: _Ctx, rid: str) -> Check:
     g, src = _guardrails(ctx)
     if g is None:
         return decide(rid, ok=False, unmet="guardrail configuration unknown: cannot tell whether safety was disabled")
-    off = [k for k in ("input_filter", "output_filter") if _onoff(g.get(k)) == "off"]
+    off = [k for k in ("input_filter", "output_filter") if onoff(g.get(k)) == "off"]
     if off:
         return decide(rid, ok=True, met=f"report notes: safety systems disabled ({', '.join(off)})", disabled=off)
     return decide(rid, ok=True, met="no safety system disabled")

@@ -5,49 +5,70 @@ re-judged then for every procedure, whatever order the tests ran in: a Model Eng
 Synthetic-Uniform run (4.3.2-MUST-1), an Application Gateway report should hold a Conversation
 run (4.3.2-SHOULD-1), and production-representative gateway runs should be paired with a
 guardrails on/off comparison (5.10, 4.8.2-SHOULD-2). Only workloads run as defined count: a capped
-or stand-in workload is custom (``procedures.pipeline.as_run``).
+or stand-in workload is custom (``procedures.sample.as_run``).
+
+The results are read, never changed: :func:`rejudge_session` returns each one's facts and verdict
+judged over the session, and the caller (``session.Session.result``) puts them into copies.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from .evaluate import evaluate_test
+from .facts import RunFacts
+from .verdict import ComplianceResult
 
-__all__ = ["SESSION_ITEMS", "rejudge_session"]
+__all__ = ["SESSION_ITEMS", "SessionJudgement", "rejudge_session"]
 
 #: Items whose evidence is the whole session, not one procedure's runs.
 SESSION_ITEMS = ("4.3.2-MUST-1", "4.3.2-SHOULD-1", "4.8.2-SHOULD-2")
 
+K = TypeVar("K")
 
-def rejudge_session(results: Iterable[Any]) -> dict[str, tuple[str, str]]:
-    """Re-judge every result's compliance with the session's workloads and tests.
 
-    ``results`` are procedure results carrying ``procedure``, ``facts``, ``checks`` and
-    ``compliance`` (procedures.base.ProcedureResult). Returns ``{procedure: (old, new)}`` for the
-    results whose verdict changed; each result's ``compliance`` and ``measurements`` are updated.
+@dataclass(frozen=True)
+class SessionJudgement:
+    """One result judged over the session: its facts with the session's workloads and tests, the
+    compliance judged with them, and the verdict it had before (from its own run alone)."""
+
+    facts: RunFacts
+    compliance: ComplianceResult
+    before: ComplianceResult
+
+    @property
+    def changed(self) -> bool:
+        """Whether the session's items changed the §2 verdict."""
+        return self.before.verdict is not self.compliance.verdict
+
+
+def rejudge_session(results: Mapping[K, Any]) -> dict[K, SessionJudgement]:
+    """Every result's compliance judged with the session's workloads and tests.
+
+    ``results`` map a key to a procedure result carrying ``procedure``, ``facts``, ``checks`` and
+    ``compliance`` (procedures.result.ProcedureResult); those without compliance or facts (a procedure
+    cut short) are left out of the answer. Nothing in ``results`` is changed.
     """
-    done = [r for r in results if getattr(r, "compliance", None) is not None and getattr(r, "facts", None)]
-    workloads = sorted({r.facts.workload_name for r in done if r.facts.workload_name and not r.facts.workload.get("custom")})
-    altered = sorted({str(r.facts.workload.get("name")) for r in done if r.facts.workload.get("custom")})
-    tests = sorted({r.procedure for r in done if r.procedure != "5.10" or _compared_guardrails(r)})
-    changed: dict[str, tuple[str, str]] = {}
-    for r in done:
-        facts = dataclasses.replace(r.facts, session_workloads=tuple(workloads), session_tests=tuple(tests),
-                                    session_custom_workloads=tuple(altered))
+    done = {k: r for k, r in results.items()
+            if getattr(r, "compliance", None) is not None and getattr(r, "facts", None)}
+    facts = [r.facts for r in done.values()]
+    workloads = sorted({f.workload_name for f in facts if f.workload_name and not f.workload.get("custom")})
+    altered = sorted({str(f.workload.get("name")) for f in facts if f.workload.get("custom")})
+    tests = sorted({r.procedure for r in done.values() if r.procedure != "5.10" or _compared_guardrails(r)})
+    note = (f"session-level items ({', '.join(SESSION_ITEMS)}) judged at session end over: "
+            f"workloads {', '.join(workloads) or 'none'}; tests {', '.join(tests)}")
+    out: dict[K, SessionJudgement] = {}
+    for key, r in done.items():
+        judged = dataclasses.replace(r.facts, session_workloads=tuple(workloads), session_tests=tuple(tests),
+                                     session_custom_workloads=tuple(altered))
         old = r.compliance
-        new = evaluate_test(r.procedure, r.checks, facts, old.declarations)
-        note = (f"session-level items ({', '.join(SESSION_ITEMS)}) judged at session end over: "
-                f"workloads {', '.join(workloads) or 'none'}; tests {', '.join(tests)}")
+        new = evaluate_test(r.procedure, r.checks, judged, old.declarations)
         new.notes = list(dict.fromkeys([*old.notes, *new.notes, note]))
-        r.facts, r.compliance = facts, new
-        if hasattr(r, "measurements"):
-            r.measurements["compliance_verdict"] = new.verdict.value
-        if old.verdict is not new.verdict:
-            changed[r.procedure] = (old.verdict.value, new.verdict.value)
-    return changed
+        out[key] = SessionJudgement(judged, new, old)
+    return out
 
 
 def _compared_guardrails(result: Any) -> bool:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..common import draft
+from ..common.draft import Verdict
+from ..common.jsonable import jsonable
 from .registry import LEVELS, VERDICT_LEVELS, registry
 
 # ============================================================================================
@@ -72,14 +72,14 @@ class Check:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "status": self.status.value, "reason": self.reason,
-                "evidence": _jsonable(self.evidence), "source": self.source, "figure": _jsonable(self.figure),
+                "evidence": jsonable(self.evidence), "source": self.source, "figure": jsonable(self.figure),
                 "key": self.key, "fix": self.fix}
 
     def item(self, level: str, title: str) -> dict[str, Any]:
         """One ``procedures[].compliance.items[]`` entry of results.json (docs/reports.md)."""
         return {"id": self.id, "level": level, "title": title, "status": self.status.value,
-                "source": self.source, "evidence": self.reason, "figure": _jsonable(self.figure),
-                "key": self.key, "fix": self.fix if self.fails else "", "data": _jsonable(self.evidence)}
+                "source": self.source, "evidence": self.reason, "figure": jsonable(self.figure),
+                "key": self.key, "fix": self.fix if self.fails else "", "data": jsonable(self.evidence)}
 
 
 #: Where an item's evidence comes from (issue 13; docs/slo-and-compliance.md):
@@ -91,17 +91,6 @@ class Check:
 #: not-applicable (with the reason), none (nothing answered it: unmet).
 SOURCES = ("measured", "declared", "parameter", "runtime-check", "tool-verified", "construction", "not-applicable",
            "none")
-
-
-class Verdict(str, enum.Enum):
-    """The three outcomes of draft §2."""
-
-    UNCONDITIONAL = "unconditionally compliant"
-    CONDITIONAL = "conditionally compliant"
-    NOT_COMPLIANT = "not compliant"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass
@@ -169,27 +158,6 @@ class ComplianceResult:
         below = f"; below the draft's minimum: {'; '.join(dev)}" if dev else ""
         return f"{self.test_id}: {self.verdict.value} ({m} MUST unmet, {s} SHOULD unmet{below})"
 
-    def format_table(self, *, levels: Iterable[str] = LEVELS, width: int = 100,
-                     hide_not_applicable: bool = False) -> str:
-        """A plain-text table for the terminal: ID | Level | Status | Reason."""
-        wanted = set(levels)
-        rows = [r for r in self.rows(hide_not_applicable=hide_not_applicable) if r[1] in wanted]
-        w0 = max([len("ID")] + [len(r[0]) for r in rows])
-        w2 = max([len("Status")] + [len(r[2]) for r in rows])
-        lines = [self.summary(), f"{'ID':<{w0}}  {'Level':<6}  {'Status':<{w2}}  Reason"]
-        for rid, lvl, st, reason in rows:
-            text = reason if len(reason) <= width else reason[: width - 1] + "…"
-            lines.append(f"{rid:<{w0}}  {lvl:<6}  {st:<{w2}}  {text}")
-        return "\n".join(lines)
-
-    def to_markdown(self, *, hide_not_applicable: bool = False) -> str:
-        lines = [f"**{self.test_id}: {self.verdict.value}**", ""]
-        lines += [f"- Deviation: {d}" for d in self.deviations] + ([""] if self.deviations else [])
-        lines += ["| ID | Level | Status | Reason |", "|---|---|---|---|"]
-        for rid, lvl, st, reason in self.rows(hide_not_applicable=hide_not_applicable):
-            lines.append(f"| `{rid}` | {lvl} | {st} | {reason.replace('|', '/')} |")
-        return "\n".join(lines)
-
     def to_json(self) -> dict[str, Any]:
         return {
             "test": self.test_id,
@@ -231,18 +199,3 @@ def verdict_of(checks: Iterable[Check]) -> Verdict:
     if must_fail:
         return Verdict.NOT_COMPLIANT
     return Verdict.CONDITIONAL if should_fail else Verdict.UNCONDITIONAL
-
-def _jsonable(x: Any) -> Any:
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return _jsonable(dataclasses.asdict(x))
-    if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, set, frozenset)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, enum.Enum):
-        return x.value
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, (str, int, float, bool)) or x is None:
-        return x
-    return str(x)

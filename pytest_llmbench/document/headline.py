@@ -1,7 +1,8 @@
 """The headline of a results document: what a reader needs in thirty seconds (App. C.1, §2).
 
-Computed from the document's procedures and tests before it is written (results.py calls
-:func:`annotate`), so report/ only lays it out. Adds, all JSON:
+Computed from the document's procedures and tests before it is written, so report/ only lays it
+out: :func:`annotate` is the first of the document's update hooks (``pytest_llmbench_update_document``,
+the plugin's own implementation, ``tryfirst``; docs/architecture.md). Adds, all JSON:
 
 * ``headline``: SUT and profile, test counts (tests without SLOs are *informational*, not PASS),
   compliance counts with the most common unmet item, 4-6 key figures each with the procedure,
@@ -21,12 +22,20 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["annotate", "draft_order"]
+from ..common.draft import VERDICTS
 
-VERDICTS = ("unconditionally compliant", "conditionally compliant", "not compliant")
+__all__ = ["annotate", "busy_time", "draft_order", "item_titles"]
+
 #: success rate below which a procedure's verdict cell carries a warning (§5.10: refusals, errors)
 SUCCESS_WARN = 0.99
 STATUS_RANK = {"unmet": 0, "needs-declaration": 1, "met": 2, "not-applicable": 3}
+
+
+def item_titles() -> dict[str, tuple[str, str]]:
+    """id -> (readable title, applies_to) of every compliance item (data/requirements.yaml)."""
+    from ..compliance import registry
+
+    return {r.id: (r.summary, r.applies_to) for r in registry()}
 
 
 def draft_order(procedure: str) -> tuple[int, ...]:
@@ -341,7 +350,7 @@ def _ts(text: Any) -> float | None:
         return None
 
 
-def _busy_time(procs: list[Mapping[str, Any]]) -> tuple[float, list[str]]:
+def busy_time(procs: list[Mapping[str, Any]]) -> tuple[float, list[str]]:
     """Wall time covered by at least one procedure, and which procedures ran inside another.
 
     A procedure that measures capacity first (5.10, 5.3) runs 5.2 inside its own interval, so
@@ -409,7 +418,7 @@ def annotate(doc: dict[str, Any], titles: Mapping[str, tuple[str, str]]) -> None
         main_reason = f"{top} unmet in {n} of {len(procs)} procedures" + (f" ({title})" if title else "")
         if profile == "smoke":
             main_reason += "; the smoke profile reduces the draft's minimums"
-    procedures_s, nested = _busy_time(procs)
+    procedures_s, nested = busy_time(procs)
     session_s = float(doc.get("duration_s") or 0.0)
     doc["headline"] = {
         "sut": _sut_text(doc),

@@ -46,6 +46,7 @@ __all__ = [
     "figure_samples",
     "figure_value",
     "load_as_written",
+    "summary_value",
 ]
 
 #: Figures shown for every compared procedure (no threshold: the change and its CI only).
@@ -405,13 +406,13 @@ def history_values(history: Sequence[StoredRun], proc: Mapping[str, Any], ref_ke
             if m is None or differences(ref_key, comparability_key(view, m)):
                 continue
             _, metrics = _run_json(m, rule.level)
-            v = _summary_value(metrics, rule)
+            v = summary_value(metrics, rule)
             if v is not None and math.isfinite(v):
                 vals.append(v)
     return vals
 
 
-def _summary_value(metrics: Mapping[str, Any] | None, rule: Rule) -> float | None:
+def summary_value(metrics: Mapping[str, Any] | None, rule: Rule) -> float | None:
     """A figure's point value from a run's stored summaries (no samples needed)."""
     if not metrics:
         return None

@@ -6,6 +6,8 @@ tokenizer (cl100k_base, option B) for cross-system comparison: :func:`recount` r
 successful measured request's output text with it and gives, per procedure and primary run, the
 output tokens and the output token rate over the run (first send to last response). Refused, with
 the reason, when the records are not at hand or their text was dropped (``--llm-drop-text``).
+:func:`recount_comparison` puts two runs side by side as a comparison document, with the rate's change:
+like every comparison the gate builds, ``report/comparison.py`` renders it (the gate renders nothing).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ..common.storage import iter_records
 from ..common.tokenizer import REFERENCE_TOKENIZER, get_tokenizer
 from .storage import StoredRun, primary_label
 
-__all__ = ["Recount", "RecountRefused", "recount"]
+__all__ = ["Recount", "RecountRefused", "recount", "recount_comparison"]
 
 
 class RecountRefused(ValueError):
@@ -83,13 +85,13 @@ def recount(run: StoredRun, proc: Mapping[str, Any]) -> Recount:
                    duration)
 
 
-def recount_text(baseline: StoredRun, new: StoredRun) -> str:
-    """``compare --recount``: each procedure both runs hold, recounted in the reference tokenizer
-    (or the reason it cannot be), as text lines."""
+def recount_comparison(baseline: StoredRun, new: StoredRun) -> dict[str, Any]:
+    """``compare --recount``: each procedure both runs hold, recounted in the reference tokenizer (or the
+    reason it cannot be), as a comparison document (``report.comparison.render_recount`` renders it):
+    per procedure the two :meth:`Recount.to_json` and the output rate's change in percent."""
     from .compare import _matches
 
-    lines = [f"recount in the reference tokenizer {REFERENCE_TOKENIZER} (§4.4.2 option B, 4.4.2-SHOULD-1): "
-             f"baseline {baseline.id}, new {new.id}"]
+    procedures: list[dict[str, Any]] = []
     for proc in new.document.get("procedures") or []:
         base_proc = _matches(proc, baseline.document.get("procedures") or [])
         if base_proc is None:
@@ -97,10 +99,9 @@ def recount_text(baseline: StoredRun, new: StoredRun) -> str:
         try:
             b, n = recount(baseline, base_proc), recount(new, proc)
         except RecountRefused as exc:
-            lines.append(f"  {proc.get('procedure')}: refused: {exc}")
+            procedures.append({"procedure": proc.get("procedure"), "refused": str(exc)})
             continue
         change = (n.output_rate / b.output_rate - 1) * 100 if b.output_rate > 0 else float("nan")
-        lines.append(f"  {proc.get('procedure')} run {n.run}: output {b.output_rate:.1f} -> {n.output_rate:.1f} "
-                     f"tok/s ({change:+.1f}%) in {REFERENCE_TOKENIZER} tokens; {b.output_tokens} / {n.output_tokens} "
-                     f"tokens (server usage: {b.server_output_tokens} / {n.server_output_tokens})")
-    return "\n".join(lines)
+        procedures.append({"procedure": proc.get("procedure"), "run": n.run, "baseline": b.to_json(),
+                           "new": n.to_json(), "output_rate_change_pct": change})
+    return {"tokenizer": REFERENCE_TOKENIZER, "baseline": baseline.id, "new": new.id, "procedures": procedures}

@@ -19,11 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..common import draft
+from ..common.draft import VERDICTS
 
 __all__ = ["VERDICTS", "Section6Verdict", "level_of", "section6_verdict"]
 
-#: draft §2's three outcomes, as compliance.Verdict spells them
-VERDICTS = ("unconditionally compliant", "conditionally compliant", "not compliant")
 _LEVEL = re.compile(r"-(MUST|SHOULD|MAY|PARAM|REPORT)-\d+$")
 FAILING = ("not met", "needs declaration")
 

@@ -10,7 +10,7 @@ puts the whole comparison into the results document (:meth:`comparison`) and sto
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,10 +36,14 @@ class SessionGate:
     """Rules, baseline and stored history of one session; raises ``RuleError``/``GateStorageError``
     (each naming the option) on a bad rule or a baseline that cannot be found."""
 
-    def __init__(self, settings: Any, *, resummarize: Resummarize | None = None) -> None:
+    def __init__(self, settings: Any, *, resummarize: Resummarize | None = None,
+                 machine_info: Callable[[], dict[str, Any]] = machine_fingerprint) -> None:
         self.settings = settings
         #: summarises a run again when a report directory's run has no samples file (storage.collect_samples)
         self.resummarize = resummarize
+        #: this host's fingerprint (the plugin hands its generate/update_machine_info hooks), asked once
+        self._machine_info = machine_info
+        self._machine: dict[str, Any] | None = None
         src = settings.sources
         try:
             self.rules: list[Rule] = parse_rules(list(settings.compare_fail or []))
@@ -65,6 +69,13 @@ class SessionGate:
         self.saved: StoredRun | None = None
         #: the session against the baseline as a §6 comparison: its §2 verdict (test "6", section6.py)
         self.section6: Section6Verdict | None = None
+
+    @property
+    def machine(self) -> dict[str, Any]:
+        """The machine this session runs on, as stored with it and compared by 6.1-MUST-3."""
+        if self._machine is None:
+            self._machine = dict(self._machine_info())
+        return self._machine
 
     @property
     def comparing(self) -> bool:
@@ -107,7 +118,7 @@ class SessionGate:
         from .systems import compare_systems
 
         this = StoredRun.in_memory(doc, report_dir=self.settings.report, resummarize=self.resummarize)
-        this.meta["machine"] = machine_fingerprint()  # this session ran here (6.1-MUST-3 from observation)
+        this.meta["machine"] = self.machine  # this session ran here (6.1-MUST-3 from observation)
         reps = [len(self.last.baseline), len(self.last.new)]  # repetitions of each side (§6.3)
         self.section6 = compare_systems([self.baseline, this], repetitions=reps).verdict
         return {**self.last.to_json(), "section6_verdict": self.section6.to_json()}
@@ -124,5 +135,5 @@ class SessionGate:
             return None
         extra = {"compare_forced": bool(self.last and any(p.forced for p in self.last.pairs))}
         self.saved = save(self.settings.report, self.settings.storage, name=self.settings.save or None, extra=extra,
-                          resummarize=self.resummarize)
+                          resummarize=self.resummarize, machine=self.machine)
         return self.saved

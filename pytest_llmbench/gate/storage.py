@@ -375,7 +375,7 @@ def save(report: str | os.PathLike[str] | Mapping[str, Any], storage: str | os.P
          name: str | None = None, report_dir: str | os.PathLike[str] | None = None,
          samples: Mapping[SampleKey, np.ndarray] | None = None, commit: str | None = None,
          extra: Mapping[str, Any] | None = None, now: float | None = None,
-         resummarize: Resummarize | None = None) -> StoredRun:
+         resummarize: Resummarize | None = None, machine: Mapping[str, Any] | None = None) -> StoredRun:
     """Store a session's results document and per-request samples; returns the stored run.
 
     ``report`` is a report directory (holding ``results.json`` and ``runs/``), a ``results.json``
@@ -384,7 +384,7 @@ def save(report: str | os.PathLike[str] | Mapping[str, Any], storage: str | os.P
     summarised again by ``resummarize`` (refused without it), which the stored ``meta.json`` notes
     (``notes``, also :attr:`StoredRun.notes` of the result). ``commit`` defaults to the current git
     commit (``nocommit`` outside a checkout); ``extra`` is recorded in ``meta.json`` (e.g.
-    ``{"compare_forced": true}``).
+    ``{"compare_forced": true}``); ``machine`` defaults to :func:`machine_fingerprint` of this host.
     """
     if name is not None and not _NAME_RE.match(name):
         raise GateStorageError(f"save name {name!r}: use 1-80 letters, digits, '.', '_' or '-' "
@@ -434,7 +434,7 @@ def save(report: str | os.PathLike[str] | Mapping[str, Any], storage: str | os.P
         "commit": sha,
         "dirty": dirty,
         "saved": datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        "machine": machine_fingerprint(),
+        "machine": dict(machine) if machine is not None else machine_fingerprint(),
         "sut": sut_fingerprint(doc),
         "argv": list(sys.argv),
         "samples": index,

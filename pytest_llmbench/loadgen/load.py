@@ -37,6 +37,7 @@ import numpy as np
 
 from ..client import LLMClient
 from ..common.records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
+from ..measure.stats import numpy_percentiles_sorted
 from .pacer import PACERS, Pacer, make_pacer
 from .selfcheck import ClientDelay
 
@@ -45,28 +46,50 @@ __all__ = [
     "ArrivalProcess",
     "ClosedLoop",
     "LagStats",
+    "LoadOptions",
     "LoadProgress",
     "LoadResult",
     "OpenLoop",
     "RecordSink",
     "SelfCheck",
     "SendSpan",
+    "check_arrival",
+    "load_parameters",
     "run_closed_loop",
     "run_load",
     "run_open_loop",
-    "steady_state_records",
-    "steady_state_window",
+    "saturation_reasons",
 ]
 
 ARRIVAL_KINDS = ("poisson", "uniform", "bursty")
 _ALIASES = {"constant": "uniform"}
 _BLOCK = 4096
+_LAG_PERCENTILES = (50.0, 90.0, 99.0)
 _cpu_time = time.process_time  # bound once: the client's CPU seconds (selfcheck.py)
 
 
 # --------------------------------------------------------------------------------------------
 # Arrival processes (§4.2.3)
 # --------------------------------------------------------------------------------------------
+
+
+def check_arrival(kind: str | None, rate: float | None, cv: float | None) -> str:
+    """The one check of an arrival process's parameters (§4.2.3), for :class:`ArrivalProcess` and a
+    marker's ``LoadSpec`` alike: ``kind`` one of :data:`ARRIVAL_KINDS` (or the alias ``constant``),
+    ``rate`` a positive finite number of requests/s (None: not known yet, a fraction of a capacity
+    measured later), ``cv`` > 1 for bursty arrivals and for them only. Returns the kind, its alias
+    resolved; raises ValueError naming what is wrong."""
+    resolved = _ALIASES.get(kind, kind) if kind is not None else None
+    if resolved not in ARRIVAL_KINDS:
+        raise ValueError(f"arrival kind must be one of {ARRIVAL_KINDS} (or 'constant'), got {kind!r}")
+    if rate is not None and not (rate > 0 and np.isfinite(rate)):
+        raise ValueError(f"arrival rate must be a positive number of requests/s, got {rate!r}")
+    if resolved == "bursty":
+        if cv is None or not cv > 1:
+            raise ValueError(f"bursty arrivals need cv > 1 (gap coefficient of variation), got {cv!r}")
+    elif cv is not None:
+        raise ValueError(f"cv applies to bursty arrivals only, not {resolved!r}")
+    return str(resolved)
 
 
 @dataclass(frozen=True)
@@ -88,17 +111,7 @@ class ArrivalProcess:
     cv: float | None = None
 
     def __post_init__(self) -> None:
-        kind = _ALIASES.get(self.kind, self.kind)
-        if kind not in ARRIVAL_KINDS:
-            raise ValueError(f"arrival kind must be one of {ARRIVAL_KINDS} (or 'constant'), got {self.kind!r}")
-        object.__setattr__(self, "kind", kind)
-        if not (self.rate > 0 and np.isfinite(self.rate)):
-            raise ValueError(f"arrival rate must be a positive number of requests/s, got {self.rate!r}")
-        if kind == "bursty":
-            if self.cv is None or not self.cv > 1:
-                raise ValueError(f"bursty arrivals need cv > 1 (gap coefficient of variation), got {self.cv!r}")
-        elif self.cv is not None:
-            raise ValueError(f"cv applies to bursty arrivals only, not {kind!r}")
+        object.__setattr__(self, "kind", check_arrival(self.kind, self.rate, self.cv))
 
     def gaps_s(self, n: int, rng: np.random.Generator | None = None) -> np.ndarray:
         """``n`` inter-arrival gaps in seconds."""
@@ -167,6 +180,77 @@ class SelfCheck:
 
 
 @dataclass(frozen=True)
+class LoadOptions:
+    """How one load run is driven, beside what it sends (the specs) and the load it holds
+    (:class:`OpenLoop` / :class:`ClosedLoop`). Frozen and picklable: :func:`run_load` reads it and
+    ``shards.run_sharded`` hands it unchanged to every shard.
+
+    * ``phase``: the records' phase (``measure``, ``warmup``, ...).
+    * ``drain_timeout_s``: how long requests still running when sending stops may take before they
+      are cancelled (their records get ``error_type = cancelled``); None: no limit.
+    * ``self_check``: the thresholds above which the client is taken to be saturated (§4.2.5).
+    * ``pacer``: how the open loop waits for each send time (pacer.py: ``"auto"`` picks a kernel
+      timerfd where there is one, else a loop timer to the due time minus its measured wake-up
+      error; ``"spin"`` is the previous yield-spin for the last ``spin_ms``), or a :class:`Pacer`
+      (in process only: it cannot be sent to a shard). A given ``spin_ms`` alone selects ``"spin"``
+      (``spin_ms=0``: the loop timer alone).
+    * ``sends_first`` (open loop): a response read or a finished record whose processing would
+      still run when the next send falls due waits for that send's hand-over first (its stamp is
+      taken before; :class:`_SendsFirst`).
+    * ``gc_freeze``: keep the cyclic garbage collector from walking the growing set of live
+      records during the run (full collections otherwise stall the loop for tens of ms and show up
+      as send lag); cyclic garbage made during the run is collected after it.
+    * ``achieved_from_sends``: the achieved rate over the first to the last T_submit (what a run
+      that keeps its records reports); None: so when records are kept, else sends over the send
+      window (the warm-up's figure; a shard reports its own so, shards/core.py).
+    * ``stop``: asked with the live :class:`LoadProgress` before each send; True ends the sending
+      (the warm-up's "enough requests and tokens", §4.5.1). In process only: a shard would judge
+      its own share of the progress, so ``run_sharded`` raises ``NotShardable``.
+
+    Room for what comes next:
+
+    * **Stopping when an SLO verdict is settled** (issue 47) is a ``stop``: an object whose
+      ``__call__(progress)`` answers True once every SLO is decided. It reads each finished
+      record through the caller's ``on_record`` and decides only at its look points (a fixed
+      schedule of completion counts, read off ``progress.completed``); once it answers True no
+      request is sent and those in flight finish and are recorded (the drain, not a
+      cancellation), and the result's ``parameters["stop_predicate"]`` is True.
+    * **A request schedule** from a trace or a rate shape (issue 50) is not an option but the load
+      and the specs: its send times are an :class:`ArrivalProcess` whose ``offsets_ns()`` yields
+      them (``shards.core.DealtArrival`` does so for a shard's share of a schedule, and
+      ``plan_shards`` deals any finite one), given as ``OpenLoop.arrival``, with the trace's
+      requests as the specs. A **session source** (a conversation's turn k+1 sent after turn k's
+      answer) is the specs iterable; the runner will hand it each finished record where it hands
+      them to ``on_record`` (``_Runner._finish``), and only session starts follow the arrival
+      process.
+    """
+
+    phase: str = "measure"
+    drain_timeout_s: float | None = 120.0
+    self_check: SelfCheck = SelfCheck()
+    pacer: str | Pacer = "auto"
+    spin_ms: float | None = None
+    sends_first: bool = True
+    gc_freeze: bool = True
+    achieved_from_sends: bool | None = None
+    stop: Callable[[LoadProgress], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if self.drain_timeout_s is not None and self.drain_timeout_s < 0:
+            raise ValueError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
+        if isinstance(self.pacer, str) and self.pacer not in PACERS:
+            raise ValueError(f"pacer must be one of {PACERS}, got {self.pacer!r}")
+
+    def make_pacer(self) -> tuple[Pacer, bool]:
+        """The open loop's pacer and whether it was made here (then the run closes it)."""
+        if not isinstance(self.pacer, str):
+            return self.pacer, False
+        kind = "spin" if self.spin_ms is not None and self.pacer == "auto" else self.pacer
+        spin = 1.5 if self.spin_ms is None else self.spin_ms
+        return make_pacer(kind, spin_ms=spin, clock=time.perf_counter_ns), True
+
+
+@dataclass(frozen=True)
 class LagStats:
     """A latency-like sample summary in milliseconds."""
 
@@ -179,12 +263,16 @@ class LagStats:
 
     @classmethod
     def of_ns(cls, values: Iterable[int | float]) -> LagStats:
+        """The summary of ``values`` in ns: mean, max and the package's percentile rule
+        (``measure.stats``: numpy's linear interpolation)."""
         a = np.fromiter(values, dtype=np.float64)
         if a.size == 0:
             return cls(0, None, None, None, None, None)
         a = a / 1e6
-        p50, p90, p99 = np.percentile(a, [50, 90, 99])
-        return cls(int(a.size), float(a.mean()), float(p50), float(p90), float(p99), float(a.max()))
+        mean = float(a.mean())  # before the sort: the same summation order as the samples came
+        a.sort()
+        p50, p90, p99 = numpy_percentiles_sorted(a, _LAG_PERCENTILES)
+        return cls(int(a.size), mean, float(p50), float(p90), float(p99), float(a[-1]))
 
 
 @dataclass
@@ -308,21 +396,6 @@ class LoadResult:
         return d
 
 
-def steady_state_window(result: LoadResult, exclude_fraction: float = 0.1) -> tuple[int, int]:
-    """(start_ns, end_ns) of the steady-state part of the send window: the first
-    ``exclude_fraction`` (10 %, §5.2.3.2) of the run is ramp-up and left out."""
-    from ..measure.summary import steady_state_window as window  # the one §5.2.3.2 definition
-
-    lo, hi = window(result.start_ns, result.send_end_ns, exclude_fraction)
-    return result.start_ns + int(lo - result.start_ns), hi
-
-
-def steady_state_records(result: LoadResult, exclude_fraction: float = 0.1) -> list[RequestRecord]:
-    """Records sent inside :func:`steady_state_window`."""
-    lo, hi = steady_state_window(result, exclude_fraction)
-    return [r for r in result.records if lo <= r.sent_ns <= hi]
-
-
 # --------------------------------------------------------------------------------------------
 # The runner
 # --------------------------------------------------------------------------------------------
@@ -432,44 +505,43 @@ class _SendsFirst:
 
 
 class _Runner:
+    """One run of ``load`` over ``specs``: the senders (:meth:`_dispatch_open`, :meth:`_worker`), the
+    collector that finalises and hands on finished records, the self-check monitor, and the result."""
+
     def __init__(
         self,
         client: LLMClient,
         specs: Iterable[RequestSpec],
+        load: OpenLoop | ClosedLoop,
+        options: LoadOptions,
         *,
-        phase: str,
-        max_requests: int | None,
-        duration_s: float | None,
-        until: Callable[[LoadProgress], bool] | None,
-        drain_timeout_s: float | None,
-        self_check: SelfCheck,
-        on_record: Callable[[RequestRecord], None] | None,
         sink: RecordSink | None,
+        on_record: Callable[[RequestRecord], None] | None,
         keep_records: bool,
-        achieved_from_sends: bool | None = None,
-        sends_first: bool = True,
     ) -> None:
+        max_requests, duration_s = load.max_requests, load.duration_s
         if max_requests is not None and max_requests < 0:
             raise ValueError(f"max_requests must be >= 0, got {max_requests}")
         if duration_s is not None and not duration_s > 0:
             raise ValueError(f"duration_s must be > 0, got {duration_s}")
-        if drain_timeout_s is not None and drain_timeout_s < 0:
-            raise ValueError(f"drain_timeout_s must be >= 0, got {drain_timeout_s}")
-        if max_requests is None and duration_s is None and until is None and not isinstance(specs, Sized):
-            raise ValueError("an unbounded spec iterator needs max_requests, duration_s or until")
+        if max_requests is None and duration_s is None and options.stop is None and not isinstance(specs, Sized):
+            raise ValueError("an unbounded spec iterator needs max_requests, duration_s or a stop predicate "
+                             "(LoadOptions.stop)")
         self.client = client
         self.specs = iter(specs)
-        self.phase = phase
+        self.load = load
+        self.options = options
+        self.phase = options.phase
         self.max_requests = max_requests
         self.duration_ns = int(duration_s * 1e9) if duration_s is not None else None
-        self.until = until
-        self.drain_timeout_s = drain_timeout_s
-        self.check = self_check
+        self.until = options.stop
+        self.drain_timeout_s = options.drain_timeout_s
+        self.check = options.self_check
         self.on_record = on_record
         self.sink = sink
         self.keep = keep_records
-        self.sends_first = sends_first
-        self.from_sends = keep_records if achieved_from_sends is None else achieved_from_sends
+        self.sends_first = options.sends_first
+        self.from_sends = keep_records if options.achieved_from_sends is None else options.achieved_from_sends
         self.progress = LoadProgress()
         self.records: list[RequestRecord] = []
         self.errors: collections.Counter[str] = collections.Counter()
@@ -708,9 +780,9 @@ class _Runner:
             await self._one(spec, free_ns)
             free_ns = time.perf_counter_ns()
 
-    async def run(self, load: OpenLoop | ClosedLoop, *, pacer: str | Pacer = "auto", spin_ms: float = 1.5,
-                  gc_freeze: bool = True, start_ns: int | None = None) -> LoadResult:
-        loop_tasks: set[asyncio.Task[None]] = set()
+    async def run(self, start_ns: int | None = None) -> LoadResult:
+        """The run from ``start_ns`` (a ``perf_counter_ns`` reading; default now), then its result."""
+        load, gc_freeze = self.load, self.options.gc_freeze
         anchor = ClockAnchor.now()
         self.cpu_start_s = _cpu_time()
         self.start_ns = self.last_change = start_ns if start_ns is not None else time.perf_counter_ns()
@@ -721,46 +793,18 @@ class _Runner:
         running: set[asyncio.Task[None]] = set()
         try:
             if isinstance(load, OpenLoop):
-                running = loop_tasks
-                p = make_pacer(pacer, spin_ms=spin_ms, clock=time.perf_counter_ns) if isinstance(pacer, str) else pacer
-                self.pacer_name = p.name
-                set_hold = getattr(self.client, "set_hold", None)  # a stand-in client may have none
-                if self.sends_first:
-                    self.gate = _SendsFirst()
-                    if set_hold is not None:
-                        set_hold(self.gate.hold)
-                try:
-                    await self._dispatch_open(load.arrival, p, loop_tasks)
-                finally:
-                    if p is not pacer:  # made here: closed here (a timerfd)
-                        p.close()
-                    if self.gate is not None:  # the drain runs without: no send is left to wait for
-                        if set_hold is not None:
-                            set_hold(None)
-                        gate, self.gate = self.gate, None
-                        gate.due = gate.unsent = 0
-                        gate.release()
+                await self._run_open(load, running)
             else:
-                workers = {asyncio.create_task(self._worker()) for _ in range(load.concurrency)}
-                running = workers
+                running.update(asyncio.create_task(self._worker()) for _ in range(load.concurrency))
                 # the send window ends when the first worker finds no more work, or at the
                 # duration even if every worker is still waiting on a slow response
                 window = None
                 if self.duration_ns is not None:
                     window = max(0.0, (self.start_ns + self.duration_ns - time.perf_counter_ns()) / 1e9)
-                await asyncio.wait(workers, timeout=window, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(running, timeout=window, return_when=asyncio.FIRST_COMPLETED)
             send_end = time.perf_counter_ns()
             area_at_send_end = self.area + self.inflight * (send_end - self.last_change)
-            if running:
-                _, pending = await asyncio.wait(set(running), timeout=self.drain_timeout_s)
-                for t in pending:
-                    t.cancel()
-                if pending:
-                    await asyncio.gather(*pending, return_exceptions=True)
-            end = time.perf_counter_ns()
-            for t in running:  # a bug in the runner itself must not pass silently
-                if not t.cancelled() and t.exception() is not None:
-                    raise t.exception()  # type: ignore[misc]
+            end = await self._drain(running)
         finally:
             leftover = [t for t in running if not t.done()]
             for t in leftover:  # the run itself was cancelled (Ctrl-C): stop its requests too ...
@@ -774,45 +818,55 @@ class _Runner:
             await collector
             if gc_freeze:
                 gc.unfreeze()
-        return self._result(load, anchor, send_end, end, area_at_send_end)
+        return self._result(anchor, send_end, end, area_at_send_end)
 
-    def _result(self, load: OpenLoop | ClosedLoop, anchor: ClockAnchor, send_end: int, end: int, area: int) -> LoadResult:
-        p = self.progress
+    async def _run_open(self, load: OpenLoop, tasks: set[asyncio.Task[None]]) -> None:
+        """The open loop's sending, on its pacer, with the send priority while it sends."""
+        pacer, made_here = self.options.make_pacer()
+        self.pacer_name = pacer.name
+        set_hold = getattr(self.client, "set_hold", None)  # a stand-in client may have none
+        if self.sends_first:
+            self.gate = _SendsFirst()
+            if set_hold is not None:
+                set_hold(self.gate.hold)
+        try:
+            await self._dispatch_open(load.arrival, pacer, tasks)
+        finally:
+            if made_here:  # made here: closed here (a timerfd)
+                pacer.close()
+            if self.gate is not None:  # the drain runs without: no send is left to wait for
+                if set_hold is not None:
+                    set_hold(None)
+                gate, self.gate = self.gate, None
+                gate.due = gate.unsent = 0
+                gate.release()
+
+    async def _drain(self, running: set[asyncio.Task[None]]) -> int:
+        """Wait for the requests still running for at most ``drain_timeout_s``, then cancel the rest;
+        returns the run's end (``perf_counter_ns``)."""
+        if running:
+            _, pending = await asyncio.wait(set(running), timeout=self.drain_timeout_s)
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        end = time.perf_counter_ns()
+        for t in running:  # a bug in the runner itself must not pass silently
+            if not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+        return end
+
+    # -- the result -------------------------------------------------------------------------
+    def _result(self, anchor: ClockAnchor, send_end: int, end: int, area: int) -> LoadResult:
+        load, p = self.load, self.progress
         window = send_end - self.start_ns
         achieved = self.sends.rate() if self.from_sends else p.sent / (window / 1e9) if window > 0 else None
-        completion_rate = p.ok / ((end - self.start_ns) / 1e9) if end > self.start_ns else None
         send_lag = LagStats.of_ns(self.lags)
-        submit_lag = LagStats.of_ns(self.submit_lags)
         loop_delay = LagStats.of_ns(self.loop_delays)
         client_delay = ClientDelay.of_samples(self.receive_delays, self.loop_delays,
                                               _cpu_time() - self.cpu_start_s, (end - self.start_ns) / 1e9)
-        reasons = []
-        if isinstance(load, OpenLoop) and send_lag.n >= self.check.min_samples:
-            if send_lag.p99_ms is not None and send_lag.p99_ms > self.check.max_send_lag_p99_ms:
-                reasons.append(
-                    f"client saturated: send-lag (schedule lag) p99 {send_lag.p99_ms:.2f} ms > "
-                    f"{self.check.max_send_lag_p99_ms} ms (§4.2.5)"
-                )
-        if loop_delay.n >= self.check.min_samples and loop_delay.p99_ms is not None:
-            if loop_delay.p99_ms > self.check.max_loop_delay_p99_ms:
-                reasons.append(
-                    f"client saturated: event-loop delay p99 {loop_delay.p99_ms:.2f} ms > "
-                    f"{self.check.max_loop_delay_p99_ms} ms"
-                )
-        if isinstance(load, OpenLoop):
-            params: dict[str, Any] = {"arrival": asdict(load.arrival)}
-            requested_rate: float | None = load.arrival.rate
-            target = None
-        else:
-            params = {"concurrency": load.concurrency}
-            requested_rate = None
-            target = load.concurrency
-        params.update(
-            max_requests=load.max_requests,
-            duration_s=load.duration_s,
-            drain_timeout_s=self.drain_timeout_s,
-            stop_predicate=self.until is not None,
-        )
+        reasons = saturation_reasons(self.check, send_lag if isinstance(load, OpenLoop) else None, loop_delay)
+        params, requested_rate, target = load_parameters(load, self.drain_timeout_s, stop=self.until is not None)
         return LoadResult(
             phase=self.phase,
             load_model="open" if isinstance(load, OpenLoop) else "closed",
@@ -831,7 +885,7 @@ class _Runner:
             output_tokens=p.output_tokens,
             requested_rate=requested_rate,
             achieved_rate=achieved,
-            completion_rate=completion_rate,
+            completion_rate=p.ok / ((end - self.start_ns) / 1e9) if end > self.start_ns else None,
             concurrency_target=target,
             concurrency_mean=area / window if window > 0 else 0.0,
             concurrency_max=self.inflight_max,
@@ -842,80 +896,86 @@ class _Runner:
             invalid_reason="; ".join(reasons) or None,
             self_check=self.check,
             client_delay=client_delay,
-            submit_lag=submit_lag,
+            submit_lag=LagStats.of_ns(self.submit_lags),
             pacer=self.pacer_name,
             collector_backlog_max=self.backlog_max,
         )
+
+
+def saturation_reasons(check: SelfCheck, send_lag: LagStats | None, loop_delay: LagStats | None,
+                       send_lag_name: str = "send-lag (schedule lag)") -> list[str]:
+    """Why the client was saturated (§4.2.5), by ``check``'s thresholds: the open loop's schedule lag
+    (``send_lag``; None: a closed loop, not judged) and the event-loop delay (None: not judged here),
+    each with at least ``check.min_samples`` samples; empty: valid."""
+    reasons = []
+    if send_lag is not None and send_lag.n >= check.min_samples:
+        if send_lag.p99_ms is not None and send_lag.p99_ms > check.max_send_lag_p99_ms:
+            reasons.append(
+                f"client saturated: {send_lag_name} p99 {send_lag.p99_ms:.2f} ms > "
+                f"{check.max_send_lag_p99_ms} ms (§4.2.5)"
+            )
+    if loop_delay is not None and loop_delay.n >= check.min_samples and loop_delay.p99_ms is not None:
+        if loop_delay.p99_ms > check.max_loop_delay_p99_ms:
+            reasons.append(
+                f"client saturated: event-loop delay p99 {loop_delay.p99_ms:.2f} ms > "
+                f"{check.max_loop_delay_p99_ms} ms"
+            )
+    return reasons
+
+
+def load_parameters(load: OpenLoop | ClosedLoop, drain_timeout_s: float | None, *, stop: bool
+                    ) -> tuple[dict[str, Any], float | None, int | None]:
+    """A run's ``LoadResult.parameters`` (the load model's, then its stop rules), its requested rate
+    (open loop) and its concurrency target (closed loop)."""
+    if isinstance(load, OpenLoop):
+        a = load.arrival
+        params: dict[str, Any] = {"arrival": {"kind": a.kind, "rate": a.rate, "seed": a.seed, "cv": a.cv}}
+        requested_rate: float | None = a.rate
+        target = None
+    else:
+        params = {"concurrency": load.concurrency}
+        requested_rate = None
+        target = load.concurrency
+    params.update(
+        max_requests=load.max_requests,
+        duration_s=load.duration_s,
+        drain_timeout_s=drain_timeout_s,
+        stop_predicate=stop,
+    )
+    return params, requested_rate, target
 
 
 async def run_load(
     client: LLMClient,
     specs: Iterable[RequestSpec],
     load: OpenLoop | ClosedLoop,
+    options: LoadOptions | None = None,
     *,
-    phase: str = "measure",
-    until: Callable[[LoadProgress], bool] | None = None,
-    drain_timeout_s: float | None = 120.0,
-    self_check: SelfCheck | None = None,
-    on_record: Callable[[RequestRecord], None] | None = None,
     sink: RecordSink | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
     keep_records: bool = True,
-    pacer: str | Pacer = "auto",
-    spin_ms: float | None = None,
-    gc_freeze: bool = True,
     start_ns: int | None = None,
-    achieved_from_sends: bool | None = None,
-    sends_first: bool = True,
 ) -> LoadResult:
-    """Run ``load`` over ``specs`` through ``client`` and return the :class:`LoadResult`.
+    """Run ``load`` over ``specs`` through ``client``, driven as ``options`` say (:class:`LoadOptions`,
+    default: its defaults), and return the :class:`LoadResult`.
 
     ``specs`` may be a list or any iterator (e.g. ``itertools.cycle(specs)`` with a duration).
     ``on_record`` is called once per finished record, from a collector task, off the submission
-    path (use it for live progress); ``sink.write`` receives every record as it completes
-    (``storage.RunWriter``); ``keep_records=False`` keeps no record in ``LoadResult.records``, so
-    memory stays bounded (per request only the two lags, 8 bytes each, are kept for their
-    percentiles). ``achieved_from_sends``: the achieved rate over the first to the last T_submit
-    (what a kept run reports); default: so when records are kept, else sends over the send window
-    (the warm-up's and a shard's figure). ``pacer``: how the open
-    loop waits for each send time (pacer.py: ``"auto"`` picks a kernel timerfd where there is one,
-    else a loop timer to the due time minus its measured wake-up error; ``"spin"`` is the previous
-    yield-spin for the last ``spin_ms``); a given ``spin_ms`` alone selects ``"spin"`` (``spin_ms=0``:
-    the loop timer alone). If ``on_record`` raises, the run
-    still completes and the exception is raised at the end. ``gc_freeze`` keeps the cyclic
-    garbage collector from walking the growing set of live records during the run (full
-    collections otherwise stall the loop for tens of ms and show up as send lag); cyclic
-    garbage made during the run is collected after it. ``start_ns`` (a ``perf_counter_ns``
-    reading, default now): the time the open-loop schedule is anchored to, so that load-generator
-    shards (shards/) started at one common moment send on one schedule. ``sends_first`` (open loop): a
-    response read or a finished record whose processing would still run when the next send falls due
-    waits for that send's hand-over first (its stamp is taken before; :class:`_SendsFirst`).
+    path (use it for live progress); if it raises, the run still completes and the exception is
+    raised at the end. ``sink.write`` receives every record as it completes (``storage.RunWriter``);
+    ``keep_records=False`` keeps no record in ``LoadResult.records``, so memory stays bounded (per
+    request only the two lags, 8 bytes each, are kept for their percentiles). ``start_ns`` (a
+    ``perf_counter_ns`` reading, default now): the time the open-loop schedule is anchored to, so
+    that load-generator shards (shards/) started at one common moment send on one schedule.
     """
     if isinstance(load, ClosedLoop) and client.max_connections is not None and client.max_connections < load.concurrency:
         raise ValueError(
             f"client pool of {client.max_connections} connections cannot hold concurrency {load.concurrency}: "
             "requests would queue inside the client (size the pool with LLMClient(..., max_connections=N))"
         )
-    runner = _Runner(
-        client,
-        specs,
-        phase=phase,
-        max_requests=load.max_requests,
-        duration_s=load.duration_s,
-        until=until,
-        drain_timeout_s=drain_timeout_s,
-        self_check=self_check or SelfCheck(),
-        on_record=on_record,
-        sink=sink,
-        keep_records=keep_records,
-        achieved_from_sends=achieved_from_sends,
-        sends_first=sends_first,
-    )
-    if isinstance(pacer, str) and pacer not in PACERS:
-        raise ValueError(f"pacer must be one of {PACERS}, got {pacer!r}")
-    if spin_ms is not None and pacer == "auto":
-        pacer = "spin"
-    result = await runner.run(load, pacer=pacer, spin_ms=1.5 if spin_ms is None else spin_ms, gc_freeze=gc_freeze,
-                              start_ns=start_ns)
+    runner = _Runner(client, specs, load, options if options is not None else LoadOptions(),
+                     sink=sink, on_record=on_record, keep_records=keep_records)
+    result = await runner.run(start_ns)
     if runner.callback_error is not None:
         raise runner.callback_error
     return result
@@ -925,23 +985,26 @@ async def run_open_loop(
     client: LLMClient,
     specs: Iterable[RequestSpec],
     arrival: ArrivalProcess,
+    options: LoadOptions | None = None,
     *,
     max_requests: int | None = None,
     duration_s: float | None = None,
-    **kwargs: Any,
+    on_record: Callable[[RequestRecord], None] | None = None,
 ) -> LoadResult:
-    """Open-loop run (§4.2.3); keyword arguments as :func:`run_load`."""
-    return await run_load(client, specs, OpenLoop(arrival, max_requests, duration_s), **kwargs)
+    """Open-loop run (§4.2.3), its records kept; as :func:`run_load`."""
+    return await run_load(client, specs, OpenLoop(arrival, max_requests, duration_s), options, on_record=on_record)
 
 
 async def run_closed_loop(
     client: LLMClient,
     specs: Iterable[RequestSpec],
     concurrency: int,
+    options: LoadOptions | None = None,
     *,
     max_requests: int | None = None,
     duration_s: float | None = None,
-    **kwargs: Any,
+    on_record: Callable[[RequestRecord], None] | None = None,
 ) -> LoadResult:
-    """Closed-loop run holding ``concurrency`` in flight (§4.2.4); keyword arguments as :func:`run_load`."""
-    return await run_load(client, specs, ClosedLoop(concurrency, max_requests, duration_s), **kwargs)
+    """Closed-loop run holding ``concurrency`` in flight (§4.2.4), its records kept; as :func:`run_load`."""
+    return await run_load(client, specs, ClosedLoop(concurrency, max_requests, duration_s), options,
+                          on_record=on_record)

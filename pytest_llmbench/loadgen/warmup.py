@@ -33,7 +33,7 @@ from ..common import draft
 from ..common.records import RequestRecord, RequestSpec
 from ..measure.telemetry import read_exposition, read_roles
 from ..sut.adapters import metric_names
-from .load import ClosedLoop, LoadProgress, RecordSink, run_load
+from .load import ClosedLoop, LoadOptions, LoadProgress, RecordSink, run_load
 
 __all__ = [
     "DRAFT_MIN_OUTPUT_TOKENS",
@@ -50,11 +50,6 @@ __all__ = [
 
 DRAFT_MIN_REQUESTS = draft.value("warmup.min_requests")  # §4.5.1 item 2
 DRAFT_MIN_OUTPUT_TOKENS = draft.value("warmup.min_output_tokens")  # §4.5.1 item 2
-
-#: Server gauges for the request queue, first match wins (the simulator's names first).
-WAITING_METRICS = metric_names("waiting")
-RUNNING_METRICS = metric_names("running")
-
 
 @dataclass(frozen=True)
 class WarmupPolicy:
@@ -76,7 +71,7 @@ class WarmupPolicy:
     probe_max_tokens: int | None = 16
     drain_timeout_s: float = 120.0
     drain_poll_s: float = 0.2
-    metrics_path: str | None = "/metrics"
+    metrics_path: str | None = "/metrics"  # the server's metrics page (its adapter's); None: no server gauges
     cold_start: bool = False
 
     def __post_init__(self) -> None:
@@ -139,12 +134,14 @@ class WarmupResult:
 
 
 class MetricsScraper:
-    """``GET /metrics`` on the server root over its own connection (the client's headers and TLS
-    setting), so a scrape never waits for, or holds, a slot of the load's connection pool. A call
-    returns (status, text), or None when the server did not answer (measure/telemetry.Scrape)."""
+    """``GET`` the server's metrics page on its root over its own connection (the client's headers and
+    TLS setting), so a scrape never waits for, or holds, a slot of the load's connection pool. ``path``:
+    default the client's adapter's (``ServerAdapter.metrics_path``). A call returns (status, text), or
+    None when the server did not answer (measure/telemetry.Scrape)."""
 
-    def __init__(self, client: LLMClient, path: str = "/metrics", timeout_s: float = 5.0) -> None:
-        self.url = client.server_root + "/" + path.lstrip("/")
+    def __init__(self, client: LLMClient, path: str | None = None, timeout_s: float = 5.0) -> None:
+        self.path = path if path is not None else client.adapter.metrics_path
+        self.url = client.server_root + "/" + self.path.lstrip("/")
         self._http = httpx.AsyncClient(headers={k: v for k, v in client.headers.items() if k != "Content-Type"},
                                        verify=client.verify_tls, timeout=timeout_s,
                                        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
@@ -160,12 +157,12 @@ class MetricsScraper:
         await self._http.aclose()
 
 
-def scrape_for(client: LLMClient, path: str = "/metrics") -> MetricsScraper:
+def scrape_for(client: LLMClient, path: str | None = None) -> MetricsScraper:
     """The telemetry scrape of ``client``'s server (close it with ``aclose``; TelemetrySampler.stop does)."""
     return MetricsScraper(client, path)
 
 
-async def queue_depth(client: LLMClient, path: str = "/metrics",
+async def queue_depth(client: LLMClient, path: str | None = None,
                       scrape: MetricsScraper | None = None) -> dict[str, float] | None:
     """{"waiting": n, "running": n} from the server gauges (and ``gauges``: their Prometheus names
     joined), or None when not available."""
@@ -179,7 +176,9 @@ async def queue_depth(client: LLMClient, path: str = "/metrics",
     if got is None or got[0] != 200:
         return None
     try:
-        roles = read_roles(read_exposition(got[1]), {"waiting": WAITING_METRICS, "running": RUNNING_METRICS})
+        # every known server's queue gauges (adapters.metric_names: the simulator's first), first match wins
+        roles = read_roles(read_exposition(got[1]), {"waiting": metric_names("waiting"),
+                                                     "running": metric_names("running")})
     except ValueError:
         return None
     if len(roles) != 2:
@@ -229,22 +228,15 @@ async def run_warmup(
         return result
     if not specs:
         raise ValueError("run_warmup needs at least one RequestSpec")
-    if probe_spec is None:
-        probe_spec = specs[0]
-        if policy.probe_max_tokens is not None and probe_spec.max_tokens > policy.probe_max_tokens:
-            cap = policy.probe_max_tokens
-            probe_spec = replace(probe_spec, max_tokens=cap,
-                                 min_tokens=None if probe_spec.min_tokens is None else min(probe_spec.min_tokens, cap))
+    probe_spec = probe_spec if probe_spec is not None else _probe_spec(specs[0], policy)
     t0 = time.perf_counter_ns()
 
     for _ in range(policy.probe_count):
         result.probes_before.append(await probe(client, probe_spec, "before", sink=sink))
-
+    options = LoadOptions(phase="warmup", drain_timeout_s=policy.drain_timeout_s)
     if prefix_specs:
-        pre = await run_load(
-            client, list(prefix_specs), ClosedLoop(policy.concurrency), phase="warmup",
-            sink=sink, on_record=on_record, drain_timeout_s=policy.drain_timeout_s,
-        )
+        pre = await run_load(client, list(prefix_specs), ClosedLoop(policy.concurrency), options,
+                             sink=sink, on_record=on_record)
         result.prefix_requests = pre.sent
 
     def enough(p: LoadProgress) -> bool:
@@ -254,67 +246,89 @@ async def run_warmup(
         client,
         itertools.cycle(specs),
         ClosedLoop(policy.concurrency, max_requests=policy.request_cap, duration_s=policy.max_duration_s),
-        phase="warmup",
-        until=enough,
+        replace(options, stop=enough),
         sink=sink,
         on_record=on_record,
         keep_records=False,
-        drain_timeout_s=policy.drain_timeout_s,
     )
     result.load = load.to_json()
     result.requests = load.sent
     result.ok = load.ok
     result.output_tokens = load.output_tokens
     result.errors = load.errors
+    result.minimum_reason = _short_of_minimum(policy, load.ok, load.output_tokens)
+    result.minimum_met = result.minimum_reason is None
+    # drain (§4.5.1 item 3): nothing in flight client-side (run_load returned); then server gauges
+    result.drained = load.cancelled == 0
+    await _drain_server(client, policy, result)
+    await _verify(client, probe_spec, policy, result, sink)
+    result.duration_s = (time.perf_counter_ns() - t0) / 1e9
+    return result
 
+
+def _probe_spec(first: RequestSpec, policy: WarmupPolicy) -> RequestSpec:
+    """The fixed probe: the first spec with ``max_tokens`` capped at ``policy.probe_max_tokens``."""
+    if policy.probe_max_tokens is None or first.max_tokens <= policy.probe_max_tokens:
+        return first
+    cap = policy.probe_max_tokens
+    return replace(first, max_tokens=cap, min_tokens=None if first.min_tokens is None else min(first.min_tokens, cap))
+
+
+def _short_of_minimum(policy: WarmupPolicy, ok: int, output_tokens: int) -> str | None:
+    """Why the warm-up falls short of §4.5.1 item 2 (the policy asked for less, or the SUT gave less); None: met."""
     reasons = []
     if policy.min_requests < DRAFT_MIN_REQUESTS or policy.min_output_tokens < DRAFT_MIN_OUTPUT_TOKENS:
         reasons.append(
             f"warm-up policy asks for {policy.min_requests} requests / {policy.min_output_tokens} output "
             f"tokens, below the §4.5.1 minimum of {DRAFT_MIN_REQUESTS} / {DRAFT_MIN_OUTPUT_TOKENS}"
         )
-    if load.ok < DRAFT_MIN_REQUESTS or load.output_tokens < DRAFT_MIN_OUTPUT_TOKENS:
+    if ok < DRAFT_MIN_REQUESTS or output_tokens < DRAFT_MIN_OUTPUT_TOKENS:
         reasons.append(
-            f"warm-up processed {load.ok} successful requests and {load.output_tokens} output tokens "
+            f"warm-up processed {ok} successful requests and {output_tokens} output tokens "
             f"(§4.5.1 needs >= {DRAFT_MIN_REQUESTS} and >= {DRAFT_MIN_OUTPUT_TOKENS})"
         )
-    result.minimum_met = not reasons
-    result.minimum_reason = "; ".join(reasons) or None
+    return "; ".join(reasons) or None
 
-    # drain (§4.5.1 item 3): nothing in flight client-side (run_load returned); then server gauges
+
+async def _drain_server(client: LLMClient, policy: WarmupPolicy, result: WarmupResult) -> None:
+    """§4.5.1 item 3 on the server's side: wait until its waiting and running gauges read 0 (where
+    ``/metrics`` has them), for at most ``policy.drain_timeout_s``; a timeout marks it not drained."""
+    if not policy.metrics_path:
+        return
     deadline = time.monotonic() + policy.drain_timeout_s
-    result.drained = load.cancelled == 0
-    if policy.metrics_path:
-        scrape = MetricsScraper(client, policy.metrics_path)
-        try:
-            while True:
-                q = await queue_depth(client, policy.metrics_path, scrape)
-                if q is None:
-                    break
-                result.drain_method = "server-metrics"
-                result.queue_at_end = q
-                if q["waiting"] == 0 and q["running"] == 0:
-                    break
-                if time.monotonic() >= deadline:
-                    result.drained = False
-                    break
-                await asyncio.sleep(policy.drain_poll_s)
-        finally:
-            await scrape.aclose()
-
-    # verification (§4.5.2)
-    if policy.probe_count:
-        while len(result.probes_after) < policy.probe_max:
-            result.probes_after.append(await probe(client, probe_spec, "after", sink=sink))
-            last = result.probes_after[-policy.probe_count :]
-            if len(last) < policy.probe_count:
-                continue
-            if not all(p.ok for p in last):
-                result.stable = False
-                continue
-            result.max_variation = _max_variation([p.e2e_s for p in last])  # type: ignore[misc]
-            result.stable = result.max_variation < policy.probe_tolerance
-            if result.stable:
+    scrape = MetricsScraper(client, policy.metrics_path)
+    try:
+        while True:
+            q = await queue_depth(client, policy.metrics_path, scrape)
+            if q is None:
                 break
-    result.duration_s = (time.perf_counter_ns() - t0) / 1e9
-    return result
+            result.drain_method = "server-metrics"
+            result.queue_at_end = q
+            if q["waiting"] == 0 and q["running"] == 0:
+                break
+            if time.monotonic() >= deadline:
+                result.drained = False
+                break
+            await asyncio.sleep(policy.drain_poll_s)
+    finally:
+        await scrape.aclose()
+
+
+async def _verify(client: LLMClient, probe_spec: RequestSpec, policy: WarmupPolicy, result: WarmupResult,
+                  sink: RecordSink | None) -> None:
+    """§4.5.2: probes until ``probe_count`` consecutive ones succeed and vary by less than the
+    tolerance, at most ``probe_max``."""
+    if not policy.probe_count:
+        return
+    while len(result.probes_after) < policy.probe_max:
+        result.probes_after.append(await probe(client, probe_spec, "after", sink=sink))
+        last = result.probes_after[-policy.probe_count :]
+        if len(last) < policy.probe_count:
+            continue
+        if not all(p.ok for p in last):
+            result.stable = False
+            continue
+        result.max_variation = _max_variation([p.e2e_s for p in last])  # type: ignore[misc]
+        result.stable = result.max_variation < policy.probe_tolerance
+        if result.stable:
+            break

@@ -55,6 +55,7 @@ __all__ = [
     "PerRequest",
     "RequestSLO",
     "RunMetrics",
+    "SummaryOptions",
     "DEFINITIONS_VERSION",
     "steady_state_window",
     "summarize",
@@ -82,11 +83,46 @@ def steady_state_window(start: float, end: float, fraction: float = STEADY_STATE
 
     Throughput is the tokens in the window divided by its length (§5.2.3 step 3c, §5.2.4); the
     first ``fraction`` of the test duration is ramp-up. The one definition: ``summarize`` applies
-    it to the run's span, ``load.steady_state_window`` and procedure 5.2 to the send window.
+    it to the load's send window (else the run's span), procedure 5.2 to the send window too.
     """
     if not 0.0 <= fraction < 1.0:
         raise ValueError(f"steady_state_fraction must be in [0, 1), got {fraction}")
     return start + fraction * (end - start), end
+
+
+@dataclass(frozen=True)
+class SummaryOptions:
+    """How :func:`summarize` summarises a run, beside what it summarises (the records, their phase, the
+    send window, the §4.6.3 ITL option decided from them and the test's SLOs); the same for every run
+    of a session.
+
+    * ``steady_state_fraction``: the ramp-up share of the send window left out of the steady-state
+      window (§5.2.3.2, 10 %).
+    * ``gpu_count``: divides the throughputs per GPU (§5.2.4); None: not reported.
+    * ``percentiles``, ``confidence``: the percentiles every distribution carries (§5.1.4.1) and the
+      confidence of every interval; ``batches``: the sub-windows of a rate's batch-means interval.
+    * The experience metrics (:mod:`pytest_llmbench.measure.experience`): ``prefill_deadline``
+      (Etalon ``D_p``; None: a fit of the run's TTFTs), ``decode_deadline`` (``D_d``, s),
+      ``reading_speed`` (V, tokens/s), ``ttft_allowance`` (s) and ``alpha``.
+    """
+
+    steady_state_fraction: float = STEADY_STATE_FRACTION
+    gpu_count: int | None = None
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
+    confidence: float = 0.95
+    batches: int = 10
+    prefill_deadline: ux.PrefillDeadline | None = None
+    decode_deadline: float = ux.DEFAULT_DECODE_DEADLINE
+    reading_speed: float = ux.DEFAULT_READING_SPEED
+    ttft_allowance: float = ux.DEFAULT_TTFT_ALLOWANCE
+    alpha: float = ux.DEFAULT_ALPHA
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.steady_state_fraction < 1.0:
+            raise ValueError(f"steady_state_fraction must be in [0, 1), got {self.steady_state_fraction}")
+        if self.gpu_count is not None and self.gpu_count <= 0:
+            raise ValueError(f"gpu_count must be a positive integer, got {self.gpu_count}")
+        object.__setattr__(self, "percentiles", tuple(self.percentiles))
 
 
 #: Definitions of every metric (from the metric declarations, registry.py) and of the statistics used.
@@ -385,39 +421,26 @@ def _window_labels(scalars: dict[str, Estimate], steady: str, duration: float) -
 
 def summarize(
     records: Iterable[RequestRecord] | RunFrame | FrameBuilder,
+    options: SummaryOptions | None = None,
     *,
     slos: Sequence[RequestSLO] = (),
     itl_option: str = "B",
-    steady_state_fraction: float = STEADY_STATE_FRACTION,
-    gpu_count: int | None = None,
     phase: str | None = "measure",
     send_window_ns: tuple[int, int] | None = None,
-    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
-    confidence: float = 0.95,
-    batches: int = 10,
-    prefill_deadline: ux.PrefillDeadline | None = None,
-    decode_deadline: float = ux.DEFAULT_DECODE_DEADLINE,
-    reading_speed: float = ux.DEFAULT_READING_SPEED,
-    ttft_allowance: float = ux.DEFAULT_TTFT_ALLOWANCE,
-    alpha: float = ux.DEFAULT_ALPHA,
 ) -> RunMetrics:
-    """Summarise one run (§5.x.4 measurements); see the module docstring.
+    """Summarise one run (§5.x.4 measurements) as ``options`` say (:class:`SummaryOptions`, default: its
+    defaults); see the module docstring.
 
     ``records``: a :class:`FrameBuilder` that collected the run (its columns are handed over and
     released), a :class:`RunFrame`, or records, of which ``phase`` keeps only that phase's (None keeps
-    all). ``itl_option`` is ``"A"``, ``"B"``, ``"C"`` or ``"auto"`` (C
-    when every successful multi-token request carries server token timestamps, else B).
-    ``prefill_deadline`` (Etalon ``D_p``) defaults to a fit of this run's TTFTs;
-    ``decode_deadline``/``reading_speed`` (V, tokens/s)/``ttft_allowance``/``alpha`` parametrise the
-    experience metrics (:mod:`pytest_llmbench.measure.experience`). ``send_window_ns``: the load's start
-    and last send (``LoadResult.start_ns``, ``send_end_ns``), whose last 90% is the steady-state window;
-    by default the first to the last submission.
+    all). ``slos``: the per-request SLOs goodput counts against. ``itl_option`` is ``"A"``, ``"B"``,
+    ``"C"`` or ``"auto"`` (C when every successful multi-token request carries server token
+    timestamps, else B). ``send_window_ns``: the load's start and last send (``LoadResult.start_ns``,
+    ``send_end_ns``), whose last 90% is the steady-state window; by default the first to the last
+    submission.
     """
+    options = options if options is not None else SummaryOptions()
     opt = _check_itl_option(itl_option)
-    if not 0.0 <= steady_state_fraction < 1.0:
-        raise ValueError(f"steady_state_fraction must be in [0, 1), got {steady_state_fraction}")
-    if gpu_count is not None and gpu_count <= 0:
-        raise ValueError(f"gpu_count must be a positive integer, got {gpu_count}")
     for slo in slos:
         if not isinstance(getattr(slo, "metric", None), str) or not callable(getattr(slo, "ok", None)):
             raise TypeError(f"SLO {slo!r} needs a 'metric' str attribute and an ok(values) method")
@@ -431,26 +454,24 @@ def summarize(
         frame = records if isinstance(records, RunFrame) else RunFrame.from_records(records, phase)
     chunks = frame.chunks
     try:
-        return _summarize(frame, slos, opt, steady_state_fraction, gpu_count, send_window_ns, percentiles,
-                          confidence, batches, prefill_deadline, decode_deadline, reading_speed, ttft_allowance,
-                          alpha)
+        return _summarize(frame, slos, opt, options, send_window_ns)
     finally:
         chunks.close()  # spilled chunk files go now; chunks kept in memory stay for RunMetrics.tokens
 
 
-def _summarize(frame: RunFrame, slos: Sequence[RequestSLO], opt: str, steady_state_fraction: float,
-               gpu_count: int | None, send_window_ns: tuple[int, int] | None, percentiles: Sequence[float],
-               confidence: float, batches: int, prefill_deadline: ux.PrefillDeadline | None, decode_deadline: float,
-               reading_speed: float, ttft_allowance: float, alpha: float) -> RunMetrics:
+def _summarize(frame: RunFrame, slos: Sequence[RequestSLO], opt: str, options: SummaryOptions,
+               send_window_ns: tuple[int, int] | None) -> RunMetrics:
+    o = options
     values = _inputs(frame)
     t0 = frame.t0
     del frame  # the values hold its columns, each dropped after its last reader
     duration = values["duration"]
-    w0, w1, steady_label = _steady(values, send_window_ns, t0, duration, steady_state_fraction)
-    values.update(slos=slos, itl_option=opt, gpu_count=gpu_count, percentiles=percentiles, confidence=confidence,
-                  batches=batches, prefill_deadline=prefill_deadline, decode_deadline=decode_deadline,
-                  reading_speed=reading_speed, ttft_allowance=ttft_allowance, alpha=alpha, steady=(w0, w1),
-                  windows=Windows({"": (w0, w1), "_full": (0.0, duration)}, batches, confidence))
+    w0, w1, steady_label = _steady(values, send_window_ns, t0, duration, o.steady_state_fraction)
+    values.update(slos=slos, itl_option=opt, gpu_count=o.gpu_count, percentiles=o.percentiles,
+                  confidence=o.confidence, batches=o.batches, prefill_deadline=o.prefill_deadline,
+                  decode_deadline=o.decode_deadline, reading_speed=o.reading_speed, ttft_allowance=o.ttft_allowance,
+                  alpha=o.alpha, steady=(w0, w1),
+                  windows=Windows({"": (w0, w1), "_full": (0.0, duration)}, o.batches, o.confidence))
     _evaluate(values)
     per_request: PerRequest = values["per_request"]
     itl_data = values["itl_data"]
@@ -459,14 +480,14 @@ def _summarize(frame: RunFrame, slos: Sequence[RequestSLO], opt: str, steady_sta
         per_request.columns["good"] = values["good"]
     _compact(per_request.columns)
     values.update({k: v for k, v in per_request.columns.items() if k in registry.METRICS})
-    dists, scalars = _aggregate(values, percentiles, confidence)
+    dists, scalars = _aggregate(values, o.percentiles, o.confidence)
     itl_d = dists["itl"]
     dp_model = values["deadline_model"]
 
     definitions = {**registry.definitions(), **DEFINITIONS}  # with any metric declared since import
     definitions["itl_option"] = f"{itl_data.option}: {ITL_OPTIONS[itl_data.option]}"
     definitions["fluidity_parameters"] = (
-        f"D_d = {decode_deadline:g} s; D_p = {dp_model.source if dp_model else 'n/a'}"
+        f"D_d = {o.decode_deadline:g} s; D_p = {dp_model.source if dp_model else 'n/a'}"
         f"{'' if dp_model is None else f' + {dp_model.slack:g} s slack'}")
     error = values["error"]
     return RunMetrics(

@@ -31,10 +31,11 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["COUNTER_ROLES", "DEFAULT_INTERVAL_S", "FRACTION_ROLES", "NOT_EXPOSED", "SAMPLED", "Scrape",
+__all__ = ["COUNTER_ROLES", "DEFAULT_INTERVAL_S", "DEFAULT_PATH", "FRACTION_ROLES", "NOT_EXPOSED", "SAMPLED", "Scrape",
            "TelemetrySampler", "TelemetrySeries", "read_exposition", "read_roles", "read_samples", "select_lines"]
 
 DEFAULT_INTERVAL_S = 0.25
+DEFAULT_PATH = "/metrics"  # Prometheus' convention; a server's adapter names its own (ServerAdapter.metrics_path)
 #: Roles whose series are cumulative counters (read as increases and rates).
 COUNTER_ROLES = frozenset({"preemptions", "prefix_hits", "prefix_queries", "requests_preempted",
                            "requests_finished"})
@@ -124,7 +125,7 @@ class TelemetrySeries:
     status: str
     detail: str = ""
     interval_s: float = DEFAULT_INTERVAL_S
-    path: str = "/metrics"
+    path: str = DEFAULT_PATH
     names: dict[str, str] = field(default_factory=dict)  # role -> the Prometheus name read
     kinds: dict[str, str] = field(default_factory=dict)  # role -> gauge | counter | unknown
     t_ns: list[int] = field(default_factory=list)
@@ -202,7 +203,7 @@ class TelemetrySeries:
     def from_json(cls, d: Mapping[str, Any]) -> TelemetrySeries:
         """Back from :meth:`to_json` (times become ns from ``origin_ns`` = 0)."""
         return cls(status=str(d.get("status", NOT_EXPOSED)), detail=str(d.get("detail", "")),
-                   interval_s=float(d.get("interval_s") or DEFAULT_INTERVAL_S), path=str(d.get("path", "/metrics")),
+                   interval_s=float(d.get("interval_s") or DEFAULT_INTERVAL_S), path=str(d.get("path", DEFAULT_PATH)),
                    names=dict(d.get("names") or {}), kinds=dict(d.get("kinds") or {}),
                    t_ns=[round(float(t) * 1e9) for t in d.get("t_s") or []],
                    values={str(r): list(v) for r, v in (d.get("values") or {}).items()},
@@ -216,15 +217,19 @@ class TelemetrySampler:
     (``{sample name: value summed over its label sets}``; None when not exposed), then samples on an absolute schedule
     (a slow scrape skips slots rather than drifting); ``stop()`` cancels it and makes the final
     scrape, whose snapshot it returns. ``interval_s`` 0: only the two snapshots, no series.
-    ``clock`` is injectable so tests control the timestamps.
+    ``clock`` is injectable so tests control the timestamps. ``path`` names the page in the series and
+    its messages: default the scrape's own ``path`` (the load generator's scraper takes it from the
+    server's adapter), else :data:`DEFAULT_PATH`.
     """
 
     def __init__(self, scrape: Scrape, names: Mapping[str, Sequence[str]], *, interval_s: float = DEFAULT_INTERVAL_S,
-                 path: str = "/metrics", clock: Callable[[], int] = time.perf_counter_ns) -> None:
+                 path: str | None = None, clock: Callable[[], int] = time.perf_counter_ns) -> None:
         if interval_s < 0 or not math.isfinite(interval_s):
             raise ValueError(f"telemetry interval must be >= 0 seconds (0: off), got {interval_s!r}")
         self._scrape, self._names, self._clock = scrape, {r: tuple(n) for r, n in names.items()}, clock
         self._wanted = frozenset(n for ns in self._names.values() for n in ns)
+        if path is None:
+            path = str(getattr(scrape, "path", DEFAULT_PATH))
         self.series = TelemetrySeries(status=OFF if interval_s == 0 else NOT_EXPOSED, interval_s=interval_s,
                                       path=path)
         self._task: asyncio.Task[None] | None = None

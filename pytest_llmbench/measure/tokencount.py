@@ -122,7 +122,7 @@ def piece_byte_lengths(tokens: Sequence[Any]) -> list[int]:
         elif isinstance(piece, list):
             out.append(len(piece))
         else:
-            raise ValueError(f"/tokenize answered without pieces: {t!r} (with_pieces not supported?)")
+            raise ValueError(f"the server's tokenizer answered without pieces: {t!r} (with_pieces not supported?)")
     return out
 
 

@@ -9,7 +9,7 @@ import functools
 import math
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,12 +21,13 @@ from ..measure.stats import CensoredPercentile, censored_percentile, proportion_
 from ..measure.summary import STEADY_STATE_FRACTION, steady_state_window
 from ..measure.units import Cell, CellValue, format_cell, format_value
 from ..workloads import SpecStream, build_workload
-from .base import Finding
+from .result import Finding
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..measure.summary import RunMetrics
-    from .base import ProcedureContext, Table
-    from .common import Measured
+    from .base import ProcedureContext
+    from .result import Table
+    from .run import Measured
 
 __all__ = [
     "RAMP_UP_FRACTION",
@@ -39,7 +40,6 @@ __all__ = [
     "QueueTrend",
     "build_level_specs",
     "CacheHits",
-    "cache_hit_summary",
     "cap_output",
     "cancelled_warning",
     "capacity_error",
@@ -151,23 +151,16 @@ def capacity_error(rec: RequestRecord) -> bool:
     return bool(rec.error_message and _CAPACITY_TEXT.search(rec.error_message))
 
 
-def cache_hit_summary(records: Iterable[RequestRecord]) -> dict[str, Any]:
-    """The measured prefix-cache hit fraction from ``usage...cached_tokens`` (§4.5.1, §5.7).
+@dataclass
+class CacheHits:
+    """The measured prefix-cache hit fraction from ``usage...cached_tokens`` (§4.5.1, §5.7), one record
+    at a time.
 
     Over successful records whose server reported ``cached_tokens``: the share of prompt tokens
     served from cache, and the share of requests with more than half their prompt cached (a
     measured sample contaminated by warm-up or repetition shows up here). ``fraction`` is None
     when the server reports no cached counts.
     """
-    hits = CacheHits()
-    for r in records:
-        hits.add(r)
-    return hits.summary()
-
-
-@dataclass
-class CacheHits:
-    """:func:`cache_hit_summary`, one record at a time."""
 
     n: int = 0
     prompt: int = 0

@@ -54,10 +54,15 @@ from ..measure.units import Cell, CellValue
 from ..settings import parse_capacity
 from ..sut.system import simulator_guardrails
 from ..workloads import build_workload
-from .base import LoadSpec, Overlays, ProcedureContext, RunSummary, Series, SkipProcedure, Table
-from .common import Measured, refusal_policy, resolve_load
+from .base import CannotMeasure, ProcedureContext, SkipProcedure
+from .budget import PROBE_FIT
+from .capacity import SaturationProbe
 from .helpers import cap_output, pvalue
-from .pipeline import Outcome, ProcedureRun, SaturationProbe
+from .loads import LoadSpec, resolve_load
+from .pipeline import Outcome, ProcedureRun
+from .prompts import failure_cause
+from .result import Overlays, RunSummary, Series, Table
+from .run import Measured, refusal_policy
 
 GUARDRAIL_CONFIGS = ("none", "input", "output", "full")
 LABELS = {"none": "Baseline", "input": "Input Filter", "output": "Output Filter", "full": "Full Filter"}
@@ -295,15 +300,25 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         p, ctx = self.p, self.ctx
         c = p.probe_concurrency
         self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
+
+        def specs_for(d: float, attempt: int) -> list[Any]:  # a retry: requests of its own, drawn now
+            if not attempt:
+                return self.capacity_probe_specs  # drawn and reserved in prepare
+            return cap_output(build_workload(
+                p.workload, n=3 * c + math.ceil(30 * d), seed=self.seeds.derive("capacity-probe", attempt),
+                tokenizer=ctx.tokenizer, **p.workload_params).specs, p.max_output_tokens)
+
         probe = await self.probe_saturation(
-            client, f"capacity-probe-{KEYS[self.capacity_cfg]}-c{c}", self.capacity_probe_specs, c,
+            client, f"capacity-probe-{KEYS[self.capacity_cfg]}-c{c}", specs_for, c,
             p.probe_duration_s, extra={"capacity_configuration": self.capacity_cfg,
                                        "guardrails_state": ctx.sut.server_info.get("guardrails")})
         self.capacity_probe = probe
         if not probe.rate > 0:
-            raise RuntimeError(f"5.10: the capacity probe in the {LABELS[self.capacity_cfg]} configuration completed "
-                               f"no request in its steady window ({probe.describe(p.workload)}); raise "
-                               "probe_duration_s, or declare the capacity with --llm-capacity rate=R")
+            history = probe.lengthened.history(PROBE_FIT) if probe.lengthened else ""
+            raise CannotMeasure(f"5.10: the capacity probe in the {LABELS[self.capacity_cfg]} configuration "
+                                f"completed no request in its steady window ({probe.describe(p.workload)}): "
+                                f"{failure_cause(probe.measured.records)}{history}; or declare the capacity with "
+                                "--llm-capacity rate=R")
         await self._resolve_loads(probe.rate)
 
     async def warm_up(self, client: LLMClient) -> WarmupResult:
@@ -539,7 +554,7 @@ class Guardrails(ProcedureRun[GuardrailParams]):
                             "failures, excluded from the latency distributions"])
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        return _checks(self.p, self.runs, self.probes, self.wl.declaration.to_json(), self.states,
+        return item_checks(self.p, self.runs, self.probes, self.wl.declaration.to_json(), self.states,
                        self.loads[0][1].get("capacity_source", "") if self.cap_kind == BORROWED else None)
 
     def adjust_facts(self, facts: RunFacts) -> None:
@@ -551,7 +566,7 @@ class Guardrails(ProcedureRun[GuardrailParams]):
             facts.session_tests = tuple(sorted(set(facts.session_tests) | {"5.10"}))
 
 
-def _checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes: dict[str, Measured],
+def item_checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes: dict[str, Measured],
             decl: dict[str, Any], states: dict[str, Any], borrowed: str | None = None) -> dict[str, Check]:
     """The 5.10 items; ``borrowed``: the source of a capacity borrowed from another workload (a deviation)."""
     cfgs, levels = p.configurations, p.load_fractions

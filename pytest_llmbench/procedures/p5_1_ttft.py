@@ -9,7 +9,7 @@ Cold start (§4.5.3), opt-in (``cold_start=True`` or ``--llm-cold-start``): the 
 through the ``restart`` setting of ``pytest_llmbench_configure_sut``, ``cold_start_requests``
 requests are sent one at a time before any warm-up (the first is the cold one), then the usual
 warm-up, as many requests of the same workload sent the same way (the warm reference), and the
-measured run. The report labels it (pipeline.ColdStart).
+measured run. The report labels it (coldstart.ColdStart).
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from ..compliance import Check, decide
 from ..loadgen.warmup import WarmupResult
 from ..measure.units import Cell, format_cell
 from ..workloads import build_workload
-from .base import LoadSpec, Table, poisson
-from .common import declarations, prefix_cache_state, resolve_load
+from .facts import declarations, prefix_cache_state
+from .figures import latency_figures
 from .helpers import cap_output, percentile_row, sample_list
-from .pipeline import Outcome, ProcedureRun, latency_figures
+from .loads import LoadSpec, poisson, resolve_load
+from .pipeline import Outcome, ProcedureRun
+from .result import Table
 
 P99_MIN, P999_MIN = draft.value("ttft.p99_min_requests"), draft.value("ttft.p999_min_requests")  # §5.1.2.1
 

@@ -30,7 +30,7 @@ stability and the throughput trend over the window are reported per level.
 
 Without ``rate_min``/``rate_max``/``rate_step``, a short closed-loop probe at
 ``probe_concurrency`` (long enough to complete about ``PROBE_MIN_COMPLETIONS`` requests at the
-warm-up's completion rate, ``common.probe_window_s``) estimates the capacity and the range is derived from it (0.5x, 2x, step
+warm-up's completion rate, ``budget.probe_window_s``) estimates the capacity and the range is derived from it (0.5x, 2x, step
 0.25x); the derived values are reported (5.2.2-MUST-4). The result's ``capacity`` is what
 procedures defined relative to capacity (5.3, 5.4, 5.6, 5.10) use.
 """
@@ -55,8 +55,9 @@ from ..measure.registry import METRICS
 from ..measure.stats import Distribution, completion_rate_saturated, tail_blowup
 from ..measure.summary import RunMetrics
 from ..measure.units import Cell, CellValue, format_cell
-from .base import Capacity, KeyFigure, ProcedureContext, Sweep, Table
-from .common import Measured, measure, probe_window_s, request_floor_s
+from .base import CannotMeasure, ProcedureContext
+from .budget import PROBE_FIT, probe_window_s, request_floor_s, retry_label, run_lengthening
+from .figures import MAX_OUTPUT_THROUGHPUT, THROUGHPUT
 from .helpers import (
     RAMP_UP_FRACTION,
     QueueTrend,
@@ -69,8 +70,10 @@ from .helpers import (
     queue_trend,
     steady_window_ns,
 )
-from .pipeline import MAX_OUTPUT_THROUGHPUT, THROUGHPUT, Outcome, ProcedureRun
+from .pipeline import Outcome, ProcedureRun
 from .prompts import failure_cause
+from .result import Capacity, KeyFigure, Sweep, Table
+from .run import Measured, measure
 
 DRAFT_MIN_DURATION_S = draft.value("throughput.level_min_s")  # §5.2.2.1
 
@@ -316,7 +319,7 @@ def _scalar(mt: RunMetrics, name: str) -> float:
 
 
 @dataclass
-class _Search:
+class RateSearch:
     ctx: ProcedureContext
     p: ThroughputParams
     client: Any
@@ -428,22 +431,26 @@ def level_window_s(rate: float, p: ThroughputParams) -> float:
 
 
 async def _probe_capacity(ctx: ProcedureContext, client: Any, p: ThroughputParams, seed: int,
-                          duration_s: float) -> Measured:
+                          duration_s: float, label: str) -> Measured:
     """A closed-loop run at ``probe_concurrency``: the preliminary capacity estimate."""
     c = p.probe_concurrency
     specs, _ = level_specs(ctx, p.workload, int(c * 4 + 80 * duration_s) + 50, seed, p.max_output_tokens)
     ctx.progress(f"5.2 capacity probe: closed loop, concurrency {c}, {duration_s:.0f} s")
-    return await measure(ctx, client, f"probe-c{c}", specs, ClosedLoop(c, duration_s=duration_s),
+    return await measure(ctx, client, label, specs, ClosedLoop(c, duration_s=duration_s),
                          drain_timeout_s=30.0, sized=True, extra={"search_phase": "probe"})
 
 
+def _probe_estimate(m: Measured) -> float | None:
+    """The probe's completion rate over its steady window (None: no request completed in it)."""
+    rate = m.metrics.scalar("request_throughput").value
+    return rate if rate and math.isfinite(rate) else None
+
+
 def _gpu_count(ctx: ProcedureContext) -> int | None:
-    from .common import (
-        _declarations,  # the session's merged declarations (simulator + user)
-    )
+    from .facts import declarations
 
     try:
-        hw = dict(_declarations(ctx)).get("hardware")
+        hw = dict(declarations(ctx)).get("hardware")
     except Exception:  # noqa: BLE001 - a bad declaration file is reported by the compliance step
         return None
     count = hw.get("count") if isinstance(hw, dict) else None
@@ -475,7 +482,7 @@ class Throughput(ProcedureRun[ThroughputParams]):
         self.probe: Measured | None = None
         self.estimate: float | None = None
         self.start, self.step, self.stop, self.range_source = await self._range(client)
-        self.search = _Search(self.ctx, self.p, client, self.seeds)
+        self.search = RateSearch(self.ctx, self.p, client, self.seeds)
         self.lo, self.hi = await self.search.search(self.start, self.step, self.stop)
 
     async def _range(self, client: LLMClient) -> tuple[float, float | None, float, str]:
@@ -485,13 +492,21 @@ class Throughput(ProcedureRun[ThroughputParams]):
             step = None if p.concurrency_step is None else float(p.concurrency_step)
             return float(p.concurrency_min), step, float(p.concurrency_max), "declared"
         if p.rate_min is None or p.rate_max is None or p.rate_step is None:
-            self.probe = await _probe_capacity(self.ctx, client, p, self.seeds.derive("probe"),
-                                               probe_window_s(p.probe_duration_s, self.warmup))
-            self.estimate = self.probe.metrics.scalar("request_throughput").value
-            if not self.estimate or not math.isfinite(self.estimate):
-                raise RuntimeError("5.2: the capacity probe completed no request: "
-                                   f"{failure_cause(self.probe.records)}. Without a completed request no rate "
-                                   "range can be derived (or give rate_min, rate_max and rate_step)")
+            label = f"probe-c{p.probe_concurrency}"
+
+            async def probe(window_s: float, attempt: int) -> Measured:  # a retry on prompts of its own
+                return await _probe_capacity(self.ctx, client, p, self.seeds.derive("probe", attempt), window_s,
+                                             retry_label(label, attempt))
+
+            self.probe, tried = await run_lengthening(
+                self.ctx, "5.2 capacity probe", label, probe_window_s(p.probe_duration_s, self.warmup), probe,
+                lambda m: _probe_estimate(m) is not None, PROBE_FIT)
+            self.estimate = _probe_estimate(self.probe)
+            if self.estimate is None:
+                raise CannotMeasure("5.2: the capacity probe completed no request: "
+                                    f"{failure_cause(self.probe.records)}{tried.history(PROBE_FIT)}. Without a "
+                                    "completed request no rate range can be derived (or give rate_min, rate_max "
+                                    "and rate_step)")
         est = self.estimate or 0.0  # set whenever one of the three is missing
         start = p.rate_min if p.rate_min is not None else 0.5 * est
         stop = p.rate_max if p.rate_max is not None else max(2.0 * est, start)
@@ -631,9 +646,9 @@ class Throughput(ProcedureRun[ThroughputParams]):
         return capacity
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        checks = _checks(self.p, self.search.levels, self.best, self.warmup, self.slo_given, self.start, self.step,
+        checks = item_checks(self.p, self.search.levels, self.best, self.warmup, self.slo_given, self.start, self.step,
                          self.stop, self.range_source)
-        checks.update(_report_checks(self.ctx, self.best, self.gpus, self.measurements,
+        checks.update(report_checks(self.ctx, self.best, self.gpus, self.measurements,
                                      {"5.2.5-REPORT-1": self.table3, "5.2.5-REPORT-2": self.table4}, out.tables))
         return checks
 
@@ -670,7 +685,7 @@ def _search_table(levels: list[tuple[Measured, LevelAssessment, str]], unit: str
                          "lowest load's TTFT P50 (§5.2.3.1); rates over each level's steady window")])
 
 
-def _checks(p: ThroughputParams, levels: list[tuple[Measured, LevelAssessment, str]],
+def item_checks(p: ThroughputParams, levels: list[tuple[Measured, LevelAssessment, str]],
             best: tuple[Measured, LevelAssessment, str] | None, wu: Any, slo_given: bool,
             start: float, step: float | None, stop: float, range_source: str) -> dict[str, Check]:
     closed = p.load_model == "closed"
@@ -710,7 +725,7 @@ def _checks(p: ThroughputParams, levels: list[tuple[Measured, LevelAssessment, s
     return c
 
 
-def _report_checks(ctx: ProcedureContext, best: tuple[Measured, LevelAssessment, str] | None, gpus: int | None,
+def report_checks(ctx: ProcedureContext, best: tuple[Measured, LevelAssessment, str] | None, gpus: int | None,
                    meas: dict[str, Any], required: dict[str, Table | None], tables: list[Table]) -> dict[str, Check]:
     """5.2.3-PARAM-3/4 and the 5.2.4/5.2.5 REPORT items: what the result carries.
 

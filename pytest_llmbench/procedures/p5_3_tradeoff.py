@@ -47,8 +47,9 @@ from ..loadgen.warmup import WarmupResult
 from ..measure.registry import METRICS
 from ..measure.stats import NoisyRule, knee_point_ci, optimal_operating_point, saturation_point_ci
 from ..measure.units import Cell
-from .base import KeyFigure, ServerView, Sweep, Table
-from .common import Measured, level_duration
+from .base import CannotMeasure
+from .budget import level_duration
+from .figures import THROUGHPUT
 from .helpers import (
     CENSORED_NOTE,
     FLUID_RATE_NOTE,
@@ -67,7 +68,9 @@ from .helpers import (
     reported,
     reported_line,
 )
-from .pipeline import THROUGHPUT, Outcome, ProcedureRun
+from .pipeline import Outcome, ProcedureRun
+from .result import KeyFigure, ServerView, Sweep, Table
+from .run import Measured
 
 DRAFT_MIN_DURATION_S = draft.value("tradeoff.level_min_s")  # §5.3.2
 DRAFT_LEVELS = draft.value("tradeoff.levels")  # §5.3.3 step 2: 10% ... 120%
@@ -155,7 +158,7 @@ class LevelPoint:
         return d
 
 
-def _point(m: Measured, fraction: float, offered: float, p: TradeoffParams) -> LevelPoint:
+def level_point(m: Measured, fraction: float, offered: float, p: TradeoffParams) -> LevelPoint:
     mt = m.metrics
     sent = sum(1 for r in m.records if r.sent_ns)
     q = queue_trend(m, arrivals=sent)
@@ -225,7 +228,7 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
     async def prepare(self) -> None:
         self.cap = await self.ctx.get_capacity("rate")
         if not self.cap.rate or not self.cap.rate > 0:
-            raise RuntimeError("5.3 needs a request-rate capacity estimate (§5.3.3 step 1); none is available")
+            raise CannotMeasure("5.3 needs a request-rate capacity estimate (§5.3.3 step 1); none is available")
         self.fractions = sorted(self.p.levels)
         self.points: list[LevelPoint] = []
         self.declaration: dict[str, Any] | None = None
@@ -254,7 +257,7 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
             m = await self.measure(client, label, specs, load, drain_timeout_s=max(10.0, duration), sized=True,
                                    extra={"capacity_fraction": frac, "offered_rate": rate,
                                           "workload_seed": workload_seed, "arrival_seed": arrival_seed})
-            self.points.append(_point(m, frac, rate, p))
+            self.points.append(level_point(m, frac, rate, p))
 
     def summarize(self) -> Outcome:
         p, points, cap, runs = self.p, self.points, self.cap, self.measured
@@ -384,11 +387,11 @@ class Tradeoff(ProcedureRun[TradeoffParams]):
         return [table5, detail]
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        return {**_checks(self.p, self.points, self.cap, self.sat, self.measured),
-                **_report_checks(self.table5, self.detail, out.tables)}
+        return {**item_checks(self.p, self.points, self.cap, self.sat, self.measured),
+                **report_checks(self.table5, self.detail, out.tables)}
 
 
-def _report_checks(t5: Table, detail: Table, tables: list[Table]) -> dict[str, Check]:
+def report_checks(t5: Table, detail: Table, tables: list[Table]) -> dict[str, Check]:
     """5.3.4/5.3.5 REPORT items, read back from the written Table 5 and per-level detail."""
     per_level = {
         "5.3.4-REPORT-1": ("offered load per level", [(t5, "Offered (r/s)")]),
@@ -407,7 +410,7 @@ def _report_checks(t5: Table, detail: Table, tables: list[Table]) -> dict[str, C
     return c
 
 
-def _checks(p: TradeoffParams, points: list[LevelPoint], cap: Any, sat: int | None,
+def item_checks(p: TradeoffParams, points: list[LevelPoint], cap: Any, sat: int | None,
             runs: list[Measured]) -> dict[str, Check]:
     fr = [pt.fraction for pt in points]
     c: dict[str, Check] = {}

@@ -38,10 +38,13 @@ from ..loadgen.warmup import WarmupResult
 from ..measure.summary import ITL_OPTIONS, RunMetrics
 from ..measure.units import Cell, CellValue, format_value
 from ..workloads import build_workload
-from .base import Overlays, RunSummary, Series, Table
-from .common import Measured, level_requests
+from .base import CannotMeasure
+from .budget import level_requests
+from .figures import latency_figures
 from .helpers import FLUID_RATE_NOTE, cap_output, fluid_rate, pvalue, reported, sample_list
-from .pipeline import Outcome, ProcedureRun, latency_figures
+from .pipeline import Outcome, ProcedureRun
+from .result import Overlays, RunSummary, Series, Table
+from .run import Measured
 
 DRAFT_MIN_OUTPUT = draft.value("itl.min_output_tokens")  # §5.4.2 MUST
 DRAFT_MIN_REQUESTS = draft.value("itl.min_requests")  # §5.4.2
@@ -210,8 +213,8 @@ class ITL(ProcedureRun[ITLParams]):
     async def prepare(self) -> None:
         self.cap = await self.ctx.get_capacity("rate")
         if not self.cap.rate or not self.cap.rate > 0:
-            raise RuntimeError("5.4 needs a request-rate capacity (§5.4.2: load as a percentage of maximum "
-                               "throughput); none is available")
+            raise CannotMeasure("5.4 needs a request-rate capacity (§5.4.2: load as a percentage of maximum "
+                                "throughput); none is available")
         self.fractions = sorted(self.p.levels)
         self.audits: list[ItlAudit] = []
         self.raised_total = 0
@@ -323,8 +326,8 @@ class ITL(ProcedureRun[ITLParams]):
         return level_meas
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        return {**_checks(self.p, self.fractions, self.audits, self.measured, self.declaration or {}),
-                **_report_checks(self.table6s, self.shape_table, out.tables)}
+        return {**item_checks(self.p, self.fractions, self.audits, self.measured, self.declaration or {}),
+                **report_checks(self.table6s, self.shape_table, out.tables)}
 
 
 def _ms(v: float | None) -> float | None:
@@ -335,7 +338,7 @@ def _num(v: float | None) -> float | None:
     return None if v is None or not math.isfinite(v) else float(v)
 
 
-def _checks(p: ITLParams, fractions: list[float], audits: list[ItlAudit], runs: list[Measured],
+def item_checks(p: ITLParams, fractions: list[float], audits: list[ItlAudit], runs: list[Measured],
             declaration: dict[str, Any]) -> dict[str, Check]:
     c: dict[str, Check] = {}
     short = sum(a.short_requests for a in audits)
@@ -383,7 +386,7 @@ def _b21(runs: list[Measured]) -> Check:
                   options=[m.metrics.itl_option for m in runs])
 
 
-def _report_checks(table6s: list[Table], shape: Table, tables: list[Table]) -> dict[str, Check]:
+def report_checks(table6s: list[Table], shape: Table, tables: list[Table]) -> dict[str, Check]:
     """5.4.4/5.4.5 REPORT items, read back from each level's Table 6 and the per-request shape table."""
     def each(*names: str) -> list[tuple[Table, str]]:  # a level under option A reports TBC rows (§4.6.3)
         return [(t, n.replace("ITL ", "TBC ") if "Time Between Chunks" in t.title else n)

@@ -11,7 +11,7 @@ requirements.md note 25; ``resolution=1`` is exact).
 
 Measurements (§5.5.4): the maximum concurrency, the output throughput there and the tokens in
 flight there (time-averaged Σ input + output so far over the requests in flight,
-``metrics.tokens_in_flight``). The result's :class:`~.base.Capacity` is what 5.8 is defined
+``metrics.tokens_in_flight``). The result's :class:`~.result.Capacity` is what 5.8 is defined
 relative to (``ctx.get_capacity("concurrency")``).
 
 TTFT threshold: the draft leaves it to the tester. Default :data:`DEFAULT_TTFT_P99_S` (2 s) for a
@@ -35,8 +35,8 @@ from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.registry import declare, figure
 from ..measure.units import Cell, CellValue
-from .base import Capacity, KeyFigure, ServerView, Sweep, Table
-from .common import Measured
+from .capacity import DEFAULT_TTFT_P99_S, capacity_ttft_threshold, judge_search_level, next_search_level
+from .figures import CAPACITY
 from .helpers import (
     build_level_specs,
     capacity_error,
@@ -47,15 +47,9 @@ from .helpers import (
     parse_criteria,
     pvalue,
 )
-from .pipeline import (
-    CAPACITY,
-    DEFAULT_TTFT_P99_S,
-    Outcome,
-    ProcedureRun,
-    capacity_ttft_threshold,
-    judge_search_level,
-    next_search_level,
-)
+from .pipeline import Outcome, ProcedureRun
+from .result import Capacity, KeyFigure, ServerView, Sweep, Table
+from .run import Measured
 
 __all__ = [
     "DEFAULT_TTFT_P99_S",
@@ -131,7 +125,7 @@ declare(
 # ---------------------------------------------------------------------------------------------
 
 
-#: §5.5.3's search steps, shared with 5.8's own search (pipeline.py): one definition of each.
+#: §5.5.3's search steps, shared with 5.8's own search (capacity.py): one definition of each.
 ttft_threshold = capacity_ttft_threshold
 next_level = next_search_level
 
@@ -240,33 +234,10 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
     def summarize(self) -> Outcome:
         p, threshold, threshold_src = self.p, self.threshold, self.threshold_src
         outcomes, order, lo, hi = self.outcomes, self.order, self.lo, self.hi
-        rows: list[list[CellValue]] = []
-        for c in sorted(outcomes):
-            o = outcomes[c]
-            rows.append([Cell(c, "requests"), Cell(o.completion, "fraction", 1), Cell(o.ttft_p99_s, "s"),
-                         Cell(o.tpot_p99_s, "s"), Cell(o.errors, "requests"), "Pass" if o.passed else "Fail"])
         best = outcomes.get(lo) if lo else None
         self.converged = converged = (hi is not None and lo and hi - lo <= p.resolution) or (hi is None and lo >= p.max_concurrency) \
             or (lo == 0 and hi == 1)
-        table7 = Table(
-            "Table 7: Capacity Search Results",
-            ["Concurrency", "Completion", "TTFT P99", "TPOT P99", "Errors", "Status"], rows,
-            notes=[f"Maximum concurrent requests meeting criteria: {lo if lo else 'none (no level passed)'}",
-                   (f"criteria: completion >= {p.min_completion:.0%}, TTFT P99 <= {fmt_ms(threshold)} "
-                   f"({threshold_src}), no out-of-memory/capacity errors (§5.5.2)"
-                   + "".join(f", {c}" for c in p.criteria)),
-                   f"search order: {', '.join(map(str, order))}; bracket [{lo}, {hi if hi is not None else '-'}] "
-                   f"resolution {p.resolution}" + ("" if converged else " (NOT converged)"),
-                   (f"fixed output {p.output_tokens} tokens (forced), closed loop, each level >= {p.min_level_s:g} s "
-                   f"and >= {p.min_completions_per_slot} completions per slot")],
-        )
-        for c in order:
-            o = outcomes[c]
-            if o.reasons:
-                table7.notes.append(f"{c}: Fail: {'; '.join(o.reasons)}")
-            if not o.measured.summary.valid:
-                table7.notes.append(f"{c}: load generator self-check: {o.measured.summary.invalid_reason}")
-        tables = [table7]
+        tables = [self._table7(bool(converged))]
         measurements: dict[str, Any] = {
             "max_concurrency": lo or None,
             "ttft_p99_threshold_ms": round(threshold * 1000, 3),
@@ -279,35 +250,14 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
         capacity = None
         primary = best.measured if best is not None else outcomes[order[0]].measured
         if best is not None:
-            met = best.measured.metrics
-            tps = met.scalar("output_throughput").value
-            tif = met.scalar("tokens_in_flight").value
-            conc = met.scalar("concurrency").value
-            measurements.update(output_throughput_at_max_tps=round(tps, 3), tokens_in_flight_at_max=round(tif, 1),
-                                concurrency_held_at_max=round(conc, 3),
-                                ttft_p99_at_max_ms=round(best.ttft_p99_s * 1000, 3) if best.ttft_p99_s else None)
-            tables.append(Table("Capacity at the maximum (§5.5.4)", ["Metric", "Value"], [
-                ["Maximum concurrent requests", Cell(lo, "requests")],
-                ["Output throughput at maximum", Cell(tps, "tokens/s", 1, label=True)],
-                ["Tokens in flight at maximum", Cell(tif, "tokens", 0, label=True)],
-                ["Requests in flight (time average)", Cell(conc, "requests", 2)],
-            ], notes=[("tokens in flight: time average over the steady-state window of Σ (input + output "
-                      "received so far) over requests in flight (§5.5.4, approximate)")]))
-            capacity = Capacity(concurrency=lo, output_throughput=tps, source="measured by 5.5 in this session")
+            table, capacity = _at_maximum(best, lo, measurements)
+            tables.append(table)
         notes = [f"Maximum concurrent requests meeting criteria: {lo}" if lo else
                  "no concurrency level met the success criteria: no capacity determined"]
         if any(o.repeats for o in outcomes.values()):
             notes.append("levels that outlasted their request list cycled it (see levels[*].repeats)")
         self.server_sampled = all(o.measured.server_before is not None for o in outcomes.values())
-        preempt = {str(c): outcomes[c].measured.server_increase("preemptions") for c in order}
-        if any(v is not None for v in preempt.values()):
-            measurements["server_preemptions_by_level"] = preempt
-        kv = _kv_at_capacity(outcomes[lo].measured) if lo in outcomes else None
-        if kv is not None:  # supporting evidence only: the draft does not ask for KV usage (§5.5.4)
-            measurements["server_kv_usage_peak_at_max"], measurements["server_kv_usage_mean_at_max"] = kv
-            notes.append(f"server KV-cache usage at the capacity level ({lo} concurrent): peak {kv[0]:.0%}, mean "
-                         f"{kv[1]:.0%} over the steady window ({outcomes[lo].measured.telemetry.names['kv_usage']}; "
-                         "supporting evidence, not a §5.5 criterion)")
+        self._server_evidence(measurements, notes)
         return Outcome(
             metrics=primary.metrics, tables=tables, measurements=measurements, workload=self.declaration or {},
             notes=notes, capacity=capacity, runs=[outcomes[c].measured for c in order],
@@ -327,9 +277,73 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
                 levels=[(str(c), outcomes[c].measured.summary.label) for c in sorted(set(order))],
                 by="concurrency", section="§5.5"))
 
+    def _table7(self, converged: bool) -> Table:
+        """Table 7 (§5.5.5): one row per level tried, the maximum, the criteria, the search order, and each
+        level's reasons for failing."""
+        p, threshold, threshold_src = self.p, self.threshold, self.threshold_src
+        outcomes, order, lo, hi = self.outcomes, self.order, self.lo, self.hi
+        rows: list[list[CellValue]] = []
+        for c in sorted(outcomes):
+            o = outcomes[c]
+            rows.append([Cell(c, "requests"), Cell(o.completion, "fraction", 1), Cell(o.ttft_p99_s, "s"),
+                         Cell(o.tpot_p99_s, "s"), Cell(o.errors, "requests"), "Pass" if o.passed else "Fail"])
+        table7 = Table(
+            "Table 7: Capacity Search Results",
+            ["Concurrency", "Completion", "TTFT P99", "TPOT P99", "Errors", "Status"], rows,
+            notes=[f"Maximum concurrent requests meeting criteria: {lo if lo else 'none (no level passed)'}",
+                   (f"criteria: completion >= {p.min_completion:.0%}, TTFT P99 <= {fmt_ms(threshold)} "
+                   f"({threshold_src}), no out-of-memory/capacity errors (§5.5.2)"
+                   + "".join(f", {c}" for c in p.criteria)),
+                   f"search order: {', '.join(map(str, order))}; bracket [{lo}, {hi if hi is not None else '-'}] "
+                   f"resolution {p.resolution}" + ("" if converged else " (NOT converged)"),
+                   (f"fixed output {p.output_tokens} tokens (forced), closed loop, each level >= {p.min_level_s:g} s "
+                   f"and >= {p.min_completions_per_slot} completions per slot")],
+        )
+        for c in order:
+            o = outcomes[c]
+            if o.reasons:
+                table7.notes.append(f"{c}: Fail: {'; '.join(o.reasons)}")
+            if not o.measured.summary.valid:
+                table7.notes.append(f"{c}: load generator self-check: {o.measured.summary.invalid_reason}")
+        return table7
+
+    def _server_evidence(self, measurements: dict[str, Any], notes: list[str]) -> None:
+        """The server's preemptions per level and its KV-cache usage at the capacity level, when it exposes
+        them (supporting evidence, not a §5.5 criterion)."""
+        outcomes, order, lo = self.outcomes, self.order, self.lo
+        preempt = {str(c): outcomes[c].measured.server_increase("preemptions") for c in order}
+        if any(v is not None for v in preempt.values()):
+            measurements["server_preemptions_by_level"] = preempt
+        kv = _kv_at_capacity(outcomes[lo].measured) if lo in outcomes else None
+        if kv is not None:  # supporting evidence only: the draft does not ask for KV usage (§5.5.4)
+            measurements["server_kv_usage_peak_at_max"], measurements["server_kv_usage_mean_at_max"] = kv
+            notes.append(f"server KV-cache usage at the capacity level ({lo} concurrent): peak {kv[0]:.0%}, mean "
+                         f"{kv[1]:.0%} over the steady window ({outcomes[lo].measured.telemetry.names['kv_usage']}; "
+                         "supporting evidence, not a §5.5 criterion)")
+
     def checks(self, out: Outcome) -> dict[str, Check]:
-        return _checks(self.p, self.outcomes, self.order, self.lo, bool(self.converged), self.threshold,
+        return item_checks(self.p, self.outcomes, self.order, self.lo, bool(self.converged), self.threshold,
                        self.threshold_src, self.server_sampled)
+
+
+def _at_maximum(best: LevelOutcome, lo: int, measurements: dict[str, Any]) -> tuple[Table, Capacity]:
+    """§5.5.4 at the maximum concurrency ``lo``: its output throughput, tokens and requests in flight (into
+    ``measurements``), their table, and the capacity the result declares for 5.8."""
+    met = best.measured.metrics
+    tps = met.scalar("output_throughput").value
+    tif = met.scalar("tokens_in_flight").value
+    conc = met.scalar("concurrency").value
+    measurements.update(output_throughput_at_max_tps=round(tps, 3), tokens_in_flight_at_max=round(tif, 1),
+                        concurrency_held_at_max=round(conc, 3),
+                        ttft_p99_at_max_ms=round(best.ttft_p99_s * 1000, 3) if best.ttft_p99_s else None)
+    table = Table("Capacity at the maximum (§5.5.4)", ["Metric", "Value"], [
+        ["Maximum concurrent requests", Cell(lo, "requests")],
+        ["Output throughput at maximum", Cell(tps, "tokens/s", 1, label=True)],
+        ["Tokens in flight at maximum", Cell(tif, "tokens", 0, label=True)],
+        ["Requests in flight (time average)", Cell(conc, "requests", 2)],
+    ], notes=[("tokens in flight: time average over the steady-state window of Σ (input + output "
+              "received so far) over requests in flight (§5.5.4, approximate)")])
+    return table, Capacity(concurrency=lo, output_throughput=tps, source="measured by 5.5 in this session")
 
 
 def _kv_at_capacity(m: Measured) -> tuple[float, float] | None:
@@ -342,7 +356,7 @@ def _kv_at_capacity(m: Measured) -> tuple[float, float] | None:
 
 def _judge(c: int, m: Measured, threshold: float, min_completion: float, repeats: int,
            criteria: Sequence[str] = ()) -> LevelOutcome:
-    """§5.5.2's criteria on one level (pipeline.judge_search_level, shared with 5.8), plus the tester's own."""
+    """§5.5.2's criteria on one level (capacity.judge_search_level, shared with 5.8), plus the tester's own."""
     lv = judge_search_level(c, m, threshold, min_completion)
     met = m.metrics
     reasons = lv.reasons + criteria_failures(criteria, met)  # e.g. Etalon's fluidity SLO bounding capacity
@@ -352,7 +366,7 @@ def _judge(c: int, m: Measured, threshold: float, min_completion: float, repeats
                         not reasons, reasons, n_ok, m.load.send_window_s, repeats)
 
 
-def _checks(p: CapacityParams, outcomes: dict[int, LevelOutcome], order: list[int], lo: int, converged: bool,
+def item_checks(p: CapacityParams, outcomes: dict[int, LevelOutcome], order: list[int], lo: int, converged: bool,
             threshold: float, threshold_src: str, server_sampled: bool) -> dict[str, Check]:
     short = [c for c in order if outcomes[c].window_s < MIN_LEVEL_S
              or outcomes[c].completions < MIN_COMPLETIONS_PER_SLOT * c]

@@ -48,12 +48,15 @@ from ..measure.stats import jain_index, latency_inflation, slowdown, starvation_
 from ..measure.summary import RunMetrics, summarize
 from ..measure.units import Cell, CellValue
 from ..workloads import FAIRNESS_CLASSES, build_workload
-from ..workloads.standard import _mix_counts  # the workload's own class-count rule
-from .base import Finding, LoadSpec, Overlays, RunSummary, Series, Table, poisson
-from .common import Measured, level_requests, probe_window_s, resolve_load
+from ..workloads.standard import mix_counts  # the workload's own class-count rule
+from .base import CannotMeasure
+from .budget import PROBE_FIT, level_requests
 from .helpers import cap_output, pvalue, queue_trend, reported
+from .loads import LoadSpec, poisson, resolve_load
 from .pipeline import Outcome, ProcedureRun
 from .prompts import failure_cause
+from .result import Finding, Overlays, RunSummary, Series, Table
+from .run import Measured
 
 MIN_PER_CLASS = draft.value("fairness.min_requests_per_class")  # §5.6.2
 MIN_DURATION_S = draft.value("fairness.min_duration_s")  # §5.6.3 step 4
@@ -133,11 +136,11 @@ def _shares(mix: dict[str, float]) -> dict[str, float]:
 MIN_BUDGET_REQUESTS = 10  # a time budget never cuts the mixed run below this (about two long requests)
 
 
-def _mixed_count(p: FairnessParams, rate: float) -> int:
+def mixed_count(p: FairnessParams, rate: float) -> int:
     """Requests for the mixed run: >= requests_per_class per class and a send window >= duration_s."""
     shares = _shares(p.mix)
     by_class = math.ceil(p.requests_per_class / min(shares.values()))
-    while min(_mix_counts(by_class, p.mix).values()) < p.requests_per_class:  # rounding of exact class counts
+    while min(mix_counts(by_class, p.mix).values()) < p.requests_per_class:  # rounding of exact class counts
         by_class += 1
     expected = rate * p.duration_s
     spread = (p.load.cv or 1.0) if p.load.arrival != "uniform" else 0.0
@@ -238,7 +241,7 @@ class Fairness(ProcedureRun[FairnessParams]):
         # within a time budget, the isolated runs and the mixed run (twice the mixed run's requests at
         # this rate in all, isolation "total") get what the remaining budget holds, never fewer than
         # MIN_BUDGET_REQUESTS; the cut is a noted reduction below the per-class minimum
-        n = level_requests(ctx, "5.6 mixed and isolated runs", rate, _mixed_count(p, rate),
+        n = level_requests(ctx, "5.6 mixed and isolated runs", rate, mixed_count(p, rate),
                            min_requests=MIN_BUDGET_REQUESTS, levels_left=2)
         self.wl = build_workload(p.workload, n=n, seed=self.seeds.derive("measure"),
                                  tokenizer=ctx.tokenizer, classes=FAIRNESS_CLASSES, mix=dict(p.mix))
@@ -259,16 +262,22 @@ class Fairness(ProcedureRun[FairnessParams]):
         for ``probe_duration_s`` on requests of the mix from their own seed stream; its completion rate
         over the steady window (first 10 % excluded) is the capacity the load fraction applies to."""
         p, ctx = self.p, self.ctx
-        c, d = p.probe_concurrency, probe_window_s(p.probe_duration_s, self.warmup)  # longer on a slow SUT
-        wl = build_workload(p.workload, n=3 * c + math.ceil(30 * d), seed=self.seeds.derive("capacity-probe"),
-                            tokenizer=ctx.tokenizer, classes=FAIRNESS_CLASSES, mix=dict(p.mix))
-        probe = await self.probe_saturation(client, f"capacity-probe-c{c}", cap_output(wl.specs, p.max_output_tokens),
-                                            c, p.probe_duration_s, extra={"mix": dict(p.mix)})
+        c = p.probe_concurrency
+
+        def specs_for(d: float, attempt: int) -> list[Any]:  # d: the window, longer on a slow SUT
+            wl = build_workload(p.workload, n=3 * c + math.ceil(30 * d), tokenizer=ctx.tokenizer,
+                                seed=self.seeds.derive("capacity-probe", attempt), classes=FAIRNESS_CLASSES,
+                                mix=dict(p.mix))
+            return cap_output(wl.specs, p.max_output_tokens)
+
+        probe = await self.probe_saturation(client, f"capacity-probe-c{c}", specs_for, c, p.probe_duration_s,
+                                            extra={"mix": dict(p.mix)})
         self.probe, self.probe_repeats, cap = probe.measured, probe.repeats, probe.rate
         if not cap or not math.isfinite(cap):
-            raise RuntimeError("5.6: the capacity probe on the class mix completed no request: "
-                               f"{failure_cause(self.probe.records)}. Or declare the load as an absolute rate or "
-                               "use capacity='session'")
+            history = probe.lengthened.history(PROBE_FIT) if probe.lengthened else ""
+            raise CannotMeasure("5.6: the capacity probe on the class mix completed no request: "
+                                f"{failure_cause(self.probe.records)}{history}. Or declare the load as an absolute "
+                                "rate or use capacity='session'")
         fraction = p.load.capacity_fraction
         assert fraction is not None
         self.rate = fraction * cap
@@ -482,12 +491,12 @@ class Fairness(ProcedureRun[FairnessParams]):
     def checks(self, out: Outcome) -> dict[str, Check]:
         p = self.p
         fraction = self.load_desc.get("capacity_fraction") if p.load.rate is None else None
-        return {**_checks(p, self.classes, self.shares, self.mixed, self.isolated, self.mixed_cls, fraction,
+        return {**item_checks(p, self.classes, self.shares, self.mixed, self.isolated, self.mixed_cls, fraction,
                           self.warmup, self.wl.declaration.to_json(), self.overloaded),
-                **_report_checks(self.classes, self.t8, self.t9, self.t_inflation, out.tables)}
+                **report_checks(self.classes, self.t8, self.t9, self.t_inflation, out.tables)}
 
 
-def _checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mixed: Measured,
+def item_checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mixed: Measured,
             isolated: dict[str, Measured], mixed_cls: dict[str, RunMetrics | None], fraction: float | None,
             wu: Any, decl: dict[str, Any], overloaded: bool | None) -> dict[str, Check]:
     c_load = decide("5.6.2-SHOULD-1", fraction=fraction, rate=p.load.rate, queue_growing=overloaded)
@@ -529,7 +538,7 @@ def _checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mix
     }
 
 
-def _report_checks(classes: list[str], t8: Table, t9: Table, inflation: Table, tables: list[Table]) -> dict[str, Check]:
+def report_checks(classes: list[str], t8: Table, t9: Table, inflation: Table, tables: list[Table]) -> dict[str, Check]:
     """5.6.4/5.6.5 REPORT items, read back from Tables 8 and 9 and the inflation table."""
     starvation = [(t9, f"{c.capitalize()} Class Starvation") for c in classes]
     items = {

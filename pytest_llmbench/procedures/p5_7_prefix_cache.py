@@ -31,11 +31,13 @@ from ..loadgen.warmup import WarmupResult
 from ..measure.registry import declare, figure
 from ..measure.units import Cell
 from ..workloads import build_workload, completion_prompt_ids, sequence_sha256
-from .base import LoadSpec, Overlays, ProcedureContext, RunSummary, Series, SkipProcedure, Table, closed
-from .common import Measured, resolve_load
+from .base import ProcedureContext, SkipProcedure
 from .helpers import cap_output, pvalue
 from .helpers import reported as reported_in
+from .loads import LoadSpec, closed, resolve_load
 from .pipeline import Outcome, ProcedureRun
+from .result import Overlays, RunSummary, Series, Table
+from .run import Measured
 
 P99_MIN = draft.value("ttft.p99_min_requests")  # §5.1.4.3
 CONFIGS = ("disabled", "cold", "warm")
@@ -323,9 +325,9 @@ class PrefixCache(ProcedureRun[PrefixCacheParams]):
         return meas, configs_plot, [table10, table_fx]
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        return {**_checks(self.p, self.runs, self.stats, self.state_off, self.state_on, bool(self.population),
+        return {**item_checks(self.p, self.runs, self.stats, self.state_off, self.state_on, bool(self.population),
                           self.specs, self.wl.declaration.to_json(), self.warmup),
-                **_report_checks(list(self.runs), self.table10, self.table_fx, out.tables)}
+                **report_checks(list(self.runs), self.table10, self.table_fx, out.tables)}
 
     def adjust_facts(self, facts: RunFacts) -> None:
         pop = self.population
@@ -346,7 +348,7 @@ def _round(v: float | None, digits: int = 5) -> float | None:
     return None if v is None or math.isnan(v) else round(v, digits)
 
 
-def _checks(p: PrefixCacheParams, runs: dict[str, Measured], stats: dict[str, CacheStats], state_off: Any,
+def item_checks(p: PrefixCacheParams, runs: dict[str, Measured], stats: dict[str, CacheStats], state_off: Any,
             state_on: Any, populated: bool, specs: list[RequestSpec], decl: dict[str, Any], wu: Any) -> dict[str, Check]:
     share = decl.get("prefix_sharing") or {}
     n_shared = sum(1 for s in specs if s.prefix_id is not None)
@@ -375,7 +377,7 @@ def _checks(p: PrefixCacheParams, runs: dict[str, Measured], stats: dict[str, Ca
     }
 
 
-def _report_checks(ran: list[str], table10: Table, effect: Table, tables: list[Table]) -> dict[str, Check]:
+def report_checks(ran: list[str], table10: Table, effect: Table, tables: list[Table]) -> dict[str, Check]:
     """5.7.4/5.7.5 REPORT items (but the hit rate, decided from what the SUT reports), read back from Table 10
     and the cache-effect table."""
     cached = [k for k in ran if k != "disabled"]

@@ -42,6 +42,7 @@ are true ratios to the capacity of the requests they send.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,14 +51,16 @@ import numpy as np
 
 from ..client import LLMClient
 from ..common import draft
+from ..common.records import ErrorType
 from ..compliance import Check, decide
 from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.registry import declare, figure
 from ..measure.units import Cell, CellValue
 from ..settings import parse_capacity
-from .base import ServerView, Sweep, Table
-from .common import Measured
+from .base import CannotMeasure
+from .budget import DRAIN_FIT, retry_label, run_lengthening
+from .capacity import CapacitySearch, SearchOptions, capacity_ttft_threshold
 from .helpers import (
     CENSORED_NOTE,
     AllRequests,
@@ -70,7 +73,9 @@ from .helpers import (
     count_cancelled_as_unsuccessful,
     fmt_ms,
 )
-from .pipeline import CapacitySearch, Outcome, ProcedureRun, capacity_ttft_threshold
+from .pipeline import Outcome, ProcedureRun
+from .result import ServerView, Sweep, Table
+from .run import Measured
 
 __all__ = ["PROFILES", "LevelPressure", "MemoryPressureParams", "level_concurrency"]
 
@@ -215,7 +220,7 @@ class LevelPressure:
         return d
 
 
-def _assess(level: float, c: int, m: Measured, repeats: int) -> LevelPressure:
+def assess_pressure(level: float, c: int, m: Measured, repeats: int) -> LevelPressure:
     met = m.metrics
     ev = all_requests(m, (99.0,))
     count_cancelled_as_unsuccessful(m, ev)
@@ -301,9 +306,9 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
         elif p.capacity == "session" or _declared_concurrency(ctx.settings.capacity):
             cap = await ctx.get_capacity("concurrency")
             if not cap.concurrency:
-                raise RuntimeError("5.8 needs a maximum concurrency (§5.8.3 step 1) and the session has none: use "
-                                   "capacity='search' (5.5's method on this workload) or declare "
-                                   "--llm-capacity concurrency=N")
+                raise CannotMeasure("5.8 needs a maximum concurrency (§5.8.3 step 1) and the session has none: use "
+                                    "capacity='search' (5.5's method on this workload) or declare "
+                                    "--llm-capacity concurrency=N")
             declared = (cap.source or "").startswith("declared")
             self.cap_n, self.cap_tps = int(cap.concurrency), cap.output_throughput
             self.cap_kind = DECLARED if declared else BORROWED
@@ -315,6 +320,8 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
         self.declaration: dict[str, Any] = {}
         self.outcomes: list[LevelPressure] = []
         self.aborted: str | None = None
+        self.drain = ctx.settings.timeout if p.drain_s is None else p.drain_s  # lengthened on a slow SUT
+        self.drain_notes: list[str] = []
 
     def connections(self) -> int | None:
         cap = self.cap_n if self.cap_n is not None else self.p.search_max_concurrency
@@ -338,17 +345,16 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
             self.declaration = self.declaration or decl
             return specs
 
-        self.search = search = await self.search_capacity(
-            client, "capacity-search", specs_for, initial=p.search_initial_concurrency,
-            maximum=p.search_max_concurrency, resolution=p.search_resolution, min_level_s=p.search_min_level_s,
-            min_completions_per_slot=p.search_min_completions_per_slot, threshold_s=self.threshold,
-            threshold_source=self.threshold_src, min_completion=p.min_completion,
-            extra={"workload": p.workload, "workload_params": dict(p.workload_params)})
+        self.search = search = await self.search_capacity(client, "capacity-search", specs_for, SearchOptions(
+            initial=p.search_initial_concurrency, maximum=p.search_max_concurrency, resolution=p.search_resolution,
+            min_level_s=p.search_min_level_s, min_completions_per_slot=p.search_min_completions_per_slot,
+            threshold_s=self.threshold, threshold_source=self.threshold_src, min_completion=p.min_completion,
+            extra={"workload": p.workload, "workload_params": dict(p.workload_params)}))
         if search.capacity is None:
-            raise RuntimeError(f"5.8: the capacity search (§5.5.3) on its own {p.workload} workload found no "
-                               f"concurrency meeting §5.5.2's criteria: {search.describe()}. Raise "
-                               "ttft_p99_threshold_s, shorten the workload's lengths, or declare the capacity "
-                               "(capacity_concurrency=N or --llm-capacity concurrency=N)")
+            raise CannotMeasure(f"5.8: the capacity search (§5.5.3) on its own {p.workload} workload found no "
+                                f"concurrency meeting §5.5.2's criteria: {search.describe()}. Raise "
+                                "ttft_p99_threshold_s, shorten the workload's lengths, or declare the capacity "
+                                "(capacity_concurrency=N or --llm-capacity concurrency=N)")
         best = next(lv for lv in search.levels if lv.concurrency == search.lo)
         self.cap_n, self.cap_tps = search.lo, best.measured.metrics.scalar("output_throughput").value
         self.cap_src = (f"§5.5.3 search on this {p.workload} workload ({len(search.levels)} levels, TTFT P99 <= "
@@ -364,17 +370,20 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
             c = level_concurrency(level, cap_n)
             # enough distinct requests for the level (cycled beyond that, counted as repeats)
             n = min(MAX_LEVEL_SPECS, math.ceil(1.2 * rate * p.level_s) + c if rate else 30 * c)
-            specs, decl = build_level_specs(ctx, p.workload, max(n, 2 * c), self.seeds.derive("level", i),
-                                            p.output_tokens, p.workload_params)
-            self.declaration = self.declaration or decl
             stats: dict[str, int] = {}
-            ctx.progress(f"{_label(level)} of capacity {cap_n}: {c} concurrent for {p.level_s:g} s")
-            m = await self.measure(client, f"oversub_{round(level * 100)}",
-                                   closed_level_stream(specs, 0, p.level_s, stats),
-                                   ClosedLoop(c, duration_s=p.level_s),
-                                   drain_timeout_s=ctx.settings.timeout if p.drain_s is None else p.drain_s,
-                                   extra={"level": level, "concurrency": c, "capacity": cap_n})
-            lp = _assess(level, c, m, stats.get("repeats", 0))
+            label = f"oversub_{round(level * 100)}"
+            # a drain the level's requests outlast is lengthened from their durations and the level run
+            # again; the later levels keep the longer drain
+            m, tried = await run_lengthening(
+                ctx, f"5.8 level {_label(level)}", label, self.drain,
+                functools.partial(self._run_level, client, i, level, c, max(n, 2 * c), stats), drain_held,
+                DRAIN_FIT, cap_s=ctx.settings.timeout)
+            self.drain = tried.window_s
+            if not tried.enough and tried.lengthenings:
+                self.drain_notes.append(f"{label}: more requests cancelled at the drain than completed even after "
+                                        f"it was lengthened{tried.history(DRAIN_FIT)}: raise drain_s, or lower "
+                                        "output_tokens")
+            lp = assess_pressure(level, c, m, stats.get("repeats", 0))
             self.outcomes.append(lp)
             if lp.requests and m.load.duration_s > 0:
                 rate = lp.requests / m.load.duration_s * 1.25  # next level: more in flight, maybe faster
@@ -383,6 +392,22 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
                                 f"{p.abort_fail_rate:.0%} (cascading-failure guard, §7.4); levels "
                                 f"{', '.join(_label(x) for x in levels[i + 1:])} not run")
                 break
+
+    async def _run_level(self, client: LLMClient, i: int, level: float, c: int, n: int, stats: dict[str, int],
+                         drain_s: float, attempt: int) -> Measured:
+        """Level ``i`` (``level`` x capacity, ``c`` concurrent) on ``n`` requests, drained for ``drain_s``;
+        ``attempt`` > 0: run again with a lengthened drain, on requests of its own."""
+        p, ctx = self.p, self.ctx
+        seed = self.seeds.derive("level", i) if not attempt else self.seeds.derive(f"level-retry{attempt}", i)
+        specs, decl = build_level_specs(ctx, p.workload, n, seed, p.output_tokens, p.workload_params)
+        self.declaration = self.declaration or decl
+        stats.clear()
+        ctx.progress(f"{_label(level)} of capacity {self.cap_n}: {c} concurrent for {p.level_s:g} s")
+        return await self.measure(client, retry_label(f"oversub_{round(level * 100)}", attempt),
+                                  closed_level_stream(specs, 0, p.level_s, stats),
+                                  ClosedLoop(c, duration_s=p.level_s), drain_timeout_s=drain_s,
+                                  drain_sized=attempt > 0,
+                                  extra={"level": level, "concurrency": c, "capacity": self.cap_n})
 
     def summarize(self) -> Outcome:
         p, cap_n, cap_src, levels = self.p, self.cap_n, self.cap_src, self.levels
@@ -395,7 +420,7 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
                          censored_cell(o.everyone.ttft[99.0]) if o.everyone else Cell(o.ttft_p99_s, "s")])
         for x in levels[len(outcomes):]:
             rows.append([_label(x), "not run", "not run", "not run", "not run", "not run"])
-        drain = self.ctx.settings.timeout if p.drain_s is None else p.drain_s
+        drain = self.drain
         notes11 = [f"capacity {cap_n} concurrent requests ({cap_src}); level = concurrency / capacity",
                    ("Complete = successful / sent; Fail Rate = failed / sent; Cancelled = requests still running "
                     f"when the {drain:g} s drain after the level ran out, cancelled by the harness: they did not "
@@ -422,7 +447,7 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
                     "sampled during the run): a request may be preempted more than once, so events are an upper "
                     "bound on requests preempted, not §5.8.4's per-request rate")],
         )
-        self.degradation = degradation = _degradation(outcomes)
+        self.degradation = degradation = describe_degradation(outcomes)
         tables = [table11, detail] + ([] if self.search is None else [self._search_table()])
         measurements: dict[str, Any] = {
             "capacity_concurrency": cap_n, "capacity_source": cap_src, "capacity_kind": self.cap_kind,
@@ -449,7 +474,7 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
         return Outcome(
             metrics=outcomes[-1].measured.metrics, tables=tables, measurements=measurements,
             workload=self.declaration,
-            notes=[degradation] + ([aborted] if aborted else []) + self._capacity_notes()
+            notes=[degradation] + ([aborted] if aborted else []) + self._capacity_notes() + self.drain_notes
             + [f"primary metrics (SLO assertions) = the highest level run, {_label(outcomes[-1].level)}"],
             plots={"curve": {
                 "offered": [o.concurrency for o in outcomes], "offered_unit": "concurrent requests",
@@ -491,11 +516,21 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
         return []
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        return _checks(self.p, self.cap_n or 0, self.cap_src, self.cap_kind, self.outcomes, self.levels,
+        return item_checks(self.p, self.cap_n or 0, self.cap_src, self.cap_kind, self.outcomes, self.levels,
                        self.degradation)
 
 
-def _degradation(outcomes: list[LevelPressure]) -> str:
+def drain_held(m: Measured) -> bool:
+    """Whether a level's drain held its requests: no more of them cancelled at the drain than completed
+    (otherwise the drain, not the SUT, decided the level: ``budget.run_lengthening`` runs it again)."""
+    ok = cancelled = 0
+    for r in m.records:
+        ok += r.ok
+        cancelled += r.error_type is ErrorType.CANCELLED
+    return cancelled <= ok
+
+
+def describe_degradation(outcomes: list[LevelPressure]) -> str:
     """A one-line account of how the SUT degrades from the lowest to the highest level (§5.8.3 step 4)."""
     if len(outcomes) < 2:
         return "one level only: no degradation pattern"
@@ -528,7 +563,7 @@ def _declared_concurrency(capacity: str | None) -> bool:
     return capacity is not None and parse_capacity(capacity, "--llm-capacity")[0] == "concurrency"
 
 
-def _checks(p: MemoryPressureParams, cap_n: int, cap_src: str, cap_kind: str, outcomes: list[LevelPressure],
+def item_checks(p: MemoryPressureParams, cap_n: int, cap_src: str, cap_kind: str, outcomes: list[LevelPressure],
             levels: list[float], degradation: str) -> dict[str, Check]:
     short = [_label(o.level) for o in outcomes if o.measured.load.send_window_s < MIN_LEVEL_S]
     measurable = all(o.source != NOT_MEASURABLE for o in outcomes)

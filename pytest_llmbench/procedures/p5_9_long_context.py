@@ -51,10 +51,11 @@ from ..loadgen.warmup import WarmupResult
 from ..measure.stats import ScalingFit, scaling_fit
 from ..measure.units import Cell, CellValue
 from ..workloads import A5_TARGET_LENGTHS, build_workload
-from .base import Sweep, Table
-from .common import Measured
+from .base import CannotMeasure
 from .helpers import pvalue
 from .pipeline import Outcome, ProcedureRun
+from .result import Sweep, Table
+from .run import Measured
 
 __all__ = ["PROFILES", "LengthThroughput", "LongContextParams", "SweepLevel", "best_fit_statement",
            "default_lengths", "effective_lengths", "level_ends_sweep", "long_context_standing"]
@@ -285,9 +286,9 @@ class LongContext(ProcedureRun[LongContextParams]):
         else:
             self.lengths, self.length_notes = effective_lengths(p.lengths, window, p.output_tokens)
         if len(self.lengths) < 2:
-            raise RuntimeError(f"5.9 needs two context lengths or more to fit scaling, and the {window}-token context "
-                               f"window holds only {self.lengths} with {p.output_tokens} output tokens: lower "
-                               "output_tokens or give lengths that fit")
+            raise CannotMeasure(f"5.9 needs two context lengths or more to fit scaling, and the {window}-token "
+                                f"context window holds only {self.lengths} with {p.output_tokens} output tokens: "
+                                "lower output_tokens or give lengths that fit")
         wl = build_workload("long-context", n=p.requests_per_length * len(self.lengths),
                             seed=self.seeds.derive("measure"), tokenizer=ctx.tokenizer, lengths=self.lengths,
                             order="ascending", output_tokens=self.out_tokens, force_output=True)
@@ -465,7 +466,7 @@ class LongContext(ProcedureRun[LongContextParams]):
                             "level is never the maximum), or at the time budget; '>=' marks a lower bound"])
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        checks = _checks(self.p, self.lengths, self.out_tokens, self.n_min, self.fit, self.declaration)
+        checks = item_checks(self.p, self.lengths, self.out_tokens, self.n_min, self.fit, self.declaration)
         checks.update(_standing_checks(self.lengths, self.custom_why))
         short = [f"{L} ({sw.stopped})" for L, sw in self.sweeps.items() if not sw.is_maximum]
         checks["5.9.4-REPORT-4"] = (
@@ -477,7 +478,7 @@ class LongContext(ProcedureRun[LongContextParams]):
 
 def _as_standing(decl: dict[str, Any], lengths: list[int], why: list[str]) -> dict[str, Any]:
     """The workload declaration as 5.9 runs it: the standard Long Context workload (no reason), else a
-    custom one derived from it, named with its reasons (as ``pipeline.as_run`` names an altered one)."""
+    custom one derived from it, named with its reasons (as ``sample.as_run`` names an altered one)."""
     w = dict(decl)
     if not why:
         a5 = [L for L in lengths if L >= A5_MIN]
@@ -505,7 +506,7 @@ def _standing_checks(lengths: list[int], why: list[str]) -> dict[str, Check]:
     return checks
 
 
-def _checks(p: LongContextParams, lengths: list[int], out_tokens: int, n_min: int, fit: ScalingFit | None,
+def item_checks(p: LongContextParams, lengths: list[int], out_tokens: int, n_min: int, fit: ScalingFit | None,
             declaration: dict[str, Any]) -> dict[str, Check]:
     return {
         "5.9.2-PARAM-1": decide("5.9.2-PARAM-1", ok=True, met=f"context lengths {lengths}"),

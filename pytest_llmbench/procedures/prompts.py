@@ -11,10 +11,11 @@ vocabulary"), and within it they are *different tokens*. So a prompt mode is cho
     server whose vocabulary is known (llama.cpp ``/v1/models`` ``meta.n_vocab``, or declared as
     ``server_info["vocab_size"]``) and holds every reference id.
 ``server-ids``
-    the server offers ``POST /tokenize`` (vLLM; llama.cpp's form too): each distinct prompt text is
-    tokenized by the server once (cached), cut or repeated to the intended length, and sent as the
-    server's own ids (completions), or detokenized back to text (chat): input lengths are exact in
-    the server's tokens.
+    the server offers a tokenize endpoint (in a form its adapter knows: vLLM's, llama.cpp's): each
+    distinct prompt text is tokenized by the server once (cached), cut or repeated to the intended
+    length, and sent as the server's own ids (completions), or detokenized back to text (chat): input
+    lengths are exact in the server's tokens. The fitting is the body hook the SUT's adapter hands the
+    client (``sut/adapters/fitting.py``); nothing here speaks the server's protocol.
 ``reference-text``
     otherwise: the text, sized in reference tokens, checked before the run by one request whose
     ``usage.prompt_tokens`` is compared with the intended length (a warning above 5 %).
@@ -29,30 +30,24 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
-from ..client import LLMClient, build_body
+from ..client import LLMClient
 from ..common.records import RequestRecord, RequestSpec
-from ..sut.adapters.vllm.switch import fresh_salt
+from ..sut import adapters
+from ..sut.adapters import PromptFitError
 from ..workloads import SpecStream
+from .base import CannotMeasure
 
-__all__ = ["PromptFitError", "PromptPlan", "ServerGone", "ServerPromptClient", "check_context", "check_server_alive",
-           "failure_cause", "plan_prompts", "prefit"]
+__all__ = ["PromptFitError", "PromptPlan", "ServerGone", "check_context", "check_server_alive", "failure_cause",
+           "plan_prompts", "prefit"]
 
 REFERENCE_VOCAB = 100_277  # cl100k_base ids: 0 … 100,276
 PREFLIGHT_TOLERANCE = 0.05
-TOKENIZE_CONCURRENCY = 8
-
-
-class PromptFitError(RuntimeError):
-    """The workload does not fit the server (context window) or the server's tokenizer failed."""
 
 
 @dataclass(frozen=True)
@@ -60,52 +55,15 @@ class PromptPlan:
     mode: str  # "reference-ids" | "server-ids" | "reference-text"
     reason: str
     vocab_size: int | None = None
-    tokenize_style: str | None = None  # "vllm" | "llama.cpp"
+    tokenize_style: str | None = None  # the name of the server's tokenize form (adapters.TokenizeForm)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
-def _root(sut: Any) -> str:
-    return str(getattr(sut, "root_url", "") or sut.base_url.rstrip("/").removesuffix("/v1")).rstrip("/")
-
-
-def _headers(sut: Any) -> dict[str, str]:
-    with_headers = getattr(sut, "headers", None)
-    return dict(with_headers()) if callable(with_headers) else {}
-
-
-def _vocab_size(sut: Any, http: httpx.Client) -> tuple[int | None, str | None]:
-    declared = sut.server_info.get("vocab_size")
-    if isinstance(declared, int) and declared > 0:
-        return declared, "declared (server_info vocab_size)"
-    try:
-        r = http.get(_root(sut) + "/v1/models")
-        for m in (r.json().get("data") or []) if r.status_code == 200 else []:
-            n = (m.get("meta") or {}).get("n_vocab") if isinstance(m, dict) else None
-            if isinstance(n, int) and n > 0:
-                return n, "/v1/models meta.n_vocab"
-    except (httpx.HTTPError, ValueError, AttributeError):
-        pass
-    return None, None
-
-
-def _tokenize_style(sut: Any, http: httpx.Client) -> str | None:
-    """``vllm`` (``{"prompt"}`` → ``{"tokens"}``), ``llama.cpp`` (``{"content"}`` → ``{"tokens"}``) or None."""
-    url = _root(sut) + "/tokenize"
-    for style, body in (("vllm", {"model": sut.model, "prompt": "a b", "add_special_tokens": False}),
-                        ("llama.cpp", {"content": "a b", "add_special": False})):
-        try:
-            r = http.post(url, json=body)
-            if r.status_code == 200 and isinstance(r.json().get("tokens"), list) and r.json()["tokens"]:
-                return style
-        except (httpx.HTTPError, ValueError, AttributeError):
-            return None
-    return None
-
-
 def plan_prompts(sut: Any) -> PromptPlan:
-    """The prompt mode for ``sut`` (probed once; kept in ``sut.server_info["prompt_mode"]``)."""
+    """The prompt mode for ``sut`` (probed once; kept in ``sut.server_info["prompt_mode"]``): its
+    vocabulary and tokenize endpoints are its adapter's (``sut/adapters``)."""
     known = sut.server_info.get("prompt_mode")
     if isinstance(known, dict) and known.get("mode"):
         return PromptPlan(**known)
@@ -113,153 +71,29 @@ def plan_prompts(sut: Any) -> PromptPlan:
         plan = PromptPlan("reference-ids", "the embedded simulator tokenizes with the reference tokenizer",
                           REFERENCE_VOCAB)
     else:
-        with httpx.Client(timeout=10.0, headers=_headers(sut), verify=getattr(sut, "verify_tls", True)) as http:
-            vocab, source = _vocab_size(sut, http)
-            style = _tokenize_style(sut, http)
+        adapter = sut.adapter
+        declared = sut.server_info.get("vocab_size")
+        with adapters.ServerHttp(sut.root_url, sut.headers(), verify=sut.verify_tls) as http:
+            if isinstance(declared, int) and declared > 0:
+                vocab, source = declared, "declared (server_info vocab_size)"
+            else:
+                vocab, source = adapter.vocab_size(http.get)
+            form = adapters.find_tokenize_form(adapter, http.post, sut.model)
+        style = form.name if form is not None else None
         if vocab is not None and vocab >= REFERENCE_VOCAB and sut.api == "completions":
             plan = PromptPlan("reference-ids", f"the server's vocabulary ({vocab:,} ids, {source}) holds every "
                               f"reference-tokenizer id", vocab, style)
-        elif style is not None:
+        elif form is not None:
             why = (f"its vocabulary ({vocab:,} ids, {source}) is smaller than the reference tokenizer's"
                    if vocab is not None else "its vocabulary is not known")
-            plan = PromptPlan("server-ids", f"the server offers /tokenize ({style} form) and {why}: prompts "
+            plan = PromptPlan("server-ids", f"the server offers {form.title} and {why}: prompts "
                               "are sized in the server's own tokens", vocab, style)
         else:
-            plan = PromptPlan("reference-text", "no known vocabulary and no /tokenize: text prompts sized with the "
-                              "reference tokenizer, checked by a pre-flight request against usage.prompt_tokens",
-                              vocab)
+            plan = PromptPlan("reference-text", f"no known vocabulary and no {adapters.tokenize_paths(adapter)}: text "
+                              "prompts sized with the reference tokenizer, checked by a pre-flight request against "
+                              "usage.prompt_tokens", vocab)
     sut.server_info["prompt_mode"] = plan.to_json()
     return plan
-
-
-class ServerPromptClient(LLMClient):
-    """An :class:`LLMClient` that sends each prompt as the server's own tokens, fitted to its intended length.
-
-    The fitting (one ``/tokenize`` per distinct text, cached) happens in :meth:`prefit` before a run,
-    or, for a spec not prefitted, in :meth:`send` before the request (delaying its submission)."""
-
-    def __init__(self, *args: Any, root_url: str, model: str, style: str, headers: dict[str, str] | None = None,
-                 verify: bool = True, **kw: Any) -> None:
-        super().__init__(*args, **kw)
-        self._root_url, self._model, self._style = root_url.rstrip("/"), model, style
-        self._http_headers, self._verify = headers or {}, verify
-        self._ids: dict[str, list[int]] = {}
-        self._ref_len: dict[str, int] = {}
-        self._fitted: dict[tuple[str, str | None, int], tuple[list[int], str | None]] = {}
-        self._sem: asyncio.Semaphore | None = None
-        self._http: httpx.AsyncClient | None = None
-        self.tokenize_calls = 0
-
-    def describe(self) -> dict[str, Any]:
-        d = super().describe()
-        d["prompt_mode"] = f"server-ids (/tokenize, {self._style} form)"
-        return d
-
-    async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
-        await super().aclose()
-
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        if self._http is None:
-            self._http = httpx.AsyncClient(timeout=60.0, headers=self._http_headers, verify=self._verify)
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(TOKENIZE_CONCURRENCY)
-        async with self._sem:
-            r = await self._http.post(self._root_url + path, json=body)
-        if r.status_code != 200:
-            raise PromptFitError(f"POST {path} answered {r.status_code}: {r.text[:300]}")
-        return dict(r.json())
-
-    async def server_ids(self, text: str) -> list[int]:
-        ids = self._ids.get(text)
-        if ids is None:
-            self.tokenize_calls += 1
-            body = ({"model": self._model, "prompt": text, "add_special_tokens": False} if self._style == "vllm"
-                    else {"content": text, "add_special": False})
-            ids = [int(t) for t in (await self._post("/tokenize", body)).get("tokens") or []]
-            self._ids[text] = ids
-        return ids
-
-    async def _detokenize(self, ids: list[int]) -> str:
-        body = {"model": self._model, "tokens": ids} if self._style == "vllm" else {"tokens": ids}
-        out = await self._post("/detokenize", body)
-        return str(out.get("prompt", out.get("content", "")))
-
-    @staticmethod
-    def _key(spec: RequestSpec) -> tuple[str, str | None, int]:
-        return (spec.prompt_text, spec.system_prompt, spec.input_tokens or len(spec.prompt_ids or ()))
-
-    async def _part(self, text: str, n: int) -> list[int]:
-        """``text`` in the server's ids, cut or repeated to ``n`` ids."""
-        if n <= 0:
-            return []
-        ids = await self.server_ids(text) or await self.server_ids(" x")
-        return (ids * math.ceil(n / len(ids)))[:n]
-
-    def _reference_len(self, text: str) -> int:
-        if self._tokenizer is None:
-            return 0
-        n = self._ref_len.get(text)
-        if n is None:
-            n = self._ref_len[text] = len(self._tokenizer.encode(text))
-        return n
-
-    async def fit(self, spec: RequestSpec) -> None:
-        """Each part of the prompt keeps its reference length in the server's ids: the system prompt, a
-        shared prefix at the head of ``prompt_ids`` (``prefix_tokens``), the rest; the total is
-        ``input_tokens``. A prefix shared in reference tokens is shared in server tokens."""
-        key = self._key(spec)
-        if key in self._fitted:
-            return
-        target = spec.input_tokens or len(spec.prompt_ids or ()) or 1
-        sys_len = min(self._reference_len(spec.system_prompt), target - 1) if spec.system_prompt else 0
-        system = await self._part(spec.system_prompt or "", sys_len) if spec.system_prompt else []
-        want = max(target - len(system), 1)
-        head: list[int] = []
-        rest_text = spec.prompt_text
-        ids = spec.prompt_ids
-        k = spec.prefix_tokens - (sys_len if spec.system_prompt else 0)
-        if ids is not None and self._tokenizer is not None and spec.prefix_id is not None and 0 < k < min(len(ids), want):
-            head = await self._part(self._tokenizer.decode(ids[:k]), k)
-            rest_text = self._tokenizer.decode(ids[k:])
-        body_ids = head + await self._part(rest_text, want - len(head))
-        text = await self._detokenize(body_ids) if self.config.api == "chat" else None
-        self._fitted[key] = (system + body_ids, text)
-
-    async def prefit(self, specs: Sequence[RequestSpec]) -> None:
-        await asyncio.gather(*(self.fit(s) for s in specs))
-
-    def build_body(self, spec: RequestSpec) -> dict[str, Any]:
-        return fresh_salt(self._fitted_body(spec))  # 5.7's cache switch on vLLM: a new salt per request
-
-    def _fitted_body(self, spec: RequestSpec) -> dict[str, Any]:
-        fitted = self._fitted.get(self._key(spec))
-        if fitted is None:
-            return super().build_body(spec)
-        ids, text = fitted
-        if self.config.api == "chat":
-            return build_body(self.config, dataclasses.replace(spec, prompt_text=text or spec.prompt_text))
-        cfg = dataclasses.replace(self.config, token_id_prompts=True)
-        return build_body(cfg, dataclasses.replace(spec, prompt_ids=tuple(ids), system_prompt=None))
-
-    async def send(self, spec: RequestSpec, **kw: Any) -> RequestRecord:
-        if self._key(spec) not in self._fitted:
-            try:
-                await self.fit(spec)
-            except (PromptFitError, httpx.HTTPError) as exc:
-                rec = kw.get("record") or RequestRecord.from_spec(spec, phase=kw.get("phase", "measure"))
-                self._fail(rec, _protocol_error(), f"prompt fitting: {exc}")
-                self._complete(rec, kw.get("finalize", True))
-                return rec
-        return await super().send(spec, **kw)
-
-
-def _protocol_error() -> Any:
-    from ..common.records import ErrorType
-
-    return ErrorType.PROTOCOL
 
 
 def _window(sut: Any) -> tuple[int | None, str]:
@@ -284,16 +118,17 @@ def check_context(sut: Any, specs: Iterable[RequestSpec]) -> None:
 
 
 async def prefit(client: LLMClient, ctx: Any, specs: Iterable[RequestSpec]) -> Iterable[RequestSpec]:
-    """Before a run of procedure context ``ctx``: the context check and, for the server-ids mode, one
-    /tokenize per distinct prompt; for reference-text, one pre-flight request (its record written to
-    the run directory ``preflight``, like every request sent). Only a list or a lazy workload's
-    re-iterable :class:`~..workloads.SpecStream` is inspected (another lazy stream is fitted as it is sent)."""
+    """Before a run of procedure context ``ctx``: the context check and, for the server-ids mode (a client
+    with the adapter's prompt-fitting hook), the server's tokens of every distinct prompt
+    (``LLMClient.prepare``); for reference-text, one pre-flight request (its record written to the run
+    directory ``preflight``, like every request sent). Only a list or a lazy workload's re-iterable
+    :class:`~..workloads.SpecStream` is inspected (another lazy stream is fitted as it is sent)."""
     sut = ctx.sut
     if not isinstance(specs, (list, tuple, SpecStream)) or not specs or getattr(sut, "embedded", False):
         return specs
     check_context(sut, specs)
-    if isinstance(client, ServerPromptClient):
-        await client.prefit(specs)
+    if client.body_hook is not None:
+        await client.prepare(specs)
     elif plan_prompts(sut).mode == "reference-text" and "prompt_preflight" not in sut.server_info:
         await _preflight(client, ctx, specs)
     return specs
@@ -330,7 +165,7 @@ _FIXES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"out of vocabulary|token id .* (?:invalid|out of range)|vocab", re.I),
      "the prompts are token ids from the reference tokenizer (cl100k_base, 100,277 ids) and the server's "
      "vocabulary is smaller: send text prompts (--llm-api chat), or let the plugin size prompts with the "
-     "server's /tokenize (vLLM offers it), or declare the server's vocabulary"),
+     f"server's {adapters.tokenize_paths()} (vLLM offers it), or declare the server's vocabulary"),
     (re.compile(r"context length|context window|maximum context|too long|exceeds? the (?:maximum|max)", re.I),
      "prompt plus output exceed the server's context window: use shorter prompts or fewer output tokens "
      "(max_output_tokens), or start the server with a larger context (vLLM --max-model-len, llama.cpp -c)"),
@@ -364,7 +199,7 @@ def failure_cause(records: Iterable[RequestRecord]) -> str:
             f"\"{msg}\"; {fix}")
 
 
-class ServerGone(RuntimeError):
+class ServerGone(CannotMeasure):
     """The server stopped answering during a run (it died or was stopped): the run cannot be trusted."""
 
 

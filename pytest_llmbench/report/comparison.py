@@ -10,7 +10,9 @@ The gate builds the documents and renders nothing; this module reads them only, 
 * systems side by side (§6.1–§6.4): ``gate.systems.SystemComparison.to_json()`` →
   :func:`render_systems_text`, :func:`render_systems_markdown`, :func:`render_systems_html` (with SVG
   plots), :func:`section6_lines` for its §2 verdict (test "6");
-* a figure over stored runs: ``gate.history.HistorySeries.to_json()`` → :func:`render_history`.
+* a figure over stored runs: ``gate.history.HistorySeries.to_json()`` → :func:`render_history`;
+* runs recounted in the reference tokenizer (``compare --recount``, §4.4.2):
+  ``gate.recount.recount_comparison`` → :func:`render_recount`.
 
 Figures are formatted by :func:`pytest_llmbench.measure.units.format_value` (compact style), in
 the unit family each document names.
@@ -33,6 +35,7 @@ __all__ = [
     "render_comparison",
     "render_comparison_markdown",
     "render_history",
+    "render_recount",
     "render_systems_html",
     "render_systems_markdown",
     "render_systems_text",
@@ -228,4 +231,22 @@ def render_history(series: Sequence[Doc]) -> str:
         w = [max(len(r[i]) for r in rows) for i in range(7)]
         lines += ["  " + "  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in rows]
         lines.append(f"  ({s['method']})")
+    return "\n".join(lines)
+
+
+def render_recount(doc: Doc) -> str:
+    """``compare --recount`` as text lines: per procedure the output rate of both runs in the reference
+    tokenizer and its change, the tokens and the server's own counts, or why it could not be recounted."""
+    tok = doc["tokenizer"]
+    lines = [f"recount in the reference tokenizer {tok} (§4.4.2 option B, 4.4.2-SHOULD-1): "
+             f"baseline {doc['baseline']}, new {doc['new']}"]
+    for p in doc["procedures"]:
+        if "refused" in p:
+            lines.append(f"  {p['procedure']}: refused: {p['refused']}")
+            continue
+        b, n = p["baseline"], p["new"]
+        lines.append(f"  {p['procedure']} run {p['run']}: output {b['output_rate_tok_s']:.1f} -> "
+                     f"{n['output_rate_tok_s']:.1f} tok/s ({p['output_rate_change_pct']:+.1f}%) in {tok} tokens; "
+                     f"{b['output_tokens']} / {n['output_tokens']} tokens (server usage: "
+                     f"{b['server_output_tokens']} / {n['server_output_tokens']})")
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Render the report document (built by results.py) as Markdown, self-contained HTML and a step summary.
+"""Render the report document (built by document/build.py) as Markdown, self-contained HTML and a step summary.
 
 One view model (:func:`view`) turns the document into labelled rows and preformatted text; the
 jinja2 templates in ``templates/`` only lay it out, so ``report.md`` and ``report.html`` always
@@ -271,7 +271,7 @@ _EXPERIENCE_HEADERS = {"goodput": "Goodput (requests)", "token_weighted_goodput"
 
 def _extra_tables(p: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Goodput/experience per run and the HTTP timing table, from the document's ``experience`` and
-    ``http_timing`` entries (results.py computes them; issue 19)."""
+    ``http_timing`` entries (document/procedure.py computes them; issue 19)."""
     out: list[dict[str, Any]] = []
     exp = p.get("experience") or []
     if exp:

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from .adapters import ServerAdapter, adapter_for, detect, get_adapter, http_fetch
+from .adapters import ServerAdapter, adapter_for, detect, get_adapter, http_fetch, root_url
 from .adapters.simulator import SIMULATOR_KIND
 
 __all__ = ["SUT", "EndpointError", "check_endpoint", "self_declarations", "identify_server", "BOUNDARY_NAMES",
@@ -66,8 +66,8 @@ class SUT:
 
     @property
     def root_url(self) -> str:
-        """The server root (base_url without the trailing /v1), where /metrics and /health live."""
-        return self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+        """The server root (``adapters.root_url``: base_url without its /v1), where /metrics and /health live."""
+        return root_url(self.base_url)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,8 +117,8 @@ def check_endpoint(base_url: str, model: str | None, *, headers: dict[str, str] 
 
 
 def identify_server(sut: SUT, override: str | None = None) -> None:
-    """Set ``sut.server_kind`` and its adapter's contributions: detected from ``/v1/models``,
-    ``/props``, ``/version``, ``/get_model_info`` (:func:`adapters.detect`) unless ``override``
+    """Set ``sut.server_kind`` and its adapter's contributions: detected from ``/v1/models`` and each
+    known server's own endpoints (:func:`adapters.detect`) unless ``override``
     (``--llm-server-kind``) names it; server facts (version, context window) go to ``server_info``.
     """
     if sut.embedded:

@@ -24,6 +24,7 @@ from .core import (
     Workload,
     WorkloadDeclaration,
     chat_messages,
+    check_requests,
     completion_prompt_ids,
     dumps_requests,
     load_requests,
@@ -33,6 +34,7 @@ from .core import (
     sequence_sha256,
 )
 from .custom import build_custom, load_spec, validate_spec
+from .datasets import check_dataset
 from .distributions import LengthDistribution, WorkloadError
 from .standard import (
     A5_TARGET_LENGTHS,
@@ -49,6 +51,8 @@ from .standard import (
 from .text import TextFactory, text_factory
 
 __all__ = [
+    "check_dataset",
+    "check_requests",
     "A5_TARGET_LENGTHS",
     "CONVERSATION_REFERENCE_QUANTILES",
     "FAIRNESS_CLASSES",

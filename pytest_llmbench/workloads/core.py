@@ -25,6 +25,7 @@ import numpy as np
 import orjson
 
 from ..common.files import LineSpool
+from ..common.jsonable import jsonable
 from ..common.records import RequestSpec
 from ..common.seeds import WORKLOAD_GENERATOR_VERSION
 from ..common.tokenizer import Tokenizer, get_tokenizer
@@ -38,6 +39,7 @@ __all__ = [
     "chat_messages",
     "completion_prompt_ids",
     "dumps_requests",
+    "check_requests",
     "load_requests",
     "reference_checks",
     "retokenization_mismatch",
@@ -85,6 +87,27 @@ def save_requests(path: str | os.PathLike[str], specs: Iterable[RequestSpec]) ->
     data = dumps_requests(specs)
     Path(path).write_bytes(data)
     return hashlib.sha256(data).hexdigest()
+
+
+def check_requests(path: str | os.PathLike[str]) -> int:
+    """Read a request file (:func:`save_requests`) line by line without keeping it, before any request is
+    sent (issue 46): the number of requests, or a :class:`WorkloadError` naming the file and the line."""
+    p = Path(path)
+    if not p.is_file():
+        raise WorkloadError(f"request file {str(p)!r} does not exist")
+    count = 0
+    with p.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                RequestSpec.from_json(json.loads(line))
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise WorkloadError(f"{p}:{lineno}: not a request spec: {exc}") from exc
+            count += 1
+    if not count:
+        raise WorkloadError(f"request file {str(p)!r} holds no request")
+    return count
 
 
 def load_requests(path: str | os.PathLike[str]) -> list[RequestSpec]:
@@ -274,7 +297,7 @@ class WorkloadDeclaration:
         d["prefix_sharing"] = {**self.prefix_sharing, "length_distribution": self.prefix_sharing.get("length")}
         d["custom"] = not self.standard
         d["base"] = self.name if self.name in _REFERENCE_NAMES else None
-        return json.loads(json.dumps(d, default=_jsonable))
+        return jsonable(d)
 
     def missing_fields(self) -> list[str]:
         """4.3.1/4.3.3 fields that are empty (what a compliance check flags)."""
@@ -290,24 +313,6 @@ class WorkloadDeclaration:
                 if not self.dataset.get(key) or self.dataset.get(key) == "unspecified":
                     out.append(f"dataset.{key}")
         return out
-
-
-def _jsonable(o: Any) -> Any:
-    if isinstance(o, LengthDistribution):
-        return o.to_json()
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (tuple, set)):
-        return list(o)
-    if isinstance(o, Path):
-        return str(o)
-    if hasattr(o, "to_json"):
-        return o.to_json()
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
 class SpecStream:

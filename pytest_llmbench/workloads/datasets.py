@@ -19,7 +19,7 @@ import numpy as np
 from ..common.tokenizer import Tokenizer
 from .distributions import WorkloadError
 
-__all__ = ["CodeSource", "ShareGPTSelection", "load_code_dataset", "load_sharegpt"]
+__all__ = ["CodeSource", "ShareGPTSelection", "check_dataset", "load_code_dataset", "load_sharegpt"]
 
 _HUMAN = {"human", "user"}
 _ASSISTANT = {"gpt", "assistant", "chatgpt", "bard", "bing", "model"}
@@ -79,6 +79,33 @@ def _first_exchange(conv: Any) -> tuple[str, str] | None:
         elif prompt is not None and who in _ASSISTANT and value.strip():
             return prompt, value
     return None
+
+
+def _check_sharegpt(path: Path) -> None:
+    """A ShareGPT file read as :func:`load_sharegpt` reads it, without tokenizing: it exists, parses, and
+    holds at least one conversation with a human turn followed by an assistant turn (App. A.3.1)."""
+    if not path.is_file():
+        raise WorkloadError(f"ShareGPT dataset file {str(path)!r} does not exist")
+    if not any(_first_exchange(conv) is not None for conv in _read_json_records(path)):
+        raise WorkloadError(
+            f"{path}: no conversation with a human turn followed by an assistant turn "
+            "(expected ShareGPT format: [{\"conversations\": [{\"from\": \"human\", \"value\": ...}, ...]}])"
+        )
+
+
+#: What :func:`check_dataset` reads for each workload that takes a ``dataset`` (§4.3, App. A.3, A.4).
+_DATASET_CHECKS = {"conversation": _check_sharegpt, "code-completion": lambda p: load_code_dataset(p) and None}
+
+
+def check_dataset(workload: str, path: str | os.PathLike[str]) -> None:
+    """Read a workload's ``dataset`` file now, before any request is sent (issue 46): a missing file, a
+    file that is not JSON/JSON Lines or holds nothing usable is a :class:`WorkloadError` naming the file.
+    A workload that takes no dataset file is an error too."""
+    check = _DATASET_CHECKS.get(workload)
+    if check is None:
+        raise WorkloadError(f"workload {workload!r} takes no dataset file (only "
+                            f"{', '.join(sorted(_DATASET_CHECKS))} do); remove dataset={str(path)!r}")
+    check(Path(path).expanduser())
 
 
 def load_sharegpt(

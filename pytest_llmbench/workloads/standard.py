@@ -38,6 +38,7 @@ __all__ = [
     "conversation",
     "fixed_length",
     "long_context",
+    "mix_counts",
     "synthetic_skewed",
     "synthetic_uniform",
 ]
@@ -301,7 +302,7 @@ def _lognormal_mass(mu: float, sigma: float, a: float, b: float) -> float:
     return cdf(b) - cdf(a)
 
 
-def _mix_counts(n: int, mix: Mapping[str, float]) -> dict[str, int]:
+def mix_counts(n: int, mix: Mapping[str, float]) -> dict[str, int]:
     total = float(sum(mix.values()))
     if total <= 0 or any(w < 0 for w in mix.values()):
         raise WorkloadError(f"class mix weights must be >= 0 with a positive sum, got {dict(mix)}")
@@ -350,7 +351,7 @@ def synthetic_skewed(
         unknown = sorted(set(mix) - set(cmap))
         if unknown:
             raise WorkloadError(f"class mix names unknown classes {unknown}; defined: {sorted(cmap)}")
-        counts = _mix_counts(n, mix)
+        counts = mix_counts(n, mix)
         lin = np.empty(n, dtype=np.int64)
         lout = np.empty(n, dtype=np.int64)
         order = r_cls.permutation(n)
@@ -704,7 +705,7 @@ def long_context(
     if order == "random":
         lin = np.asarray(lengths, dtype=np.int64)[r_len.integers(0, len(lengths), size=n)]
     elif order == "ascending":
-        counts = _mix_counts(n, {str(L): 1.0 for L in lengths})
+        counts = mix_counts(n, {str(L): 1.0 for L in lengths})
         lin = np.concatenate([np.full(counts[str(L)], L, dtype=np.int64) for L in lengths])
     else:
         raise WorkloadError(f"order must be 'random' or 'ascending', got {order!r}")

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...client import LLMClient
 from ...common.records import ClockAnchor, RequestRecord, RequestSpec
-from ..load import ClosedLoop, LoadResult, OpenLoop, RecordSink, SelfCheck
+from ..load import ClosedLoop, LoadOptions, LoadResult, OpenLoop, RecordSink
 from .core import (
     MergeTally,
     NotShardable,
@@ -28,6 +28,9 @@ from .core import (
     plan_shards,
     shift_record,
 )
+
+if TYPE_CHECKING:
+    from ...settings import Settings
 
 __all__ = ["Backend", "NotShardable", "ShardError", "backend_for", "parse_workers", "run_sharded"]
 
@@ -62,13 +65,14 @@ def parse_workers(value: str | int | None) -> int:
     return n
 
 
-def backend_for(workers: str | int | None, ray_address: str | None) -> Backend | None:
-    """The backend the settings ask for; None = today's in-process load generator."""
-    n = parse_workers(workers)
-    if ray_address:
+def backend_for(settings: Settings) -> Backend | None:
+    """The backend the settings ask for (``--llm-workers``, ``--llm-ray-address``); None: the
+    in-process load generator (``load.run_load``)."""
+    n = parse_workers(settings.workers)
+    if settings.ray_address:
         from .ray_backend import RayBackend
 
-        return RayBackend(ray_address, n if n > 1 else None)
+        return RayBackend(settings.ray_address, n if n > 1 else None)
     if n > 1:
         from .local import LocalBackend
 
@@ -81,25 +85,28 @@ async def run_sharded(
     client: LLMClient,
     specs: Iterable[RequestSpec],
     load: OpenLoop | ClosedLoop,
+    options: LoadOptions | None = None,
     *,
     tokenizer: str,
-    phase: str = "measure",
     sink: RecordSink | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
-    drain_timeout_s: float | None = 60.0,
-    self_check: SelfCheck | None = None,
     keep_records: bool = True,
 ) -> LoadResult:
     """:func:`~..load.run_load` over the backend's shards; same contract (records to ``sink`` and
     ``on_record`` as they finish, cancellation stops every shard and keeps what finished;
-    ``keep_records=False``: the parent keeps no record, only the tally the merged figures need)."""
-    check = self_check or SelfCheck()
+    ``keep_records=False``: the parent keeps no record, only the tally the merged figures need).
+    ``options`` go to every shard unchanged; a stop predicate or a pacer object cannot
+    (:class:`NotShardable`)."""
+    options = options if options is not None else LoadOptions()
+    if options.stop is not None:
+        raise NotShardable("a stop predicate judges the whole run's progress, which no shard sees")
+    if not isinstance(options.pacer, str):
+        raise NotShardable(f"a pacer object ({options.pacer.name}) cannot be sent to a shard")
     parts = plan_shards(specs, load, backend.shard_count())
     tasks = [
         ShardTask(index=i, count=len(parts), config=client.config,
                   max_connections=part_load.concurrency if isinstance(part_load, ClosedLoop) else client.max_connections,
-                  tokenizer=tokenizer, specs=part_specs, load=part_load, phase=phase,
-                  drain_timeout_s=drain_timeout_s, self_check=check, adapter=client.adapter)
+                  tokenizer=tokenizer, specs=part_specs, load=part_load, options=options, adapter=client.adapter)
         for i, (part_specs, part_load) in enumerate(parts)
     ]
     anchor, host = ClockAnchor.now(), socket.gethostname()
@@ -141,8 +148,8 @@ async def run_sharded(
     sharding = {"backend": backend.name, "workers": len(tasks),
                 "hosts": sorted({h.host for h in hellos.values()}), "parent_host": host,
                 "start_iso": anchor.iso(start_ns), **backend.info}
-    result = merge(load, reports, tally, anchor=anchor, start_ns=start_ns, transport=client.transport_name,
-                   drain_timeout_s=drain_timeout_s, self_check=check, sharding=sharding, records=records)
+    result = merge(load, options, reports, tally, anchor=anchor, start_ns=start_ns, transport=client.transport_name,
+                   sharding=sharding, records=records)
     if callback_error:
         raise callback_error[0]
     return result

@@ -31,12 +31,22 @@ from collections.abc import Awaitable, Callable, Iterable, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 
 from ...client import ClientConfig, LLMClient
 from ...common.records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
 from ...sut.adapters import ServerAdapter
-from ..load import ArrivalProcess, ClosedLoop, LagStats, LoadResult, OpenLoop, SelfCheck, SendSpan, run_load
+from ..load import (
+    ArrivalProcess,
+    ClosedLoop,
+    LagStats,
+    LoadOptions,
+    LoadResult,
+    OpenLoop,
+    SendSpan,
+    load_parameters,
+    run_load,
+    saturation_reasons,
+)
 
 __all__ = [
     "DealtArrival",
@@ -83,9 +93,7 @@ class ShardTask:
     tokenizer: str
     specs: Any  # list[RequestSpec] or a splittable level stream
     load: OpenLoop | ClosedLoop
-    phase: str = "measure"
-    drain_timeout_s: float | None = 60.0
-    self_check: SelfCheck = field(default_factory=SelfCheck)
+    options: LoadOptions = field(default_factory=LoadOptions)  # the parent's, unchanged
     adapter: ServerAdapter | None = None  # reads the server's response extensions (None: the generic one)
 
 
@@ -266,8 +274,7 @@ async def run_shard(task: ShardTask, client: LLMClient, start_unix_ns: int, emit
 
     async def go() -> LoadResult:
         start = await _sleep_until_unix(start_unix_ns)
-        return await run_load(client, task.specs, task.load, phase=task.phase, sink=sink,
-                              drain_timeout_s=task.drain_timeout_s, self_check=task.self_check, keep_records=False,
+        return await run_load(client, task.specs, task.load, task.options, sink=sink, keep_records=False,
                               start_ns=start)
 
     fl = asyncio.create_task(flusher())
@@ -299,8 +306,10 @@ async def run_shard(task: ShardTask, client: LLMClient, start_unix_ns: int, emit
                            "interrupted" if interrupted else "shard failed", interrupted=interrupted, error=error,
                            spec_stats=stats)
     r = result
+    window = r.send_end_ns - r.start_ns  # a shard's own figure: its sends over its send window
+    achieved = r.sent / (window / 1e9) if window > 0 else None
     return ShardReport(task.index, me.host, me.pid, me.node, r.start_ns, r.send_end_ns, r.end_ns, r.sent, r.ok,
-                       r.cancelled, dict(r.errors), r.output_tokens, r.achieved_rate, r.concurrency_target,
+                       r.cancelled, dict(r.errors), r.output_tokens, achieved, r.concurrency_target,
                        r.concurrency_mean, r.concurrency_max, list(r.concurrency_samples), r.send_lag, r.loop_delay,
                        r.valid, r.invalid_reason, spec_stats=stats,
                        cpu_s=r.client_delay.cpu_s if r.client_delay is not None else 0.0)
@@ -369,9 +378,9 @@ class MergeTally:
             self.submit_lags.append(r.sent_ns - r.intended_ns)
 
 
-def merge(load: OpenLoop | ClosedLoop, reports: list[ShardReport], tally: MergeTally, *,
-          anchor: ClockAnchor, start_ns: int, transport: str, drain_timeout_s: float | None,
-          self_check: SelfCheck, sharding: dict[str, Any], records: list[RequestRecord] | None = None) -> LoadResult:
+def merge(load: OpenLoop | ClosedLoop, options: LoadOptions, reports: list[ShardReport], tally: MergeTally, *,
+          anchor: ClockAnchor, start_ns: int, transport: str, sharding: dict[str, Any],
+          records: list[RequestRecord] | None = None) -> LoadResult:
     """One :class:`LoadResult` for the whole run from the shards' reports and the tally of the merged
     records (``records``: the records themselves, when the caller kept them).
 
@@ -380,6 +389,7 @@ def merge(load: OpenLoop | ClosedLoop, reports: list[ShardReport], tally: MergeT
     of the shards' means; concurrency max the sum of their maxima (an upper bound). Per-shard figures go to
     ``parameters["sharding"]["shards"]``.
     """
+    check = options.self_check
     achieved = tally.sends.rate()
     send_end = max((r.send_end_ns for r in reports), default=start_ns)
     if load.duration_s is not None and isinstance(load, OpenLoop):
@@ -393,23 +403,9 @@ def merge(load: OpenLoop | ClosedLoop, reports: list[ShardReport], tally: MergeT
     worst = max(reports, key=lambda r: r.loop_delay.p99_ms or 0.0) if reports else None
     loop_delay = worst.loop_delay if worst is not None else LagStats.of_ns([])
     reasons = [f"shard {r.index}: {r.invalid_reason}" for r in reports if not r.valid and r.invalid_reason]
-    if isinstance(load, OpenLoop) and send_lag.n >= self_check.min_samples and send_lag.p99_ms is not None \
-            and send_lag.p99_ms > self_check.max_send_lag_p99_ms:
-        reasons.append(f"client saturated: merged send-lag p99 {send_lag.p99_ms:.2f} ms > "
-                       f"{self_check.max_send_lag_p99_ms} ms (§4.2.5)")
-    n_samples = max((len(r.concurrency_samples) for r in reports), default=0)
-    samples = []
-    for i in range(n_samples):
-        at = [r.concurrency_samples[i] for r in reports if i < len(r.concurrency_samples)]
-        samples.append((max(t for t, _ in at), sum(c for _, c in at)))
-    if isinstance(load, OpenLoop):
-        params: dict[str, Any] = {"arrival": {"kind": load.arrival.kind, "rate": load.arrival.rate,
-                                              "seed": load.arrival.seed, "cv": load.arrival.cv}}
-        requested, target = load.arrival.rate, None
-    else:
-        params, requested, target = {"concurrency": load.concurrency}, None, load.concurrency
-    params.update(max_requests=load.max_requests, duration_s=load.duration_s, drain_timeout_s=drain_timeout_s,
-                  stop_predicate=False, sharding={**sharding, "shards": [r.to_json() for r in reports]})
+    reasons += saturation_reasons(check, send_lag if isinstance(load, OpenLoop) else None, None, "merged send-lag")
+    params, requested, target = load_parameters(load, options.drain_timeout_s, stop=False)
+    params["sharding"] = {**sharding, "shards": [r.to_json() for r in reports]}
     return LoadResult(
         phase=tally.phase or "measure",
         load_model="open" if isinstance(load, OpenLoop) else "closed",
@@ -419,13 +415,17 @@ def merge(load: OpenLoop | ClosedLoop, reports: list[ShardReport], tally: MergeT
         output_tokens=tally.output_tokens, requested_rate=requested,
         achieved_rate=achieved, completion_rate=ok / ((end - start_ns) / 1e9) if end > start_ns else None,
         concurrency_target=target, concurrency_mean=float(sum(r.concurrency_mean for r in reports)),
-        concurrency_max=int(sum(r.concurrency_max for r in reports)), concurrency_samples=samples,
+        concurrency_max=int(sum(r.concurrency_max for r in reports)), concurrency_samples=_pooled_samples(reports),
         send_lag=send_lag, loop_delay=loop_delay, valid=not reasons, invalid_reason="; ".join(reasons) or None,
-        self_check=self_check, submit_lag=LagStats.of_ns(tally.submit_lags),
+        self_check=check, submit_lag=LagStats.of_ns(tally.submit_lags),
     )
 
 
-def lag_p99_ms(records: list[RequestRecord]) -> float | None:
-    """p99 send lag of some records in ms (per-shard figure from the merged records)."""
-    lags = [r.handoff_ns - r.intended_ns for r in records if r.intended_ns is not None and r.sent_ns]
-    return float(np.percentile(lags, 99)) / 1e6 if lags else None
+def _pooled_samples(reports: list[ShardReport]) -> list[tuple[int, int]]:
+    """The shards' concurrency samples added up, sample by sample (the latest time of each)."""
+    n_samples = max((len(r.concurrency_samples) for r in reports), default=0)
+    samples = []
+    for i in range(n_samples):
+        at = [r.concurrency_samples[i] for r in reports if i < len(r.concurrency_samples)]
+        samples.append((max(t for t, _ in at), sum(c for _, c in at)))
+    return samples

@@ -43,7 +43,6 @@ __all__ = [
     "CensoredPercentile",
     "NoisyRule",
     "batch_means_mean",
-    "batch_means_rate",
     "censored_percentile",
     "completion_rate_saturated",
     "distribution",
@@ -93,8 +92,8 @@ DEFINITIONS: dict[str, str] = {
     "proportion_ci": "Wilson score interval",
     "rate_ci": "batch means: the window split into equal sub-windows, t interval over the "
     "sub-window rates",
-    "sample_size_rule": "P99 needs n >= 1000, P99.9 n >= 10000 (§5.1.4.3); other percentiles "
-    "n >= 1/(1-q) and at least the rule of the nearest lower listed percentile",
+    "sample_size_rule": f"P99 needs n >= {MIN_SAMPLES[99.0]}, P99.9 n >= {MIN_SAMPLES[99.9]} (§5.1.4.3); other "
+    "percentiles n >= 1/(1-q) and at least the rule of the nearest lower listed percentile",
     "std": "sample standard deviation (ddof=1)",
     "jain": "J = (Σx)² / (n·Σx²) over per-request slowdown x_i = latency_i / P50 latency of the "
     "request's class in isolation (§5.6.4)",
@@ -380,7 +379,7 @@ def batch_means_mean(values: ArrayLike, *, weights: ArrayLike | None = None, uni
     autocorrelation that the Student-t interval of single requests ignores, and their near-normality tames
     heavy tails. A one-sided bound at confidence ``c`` is an end of the interval at ``2c - 1``.
     Reference: A. M. Law, W. D. Kelton, Simulation Modeling and Analysis, 3rd ed. (2000), §9.5.3 (batch
-    means); the same t interval as :func:`batch_means_rate`, over requests instead of time.
+    means); the same t interval as :func:`rate_from_window_sums`, over requests instead of time.
     """
     x = np.asarray(values, dtype=np.float64).ravel()
     w = np.ones_like(x) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
@@ -397,17 +396,6 @@ def batch_means_mean(values: ArrayLike, *, weights: ArrayLike | None = None, uni
     per = np.array([float(np.dot(pw, px) / pw.sum()) for px, pw in zip(np.array_split(x, b), np.array_split(w, b))])
     half = _batch_half_width(per, confidence)
     return Estimate(m, n, unit, m - half, m + half, confidence, False, method)
-
-
-def batch_means_rate(times: ArrayLike, weights: ArrayLike | None, start: float, end: float, *,
-                     unit: str, batches: int = 10, confidence: float = 0.95) -> Estimate:
-    """Rate of events (times in seconds, optional weights) inside ``[start, end]``.
-
-    Value: weighted count / window length. CI: batch means over ``batches`` equal
-    sub-windows (t interval over the sub-window rates; their mean equals the value).
-    """
-    sums, n_events = window_sums(times, weights, start, end, batches)
-    return rate_from_window_sums(sums, n_events, end - start, unit=unit, confidence=confidence)
 
 
 def distribution(name: str, samples: ArrayLike, unit: str,

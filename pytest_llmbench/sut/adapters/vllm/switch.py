@@ -2,8 +2,9 @@
 
 - ``prefix_cache`` False: every request carries a ``cache_salt`` that no other request shares (vLLM
   0.9+ mixes the salt into the first block's hash, so nothing is reused across requests); True:
-  no salt. The body holds the placeholder :data:`FRESH_SALT`; the plugin's prompt client
-  (``procedures/prompts.py``) replaces it with a new salt per request (:func:`fresh_salt`).
+  no salt. The body holds the placeholder :data:`FRESH_SALT`; the vLLM adapter's prefix-isolation
+  hook (``ServerAdapter.isolate_prefix``, run by the prompt-fitting body hook, ``adapters/fitting.py``)
+  replaces it with a new salt per request (:func:`fresh_salt`).
 - ``flush_prefix_cache``: ``POST /reset_prefix_cache``, served only with ``VLLM_SERVER_DEV_MODE=1``.
 
 Switching off needs the flush too (5.7 flushes between its runs), so it is refused, with the reason

@@ -1,10 +1,10 @@
 """The level x source table of docs/slo-and-compliance.md, generated from the checks of stored runs.
 
-``python -m pytest_llmbench.compliance.table [RESULTS_JSON ...] [--write]``: reads stored
+``python tools/compliance_table.py [RESULTS_JSON ...] [--write]``: reads stored
 ``results.json`` documents (gzipped or not; default ``tests/data/results-smoke.json.gz``, the smoke
 run the report tests render), prints the generated blocks, and with ``--write`` puts them into
 ``docs/slo-and-compliance.md`` between their markers. ``tests/test_source_table.py`` fails when the
-docs differ.
+docs differ. A tool of this repository, not of the plugin: nothing at run time uses it.
 
 Two blocks:
 
@@ -31,8 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .engine import item_data
-from .registry import TESTS, VERDICT_LEVELS, applicable_items, registry
+from pytest_llmbench.compliance.engine import item_data
+from pytest_llmbench.compliance.registry import VERDICT_LEVELS, applicable_items, draft_tests, registry
 
 __all__ = ["BLOCKS", "SOURCE_COLUMNS", "construction_items", "construction_summary", "construction_table", "doc_block",
            "item_sources", "load_document", "main", "render_blocks", "source_counts", "source_table", "update_doc"]
@@ -43,7 +43,7 @@ SOURCE_COLUMNS = ("measured", "runtime-check", "declared", "parameter", "tool-ve
 #: the source kinds that answer an item (the rest: "none", i.e. nothing answered it, or not-applicable)
 _DECIDED = SOURCE_COLUMNS[:6]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DOCUMENTS = (ROOT / "tests" / "data" / "results-smoke.json.gz",)
 DOC = ROOT / "docs" / "slo-and-compliance.md"
 #: the marker names of the generated blocks (``<!-- name:start -->`` … ``<!-- name:end -->``)
@@ -60,7 +60,7 @@ def load_document(path: str | Path) -> dict[str, Any]:
 
 def _binding_items() -> list[str]:
     """MUST/SHOULD ids that can bind a procedure 5.1–5.10, in registry order."""
-    applies = {req.id for t in TESTS if t != "6" for req, _ in applicable_items(t)}
+    applies = {req.id for t in draft_tests() if t != "6" for req, _ in applicable_items(t)}
     return [rid for rid, req in registry().items.items() if req.in_verdict and rid in applies]
 
 
@@ -170,7 +170,7 @@ def update_doc(text: str, blocks: Mapping[str, str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_llmbench.compliance.table",
+    parser = argparse.ArgumentParser(prog="python tools/compliance_table.py",
                                      description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("documents", nargs="*", metavar="RESULTS_JSON", help="stored results.json (.gz) documents "
                         f"(default: {', '.join(p.relative_to(ROOT).as_posix() for p in DEFAULT_DOCUMENTS)})")

@@ -1,0 +1,110 @@
+"""A procedure's load parameter (§4.2.3, §4.2.4) as a marker writes it, and its resolution to the load generator's.
+
+``poisson(rate=4)``, ``uniform(...)``, ``bursty(..., cv=2)``, ``closed(8)`` build a :class:`LoadSpec`
+(public API: ``from pytest_llmbench import poisson``); :func:`resolve_load` turns one into the load
+generator's ``OpenLoop``/``ClosedLoop``, scaling a capacity fraction by the SUT's capacity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..loadgen.load import check_arrival
+from .base import CannotMeasure
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..loadgen.load import ClosedLoop, OpenLoop
+    from .base import ProcedureContext
+
+__all__ = ["LoadSpec", "bursty", "closed", "poisson", "resolve_load", "uniform"]
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """A procedure's load parameter as a marker writes it: ``poisson(rate=4)``, ``closed(8)`` ...
+
+    Open loop (§4.2.3): ``arrival`` in poisson (REQUIRED), uniform, bursty (declared ``cv`` > 1),
+    with an absolute ``rate`` in req/s or ``capacity_fraction`` of the SUT's measured/declared
+    request-rate capacity. Closed loop (§4.2.4): ``concurrency`` requests held in flight.
+    """
+
+    model: str  # "open" | "closed"
+    arrival: str | None = None
+    rate: float | None = None
+    capacity_fraction: float | None = None
+    concurrency: int | None = None
+    cv: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.model == "open":
+            if (self.rate is None) == (self.capacity_fraction is None):
+                raise ValueError("open-loop load needs exactly one of rate= (req/s) or capacity_fraction=")
+            if self.capacity_fraction is not None and not self.capacity_fraction > 0:
+                raise ValueError(f"capacity_fraction must be > 0, got {self.capacity_fraction}")
+            object.__setattr__(self, "arrival", check_arrival(self.arrival, self.rate, self.cv))
+        elif self.model == "closed":
+            if not isinstance(self.concurrency, int) or self.concurrency < 1:
+                raise ValueError(f"closed-loop concurrency must be an integer >= 1, got {self.concurrency!r}")
+        else:
+            raise ValueError(f"load model must be 'open' or 'closed', not {self.model!r}")
+
+    def describe(self) -> str:
+        if self.model == "closed":
+            return f"closed loop, concurrency {self.concurrency}"
+        rate = f"{self.rate:g} req/s" if self.rate is not None else f"{self.capacity_fraction:.0%} of capacity"
+        cv = f", cv {self.cv:g}" if self.cv else ""
+        return f"open loop, {self.arrival} arrivals at {rate}{cv}"
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def poisson(rate: float | None = None, *, capacity_fraction: float | None = None) -> LoadSpec:
+    """Open-loop Poisson arrivals (§4.2.3, REQUIRED for open-loop 5.1)."""
+    return LoadSpec("open", "poisson", rate=rate, capacity_fraction=capacity_fraction)
+
+
+def uniform(rate: float | None = None, *, capacity_fraction: float | None = None) -> LoadSpec:
+    """Open-loop evenly spaced arrivals (§4.2.3)."""
+    return LoadSpec("open", "uniform", rate=rate, capacity_fraction=capacity_fraction)
+
+
+def bursty(rate: float | None = None, *, cv: float = 2.0, capacity_fraction: float | None = None) -> LoadSpec:
+    """Open-loop bursty arrivals: gamma gaps with coefficient of variation ``cv`` > 1 (§4.2.3)."""
+    return LoadSpec("open", "bursty", rate=rate, capacity_fraction=capacity_fraction, cv=cv)
+
+
+def closed(concurrency: int) -> LoadSpec:
+    """Closed loop holding ``concurrency`` requests in flight (§4.2.4)."""
+    return LoadSpec("closed", concurrency=concurrency)
+
+
+async def resolve_load(
+    ctx: ProcedureContext,
+    spec: Any,
+    *,
+    max_requests: int | None = None,
+    duration_s: float | None = None,
+    seed: int,
+) -> tuple[OpenLoop | ClosedLoop, dict[str, Any]]:
+    """A LoadSpec -> the load generator's OpenLoop/ClosedLoop, resolving capacity fractions.
+
+    ``seed`` drives the arrival gaps (one stream from ``ctx.seeds(...)``). Returns the load and a
+    JSON description (with the capacity source when one was used).
+    """
+    from ..loadgen.load import ArrivalProcess, ClosedLoop, OpenLoop
+
+    desc: dict[str, Any] = spec.to_json()
+    if spec.model == "closed":
+        return ClosedLoop(spec.concurrency, max_requests=max_requests, duration_s=duration_s), desc
+    rate = spec.rate
+    if rate is None:
+        cap = await ctx.get_capacity("rate")
+        if not cap.rate:
+            raise CannotMeasure("no request-rate capacity available to scale the load by")
+        rate = spec.capacity_fraction * cap.rate
+        desc.update(resolved_rate=rate, capacity_rate=cap.rate, capacity_source=cap.source)
+    arrival = ArrivalProcess(spec.arrival, rate, seed=seed, cv=spec.cv)
+    return OpenLoop(arrival, max_requests=max_requests, duration_s=duration_s), desc

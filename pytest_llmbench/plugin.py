@@ -48,6 +48,10 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line("markers", "llmbench: added by pytest-llmbench to every llm_procedure test")
     settings = settings_from_config(config)
+    from .measure.slo import set_default_confidence
+
+    previous = set_default_confidence(settings.slo_confidence)  # --llm-slo-confidence, for this session
+    config.add_cleanup(lambda: set_default_confidence(previous))
     try:
         bench = Session(settings, configure_sut=_hook_configure(config), progress=_progress_factory(config))
     except LLMBenchConfigError as exc:
@@ -340,36 +344,57 @@ class LLMBenchPlugin:
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         """Around the test body: record the SLOs it asserts with ``assert_slo`` on the test. After it:
         assert the marker's and the command line's SLOs on the result (recorded the same way), and
-        compare it with the baseline (--llm-compare, §6): a violated fail rule fails the test."""
+        compare it with the baseline (--llm-compare, §6): a violated fail rule fails the test. An
+        INCONCLUSIVE SLO (and no FAIL) gives the outcome ``--llm-inconclusive`` names: failed, passed with
+        a warning (``SLOInconclusiveWarning``) or skipped with the reason."""
         __tracebackhide__ = True
         entry = item.stash.get(ITEM_KEY, None)
         if entry is None:
             return (yield)
-        from .measure.slo import assert_slo, recording
+        from .measure.slo import SLOInconclusive, assert_slo, inconclusive_policy, recording
 
-        with recording(self._slo_recorder(item, lambda i: "body")):
-            outcome = yield
+        policy = self.settings.inconclusive
+        with recording(self._slo_recorder(item, lambda i: "body")), inconclusive_policy(policy):
+            try:
+                outcome = yield
+            except SLOInconclusive as exc:  # an assert_slo in the body (fail or skip: pass does not raise)
+                self._inconclusive(item, exc, policy)
+                raise
         result = getattr(item, "funcargs", {}).get("llm_result")
         if not isinstance(result, ProcedureResult):
             return outcome
         marker, option = list(entry[2]), list(self.settings.slo)
         slo_error: AssertionError | None = None
+        open_: SLOInconclusive | None = None
         if marker or option:
             origin = (lambda i: "marker" if i < len(marker) else "--llm-slo")
             try:
-                with recording(self._slo_recorder(item, origin)):
+                with recording(self._slo_recorder(item, origin)), inconclusive_policy(policy):
                     assert_slo(result.slo_metrics(), *marker, *option, strict=self.settings.strict_sampling,
                                client_error=result.slo_client_error)
+            except SLOInconclusive as exc:
+                open_ = exc
             except AssertionError as exc:
                 slo_error = exc
         failures = self._compare_test(item)
-        if slo_error is not None:
+        if slo_error is not None or (open_ is not None and failures):
+            bad = slo_error if slo_error is not None else open_
             if not failures:
-                raise slo_error
-            failures.append(str(slo_error))
+                raise bad
+            failures.append(str(bad))
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
+        if open_ is not None:
+            self._inconclusive(item, open_, policy)
+            raise open_
         return outcome
+
+    def _inconclusive(self, item: pytest.Item, exc: AssertionError, policy: str) -> None:
+        """An INCONCLUSIVE SLO decides the test's outcome (``--llm-inconclusive``): noted for the reports
+        (verdict INCONCLUSIVE); under ``skip`` the test is skipped with the reason."""
+        self.test_outcomes.setdefault(item.nodeid, {})["inconclusive"] = policy
+        if policy == "skip":
+            pytest.skip(f"SLO inconclusive (--llm-inconclusive skip): {exc}")
 
     def _slo_recorder(self, item: pytest.Item, origin: Callable[[int], str]) -> Callable[[Any], None]:
         """Keeps the results of one ``assert_slo`` call on the test (``slo_results``) and in its JUnit
@@ -378,9 +403,9 @@ class LLMBenchPlugin:
         def record(results: Any) -> None:
             kept = self.test_outcomes.setdefault(item.nodeid, {}).setdefault("slo_results", [])
             for i, r in enumerate(results):
+                k = len(kept)  # the SLO's number on this test (JUnit: llmbench.slo.<k>.*)
                 kept.append({**r.to_json(), "origin": origin(i)})
-                item.user_properties.append((f"llmbench.slo.{r.slo.text or r.slo}",
-                                             f"{'PASS' if r.passed else 'FAIL'}: {r.message}"))
+                item.user_properties.extend(_slo_properties(k, r))
 
         return record
 
@@ -454,6 +479,21 @@ class LLMBenchPlugin:
         if self.gate is not None:  # runs summarised again from records (a report directory of an older version)
             for note in self.gate.notes():
                 terminalreporter.write_line(f"llmbench: note: {note}")
+
+
+def _slo_properties(k: int, r: Any) -> list[tuple[str, Any]]:
+    """JUnit properties of the ``k``-th SLO judged on a test: ``llmbench.slo.<expr>`` (verdict and message),
+    and ``llmbench.slo.<k>.text``/``.verdict``/``.method``/``.bound``/``.limit``/``.n``/``.exceedances``
+    (and ``.needed_more`` for INCONCLUSIVE) for a CI that reads them one by one."""
+    text = r.slo.text or str(r.slo)
+    props: list[tuple[str, Any]] = [(f"llmbench.slo.{text}", f"{r.verdict}: {r.message}"),
+                                    (f"llmbench.slo.{k}.text", text), (f"llmbench.slo.{k}.verdict", str(r.verdict)),
+                                    (f"llmbench.slo.{k}.method", r.method)]
+    for name in ("bound", "limit", "n", "exceedances", "needed_more"):
+        value = getattr(r, name)
+        if value is not None:
+            props.append((f"llmbench.slo.{k}.{name}", f"{value:.6g}" if isinstance(value, float) else value))
+    return props
 
 
 def _short_message(report: pytest.TestReport) -> str:

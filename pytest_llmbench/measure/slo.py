@@ -68,6 +68,7 @@ __all__ = [
     "SLOError",
     "SLOInconclusive",
     "SLOResult",
+    "SLOInconclusiveWarning",
     "SLOUndersampledWarning",
     "SLOViolation",
     "StopCondition",
@@ -75,6 +76,8 @@ __all__ = [
     "Verdict",
     "assert_slo",
     "evaluate",
+    "inconclusive_policy",
+    "raise_for_results",
     "format_quantity",
     "good_mask",
     "parse_slo",
@@ -109,6 +112,10 @@ class SLOInconclusive(SLOViolation):
 
 class SLOUndersampledWarning(UserWarning):
     """An SLO passed on a percentile that has fewer samples than §5.1.4.3 asks for."""
+
+
+class SLOInconclusiveWarning(UserWarning):
+    """An SLO was INCONCLUSIVE and the INCONCLUSIVE policy is ``pass`` (``--llm-inconclusive pass``)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -1079,6 +1086,11 @@ def _evaluate_per_request(slo: SLO, run: RunMetricsLike, conf: float) -> SLOResu
 #: Receives the results of every :func:`assert_slo` call while set (the plugin: the current test).
 SLO_RECORDER: ContextVar[Callable[[Sequence[SLOResult]], None] | None] = ContextVar("llmbench_slo_recorder",
                                                                                   default=None)
+#: What :func:`assert_slo` does with an INCONCLUSIVE verdict (and no FAIL): ``fail`` and ``skip`` raise
+#: :class:`SLOInconclusive` (the plugin skips the test on ``skip``), ``pass`` warns
+#: (:class:`SLOInconclusiveWarning`) and returns. The plugin sets it from ``--llm-inconclusive``.
+INCONCLUSIVE_POLICIES = ("fail", "pass", "skip")
+_INCONCLUSIVE: ContextVar[str] = ContextVar("llmbench_slo_inconclusive", default="fail")
 
 
 @contextlib.contextmanager
@@ -1091,20 +1103,25 @@ def recording(recorder: Callable[[Sequence[SLOResult]], None] | None) -> Iterato
         SLO_RECORDER.reset(token)
 
 
-def assert_slo(run_metrics: RunMetricsLike, *slos: SLO | str, strict: bool = False,
-               client_error: ClientError | None = None, confidence: float | None = None) -> list[SLOResult]:
-    """Assert every SLO on a run: raise :class:`SLOViolation` when one FAILs, :class:`SLOInconclusive` (its
-    subclass) when none fails but one is INCONCLUSIVE; either lists every SLO not shown to hold.
+@contextlib.contextmanager
+def inconclusive_policy(policy: str) -> Iterator[None]:
+    """Within the block, an INCONCLUSIVE verdict is handled as ``policy`` says (:data:`INCONCLUSIVE_POLICIES`)."""
+    if policy not in INCONCLUSIVE_POLICIES:
+        raise SLOError(f"INCONCLUSIVE policy must be one of {', '.join(INCONCLUSIVE_POLICIES)}, got {policy!r}")
+    token = _INCONCLUSIVE.set(policy)
+    try:
+        yield
+    finally:
+        _INCONCLUSIVE.reset(token)
 
-    Returns the results when all pass. A passing but under-sampled percentile emits
-    :class:`SLOUndersampledWarning` (``strict=True`` turns it into a failure). ``confidence`` applies to
-    the SLOs that name none. The results go to the recorder of :data:`SLO_RECORDER` first, when one is set.
-    """
-    __tracebackhide__ = True  # the failure message says everything; hide this frame in pytest
-    if not slos:
-        raise SLOError("assert_slo() needs at least one SLO, e.g. assert_slo(run, 'ttft.p99 <= 500ms')")
-    results = [evaluate(s, run_metrics, strict=strict, client_error=client_error, confidence=confidence)
-               for s in slos]
+
+def raise_for_results(results: Sequence[SLOResult]) -> list[SLOResult]:
+    """Hand ``results`` to the recorder (:data:`SLO_RECORDER`), then raise :class:`SLOViolation` when one
+    FAILs, :class:`SLOInconclusive` when none fails but one is INCONCLUSIVE (under the ``pass`` policy: a
+    :class:`SLOInconclusiveWarning` instead); either lists every SLO not shown to hold. A passing but
+    under-sampled percentile emits :class:`SLOUndersampledWarning`. Returns the results otherwise."""
+    __tracebackhide__ = True
+    results = list(results)
     recorder = SLO_RECORDER.get()
     if recorder is not None:
         recorder(results)
@@ -1120,11 +1137,31 @@ def assert_slo(run_metrics: RunMetricsLike, *slos: SLO | str, strict: bool = Fal
             if failed and open_:
                 head += f", {len(open_)} inconclusive"
             message = f"{head}:\n" + "\n".join(f"  {r.message}" for r in bad)
-        raise (SLOViolation if failed else SLOInconclusive)(message, results)
+        if failed or _INCONCLUSIVE.get() != "pass":
+            raise (SLOViolation if failed else SLOInconclusive)(message, results)
+        warnings.warn(SLOInconclusiveWarning(f"{message} (counted as passed: --llm-inconclusive pass)"),
+                      stacklevel=3)
     for r in results:
-        if r.undersampled:
-            warnings.warn(SLOUndersampledWarning(r.message), stacklevel=2)
+        if r.undersampled and r.verdict is Verdict.PASS:
+            warnings.warn(SLOUndersampledWarning(r.message), stacklevel=3)
     return results
+
+
+def assert_slo(run_metrics: RunMetricsLike, *slos: SLO | str, strict: bool = False,
+               client_error: ClientError | None = None, confidence: float | None = None) -> list[SLOResult]:
+    """Assert every SLO on a run: raise :class:`SLOViolation` when one FAILs, :class:`SLOInconclusive` (its
+    subclass) when none fails but one is INCONCLUSIVE; either lists every SLO not shown to hold.
+
+    Returns the results when all pass. A passing but under-sampled percentile emits
+    :class:`SLOUndersampledWarning` (``strict=True`` turns it into a failure). ``confidence`` applies to
+    the SLOs that name none. The results go to the recorder of :data:`SLO_RECORDER` first, when one is set;
+    an INCONCLUSIVE verdict follows :func:`inconclusive_policy` (default: raise).
+    """
+    __tracebackhide__ = True  # the failure message says everything; hide this frame in pytest
+    if not slos:
+        raise SLOError("assert_slo() needs at least one SLO, e.g. assert_slo(run, 'ttft.p99 <= 500ms')")
+    return raise_for_results([evaluate(s, run_metrics, strict=strict, client_error=client_error,
+                                       confidence=confidence) for s in slos])
 
 
 class FiguresView:

@@ -465,3 +465,20 @@ def test_point_verdict_for_search_criteria() -> None:
     assert evaluate("ttft.p99 <= 1s", run).verdict is Verdict.INCONCLUSIVE  # 0 of 50: 1 % not shown
     r = evaluate("ttft.p99 <= 1s", run, point=True)  # the estimate (612.3 ms) against 1 s
     assert r.passed and r.method == "point" and "method point: a point verdict was asked for" in r.message
+
+
+def test_search_criteria_are_judged_on_their_value() -> None:
+    """procedures/helpers.criteria_failures judges each criterion two-way on the level's estimate: 50 requests
+    cannot show a P99 at 95 % (INCONCLUSIVE), yet a level whose P99 is well inside its criterion meets it."""
+    metrics = pytest.importorskip("pytest_llmbench.measure.summary")
+    from factories import make_record
+
+    from pytest_llmbench.procedures.helpers import criteria_failures
+
+    records = [make_record(i, sent=20 * i, ttft=10 + i, itl=5, text=["a", "b", "c", "d"], max_tokens=4,
+                           input_tokens_client=100, output_tokens_client=4) for i in range(50)]  # TTFT 10..59 ms
+    run = metrics.summarize(records)
+    assert evaluate("ttft.p99 <= 1s", run).verdict is Verdict.INCONCLUSIVE
+    assert criteria_failures(["ttft.p99 <= 1s", "success_rate >= 99%"], run) == []
+    (reason,) = criteria_failures(["ttft.p99 <= 1s", "ttft.p50 <= 20ms"], run)
+    assert reason.startswith("criterion TTFT P50 <= 20 ms: TTFT P50 34.5 ms > 20 ms") and "method point" in reason

@@ -19,7 +19,15 @@ import pytest
 
 from . import hookspecs
 from .options import add_options, settings_from_config
-from .procedures.base import CannotMeasure, Procedure, ProcedureError, SkipProcedure, get_procedure, params_key
+from .procedures.base import (
+    CannotMeasure,
+    Procedure,
+    ProcedureError,
+    SkipProcedure,
+    StopRequest,
+    get_procedure,
+    run_key,
+)
 from .procedures.result import Capacity, ProcedureResult
 from .session import Session, SessionResult, configure_embedded, resummarize_run
 from .settings import LLMBenchConfigError, Settings, parse_capacity
@@ -29,6 +37,8 @@ from .sut.system import SUT, EndpointError
 MARKER = "llm_procedure"
 SESSION_KEY = pytest.StashKey["LLMBenchPlugin"]()
 ITEM_KEY = pytest.StashKey[tuple[Procedure, Any, list[str]]]()
+#: the SLOs a test's run stops on (--llm-stop-when-decided / marker stop_when_decided=True), None: to its plan
+STOP_KEY = pytest.StashKey["StopRequest | None"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,8 +53,9 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(id, slo=None, **params): run draft procedure `id` (\"5.1\" ... \"5.10\") with the given "
-        "parameters; `slo` is a list of SLO expressions asserted on the result, e.g. ['ttft.p99<=500ms']",
+        f"{MARKER}(id, slo=None, stop_when_decided=None, **params): run draft procedure `id` (\"5.1\" ... "
+        "\"5.10\") with the given parameters; `slo` is a list of SLO expressions asserted on the result, e.g. "
+        "['ttft.p99<=500ms']; `stop_when_decided=True` ends a 5.1 run once they are settled",
     )
     config.addinivalue_line("markers", "llmbench: added by pytest-llmbench to every llm_procedure test")
     settings = settings_from_config(config)
@@ -94,6 +105,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     """Validate every llm_procedure marker at collection: unknown ids/parameters are usage errors."""
     bench: LLMBenchPlugin = config.stash[SESSION_KEY]
     selected = []
+    unable: set[str] = set()  # procedures that ignore --llm-stop-when-decided, said once each
     for item in items:
         marker = item.get_closest_marker(MARKER)
         if marker is None:
@@ -104,6 +116,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         slos = kwargs.pop("slo", None) or []
         if isinstance(slos, str):
             slos = [slos]
+        asked = kwargs.pop("stop_when_decided", None)
         try:
             proc = get_procedure(str(marker.args[0]))
             _check_param_types(proc, kwargs)
@@ -116,6 +129,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             raise pytest.UsageError(f"{item.nodeid}: @{MARKER}({marker.args[0]!r}): invalid parameter value: {exc}"
                                     ) from None
         item.stash[ITEM_KEY] = (proc, params, list(slos))
+        item.stash[STOP_KEY] = _stop_request(item, proc, list(slos), asked, bench.settings, unable)
         item.add_marker(pytest.mark.llmbench)
         selected.append(item)
     if selected and not (bench.settings.dry_run or config.option.collectonly):
@@ -131,6 +145,27 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if bench.settings.dry_run:
             config.hook.pytest_deselected(items=list(items))
             items[:] = []
+
+
+def _stop_request(item: pytest.Item, proc: Procedure, slos: list[str], asked: Any, settings: Settings,
+                  unable: set[str]) -> StopRequest | None:
+    """The SLOs a test's run stops on once they are settled: marker ``stop_when_decided`` (else
+    ``--llm-stop-when-decided``), for a procedure that can (5.1) and SLOs known before the run (the marker's
+    and ``--llm-slo``'s); a search or sweep ignores it and says so (a warning)."""
+    if asked is not None and not isinstance(asked, bool):
+        raise pytest.UsageError(f"{item.nodeid}: @{MARKER}(stop_when_decided={asked!r}) must be True or False")
+    if not (settings.stop_when_decided if asked is None else asked):
+        return None
+    if not proc.stops_when_decided:
+        if asked or proc.id not in unable:
+            unable.add(proc.id)
+            item.warn(pytest.PytestWarning(f"procedure {proc.id} ({proc.title}) has no single measured run to stop: "
+                                           "it ignores stop_when_decided and runs to its plan"))
+        return None
+    texts = tuple(s.strip() for s in [*slos, *settings.slo])
+    if not texts:
+        return None  # nothing known before the run to decide: to the plan (SLOs in the body come after it)
+    return StopRequest(texts, confidence=settings.slo_confidence, strict=settings.strict_sampling)
 
 
 def _check_param_types(proc: Procedure, kwargs: dict[str, Any]) -> None:
@@ -351,7 +386,7 @@ class LLMBenchPlugin:
         entry = item.stash.get(ITEM_KEY, None)
         if entry is None:
             return (yield)
-        from .measure.slo import SLOInconclusive, assert_slo, inconclusive_policy, recording
+        from .measure.slo import SLOInconclusive, evaluate, inconclusive_policy, raise_for_results, recording
 
         policy = self.settings.inconclusive
         with recording(self._slo_recorder(item, lambda i: "body")), inconclusive_policy(policy):
@@ -368,10 +403,13 @@ class LLMBenchPlugin:
         open_: SLOInconclusive | None = None
         if marker or option:
             origin = (lambda i: "marker" if i < len(marker) else "--llm-slo")
+            looks = {text: n for text, (_, n) in result.slo_verdicts.items()}
             try:
-                with recording(self._slo_recorder(item, origin)), inconclusive_policy(policy):
-                    assert_slo(result.slo_metrics(), *marker, *option, strict=self.settings.strict_sampling,
-                               client_error=result.slo_client_error)
+                with recording(self._slo_recorder(item, origin, looks)), inconclusive_policy(policy):
+                    raise_for_results([result.slo_verdicts[t.strip()][0] if t.strip() in result.slo_verdicts else
+                                       evaluate(t, result.slo_metrics(), strict=self.settings.strict_sampling,
+                                                client_error=result.slo_client_error)
+                                       for t in (*marker, *option)])
             except SLOInconclusive as exc:
                 open_ = exc
             except AssertionError as exc:
@@ -396,15 +434,18 @@ class LLMBenchPlugin:
         if policy == "skip":
             pytest.skip(f"SLO inconclusive (--llm-inconclusive skip): {exc}")
 
-    def _slo_recorder(self, item: pytest.Item, origin: Callable[[int], str]) -> Callable[[Any], None]:
+    def _slo_recorder(self, item: pytest.Item, origin: Callable[[int], str],
+                      looks: dict[str, int] | None = None) -> Callable[[Any], None]:
         """Keeps the results of one ``assert_slo`` call on the test (``slo_results``) and in its JUnit
-        properties (``llmbench.slo.<expr>``); ``origin(i)`` names where the i-th SLO was written."""
+        properties (``llmbench.slo.<expr>``); ``origin(i)`` names where the i-th SLO was written, ``looks``
+        the requests a run stopped when decided judged an SLO on."""
 
         def record(results: Any) -> None:
             kept = self.test_outcomes.setdefault(item.nodeid, {}).setdefault("slo_results", [])
             for i, r in enumerate(results):
                 k = len(kept)  # the SLO's number on this test (JUnit: llmbench.slo.<k>.*)
-                kept.append({**r.to_json(), "origin": origin(i)})
+                look = (looks or {}).get(r.slo.text)
+                kept.append({**r.to_json(), "origin": origin(i), **({"look": look} if look is not None else {})})
                 item.user_properties.extend(_slo_properties(k, r))
 
         return record
@@ -539,14 +580,16 @@ def llm_result(request: pytest.FixtureRequest, llm_session: Session, llm_sut: SU
     if entry is None:
         pytest.fail(f"llm_result needs @pytest.mark.{MARKER}(...) on the test", pytrace=False)
     proc, params, slos = entry
+    stop = request.node.stash.get(STOP_KEY, None)
     plugin: LLMBenchPlugin = request.config.stash[SESSION_KEY]
     plugin.test_outcomes.setdefault(request.node.nodeid, {}).update(
-        result_key=params_key(proc.id, params), procedure=proc.id, slos=list(slos) + list(llm_session.settings.slo))
+        result_key=run_key(proc.id, params, stop), procedure=proc.id,
+        slos=list(slos) + list(llm_session.settings.slo))
     from .workloads import WorkloadError
 
     cannot: CannotMeasure | None = None
     try:
-        result = llm_session.run(proc, params)
+        result = llm_session.run(proc, params, stop)
     except SkipProcedure as exc:
         pytest.skip(str(exc))
     except WorkloadError as exc:  # a bad workload file or dataset: its message names it

@@ -87,6 +87,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("slo-confidence", "confidence an SLO's verdict is judged at (PASS or FAIL only when a one-sided bound "
            "at it lies on one side of the threshold, else INCONCLUSIVE; docs/slo-and-compliance.md), in [0.5, 1)",
            0.95, "float"),
+    Option("stop-when-decided", "end a single-run procedure's measured run (5.1) once every SLO known before it "
+           "(marker and --llm-slo) is PASS or FAIL, at a fixed schedule of looks; the run is then unmet on its "
+           "request count (docs/slo-and-compliance.md 'Stopping when decided'). Searches and sweeps ignore it",
+           False, "bool"),
     Option("inconclusive", "outcome of a test whose SLO is INCONCLUSIVE (not shown to hold nor not to): fail, "
            "pass (with a warning) or skip (with the reason)", "fail", "choice", INCONCLUSIVE_OUTCOMES),
     Option("drop-text", "do not keep prompt/completion text in stored records", False, "bool"),
@@ -155,6 +159,7 @@ class Settings:
     strict_sampling: bool = False
     slo_confidence: float = 0.95  # an SLO verdict's confidence unless the SLO names its own (measure/slo.py)
     inconclusive: str = "fail"  # pytest outcome of an INCONCLUSIVE SLO: fail | pass | skip
+    stop_when_decided: bool = False  # 5.1's measured run ends once its SLOs are settled (issue 47)
     drop_text: bool = False
     workers: str = "1"
     ray_address: str | None = None

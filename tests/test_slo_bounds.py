@@ -289,3 +289,16 @@ def test_stop_condition_fails_and_keeps_to_the_plan_without_a_bound(tmp_path) ->
     keep = StopCondition(["ttft.p99 <= 500ms", "output_throughput >= 1 tok/s"], planned=10_000)
     d = keep.should_stop(run, sent=477)
     assert not d.stop and "output_throughput" in d.reason and keep.unsupported == [parse_slo("output_throughput >= 1 tok/s")]
+
+
+def test_strict_sampling_does_not_settle_a_pass_below_the_sample_rule(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """--llm-strict-sampling with stopping: a P99 PASS at 477 requests (< 1000, §5.1.4.3) is not settled (the
+    run goes on to the rule); a FAIL is; the final verdict of a run that ended below the rule is FAIL."""
+    run = _stored(tmp_path, [100.0] * 477)
+    stop = StopCondition(["ttft.p99 <= 500ms"], planned=10_000, strict=True)
+    d = stop.should_stop(run, sent=477)
+    assert not d.stop and d.results[0].verdict is Verdict.PASS and stop.settled_at == {}
+    assert stop.final(lambda n: run, sent=477)[0].verdict is Verdict.FAIL
+    assert "[strict sampling" in stop.final(lambda n: run, sent=477)[0].message
+    lax = StopCondition(["ttft.p99 <= 500ms"], planned=10_000)
+    assert lax.should_stop(run, sent=477).stop

@@ -1343,10 +1343,12 @@ class StopCondition:
                 results.append(None)
                 continue
             effect = self.effect[i]
-            r = _at_look(evaluate(slo, look_metrics, strict=self.strict, confidence=sched.look_confidence,
+            r = _at_look(evaluate(slo, look_metrics, confidence=sched.look_confidence,
                                   in_flight=in_flight, design_effect=effect), sched, j)
             results.append(r)
-            if r.verdict is not Verdict.INCONCLUSIVE and r.method in _SEQUENTIAL_METHODS:
+            # under strict sampling a PASS below §5.1.4.3's rule is not settled: the run goes on to the rule
+            strict_open = self.strict and r.undersampled and r.verdict is Verdict.PASS
+            if r.verdict is not Verdict.INCONCLUSIVE and r.method in _SEQUENTIAL_METHODS and not strict_open:
                 self.settled[i] = (sent, r, effect)
             elif in_flight == 0 and sent not in self._complete.setdefault(i, set()):
                 self._complete[i].add(sent)

@@ -507,12 +507,14 @@ def _bound_text(r: Mapping[str, Any]) -> str:
 
 
 def slo_rows(doc: Mapping[str, Any]) -> list[list[str]]:
-    """Every SLO judged on a test (1.8 fields; an older document's SLOs show no bound): verdict, value,
+    """Every SLO judged on a test (results 1.8; an older document's are left to the tests table): verdict, value,
     bound against its limit, requests judged, how many beyond the threshold, and "need ~N more" for
     INCONCLUSIVE (about how many more requests at the observed share would decide)."""
     rows = []
     for t in doc["tests"]:
         for r in t.get("slo_results") or []:
+            if "method" not in r:  # judged before results 1.8 (two-way, no bound): the tests table shows it
+                continue
             more = r.get("needed_more")
             decide = (f"need ~{more:,} more" if more is not None else "more than the run can give") \
                 if r["outcome"] == "INCONCLUSIVE" else ""

@@ -13,9 +13,11 @@ confidence), and the load average at the start and end of each run.
 * at: the truth's own percentile (the share beyond is the limit: INCONCLUSIVE, the run goes to its plan,
   or a verdict that is an error of at most 1 - confidence).
 
-    python bench/slo_stopping.py [--rate 20] [--percentile 99] [--confidence 0.95] [--requests N] [--time-scale 0.25]
+    python bench/slo_stopping.py [--rate 20] [--percentile 99] [--confidence 0.95] [--time-scale 0.25]
 
-``--requests`` replaces the plan's 10,000 (a quick check of the script; figures need the standard plan).
+``--requests`` and ``--warmup-requests`` replace the plan's 10,000 and the draft's warm-up (a quick check of
+the script, e.g. ``--requests 600 --warmup-requests 10 --rate 40 --percentile 90``; figures need the
+standard plan).
 Run it on a quiet machine: the simulator and the client share its cores.
 """
 
@@ -33,15 +35,13 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _run(session: Any, rate: float, requests: int | None, stop: Any) -> dict[str, Any]:
-    """One 5.1 run in the standard profile; its figures."""
+def _run(session: Any, rate: float, check: dict[str, Any], stop: Any) -> dict[str, Any]:
+    """One 5.1 run in the standard profile (``check``: smaller counts for a check of the script); its figures."""
     from pytest_llmbench.procedures.base import get_procedure
     from pytest_llmbench.procedures.loads import poisson
 
     proc = get_procedure("5.1")
-    overrides: dict[str, Any] = {"load": poisson(rate=rate)}
-    if requests is not None:
-        overrides["requests"] = requests
+    overrides: dict[str, Any] = {"load": poisson(rate=rate), **check}
     params = proc.make_params("standard", overrides)
     load_start = _load()
     t0 = time.perf_counter()
@@ -59,6 +59,8 @@ def main() -> None:
     ap.add_argument("--percentile", type=float, default=99.0, help="the SLO's TTFT percentile (default 99)")
     ap.add_argument("--confidence", type=float, default=0.95)
     ap.add_argument("--requests", type=int, default=None, help="instead of the standard plan's 10,000 (a check)")
+    ap.add_argument("--warmup-requests", type=int, default=None,
+                    help="instead of the draft's 100 warm-up requests and 10,000 tokens (a check: 1/100 of the tokens)")
     ap.add_argument("--time-scale", type=float, default=0.25, help="simulator time scale (default 0.25)")
     ap.add_argument("--report", default=None, help="report directory (default: a temporary one)")
     a = ap.parse_args()
@@ -78,7 +80,12 @@ def main() -> None:
         _ = session.tokenizer
         print(f"5.1, standard profile, Poisson {a.rate:g} req/s against the embedded simulator (time scale "
               f"{a.time_scale:g}); SLOs on TTFT P{a.percentile:g} at {a.confidence:.0%}; report {report}")
-        fixed = _run(session, a.rate, a.requests, None)
+        check: dict[str, Any] = {} if a.requests is None else {"requests": a.requests}
+        if a.warmup_requests is not None:
+            check.update(warmup_requests=a.warmup_requests, warmup_tokens=100 * a.warmup_requests)
+        if check:
+            print(f"CHECK of the script, not figures: {check}")
+        fixed = _run(session, a.rate, check, None)
         metrics = fixed["result"].metrics
         q = a.percentile
         truth = metrics.percentile("ttft", q).value
@@ -92,7 +99,7 @@ def main() -> None:
               f"{'fixed plan':>12} {'sent':>7} {'run s':>7}   load average (start -> end)")
         for where, threshold in thresholds.items():
             text = f"ttft.p{q:g} <= {threshold * 1000:.3f}ms"
-            stopped = _run(session, a.rate, a.requests, StopRequest((text,), confidence=a.confidence))
+            stopped = _run(session, a.rate, check, StopRequest((text,), confidence=a.confidence))
             res = stopped["result"]
             verdict, look = res.slo_verdicts[text]
             plan_verdict = evaluate(text, metrics).verdict

@@ -259,7 +259,8 @@ async def measure(
             await heartbeat
         tally.status(done=True)  # the line ends on the final count
         server_after = await telemetry.stop(origin_ns=result.start_ns if result is not None else None)
-    if cap is not None and (result.sent < (total or 0) or planned_duration is not None):
+    decided = stop is not None and stop.stopped  # ended by its SLOs' verdicts, not by the time budget
+    if cap is not None and not decided and (result.sent < (total or 0) or planned_duration is not None):
         planned = f"{total} requests" if total and result.sent < total else f"{planned_duration or 0:.0f} s"
         ctx.budget_cuts.append(f"{label}: cut to {cap:.0f} s by the time budget ({result.sent} requests sent, "
                                f"{planned} planned)")

@@ -33,11 +33,13 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def assert_slo(result: object, *slos: str, strict: bool = False) -> object:
+def assert_slo(result: object, *slos: str, strict: bool = False, confidence: float | None = None) -> object:
     """Assert SLOs on a procedure result (or RunMetrics), e.g. ``assert_slo(r, "ttft.p99<=500ms")``.
 
-    Fails the test with value, threshold, sample count and confidence interval (``measure/slo.py``).
-    On a procedure result an SLO may also name a procedure figure (``max_concurrency >= 8``), and a
+    Each SLO is PASS, FAIL or INCONCLUSIVE at its confidence (``confidence=`` here for the SLOs that name
+    none, ``ttft.p99 <= 500ms confidence=99%`` for one): a FAIL raises ``SLOViolation``, an INCONCLUSIVE
+    (and no FAIL) ``SLOInconclusive``, with value, threshold, bound, sample count and "need N more"
+    (``measure/slo.py``). On a procedure result an SLO may also name a procedure figure (``max_concurrency >= 8``), and a
     verdict within the client's measurement error of the threshold says so. Inside a pytest-llmbench
     test the SLOs and their results are recorded on the test (the report, JUnit, the gate).
     """
@@ -46,9 +48,10 @@ def assert_slo(result: object, *slos: str, strict: bool = False) -> object:
 
     view = getattr(result, "slo_metrics", None)
     if callable(view):  # a ProcedureResult
-        return _assert_slo(view(), *slos, strict=strict, client_error=getattr(result, "slo_client_error", None))
+        return _assert_slo(view(), *slos, strict=strict, client_error=getattr(result, "slo_client_error", None),
+                           confidence=confidence)
     metrics = getattr(result, "metrics", result)
-    return _assert_slo(metrics, *slos, strict=strict)
+    return _assert_slo(metrics, *slos, strict=strict, confidence=confidence)
 
 
 def __dir__() -> list[str]:

@@ -20,7 +20,15 @@ import pytest
 from . import hookspecs
 from .common.timing import LOGGER, timed
 from .options import add_options, settings_from_config
-from .procedures.base import CannotMeasure, Procedure, ProcedureError, SkipProcedure, get_procedure, params_key
+from .procedures.base import (
+    CannotMeasure,
+    Procedure,
+    ProcedureError,
+    SkipProcedure,
+    StopRequest,
+    get_procedure,
+    run_key,
+)
 from .procedures.result import Capacity, ProcedureResult
 from .session import Session, SessionResult, configure_embedded, resummarize_run
 from .settings import LLMBenchConfigError, Settings, parse_capacity
@@ -30,6 +38,8 @@ from .sut.system import SUT, EndpointError
 MARKER = "llm_procedure"
 SESSION_KEY = pytest.StashKey["LLMBenchPlugin"]()
 ITEM_KEY = pytest.StashKey[tuple[Procedure, Any, list[str]]]()
+#: the SLOs a test's run stops on (--llm-stop-when-decided / marker stop_when_decided=True), None: to its plan
+STOP_KEY = pytest.StashKey["StopRequest | None"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,11 +54,16 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(id, slo=None, **params): run draft procedure `id` (\"5.1\" ... \"5.10\") with the given "
-        "parameters; `slo` is a list of SLO expressions asserted on the result, e.g. ['ttft.p99<=500ms']",
+        f"{MARKER}(id, slo=None, stop_when_decided=None, **params): run draft procedure `id` (\"5.1\" ... "
+        "\"5.10\") with the given parameters; `slo` is a list of SLO expressions asserted on the result, e.g. "
+        "['ttft.p99<=500ms']; `stop_when_decided=True` ends a 5.1 run once they are settled",
     )
     config.addinivalue_line("markers", "llmbench: added by pytest-llmbench to every llm_procedure test")
     settings = settings_from_config(config)
+    from .measure.slo import set_default_confidence
+
+    previous = set_default_confidence(settings.slo_confidence)  # --llm-slo-confidence, for this session
+    config.add_cleanup(lambda: set_default_confidence(previous))
     try:
         bench = Session(settings, configure_sut=_hook_configure(config), progress=_progress_factory(config))
     except LLMBenchConfigError as exc:
@@ -91,6 +106,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     """Validate every llm_procedure marker at collection: unknown ids/parameters are usage errors."""
     bench: LLMBenchPlugin = config.stash[SESSION_KEY]
     selected = []
+    unable: set[str] = set()  # procedures that ignore --llm-stop-when-decided, said once each
     for item in items:
         marker = item.get_closest_marker(MARKER)
         if marker is None:
@@ -101,6 +117,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         slos = kwargs.pop("slo", None) or []
         if isinstance(slos, str):
             slos = [slos]
+        asked = kwargs.pop("stop_when_decided", None)
         try:
             proc = get_procedure(str(marker.args[0]))
             _check_param_types(proc, kwargs)
@@ -113,6 +130,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             raise pytest.UsageError(f"{item.nodeid}: @{MARKER}({marker.args[0]!r}): invalid parameter value: {exc}"
                                     ) from None
         item.stash[ITEM_KEY] = (proc, params, list(slos))
+        item.stash[STOP_KEY] = _stop_request(item, proc, list(slos), asked, bench.settings, unable)
         item.add_marker(pytest.mark.llmbench)
         selected.append(item)
     if selected and not (bench.settings.dry_run or config.option.collectonly):
@@ -128,6 +146,27 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if bench.settings.dry_run:
             config.hook.pytest_deselected(items=list(items))
             items[:] = []
+
+
+def _stop_request(item: pytest.Item, proc: Procedure, slos: list[str], asked: Any, settings: Settings,
+                  unable: set[str]) -> StopRequest | None:
+    """The SLOs a test's run stops on once they are settled: marker ``stop_when_decided`` (else
+    ``--llm-stop-when-decided``), for a procedure that can (5.1) and SLOs known before the run (the marker's
+    and ``--llm-slo``'s); a search or sweep ignores it and says so (a warning)."""
+    if asked is not None and not isinstance(asked, bool):
+        raise pytest.UsageError(f"{item.nodeid}: @{MARKER}(stop_when_decided={asked!r}) must be True or False")
+    if not (settings.stop_when_decided if asked is None else asked):
+        return None
+    if not proc.stops_when_decided:
+        if asked or proc.id not in unable:
+            unable.add(proc.id)
+            item.warn(pytest.PytestWarning(f"procedure {proc.id} ({proc.title}) has no single measured run to stop: "
+                                           "it ignores stop_when_decided and runs to its plan"))
+        return None
+    texts = tuple(s.strip() for s in [*slos, *settings.slo])
+    if not texts:
+        return None  # nothing known before the run to decide: to the plan (SLOs in the body come after it)
+    return StopRequest(texts, confidence=settings.slo_confidence, strict=settings.strict_sampling)
 
 
 def _check_param_types(proc: Procedure, kwargs: dict[str, Any]) -> None:
@@ -342,47 +381,74 @@ class LLMBenchPlugin:
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         """Around the test body: record the SLOs it asserts with ``assert_slo`` on the test. After it:
         assert the marker's and the command line's SLOs on the result (recorded the same way), and
-        compare it with the baseline (--llm-compare, §6): a violated fail rule fails the test."""
+        compare it with the baseline (--llm-compare, §6): a violated fail rule fails the test. An
+        INCONCLUSIVE SLO (and no FAIL) gives the outcome ``--llm-inconclusive`` names: failed, passed with
+        a warning (``SLOInconclusiveWarning``) or skipped with the reason."""
         __tracebackhide__ = True
         entry = item.stash.get(ITEM_KEY, None)
         if entry is None:
             return (yield)
-        from .measure.slo import assert_slo, recording
+        from .measure.slo import SLOInconclusive, evaluate, inconclusive_policy, raise_for_results, recording
 
-        with recording(self._slo_recorder(item, lambda i: "body")):
-            outcome = yield
+        policy = self.settings.inconclusive
+        with recording(self._slo_recorder(item, lambda i: "body")), inconclusive_policy(policy):
+            try:
+                outcome = yield
+            except SLOInconclusive as exc:  # an assert_slo in the body (fail or skip: pass does not raise)
+                self._inconclusive(item, exc, policy)
+                raise
         result = getattr(item, "funcargs", {}).get("llm_result")
         if not isinstance(result, ProcedureResult):
             return outcome
         marker, option = list(entry[2]), list(self.settings.slo)
         slo_error: AssertionError | None = None
+        open_: SLOInconclusive | None = None
         if marker or option:
             origin = (lambda i: "marker" if i < len(marker) else "--llm-slo")
+            looks = {text: n for text, (_, n) in result.slo_verdicts.items()}
             try:
-                with recording(self._slo_recorder(item, origin)):
-                    assert_slo(result.slo_metrics(), *marker, *option, strict=self.settings.strict_sampling,
-                               client_error=result.slo_client_error)
+                with recording(self._slo_recorder(item, origin, looks)), inconclusive_policy(policy):
+                    raise_for_results([result.slo_verdicts[t.strip()][0] if t.strip() in result.slo_verdicts else
+                                       evaluate(t, result.slo_metrics(), strict=self.settings.strict_sampling,
+                                                client_error=result.slo_client_error)
+                                       for t in (*marker, *option)])
+            except SLOInconclusive as exc:
+                open_ = exc
             except AssertionError as exc:
                 slo_error = exc
         failures = self._compare_test(item)
-        if slo_error is not None:
+        if slo_error is not None or (open_ is not None and failures):
+            bad = slo_error if slo_error is not None else open_
             if not failures:
-                raise slo_error
-            failures.append(str(slo_error))
+                raise bad
+            failures.append(str(bad))
         if failures:
             pytest.fail("\n".join(failures), pytrace=False)
+        if open_ is not None:
+            self._inconclusive(item, open_, policy)
+            raise open_
         return outcome
 
-    def _slo_recorder(self, item: pytest.Item, origin: Callable[[int], str]) -> Callable[[Any], None]:
+    def _inconclusive(self, item: pytest.Item, exc: AssertionError, policy: str) -> None:
+        """An INCONCLUSIVE SLO decides the test's outcome (``--llm-inconclusive``): noted for the reports
+        (verdict INCONCLUSIVE); under ``skip`` the test is skipped with the reason."""
+        self.test_outcomes.setdefault(item.nodeid, {})["inconclusive"] = policy
+        if policy == "skip":
+            pytest.skip(f"SLO inconclusive (--llm-inconclusive skip): {exc}")
+
+    def _slo_recorder(self, item: pytest.Item, origin: Callable[[int], str],
+                      looks: dict[str, int] | None = None) -> Callable[[Any], None]:
         """Keeps the results of one ``assert_slo`` call on the test (``slo_results``) and in its JUnit
-        properties (``llmbench.slo.<expr>``); ``origin(i)`` names where the i-th SLO was written."""
+        properties (``llmbench.slo.<expr>``); ``origin(i)`` names where the i-th SLO was written, ``looks``
+        the requests a run stopped when decided judged an SLO on."""
 
         def record(results: Any) -> None:
             kept = self.test_outcomes.setdefault(item.nodeid, {}).setdefault("slo_results", [])
             for i, r in enumerate(results):
-                kept.append({**r.to_json(), "origin": origin(i)})
-                item.user_properties.append((f"llmbench.slo.{r.slo.text or r.slo}",
-                                             f"{'PASS' if r.passed else 'FAIL'}: {r.message}"))
+                k = len(kept)  # the SLO's number on this test (JUnit: llmbench.slo.<k>.*)
+                look = (looks or {}).get(r.slo.text)
+                kept.append({**r.to_json(), "origin": origin(i), **({"look": look} if look is not None else {})})
+                item.user_properties.extend(_slo_properties(k, r))
 
         return record
 
@@ -469,6 +535,21 @@ class LLMBenchPlugin:
                 terminalreporter.write_line(f"llmbench: note: {note}")
 
 
+def _slo_properties(k: int, r: Any) -> list[tuple[str, Any]]:
+    """JUnit properties of the ``k``-th SLO judged on a test: ``llmbench.slo.<expr>`` (verdict and message),
+    and ``llmbench.slo.<k>.text``/``.verdict``/``.method``/``.bound``/``.limit``/``.n``/``.exceedances``
+    (and ``.needed_more`` for INCONCLUSIVE) for a CI that reads them one by one."""
+    text = r.slo.text or str(r.slo)
+    props: list[tuple[str, Any]] = [(f"llmbench.slo.{text}", f"{r.verdict}: {r.message}"),
+                                    (f"llmbench.slo.{k}.text", text), (f"llmbench.slo.{k}.verdict", str(r.verdict)),
+                                    (f"llmbench.slo.{k}.method", r.method)]
+    for name in ("bound", "limit", "n", "exceedances", "needed_more"):
+        value = getattr(r, name)
+        if value is not None:
+            props.append((f"llmbench.slo.{k}.{name}", f"{value:.6g}" if isinstance(value, float) else value))
+    return props
+
+
 def _short_message(report: pytest.TestReport) -> str:
     if report.passed:
         return ""
@@ -512,14 +593,16 @@ def llm_result(request: pytest.FixtureRequest, llm_session: Session, llm_sut: SU
     if entry is None:
         pytest.fail(f"llm_result needs @pytest.mark.{MARKER}(...) on the test", pytrace=False)
     proc, params, slos = entry
+    stop = request.node.stash.get(STOP_KEY, None)
     plugin: LLMBenchPlugin = request.config.stash[SESSION_KEY]
     plugin.test_outcomes.setdefault(request.node.nodeid, {}).update(
-        result_key=params_key(proc.id, params), procedure=proc.id, slos=list(slos) + list(llm_session.settings.slo))
+        result_key=run_key(proc.id, params, stop), procedure=proc.id,
+        slos=list(slos) + list(llm_session.settings.slo))
     from .workloads import WorkloadError
 
     cannot: CannotMeasure | None = None
     try:
-        result = llm_session.run(proc, params)
+        result = llm_session.run(proc, params, stop)
     except SkipProcedure as exc:
         pytest.skip(str(exc))
     except WorkloadError as exc:  # a bad workload file or dataset: its message names it

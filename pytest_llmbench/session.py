@@ -37,8 +37,9 @@ from .procedures.base import (
     Procedure,
     ProcedureContext,
     SkipProcedure,
+    StopRequest,
     capacity_provider,
-    params_key,
+    run_key,
 )
 from .procedures.result import Capacity, ProcedureResult, RunSummary
 from .settings import Settings, parse_capacity
@@ -195,31 +196,34 @@ class Session:
             self.simulator = None
 
     # --- procedures ----------------------------------------------------------------------------
-    def run(self, proc: Procedure, params: Any) -> ProcedureResult:
-        """Run a procedure once per (procedure, parameters) per session; later calls get the cache."""
-        key = params_key(proc.id, params)
+    def run(self, proc: Procedure, params: Any, stop: StopRequest | None = None) -> ProcedureResult:
+        """Run a procedure once per (procedure, parameters) per session; later calls get the cache.
+        ``stop``: its measured run stops once these SLOs are settled (a procedure that can: issue 47);
+        part of the key (:func:`run_key`)."""
+        key = run_key(proc.id, params, stop)
         if key in self.results:
             return self.results[key]
         if key in self.failures:
             raise self.failures[key]
         try:
-            return run_coroutine(self._run_async(proc, params))
+            return run_coroutine(self._run_async(proc, params, stop))
         except Exception as exc:  # KeyboardInterrupt/SystemExit end the session: never cached
             self.failures[key] = exc
             raise
 
-    async def _run_async(self, proc: Procedure, params: Any) -> ProcedureResult:
-        key = params_key(proc.id, params)
+    async def _run_async(self, proc: Procedure, params: Any, stop: StopRequest | None = None) -> ProcedureResult:
+        key = run_key(proc.id, params, stop)
         if key in self.results:
             return self.results[key]
         index = len(self.results)
-        result = await self._run_once(proc, params, key, f"{proc.id.replace('.', '_')}-{index:02d}", 0)
+        result = await self._run_once(proc, params, key, f"{proc.id.replace('.', '_')}-{index:02d}", 0, stop)
         if self.settings.runs > 1:
-            await self._repeat(proc, params, key, index, result)
+            await self._repeat(proc, params, key, index, result, stop)
         self.results[key] = result
         return result
 
-    async def _repeat(self, proc: Procedure, params: Any, key: str, index: int, first: ProcedureResult) -> None:
+    async def _repeat(self, proc: Procedure, params: Any, key: str, index: int, first: ProcedureResult,
+                      stop: StopRequest | None = None) -> None:
         """Repetitions 2..N of ``--llm-runs N`` (§6.3), each after an optional cooldown.
 
         Each repetition runs the procedure whole (its own warm-up included). It must not be served
@@ -238,7 +242,7 @@ class Session:
                 flushed = False
             ways.append("flush" if flushed else "stream")
             reps.append(await self._run_once(proc, params, key, f"{proc.id.replace('.', '_')}-{index:02d}-rep{k + 1}",
-                                             0 if flushed else k))
+                                             0 if flushed else k, stop))
         self.repetitions[key] = reps
         if all(w == "flush" for w in ways):
             how = "prefix cache flushed before each repetition (flush_prefix_cache hook)"
@@ -250,8 +254,8 @@ class Session:
         self.repetition_isolation[key] = how
         first.notes.append(f"--llm-runs {self.settings.runs} (§6.3): {how}; across-run statistics in 'repetitions'")
 
-    async def _run_once(self, proc: Procedure, params: Any, key: str, dirname: str, repetition: int
-                        ) -> ProcedureResult:
+    async def _run_once(self, proc: Procedure, params: Any, key: str, dirname: str, repetition: int,
+                        stop: StopRequest | None = None) -> ProcedureResult:
         sut = self.get_sut()
         run_root = self.settings.report / "runs" / dirname
         if run_root.exists():  # an earlier session's run of the same name: its records are not this run's
@@ -268,6 +272,7 @@ class Session:
             session_workloads=self.workloads_used,
             repetition=repetition,
             deadline=time.monotonic() + self.settings.max_duration if self.settings.max_duration else None,
+            stop=stop if proc.stops_when_decided else None,
         )
         ctx.get_capacity = self._capacity_outside_budget(ctx)
         t0 = time.perf_counter()

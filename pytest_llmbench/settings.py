@@ -17,12 +17,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["APIS", "BOUNDARIES", "EXPORTS", "LLMBenchConfigError", "OPTIONS", "Option", "PROFILES", "Settings",
+__all__ = ["APIS", "BOUNDARIES", "EXPORTS", "INCONCLUSIVE_OUTCOMES", "LLMBenchConfigError", "OPTIONS", "Option", "PROFILES", "Settings",
            "parse_capacity", "resolve"]
 
 BOUNDARIES = ("model-engine", "gateway", "compound")
 PROFILES = ("smoke", "standard", "full")
 APIS = ("completions", "chat")
+#: ``--llm-inconclusive``: the pytest outcome of an INCONCLUSIVE SLO verdict (issue 47)
+INCONCLUSIVE_OUTCOMES = ("fail", "pass", "skip")
 
 
 class LLMBenchConfigError(ValueError):
@@ -82,6 +84,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("time-scale", "embedded simulator: factor applied to every modelled delay", 0.25, "float"),
     Option("sim-config", "embedded simulator: TOML/JSON configuration file", None, "path"),
     Option("strict-sampling", "fail SLOs on under-sampled percentiles (§5.1.4.3)", False, "bool"),
+    Option("slo-confidence", "confidence an SLO's verdict is judged at (PASS or FAIL only when a one-sided bound "
+           "at it lies on one side of the threshold, else INCONCLUSIVE; docs/slo-and-compliance.md), in [0.5, 1)",
+           0.95, "float"),
+    Option("stop-when-decided", "end a single-run procedure's measured run (5.1) once every SLO known before it "
+           "(marker and --llm-slo) is PASS or FAIL, at a fixed schedule of looks; the run is then unmet on its "
+           "request count (docs/slo-and-compliance.md 'Stopping when decided'). Searches and sweeps ignore it",
+           False, "bool"),
+    Option("inconclusive", "outcome of a test whose SLO is INCONCLUSIVE (not shown to hold nor not to): fail, "
+           "pass (with a warning) or skip (with the reason)", "fail", "choice", INCONCLUSIVE_OUTCOMES),
     Option("drop-text", "do not keep prompt/completion text in stored records", False, "bool"),
     Option("workers", "load-generator processes per measured run: N, or auto (cores - 1); 1 = in-process "
            "(shards/, README 'When one machine is not enough')", "1"),
@@ -146,6 +157,9 @@ class Settings:
     time_scale: float = 0.25
     sim_config: Path | None = None
     strict_sampling: bool = False
+    slo_confidence: float = 0.95  # an SLO verdict's confidence unless the SLO names its own (measure/slo.py)
+    inconclusive: str = "fail"  # pytest outcome of an INCONCLUSIVE SLO: fail | pass | skip
+    stop_when_decided: bool = False  # 5.1's measured run ends once its SLOs are settled (issue 47)
     drop_text: bool = False
     workers: str = "1"
     ray_address: str | None = None
@@ -268,6 +282,9 @@ def _validate(s: Settings) -> None:
     if not (s.telemetry_interval >= 0 and math.isfinite(s.telemetry_interval)):
         raise LLMBenchConfigError(f"{s.sources.get('telemetry_interval', '--llm-telemetry-interval')}: invalid value "
                                   f"{s.telemetry_interval!r} for telemetry-interval: must be >= 0 seconds (0: off)")
+    if not 0.5 <= s.slo_confidence < 1.0:
+        raise LLMBenchConfigError(f"{s.sources.get('slo_confidence', '--llm-slo-confidence')}: invalid value "
+                                  f"{s.slo_confidence!r} for slo-confidence: must be in [0.5, 1), e.g. 0.95")
     if s.max_duration is not None and not s.max_duration >= 0:
         raise LLMBenchConfigError(f"{s.sources.get('max_duration', '--llm-max-duration')}: invalid value "
                                   f"{s.max_duration!r} for max-duration: must be >= 0 seconds (0: no budget)")

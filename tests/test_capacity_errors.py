@@ -41,7 +41,7 @@ def test_a_procedure_that_raised_raises_again_without_running_again() -> None:
     session = Session(Settings(profile="smoke"))
     runs: list[str] = []
 
-    async def failing(proc: Any, params: Any) -> Any:
+    async def failing(proc: Any, params: Any, stop: Any = None) -> Any:
         runs.append(proc.id)
         raise RuntimeError("5.6: no short-class request completed")
 

@@ -15,7 +15,7 @@ from factories import make_record
 from pytest_llmbench import assert_slo
 from pytest_llmbench.common.records import RequestRecord
 from pytest_llmbench.loadgen.selfcheck import ClientDelay, check_figures, figure_error_ms, procedure_check
-from pytest_llmbench.measure.slo import SLOViolation
+from pytest_llmbench.measure.slo import SLOInconclusive, SLOViolation
 from pytest_llmbench.measure.summary import summarize
 from pytest_llmbench.procedures.result import ProcedureResult, RunSummary
 
@@ -49,10 +49,13 @@ def test_a_threshold_within_the_client_error_passes_with_a_note() -> None:
     verdict lies within the client's measurement error; 1 ms above it: no note."""
     result = _result(0.3)
     p50 = result.metrics.percentile("ttft", 50).value
-    (near,) = assert_slo(result, f"ttft.p50 <= {(p50 + 0.0001) * 1e3:.4f}ms")
-    assert near.passed and near.within_client_error and near.client_error == pytest.approx(0.0003)
+    # 0.1 ms above the P50 of 200 requests: the value meets it, the bound cannot tell (INCONCLUSIVE)
+    with pytest.raises(SLOInconclusive) as exc:
+        assert_slo(result, f"ttft.p50 <= {(p50 + 0.0001) * 1e3:.4f}ms")
+    (near,) = exc.value.results
+    assert near.within_client_error and near.client_error == pytest.approx(0.0003)
     assert "within the client's measurement error (±0.3 ms) of the threshold" in near.message
-    (far,) = assert_slo(result, f"ttft.p50 <= {(p50 + 0.001) * 1e3:.4f}ms")
+    (far,) = assert_slo(result, f"ttft.p50 <= {(p50 + 0.02) * 1e3:.4f}ms")  # none of 200 above: PASS
     assert far.passed and not far.within_client_error and "client" not in far.message
     # failing inside the error band says so too
     with pytest.raises(SLOViolation, match="within the client's measurement error"):
@@ -62,7 +65,7 @@ def test_a_threshold_within_the_client_error_passes_with_a_note() -> None:
     (t,) = assert_slo(result, f"tpot.p50 <= {(tpot + 0.0001) * 1e3:.4f}ms")
     assert not t.within_client_error and t.client_error == pytest.approx(0.0003 / 63)
     # figures the client's clock does not time have no client error
-    (sr,) = assert_slo(result, "success_rate >= 99%")
+    (sr,) = assert_slo(result, "success_rate >= 95%")  # 200 of 200: shown at 95 % (99 % needs >= 299)
     assert sr.client_error is None and not sr.within_client_error
 
 

@@ -317,6 +317,36 @@ def test_a_baseline_of_the_previous_metric_definitions_is_refused_with_the_reaso
     assert not compare(new, new, ["output_throughput:10%"]).refused  # the same version compares
 
 
+def test_a_compared_slo_verdict_of_inconclusive_is_shown_as_such_never_as_a_pass(store: Path):
+    """Issue 47: each compared test's SLOs with their verdict in the baseline and the new run, beside the
+    figures; INCONCLUSIVE is shown as INCONCLUSIVE (with "need ~N more"), a baseline stored before verdicts
+    had three values gives its PASS/FAIL, and SLO verdicts are no fail rule."""
+    from pytest_llmbench.report.comparison import render_comparison
+
+    base = load_run("base", store)
+    nodeid = "suites/test_5_1_ttft.py::test_ttft_slo"
+    doc = json.loads(json.dumps(base.document))
+    test = next(t for t in doc["tests"] if t["nodeid"] == nodeid)
+    test["slo_results"] = [{"text": "ttft.p99 <= 500ms", "outcome": "INCONCLUSIVE", "needed_more": 259},
+                           {"text": "ttft.p50 <= 2s", "outcome": "PASS"}]
+    new = save(doc, store, samples=base.samples, name="inconclusive", commit="x")
+    old = json.loads(json.dumps(base.document))
+    next(t for t in old["tests"] if t["nodeid"] == nodeid)["slo_results"] = [
+        {"text": "ttft.p99 <= 500ms", "passed": True}]  # recorded before results 1.8: no outcome field
+    baseline = save(old, store, samples=base.samples, name="two-way", commit="y")
+    comp = compare(baseline, new, ["tpot.p50:10%"])
+    assert not comp.failed
+    v = {x.slo: x for x in comp.pairs[0].slo_verdicts}
+    assert (v["ttft.p99 <= 500ms"].baseline, v["ttft.p99 <= 500ms"].new) == ("PASS", "INCONCLUSIVE")
+    assert (v["ttft.p50 <= 2s"].baseline, v["ttft.p50 <= 2s"].new) == (None, "PASS")
+    text = render_comparison(comp.to_json())
+    assert (f"[SLO INCONCLUSIVE] SLO ttft.p99 <= 500ms [{nodeid}]: baseline PASS → new INCONCLUSIVE (not shown to "
+            "hold; need ~259 more requests)") in text
+    assert "[SLO PASS] SLO ttft.p99" not in text and "baseline not judged → new PASS" in text
+    md = render_comparison_markdown(comp.to_json())
+    assert f"| ttft.p99 <= 500ms | {nodeid} | PASS | INCONCLUSIVE |" in md
+
+
 def test_repeated_runs_use_across_run_statistics(store: Path):
     base, rerun, slow = (load_run(n, store) for n in ("base", "rerun", "slow"))
     comp = compare([base, rerun], [slow], ["tpot.p50:10%"])

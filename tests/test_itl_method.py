@@ -96,13 +96,13 @@ def test_itl_slo_fails_under_option_a_and_tbc_is_judged() -> None:
     assert m.itl_option == "A"
     r = evaluate("itl.p99 <= 10s", m)
     assert not r.passed and ITL_NOT_MEASURABLE in r.message
-    tbc = evaluate("tbc.p99 <= 10s", m)
+    tbc = evaluate("tbc.p50 <= 10s", m)  # 5 requests: a P50 can be shown to hold (a P99 needs >= 299)
     assert tbc.passed, tbc.message
     assert m.percentile("chunk_size", 50).value == 3.0
     # a run measured directly keeps its itl SLO
     direct = [_rec(i, [1] * 20, tokencount.ONE_PER_CHUNK) for i in range(5)]
     md = summarize(direct, itl_option=decide_itl(direct).option)
-    assert md.itl_option == "B" and evaluate("itl.p99 <= 10s", md).passed
+    assert md.itl_option == "B" and evaluate("itl.p50 <= 10s", md).passed
 
 
 # ---------------------------------------------------------------------------- loopback server
@@ -179,7 +179,7 @@ async def test_three_tokens_per_chunk_server_is_time_between_chunks(tmp_path: Pa
     assert "option A" in c.reason
     b21 = checks["B.2.1-PARAM-1"]
     assert b21.status.value == "met" and "option A" in b21.reason
-    assert not evaluate("itl.p99 <= 10s", m).passed and evaluate("tbc.p99 <= 10s", m).passed
+    assert not evaluate("itl.p99 <= 10s", m).passed and evaluate("tbc.p50 <= 10s", m).passed  # 6 requests
     if running_usage:  # exact per-token counts from the running usage: the share is the server's
         assert methods == {tokencount.USAGE_PER_CHUNK}
         d = res.runs[0].extra["itl_decision"]

@@ -41,7 +41,8 @@ async def test_a_client_held_behind_its_schedule_shows_in_ttft_from_schedule() -
     assert held.min() >= HOLD_S and held.max() < HOLD_S + 0.1, held  # the hold plus the client's own pacing
     assert (m.per_request["e2e_from_schedule"] - m.per_request["e2e"]).min() >= HOLD_S
     assert m.percentile("ttft", 99).value < 0.1  # the answer itself comes at once
-    assert evaluate(parse_slo("ttft.p99 <= 100 ms"), m).passed
+    # the figures against 100 ms (4 requests: a point verdict; a bound on a P99 needs >= 299)
+    assert evaluate(parse_slo("ttft.p99 <= 100 ms"), m, point=True).passed
     failed = evaluate(parse_slo("ttft_from_schedule.p99 <= 100 ms"), m)
     assert not failed.passed and failed.value.value >= HOLD_S
 

@@ -15,8 +15,10 @@ from pytest_llmbench.measure.slo import (
     METRICS,
     SLO,
     SLOError,
+    SLOInconclusive,
     SLOUndersampledWarning,
     SLOViolation,
+    Verdict,
     assert_slo,
     evaluate,
     format_quantity,
@@ -24,6 +26,7 @@ from pytest_llmbench.measure.slo import (
     parse_slo,
     parse_slo_list,
     required_samples,
+    set_default_confidence,
 )
 from pytest_llmbench.measure.stats import Distribution, Estimate
 
@@ -189,6 +192,9 @@ def test_format_quantity_units() -> None:
 
 
 def _run() -> FakeRunMetrics:
+    """1000 requests: TTFT 200 ms, but the 40th, 80th, ... 1000th (25) at 700 ms; TPOT 35.1 ms."""
+    ttft = np.full(1000, 0.2)
+    ttft[39::40] = 0.7
     return FakeRunMetrics(
         estimates={
             ("ttft", 99.0): Estimate(0.6123, 1000, "s", 0.5801, 0.6407),
@@ -199,61 +205,125 @@ def _run() -> FakeRunMetrics:
         },
         scalars={
             "success_rate": Estimate(0.987, 1000, "fraction", 0.979, 0.992),
-            "output_throughput": Estimate(2500.0, 1000, "tok/s"),
+            "output_throughput": Estimate(2500.0, 1000, "tok/s", 2400.0, 2600.0, method="rate over the window, "
+                                          "batch means (10 sub-windows), t interval"),
         },
         distributions={"e2e": _dist("e2e", [2.0, 2.5, 3.0])},
-        per_request={"ttft": np.array([0.1, np.nan, 0.6, 0.3]), "e2e": np.array([1.0, 2.0, 3.0, 4.0])},
+        per_request={"ttft": ttft, "tpot": np.full(1000, 0.0351), "e2e": np.array([1.0, 2.0, 3.0, 4.0])},
     )
 
 
 def test_failure_message_exact_text() -> None:
+    """25 of 1000 beyond 500 ms: the exact lower bound on the share is above 1 %, so P99 > 500 ms (FAIL)."""
+    from scipy.stats import beta
+
     r = evaluate("ttft.p99 <= 500ms", _run())
-    assert not r.passed
-    assert r.message == "TTFT P99 612.3 ms > 500 ms (n=1000, 95% CI 580.1–640.7 ms)"
+    assert r.verdict is Verdict.FAIL and not r.passed and r.method == "binomial"
+    lower = beta.ppf(0.05, 25, 976)  # Clopper-Pearson one-sided 95 % lower bound on 25/1000
+    assert r.bound == pytest.approx(lower) and r.bound > 0.01 and r.limit == pytest.approx(0.01)
+    assert (r.n, r.exceedances, r.needed_more, r.confidence) == (1000, 25.0, None, 0.95)
+    assert r.message == ("TTFT P99 612.3 ms > 500 ms (n=1000, 95% CI 580.1–640.7 ms): FAIL at 95% confidence: "
+                         "25 of 1000 requests above 500 ms (a failed request counts as beyond the threshold); "
+                         f"share above 500 ms >= {float(f'{lower * 100:.3g}'):g}%, > 1% (exact binomial bound)")
     assert r.value is not None and r.value.value == 0.6123
 
 
-def test_pass_message_and_other_units() -> None:
+def test_pass_message_and_other_kinds() -> None:
     run = _run()
-    assert evaluate("tpot.p50 <= 40ms", run).message == "TPOT P50 35.1 ms <= 40 ms (n=1000, 95% CI 34.9–35.3 ms)"
-    r = evaluate("e2e.mean < 2s", run)
-    assert not r.passed and r.message == "E2E mean 2.5 s >= 2 s (n=3)"
+    r = evaluate("tpot.p50 <= 40ms", run)  # none of 1000 above: share <= 1 - 0.05^(1/1000) < 50 %
+    assert r.passed and r.bound == pytest.approx(1 - 0.05 ** (1 / 1000))
+    assert r.message.startswith("TPOT P50 35.1 ms <= 40 ms (n=1000, 95% CI 34.9–35.3 ms): PASS at 95% confidence: "
+                                "0 of 1000 requests above 40 ms")
+    r = evaluate("e2e.mean < 2s", run)  # 4 requests, 2 batches of 2: means 1.5 and 3.5
+    assert r.verdict is Verdict.INCONCLUSIVE and r.method == "batch-means"
+    assert r.message.startswith("E2E mean 2.5 s >= 2 s (n=4, 95% CI ")
     r = evaluate("e2e.max < 3.5s", run)
-    assert r.passed and r.value.value == 3.0
-    assert evaluate("e2e.min < 1s", run).message == "E2E min 2 s >= 1 s (n=3)"
-    r = evaluate("success_rate >= 99%", run)
-    assert r.message == "Success rate 98.7% < 99% (n=1000, 95% CI 97.9–99.2%)"
-    assert evaluate("output_throughput >= 2000 tok/s", run).message == "Output throughput 2500 tok/s >= 2000 tok/s (n=1000)"
+    assert r.passed and r.value.value == 3.0 and r.method == "point"
+    assert evaluate("e2e.min < 1s", run).message == ("E2E min 2 s >= 1 s (n=3): FAIL (method point: the run's min "
+                                                     "has no bound; judged on its value)")
+    r = evaluate("success_rate >= 99%", run)  # 13 of 1000 failed: the share's bounds straddle 1 %
+    assert r.verdict is Verdict.INCONCLUSIVE and (r.n, r.exceedances) == (1000, 13.0)
+    assert r.message.startswith("Success rate 98.7% < 99% (n=1000, 95% CI 97.9–99.2%): INCONCLUSIVE at 95% "
+                                "confidence: Success rate <= ")
+    assert "need ~" in r.message and r.needed_more is not None and r.needed_more > 0
+    r = evaluate("output_throughput >= 2000 tok/s", run)  # batch means over 10 windows: far above
+    assert r.passed and r.method == "batch-means" and 2000 < r.bound < 2500
+    assert r.message.startswith("Output throughput 2500 tok/s >= 2000 tok/s (n=1000, 95% CI 2400–2600 tok/s): "
+                                "PASS at 95% confidence: Output throughput >= ")
+
+
+def test_window_rate_bound_is_the_batch_means_interval_one_sided() -> None:
+    """The two-sided 95 % interval 2400–2600 over 10 sub-windows, read back as one-sided 95 %."""
+    from scipy.stats import t
+
+    r = evaluate("output_throughput >= 2000 tok/s", _run())
+    se = 100 / t.ppf(0.975, 9)
+    assert r.bound == pytest.approx(2500 - t.ppf(0.95, 9) * se)
+    assert evaluate("output_throughput >= 2450 tok/s", _run()).verdict is Verdict.INCONCLUSIVE
+    assert evaluate("output_throughput >= 2700 tok/s", _run()).verdict is Verdict.FAIL
 
 
 def test_undersampled_message_warning_and_strict() -> None:
+    """A PASS on fewer samples than §5.1.4.3 asks warns; strict sampling turns it into FAIL."""
     run = _run()
-    r = evaluate("itl.p99.9 <= 200ms", run)
-    assert r.passed and r.undersampled
-    assert r.message == ("ITL P99.9 150 ms <= 200 ms (n=412); under-sampled: P99.9 needs >= 10000 samples, have 412")
+    run.per_request["ttft"] = np.full(412, 0.1)
+    run.estimates[("ttft", 99.0)] = Estimate(0.1, 412, "s", 0.1, 0.1, undersampled=True)
+    r = evaluate("ttft.p99.9 <= 1s", run)
+    assert r.verdict is Verdict.INCONCLUSIVE  # 0 of 412: P99.9 needs >= 2995 requests to PASS at 95 %
+    assert r.needed_more == 2995 - 412 and "need ~2583 more requests at the observed share (0%)" in r.message
+    r = evaluate("ttft.p99 <= 1s", run)
+    assert r.passed and r.undersampled  # 0 of 412 >= 299 shows it, but §5.1.4.3 asks for 1000
+    assert r.message.endswith("; under-sampled: P99 needs >= 1000 samples, have 412")
     with pytest.warns(SLOUndersampledWarning, match="under-sampled"):
-        assert_slo(run, "itl.p99.9 <= 200ms")
+        assert_slo(run, "ttft.p99 <= 1s")
     with pytest.raises(SLOViolation, match="strict sampling"):
-        assert_slo(run, "itl.p99.9 <= 200ms", strict=True)
-    assert not evaluate("itl.p99.9 <= 200ms", run, strict=True).passed
+        assert_slo(run, "ttft.p99 <= 1s", strict=True)
+    assert evaluate("ttft.p99 <= 1s", run, strict=True).verdict is Verdict.FAIL
 
 
-def test_assert_slo_lists_every_failure() -> None:
+def test_assert_slo_lists_every_failure_and_inconclusive() -> None:
     run = _run()
     with pytest.raises(SLOViolation) as exc:
         assert_slo(run, "ttft.p99 <= 500ms", "tpot.p50 <= 40ms", "success_rate >= 99%", "ttft.p99.9 <= 1s")
-    msg = str(exc.value)
-    assert msg.splitlines()[0] == "2 of 4 SLOs failed:"
-    assert "  TTFT P99 612.3 ms > 500 ms (n=1000, 95% CI 580.1–640.7 ms)" in msg.splitlines()
-    assert "  Success rate 98.7% < 99% (n=1000, 95% CI 97.9–99.2%)" in msg.splitlines()
-    assert "TPOT" not in msg
+    lines = str(exc.value).splitlines()
+    assert lines[0] == "1 of 4 SLOs failed, 2 inconclusive:"
+    assert lines[1].startswith("  TTFT P99 612.3 ms > 500 ms (n=1000, 95% CI 580.1–640.7 ms): FAIL")
+    assert lines[2].startswith("  Success rate 98.7% < 99% (n=1000, 95% CI 97.9–99.2%): INCONCLUSIVE")
+    assert "TPOT" not in str(exc.value)
     assert len(exc.value.results) == 4 and isinstance(exc.value, AssertionError)
+    assert not isinstance(exc.value, SLOInconclusive)
+    with pytest.raises(SLOInconclusive) as inc:  # no FAIL, one INCONCLUSIVE: its own exception
+        assert_slo(run, "tpot.p50 <= 40ms", "success_rate >= 99%")
+    assert isinstance(inc.value, SLOViolation) and str(inc.value).startswith("Success rate 98.7% < 99%")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         results = assert_slo(run, "tpot.p50 <= 40ms", parse_slo("output_throughput >= 2000 tok/s"))
     assert all(r.passed for r in results)
     with pytest.raises(SLOError):
         assert_slo(run)
+
+
+def test_confidence_per_slo_per_call_and_default() -> None:
+    run = _run()
+    run.per_request["ttft"] = np.full(400, 0.1)  # 0 of 400 beyond: PASS at 95 % (>= 299), not at 99 % (>= 459)
+    assert evaluate("ttft.p99 <= 1s", run).passed
+    r = evaluate("ttft.p99 <= 1s confidence=99%", run)
+    assert r.verdict is Verdict.INCONCLUSIVE and r.confidence == 0.99 and r.needed_more == 59
+    assert evaluate("ttft.p99 <= 1s", run, confidence=0.99).confidence == 0.99
+    assert evaluate("ttft.p99 <= 1s confidence=0.95", run, confidence=0.99).passed  # the SLO's own wins
+    previous = set_default_confidence(0.99)
+    try:
+        assert evaluate("ttft.p99 <= 1s", run).verdict is Verdict.INCONCLUSIVE
+    finally:
+        set_default_confidence(previous)
+    slo = parse_slo("ttft.p99 <= 500ms confidence=99%")
+    assert (slo.threshold, slo.confidence, slo.text) == (0.5, 0.99, "ttft.p99 <= 500ms confidence=99%")
+    assert slo.to_json()["confidence"] == 0.99 and "confidence" not in parse_slo("ttft.p99 <= 500ms").to_json()
+    assert parse_slo_list("ttft.p99 <= 1s confidence=0.99, e2e.p90 <= 2s", source="x")[0].confidence == 0.99
+    assert parse_slo("success_rate >= 99% confidence=99.9%").confidence == pytest.approx(0.999)
+    for bad in ("ttft.p99 <= 1s confidence=40%", "ttft.p99 <= 1s confidence=100%", "ttft.p99 <= 1s confidence=2"):
+        with pytest.raises(SLOError, match="confidence"):
+            parse_slo(bad)
 
 
 def test_missing_metric_and_undefined_value_fail() -> None:
@@ -263,6 +333,43 @@ def test_missing_metric_and_undefined_value_fail() -> None:
     run.estimates[("ttft", 95.0)] = Estimate(float("nan"), 0, "s")
     r = evaluate("ttft.p95 <= 1s", run)
     assert not r.passed and "undefined (n=0)" in r.message
+
+
+def test_failed_requests_count_beyond_a_latency_threshold() -> None:
+    """A server that times out its slow requests must not pass: a failed request has no TTFT, and counts."""
+    run = _run()
+    ttft = np.full(600, 0.1)
+    failed = np.zeros(600, dtype=bool)
+    failed[::100] = True  # 6 of 600 failed (1 %): the successful ones are all fast
+    ttft[failed] = np.nan
+    run.per_request.update(ttft=ttft, failed=failed)
+    r = evaluate("ttft.p99 <= 1s", run)
+    assert (r.n, r.exceedances) == (600, 6.0) and r.verdict is Verdict.INCONCLUSIVE
+    assert "6 of 600 requests above 1 s, 6 of them failed (a failed request counts as beyond the threshold)" in r.message
+    run.per_request["failed"] = np.zeros(600, dtype=bool)  # the same NaNs, not failed (e.g. cancelled): not judged
+    r = evaluate("ttft.p99 <= 1s", run)
+    assert (r.n, r.exceedances, r.verdict) == (594, 0.0, Verdict.PASS)
+    run.per_request["failed"] = failed
+    assert evaluate("ttft.max <= 1s", run).verdict is Verdict.FAIL  # the maximum too
+
+
+def test_bursts_widen_the_bound_by_their_design_effect() -> None:
+    """The same 6 exceedances of 1000: spread out they are the binomial's; in 2 bursts of 3 the lag-1
+    autocorrelation makes the count vary more, and the bound is taken on fewer effective requests."""
+    run = _run()
+    spread = np.full(1000, 0.1)
+    spread[50::160] = 2.0  # 6 isolated
+    bursty = np.full(1000, 0.1)
+    bursty[[100, 101, 102, 700, 701, 702]] = 2.0
+    run.per_request["ttft"] = spread
+    a = evaluate("ttft.p99 <= 1s", run)
+    run.per_request["ttft"] = bursty
+    b = evaluate("ttft.p99 <= 1s", run)
+    assert a.design_effect == 1.0 and a.verdict is Verdict.INCONCLUSIVE
+    assert b.design_effect > 3 and b.bound > a.bound and "design effect" in b.message
+    run.per_request["ttft"] = spread
+    c = evaluate("ttft.p99 <= 1s", run, burst_length=2)  # a declared allowance: 2·2 - 1 = 3
+    assert c.design_effect == 3.0 and "declared burst allowance" in c.message
 
 
 # ---------------------------------------------------------------------------------- per-request
@@ -292,9 +399,11 @@ def test_ok_matches_scalar_compare(values: list[float], thr: float, op: str) -> 
 
 def test_per_request_evaluation_and_goodput_mask() -> None:
     run = _run()
+    run.per_request["ttft"] = np.array([0.1, np.nan, 0.6, 0.3])
     r = evaluate("ttft <= 500ms", run)
-    assert not r.passed
-    assert r.message == "TTFT <= 500 ms per request: 2 of 4 requests violate it (50% met, 1 undefined)"
+    assert not r.passed and r.method == "point" and (r.n, r.exceedances) == (4, 2.0)
+    assert r.message == ("TTFT <= 500 ms per request: 2 of 4 requests violate it (50% met, 1 undefined): FAIL "
+                         "(method point: every request of the run, judged on the requests seen)")
     assert r.value is not None and r.value.value == 0.5 and r.value.n == 4
     assert evaluate("e2e <= 4s", run).passed
     mask = good_mask(["ttft <= 500ms", "e2e <= 2.5s"], run.per_request_values)
@@ -323,16 +432,53 @@ def test_against_real_run_metrics() -> None:
     metrics = pytest.importorskip("pytest_llmbench.measure.summary")
     from factories import make_record
 
-    # sent every 20 ms, TTFT 10 + i ms, then 3 more tokens 5 ms apart
-    records = [make_record(i, sent=20 * i, ttft=10 + i, itl=5, text=["a", "b", "c", "d"], max_tokens=4,
+    # sent every 20 ms, TTFT 10 + i ms in a shuffled order, then 3 more tokens 5 ms apart
+    order = np.random.default_rng(0).permutation(50)
+    records = [make_record(i, sent=20 * i, ttft=10 + int(order[i]), itl=5, text=["a", "b", "c", "d"], max_tokens=4,
                            input_tokens_client=100, output_tokens_client=4) for i in range(50)]
     run = metrics.summarize(records, slos=[parse_slo("ttft <= 40ms")])
-    r = evaluate("ttft.p50 <= 40ms", run)
+    r = evaluate("ttft.p50 <= 50ms", run)  # 9 of 50 above 50 ms
     assert r.passed and r.value.value == pytest.approx(0.0345)  # median of 10..59 ms
-    assert evaluate("ttft.max < 60ms", run).message == "TTFT max 59 ms < 60 ms (n=50)"
+    assert (r.n, r.exceedances) == (50, 9.0) and r.design_effect == pytest.approx(1.0, abs=0.3)
+    assert evaluate("ttft.max < 60ms", run).message.startswith("TTFT max 59 ms < 60 ms (n=50): PASS (method point")
     r = evaluate("ttft.p99 <= 50ms", run)
-    assert not r.passed and r.message.endswith("under-sampled: P99 needs >= 1000 samples, have 50")
+    assert r.verdict is Verdict.FAIL and r.message.endswith("under-sampled: P99 needs >= 1000 samples, have 50")
     r = evaluate("ttft <= 40ms", run)  # 41..59 ms violate
-    assert r.message == "TTFT <= 40 ms per request: 19 of 50 requests violate it (62% met)"
-    assert evaluate("good_fraction >= 62%", run).passed and not evaluate("good_fraction >= 63%", run).passed
+    assert r.message.startswith("TTFT <= 40 ms per request: 19 of 50 requests violate it (62% met)")
+    assert evaluate("good_fraction >= 45%", run).passed  # 31 of 50 good: lower bound 49.4%
+    assert evaluate("good_fraction >= 80%", run).verdict is Verdict.FAIL
     assert evaluate("tpot.p50 <= 5ms", run).passed  # 15 ms over 3 gaps
+    assert evaluate("itl.p50 <= 5ms", run).passed  # every gap is 5 ms: a pooled percentile, bounded by request
+    # the same TTFTs rising with time: the exceedances are one burst at the end, and their design effect
+    # (lag-1 autocorrelation in send order) leaves the share undecided
+    rising = [make_record(i, sent=20 * i, ttft=10 + i, itl=5, text=["a", "b", "c", "d"], max_tokens=4,
+                          input_tokens_client=100, output_tokens_client=4) for i in range(50)]
+    r = evaluate("ttft.p50 <= 50ms", metrics.summarize(rising))
+    assert r.verdict is Verdict.INCONCLUSIVE and r.design_effect > 10 and "design effect" in r.message
+
+
+def test_point_verdict_for_search_criteria() -> None:
+    """point=True: the value against the threshold, two-way (a search level's criterion, §5.2.2.3)."""
+    run = _run()
+    run.per_request["ttft"] = np.full(50, 0.1)
+    assert evaluate("ttft.p50 <= 1s", run).passed  # 0 of 50: 50 % shown
+    assert evaluate("ttft.p99 <= 1s", run).verdict is Verdict.INCONCLUSIVE  # 0 of 50: 1 % not shown
+    r = evaluate("ttft.p99 <= 1s", run, point=True)  # the estimate (612.3 ms) against 1 s
+    assert r.passed and r.method == "point" and "method point: a point verdict was asked for" in r.message
+
+
+def test_search_criteria_are_judged_on_their_value() -> None:
+    """procedures/helpers.criteria_failures judges each criterion two-way on the level's estimate: 50 requests
+    cannot show a P99 at 95 % (INCONCLUSIVE), yet a level whose P99 is well inside its criterion meets it."""
+    metrics = pytest.importorskip("pytest_llmbench.measure.summary")
+    from factories import make_record
+
+    from pytest_llmbench.procedures.helpers import criteria_failures
+
+    records = [make_record(i, sent=20 * i, ttft=10 + i, itl=5, text=["a", "b", "c", "d"], max_tokens=4,
+                           input_tokens_client=100, output_tokens_client=4) for i in range(50)]  # TTFT 10..59 ms
+    run = metrics.summarize(records)
+    assert evaluate("ttft.p99 <= 1s", run).verdict is Verdict.INCONCLUSIVE
+    assert criteria_failures(["ttft.p99 <= 1s", "success_rate >= 99%"], run) == []
+    (reason,) = criteria_failures(["ttft.p99 <= 1s", "ttft.p50 <= 20ms"], run)
+    assert reason.startswith("criterion TTFT P50 <= 20 ms: TTFT P50 34.5 ms > 20 ms") and "method point" in reason

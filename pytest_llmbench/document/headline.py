@@ -7,7 +7,7 @@ the plugin's own implementation, ``tryfirst``; docs/architecture.md). Adds, all 
 * ``headline``: SUT and profile, test counts (tests without SLOs are *informational*, not PASS),
   compliance counts with the most common unmet item, 4-6 key figures each with the procedure,
   load level and workload it came from and one definition, and durations that add up.
-* per test ``label`` (PASS / FAIL / INFORMATIONAL / SKIP / NOT RUN) and ``warnings``;
+* per test ``label`` (PASS / FAIL / INCONCLUSIVE / INFORMATIONAL / SKIP / NOT RUN) and ``warnings``;
 * per procedure ``order`` (draft order), ``warnings`` and ``sweep`` (tested range and result);
 * ``headline.findings``: each kind of finding once, most severe first, with the procedures it
   concerns (a procedure with failed requests names the most frequent error and its count);
@@ -425,6 +425,7 @@ def annotate(doc: dict[str, Any], titles: Mapping[str, tuple[str, str]]) -> None
         "profile": profile,
         "complete": bool(doc.get("complete")),
         "tests": {"total": len(doc["tests"]), "passed": labels.get("PASS", 0), "failed": labels.get("FAIL", 0),
+                  "inconclusive": labels.get("INCONCLUSIVE", 0),
                   "informational": labels.get("INFORMATIONAL", 0), "skipped": labels.get("SKIP", 0),
                   "not_run": labels.get("NOT RUN", 0), "with_slos": sum(1 for t in doc["tests"] if t["slos"]),
                   "with_warnings": sum(1 for t in doc["tests"] if t["warnings"])},

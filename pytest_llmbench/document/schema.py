@@ -34,7 +34,12 @@ __all__ = ["SCHEMA_VERSION", "ReportError", "dumps_document", "load_document", "
 #: with every request's streamed tokens; documents without it were summarised under version 1, which the gate
 #: does not compare with 2), distributions ``ttft_from_schedule`` and ``e2e_from_schedule`` (formerly
 #: ``schedule_latency``); the gate's comparison documents carry each outcome's unit family and each difference's text.
-SCHEMA_VERSION = "1.7"
+#: 1.8: SLO verdicts PASS, FAIL or INCONCLUSIVE from a bound (issue 47): ``tests[].slo_results[]`` ``outcome``
+#: INCONCLUSIVE and ``method``, ``verdict_confidence``, ``bound``, ``limit``, ``judged``, ``exceedances``,
+#: ``needed_more``, ``design_effect`` (``look`` when the run stopped when decided); ``tests[].verdict``
+#: INCONCLUSIVE; ``headline.tests.inconclusive``; settings ``slo_confidence``, ``inconclusive`` and
+#: ``stop_when_decided``. Documents before 1.8 (two-way outcomes, no bound) still render.
+SCHEMA_VERSION = "1.8"
 
 
 class ReportError(ValueError):

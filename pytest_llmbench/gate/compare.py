@@ -41,11 +41,13 @@ __all__ = [
     "FigureOutcome",
     "IncomparableRunsError",
     "ProcedurePair",
+    "SLOVerdictPair",
     "compare",
     "comparability_key",
     "figure_samples",
     "figure_value",
     "load_as_written",
+    "slo_verdict_pairs",
     "summary_value",
 ]
 
@@ -271,6 +273,56 @@ class FigureOutcome:
 
 
 @dataclass
+class SLOVerdictPair:
+    """One SLO of a compared test, its verdict in the baseline and in the new run (issue 47). Shown beside
+    the figures, never a rule: an INCONCLUSIVE verdict is shown as such (``INCONCLUSIVE``), never as a pass;
+    a baseline stored before verdicts had three values gives its PASS or FAIL."""
+
+    test: str
+    slo: str
+    baseline: str | None  # None: the baseline's test did not judge this SLO
+    new: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"test": self.test, "slo": self.slo, "baseline": self.baseline, "new": self.new, "message": self.message}
+
+
+def _slo_outcome(r: Mapping[str, Any]) -> str:
+    """A recorded SLO's verdict: its ``outcome`` (PASS, FAIL, INCONCLUSIVE since results 1.8)."""
+    return str(r.get("outcome") or ("PASS" if r.get("passed") else "FAIL"))
+
+
+def _verdict_text(r: Mapping[str, Any] | None) -> str:
+    if r is None:
+        return "not judged"
+    outcome = _slo_outcome(r)
+    if outcome != "INCONCLUSIVE":
+        return outcome
+    more = r.get("needed_more")
+    return "INCONCLUSIVE (not shown to hold" + (f"; need ~{more:,} more requests)" if more is not None else ")")
+
+
+def slo_verdict_pairs(base_doc: Mapping[str, Any], new_doc: Mapping[str, Any], tests: Sequence[str]
+                      ) -> list[SLOVerdictPair]:
+    """The SLOs the new run's ``tests`` judged, each with its verdict in the baseline's test of the same
+    node id and SLO text (None when it judged none)."""
+    def judged(doc: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
+        return {(str(t.get("nodeid")), str(r.get("text"))): r for t in doc.get("tests") or []
+                for r in t.get("slo_results") or []}
+
+    base, out = judged(base_doc), []
+    for (test, text), r in judged(new_doc).items():
+        if test not in tests:
+            continue
+        b = base.get((test, text))
+        new = _slo_outcome(r)
+        out.append(SLOVerdictPair(test, text, None if b is None else _slo_outcome(b), new,
+                                  f"SLO {text} [{test}]: baseline {_verdict_text(b)} → new {_verdict_text(r)}"))
+    return out
+
+
+@dataclass
 class ProcedurePair:
     """A procedure of the new run(s) and the same test in the baseline."""
 
@@ -287,6 +339,7 @@ class ProcedurePair:
     outcomes: list[FigureOutcome] = field(default_factory=list)
     note: str = ""
     warnings: list[str] = field(default_factory=list)
+    slo_verdicts: list[SLOVerdictPair] = field(default_factory=list)  # the tests' SLOs, baseline and new
 
     def to_json(self) -> dict[str, Any]:
         return {"warnings": list(self.warnings), "key": self.key, "procedure": self.procedure, "title": self.title, "tests": self.tests,
@@ -294,7 +347,8 @@ class ProcedurePair:
                 "differences": [{"field": d.field, "baseline": d.baseline, "new": d.new, "text": str(d)}
                                 for d in self.differences],
                 "refused": self.refused, "forced": self.forced, "note": self.note,
-                "outcomes": [o.to_json() for o in self.outcomes]}
+                "outcomes": [o.to_json() for o in self.outcomes],
+                "slo_verdicts": [v.to_json() for v in self.slo_verdicts]}
 
 
 @dataclass
@@ -525,7 +579,8 @@ def compare(baseline: StoredRun | Sequence[StoredRun], new: StoredRun | Sequence
             key=str(proc.get("key")), procedure=str(proc.get("procedure")), title=title,
             tests=list(proc.get("tests") or []), load=ref_key.get("parameters.load") or "not recorded",
             rate_baseline=[resolved_rate(p) for _, p in base_side], rate_new=[resolved_rate(p) for _, p in new_side],
-            differences=diffs, refused=bool(diffs) and not force, forced=bool(diffs) and force, warnings=warns)
+            differences=diffs, refused=bool(diffs) and not force, forced=bool(diffs) and force, warnings=warns,
+            slo_verdicts=slo_verdict_pairs(base_side[0][0].document, new_runs[0].document, list(proc.get("tests") or [])))
         comp.pairs.append(pair)
         if pair.refused:
             pair.note = ("refused: the runs were not measured the same way (§6.1); differences: "

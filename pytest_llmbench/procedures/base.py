@@ -37,11 +37,13 @@ __all__ = [
     "ProcedureError",
     "RunFn",
     "SkipProcedure",
+    "StopRequest",
     "capacity_provider",
     "get_procedure",
     "params_json",
     "params_key",
     "procedure_ids",
+    "run_key",
     "register",
 ]
 
@@ -77,6 +79,9 @@ class ProcedureContext:
     #: ordinary streams); set only when the SUT could not flush its cache (§6.3)
     repetition: int = 0
     deadline: float | None = None  # time.monotonic() by which the procedure must end (--llm-max-duration)
+    #: --llm-stop-when-decided: the SLOs known before the run that its measured run may stop on (issue 47);
+    #: None: run to the plan. Only a procedure that declares ``stops_when_decided`` reads it.
+    stop: StopRequest | None = None
     budget_cuts: list[str] = field(default_factory=list)  # what the time budget cut short (for the notes)
     adapted: list[str] = field(default_factory=list)  # windows lengthened for a slow SUT (budget.run_lengthening)
 
@@ -96,6 +101,21 @@ class ProcedureContext:
         path = self.run_root / safe
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """Stop a measured run once every one of ``slos`` (known before it: the marker's and ``--llm-slo``'s)
+    is PASS or FAIL (``--llm-stop-when-decided``, procedures/stopping.py): the SLOs, the confidence of
+    those that name none (``--llm-slo-confidence``) and ``--llm-strict-sampling``. Part of the run's cache
+    key (:func:`run_key`): a run stopped on other SLOs is another run."""
+
+    slos: tuple[str, ...]
+    confidence: float = 0.95
+    strict: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slos": list(self.slos), "confidence": self.confidence, "strict": self.strict}
 
 
 RunFn = Callable[[ProcedureContext, Any], Awaitable[ProcedureResult]]
@@ -121,6 +141,9 @@ class Procedure:
     measurement_patterns: tuple[str, ...] = ()
     #: the module that defines it (``pytest_llmbench.procedures.p5_1_ttft``, or another distribution's)
     module: str = ""
+    #: its measured run may stop once its SLOs are settled (``ProcedureContext.stop``, issue 47): a single-run
+    #: procedure; searches and sweeps run to their plan
+    stops_when_decided: bool = False
 
     def undeclared(self, keys: Iterable[str]) -> list[str]:
         """The keys of ``keys`` this procedure does not declare (neither a name nor a pattern match)."""
@@ -196,3 +219,10 @@ def params_key(proc_id: str, params: Any) -> str:
     """A stable cache key for (procedure, parameters): one run per key per session."""
     data = dataclasses.asdict(params) if dataclasses.is_dataclass(params) else dict(params)
     return proc_id + ":" + json.dumps(data, sort_keys=True, default=str)
+
+
+def run_key(proc_id: str, params: Any, stop: StopRequest | None = None) -> str:
+    """The session's key of a run: :func:`params_key`, and the SLOs it stops on when it stops when decided
+    (two tests with the same parameters but other SLOs do not share a stopped run)."""
+    key = params_key(proc_id, params)
+    return key if stop is None else key + " stop-when-decided:" + json.dumps(stop.to_json(), sort_keys=True)

@@ -343,10 +343,15 @@ def parse_criteria(criteria: Sequence[str]) -> list[Any]:
 
 def criteria_failures(criteria: Sequence[str], metrics: RunMetrics) -> list[str]:
     """One reason per capacity criterion (SLO expression) a level's run does not meet; a criterion
-    whose metric is undefined in the run fails (Etalon: capacity is the load the SLO still holds at)."""
+    whose metric is undefined in the run fails (Etalon: capacity is the load the SLO still holds at).
+
+    A criterion is judged on its value, two-way (``evaluate(..., point=True)``): a search compares each
+    level's estimate with the criterion as §5.2.2.3 / §5.5.2 define it, not a bound that a short level
+    could never get past (an SLO's three-way verdict is for the user's SLOs, issue 47)."""
     from ..measure.slo import evaluate
 
-    return [f"criterion {r.slo}: {r.message}" for r in (evaluate(c, metrics) for c in parse_criteria(criteria))
+    return [f"criterion {r.slo}: {r.message}" for r in (evaluate(c, metrics, point=True)
+                                                        for c in parse_criteria(criteria))
             if not r.passed]
 
 

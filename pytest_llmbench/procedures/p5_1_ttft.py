@@ -29,6 +29,7 @@ from .helpers import cap_output, percentile_row, sample_list
 from .loads import LoadSpec, poisson, resolve_load
 from .pipeline import Outcome, ProcedureRun
 from .result import Table
+from .stopping import StopWhenDecided
 from .tally import tally_of
 
 P99_MIN, P999_MIN = draft.value("ttft.p99_min_requests"), draft.value("ttft.p999_min_requests")  # §5.1.2.1
@@ -67,8 +68,10 @@ class TTFT(ProcedureRun[TTFTParams]):
     """§5.1.3: one measured run at the declared load; Tables 1 and 2 (§5.1.5)."""
 
     id, title, params_type, profiles = "5.1", "Time to First Token", TTFTParams, PROFILES
-    measurement_keys = ("requests", "ttft_n", "ttft_mean_ms", "errors", "config_summary")
+    measurement_keys = ("requests", "ttft_n", "ttft_mean_ms", "errors", "config_summary", "stopped",
+                        "stopped_at_look")
     measurement_patterns = (r"ttft_p[0-9.]+_ms",)
+    stops_when_decided = True  # --llm-stop-when-decided: the measured run ends once its SLOs are settled
 
     @staticmethod
     def plan(p: TTFTParams) -> dict[str, Any]:
@@ -114,8 +117,11 @@ class TTFT(ProcedureRun[TTFTParams]):
             await self.measure_warm_reference(client, self.warm_specs)
         # §5.1.3 step 5 "continue until request count is reached": every request may take as long as
         # --llm-timeout allows, also after the last send (a saturated SUT drains a queue; 60 s cut it short)
+        # --llm-stop-when-decided (issue 47): the run may end once the SLOs known before it are settled
+        stop = getattr(self.ctx, "stop", None)
+        self.stopper = StopWhenDecided(stop, self.p.requests, self.ctx.progress) if stop is not None else None
         self.main = await self.measure(client, "measure", self.specs, self.load, extra={"load_spec": self.load_desc},
-                                       drain_timeout_s=self.ctx.settings.timeout)
+                                       drain_timeout_s=self.ctx.settings.timeout, stop=self.stopper)
 
     def summarize(self) -> Outcome:
         m = self.main
@@ -128,6 +134,7 @@ class TTFT(ProcedureRun[TTFTParams]):
         undersampled = [f"P{q:g} under-sampled: needs >= {need} samples, have {n_ok}"
                         for q, need in ((99, P99_MIN), (99.9, P999_MIN)) if n_ok < need]
         self.config_summary = self._config_summary()
+        stopped, verdicts = self._stopped()
         return Outcome(
             metrics=metrics, tables=self._tables(undersampled), workload=self.wl.declaration.to_json(),
             measurements={
@@ -137,8 +144,9 @@ class TTFT(ProcedureRun[TTFTParams]):
                 "ttft_mean_ms": round(ttft.mean.value * 1000, 3) if n_ok else None,
                 "errors": sum(metrics.errors_by_type.values()),
                 "config_summary": {k: line for k, (line, _) in self.config_summary.items()},
+                **stopped,
             },
-            notes=undersampled
+            notes=self._stop_notes() + undersampled
             + ([f"{no_content} of {self.n_successful} successful requests streamed no non-whitespace content: "
                 "no TTFT (§5.1.3.1)"] if no_content > 0 else [])
             + ([f"{self.pre_content} requests sent non-content chunks (e.g. role-only) before the first content "
@@ -147,7 +155,31 @@ class TTFT(ProcedureRun[TTFTParams]):
             fact_runs=[m],  # the cold-start runs are reported, the facts describe the measured run
             primary_run=m.summary.label,
             key_figures=latency_figures(metrics, 0),  # the headline's latency figures come from 5.1 first
+            slo_verdicts=verdicts,
         )
+
+    def _stopped(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """With --llm-stop-when-decided: how the run ended (``stopped``: ``decided`` at ``stopped_at_look``
+        requests, or ``plan``) and each SLO's verdict taken at the run's looks; none otherwise."""
+        st = self.stopper
+        if st is None:
+            return {}, {}
+        verdicts = st.verdicts(self.main.metrics, self.main.load.sent)
+        return {"stopped": "decided" if st.stopped else "plan", "stopped_at_look": st.stopped_at}, verdicts
+
+    def _stop_notes(self) -> list[str]:
+        st = self.stopper
+        if st is None:
+            return []
+        if not st.stopped:
+            why = st.run_info().get("reason") or "not every SLO was settled at a look"
+            return [f"Stop when decided (--llm-stop-when-decided): the run went to its plan ({why})."]
+        sent = self.main.load.sent
+        return [f"Stopped when decided (--llm-stop-when-decided): every SLO known before the run "
+                f"({', '.join(st.request.slos)}) was settled at the look at {st.stopped_at:,} requests; "
+                f"{sent:,} of {self.p.requests:,} planned requests were sent (those in flight at the stop "
+                "finished and are recorded). §5.1.3 step 5 continues until the request count is reached, so "
+                "5.1.2-MUST-2 is unmet by this choice, and the estimates are conditional on stopping."]
 
     def _tables(self, undersampled: list[str]) -> list[Table]:
         m = self.main

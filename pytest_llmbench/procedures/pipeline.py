@@ -90,6 +90,7 @@ class Outcome:
     warnings: list[Finding] = field(default_factory=list)  # after the runs' low-success warning
     overlays: Overlays | None = None
     server_view: ServerView | None = None  # the server telemetry it shows (result.ServerView)
+    slo_verdicts: dict[str, Any] = field(default_factory=dict)  # a run stopped when decided (result.py)
 
 
 class ProcedureRun(Generic[P]):
@@ -112,6 +113,8 @@ class ProcedureRun(Generic[P]):
     #: not hold (one registered through the entry point): that file's fields (id, level, section, summary,
     #: check); empty for the draft's procedures
     requirements: ClassVar[Sequence[Mapping[str, Any]]] = ()
+    #: its one measured run may stop once the SLOs known before it are settled (``ctx.stop``, issue 47)
+    stops_when_decided: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -119,7 +122,8 @@ class ProcedureRun(Generic[P]):
             register(Procedure(cls.id, cls.title, cls.params_type, cls.entry, dict(cls.profiles), cls.plan,
                                provides_capacity=cls.provides_capacity,
                                measurement_keys=tuple(cls.measurement_keys) + PIPELINE_KEYS,
-                               measurement_patterns=tuple(cls.measurement_patterns), module=cls.__module__))
+                               measurement_patterns=tuple(cls.measurement_patterns), module=cls.__module__,
+                               stops_when_decided=cls.stops_when_decided))
             if cls.requirements:
                 add_requirements(cls.id, cls.requirements)
 
@@ -201,6 +205,7 @@ class ProcedureRun(Generic[P]):
             warnings=([] if self.oversubscribes else low_success_warnings(runs)) + out.warnings,
             overlays=out.overlays,
             server_view=out.server_view,
+            slo_verdicts=out.slo_verdicts,
         )
         finish(self.ctx, result, facts, checks)
         return result

@@ -238,6 +238,10 @@ class ProcedureResult:
     warnings: list[Finding] = field(default_factory=list)
     overlays: Overlays | None = None
     server_view: ServerView | None = None  # 1.6: the server telemetry it shows (None: the primary run's)
+    #: a run that stopped when decided (issue 47): SLO text -> (its ``measure.slo.SLOResult`` taken at the run's
+    #: looks, the requests it was judged on); the plugin asserts these for the marker's and --llm-slo's SLOs
+    #: instead of judging them again on the whole run. Each test records them in its ``slo_results``.
+    slo_verdicts: dict[str, Any] = field(default_factory=dict)
 
     def measured(self, key: str) -> Any:
         """``measurements[key]``, or :class:`MeasurementMissing` naming why there is none.

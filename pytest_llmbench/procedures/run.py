@@ -46,6 +46,7 @@ from .base import ProcedureContext
 from .budget import budget_load, warmup_cap_s
 from .prompts import check_server_alive, plan_prompts, prefit
 from .result import RunSummary
+from .stopping import StopWhenDecided
 from .tally import FailureMessages, RecordTally
 
 __all__ = [
@@ -217,19 +218,23 @@ async def measure(
     extra: dict[str, Any] | None = None,
     sized: bool = False,
     drain_sized: bool = False,
+    stop: StopWhenDecided | None = None,
 ) -> Measured:
     """Run one measured load level and summarise it (§4.2, §5.x.3); records stream to disk.
 
     ``sized`` / ``drain_sized``: the run / its drain was fitted to the time budget by the caller (see
-    :func:`.budget.budget_load`)."""
+    :func:`.budget.budget_load`). ``stop``: the run ends once its SLOs are settled (stopping.py; in
+    process only), and its ``run.json`` and summary say how it ended (``stopped``)."""
     specs = await prefit(client, ctx, specs)  # fits the server, or fails before the run
+    if stop is not None:
+        specs = stop.specs(specs)
     run_dir = ctx.run_dir(label)
     total = load.max_requests
 
     planned_duration = load.duration_s
     load, drain_timeout_s, cap = budget_load(ctx, load, drain_timeout_s, sized=sized, drain_sized=drain_sized)
     tally = _RunTally(ctx, label, total, load.duration_s, cap)  # progress, the summary's columns, App. B.2.1
-    on_record = tally.on_record
+    on_record = tally.on_record if stop is None else _both(tally.on_record, stop.on_record)
 
     telemetry = telemetry_sampler(ctx, client)
     server_before = await telemetry.start()
@@ -240,7 +245,10 @@ async def measure(
         # spool_text: with --llm-drop-text the records file holds no text, the view still reads it whole
         with RunWriter(run_dir, keep_text=not ctx.settings.drop_text, spool_text=True) as writer, \
                 timed(f"{ctx.run_root.name} {label}: measured run"):
-            result = await _run_measured(ctx, client, specs, load, writer, on_record, drain_timeout_s)
+            result = await _run_measured(ctx, client, specs, load, writer, on_record, drain_timeout_s, stop)
+            if stop is not None:  # the looks still judged; the run says how it ended (stopped: decided/plan)
+                await stop.finish()
+                extra = {**(extra or {}), **stop.run_info()}
             writer.write_metadata(RunMetadata(
                 parameters={"phase": "measure", "label": label, **(extra or {})}, profile=ctx.settings.profile,
                 seed=ctx.settings.seed, tokenizer=ctx.tokenizer.declaration.to_json(), clock_anchor=anchor,
@@ -248,12 +256,15 @@ async def measure(
                 server_metrics=[server_before] if server_before else [],
             ))
     finally:
+        if stop is not None:
+            stop.close()
         heartbeat.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await heartbeat
         tally.status(done=True)  # the line ends on the final count
         server_after = await telemetry.stop(origin_ns=result.start_ns if result is not None else None)
-    if cap is not None and (result.sent < (total or 0) or planned_duration is not None):
+    decided = stop is not None and stop.stopped  # ended by its SLOs' verdicts, not by the time budget
+    if cap is not None and not decided and (result.sent < (total or 0) or planned_duration is not None):
         planned = f"{total} requests" if total and result.sent < total else f"{planned_duration or 0:.0f} s"
         ctx.budget_cuts.append(f"{label}: cut to {cap:.0f} s by the time budget ({result.sent} requests sent, "
                                f"{planned} planned)")
@@ -419,12 +430,23 @@ async def _recount(ctx: ProcedureContext, client: LLMClient, writer: RunWriter, 
     return True
 
 
+def _both(first: Callable[[RequestRecord], None], second: Callable[[RequestRecord], None]
+          ) -> Callable[[RequestRecord], None]:
+    """One ``on_record`` that hands each record to ``first``, then ``second``."""
+    def both(rec: RequestRecord) -> None:
+        first(rec)
+        second(rec)
+
+    return both
+
+
 async def _run_measured(ctx: ProcedureContext, client: LLMClient, specs: Iterable[RequestSpec],
                         load: OpenLoop | ClosedLoop, writer: RunWriter, on_record: Any,
-                        drain_timeout_s: float | None) -> LoadResult:
-    """The load generator in process, or over shards when ``--llm-workers``/``--llm-ray-address`` ask."""
+                        drain_timeout_s: float | None, stop: StopWhenDecided | None = None) -> LoadResult:
+    """The load generator in process, or over shards when ``--llm-workers``/``--llm-ray-address`` ask (a run
+    that stops when decided runs in process: no shard sees the whole run)."""
     s = ctx.settings
-    options = LoadOptions(phase="measure", drain_timeout_s=drain_timeout_s, achieved_from_sends=True)
+    options = LoadOptions(phase="measure", drain_timeout_s=drain_timeout_s, achieved_from_sends=True, stop=stop)
     backend = backend_for(s)
     if backend is not None:
         try:

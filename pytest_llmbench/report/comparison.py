@@ -79,6 +79,8 @@ def render_comparison(comp: Doc) -> str:
             out.append("    forced despite: " + "; ".join(d["text"] for d in p["differences"]))
         for o in p["outcomes"]:
             out.append(f"    [{o['verdict']}] {o['message']}")
+        for v in p.get("slo_verdicts") or []:  # each run's own SLO verdict; INCONCLUSIVE is never a pass
+            out.append(f"    [SLO {v['new']}] {v['message']}")
     for u in comp.get("unmatched") or []:
         out.append(f"- {u}")
     n_fail = sum(o["verdict"] == "FAIL" for p in pairs for o in p["outcomes"])
@@ -116,6 +118,10 @@ def render_comparison_markdown(comp: Doc) -> str:
         lines += ["| " + " | ".join(_cells(o)) + " |" for o in p["outcomes"]]
         methods = sorted({o["change"]["method"] for o in p["outcomes"] if o.get("change")})
         lines += ["", "Methods: " + "; ".join(methods)] if methods else []
+        if p.get("slo_verdicts"):  # each run's own SLO verdicts (PASS, FAIL, INCONCLUSIVE), not a rule
+            lines += ["", "| SLO | test | baseline | new |", "|---|---|---|---|"]
+            lines += [f"| {v['slo']} | {v['test']} | {v['baseline'] or 'not judged'} | {v['new']} |"
+                      for v in p["slo_verdicts"]]
     lines += [f"- {u}" for u in comp.get("unmatched") or []]
     return "\n".join(lines) + "\n"
 

@@ -40,7 +40,8 @@ DIST_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E latency"), ("itl",
              ("send_lag", "Send lag (schedule)"), ("isl", "Input tokens"), ("osl", "Output tokens"))
 PCTS = ("p50", "p90", "p95", "p99", "p99.9")
 VERDICT_CLASS = {"unconditionally compliant": "ok", "conditionally compliant": "warn", "not compliant": "bad"}
-LABEL_CLASS = {"PASS": "ok", "FAIL": "bad", "INFORMATIONAL": "info", "SKIP": "warn", "NOT RUN": "warn"}
+LABEL_CLASS = {"PASS": "ok", "FAIL": "bad", "INCONCLUSIVE": "warn", "INFORMATIONAL": "info", "SKIP": "warn",
+               "NOT RUN": "warn"}
 
 
 def _ms(est: Any) -> str:
@@ -449,6 +450,8 @@ def view(doc: Mapping[str, Any], *, with_figures: bool = False) -> dict[str, Any
         "summary_header": ["Procedure", "Title", "Level behind the row", "TTFT P50", "TTFT P99", "TPOT P50", "TPOT P99", "Output throughput",
                            "Success", "SLO verdicts", "Compliance"],
         "summary_rows": summary_rows,
+        "slo_header": SLO_HEADER,
+        "slo_rows": slo_rows(doc),
         "dist_header": ["Metric", "n", "Mean", "P50", "P90", "P95", "P99", "P99.9", "Min", "Max", "Std"],
         "run_header": ["Run", "Load", "Valid", "Requests", "TTFT P50", "TTFT P99", "TPOT P50", "Output throughput",
                        "Success", "Run directory"],
@@ -478,6 +481,53 @@ def _fig_value(f: Mapping[str, Any]) -> str:
     return text + ("†" if f.get("undersampled") else "")
 
 
+#: The columns of the judged-SLO table (summary.md, report.md): one row per SLO judged on a test.
+SLO_HEADER = ["Test", "SLO", "Verdict", "Value", "Bound (limit)", "n", "Beyond", "To decide"]
+
+
+def _bound_text(r: Mapping[str, Any]) -> str:
+    """The bound that decided against its limit: a share of requests (a percentile's ``binomial`` or
+    ``requests-share`` bound: ``<= 0.72% (1%)``), else the figure's own bound in its unit; ``point``: none."""
+    bound, limit = r.get("bound"), r.get("limit")
+    if r.get("method") in (None, "point") or bound is None or limit is None:
+        return "no bound (point)"
+    share = r.get("method") in ("binomial", "requests-share") and str(r.get("statistic") or "").startswith("p")
+    verdict = r.get("outcome")
+    if share:  # a bound on the share beyond the threshold: upper for PASS, lower for FAIL (measure/stats/bounds.py)
+        n, k = r.get("judged") or 0, r.get("exceedances") or 0
+        lower = verdict == "FAIL" or (verdict == "INCONCLUSIVE" and bool(n) and k / n > limit)
+        unit = "fraction"
+    else:  # a bound on the figure itself: the one on the good side for PASS, the bad side for FAIL
+        good_high = r.get("operator") in (">=", ">")
+        value, threshold = r.get("value"), r.get("threshold")
+        lower = good_high if verdict == "PASS" else (not good_high) if verdict == "FAIL" else \
+            (value is not None and threshold is not None and value >= threshold)
+        unit = r.get("unit") or ""
+    return f"{'>=' if lower else '<='} {fmt_value(bound, unit)} ({fmt_value(limit, unit)})"
+
+
+def slo_rows(doc: Mapping[str, Any]) -> list[list[str]]:
+    """Every SLO judged on a test (results 1.8; an older document's are left to the tests table): verdict, value,
+    bound against its limit, requests judged, how many beyond the threshold, and "need ~N more" for
+    INCONCLUSIVE (about how many more requests at the observed share would decide)."""
+    rows = []
+    for t in doc["tests"]:
+        for r in t.get("slo_results") or []:
+            if "method" not in r:  # judged before results 1.8 (two-way, no bound): the tests table shows it
+                continue
+            more = r.get("needed_more")
+            decide = (f"need ~{more:,} more" if more is not None else "more than the run can give") \
+                if r["outcome"] == "INCONCLUSIVE" else ""
+            if r.get("look") is not None:
+                decide = (decide + "; " if decide else "") + f"stopped when decided at {r['look']:,}"
+            n = r.get("judged") if r.get("judged") is not None else r.get("n")
+            beyond = r.get("exceedances")
+            rows.append([t["nodeid"], r["text"], r["outcome"], fmt_value(r.get("value"), r.get("unit") or ""),
+                         _bound_text(r), "n/a" if n is None else f"{n:,}",
+                         "" if beyond is None else fmt_num(beyond), decide])
+    return rows
+
+
 def _slo_cell(t: Mapping[str, Any]) -> str:
     """A test's SLOs: each judged one with its outcome and message (value, threshold, n, CI), then the
     others as written (not judged: the test stopped first, or a document before schema 1.4)."""
@@ -495,6 +545,8 @@ def headline_view(doc: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     t, c, d = h["tests"], h["compliance"], h["durations"]
     tests = f"{t['total']} tests: {t['passed']} passed, {t['failed']} failed"
+    if t.get("inconclusive"):  # 1.8: an SLO neither shown to hold nor not to (whatever pytest made of it)
+        tests += f", {t['inconclusive']} inconclusive"
     if t["informational"]:
         tests += f", {t['informational']} informational (no SLO set)"
     if t["skipped"] or t["not_run"]:

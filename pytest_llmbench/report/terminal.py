@@ -7,7 +7,7 @@ from typing import Any
 
 from .fmt import fmt_est
 
-__all__ = ["SHORT_VERDICT", "TERMINAL_COLUMNS", "headline_lines", "rows_from_document"]
+__all__ = ["SHORT_VERDICT", "TERMINAL_COLUMNS", "headline_lines", "rows_from_document", "slo_cell"]
 
 SHORT_VERDICT = {
     "unconditionally compliant": "compliant",
@@ -33,6 +33,20 @@ def _throughput(p: Mapping[str, Any]) -> str:
     if not e or e.get("value") is None:
         return "n/a"
     return f"{e['value']:,.1f}" + ("†" if e.get("undersampled") else "")
+
+
+def slo_cell(tests: list[Mapping[str, Any]]) -> str:
+    """The SLO verdicts of a procedure's tests: one per test that had SLOs (PASS, FAIL, INCONCLUSIVE, SKIP,
+    NOT RUN), counted when several share one (``2 PASS, 1 INCONCLUSIVE``); ``-`` when none had SLOs (tests
+    without SLOs are informational and carry no verdict)."""
+    counts: dict[str, int] = {}
+    for t in tests:
+        if t.get("slos"):
+            label = str(t.get("label", t["verdict"]))
+            counts[label] = counts.get(label, 0) + 1
+    if len(counts) == 1 and sum(counts.values()) == 1:
+        return next(iter(counts))
+    return ", ".join(f"{n} {label}" for label, n in counts.items()) or "-"
 
 
 def headline_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -61,10 +75,7 @@ def rows_from_document(doc: Mapping[str, Any], report_path: str | None = None) -
     table: list[tuple[str, ...]] = [HEADER]
     for p in doc["procedures"]:
         tests = [t for t in doc["tests"] if t["result_key"] == p["key"]]
-        verdicts = sorted({t.get("label", t["verdict"]) for t in tests})
-        if p.get("warnings"):
-            verdicts.append("⚠")
-        slo = "/".join(verdicts) if verdicts else "-"
+        slo = slo_cell(tests) + (" ⚠" if p.get("warnings") else "")
         name = f"{p['procedure']} {p['title']}"
         if len(name) > 34:
             name = name[:33] + "…"

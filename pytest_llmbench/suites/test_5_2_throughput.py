@@ -15,7 +15,9 @@ def test_max_sustainable_throughput(llm_result):
     """Example SLOs at the maximum sustainable load: adapt the thresholds to your service."""
     assert llm_result.capacity is not None and llm_result.capacity.rate > 0, llm_result.notes
     assert llm_result.measured("max_output_throughput_tok_s") >= 100  # tok/s
-    assert_slo(llm_result, "success_rate >= 99%", "ttft.p50 <= 2s")
+    # the level's requests (about 100-200 in the smoke profile's 3 s) can show 95 % success at 95 % confidence
+    # (>= 59 requests with no failure); 99 % needs >= 299 and would stay INCONCLUSIVE
+    assert_slo(llm_result, "success_rate >= 95%", "ttft.p50 <= 2s")
 
 
 @pytest.mark.llm_procedure("5.2", workload="synthetic-uniform")

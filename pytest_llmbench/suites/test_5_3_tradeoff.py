@@ -15,7 +15,9 @@ def test_curve_and_operating_point(llm_result):
     assert llm_result.measured("level_count") >= 10
     assert llm_result.measurements["optimal_index"] is not None, "no load level meets TTFT P99 <= 500 ms"
     assert llm_result.measured("optimal_output_tok_s") >= 0.5 * llm_result.measured("max_achieved_tok_s")
-    assert_slo(llm_result, "success_rate >= 99%")  # at the optimal operating point
+    # at the optimal operating point: a smoke level of 2 s holds about 100 requests, enough to show 95 %
+    # success (>= 59 with no failure), not 99 % (>= 299)
+    assert_slo(llm_result, "success_rate >= 95%")
 
 
 @pytest.mark.llm_procedure("5.3", workload="synthetic-uniform", ttft_p99_slo_s=0.5)

@@ -12,7 +12,10 @@ from pytest_llmbench import assert_slo
 @pytest.mark.llm_procedure("5.4", workload="synthetic-uniform")
 def test_streaming_smoothness(llm_result):
     """Example SLOs on streaming smoothness: adapt the thresholds to your service."""
-    assert_slo(llm_result, "itl.p50 <= 100ms", "itl.p99 <= 1s", "success_rate >= 99%")
+    # judged over the level's requests (100 in the smoke profile): a P95 and 95 % success can be shown on
+    # them (>= 59 requests with none beyond), a P99 and 99 % cannot (>= 299); the standard profile's 1000
+    # requests per level can show itl.p99 and success_rate >= 99%
+    assert_slo(llm_result, "itl.p50 <= 100ms", "itl.p95 <= 1s", "success_rate >= 95%")
     assert llm_result.measured("max_pause_p99_ms") <= 2000
 
 

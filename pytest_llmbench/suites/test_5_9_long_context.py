@@ -21,6 +21,10 @@ def test_long_context_table(llm_result):
 
 @pytest.mark.llm_procedure("5.9")
 def test_long_context_slo(llm_result):
-    """Example SLOs: prefill at most quadratic-ish, and the longest context's first token within 30 s."""
+    """Example SLOs: prefill at most quadratic-ish, and the longest context's first token within 30 s.
+
+    The smoke profile sends 3 requests per length: too few for any bound (a mean or a success rate stays
+    INCONCLUSIVE), so the SLO is the run's maximum, judged on its value (method point), which a failed
+    request fails (it lies beyond the threshold)."""
     assert llm_result.measured("scaling_exponent") < 2.0
-    assert_slo(llm_result, "ttft.mean <= 30s", "success_rate >= 99%")
+    assert_slo(llm_result, "ttft.max <= 30s")

@@ -9,7 +9,7 @@ server timestamps, else B) picks the one reported as ``itl``, ``jitter`` and ``m
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -188,6 +188,15 @@ class RunTokens:
             yield tt, slice(at, at + tt.n_requests)
             at += tt.n_requests
 
+    def request_gaps(self, metric: str, ok: np.ndarray, select: Callable[[np.ndarray], np.ndarray],
+                     itl_option: str, index: np.ndarray | None = None) -> RequestGaps | None:
+        """:func:`request_gaps` of the pooled metric ``metric`` (its option from :data:`GAP_OPTIONS`, ``itl``
+        the run's ``itl_option``); None for a metric that is not pooled gaps. What slo.py reads (duck-typed:
+        measure.slo does not import the metric modules)."""
+        if metric not in GAP_OPTIONS:
+            return None
+        return request_gaps(self, ok, GAP_OPTIONS[metric] or itl_option, select, index)
+
     def whole(self) -> ux.TokenTimes:
         parts = [tt for tt, _ in self.blocks()]
         offsets = [np.zeros(1, dtype=np.int64)]
@@ -226,6 +235,22 @@ def _server_gaps(block: ChunkBlock, ok: np.ndarray, index: np.ndarray) -> tuple[
     return s_vals, s_owner
 
 
+def _a_gaps(block: ChunkBlock, content: np.ndarray, owner: np.ndarray, ok: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Option A: gaps (ns) between consecutive content chunks of the block's successful requests, and their rows."""
+    content_ok = content & ok[owner]
+    return pairs_diff(block.chunk_ns[content_ok], owner[content_ok])
+
+
+def _b_gaps(block: ChunkBlock, content: np.ndarray, owner: np.ndarray, ok: np.ndarray, sizes: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Option B: every token of a content chunk (``sizes`` tokens each) at its arrival; gaps (ns) and rows."""
+    b_ns = np.repeat(block.chunk_ns[content], sizes)
+    b_own = np.repeat(owner[content], sizes)
+    sel = ok[b_own]
+    return pairs_diff(b_ns[sel], b_own[sel])
+
+
 def _resolve(option: str, ok: np.ndarray, osl: np.ndarray, server_token_counts: np.ndarray) -> str:
     """``auto`` -> C when every successful multi-token request has server timestamps, else B; C checked."""
     has_c = (server_token_counts > 0) & ok
@@ -262,9 +287,7 @@ def itl_data(first_token_ns: np.ndarray, chunks: Chunks, chunk_counts: np.ndarra
         ok_b = ok[lo:hi]
         owner = block.owner()
         content = _content(block, first_token_ns)
-        content_ok = content & ok_b[owner]
-        a_vals, a_owner = pairs_diff(block.chunk_ns[content_ok], owner[content_ok])
-        del content_ok
+        a_vals, a_owner = _a_gaps(block, content, owner, ok_b)
         b_sizes = block.chunk_tokens[content]
         single_b = bool((b_sizes == 1).all())
         if gaps_b is None and not single_b:
@@ -277,10 +300,7 @@ def itl_data(first_token_ns: np.ndarray, chunks: Chunks, chunk_counts: np.ndarra
         _tally(sizes_ok, b_sizes[ok_b[owner[content]]])
         chosen = (a_vals, a_owner)
         if not single_b or gaps_b is not None or option == "B":
-            b_ns = np.repeat(block.chunk_ns[content], b_sizes)
-            b_own = np.repeat(owner[content], b_sizes)
-            sel_b = ok_b[b_own]
-            b_vals, b_owner = pairs_diff(b_ns[sel_b], b_own[sel_b])
+            b_vals, b_owner = _b_gaps(block, content, owner, ok_b, b_sizes)
             if gaps_b is not None:
                 gaps_b.add(b_vals)
             if option == "B":
@@ -400,3 +420,46 @@ def single_token_chunk_fraction(itl_data: ItlData, confidence: float) -> Estimat
     sizes = itl_data.sizes
     ones = int(sizes.counts[sizes.values == 1].sum()) if sizes.size else 0
     return proportion(ones, int(sizes.size), confidence) if sizes.size else None
+
+
+#: The §4.6.3 option each pooled gap metric is made of (None: the option the run reports as ``itl``).
+GAP_OPTIONS: dict[str, str | None] = {"inter_chunk": "A", "itl_distributed": "B", "itl_server": "C", "itl": None}
+
+
+@dataclass(frozen=True)
+class RequestGaps:
+    """One entry per request of a run (row order, i.e. send order): its ITL gaps under one §4.6.3 option.
+
+    ``count`` gaps, their ``total`` (s) and how many of them ``selected`` (the mask given to
+    :func:`request_gaps`, e.g. "beyond an SLO's threshold"); 0 for a failed request or one with < 2 tokens.
+    """
+
+    count: np.ndarray
+    total: np.ndarray
+    selected: np.ndarray
+
+
+def request_gaps(tokens: RunTokens, ok: np.ndarray, option: str, select: Callable[[np.ndarray], np.ndarray],
+                 index: np.ndarray | None = None) -> RequestGaps:
+    """The pooled samples of option ``option`` (``"A"``, ``"B"`` or ``"C"``), tallied per request: each
+    successful request's gap count, their sum and the count of gaps (s) that ``select`` marks. The same gaps,
+    from the same chunks, as :func:`itl_data` pools (what an SLO on a pooled percentile bounds per request,
+    slo.py); read block by block."""
+    n = tokens.chunks.n
+    count, total, selected = np.zeros(n), np.zeros(n), np.zeros(n)
+    rows = np.arange(n) if index is None else index
+    for block in tokens.chunks.blocks():
+        ok_b = ok[block.lo:block.hi]
+        if option == "C":
+            vals, own = _server_gaps(block, ok_b, rows)
+        else:
+            owner = block.owner()
+            content = _content(block, tokens.first_token_ns)
+            vals, own = (_a_gaps(block, content, owner, ok_b) if option == "A" else
+                         _b_gaps(block, content, owner, ok_b, block.chunk_tokens[content]))
+        gaps = vals * NS
+        at = slice(block.lo, block.hi)
+        count[at] = np.bincount(own, minlength=block.n)
+        total[at] = np.bincount(own, weights=gaps, minlength=block.n)
+        selected[at] = np.bincount(own, weights=np.asarray(select(gaps), dtype=np.float64), minlength=block.n)
+    return RequestGaps(count, total, selected)

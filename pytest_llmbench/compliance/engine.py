@@ -9,7 +9,7 @@ from typing import Any
 
 from .declarations import DECLARATION_FACTS, Declarations, declared_flag
 from .facts import RunFacts
-from .registry import STANDARD_WORKLOADS, VALIDATORS, ComplianceError, registry
+from .registry import VALIDATORS, ComplianceError, registry
 from .verdict import LABELS, SOURCES, Check, Status
 
 # ============================================================================================
@@ -117,6 +117,8 @@ def finalize(c: Check) -> Check:
     """
     data = item_data()["items"].get(c.id, {})
     label = next((k for k in LABELS if data.get(k)), None)
+    if c.status is Status.NEEDS_DECLARATION and c.source != "declared":  # needs a declaration: nothing answered
+        c.source, c.key = "none", c.key or c.id
     if c.source in LABELS.values() and c.status is not Status.MET:  # a label holds only for a met outcome
         c.source = ""
         for k in LABELS:
@@ -288,9 +290,9 @@ def _prefix_cache_tested(f: RunFacts, decl: Declarations) -> bool | None:
 
 
 def _is_custom(f: RunFacts) -> bool | None:
-    if not f.workload or not f.workload.get("name"):
-        return None
-    return bool(f.workload.get("custom")) or f.workload_name not in STANDARD_WORKLOADS
+    """Not a standard workload as run (custom or a stand-in: ``RunFacts.workload_standing``)."""
+    standing = f.workload_standing
+    return None if standing is None else standing != "standard"
 
 
 def _is_dataset(f: RunFacts) -> bool | None:

@@ -61,8 +61,9 @@ def _custom_permission(ctx: _Ctx, rid: str) -> Check:
 
 
 def _session_has(f: RunFacts, name: str) -> bool:
+    """The session ran ``name`` as defined: a standard-standing run of it (this one or another)."""
     names = {_norm_workload(w) for w in f.session_workloads}
-    return name in names or f.workload_base == name
+    return name in names or (f.workload_base == name and f.workload_standing == "standard")
 
 
 @evaluator("4.3.2-MUST-1", "4.3.2-SHOULD-1")

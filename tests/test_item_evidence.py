@@ -184,3 +184,9 @@ def test_the_walk_catches_a_constant() -> None:
     proc = "def g():\n    a = decide('5.3.2-PARAM-2', ok=True, met='m')\n    b = decide('5.3.2-PARAM-3', ok=True, met='m') if c else None\n"
     assert [r for r, _ in _unconditional_literal_decides(ast.parse(proc))] == ["5.3.2-PARAM-2"]
     assert decide("5.3.2-PARAM-2", ok=True, met="m").source == "parameter"
+
+
+def test_a_needs_declaration_row_carries_no_observed_source() -> None:
+    """5.8.3-PARAM-6 read ``source: measured`` and ``status: needs-declaration`` at once (issue 48)."""
+    c = decide("5.8.3-PARAM-6", ok=None, needs="automatic summary: none")
+    assert c.status is Status.NEEDS_DECLARATION and c.source == "none" and c.key == "5.8.3-PARAM-6"

@@ -99,6 +99,12 @@ def test_the_smoke_run_has_no_item_without_a_source(doc: dict[str, Any]) -> None
             assert it["source"] == "not-applicable", (proc, it["id"])
 
 
+def test_the_smoke_run_has_an_evaluator_for_every_item(doc: dict[str, Any]) -> None:
+    """Issue 48 (fidelity-audit-3 finding 7): no item reads "no evaluator"; a feature that does not exist
+    reads "not implemented" with what is missing."""
+    assert not [(proc, it["id"]) for proc, it in _items(doc) if it["evidence"].startswith("no evaluator")]
+
+
 def _fake(*procedures: list[tuple[str, str, str]]) -> dict[str, Any]:
     return {"procedures": [{"procedure": f"p{n}", "compliance": {"items": [
         {"id": rid, "status": status, "source": source} for rid, status, source in items]}}

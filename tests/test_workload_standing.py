@@ -71,3 +71,50 @@ def test_the_session_counts_only_standard_runs() -> None:
     assert judged["b"].compliance["4.3.2-MUST-1"].status is Status.UNMET
     judged = rejudge_session({"a": _R("5.1", STANDARD), "b": _R("5.7", STANDIN)})
     assert judged["b"].compliance["4.3.2-MUST-1"].holds
+
+
+# ---- the definition rows (App. A, §4.3.2) that read "no evaluator" before (issue 48 B, finding 7)
+
+SU_AS_DEFINED = {"name": "synthetic-uniform", "standard": True, "temperature": 0.0,
+                 "input_length": {"type": "uniform", "params": {"min": 128, "max": 512}},
+                 "output_length": {"type": "uniform", "params": {"min": 64, "max": 256}},
+                 "content": {"system_prompt": False}, "prefix_sharing": {"fraction": 0.0},
+                 "params": {"id_pool": "round-trip"}}
+SU_CAPPED = {**SU_AS_DEFINED, **CAPPED, "output_length": {"type": "empirical (as sent)",
+                                                          "params": {"min": 64, "max": 64, "mean": 64.0}}}
+
+
+def test_synthetic_uniform_rows_as_defined_and_capped() -> None:
+    ok = evaluate_test("5.2", {}, RunFacts(workload=SU_AS_DEFINED))
+    assert ok["4.3.2-PARAM-2"].holds and ok["A.1.1-PARAM-1"].holds and ok["A.1.2-PARAM-1"].holds
+    assert ok["A.1.3-PARAM-1"].holds
+    a14 = ok["A.1.4-PARAM-1"]
+    assert a14.status is Status.UNMET and a14.reason.split(": ", 1)[1].startswith("not implemented as written")
+    capped = evaluate_test("5.2", {}, RunFacts(workload=SU_CAPPED))
+    assert capped["A.1.1-PARAM-1"].holds  # the input is as defined
+    assert capped["A.1.2-PARAM-1"].status is Status.UNMET and "mean 64" in capped["A.1.2-PARAM-1"].reason
+    assert capped["A.1.2-PARAM-1"].source == "measured"
+    assert capped["4.3.2-PARAM-2"].status is Status.UNMET  # a constant 64 is no Uniform(64, 256)
+
+
+def test_a_stand_in_reads_not_implemented_and_other_workloads_do_not_apply() -> None:
+    res = evaluate_test("5.10", {}, RunFacts(workload=STANDIN))
+    assert "not implemented: the ShareGPT vicuna_cleaned dataset is not shipped" in res["A.3.1-PARAM-1"].reason
+    assert res["A.3.1-PARAM-1"].status is Status.UNMET
+    res = evaluate_test("5.1", {}, RunFacts(workload=STANDIN))
+    assert all(res[r].status is Status.NOT_APPLICABLE for r in ("A.1.1-PARAM-1", "4.3.2-PARAM-2"))
+
+
+def test_app_c_rows_are_decided() -> None:
+    from pytest_llmbench.compliance import RecordAudit
+
+    decl = {"model": {"name": "m", "version": "1"}, "hardware": {"accelerator": "H100", "count": 8},
+            "guardrails": {"input_filter": "on", "output_filter": "on"}}
+    facts = RunFacts(sut_boundary="model-engine", workload=STANDARD, records=RecordAudit(n=5, n_ok=5))
+    res = evaluate_test("5.1", {}, facts, decl)
+    assert res["C.1-REPORT-1"].status is Status.NEEDS_DECLARATION and "engine" in res["C.1-REPORT-1"].reason
+    res = evaluate_test("5.1", {}, facts, {**decl, "engine": {"name": "vllm", "version": "0.6"}})
+    assert res["C.1-REPORT-1"].holds and res["C.1-REPORT-4"].holds
+    assert res["C.1-REPORT-3"].status is Status.UNMET and "no 5.2" in res["C.1-REPORT-3"].reason
+    assert res["C.2-REPORT-1"].source == "construction"
+    assert res["B.1.3-PARAM-1"].status is Status.NOT_APPLICABLE

@@ -92,6 +92,18 @@ def _prefix_state(ctx: _Ctx, rid: str) -> Check:
     return ctx.needs(rid, "prefix_caching", "prefix caching state not observable by the client")
 
 
+@evaluator("5.1.3-PARAM-2")
+def _ttft_record(ctx: _Ctx, rid: str) -> Check:
+    """§5.1.3 step 4: every successful record holds T_submit, T_first and the input count (RecordAudit)."""
+    a = ctx.facts.records
+    if a is None or not a.n:
+        return _need(rid, "per-request record audit")
+    gaps = {"T_submit": a.missing_submit, "T_first": a.missing_first_token, "input count": a.missing_input_tokens}
+    bad = [f"{k} in {v}" for k, v in gaps.items() if v]
+    return decide(rid, ok=not bad, met=f"all {a.n} records hold T_submit, T_first (TTFT) and the input count",
+                  unmet=f"records lacking {', '.join(bad)} of {a.n}", source="measured", **gaps)
+
+
 @evaluator("5.3.2-MUST-1")
 def _open_required(ctx: _Ctx, rid: str) -> Check:
     m = ctx.facts.load.model

@@ -61,6 +61,8 @@ __all__ = [
 ]
 
 RAMP_UP_FRACTION = STEADY_STATE_FRACTION  # §5.2.3.2 (metrics.steady_state_window)
+#: how a table cell without a value reads (units.format_cell): never a value for a REPORT read-back
+NO_VALUE = "n/a"
 
 
 #: Error text that reveals memory or capacity exhaustion (§5.5.2 "no out-of-memory errors"):
@@ -424,7 +426,7 @@ def reported(rid: str, what: str, needs: Sequence[tuple[Table, str]], tables: Se
 
     Met when every ``(table, name)`` is one of the result's ``tables`` (identity, not title), and
     ``name`` (a column, or a row label) has a value in every row of it: a column the procedure forgot,
-    a table it dropped or a blank cell makes the item unmet.
+    a table it dropped, a blank cell or one that reads ``n/a`` (no value) makes the item unmet.
     """
     gaps: list[str] = []
     for table, name in needs:
@@ -434,6 +436,8 @@ def reported(rid: str, what: str, needs: Sequence[tuple[Table, str]], tables: Se
             gaps.append(f"{table.title}: no {name!r}")
         elif not cells or any(not c.strip() for c in cells):
             gaps.append(f"{table.title}: {name!r} blank")
+        elif blanks := sum(c.strip().lower() == NO_VALUE for c in cells):  # "n/a" is not a value
+            gaps.append(f"{table.title}: {name!r} reads {NO_VALUE!r} in {blanks} of {len(cells)} rows")
     if gaps:
         return decide(rid, ok=False, unmet=f"{what}: " + "; ".join(gaps))
     titles = list(dict.fromkeys(t.title.split(":")[0] for t, _ in needs))

@@ -131,6 +131,7 @@ class Session:
         self._tokenizer: Any = None
         # procedures cut short by Ctrl-C or a crash: reported (complete=False), never cached as results
         self.partial: dict[str, ProcedureResult] = {}
+        self.skipped: dict[str, ProcedureResult] = {}  # procedures that could not run, with their compliance
         self.repetitions: dict[str, list[ProcedureResult]] = {}  # --llm-runs N (§6.3)
         self.repetition_isolation: dict[str, str] = {}
         self.signals = TerminationSignals()  # SIGTERM/SIGHUP handled like Ctrl-C (install() to enable)
@@ -279,6 +280,8 @@ class Session:
                                          signal_name=self.signals.received)
                 partial.duration_s = time.perf_counter() - t0
                 self.partial[key] = partial
+            elif exc.result is not None:  # skipped, with the item it could not meet (issue 48)
+                self.partial[key] = self.skipped[key] = exc.result
             raise
         result.duration_s = time.perf_counter() - t0
         try:
@@ -353,7 +356,7 @@ class Session:
         """
         results = {**self.results, **{k: p for k, p in self.partial.items() if k not in self.results}}
         judged = _judged_over_session(results)
-        crashed = any(not r.complete for r in judged.values())
+        crashed = any(not r.complete for k, r in judged.items() if k not in self.skipped)
         # the first repetition is the result itself: the judged copy stands in for it there too
         repetitions = {k: [judged.get(k, r) if r is results.get(k) else r for r in reps]
                        for k, reps in self.repetitions.items()}

@@ -283,8 +283,10 @@ def test_skips_without_a_configuration_hook(tmp_path: Path) -> None:
     sut = SUT(base_url="http://127.0.0.1:9/v1", model="m")
     ctx = ProcedureContext(sut=sut, settings=Settings(profile="smoke", report=tmp_path), tokenizer=get_tokenizer(),
                            run_root=tmp_path, get_capacity=capacity, configure_sut=lambda s, v: False)
-    with pytest.raises(SkipProcedure, match="guardrails"):
+    with pytest.raises(SkipProcedure, match="guardrails") as skipped:
         asyncio.run(PROC.run(ctx, PROC.make_params("smoke", {"requests_per_level": 5})))
+    c = skipped.value.result.compliance["5.10.2-PARAM-2"]  # issue 48: the unmet item, with the reason
+    assert c.status.value == "unmet" and "could not be set" in c.reason and "configure_sut" in c.reason
 
 
 @pytest.mark.parametrize("bad", [{"configurations": ("none", "audit")}, {"load_fractions": (0.25, 0.0)},

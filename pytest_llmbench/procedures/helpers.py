@@ -11,7 +11,7 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -473,3 +473,31 @@ def cancelled_warning(cancelled: int, runs: Sequence[Measured]) -> list[Finding]
         if isinstance(load.get("sent"), int) and isinstance(load.get("ok"), int):
             sent += load["sent"]
     return [Finding("cancelled", f"{cancelled} of {sent} requests")]
+
+
+# --------------------------------------------------------------------------------------------
+# a procedure that cannot run against this SUT still reports its compliance (README, issue 48)
+# --------------------------------------------------------------------------------------------
+
+
+def skip_with_compliance(run: Any, why: str, unmet: dict[str, str], declarations: Any,
+                         workload: dict[str, Any] | None = None) -> NoReturn:
+    """Raise :class:`~.base.SkipProcedure` carrying a result without runs: its compliance holds each
+    item of ``unmet`` (id -> what could not be done) as unmet with ``why``, and the other items as the
+    run left them (nothing measured: "not recorded"), judged with ``declarations`` (``facts.declarations``).
+    The session reports it; the test is skipped."""
+    from ..compliance import RunFacts, evaluate_test
+    from ..compliance.engine import finalize, row
+    from .base import SkipProcedure
+    from .result import ProcedureResult
+
+    ctx = run.ctx
+    # the item's own decider needs the runs that never happened: the decision is this row (why it is unmet)
+    checks = {rid: finalize(row(rid, False, unmet=f"{what}: {why}", skipped=True)) for rid, what in unmet.items()}
+    facts = RunFacts(sut_boundary=ctx.sut.boundary, workload=dict(workload or {}), seed=ctx.settings.seed)
+    result = ProcedureResult(procedure=run.id, title=run.title, params={}, profile=ctx.settings.profile, metrics=None,
+                             runs=[], measurements={}, notes=[f"SKIPPED: {why}; nothing was measured"],
+                             started=run.started, finished=run.started, complete=False)
+    result.facts, result.checks = facts, checks
+    result.compliance = evaluate_test(run.id, checks, facts, declarations)
+    raise SkipProcedure(why, result=result)

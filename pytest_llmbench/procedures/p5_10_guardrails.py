@@ -54,10 +54,11 @@ from ..measure.units import Cell, CellValue
 from ..settings import parse_capacity
 from ..sut.system import simulator_guardrails
 from ..workloads import build_workload
-from .base import CannotMeasure, ProcedureContext, SkipProcedure
+from .base import CannotMeasure
 from .budget import PROBE_FIT
 from .capacity import SaturationProbe
-from .helpers import cap_output, pvalue
+from .facts import declarations
+from .helpers import cap_output, pvalue, skip_with_compliance
 from .loads import LoadSpec, resolve_load
 from .pipeline import Outcome, ProcedureRun
 from .prompts import failure_cause
@@ -192,10 +193,13 @@ def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def _switch(ctx: ProcedureContext, mode: str) -> None:
-    if not ctx.configure_sut("guardrails", mode):
-        raise SkipProcedure(f"5.10 needs to set guardrails={mode!r}: no pytest_llmbench_configure_sut "
-                            "implementation can switch the SUT's guardrails (see docs/guardrails.md)")
+def _switch(run: Guardrails, mode: str) -> None:
+    if not run.ctx.configure_sut("guardrails", mode):
+        skip_with_compliance(run, f"5.10 needs to set guardrails={mode!r}: no pytest_llmbench_configure_sut "
+                             "implementation can switch the SUT's guardrails (see docs/guardrails.md)",
+                             {"5.10.2-PARAM-2": f"the guardrail configurations {', '.join(run.p.configurations)} "
+                                                "could not be set"},
+                             declarations(run.ctx), getattr(run, "wl", None) and run.wl.declaration.to_json())
 
 
 def overlays(runs: Sequence[RunSummary], report_level: float | None) -> Overlays:
@@ -270,7 +274,7 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         self.flushed: list[bool] = []
         # step 1: baseline (or the first configuration asked for); the capacity probe's configuration first
         self.current = self.capacity_cfg if self.cap_kind == PROBED else p.configurations[0]
-        _switch(ctx, self.current)
+        _switch(self, self.current)
 
     async def _resolve_loads(self, rate: float | None) -> None:
         """The levels' and the saturation run's open loops: fractions of ``rate`` (None: the session's rate)."""
@@ -343,7 +347,7 @@ class Guardrails(ProcedureRun[GuardrailParams]):
             await self._probe_capacity(client)
         for cfg in p.configurations:
             if cfg != self.current:
-                _switch(ctx, cfg)  # step 3: enable the next configuration ...
+                _switch(self, cfg)  # step 3: enable the next configuration ...
                 self.current = cfg
                 await self._warm_up(client, cfg)  # ... and repeat step 2: warm-up, then every level
             self.states[cfg] = ctx.sut.server_info.get("guardrails")

@@ -314,8 +314,8 @@ class Session:
             raise CannotMeasure(self._capacity_errors[kind])
         if self._declared_capacity is not None and self._declared_capacity[0] == kind:
             value = self._declared_capacity[1]
-            cap = (Capacity(rate=value, source="declared (--llm-capacity)") if kind == "rate"
-                   else Capacity(concurrency=int(value), source="declared (--llm-capacity)"))
+            cap = (Capacity(rate=value, source="declared (--llm-capacity)", standing="declared") if kind == "rate"
+                   else Capacity(concurrency=int(value), source="declared (--llm-capacity)", standing="declared"))
         else:
             proc = capacity_provider(kind)
             params = proc.make_params(self.settings.profile, {})
@@ -345,7 +345,9 @@ class Session:
         conc = run_coroutine(self.get_capacity("concurrency"))
         rate = run_coroutine(self.get_capacity("rate"))
         return Capacity(rate=rate.rate, concurrency=conc.concurrency, output_throughput=rate.output_throughput,
-                        source=f"rate: {rate.source}; concurrency: {conc.source}")
+                        source=f"rate: {rate.source}; concurrency: {conc.source}",
+                        standing=rate.standing if rate.standing == conc.standing else
+                        f"rate: {rate.standing}; concurrency: {conc.standing}")
 
     # --- the result ------------------------------------------------------------------------------
     def result(self, *, complete: bool, interrupted: bool = False, test_outcomes: dict[str, dict[str, Any]] | None

@@ -57,6 +57,7 @@ from ..measure.summary import RunMetrics
 from ..measure.units import Cell, CellValue, format_cell
 from .base import CannotMeasure, ProcedureContext
 from .budget import PROBE_FIT, probe_window_s, request_floor_s, retry_label, run_lengthening
+from .capacity import FREE_OUTPUT
 from .figures import MAX_OUTPUT_THROUGHPUT, THROUGHPUT
 from .helpers import (
     RAMP_UP_FRACTION,
@@ -594,10 +595,12 @@ class Throughput(ProcedureRun[ThroughputParams]):
         metrics = bm.metrics
         sustained_rate = ba.level if not closed else ba.request_rate
         capacity = Capacity(rate=sustained_rate, output_throughput=ba.output_tps,
-                            source="measured by 5.2 in this session")
+                            source="measured by 5.2 in this session", standing="measured" if hi is not None
+                            else "lower-bound", workload=p.workload + (f" (output capped at {p.max_output_tokens})" if p.max_output_tokens
+                                                      else ""), request_shape=FREE_OUTPUT)
         if hi is None:
             notes.append(f"no saturation up to the search's upper end ({stop:g} {unit}): the capacity is at least "
-                         "this level")
+                         "this level (a lower bound: capacity-relative procedures say so in their verdict)")
         util = _batch_utilization(ctx, bm)
         tpg = ba.output_tps / gpus if gpus else None
         sustain: CellValue = (Cell(ba.level, "requests/s", 2, label=True) if not closed

@@ -49,6 +49,7 @@ from ..measure.stats import NoisyRule, knee_point_ci, optimal_operating_point, s
 from ..measure.units import Cell
 from .base import CannotMeasure
 from .budget import level_duration
+from .capacity import FREE_OUTPUT
 from .figures import THROUGHPUT
 from .helpers import (
     CENSORED_NOTE,
@@ -426,7 +427,9 @@ def item_checks(p: TradeoffParams, points: list[LevelPoint], cap: Any, sat: int 
                f"lowest level {min(fr):.0%} > 10%" if min(fr) > 0.1 + 1e-9 else "",
                "saturation not reached (no growing queue, throughput never dropped)" if not reached else ""]
         c["5.3.2-PARAM-3"] = decide("5.3.2-PARAM-3", ok=False, unmet="; ".join(x for x in why if x))
-    c["5.3.3-PARAM-1"] = decide("5.3.3-PARAM-1", ok=True, met=f"capacity {cap.rate:.2f} req/s: {cap.source or 'unknown'}", capacity_rate=cap.rate, source=cap.source)
+    c["5.3.3-PARAM-1"] = decide("5.3.3-PARAM-1", rate=cap.rate, source=cap.source or "unknown",
+                                standing=getattr(cap, "standing", None), shape=getattr(cap, "request_shape", None),
+                                own_shape=FREE_OUTPUT)
     grid = tuple(round(x, 6) for x in fr) == tuple(round(x, 6) for x in DRAFT_LEVELS)
     c["5.3.3-PARAM-2"] = (decide("5.3.3-PARAM-2", ok=bool(grid), met="levels 10%, 20%, ..., 120% of capacity", unmet="levels " + ", ".join(f"{x:.0%}" for x in fr)
                                       + " differ from the draft's 10%..120% grid"))

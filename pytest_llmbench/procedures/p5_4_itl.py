@@ -40,10 +40,11 @@ from ..measure.units import Cell, CellValue, format_value
 from ..workloads import build_workload
 from .base import CannotMeasure
 from .budget import level_requests
+from .capacity import FORCED_OUTPUT
 from .figures import latency_figures
 from .helpers import FLUID_RATE_NOTE, cap_output, fluid_rate, pvalue, reported, sample_list
 from .pipeline import Outcome, ProcedureRun
-from .result import Overlays, RunSummary, Series, Table
+from .result import Capacity, Overlays, RunSummary, Series, Table
 from .run import Measured
 
 DRAFT_MIN_OUTPUT = draft.value("itl.min_output_tokens")  # §5.4.2 MUST
@@ -326,7 +327,7 @@ class ITL(ProcedureRun[ITLParams]):
         return level_meas
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        return {**item_checks(self.p, self.fractions, self.audits, self.measured, self.declaration or {}),
+        return {**item_checks(self.p, self.fractions, self.audits, self.measured, self.declaration or {}, self.cap),
                 **report_checks(self.table6s, self.shape_table, out.tables)}
 
 
@@ -339,7 +340,7 @@ def _num(v: float | None) -> float | None:
 
 
 def item_checks(p: ITLParams, fractions: list[float], audits: list[ItlAudit], runs: list[Measured],
-            declaration: dict[str, Any]) -> dict[str, Check]:
+            declaration: dict[str, Any], cap: Capacity) -> dict[str, Check]:
     c: dict[str, Check] = {}
     short = sum(a.short_requests for a in audits)
     ok_reqs = sum(a.ok_requests for a in audits)
@@ -355,7 +356,8 @@ def item_checks(p: ITLParams, fractions: list[float], audits: list[ItlAudit], ru
                                     "per level", unmet=f"per level: >= {n_min} successful requests, >= "
                                            f"{samples_min} ITL samples (draft: {DRAFT_MIN_REQUESTS} requests, "
                                            f"{DRAFT_MIN_SAMPLES}+ samples)"))
-    c["5.4.2-PARAM-2"] = decide("5.4.2-PARAM-2", ok=True, met="levels stated as % of the request-rate capacity (5.2)")
+    c["5.4.2-PARAM-2"] = decide("5.4.2-PARAM-2", rate=cap.rate, source=cap.source or "unknown", standing=cap.standing,
+                                shape=cap.request_shape, own_shape=FORCED_OUTPUT, what="levels as % of the request-rate ")
     c["5.4.2-PARAM-3"] = decide("5.4.2-PARAM-3", ok=True, met=f"ITL option {runs[0].metrics.itl_option}: "
                                    f"{ITL_OPTIONS[runs[0].metrics.itl_option]}")
     c["5.4.3-PARAM-1"] = decide("5.4.3-PARAM-1", ok=True, met="warm-up before the first level")

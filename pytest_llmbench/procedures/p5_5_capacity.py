@@ -35,7 +35,8 @@ from ..loadgen.load import ClosedLoop
 from ..loadgen.warmup import WarmupResult
 from ..measure.registry import declare, figure
 from ..measure.units import Cell, CellValue
-from .capacity import DEFAULT_TTFT_P99_S, capacity_ttft_threshold, judge_search_level, next_search_level
+from .capacity import (DEFAULT_TTFT_P99_S, FORCED_OUTPUT, capacity_ttft_threshold, judge_search_level,
+                       next_search_level)
 from .figures import CAPACITY
 from .helpers import (
     build_level_specs,
@@ -251,6 +252,9 @@ class ConcurrentCapacity(ProcedureRun[CapacityParams]):
         primary = best.measured if best is not None else outcomes[order[0]].measured
         if best is not None:
             table, capacity = _at_maximum(best, lo, measurements)
+            # no failing level above it: the capacity is at least lo (issue 48); 5.5 forces its outputs
+            capacity = dataclasses.replace(capacity, standing="lower-bound" if hi is None else "measured",
+                                           workload=p.workload, request_shape=FORCED_OUTPUT)
             tables.append(table)
         notes = [f"Maximum concurrent requests meeting criteria: {lo}" if lo else
                  "no concurrency level met the success criteria: no capacity determined"]

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -559,7 +559,8 @@ class Guardrails(ProcedureRun[GuardrailParams]):
 
     def checks(self, out: Outcome) -> dict[str, Check]:
         return item_checks(self.p, self.runs, self.probes, self.wl.declaration.to_json(), self.states,
-                       self.loads[0][1].get("capacity_source", "") if self.cap_kind == BORROWED else None)
+                       self.loads[0][1].get("capacity_source", "") if self.cap_kind == BORROWED else None,
+                       self.saturation, self.flushed)
 
     def adjust_facts(self, facts: RunFacts) -> None:
         cfgs = self.p.configurations
@@ -570,9 +571,48 @@ class Guardrails(ProcedureRun[GuardrailParams]):
             facts.session_tests = tuple(sorted(set(facts.session_tests) | {"5.10"}))
 
 
+def _repeated_fairly(runs: Mapping[tuple[str, float], Measured], flushed: Sequence[bool] | None) -> Check:
+    """5.10.3-PARAM-2 (issue 48, finding 10): every configuration repeats the same request sequence, so a
+    later configuration must not find an earlier run's prompts cached: met when the prefix cache was flushed
+    before every run, or when no run's successful requests reported cached tokens."""
+    what = f"{len(runs)} runs: every configuration at every level, the same request sequence"
+    if flushed is None or (flushed and all(flushed)):
+        return decide("5.10.3-PARAM-2", ok=bool(runs), met=f"{what}, the prefix cache flushed before each",
+                      unmet="no run", source="measured")
+    reported = [r.cached_tokens for m in runs.values() for r in m.records if r.ok and r.cached_tokens is not None]
+    cached = sum(reported)
+    return decide("5.10.3-PARAM-2", ok=bool(reported) and cached == 0,
+                  met=f"{what}; no flush hook, and no request reported cached tokens",
+                  unmet=f"{what}, without a flush before each (no hook for flush_prefix_cache): "
+                        + (f"{cached} prompt tokens were served from cache, which favours later configurations"
+                           if reported else "the server reports no cached tokens, so a cache hit cannot be ruled out"),
+                  source="measured", cached_tokens=cached if reported else None)
+
+
+def _throughput_reduction(cfgs: Sequence[str], saturation: Mapping[str, SaturationResult | None],
+                          probed: bool) -> Check:
+    """5.10.4-REPORT-4 (issue 48): a reduction of maximum throughput needs the Baseline and configurations
+    whose saturation runs saturated; without a saturation run it is the reduction at the highest level."""
+    if "none" not in cfgs:
+        return decide("5.10.4-REPORT-4", ok=False, unmet="needs the Baseline configuration")
+    if not probed:
+        return decide("5.10.4-REPORT-4", ok=True, met="throughput reduction at the highest level (no saturation run)",
+                      source="measured")
+    unsaturated = [LABELS.get(c, c) for c in cfgs if not (saturation.get(c) and saturation[c].saturated)]
+    return decide("5.10.4-REPORT-4", ok=not unsaturated,
+                  met="throughput reduction between saturated runs of every configuration (each its maximum)",
+                  unmet=f"no saturation in {', '.join(unsaturated)}: its run delivered what it was offered, so Table 14's "
+                        "'max throughput' there is a lower bound and the reduction is not a reduction of maxima",
+                  source="measured", unsaturated=unsaturated)
+
+
 def item_checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes: dict[str, Measured],
-            decl: dict[str, Any], states: dict[str, Any], borrowed: str | None = None) -> dict[str, Check]:
-    """The 5.10 items; ``borrowed``: the source of a capacity borrowed from another workload (a deviation)."""
+            decl: dict[str, Any], states: dict[str, Any], borrowed: str | None = None,
+            saturation: dict[str, SaturationResult | None] | None = None,
+            flushed: Sequence[bool] | None = None) -> dict[str, Check]:
+    """The 5.10 items; ``borrowed``: the source of a capacity borrowed from another workload (a deviation);
+    ``saturation``: each configuration's saturation run (Table 14 is a throughput reduction only between
+    configurations that saturated: an unsaturated run delivers what it was offered)."""
     cfgs, levels = p.configurations, p.load_fractions
     missing = [LABELS[c] for c in GUARDRAIL_CONFIGS if c not in cfgs]
     synthetic = bool(decl.get("synthetic_standin")) or str(decl.get("name", "")).startswith("synthetic")
@@ -593,13 +633,11 @@ def item_checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], pro
                                  f"({borrowed}), not of this workload's in Baseline (deviation; capacity='probe')"),
         "5.10.3-PARAM-1": (decide("5.10.3-PARAM-1", ok="none" in cfgs, met="baseline warmed up and run at every level; every other "
                                      "configuration warmed up again after its switch", unmet="no baseline configuration")),
-        "5.10.3-PARAM-2": decide("5.10.3-PARAM-2", ok=True, met=f"{len(runs)} runs: every configuration at every level"),
+        "5.10.3-PARAM-2": _repeated_fairly(runs, flushed),
         "5.10.4-REPORT-1": decide("5.10.4-REPORT-1", ok=True, met="TTFT P50/P95/P99 and E2E per configuration and level"),
         "5.10.4-REPORT-2": (decide("5.10.4-REPORT-2", ok={"none", "input"} <= set(cfgs), met="input filter overhead at P50 and P99 per level", unmet="needs the Baseline and Input Filter configurations")),
         "5.10.4-REPORT-3": (decide("5.10.4-REPORT-3", ok={"none", "full"} <= set(cfgs), met="total overhead at P50 and P99 per level", unmet="needs the Baseline and Full Filter configurations")),
-        "5.10.4-REPORT-4": (decide("5.10.4-REPORT-4", ok="none" in cfgs, met="throughput reduction from a saturation run beyond the "
-                                      "measured capacity per configuration" if probes else
-                                      "throughput reduction at the highest level (no saturation run)", unmet="needs the Baseline configuration")),
+        "5.10.4-REPORT-4": _throughput_reduction(cfgs, saturation or {}, bool(probes)),
         "5.10.5-REPORT-1": decide("5.10.5-REPORT-1", ok=True, met="Table 13"),
         "5.10.5-REPORT-2": decide("5.10.5-REPORT-2", ok=True, met="Table 14"),
     }

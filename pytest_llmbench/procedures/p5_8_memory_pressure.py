@@ -576,8 +576,12 @@ def item_checks(p: MemoryPressureParams, cap_n: int, cap_src: str, cap_kind: str
     return {
         "5.8.2-PARAM-1": decide("5.8.2-PARAM-1", ok=True, met="levels " + ", ".join(_label(x) for x in levels)
                                    + f" of capacity {cap_n}"),
-        "5.8.3-PARAM-1": decide("5.8.3-PARAM-1", ok=True, met=f"capacity {cap_n} concurrent requests ({cap_kind}): "
-                                f"{cap_src}"),
+        # its own §5.5.3 search judges TTFT P99 against a threshold: a default is no declaration (issue 48)
+        "5.8.3-PARAM-1": decide("5.8.3-PARAM-1", ok=True if cap_kind != SEARCHED or p.ttft_p99_threshold_s is not None
+                                else None, met=f"capacity {cap_n} concurrent requests ({cap_kind}): {cap_src}",
+                                needs=f"capacity {cap_n} concurrent requests ({cap_kind}: {cap_src}), whose TTFT P99 "
+                                      "threshold was not declared (a default applied): declare ttft_p99_threshold_s",
+                                source="measured"),
         "5.8.3-PARAM-2": decide("5.8.3-PARAM-2", ok=True, met="SUT configured, warm-up completed (§4.5)"),
         "5.8.3-PARAM-3": (decide("5.8.3-PARAM-3", ok=bool(above) and cap_kind != BORROWED,
                                  met="; ".join(f"{_label(o.level)} -> {o.concurrency} concurrent" for o in outcomes),

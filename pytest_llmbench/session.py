@@ -42,7 +42,7 @@ from .procedures.base import (
 )
 from .procedures.result import Capacity, ProcedureResult, RunSummary
 from .settings import Settings, parse_capacity
-from .sut.system import SUT, EndpointError, check_endpoint, identify_server
+from .sut.system import SUT, EndpointError, check_endpoint, identify_server, probe_rtt
 
 if TYPE_CHECKING:
     from .measure.summary import RunMetrics
@@ -173,6 +173,7 @@ class Session:
 
             register_restart(sut.root_url, self.simulator.restart)
         identify_server(sut, s.server_kind)
+        sut.server_info["network_rtt"] = probe_rtt(base_url)  # §4.7.3-SHOULD-1: once, before the runs
         self.sut = sut
         return sut
 

@@ -241,6 +241,7 @@ class RunFacts:
     prefix_caching_source: str | None = None  # where prefix_caching came from (simulator config, procedure)
     prefix_cache_under_test: bool = False
     network_rtt_s: float | None = None  # measured separately (§4.7.3)
+    network_rtt_method: str | None = None  # how (sut.system.probe_rtt: TCP connects before the runs)
     latency_adjustment: dict[str, Any] | None = None  # {"method", "value"} when TTFT was adjusted
     endpoint_scheme: str | None = None  # http | https
     endpoint_host: str | None = None  # the SUT endpoint's host (name or address), held against clock_sync

@@ -267,7 +267,11 @@ class TTFT(ProcedureRun[TTFTParams]):
         for rid in ("5.1.4-REPORT-4", "5.1.5-REPORT-1"):
             c[rid] = reported(rid, "TTFT by input length", [(table2, f"{q} (ms)") for q in ("P50", "P95", "P99")],
                               tables) if varied else decide(rid, ok=None, na="every request has the same input length")
-        for rid, part in (("5.1.4-REPORT-5", "queue_wait"), ("5.1.4-REPORT-6", "prefill")):
-            c[rid] = (reported(rid, f"TTFT {part} (server-reported)", [(parts[part], part)], tables) if part in parts
-                      else decide(rid, ok=None, na=f"the server reports no {part} component of TTFT"))
+        first = next(iter(m.records), None)
+        timing = (first.server_timing or {}) if first is not None else {}
+        for rid, part, key in (("5.1.4-REPORT-5", "queue_wait", "queue_source"),
+                               ("5.1.4-REPORT-6", "prefill", "prefill_source")):
+            src = timing.get(key) or "the server's per-request timing"  # e.g. llama.cpp timings.prompt_ms
+            c[rid] = (reported(rid, f"TTFT {part} (server-reported: {src})", [(parts[part], part)], tables)
+                      if part in parts else decide(rid, ok=None, na=f"the server reports no {part} component of TTFT"))
         return c

@@ -133,3 +133,20 @@ def test_llm_compare_forms_the_section6_verdict(store: Path, tmp_path: Path) -> 
     hw = next(i for i in out["section6_verdict"]["items"] if i["id"] == "6.1-MUST-3")
     assert hw["status"] == "met" and hw["source"] == "measured"  # this session ran here, against the simulator
     assert "6.3-PARAM-1" in out["section6"]  # the gate's own §6.3 facts are kept
+
+
+def test_62_normalises_the_declared_maximum_not_the_first_procedure(store: Path) -> None:
+    """Issue 48 (finding 6): §6.2 took the first procedure's output throughput (with 5.1 present, a run at a
+    fraction of capacity); a declared maximum (5.2's key figure) is what tokens per GPU-second normalise."""
+    hw = {"accelerator": "H100-SXM", "count": 4, "memory": "80GB"}
+    for run, peak in (("0001_base", 1234.0), ("0002_rerun", 1500.0)):
+        _hardware(store, run, hw)
+
+        def add(d: dict, _peak: float = peak) -> None:
+            d["procedures"][-1]["result"].setdefault("key_figures", []).append(
+                {"name": "max_output_throughput", "value": _peak, "unit": "tok/s"})
+        _edit(store / run / "results.json", add)
+    c = compare_systems([load_run(n, store) for n in ("base", "rerun")])
+    norm = [(n["output_throughput"], n["tokens_per_gpu_second"]) for n in c.normalisation]
+    assert norm == [(1234.0, 308.5), (1500.0, 375.0)]  # the declared maxima / 4 GPUs
+    assert "maximum output tokens/s a procedure declares" in c.normalisation_method

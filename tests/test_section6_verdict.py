@@ -150,3 +150,10 @@ def test_62_normalises_the_declared_maximum_not_the_first_procedure(store: Path)
     norm = [(n["output_throughput"], n["tokens_per_gpu_second"]) for n in c.normalisation]
     assert norm == [(1234.0, 308.5), (1500.0, 375.0)]  # the declared maxima / 4 GPUs
     assert "maximum output tokens/s a procedure declares" in c.normalisation_method
+
+
+def test_64_report_1_is_labelled_construction(store: Path) -> None:
+    """Finding 6: 6.4-REPORT-1 was a constant "met" presented as an observation."""
+    c = compare_systems([load_run(n, store) for n in ("base", "rerun")])
+    item = next(i for i in c.checklist if i.id == "6.4-REPORT-1")
+    assert item.status == "met" and item.source == "construction" and "construction" in item.detail

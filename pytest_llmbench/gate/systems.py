@@ -124,6 +124,20 @@ def _sut_on_this_machine(run: StoredRun) -> str | None:
     return f"loopback endpoint {host}" if loop else None
 
 
+def _reference_counting(runs: Sequence[StoredRun]) -> CheckItem:
+    """4.4.2-SHOULD-1 binds test 6 (issue 48): results compared across systems should count tokens with
+    the reference tokenizer cl100k_base (option B) in every procedure of every run."""
+    other = sorted({f"{r.id} {p.get('procedure')}: option {m.get('token_counting_option')} "
+                    f"({m.get('token_counting_tokenizer')})"
+                    for r in runs for p in r.document.get("procedures") or []
+                    for m in [(p.get("result") or {}).get("measurements") or {}]
+                    if (m.get("token_counting_option"), m.get("token_counting_tokenizer")) != ("B", "cl100k_base")})
+    return CheckItem("4.4.2-SHOULD-1", "Reference tokenizer (cl100k_base, option B) for cross-system comparison",
+                     "not met" if other else "met",
+                     "; ".join(other[:6]) + (f" (+{len(other) - 6} more)" if len(other) > 6 else "") if other
+                     else "every procedure of every run counted with cl100k_base (option B)", source="measured")
+
+
 #: the key figure a procedure declares as the SUT's maximum output throughput (procedures.figures, a layer
 #: above: the name is the document's, written into ``procedures[].result.key_figures``)
 _MAX_OUTPUT_FIGURE = "max_output_throughput"
@@ -281,6 +295,7 @@ def compare_systems(runs: Sequence[StoredRun], *, figures: Sequence[str] = DEFAU
               "declared price per hour in USD (declarations cost.price_per_hour, or --price RUN=USD) (§6.2)")
     equiv.insert(2, _hardware_item(runs, norm))
     reporting = _reporting_items(runs, norm, method, list(repetitions or [1] * len(runs)))
+    reporting.append(_reference_counting(runs))
     # §6.4 checklist
     checklist = []
     ok, d = same(["workload", "parameters.workload", "request sequence"])

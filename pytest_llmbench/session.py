@@ -98,7 +98,8 @@ def configure_embedded(sut: SUT, setting: str, value: Any) -> bool | None:
 
     resp = httpx.post(sut.root_url + "/admin/config", json={setting: value}, timeout=ADMIN_TIMEOUT_S)
     resp.raise_for_status()
-    sut.server_info = resp.json()
+    kept = {k: sut.server_info[k] for k in ("network_rtt",) if k in sut.server_info}  # the client's own probe
+    sut.server_info = {**resp.json(), **kept}
     return True
 
 

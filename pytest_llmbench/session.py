@@ -43,7 +43,7 @@ from .procedures.base import (
 )
 from .procedures.result import Capacity, ProcedureResult, RunSummary
 from .settings import Settings, parse_capacity
-from .sut.system import SUT, EndpointError, check_endpoint, identify_server
+from .sut.system import SUT, EndpointError, check_endpoint, identify_server, probe_rtt
 
 if TYPE_CHECKING:
     from .measure.summary import RunMetrics
@@ -99,7 +99,8 @@ def configure_embedded(sut: SUT, setting: str, value: Any) -> bool | None:
 
     resp = httpx.post(sut.root_url + "/admin/config", json={setting: value}, timeout=ADMIN_TIMEOUT_S)
     resp.raise_for_status()
-    sut.server_info = resp.json()
+    kept = {k: sut.server_info[k] for k in ("network_rtt",) if k in sut.server_info}  # the client's own probe
+    sut.server_info = {**resp.json(), **kept}
     return True
 
 
@@ -132,6 +133,7 @@ class Session:
         self._tokenizer: Any = None
         # procedures cut short by Ctrl-C or a crash: reported (complete=False), never cached as results
         self.partial: dict[str, ProcedureResult] = {}
+        self.skipped: dict[str, ProcedureResult] = {}  # procedures that could not run, with their compliance
         self.repetitions: dict[str, list[ProcedureResult]] = {}  # --llm-runs N (§6.3)
         self.repetition_isolation: dict[str, str] = {}
         self.signals = TerminationSignals()  # SIGTERM/SIGHUP handled like Ctrl-C (install() to enable)
@@ -173,6 +175,7 @@ class Session:
 
             register_restart(sut.root_url, self.simulator.restart)
         identify_server(sut, s.server_kind)
+        sut.server_info["network_rtt"] = probe_rtt(base_url)  # §4.7.3-SHOULD-1: once, before the runs
         self.sut = sut
         return sut
 
@@ -284,6 +287,8 @@ class Session:
                                          signal_name=self.signals.received)
                 partial.duration_s = time.perf_counter() - t0
                 self.partial[key] = partial
+            elif exc.result is not None:  # skipped, with the item it could not meet (issue 48)
+                self.partial[key] = self.skipped[key] = exc.result
             raise
         result.duration_s = time.perf_counter() - t0
         try:
@@ -316,8 +321,8 @@ class Session:
             raise CannotMeasure(self._capacity_errors[kind])
         if self._declared_capacity is not None and self._declared_capacity[0] == kind:
             value = self._declared_capacity[1]
-            cap = (Capacity(rate=value, source="declared (--llm-capacity)") if kind == "rate"
-                   else Capacity(concurrency=int(value), source="declared (--llm-capacity)"))
+            cap = (Capacity(rate=value, source="declared (--llm-capacity)", standing="declared") if kind == "rate"
+                   else Capacity(concurrency=int(value), source="declared (--llm-capacity)", standing="declared"))
         else:
             proc = capacity_provider(kind)
             params = proc.make_params(self.settings.profile, {})
@@ -347,7 +352,9 @@ class Session:
         conc = run_coroutine(self.get_capacity("concurrency"))
         rate = run_coroutine(self.get_capacity("rate"))
         return Capacity(rate=rate.rate, concurrency=conc.concurrency, output_throughput=rate.output_throughput,
-                        source=f"rate: {rate.source}; concurrency: {conc.source}")
+                        source=f"rate: {rate.source}; concurrency: {conc.source}",
+                        standing=rate.standing if rate.standing == conc.standing else
+                        f"rate: {rate.standing}; concurrency: {conc.standing}")
 
     # --- the result ------------------------------------------------------------------------------
     def result(self, *, complete: bool, interrupted: bool = False, test_outcomes: dict[str, dict[str, Any]] | None
@@ -358,7 +365,7 @@ class Session:
         """
         results = {**self.results, **{k: p for k, p in self.partial.items() if k not in self.results}}
         judged = _judged_over_session(results)
-        crashed = any(not r.complete for r in judged.values())
+        crashed = any(not r.complete for k, r in judged.items() if k not in self.skipped)
         # the first repetition is the result itself: the judged copy stands in for it there too
         repetitions = {k: [judged.get(k, r) if r is results.get(k) else r for r in reps]
                        for k, reps in self.repetitions.items()}

@@ -56,9 +56,11 @@ def test_simulator_reads_llmbench_timing() -> None:
 def test_llamacpp_reads_timings() -> None:
     rec = record()
     LLAMACPP.parse_extensions({"timings": TIMINGS, "llmbench_timing": SIM_TIMING}, rec)
-    assert rec.server_timing == {"timings": TIMINGS} and rec.server_token_ns is None
+    # prompt_ms is the prefill part of TTFT, its source named (issue 48)
+    read = {"timings": TIMINGS, "prefill_ns": 1_500_000, "prefill_source": "llama.cpp timings.prompt_ms"}
+    assert rec.server_timing == read and rec.server_token_ns is None
     LLAMACPP.parse_extensions({"timings": "not an object"}, rec)
-    assert rec.server_timing == {"timings": TIMINGS} and LLAMACPP.extension_keys == {"timings"}
+    assert rec.server_timing == read and LLAMACPP.extension_keys == {"timings"}
 
 
 def test_generic_reads_every_known_extension_and_engines_without_any_read_none() -> None:

@@ -25,7 +25,9 @@ OBSERVED = {"5.1.5-SHOULD-2",
             # the server's tokenizer under server counts, or needs-declaration (tests/test_itl_method.py)
             "4.4.1-MUST-1", "4.4.1-MUST-2", "4.4.1-MUST-3",
             # 5.9 below an App. A.5 length runs a custom workload (issue 36; tests/test_procedure_5_9.py)
-            "5.9.2-MUST-1", "4.3.2-MUST-2"}
+            "5.9.2-MUST-1", "4.3.2-MUST-2",
+            # the workload's standing as run: a capped Synthetic-Skewed is custom (issue 48)
+            "5.6.2-MUST-1"}
 
 
 def test_the_audit_counts_37() -> None:
@@ -63,6 +65,15 @@ def test_a_declaration_keeps_its_own_source_on_a_construction_item() -> None:
 
 def test_finalize_raises_for_a_check_without_a_source() -> None:
     rid = "5.1.4-REPORT-1"
+    data = item_data()["items"]
+    saved = data.pop(rid)  # an item the data gives no source (every decided item has one since issue 48)
+    try:
+        _finalize_raises(rid)
+    finally:
+        data[rid] = saved
+
+
+def _finalize_raises(rid: str) -> None:
     assert "source" not in item(rid)
     with pytest.raises(ComplianceError, match=f"{rid}: the check names no source kind"):
         finalize(Check(rid, Status.MET, "Table 1"))

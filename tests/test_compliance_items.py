@@ -169,7 +169,9 @@ CASES: dict[str, Case] = {
     "4.8.1-MUST-3": Case(unmet={"guardrails": None}, decl=_drop("guardrails")),
     "4.8.1-MUST-4": Case(unmet={"records": None}),
     "4.8.2-SHOULD-1": Case(decl=_drop("guardrails_default")),
-    "4.8.2-MUST-1": Case(unmet={"guardrails": None}, decl=_drop("guardrails")),
+    # binds only when a guardrail is off (not applicable otherwise, issue 48)
+    "4.8.2-MUST-1": Case(context={"guardrails": {"input_filter": "off", "output_filter": "on", "systems": []}},
+                         unmet={"guardrails": None}, decl=_drop("guardrails")),
     "4.8.2-SHOULD-2": Case(unmet={"session_tests": ("5.1",)}),
     "5.1.2-MUST-1": Case(context={"workload": CUSTOM}, unmet={"workload": {**CUSTOM, "content": None}}),
     "5.1.2-MUST-5": Case(unmet={"load.model": None}),

@@ -146,6 +146,12 @@ def test_tables_and_compliance_items(result) -> None:  # type: ignore[no-untyped
     assert t4.columns == ["Metric", "P50", "P95", "P99"] and [r[0] for r in t4.rows] == ["TTFT", "TPOT", "End-to-End"]
     m = result.measurements
     assert m["ttft_p50_ms"] <= m["ttft_p95_ms"] <= m["ttft_p99_ms"]
+    # one "latency at maximum throughput" (issue 48, finding 4): the measurements are Table 4's cells,
+    # the steady window's, not the whole level's (ramp-up included)
+    for label, name in (("TTFT", "ttft"), ("TPOT", "tpot"), ("End-to-End", "e2e")):
+        row = next(r for r in t4.rows if r[0] == label)
+        assert [m[f"{name}_p{q}_ms"] for q in (50, 95, 99)] == [round(c.value * 1000, 3) for c in row[1:]], label
+    assert result.capacity.standing in ("measured", "lower-bound") and result.capacity.request_shape
     # batch utilization from the server's counters: never above 1, a busy batch near capacity
     assert 0.2 < m["batch_utilization"] <= 1.0
     assert result.checks["5.2.2-MUST-4"].holds and result.checks["5.2.2-MUST-5"].status.value == "not-applicable"

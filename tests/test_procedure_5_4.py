@@ -28,7 +28,7 @@ OUT = 64
 def result(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     cap = simulate_closed_loop(CFG, CFG.max_num_seqs, 320, OUT).requests_per_s
     proc = get_procedure("5.4")
-    params = proc.make_params("smoke", {"levels": [0.1, 0.25], "requests": 30})
+    params = proc.make_params("smoke", {"levels": [0.1, 0.25], "requests": 30, "capacity": "session"})
     root = tmp_path_factory.mktemp("p54")
     with simulator_harness(CFG, root, capacity=Capacity(rate=cap, source="model"), run_root=root, profile="smoke",
                            time_scale=CFG.time_scale) as (_, ctx):
@@ -82,6 +82,33 @@ def test_output_lengths_samples_and_ttft_exclusion(result) -> None:  # type: ign
     pauses = np.array([np.diff(r.server_token_ns).max() for r in measured_ok(primary)]) / 1e9
     assert max(result.plots["itl_samples_s"]) == pytest.approx(pauses.max(), abs=1e-9)
     assert result.measurements["max_pause_p99_ms"] == pytest.approx(np.percentile(pauses, 99) * 1000, abs=1e-3)
+
+
+def test_the_model_capacity_on_another_shape_is_named(result) -> None:  # type: ignore[no-untyped-def]
+    """capacity='session': a capacity without a request shape (declared here) is taken as is."""
+    assert result.checks["5.4.2-PARAM-2"].holds and "model" in result.checks["5.4.2-PARAM-2"].reason
+
+
+def test_own_capacity_on_the_forced_output_shape(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 48 (finding 1): 5.4's "% of maximum throughput" is of its own forced-output requests' saturation
+    throughput (a short closed-loop search), not of 5.2's rate on outputs that may stop at EOS."""
+    proc = get_procedure("5.4")
+    params = proc.make_params("smoke", {"levels": [0.25], "requests": 12, "probe_concurrency": 8,
+                                        "probe_duration_s": 2.0, "max_output_tokens": 16, "min_output_tokens": 16})
+    assert params.capacity == "own"
+    with simulator_harness(CFG, tmp_path, capacity=None, run_root=tmp_path, profile="smoke",
+                           time_scale=CFG.time_scale) as (_, ctx):
+        res = asyncio.run(proc.run(ctx, params))
+    probes = [r for r in res.runs if r.label.startswith("capacity-probe")]
+    assert probes and probes[0].label == "capacity-probe-c8"
+    recs = [r for p in probes for r in measured_ok(p)]
+    assert recs and all(r.max_tokens == 16 and r.output_tokens == 16 for r in recs)  # 5.4's own forced shape
+    m = res.measurements
+    assert "saturation search on 5.4's forced-output requests" in m["capacity_source"]
+    level = next(r for r in res.runs if not r.label.startswith("capacity-probe"))
+    assert level.extra["offered_rate"] == pytest.approx(0.25 * m["capacity_rate_req_s"])
+    c = res.checks["5.4.2-PARAM-2"]
+    assert c.holds == ("a lower bound" not in m["capacity_source"]), c.reason
 
 
 # ----------------------------------------------------------------------------- hand-computed records

@@ -199,6 +199,22 @@ def test_fluidity_criterion_bounds_capacity(tmp_path: Path) -> None:
     rates = {r.label: r.metrics.scalars["fluid_token_rate"].value for r in result.runs}
     assert rates["c0002"] > rates["c0004"] > 83  # the rate falls as the batch grows
     assert "fluid_token_rate >= 83 tok/s" in result.tables[0].notes[1]
+    assert result.checks["5.5.2-PARAM-4"].holds  # the threshold was declared (10 s)
+
+
+def test_a_default_threshold_is_no_declaration() -> None:
+    """Finding 10: 5.5.2-PARAM-4 ("TTFT P99 <= declared threshold") was met by construction on the 2 s default."""
+    from types import SimpleNamespace
+
+    from pytest_llmbench.procedures.p5_5_capacity import item_checks
+
+    proc = get_procedure("5.5")
+    for declared, status in ((None, "needs-declaration"), (1.5, "met")):
+        p = proc.make_params("smoke", {"ttft_p99_threshold_s": declared})
+        checks = item_checks(p, {4: SimpleNamespace(window_s=1.0, completions=4, measured=SimpleNamespace(
+            metrics=SimpleNamespace(scalar=lambda _: SimpleNamespace(value=0))))}, [4], 0, False, 2.0 if declared is None else declared,
+                             "default 2 s" if declared is None else "declared", True)
+        assert checks["5.5.2-PARAM-4"].status.value == status, checks["5.5.2-PARAM-4"].reason
 
 
 def test_bad_criterion_is_named() -> None:

@@ -125,24 +125,43 @@ def test_load_fraction_applies_to_the_mix_own_saturation_throughput(harness: Sta
     assert params.capacity == "mix-probe" and params.isolation == "total"
     with harness(cfg, capacity=None, profile="smoke", seed=4) as (_, ctx):
         result = asyncio.run(PROC.run(ctx, params))
-    probe = result.runs[0]
-    assert [r.label for r in result.runs] == ["capacity-probe-c16", "isolated-short", "isolated-long", "mixed"]
-    recs = [r for r in iter_records(probe.run_dir) if r.phase == "measure"]
-    assert {r.request_class for r in recs} == {"short", "long"}  # the probe runs the class mix itself
-    # exact recomputation: completions within the steady part of the send window / its length
-    run_json = json.loads((Path(probe.run_dir) / "run.json").read_text())
-    load = run_json["loads"][0]
-    start, end = load["start_ns"], load["send_end_ns"]
-    lo = start + 0.1 * (end - start)
-    done = sum(1 for r in recs if r.ok and r.end_ns is not None and lo <= r.end_ns <= end)
-    cap = done / ((end - lo) / 1e9)
+    # a short saturation search (issue 48, finding 1): c16, then doubling while the rate still rises by 10 %
+    probes = [r for r in result.runs if r.label.startswith("capacity-probe")]
+    labels = [r.label for r in result.runs]
+    assert labels[:len(probes)] == [f"capacity-probe-c{16 * 2 ** k}" for k in range(len(probes))]
+    assert labels[len(probes):] == ["isolated-short", "isolated-long", "mixed"] and 2 <= len(probes) <= 3
+
+    def steady_rate(probe: Any) -> tuple[float, list[Any]]:
+        recs = [r for r in iter_records(probe.run_dir) if r.phase == "measure"]
+        assert {r.request_class for r in recs} == {"short", "long"}  # the probe runs the class mix itself
+        # exact recomputation: completions within the steady part of the send window / its length
+        load = json.loads((Path(probe.run_dir) / "run.json").read_text())["loads"][0]
+        start, end = load["start_ns"], load["send_end_ns"]
+        lo = start + 0.1 * (end - start)
+        return sum(1 for r in recs if r.ok and r.end_ns is not None and lo <= r.end_ns <= end) / ((end - lo) / 1e9), recs
+
+    rates = [steady_rate(pr) for pr in probes]
+    cap = max(r for r, _ in rates)
     m = result.measurements
     assert m["capacity_rate_rps"] == pytest.approx(cap, rel=1e-6)
     assert m["mixed_rate_rps"] == pytest.approx(0.8 * cap, rel=1e-3)
-    assert "probe on this class mix" in m["capacity_source"]
-    # the probe's prompts are not the measured ones (its own seed stream)
-    measured = {r.prompt_hash for run in result.runs[1:] for r in iter_records(run.run_dir) if r.phase == "measure"}
-    assert measured and not measured & {r.prompt_hash for r in recs}
+    assert "saturation search on this class mix" in m["capacity_source"]
+    lower = "a lower bound" in m["capacity_source"]
+    assert ("lower bound" in result.checks["5.6.2-SHOULD-1"].reason) == lower, result.checks["5.6.2-SHOULD-1"].reason
+    # the probes' prompts are not the measured ones, nor each other's (their own seed streams)
+    measured = {r.prompt_hash for run in result.runs[len(probes):] for r in iter_records(run.run_dir)
+                if r.phase == "measure"}
+    hashes = [{r.prompt_hash for r in recs} for _, recs in rates]
+    assert measured and not any(measured & h for h in hashes) and not hashes[0] & hashes[1]
+
+
+def test_a_fraction_of_a_lower_bound_is_not_a_fraction_of_saturation() -> None:
+    """The old decider met 5.6.2-SHOULD-1 on the nominal fraction whatever the probe found."""
+    from pytest_llmbench.compliance import decide
+
+    ok = decide("5.6.2-SHOULD-1", fraction=0.8, rate=None, queue_growing=False, standing="measured")
+    bound = decide("5.6.2-SHOULD-1", fraction=0.8, rate=None, queue_growing=False, standing="lower-bound")
+    assert ok.holds and bound.status.value == "unmet" and "lower bound" in bound.reason
 
 
 @settings(deadline=None, max_examples=200)

@@ -105,8 +105,35 @@ def test_skips_without_a_configuration_hook(tmp_path: Path) -> None:
     ctx = ProcedureContext(sut=SUT(base_url="http://127.0.0.1:9/v1", model="m"),
                            settings=Settings(profile="smoke", report=tmp_path), tokenizer=get_tokenizer(),
                            run_root=tmp_path, get_capacity=capacity, configure_sut=lambda s, v: False)
-    with pytest.raises(SkipProcedure, match="prefix cache"):
+    with pytest.raises(SkipProcedure, match="prefix cache") as skipped:
         asyncio.run(PROC.run(ctx, PROC.make_params("smoke", {"requests": 5})))
+    # issue 48 (fidelity-audit-3 finding 8): the skip still carries the compliance table with the unmet item
+    c = skipped.value.result.compliance["5.7.2-MUST-1"]
+    assert c.status.value == "unmet" and "could not be set" in c.reason and "configure_sut" in c.reason
+    assert skipped.value.result.compliance.verdict.value == "not compliant"
+
+
+def test_a_skip_for_want_of_a_hook_is_reported_with_its_compliance(pytester: pytest.Pytester) -> None:
+    """README: "the compliance table shows the unmet item": results.json holds the skipped 5.7."""
+    pytester.makeconftest('''
+def pytest_llmbench_configure_sut(sut, setting, value):
+    return False if setting == "prefix_cache" else None
+''')
+    pytester.makepyfile(test_cache='''
+import pytest
+from pytest_llmbench import closed
+
+@pytest.mark.llm_procedure("5.7", requests=8, load=closed(2), max_output_tokens=4)
+def test_cache(llm_result):
+    pass
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llm-report", "rep")
+    result.assert_outcomes(skipped=1)
+    data = json.loads((pytester.path / "rep" / "results.json").read_text())
+    (proc,) = [p for p in data["procedures"] if p["procedure"] == "5.7"]
+    item = next(i for i in proc["compliance"]["items"] if i["id"] == "5.7.2-MUST-1")
+    assert item["status"] == "unmet" and "could not be set" in item["evidence"]
+    assert data["complete"] is True  # a skip is not a crash
 
 
 def test_through_the_plugin(pytester: pytest.Pytester) -> None:

@@ -115,7 +115,10 @@ def test_reported_reads_cells_as_the_report_shows_them() -> None:
     full = Table("Table 6: ITL Results", ["Metric", "Value"], [["ITL Mean", Cell(0.01, "s")], ["ITL P99",
                                                                                                Cell(None, "s")]])
     blank = Table("Table 7", ["Level", "Jitter"], [["50%", [""]], ["100%", Cell(0.002, "s")]])
-    ok = reported("5.4.4-REPORT-1", "ITL", [(full, "ITL Mean"), (full, "ITL P99")], [full])
+    ok = reported("5.4.4-REPORT-1", "ITL", [(full, "ITL Mean")], [full])
     assert ok.status is Status.MET
+    # "n/a" is not a value (issue 48, fidelity-audit-3 finding 7): a row without one leaves the item unmet
+    na = reported("5.4.4-REPORT-1", "ITL", [(full, "ITL Mean"), (full, "ITL P99")], [full])
+    assert na.status is Status.UNMET and "'ITL P99' reads 'n/a' in 1 of 1 rows" in na.reason
     gap = reported("5.4.4-REPORT-1", "ITL", [(blank, "Jitter")], [blank])
     assert gap.status is Status.UNMET and "'Jitter' blank" in gap.reason

@@ -33,15 +33,16 @@ from typing import Any
 
 from pytest_llmbench.compliance.engine import item_data
 from pytest_llmbench.compliance.registry import VERDICT_LEVELS, applicable_items, draft_tests, registry
+from pytest_llmbench.compliance.verdict import LABELS
 
 __all__ = ["BLOCKS", "SOURCE_COLUMNS", "construction_items", "construction_summary", "construction_table", "doc_block",
-           "item_sources", "load_document", "main", "render_blocks", "source_counts", "source_table", "update_doc"]
+           "item_sources", "labelled_items", "load_document", "main", "render_blocks", "source_counts", "source_table", "update_doc"]
 
 #: the columns, in the order an item decided with several kinds is counted: the run's own evidence first
 SOURCE_COLUMNS = ("measured", "runtime-check", "declared", "parameter", "tool-verified", "construction",
-                  "needs declaration", "not exercised")
+                  "precondition", "self-audit", "needs declaration", "not exercised")
 #: the source kinds that answer an item (the rest: "none", i.e. nothing answered it, or not-applicable)
-_DECIDED = SOURCE_COLUMNS[:6]
+_DECIDED = SOURCE_COLUMNS[:8]
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DOCUMENTS = (ROOT / "tests" / "data" / "results-smoke.json.gz",)
@@ -115,6 +116,19 @@ def construction_items() -> dict[str, str]:
     return {rid: str(data[rid]["construction"]) for rid in registry().items if data.get(rid, {}).get("construction")}
 
 
+def labelled_items() -> dict[str, tuple[str, str]]:
+    """``{item id: (source kind, reason)}`` of the items labelled ``precondition`` or ``self_audit``
+    (enforced by refusing to start; the tool's audit of its own recording), in registry order."""
+    data = item_data()["items"]
+    out: dict[str, tuple[str, str]] = {}
+    for rid in registry().items:
+        d = data.get(rid, {})
+        for label, kind in LABELS.items():
+            if label != "construction" and d.get(label):
+                out[rid] = (kind, str(d[label]))
+    return out
+
+
 def construction_summary(docs: Sequence[Mapping[str, Any]]) -> str:
     """One sentence: how many items per level the data labels construction, and how many of the
     binding MUST/SHOULD ones carry it in the stored documents (the rest: where they were not exercised)."""
@@ -142,6 +156,14 @@ def construction_table(docs: Sequence[Mapping[str, Any]]) -> str:
     for reason, ids in rows:
         ids = sorted(ids, key=lambda r: order[registry()[r].level])
         lines.append(f"| {', '.join(ids)} | {reason.replace('|', '/')} |")
+    other: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for rid, key in labelled_items().items():
+        other[key].append(rid)
+    if other:
+        lines += ["", "Items a completed run holds because the tool refuses to start without them (`precondition`) "
+                      "or because they audit the tool's own recording (`self-audit`):", "",
+                  "| items | source | holds because |", "|---|---|---|"]
+        lines += [f"| {', '.join(ids)} | {kind} | {reason.replace('|', '/')} |" for (kind, reason), ids in other.items()]
     return "\n".join(lines)
 
 

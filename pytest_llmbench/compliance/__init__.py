@@ -24,6 +24,7 @@ section (``s4_2_load`` ... ``s5_procedures``), per-item data in ``data/items.yam
 from __future__ import annotations
 
 from . import (  # noqa: F401  (register their evaluators)
+    appendix_bc,
     s4_2_load,
     s4_3_workloads,
     s4_4_tokens,

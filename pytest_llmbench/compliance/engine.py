@@ -9,8 +9,8 @@ from typing import Any
 
 from .declarations import DECLARATION_FACTS, Declarations, declared_flag
 from .facts import RunFacts
-from .registry import STANDARD_WORKLOADS, VALIDATORS, ComplianceError, registry
-from .verdict import SOURCES, Check, Status
+from .registry import VALIDATORS, ComplianceError, registry
+from .verdict import LABELS, SOURCES, Check, Status
 
 # ============================================================================================
 # Evaluation context, evaluators, conditions
@@ -108,17 +108,26 @@ def tool_test(capability: str) -> str:
 def finalize(c: Check) -> Check:
     """Fill the source kind and the fix of a check from the item data (never its status).
 
-    An item met by the tool's construction (``construction: <reason>`` in ``data/compliance_items.yaml``)
-    is labelled ``construction`` with its reason whenever it is met by anything but a declaration or a
-    named plugin test. There is no default: a check whose decider, row or item data names no source is
-    an error.
+    An item a completed run holds by how the tool is built carries its label in
+    ``data/compliance_items.yaml`` (:data:`~.verdict.LABELS`: ``construction``, ``precondition`` enforced by
+    refusing to start, ``self_audit`` of the tool's own recording), with its reason; whenever it is met
+    by anything but a declaration or a named plugin test, its source is that kind and the reason is in
+    its evidence. There is no default: a check whose decider, row or item data names no source is an
+    error.
     """
     data = item_data()["items"].get(c.id, {})
+    label = next((k for k in LABELS if data.get(k)), None)
+    if c.status is Status.NEEDS_DECLARATION and c.source != "declared":  # needs a declaration: nothing answered
+        c.source, c.key = "none", c.key or c.id
+    if c.source in LABELS.values() and c.status is not Status.MET:  # a label holds only for a met outcome
+        c.source = ""
+        for k in LABELS:
+            c.evidence.pop(k, None)
     if c.status is Status.NOT_APPLICABLE:
         c.source = "not-applicable"
-    elif c.status is Status.MET and data.get("construction") and c.source not in ("declared", "tool-verified"):
-        c.source = "construction"
-        c.evidence.setdefault("construction", str(data["construction"]))
+    elif c.status is Status.MET and label and c.source not in ("declared", "tool-verified", "construction"):
+        c.source = LABELS[label]
+        c.evidence.setdefault(label, str(data[label]))
     elif c.source not in SOURCES:
         if "source" not in data:
             raise ComplianceError(f"{c.id}: the check names no source kind and data/compliance_items.yaml gives "
@@ -281,9 +290,9 @@ def _prefix_cache_tested(f: RunFacts, decl: Declarations) -> bool | None:
 
 
 def _is_custom(f: RunFacts) -> bool | None:
-    if not f.workload or not f.workload.get("name"):
-        return None
-    return bool(f.workload.get("custom")) or f.workload_name not in STANDARD_WORKLOADS
+    """Not a standard workload as run (custom or a stand-in: ``RunFacts.workload_standing``)."""
+    standing = f.workload_standing
+    return None if standing is None else standing != "standard"
 
 
 def _is_dataset(f: RunFacts) -> bool | None:

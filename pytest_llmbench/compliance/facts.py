@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..common.jsonable import jsonable
 from ..common.records import ErrorType, RequestRecord
-from .registry import BOUNDARY_ALIASES, LOAD_CAPABILITIES, ComplianceError
+from .registry import BOUNDARY_ALIASES, LOAD_CAPABILITIES, STANDARD_WORKLOADS, ComplianceError
 
 # ============================================================================================
 # Run facts: what a run knows about itself
@@ -257,6 +257,7 @@ class RunFacts:
     prefix_caching_source: str | None = None  # where prefix_caching came from (simulator config, procedure)
     prefix_cache_under_test: bool = False
     network_rtt_s: float | None = None  # measured separately (§4.7.3)
+    network_rtt_method: str | None = None  # how (sut.system.probe_rtt: TCP connects before the runs)
     latency_adjustment: dict[str, Any] | None = None  # {"method", "value"} when TTFT was adjusted
     endpoint_scheme: str | None = None  # http | https
     endpoint_host: str | None = None  # the SUT endpoint's host (name or address), held against clock_sync
@@ -280,9 +281,37 @@ class RunFacts:
         return _norm_workload(name) if name else None
 
     @property
+    def workload_standing(self) -> str | None:
+        """:func:`workload_standing` of the workload as run."""
+        return workload_standing(self.workload)
+
+    @property
     def workload_base(self) -> str | None:
         base = self.workload.get("base") if self.workload else None
         return _norm_workload(base) if base else self.workload_name
+
+
+#: a workload's standing as run (§4.3, §4.3.2): the one rule every workload item asks
+WORKLOAD_STANDINGS = ("standard", "custom", "stand-in")
+
+
+def workload_standing(w: Mapping[str, Any] | None) -> str | None:
+    """How a workload ran (``procedures.sample.as_run``'s declaration), the one reading of "workload X":
+
+    ``stand-in``: a synthetic stand-in for a dataset workload (App. A.3/A.4 datasets not loaded);
+    ``custom``: altered from its definition (an output cap that bound a request, forced lengths, a
+    procedure's own lengths), or not one of the five standard names; ``standard``: as App. A defines
+    it. None: no workload known.
+    """
+    if not w or not w.get("name"):
+        return None
+    if w.get("synthetic_standin") or (w.get("dataset") or {}).get("synthetic_standin"):
+        return "stand-in"
+    base = _norm_workload(w.get("base") or w.get("name"))
+    if w.get("custom") or w.get("standard") is False or base not in STANDARD_WORKLOADS \
+            or _norm_workload(w.get("name")) not in STANDARD_WORKLOADS:
+        return "custom"
+    return "standard"
 
 
 def _norm_workload(name: Any) -> str:

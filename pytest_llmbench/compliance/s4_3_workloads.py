@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .declarations import DECLARATION_FACTS
 from .engine import _blank, _Ctx, _is_custom, _need, _short, decide, evaluator, item
-from .facts import RunFacts, _norm_workload
+from .facts import RunFacts, _norm_workload, workload_standing
 from .verdict import Check
 
 # ---- 4.3 workloads
@@ -61,8 +61,9 @@ def _custom_permission(ctx: _Ctx, rid: str) -> Check:
 
 
 def _session_has(f: RunFacts, name: str) -> bool:
+    """The session ran ``name`` as defined: a standard-standing run of it (this one or another)."""
     names = {_norm_workload(w) for w in f.session_workloads}
-    return name in names or f.workload_base == name
+    return name in names or (f.workload_base == name and f.workload_standing == "standard")
 
 
 @evaluator("4.3.2-MUST-1", "4.3.2-SHOULD-1")
@@ -125,3 +126,167 @@ def _dataset(ctx: _Ctx, rid: str) -> Check:
                   dataset=ds)
 
 
+
+
+# ---- §4.3.2 and App. A: the definition rows, from the workload as run (issue 48)
+#
+# Each row asks whether the run's workload is the one App. A defines, on the declaration as run
+# (``procedures.sample.as_run``: a standard workload altered by a cap or a procedure is described
+# by the lengths actually sent, a stand-in names the dataset it replaces). A row about another
+# workload than the run's is not applicable; a procedure that checks the requests it sent
+# (``workloads.reference_checks``) supplies its own check, which wins.
+
+
+def _bounds(d: Any) -> tuple[float | None, float | None, float | None]:
+    """(min, max, mean) of a length distribution as declared or as sent (None where not stated)."""
+    if not isinstance(d, Mapping):
+        return None, None, None
+    p = d.get("params") if isinstance(d.get("params"), Mapping) else {}
+    if "value" in p:
+        v = float(p["value"])
+        return v, v, v
+    if "values" in p and p["values"]:
+        vals = [float(x) for x in p["values"]]
+        return min(vals), max(vals), None
+    lo, hi, mean = p.get("min"), p.get("max"), p.get("mean")
+    if mean is None and str(d.get("type")) == "uniform" and lo is not None and hi is not None:
+        mean = (float(lo) + float(hi)) / 2
+    return (None if lo is None else float(lo), None if hi is None else float(hi),
+            None if mean is None else float(mean))
+
+
+def _within(what: str, d: Any, lo: float, hi: float, mean: float | None = None) -> list[str]:
+    """Deviations of ``d`` from [lo, hi] (and a mean within 15 % of ``mean``)."""
+    a, b, m = _bounds(d)
+    if a is None or b is None:
+        return [f"{what} range not stated"]
+    out = [] if lo <= a and b <= hi else [f"{what} {a:g}-{b:g} outside {lo:g}-{hi:g}"]
+    if mean is not None and m is not None and abs(m - mean) > 0.15 * mean:
+        out.append(f"{what} mean {m:g}, defined {mean:g}")
+    return out
+
+
+def _params(w: Mapping[str, Any]) -> Mapping[str, Any]:
+    p = w.get("params")
+    return p if isinstance(p, Mapping) else {}
+
+
+def _no_sharing(w: Mapping[str, Any]) -> list[str]:
+    ps = w.get("prefix_sharing")
+    frac = ps.get("fraction") if isinstance(ps, Mapping) else None
+    return [] if frac in (0, 0.0) else [f"prefix sharing fraction {frac!r}, defined 0"]
+
+
+def _a13(w: Mapping[str, Any]) -> list[str]:
+    content = w.get("content") if isinstance(w.get("content"), Mapping) else {}
+    out = _no_sharing(w)
+    if content.get("system_prompt"):
+        out.append("system prompt present")
+    if w.get("temperature") not in (0, 0.0):
+        out.append(f"temperature {w.get('temperature')!r}, defined 0.0")
+    return out
+
+
+def _a14(w: Mapping[str, Any]) -> list[str]:
+    pool = _params(w).get("id_pool")
+    return [] if pool == "full" else [
+        f"not implemented as written: token ids are drawn from a round-trip-safe subset of the vocabulary "
+        f"(id_pool={pool!r}), not uniformly from 0..100255; id_pool='full' draws from the whole range"]
+
+
+def _dataset(name: str) -> Callable[[Mapping[str, Any]], list[str]]:
+    def check(w: Mapping[str, Any]) -> list[str]:
+        if workload_standing(w) == "stand-in":
+            return [f"not implemented: the {name} dataset is not shipped; a synthetic stand-in ran (pass the "
+                    "dataset file to the workload)"]
+        ds = w.get("dataset") if isinstance(w.get("dataset"), Mapping) else {}
+        return [] if ds.get("name") else [f"no dataset named (the {name} dataset is defined)"]
+    return check
+
+
+def _quantiles(which: str, want: Mapping[float, float]) -> Callable[[Mapping[str, Any]], list[str]]:
+    def check(w: Mapping[str, Any]) -> list[str]:
+        d = w.get(which) if isinstance(w.get(which), Mapping) else {}
+        q = _params(d).get("quantiles") if isinstance(d, Mapping) else None
+        if isinstance(q, Mapping):
+            got = {float(k): float(v) for k, v in q.items()}
+            bad = [f"P{k * 100:g} {got.get(k)!r}, defined {v:g}" for k, v in want.items() if got.get(k) != v]
+            return [f"{which}: {', '.join(bad)}"] if bad else []
+        p50 = _params(d).get("p50") if isinstance(d, Mapping) else None
+        return [f"{which} as sent: P50 {p50!r}, defined {want[0.5]:g}"]
+    return check
+
+
+def _prefix_pattern(w: Mapping[str, Any]) -> list[str]:
+    ps = w.get("prefix_sharing") if isinstance(w.get("prefix_sharing"), Mapping) else {}
+    out = []
+    if ps.get("prefixes") != 10:
+        out.append(f"{ps.get('prefixes')!r} repository contexts, defined 10")
+    if ps.get("fraction") != 0.8:
+        out.append(f"shared fraction {ps.get('fraction')!r}, defined 0.8")
+    out += _within("context length", ps.get("length"), 512, 1024)
+    if "Zipf(s=1.5)" not in str(ps.get("selection")):
+        out.append(f"selection {ps.get('selection')!r}, defined Zipf(s=1.5)")
+    return out
+
+
+_A5_LENGTHS = (8192, 16384, 32768, 65536, 131072)
+
+
+def _a5_inputs(w: Mapping[str, Any]) -> list[str]:
+    d = w.get("input_length")
+    p = _params(d) if isinstance(d, Mapping) else {}
+    vals = p.get("values") or [v for v in (p.get("min"), p.get("max")) if v is not None]
+    off = sorted({int(v) for v in vals} - set(_A5_LENGTHS))
+    return [f"input lengths {off} not among the App. A.5 targets {list(_A5_LENGTHS)}"] if off or not vals else []
+
+
+def _fixed_256(w: Mapping[str, Any]) -> list[str]:
+    a, b, _ = _bounds(w.get("output_length"))
+    return [] if a == b == 256 else [f"output {a!r}-{b!r} tokens, defined fixed 256"]
+
+
+#: row -> (the workload it defines, what it defines, the check over the as-run declaration)
+_DEFINITIONS: dict[str, tuple[str, str, Callable[[Mapping[str, Any]], list[str]]]] = {
+    "4.3.2-PARAM-2": ("synthetic-uniform", "input Uniform(128, 512), output Uniform(64, 256), no prefix sharing",
+                      lambda w: _within("input", w.get("input_length"), 128, 512, 320)
+                      + _within("output", w.get("output_length"), 64, 256, 160) + _no_sharing(w)),
+    "4.3.2-PARAM-6": ("long-context", "input Uniform(8192, 32768), output fixed 256, no prefix sharing",
+                      lambda w: _within("input", w.get("input_length"), 8192, 32768) + _fixed_256(w)
+                      + _no_sharing(w)),
+    "A.1.1-PARAM-1": ("synthetic-uniform", "input Uniform(128, 512), mean 320",
+                      lambda w: _within("input", w.get("input_length"), 128, 512, 320)),
+    "A.1.2-PARAM-1": ("synthetic-uniform", "output Uniform(64, 256), mean 160, by max_tokens",
+                      lambda w: _within("output", w.get("output_length"), 64, 256, 160)),
+    "A.1.3-PARAM-1": ("synthetic-uniform", "no system prompt, no prefix sharing, temperature 0.0", _a13),
+    "A.1.4-PARAM-1": ("synthetic-uniform", "token ids uniform over 0..100255 from random.Random(seed)", _a14),
+    "A.2.1-PARAM-1": ("synthetic-skewed", "input LogNormal(5.5, 1.0) in [32, 4096]",
+                      lambda w: _within("input", w.get("input_length"), 32, 4096)),
+    "A.2.2-PARAM-1": ("synthetic-skewed", "output LogNormal(4.5, 1.2) in [16, 2048]",
+                      lambda w: _within("output", w.get("output_length"), 16, 2048)),
+    "A.3.1-PARAM-1": ("conversation", "ShareGPT vicuna_cleaned 2023-04-12", _dataset("ShareGPT vicuna_cleaned")),
+    "A.3.2-PARAM-1": ("conversation", "input P50/P95/P99 156/892/2134, output 234/789/1567 tokens",
+                      lambda w: _quantiles("input_length", {0.5: 156, 0.95: 892, 0.99: 2134})(w)
+                      + _quantiles("output_length", {0.5: 234, 0.95: 789, 0.99: 1567})(w)),
+    "A.4.1-PARAM-1": ("code-completion", "The Stack (Python/JavaScript/TypeScript)", _dataset("The Stack")),
+    "A.4.2-PARAM-1": ("code-completion", "10 contexts of 512-1024 tokens, 80 % shared, Zipf(s=1.5)", _prefix_pattern),
+    "A.5.1-PARAM-1": ("long-context", "input lengths {8K, 16K, 32K, 64K, 128K}", _a5_inputs),
+    "A.5.2-PARAM-1": ("long-context", "output fixed 256 tokens", _fixed_256),
+}
+
+
+@evaluator(*_DEFINITIONS)
+def _definition(ctx: _Ctx, rid: str) -> Check:
+    """A §4.3.2 / App. A definition row on the workload as run: met when it matches the definition."""
+    want, what, deviations = _DEFINITIONS[rid]
+    f = ctx.facts
+    if f.workload_base is None:
+        return _need(rid, "workload declaration")
+    if f.workload_base != want:
+        return decide(rid, ok=None, na=f"the run's workload is {f.workload_base}, not {want}")
+    gaps = deviations(f.workload)
+    sent = "as sent" in str((f.workload.get("input_length") or {}).get("type")) or \
+        "as sent" in str((f.workload.get("output_length") or {}).get("type"))
+    return decide(rid, ok=not gaps, met=f"{want} ({f.workload_standing}): {what}",
+                  unmet=f"{f.workload.get('name')}: {'; '.join(gaps)} (defined: {what})",
+                  source="measured" if sent else "parameter", standing=f.workload_standing, deviations=gaps)

@@ -16,6 +16,11 @@ from .verdict import Check, Status
 _SPEC_FIELDS = {"4.4.1-MUST-1": ("name", "version"), "4.4.1-MUST-2": ("vocab_size",), "4.4.1-MUST-3": ("source",)}
 
 
+#: why a 4.4.1/4.4.3 item holds whenever every count is the client's (option B)
+_REFERENCE_DECLARED = ("every count is the client's reference tokenizer (option B), whose name, version, vocabulary "
+                       "size, source and counting rules the tool ships with it (tokenizer.TokenizerDeclaration)")
+
+
 def _valid(key: str, v: Any) -> bool:
     if key == "vocab_size":
         return isinstance(v, int) and not isinstance(v, bool) and v > 0
@@ -34,10 +39,12 @@ def _tokenizer_spec(ctx: _Ctx, rid: str) -> Check:
     keys = _SPEC_FIELDS[rid]
     values = {k: _tok(f, k) for k in keys}
     server = bool(_tok(f, "server"))
-    if not server:
+    if not server:  # option B: the client's own reference tokenizer, whose declaration the tool ships
         text = " ".join(str(values[k]) for k in keys)
         return decide(rid, ok=all(_valid(k, values[k]) for k in keys), met=f"tokenizer {text}",
-                      unmet=f"tokenizer {', '.join(keys)} not stated ({text})", **{f"tokenizer_{k}": v for k, v in values.items()})
+                      unmet=f"tokenizer {', '.join(keys)} not stated ({text})",
+                      source="construction", construction=_REFERENCE_DECLARED,
+                      **{f"tokenizer_{k}": v for k, v in values.items()})
     decl = ctx.decl["tokenizer"] if "tokenizer" in ctx.decl else {}
     decl = decl if isinstance(decl, Mapping) else {}
     found, origin = {}, {}
@@ -64,13 +71,20 @@ def _counting_used(f: RunFacts) -> dict[str, int]:
 
 @evaluator("4.4.2-MUST-1")
 def _counting(ctx: _Ctx, rid: str) -> Check:
+    """Every successful measured record's output count names its option (A: the server's usage, B:
+    the client's reference count); a successful record with neither leaves its option undeclared."""
     used = _counting_used(ctx.facts)
-    if not used:
+    audit = ctx.facts.records
+    if not used and (audit is None or not audit.n_ok):
         return _need(rid, "which counting option each record's token counts came from")
     n = sum(used.values())
+    ok_records = audit.n_ok if audit is not None else n
     parts = [f"option {k} ({'server usage / native' if k == 'A' else 'reference tokenizer'}) for "
-             f"{v} of {n} records" for k, v in sorted(used.items())]
-    return decide(rid, ok=True, met="; ".join(parts), figure="+".join(sorted(used)), **used)
+             f"{v} of {ok_records} successful records" for k, v in sorted(used.items())]
+    return decide(rid, ok=n >= ok_records, met="; ".join(parts),
+                  unmet=f"{ok_records - n} of {ok_records} successful records carry no token count from either "
+                        "option (no server usage, no client count)" + (f"; {'; '.join(parts)}" if parts else ""),
+                  figure="+".join(sorted(used)) or None, without_option=max(ok_records - n, 0), **used)
 
 
 @evaluator("4.4.2-SHOULD-1")
@@ -115,7 +129,6 @@ def _special_tokens(ctx: _Ctx, rid: str) -> Check:
                        + c.reason
         return c
     v = _tok(ctx.facts, key)
-    if _blank(v):
-        return decide(rid, ok=False, unmet=f"{what} of the client's counting not stated (tokenizer.{key})")
-    return decide(rid, ok=True, met=f"{what} of the client's reference counting ({used['B']} records): {v}",
-                  source="parameter", value=v)
+    return decide(rid, ok=not _blank(v), met=f"{what} of the client's reference counting ({used['B']} records): {v}",
+                  unmet=f"{what} of the client's counting not stated (tokenizer.{key})",
+                  source="construction", construction=_REFERENCE_DECLARED, value=v)

@@ -158,7 +158,9 @@ def _rtt(ctx: _Ctx, rid: str) -> Check:
     rtt = ctx.facts.network_rtt_s
     if rtt is None:
         return decide(rid, ok=False, unmet="network RTT not measured separately")
-    return decide(rid, ok=True, met=f"network RTT {rtt * 1e3:.2f} ms measured separately", network_rtt_s=rtt)
+    how = ctx.facts.network_rtt_method or "measured separately"
+    return decide(rid, ok=rtt >= 0, met=f"network RTT {rtt * 1e3:.3f} ms ({how})", unmet=f"network RTT {rtt!r}",
+                  network_rtt_s=rtt, method=ctx.facts.network_rtt_method, figure=rtt)
 
 
 @evaluator("4.7.3-MAY-1")

@@ -103,9 +103,8 @@ def _safety_disabled_note(ctx: _Ctx, rid: str) -> Check:
     if g is None:
         return decide(rid, ok=False, unmet="guardrail configuration unknown: cannot tell whether safety was disabled")
     off = [k for k in ("input_filter", "output_filter") if onoff(g.get(k)) == "off"]
-    if off:
-        return decide(rid, ok=True, met=f"report notes: safety systems disabled ({', '.join(off)})", disabled=off)
-    return decide(rid, ok=True, met="no safety system disabled")
+    return decide(rid, ok=True if off else None, met=f"report notes: safety systems disabled ({', '.join(off)})",
+                  na="no safety system was disabled: there is nothing to note", disabled=off)
 
 
 @evaluator("4.8.2-SHOULD-2")

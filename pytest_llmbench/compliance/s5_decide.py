@@ -216,10 +216,39 @@ def _cascading(rid: str, *, sampled: bool, stop_rule: str) -> Check:
                "client-side errors only", figure=sampled)
 
 
+def _basis_gap(standing: str | None, shape: str | None, own_shape: str | None) -> str | None:
+    """Why a fraction of this capacity is not the fraction the draft asks for, or None (issue 48)."""
+    if standing == "lower-bound":
+        return ("the capacity is a lower bound (no level saturated in its search): each level's real fraction of "
+                "capacity is below its nominal one")
+    if shape and own_shape and shape != own_shape:
+        return f"the capacity was measured on {shape}; this procedure sends {own_shape}: the fraction refers to another load"
+    return None
+
+
+@decides("5.3.3-PARAM-1", "5.4.2-PARAM-2")
+def _capacity_basis(rid: str, *, rate: float | None, source: str, standing: str | None,
+                    shape: str | None = None, own_shape: str | None = None, what: str = "") -> Check:
+    """The capacity a procedure's levels are fractions of (§5.3.3 step 1, §5.4.2): measured on this
+    procedure's request shape, or declared; a lower bound or another shape is unmet, never a silent met."""
+    if rate is None:
+        return row(rid, False, unmet="no request-rate capacity")
+    text = f"{what}capacity {rate:.4g} req/s ({standing}): {source}"
+    gap = _basis_gap(standing, shape, own_shape)
+    return row(rid, gap is None, text, f"{text}; {gap}", figure=rate, standing=standing, request_shape=shape,
+               source="declared" if standing == "declared" else "measured")
+
+
 @decides("5.6.2-SHOULD-1")
-def _contention_load(rid: str, *, fraction: float | None, rate: float | None, queue_growing: bool | None) -> Check:
-    """§5.6.2: RECOMMENDED load at 70–90 % of saturation (and the SUT's queue did not grow)."""
+def _contention_load(rid: str, *, fraction: float | None, rate: float | None, queue_growing: bool | None,
+                     standing: str | None = None) -> Check:
+    """§5.6.2: RECOMMENDED load at 70–90 % of saturation (and the SUT's queue did not grow); a fraction of a
+    lower bound (the saturation search did not reach a plateau) is not a fraction of saturation."""
     lo, hi = draft.value("fairness.load_band")
+    gap = _basis_gap(standing, None, None)
+    if gap and fraction is not None:
+        return row(rid, False, unmet=f"offered load {fraction:.0%} of the probed throughput, but {gap}",
+                   figure=fraction, fraction=fraction, standing=standing)
     if queue_growing:
         return row(rid, False, unmet="the SUT's queue grew during the mixed run: the offered load "
                    + (f"({fraction:.0%} of the request-rate capacity) " if fraction is not None else "")

@@ -92,6 +92,18 @@ def _prefix_state(ctx: _Ctx, rid: str) -> Check:
     return ctx.needs(rid, "prefix_caching", "prefix caching state not observable by the client")
 
 
+@evaluator("5.1.3-PARAM-2")
+def _ttft_record(ctx: _Ctx, rid: str) -> Check:
+    """§5.1.3 step 4: every successful record holds T_submit, T_first and the input count (RecordAudit)."""
+    a = ctx.facts.records
+    if a is None or not a.n:
+        return _need(rid, "per-request record audit")
+    gaps = {"T_submit": a.missing_submit, "T_first": a.missing_first_token, "input count": a.missing_input_tokens}
+    bad = [f"{k} in {v}" for k, v in gaps.items() if v]
+    return decide(rid, ok=not bad, met=f"all {a.n} records hold T_submit, T_first (TTFT) and the input count",
+                  unmet=f"records lacking {', '.join(bad)} of {a.n}", source="measured", **gaps)
+
+
 @evaluator("5.3.2-MUST-1")
 def _open_required(ctx: _Ctx, rid: str) -> Check:
     m = ctx.facts.load.model
@@ -108,12 +120,17 @@ _RECOMMENDED_WORKLOAD = {"5.4.2-SHOULD-1": ("synthetic-uniform", "conversation")
 
 @evaluator(*_REQUIRED_WORKLOAD, *_RECOMMENDED_WORKLOAD)
 def _named_workload(ctx: _Ctx, rid: str) -> Check:
+    """"Use workload X" asks the workload's standing as run (``RunFacts.workload_standing``): met only
+    by X as App. A defines it, never by a custom variant (an output cap that bound, forced lengths) or
+    a synthetic stand-in for X's dataset, as 4.3.2-MUST-1/SHOULD-1 read it (issue 48)."""
     want = _REQUIRED_WORKLOAD.get(rid) or _RECOMMENDED_WORKLOAD[rid]
-    base = ctx.facts.workload_base
+    f = ctx.facts
+    base, standing = f.workload_base, f.workload_standing
     if base is None:
         return _need(rid, "workload declaration")
-    derived = f" (derived: {ctx.facts.workload_name})" if ctx.facts.workload_name != base else ""
-    return decide(rid, ok=base in want, met=f"workload {base}{derived}",
-                  unmet=f"workload {base}; expected {' or '.join(want)}")
-
-
+    why = "; ".join(map(str, f.workload.get("altered_by") or ())) or f"declared {standing}"
+    named = f"workload {f.workload.get('name')}"
+    return decide(rid, ok=base in want and standing == "standard", met=f"workload {base} as defined (standing: standard)",
+                  unmet=f"{named}: standing {standing} ({why}); expected {' or '.join(want)} as defined"
+                  if base in want else f"{named}; expected {' or '.join(want)}",
+                  source="measured", standing=standing, base=base)

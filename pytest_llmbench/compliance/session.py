@@ -5,7 +5,7 @@ re-judged then for every procedure, whatever order the tests ran in: a Model Eng
 Synthetic-Uniform run (4.3.2-MUST-1), an Application Gateway report should hold a Conversation
 run (4.3.2-SHOULD-1), and production-representative gateway runs should be paired with a
 guardrails on/off comparison (5.10, 4.8.2-SHOULD-2). Only workloads run as defined count: a capped
-or stand-in workload is custom (``procedures.sample.as_run``).
+or stand-in workload is not standard (``RunFacts.workload_standing`` of ``procedures.sample.as_run``).
 
 The results are read, never changed: :func:`rejudge_session` returns each one's facts and verdict
 judged over the session, and the caller (``session.Session.result``) puts them into copies.
@@ -55,8 +55,8 @@ def rejudge_session(results: Mapping[K, Any]) -> dict[K, SessionJudgement]:
     done = {k: r for k, r in results.items()
             if getattr(r, "compliance", None) is not None and getattr(r, "facts", None)}
     facts = [r.facts for r in done.values()]
-    workloads = sorted({f.workload_name for f in facts if f.workload_name and not f.workload.get("custom")})
-    altered = sorted({str(f.workload.get("name")) for f in facts if f.workload.get("custom")})
+    workloads = sorted({f.workload_name for f in facts if f.workload_name and f.workload_standing == "standard"})
+    altered = sorted({str(f.workload.get("name")) for f in facts if f.workload_standing in ("custom", "stand-in")})
     tests = sorted({r.procedure for r in done.values() if r.procedure != "5.10" or _compared_guardrails(r)})
     note = (f"session-level items ({', '.join(SESSION_ITEMS)}) judged at session end over: "
             f"workloads {', '.join(workloads) or 'none'}; tests {', '.join(tests)}")

@@ -88,9 +88,15 @@ class Check:
 #: the tool checked on this run's data), tool-verified (a capability this run did not exercise,
 #: named by the plugin test that exercises it in CI), construction (holds by how the tool is built,
 #: e.g. "the client speaks SSE only": no run can make it unmet; the reason is in the evidence),
-#: not-applicable (with the reason), none (nothing answered it: unmet).
-SOURCES = ("measured", "declared", "parameter", "runtime-check", "tool-verified", "construction", "not-applicable",
-           "none")
+#: precondition (enforced by refusing to start: a session or loader that lacks it raises before any
+#: request, so a completed run always holds it; the reason is in the evidence), self-audit (the tool
+#: audits its own recording of each request: unmet only on a client defect or a response that lacks
+#: the field), not-applicable (with the reason), none (nothing answered it: unmet).
+SOURCES = ("measured", "declared", "parameter", "runtime-check", "tool-verified", "construction", "precondition",
+           "self-audit", "not-applicable", "none")
+#: item-data labels (data/compliance_items.yaml) of items a completed run holds by how the tool is built,
+#: each with the source kind a met outcome carries: ``construction``, ``precondition``, ``self_audit``
+LABELS = {"construction": "construction", "precondition": "precondition", "self_audit": "self-audit"}
 
 
 @dataclass

@@ -53,7 +53,14 @@ class ProcedureError(ValueError):
 
 
 class SkipProcedure(Exception):
-    """The procedure cannot run against this SUT (e.g. no configuration hook can switch it)."""
+    """The procedure cannot run against this SUT (e.g. no configuration hook can switch it).
+
+    ``result``: the procedure's result without runs, whose compliance names the item that could not
+    be met and why (README: the compliance table shows it); the session reports it (issue 48)."""
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 class CannotMeasure(RuntimeError):

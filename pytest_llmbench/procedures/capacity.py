@@ -24,10 +24,13 @@ from .run import Measured
 
 __all__ = [
     "DEFAULT_TTFT_P99_S",
+    "FORCED_OUTPUT",
+    "FREE_OUTPUT",
     "SEARCH_LEVEL_TIMEOUT_S",
     "CapacitySearch",
     "MeasureRun",
     "SaturationProbe",
+    "SaturationSearch",
     "SearchLevel",
     "SearchOptions",
     "capacity_ttft_threshold",
@@ -35,7 +38,13 @@ __all__ = [
     "next_search_level",
     "probe_saturation",
     "search_capacity",
+    "search_saturation",
 ]
+
+#: the request shapes a capacity is measured on (``result.Capacity.request_shape``): a fraction of a
+#: capacity measured on another shape refers to another load (§5.4.2 forces its outputs)
+FREE_OUTPUT = "outputs up to each request's max_tokens (EOS allowed)"
+FORCED_OUTPUT = "forced outputs (min_tokens = max_tokens, ignore_eos)"
 
 #: one measured run on the procedure's client, kept in its runs: ``(label, specs, load, **options)``
 #: as :meth:`.pipeline.ProcedureRun.measure` takes them after the client
@@ -254,3 +263,49 @@ def _steady_completions(m: Measured) -> tuple[int, float]:
     lo, hi = steady_window_ns(m)
     done = sum(1 for r in m.records if r.ok and r.end_ns is not None and lo <= r.end_ns <= hi)
     return done, max(hi - lo, 0) / 1e9
+
+
+@dataclass
+class SaturationSearch:
+    """A short search for the saturation throughput (§5.6.2 "saturation", issue 48): closed-loop probes
+    from a starting concurrency, doubling while the completion rate still rises by ``gain`` or more.
+    ``saturated``: a doubling gained less (a plateau: the best probe is the saturation throughput);
+    otherwise the best probe's rate is a lower bound of it."""
+
+    probes: list[SaturationProbe]
+    saturated: bool
+    gain: float
+
+    @property
+    def best(self) -> SaturationProbe:
+        return max(self.probes, key=lambda pr: pr.rate)
+
+    @property
+    def standing(self) -> str:
+        return "measured" if self.saturated else "lower-bound"
+
+    def describe(self, on: str) -> str:
+        steps = ", ".join(f"c{pr.concurrency} {pr.rate:.3g} req/s" for pr in self.probes)
+        end = (f"plateau: the last doubling gained < {self.gain:.0%}" if self.saturated else
+               f"still rising by >= {self.gain:.0%} at the last doubling: a lower bound")
+        return f"saturation search on {on} ({steps}; {end})"
+
+
+async def search_saturation(measure_run: MeasureRun, ctx: ProcedureContext, who: str, warmup: WarmupResult | None,
+                            label: str, specs_for: Callable[[float, int, int], Sequence[RequestSpec]],
+                            concurrency: int, duration_s: float, extra: Mapping[str, Any] | None = None, *,
+                            doublings: int = 2, gain: float = 0.10) -> SaturationSearch:
+    """:func:`probe_saturation` at ``concurrency``, then at twice it, up to ``doublings`` times, while the
+    completion rate rises by ``gain`` or more. ``specs_for(window_s, stream, concurrency)``: the requests
+    of one probe run, ``stream`` unique over the search's runs (their own seed stream each)."""
+    probes: list[SaturationProbe] = []
+    c = concurrency
+    for step in range(doublings + 1):
+        probe = await probe_saturation(measure_run, ctx, who, warmup, f"{label}-c{c}",
+                                       lambda d, attempt, _s=step, _c=c: specs_for(d, 10 * _s + attempt, _c),
+                                       c, duration_s, extra)
+        probes.append(probe)
+        if step and probe.rate < probes[-2].rate * (1 + gain):
+            return SaturationSearch(probes, True, gain)
+        c *= 2
+    return SaturationSearch(probes, False, gain)

@@ -124,6 +124,8 @@ def run_facts(
         prefix_caching=pc,
         prefix_caching_source=pc_source,
         prefix_cache_under_test=prefix_cache_under_test,
+        network_rtt_s=(info.get("network_rtt") or {}).get("rtt_s"),  # session.probe_rtt, before the runs
+        network_rtt_method=(info.get("network_rtt") or {}).get("method"),
         endpoint_scheme=ctx.sut.base_url.split(":", 1)[0],
         endpoint_host=urlsplit(ctx.sut.base_url).hostname,  # held against a clock_sync declaration (§4.7.2)
         tls_verified=ctx.sut.verify_tls,

@@ -10,7 +10,7 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -59,6 +59,8 @@ __all__ = [
 ]
 
 RAMP_UP_FRACTION = STEADY_STATE_FRACTION  # §5.2.3.2 (metrics.steady_state_window)
+#: how a table cell without a value reads (units.format_cell): never a value for a REPORT read-back
+NO_VALUE = "n/a"
 
 
 #: Error text that reveals memory or capacity exhaustion (§5.5.2 "no out-of-memory errors"):
@@ -388,7 +390,7 @@ def reported(rid: str, what: str, needs: Sequence[tuple[Table, str]], tables: Se
 
     Met when every ``(table, name)`` is one of the result's ``tables`` (identity, not title), and
     ``name`` (a column, or a row label) has a value in every row of it: a column the procedure forgot,
-    a table it dropped or a blank cell makes the item unmet.
+    a table it dropped, a blank cell or one that reads ``n/a`` (no value) makes the item unmet.
     """
     gaps: list[str] = []
     for table, name in needs:
@@ -398,6 +400,8 @@ def reported(rid: str, what: str, needs: Sequence[tuple[Table, str]], tables: Se
             gaps.append(f"{table.title}: no {name!r}")
         elif not cells or any(not c.strip() for c in cells):
             gaps.append(f"{table.title}: {name!r} blank")
+        elif blanks := sum(c.strip().lower() == NO_VALUE for c in cells):  # "n/a" is not a value
+            gaps.append(f"{table.title}: {name!r} reads {NO_VALUE!r} in {blanks} of {len(cells)} rows")
     if gaps:
         return decide(rid, ok=False, unmet=f"{what}: " + "; ".join(gaps))
     titles = list(dict.fromkeys(t.title.split(":")[0] for t, _ in needs))
@@ -433,3 +437,31 @@ def cancelled_warning(cancelled: int, runs: Sequence[Measured]) -> list[Finding]
         if isinstance(load.get("sent"), int) and isinstance(load.get("ok"), int):
             sent += load["sent"]
     return [Finding("cancelled", f"{cancelled} of {sent} requests")]
+
+
+# --------------------------------------------------------------------------------------------
+# a procedure that cannot run against this SUT still reports its compliance (README, issue 48)
+# --------------------------------------------------------------------------------------------
+
+
+def skip_with_compliance(run: Any, why: str, unmet: dict[str, str], declarations: Any,
+                         workload: dict[str, Any] | None = None) -> NoReturn:
+    """Raise :class:`~.base.SkipProcedure` carrying a result without runs: its compliance holds each
+    item of ``unmet`` (id -> what could not be done) as unmet with ``why``, and the other items as the
+    run left them (nothing measured: "not recorded"), judged with ``declarations`` (``facts.declarations``).
+    The session reports it; the test is skipped."""
+    from ..compliance import RunFacts, evaluate_test
+    from ..compliance.engine import finalize, row
+    from .base import SkipProcedure
+    from .result import ProcedureResult
+
+    ctx = run.ctx
+    # the item's own decider needs the runs that never happened: the decision is this row (why it is unmet)
+    checks = {rid: finalize(row(rid, False, unmet=f"{what}: {why}", skipped=True)) for rid, what in unmet.items()}
+    facts = RunFacts(sut_boundary=ctx.sut.boundary, workload=dict(workload or {}), seed=ctx.settings.seed)
+    result = ProcedureResult(procedure=run.id, title=run.title, params={}, profile=ctx.settings.profile, metrics=None,
+                             runs=[], measurements={}, notes=[f"SKIPPED: {why}; nothing was measured"],
+                             started=run.started, finished=run.started, complete=False)
+    result.facts, result.checks = facts, checks
+    result.compliance = evaluate_test(run.id, checks, facts, declarations)
+    raise SkipProcedure(why, result=result)

@@ -37,8 +37,9 @@ throughput instead, labelled as such.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,10 +55,11 @@ from ..measure.units import Cell, CellValue
 from ..settings import parse_capacity
 from ..sut.system import simulator_guardrails
 from ..workloads import build_workload
-from .base import CannotMeasure, ProcedureContext, SkipProcedure
+from .base import CannotMeasure
 from .budget import PROBE_FIT
-from .capacity import SaturationProbe
-from .helpers import cap_output, pvalue
+from .capacity import SaturationProbe, SaturationSearch, search_saturation
+from .facts import declarations
+from .helpers import cap_output, pvalue, skip_with_compliance
 from .loads import LoadSpec, resolve_load
 from .pipeline import Outcome, ProcedureRun
 from .prompts import failure_cause
@@ -192,10 +194,13 @@ def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def _switch(ctx: ProcedureContext, mode: str) -> None:
-    if not ctx.configure_sut("guardrails", mode):
-        raise SkipProcedure(f"5.10 needs to set guardrails={mode!r}: no pytest_llmbench_configure_sut "
-                            "implementation can switch the SUT's guardrails (see docs/guardrails.md)")
+def _switch(run: Guardrails, mode: str) -> None:
+    if not run.ctx.configure_sut("guardrails", mode):
+        skip_with_compliance(run, f"5.10 needs to set guardrails={mode!r}: no pytest_llmbench_configure_sut "
+                             "implementation can switch the SUT's guardrails (see docs/guardrails.md)",
+                             {"5.10.2-PARAM-2": f"the guardrail configurations {', '.join(run.p.configurations)} "
+                                                "could not be set"},
+                             declarations(run.ctx), getattr(run, "wl", None) and run.wl.declaration.to_json())
 
 
 def overlays(runs: Sequence[RunSummary], report_level: float | None) -> Overlays:
@@ -241,6 +246,7 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         self.loads: list[tuple[Any, dict[str, Any]]] = []
         self.probe_load: tuple[Any, dict[str, Any]] | None = None
         self.capacity_probe: SaturationProbe | None = None
+        self.capacity_search: SaturationSearch | None = None
         #: the capacity probe's configuration: Baseline, or the first one when Baseline is not run
         self.capacity_cfg = "none" if "none" in p.configurations else p.configurations[0]
         declared = ctx.settings.capacity is not None and parse_capacity(ctx.settings.capacity,
@@ -270,7 +276,7 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         self.flushed: list[bool] = []
         # step 1: baseline (or the first configuration asked for); the capacity probe's configuration first
         self.current = self.capacity_cfg if self.cap_kind == PROBED else p.configurations[0]
-        _switch(ctx, self.current)
+        _switch(self, self.current)
 
     async def _resolve_loads(self, rate: float | None) -> None:
         """The levels' and the saturation run's open loops: fractions of ``rate`` (None: the session's rate)."""
@@ -288,9 +294,9 @@ class Guardrails(ProcedureRun[GuardrailParams]):
                                                  max_requests=len(self.probe_specs),
                                                  seed=self.seeds.derive("arrivals", len(p.load_fractions)))
         if rate is not None:  # name the capacity in every load description, as resolve_load does
-            probe = self.capacity_probe
-            src = probe.describe(f"this {p.workload} workload in the {LABELS[self.capacity_cfg]} configuration") \
-                if probe is not None else ""
+            search = self.capacity_search
+            src = search.describe(f"this {p.workload} workload in the {LABELS[self.capacity_cfg]} configuration") \
+                if search is not None else ""
             for f, (_, desc) in zip([*p.load_fractions, p.throughput_probe_fraction],
                                     [*self.loads, *([self.probe_load] if self.probe_load else [])]):
                 desc.update(resolved_rate=(f or 0.0) * rate, capacity_rate=rate, capacity_source=src)
@@ -301,18 +307,20 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         c = p.probe_concurrency
         self.flushed.append(ctx.configure_sut("flush_prefix_cache", True))
 
-        def specs_for(d: float, attempt: int) -> list[Any]:  # a retry: requests of its own, drawn now
-            if not attempt:
+        def specs_for(d: float, stream: int, conc: int) -> list[Any]:  # other runs: requests of their own, drawn now
+            if not stream:
                 return self.capacity_probe_specs  # drawn and reserved in prepare
             return cap_output(build_workload(
-                p.workload, n=3 * c + math.ceil(30 * d), seed=self.seeds.derive("capacity-probe", attempt),
+                p.workload, n=3 * conc + math.ceil(30 * d), seed=self.seeds.derive("capacity-probe", stream),
                 tokenizer=ctx.tokenizer, **p.workload_params).specs, p.max_output_tokens)
 
-        probe = await self.probe_saturation(
-            client, f"capacity-probe-{KEYS[self.capacity_cfg]}-c{c}", specs_for, c,
-            p.probe_duration_s, extra={"capacity_configuration": self.capacity_cfg,
-                                       "guardrails_state": ctx.sut.server_info.get("guardrails")})
-        self.capacity_probe = probe
+        # a short search (issue 48): c, then doubling while the completion rate still rises by 10 %
+        search = await search_saturation(
+            functools.partial(self.measure, client), ctx, self.id, self.warmup,
+            f"capacity-probe-{KEYS[self.capacity_cfg]}", specs_for, c, p.probe_duration_s,
+            {"capacity_configuration": self.capacity_cfg, "guardrails_state": ctx.sut.server_info.get("guardrails")})
+        probe = search.best
+        self.capacity_probe, self.capacity_search = probe, search
         if not probe.rate > 0:
             history = probe.lengthened.history(PROBE_FIT) if probe.lengthened else ""
             raise CannotMeasure(f"5.10: the capacity probe in the {LABELS[self.capacity_cfg]} configuration "
@@ -343,7 +351,7 @@ class Guardrails(ProcedureRun[GuardrailParams]):
             await self._probe_capacity(client)
         for cfg in p.configurations:
             if cfg != self.current:
-                _switch(ctx, cfg)  # step 3: enable the next configuration ...
+                _switch(self, cfg)  # step 3: enable the next configuration ...
                 self.current = cfg
                 await self._warm_up(client, cfg)  # ... and repeat step 2: warm-up, then every level
             self.states[cfg] = ctx.sut.server_info.get("guardrails")
@@ -380,7 +388,7 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         plots = {"configs": {LABELS[c]: {"ttft_p50_s": q(c, rl, "ttft", 50), "ttft_p99_s": q(c, rl, "ttft", 99),
                                          "e2e_p50_s": q(c, rl, "e2e", 50), "e2e_p99_s": q(c, rl, "e2e", 99)}
                              for c in cfgs}}
-        measured = ([] if self.capacity_probe is None else [self.capacity_probe.measured]) \
+        measured = ([] if self.capacity_search is None else [pr.measured for pr in self.capacity_search.probes]) \
             + [runs[(c, f)] for c in cfgs for f in levels] + [probes[c] for c in cfgs if c in probes]
         return Outcome(metrics=runs[(cfgs[-1], rl)].metrics, tables=tables, measurements=meas,
                        workload=self.wl.declaration.to_json(), notes=self._notes(), plots=plots, runs=measured,
@@ -555,7 +563,9 @@ class Guardrails(ProcedureRun[GuardrailParams]):
 
     def checks(self, out: Outcome) -> dict[str, Check]:
         return item_checks(self.p, self.runs, self.probes, self.wl.declaration.to_json(), self.states,
-                       self.loads[0][1].get("capacity_source", "") if self.cap_kind == BORROWED else None)
+                       self.loads[0][1].get("capacity_source", "") if self.cap_kind == BORROWED else None,
+                       self.saturation, self.flushed,
+                       None if self.capacity_search is None else self.capacity_search.standing)
 
     def adjust_facts(self, facts: RunFacts) -> None:
         cfgs = self.p.configurations
@@ -566,9 +576,48 @@ class Guardrails(ProcedureRun[GuardrailParams]):
             facts.session_tests = tuple(sorted(set(facts.session_tests) | {"5.10"}))
 
 
+def _repeated_fairly(runs: Mapping[tuple[str, float], Measured], flushed: Sequence[bool] | None) -> Check:
+    """5.10.3-PARAM-2 (issue 48, finding 10): every configuration repeats the same request sequence, so a
+    later configuration must not find an earlier run's prompts cached: met when the prefix cache was flushed
+    before every run, or when no run's successful requests reported cached tokens."""
+    what = f"{len(runs)} runs: every configuration at every level, the same request sequence"
+    if flushed is None or (flushed and all(flushed)):
+        return decide("5.10.3-PARAM-2", ok=bool(runs), met=f"{what}, the prefix cache flushed before each",
+                      unmet="no run", source="measured")
+    reported = [r.cached_tokens for m in runs.values() for r in m.records if r.ok and r.cached_tokens is not None]
+    cached = sum(reported)
+    return decide("5.10.3-PARAM-2", ok=bool(reported) and cached == 0,
+                  met=f"{what}; no flush hook, and no request reported cached tokens",
+                  unmet=f"{what}, without a flush before each (no hook for flush_prefix_cache): "
+                        + (f"{cached} prompt tokens were served from cache, which favours later configurations"
+                           if reported else "the server reports no cached tokens, so a cache hit cannot be ruled out"),
+                  source="measured", cached_tokens=cached if reported else None)
+
+
+def _throughput_reduction(cfgs: Sequence[str], saturation: Mapping[str, SaturationResult | None],
+                          probed: bool) -> Check:
+    """5.10.4-REPORT-4 (issue 48): a reduction of maximum throughput needs the Baseline and configurations
+    whose saturation runs saturated; without a saturation run it is the reduction at the highest level."""
+    if "none" not in cfgs:
+        return decide("5.10.4-REPORT-4", ok=False, unmet="needs the Baseline configuration")
+    if not probed:
+        return decide("5.10.4-REPORT-4", ok=True, met="throughput reduction at the highest level (no saturation run)",
+                      source="measured")
+    unsaturated = [LABELS.get(c, c) for c in cfgs if not (saturation.get(c) and saturation[c].saturated)]
+    return decide("5.10.4-REPORT-4", ok=not unsaturated,
+                  met="throughput reduction between saturated runs of every configuration (each its maximum)",
+                  unmet=f"no saturation in {', '.join(unsaturated)}: its run delivered what it was offered, so Table 14's "
+                        "'max throughput' there is a lower bound and the reduction is not a reduction of maxima",
+                  source="measured", unsaturated=unsaturated)
+
+
 def item_checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], probes: dict[str, Measured],
-            decl: dict[str, Any], states: dict[str, Any], borrowed: str | None = None) -> dict[str, Check]:
-    """The 5.10 items; ``borrowed``: the source of a capacity borrowed from another workload (a deviation)."""
+            decl: dict[str, Any], states: dict[str, Any], borrowed: str | None = None,
+            saturation: dict[str, SaturationResult | None] | None = None,
+            flushed: Sequence[bool] | None = None, standing: str | None = None) -> dict[str, Check]:
+    """The 5.10 items; ``borrowed``: the source of a capacity borrowed from another workload (a deviation);
+    ``saturation``: each configuration's saturation run (Table 14 is a throughput reduction only between
+    configurations that saturated: an unsaturated run delivers what it was offered)."""
     cfgs, levels = p.configurations, p.load_fractions
     missing = [LABELS[c] for c in GUARDRAIL_CONFIGS if c not in cfgs]
     synthetic = bool(decl.get("synthetic_standin")) or str(decl.get("name", "")).startswith("synthetic")
@@ -581,21 +630,22 @@ def item_checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], pro
         "5.10.2-PARAM-2": (decide("5.10.2-PARAM-2", ok=not missing and not mismatched, met="configurations: " + ", ".join(LABELS[c] for c in cfgs)
                                      + ("" if not mismatched else f" (SUT reported {mismatched})"), unmet="not run: " + ", ".join(missing) if missing
                                        else f"SUT reported other guardrail states: {mismatched}")),
-        "5.10.2-PARAM-3": decide("5.10.2-PARAM-3", ok=bool(level_ok) and borrowed is None,
+        "5.10.2-PARAM-3": decide("5.10.2-PARAM-3", ok=bool(level_ok) and borrowed is None and standing != "lower-bound",
                                  met="levels 25/50/75 % of capacity",
                                  unmet=("levels " + "/".join(f"{f:.0%}" for f in levels)
                                         + " of capacity instead of 25/50/75 %") if not level_ok else
                                  f"levels are fractions of a capacity borrowed from another workload and configuration "
-                                 f"({borrowed}), not of this workload's in Baseline (deviation; capacity='probe')"),
+                                 f"({borrowed}), not of this workload's in Baseline (deviation; capacity='probe')"
+                                 if borrowed is not None else
+                                 "levels are fractions of a lower bound (the capacity search found no plateau): each "
+                                 "level's real fraction of capacity is below its nominal one", standing=standing),
         "5.10.3-PARAM-1": (decide("5.10.3-PARAM-1", ok="none" in cfgs, met="baseline warmed up and run at every level; every other "
                                      "configuration warmed up again after its switch", unmet="no baseline configuration")),
-        "5.10.3-PARAM-2": decide("5.10.3-PARAM-2", ok=True, met=f"{len(runs)} runs: every configuration at every level"),
+        "5.10.3-PARAM-2": _repeated_fairly(runs, flushed),
         "5.10.4-REPORT-1": decide("5.10.4-REPORT-1", ok=True, met="TTFT P50/P95/P99 and E2E per configuration and level"),
         "5.10.4-REPORT-2": (decide("5.10.4-REPORT-2", ok={"none", "input"} <= set(cfgs), met="input filter overhead at P50 and P99 per level", unmet="needs the Baseline and Input Filter configurations")),
         "5.10.4-REPORT-3": (decide("5.10.4-REPORT-3", ok={"none", "full"} <= set(cfgs), met="total overhead at P50 and P99 per level", unmet="needs the Baseline and Full Filter configurations")),
-        "5.10.4-REPORT-4": (decide("5.10.4-REPORT-4", ok="none" in cfgs, met="throughput reduction from a saturation run beyond the "
-                                      "measured capacity per configuration" if probes else
-                                      "throughput reduction at the highest level (no saturation run)", unmet="needs the Baseline configuration")),
+        "5.10.4-REPORT-4": _throughput_reduction(cfgs, saturation or {}, bool(probes)),
         "5.10.5-REPORT-1": decide("5.10.5-REPORT-1", ok=True, met="Table 13"),
         "5.10.5-REPORT-2": decide("5.10.5-REPORT-2", ok=True, met="Table 14"),
     }

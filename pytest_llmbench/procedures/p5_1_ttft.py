@@ -25,7 +25,7 @@ from ..measure.units import Cell, format_cell
 from ..workloads import build_workload
 from .facts import declarations, prefix_cache_state
 from .figures import latency_figures
-from .helpers import cap_output, percentile_row, sample_list
+from .helpers import cap_output, percentile_row, reported, sample_list
 from .loads import LoadSpec, poisson, resolve_load
 from .pipeline import Outcome, ProcedureRun
 from .result import Table
@@ -273,4 +273,37 @@ class TTFT(ProcedureRun[TTFTParams]):
         for i, (what, (line, source)) in enumerate(self.config_summary.items(), start=1):
             key = self.DECLARED_LINES.get(what)
             checks[f"5.1.5-MUST-{i}"] = decide(f"5.1.5-MUST-{i}", line=line, what=what, key=key, source=source)
+        checks.update(self._report_rows(out, table1, table2))
         return checks
+
+    def _report_rows(self, out: Outcome, table1: Table, table2: Table) -> dict[str, Check]:
+        """§5.1.3 steps and §5.1.4/§5.1.5 REPORT rows, read back from what the run did and wrote (issue 48)."""
+        wu, m, n_ok, tables = self.warmup, self.main, self.n_ok, out.tables
+        varied = len({s.input_tokens for s in self.specs}) > 1
+        parts = {t.rows[i][0]: t for t in tables if t.title.startswith("TTFT components") for i in range(len(t.rows))}
+        c = {"5.1.3-PARAM-1": decide("5.1.3-PARAM-1", ok=bool(wu and wu.ok and wu.drained),
+                                     met=f"warm-up of {wu and wu.ok} requests completed and drained before the first "
+                                         "measured request", unmet=f"warm-up {wu and wu.ok} requests, drained="
+                                                                    f"{wu and wu.drained}", source="measured"),
+             "5.1.3-PARAM-3": decide("5.1.3-PARAM-3", ok=len(m.records) == self.p.requests,
+                                     met=f"{len(m.records)} requests, the configured count",
+                                     unmet=f"{len(m.records)} of {self.p.requests} configured requests sent",
+                                     source="measured"),
+             "5.1.3-PARAM-4": decide("5.1.3-PARAM-4", ok=True, met=f"T_first at the first non-whitespace content chunk; "
+                                     f"{self.pre_content} requests sent non-content chunks first", source="measured"),
+             "5.1.4-PARAM-1": decide("5.1.4-PARAM-1", ok=n_ok >= P999_MIN, met=f"{n_ok} TTFT samples >= {P999_MIN}",
+                                     unmet=f"{n_ok} TTFT samples: P99 needs >= {P99_MIN}, P99.9 >= {P999_MIN}",
+                                     source="measured")}
+        for i, row in enumerate(("TTFT Mean", "TTFT Min", "TTFT Max"), start=1):
+            c[f"5.1.4-REPORT-{i}"] = reported(f"5.1.4-REPORT-{i}", row, [(table1, row)], tables)
+        for rid in ("5.1.4-REPORT-4", "5.1.5-REPORT-1"):
+            c[rid] = reported(rid, "TTFT by input length", [(table2, f"{q} (ms)") for q in ("P50", "P95", "P99")],
+                              tables) if varied else decide(rid, ok=None, na="every request has the same input length")
+        first = next(iter(m.records), None)
+        timing = (first.server_timing or {}) if first is not None else {}
+        for rid, part, key in (("5.1.4-REPORT-5", "queue_wait", "queue_source"),
+                               ("5.1.4-REPORT-6", "prefill", "prefill_source")):
+            src = timing.get(key) or "the server's per-request timing"  # e.g. llama.cpp timings.prompt_ms
+            c[rid] = (reported(rid, f"TTFT {part} (server-reported: {src})", [(parts[part], part)], tables)
+                      if part in parts else decide(rid, ok=None, na=f"the server reports no {part} component of TTFT"))
+        return c

@@ -57,6 +57,7 @@ from ..measure.summary import RunMetrics
 from ..measure.units import Cell, CellValue, format_cell
 from .base import CannotMeasure, ProcedureContext
 from .budget import PROBE_FIT, probe_window_s, request_floor_s, retry_label, run_lengthening
+from .capacity import FREE_OUTPUT
 from .figures import MAX_OUTPUT_THROUGHPUT, THROUGHPUT
 from .helpers import (
     RAMP_UP_FRACTION,
@@ -594,10 +595,12 @@ class Throughput(ProcedureRun[ThroughputParams]):
         metrics = bm.metrics
         sustained_rate = ba.level if not closed else ba.request_rate
         capacity = Capacity(rate=sustained_rate, output_throughput=ba.output_tps,
-                            source="measured by 5.2 in this session")
+                            source="measured by 5.2 in this session", standing="measured" if hi is not None
+                            else "lower-bound", workload=p.workload + (f" (output capped at {p.max_output_tokens})" if p.max_output_tokens
+                                                      else ""), request_shape=FREE_OUTPUT)
         if hi is None:
             notes.append(f"no saturation up to the search's upper end ({stop:g} {unit}): the capacity is at least "
-                         "this level")
+                         "this level (a lower bound: capacity-relative procedures say so in their verdict)")
         util = _batch_utilization(ctx, bm)
         tpg = ba.output_tps / gpus if gpus else None
         sustain: CellValue = (Cell(ba.level, "requests/s", 2, label=True) if not closed
@@ -640,7 +643,8 @@ class Throughput(ProcedureRun[ThroughputParams]):
             "sustainable_concurrency": int(ba.level) if closed else None,
             "tokens_per_gpu_second": None if tpg is None else round(tpg, 3),
             "batch_utilization": None if util is None else round(util[0], 4),
-            **{f"{name}_p{q}_ms": _ms(pvalue(metrics, name, q))
+            # one "latency at maximum throughput" (§5.2.4.3): Table 4's, over the steady window (issue 48)
+            **{f"{name}_p{q}_ms": _ms(window[name].percentile(q).value if window[name].n else None)
                for name in ("ttft", "tpot", "e2e") for q in (50, 95, 99)},
         })
         return capacity
@@ -761,7 +765,8 @@ def report_checks(ctx: ProcedureContext, best: tuple[Measured, LevelAssessment, 
         vals = [meas.get(f"{name}_p{q}_ms") for q in (50, 95, 99)]
         defined = all(v is not None for v in vals)
         c[rid] = decide(rid, ok=defined, unmet=f"{name.upper()} percentiles undefined",
-                        met=defined and f"{name.upper()} P50/P95/P99 at max load: " + "/".join(f"{v:.1f}" for v in vals)
+                        met=defined and f"{name.upper()} P50/P95/P99 at max load (steady window, Table 4): "
+                        + "/".join(f"{v:.1f}" for v in vals)
                         + " ms")
     for rid, table in required.items():
         name = rid.replace("5.2.5-REPORT-1", "Table 3").replace("5.2.5-REPORT-2", "Table 4")

@@ -22,6 +22,7 @@ contain the TTFT). ``result.metrics`` is the level nearest 50% of capacity.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,10 +41,12 @@ from ..measure.units import Cell, CellValue, format_value
 from ..workloads import build_workload
 from .base import CannotMeasure
 from .budget import level_requests
+from .capacity import FORCED_OUTPUT, search_saturation
 from .figures import latency_figures
 from .helpers import FLUID_RATE_NOTE, cap_output, fluid_rate, pvalue, reported, sample_list
 from .pipeline import Outcome, ProcedureRun
-from .result import Overlays, RunSummary, Series, Table
+from .prompts import failure_cause
+from .result import Capacity, Overlays, RunSummary, Series, Table
 from .run import Measured
 
 DRAFT_MIN_OUTPUT = draft.value("itl.min_output_tokens")  # §5.4.2 MUST
@@ -65,6 +68,12 @@ class ITLParams:
     warmup_requests: int = draft.value("warmup.min_requests")
     warmup_tokens: int = draft.value("warmup.min_output_tokens")
     max_output_tokens: int | None = None  # cap on max_tokens (never below min_output_tokens); recorded
+    #: "own" (default): the saturation throughput of 5.4's own forced-output requests, by a short closed-loop
+    #: search after the warm-up (issue 48: 5.2's rate is measured on outputs that may stop at EOS);
+    #: "session": the session's request-rate capacity (declared, or 5.2's), a deviation 5.4.2-PARAM-2 names
+    capacity: str = "own"
+    probe_concurrency: int = 16  # the search's first closed loop; doubled while the rate still rises by 10 %
+    probe_duration_s: float = 10.0
 
     def __post_init__(self) -> None:
         if isinstance(self.levels, list):
@@ -82,6 +91,10 @@ class ITLParams:
                              f"({self.min_output_tokens})")
         if self.arrival not in ("poisson", "uniform"):
             raise ValueError(f"arrival must be 'poisson' or 'uniform', got {self.arrival!r}")
+        if self.capacity not in ("own", "session"):
+            raise ValueError(f"capacity must be 'own' or 'session', got {self.capacity!r}")
+        if self.probe_concurrency < 1 or not self.probe_duration_s > 0:
+            raise ValueError("probe_concurrency must be >= 1 and probe_duration_s > 0")
 
 
 PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.4')  # data/profiles.yaml
@@ -211,10 +224,11 @@ class ITL(ProcedureRun[ITLParams]):
         return {"requests": p.warmup_requests + p.requests * len(p.levels), "min_duration_s": 0.0}
 
     async def prepare(self) -> None:
-        self.cap = await self.ctx.get_capacity("rate")
-        if not self.cap.rate or not self.cap.rate > 0:
+        self.cap = await self.ctx.get_capacity("rate") if self.p.capacity == "session" else Capacity()
+        if self.p.capacity == "session" and not (self.cap.rate and self.cap.rate > 0):
             raise CannotMeasure("5.4 needs a request-rate capacity (§5.4.2: load as a percentage of maximum "
                                 "throughput); none is available")
+        self.level_runs: list[Measured] = []
         self.fractions = sorted(self.p.levels)
         self.audits: list[ItlAudit] = []
         self.raised_total = 0
@@ -227,8 +241,29 @@ class ITL(ProcedureRun[ITLParams]):
         specs, _ = force_min_output(list(wl.specs), p.min_output_tokens, p.max_output_tokens)
         return await self.warm_up_with(client, specs)
 
+    async def _own_capacity(self, client: LLMClient) -> None:
+        """§5.4.2 "% of maximum throughput" on 5.4's own request shape: the saturation throughput of its
+        forced-output requests (``capacity.search_saturation``, each probe on prompts of its own stream)."""
+        p, ctx = self.p, self.ctx
+
+        def specs_for(d: float, stream: int, c: int) -> list[RequestSpec]:
+            wl = build_workload(p.workload, n=3 * c + math.ceil(20 * d), seed=self.seeds.derive("capacity-probe", stream),
+                                tokenizer=ctx.tokenizer, force_output=True)
+            return force_min_output(list(wl.specs), p.min_output_tokens, p.max_output_tokens)[0]
+
+        search = await search_saturation(functools.partial(self.measure, client), ctx, self.id, self.warmup,
+                                         "capacity-probe", specs_for, p.probe_concurrency, p.probe_duration_s)
+        best = search.best
+        if not best.rate > 0:
+            raise CannotMeasure(f"5.4: the saturation search on its forced-output requests completed no request "
+                                f"({failure_cause(best.measured.records)}); or use capacity='session'")
+        self.cap = Capacity(rate=best.rate, output_throughput=None, source=search.describe("5.4's forced-output requests"),
+                            standing=search.standing, workload=p.workload, request_shape=FORCED_OUTPUT)
+
     async def run_loads(self, client: LLMClient) -> None:
         p, ctx, fractions = self.p, self.ctx, self.fractions
+        if p.capacity == "own":
+            await self._own_capacity(client)
         assert self.cap.rate is not None
         for k, frac in enumerate(fractions):
             rate = frac * self.cap.rate
@@ -248,10 +283,11 @@ class ITL(ProcedureRun[ITLParams]):
             m = await self.measure(client, label, specs, load, sized=True,
                                    extra={"capacity_fraction": frac, "offered_rate": rate,
                                           "workload_seed": workload_seed})
+            self.level_runs.append(m)
             self.audits.append(audit_itl(m.metrics, m.records, p.min_output_tokens))
 
     def summarize(self) -> Outcome:
-        p, fractions, runs, audits, cap = self.p, self.fractions, self.measured, self.audits, self.cap
+        p, fractions, runs, audits, cap = self.p, self.fractions, self.level_runs, self.audits, self.cap
         assert cap.rate is not None
         primary = int(np.argmin([abs(f - 0.5) for f in fractions]))
         tables = [_table6(m.metrics, f"Table 6: ITL Results ({frac:.0%} of capacity, {frac * cap.rate:.2f} req/s)",
@@ -282,11 +318,12 @@ class ITL(ProcedureRun[ITLParams]):
                        plots={"itl_samples_s": sample_list(pm.distributions["itl"].samples
                                                            if pm.distributions["itl"].samples is not None else [])},
                        facts={"itl_reported": True, "exceeds_capacity": max(fractions) > 1.0},
+                       fact_runs=runs,  # the levels (the capacity search's closed loops are reported, not judged here)
                        key_figures=latency_figures(pm, 3), overlays=overlays([m.summary for m in runs]))
 
     def _shape(self, tables: list[Table]) -> list[dict[str, Any]]:
         """Per-request ITL statistics and distribution shape per level (§5.4.4.2, §5.4.4.3)."""
-        p, fractions, runs, audits, cap = self.p, self.fractions, self.measured, self.audits, self.cap
+        p, fractions, runs, audits, cap = self.p, self.fractions, self.level_runs, self.audits, self.cap
         assert cap.rate is not None
         per_req_rows = []
         level_meas = []
@@ -326,7 +363,7 @@ class ITL(ProcedureRun[ITLParams]):
         return level_meas
 
     def checks(self, out: Outcome) -> dict[str, Check]:
-        return {**item_checks(self.p, self.fractions, self.audits, self.measured, self.declaration or {}),
+        return {**item_checks(self.p, self.fractions, self.audits, self.level_runs, self.declaration or {}, self.cap),
                 **report_checks(self.table6s, self.shape_table, out.tables)}
 
 
@@ -339,7 +376,7 @@ def _num(v: float | None) -> float | None:
 
 
 def item_checks(p: ITLParams, fractions: list[float], audits: list[ItlAudit], runs: list[Measured],
-            declaration: dict[str, Any]) -> dict[str, Check]:
+            declaration: dict[str, Any], cap: Capacity) -> dict[str, Check]:
     c: dict[str, Check] = {}
     short = sum(a.short_requests for a in audits)
     ok_reqs = sum(a.ok_requests for a in audits)
@@ -355,7 +392,8 @@ def item_checks(p: ITLParams, fractions: list[float], audits: list[ItlAudit], ru
                                     "per level", unmet=f"per level: >= {n_min} successful requests, >= "
                                            f"{samples_min} ITL samples (draft: {DRAFT_MIN_REQUESTS} requests, "
                                            f"{DRAFT_MIN_SAMPLES}+ samples)"))
-    c["5.4.2-PARAM-2"] = decide("5.4.2-PARAM-2", ok=True, met="levels stated as % of the request-rate capacity (5.2)")
+    c["5.4.2-PARAM-2"] = decide("5.4.2-PARAM-2", rate=cap.rate, source=cap.source or "unknown", standing=cap.standing,
+                                shape=cap.request_shape, own_shape=FORCED_OUTPUT, what="levels as % of the request-rate ")
     c["5.4.2-PARAM-3"] = decide("5.4.2-PARAM-3", ok=True, met=f"ITL option {runs[0].metrics.itl_option}: "
                                    f"{ITL_OPTIONS[runs[0].metrics.itl_option]}")
     c["5.4.3-PARAM-1"] = decide("5.4.3-PARAM-1", ok=True, met="warm-up before the first level")

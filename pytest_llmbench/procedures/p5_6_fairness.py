@@ -32,6 +32,7 @@ How the draft's words are read (declared in the report):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from ..workloads import FAIRNESS_CLASSES, build_workload
 from ..workloads.standard import mix_counts  # the workload's own class-count rule
 from .base import CannotMeasure
 from .budget import PROBE_FIT, level_requests
+from .capacity import search_saturation
 from .helpers import cap_output, pvalue, queue_trend, reported
 from .loads import LoadSpec, poisson, resolve_load
 from .pipeline import Outcome, ProcedureRun
@@ -225,6 +227,8 @@ class Fairness(ProcedureRun[FairnessParams]):
         self.classes = sorted(p.mix, key=lambda c: (-p.mix[c], c))  # largest share first
         self.shares = _shares(p.mix)
         self.probe: Measured | None = None
+        self.probes: list[Measured] = []  # the saturation search's runs (capacity='mix-probe')
+        self.capacity_standing: str | None = None
         self.flushed: list[bool] = []
         self.isolated: dict[str, Measured] = {}
         self.rate: float | None = None
@@ -258,21 +262,26 @@ class Fairness(ProcedureRun[FairnessParams]):
         self.iso_rates = {c: rate * (self.shares[c] if p.isolation == "class-share" else 1.0) for c in self.classes}
 
     async def _probe_mix_capacity(self, client: LLMClient) -> None:
-        """The saturation throughput of this class mix (§5.6.2): a closed loop at ``probe_concurrency``
-        for ``probe_duration_s`` on requests of the mix from their own seed stream; its completion rate
-        over the steady window (first 10 % excluded) is the capacity the load fraction applies to."""
+        """The saturation throughput of this class mix (§5.6.2): a short search of closed loops from
+        ``probe_concurrency``, doubling while the completion rate still rises by 10 % (``search_saturation``),
+        each for ``probe_duration_s`` on requests of the mix from their own seed stream; the best completion
+        rate over the steady window (first 10 % excluded) is the capacity the load fraction applies to, a lower
+        bound when the search found no plateau (5.6.2-SHOULD-1 then says so)."""
         p, ctx = self.p, self.ctx
-        c = p.probe_concurrency
 
-        def specs_for(d: float, attempt: int) -> list[Any]:  # d: the window, longer on a slow SUT
+        def specs_for(d: float, stream: int, c: int) -> list[Any]:  # d: the window, longer on a slow SUT
             wl = build_workload(p.workload, n=3 * c + math.ceil(30 * d), tokenizer=ctx.tokenizer,
-                                seed=self.seeds.derive("capacity-probe", attempt), classes=FAIRNESS_CLASSES,
+                                seed=self.seeds.derive("capacity-probe", stream), classes=FAIRNESS_CLASSES,
                                 mix=dict(p.mix))
             return cap_output(wl.specs, p.max_output_tokens)
 
-        probe = await self.probe_saturation(client, f"capacity-probe-c{c}", specs_for, c, p.probe_duration_s,
-                                            extra={"mix": dict(p.mix)})
-        self.probe, self.probe_repeats, cap = probe.measured, probe.repeats, probe.rate
+        search = await search_saturation(functools.partial(self.measure, client), ctx, self.id, self.warmup,
+                                         "capacity-probe", specs_for, p.probe_concurrency, p.probe_duration_s,
+                                         {"mix": dict(p.mix)})
+        probe = search.best
+        self.probes = [pr.measured for pr in search.probes]
+        self.probe, self.probe_repeats, cap = probe.measured, sum(pr.repeats for pr in search.probes), probe.rate
+        self.capacity_standing = search.standing
         if not cap or not math.isfinite(cap):
             history = probe.lengthened.history(PROBE_FIT) if probe.lengthened else ""
             raise CannotMeasure("5.6: the capacity probe on the class mix completed no request: "
@@ -281,8 +290,8 @@ class Fairness(ProcedureRun[FairnessParams]):
         fraction = p.load.capacity_fraction
         assert fraction is not None
         self.rate = fraction * cap
-        self.load_desc.update(resolved_rate=self.rate, capacity_rate=cap,
-                              capacity_source=probe.describe("this class mix"))
+        self.load_desc.update(resolved_rate=self.rate, capacity_rate=cap, capacity_standing=search.standing,
+                              capacity_source=search.describe("this class mix"))
 
     async def _resolve_mixed_load(self) -> None:
         self.mixed_load, _ = await resolve_load(self.ctx, self.fixed, max_requests=len(self.specs),
@@ -334,10 +343,10 @@ class Fairness(ProcedureRun[FairnessParams]):
         return Outcome(metrics=mixed.metrics, tables=[self.t8, self.t9, self.t_inflation],
                        measurements=meas, workload=self.wl.declaration.to_json(), notes=notes,
                        plots={"classes": plots_cls},
-                       runs=([self.probe] if self.probe is not None else []) + [isolated[c] for c in classes] + [mixed],
+                       runs=list(self.probes) + [isolated[c] for c in classes] + [mixed],
                        fact_runs=[mixed, *isolated.values()], facts={"itl_reported": True},
                        warnings=warnings(meas), overlays=overlays([m.summary for m in (
-                           ([self.probe] if self.probe is not None else []) + [isolated[c] for c in classes] + [mixed])]))
+                           list(self.probes) + [isolated[c] for c in classes] + [mixed])]))
 
     def _fairness(self) -> None:
         p, classes, mixed, isolated = self.p, self.classes, self.mixed, self.isolated
@@ -491,15 +500,16 @@ class Fairness(ProcedureRun[FairnessParams]):
     def checks(self, out: Outcome) -> dict[str, Check]:
         p = self.p
         fraction = self.load_desc.get("capacity_fraction") if p.load.rate is None else None
+        standing = self.capacity_standing or (self.load_desc.get("capacity_standing") if fraction is not None else None)
         return {**item_checks(p, self.classes, self.shares, self.mixed, self.isolated, self.mixed_cls, fraction,
-                          self.warmup, self.wl.declaration.to_json(), self.overloaded),
+                          self.warmup, self.wl.declaration.to_json(), self.overloaded, standing),
                 **report_checks(self.classes, self.t8, self.t9, self.t_inflation, out.tables)}
 
 
 def item_checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mixed: Measured,
             isolated: dict[str, Measured], mixed_cls: dict[str, RunMetrics | None], fraction: float | None,
-            wu: Any, decl: dict[str, Any], overloaded: bool | None) -> dict[str, Check]:
-    c_load = decide("5.6.2-SHOULD-1", fraction=fraction, rate=p.load.rate, queue_growing=overloaded)
+            wu: Any, decl: dict[str, Any], overloaded: bool | None, standing: str | None = None) -> dict[str, Check]:
+    c_load = decide("5.6.2-SHOULD-1", fraction=fraction, rate=p.load.rate, queue_growing=overloaded, standing=standing)
     counts = {c: sum(1 for r in mixed.records if r.request_class == c) for c in classes}
     ok_counts = {c: (0 if mixed_cls[c] is None else mixed_cls[c].distributions["ttft"].n) for c in classes}  # type: ignore[union-attr]
     n = sum(counts.values())

@@ -31,8 +31,8 @@ from ..loadgen.warmup import WarmupResult
 from ..measure.registry import declare, figure
 from ..measure.units import Cell
 from ..workloads import build_workload, completion_prompt_ids, sequence_sha256
-from .base import ProcedureContext, SkipProcedure
-from .helpers import cap_output, pvalue
+from .facts import declarations
+from .helpers import cap_output, pvalue, skip_with_compliance
 from .helpers import reported as reported_in
 from .loads import LoadSpec, closed, resolve_load
 from .pipeline import Outcome, ProcedureRun
@@ -143,11 +143,14 @@ def _reduction(base: float | None, new: float | None) -> float | None:
     return None if base is None or new is None or base <= 0 else (base - new) / base * 100.0
 
 
-def _switch(ctx: ProcedureContext, setting: str, value: Any) -> None:
+def _switch(run: PrefixCache, setting: str, value: Any) -> None:
+    ctx = run.ctx
     if not ctx.configure_sut(setting, value):
         why = ctx.sut.server_info.get("prefix_cache_unavailable")  # an adapter's reason (vLLM: dev mode)
-        raise SkipProcedure(why or f"5.7 needs to set {setting}={value!r}: no pytest_llmbench_configure_sut "
-                            "implementation can switch the SUT's prefix cache (see docs/prefix-cache.md)")
+        skip_with_compliance(run, why or f"5.7 needs to set {setting}={value!r}: no pytest_llmbench_configure_sut "
+                             "implementation can switch the SUT's prefix cache (see docs/prefix-cache.md)",
+                             {"5.7.2-MUST-1": "the cache-disabled and cache-enabled configurations could not be set"},
+                             declarations(run.ctx), getattr(run, "wl", None) and run.wl.declaration.to_json())
 
 
 def overlays(runs: Sequence[RunSummary]) -> Overlays:
@@ -191,7 +194,7 @@ class PrefixCache(ProcedureRun[PrefixCacheParams]):
         self.runs: dict[str, Measured] = {}
         self.flushed: dict[str, bool] = {}
         self.population: WarmupResult | None = None
-        _switch(ctx, "prefix_cache", False)  # step 1
+        _switch(self, "prefix_cache", False)  # step 1
         self.state_off = ctx.sut.server_info.get("prefix_cache")
         self.state_on: Any = None
 
@@ -210,7 +213,7 @@ class PrefixCache(ProcedureRun[PrefixCacheParams]):
         p, ctx, specs, load, desc = self.p, self.ctx, self.specs, self.load, self.load_desc
         self.runs["disabled"] = await self.measure(client, "cache-disabled", specs, load,  # step 3
                                                    extra={"prefix_cache": "disabled", "load_spec": desc})
-        _switch(ctx, "prefix_cache", True)  # step 4
+        _switch(self, "prefix_cache", True)  # step 4
         self.state_on = ctx.sut.server_info.get("prefix_cache")
         self.flushed["cold"] = ctx.configure_sut("flush_prefix_cache", True)
         self.runs["cold"] = await self.measure(client, "cache-cold", specs, load,

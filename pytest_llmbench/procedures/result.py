@@ -97,6 +97,11 @@ class Capacity:
     concurrency: int | None = None  # max concurrency meeting 5.5's criteria
     output_throughput: float | None = None  # tok/s at that load
     source: str = ""  # "declared (--llm-capacity)", "measured by 5.5 in this session", ...
+    #: what the value is (issue 48): "measured" (a saturated level bounds it), "lower-bound" (no level
+    #: saturated: the capacity is at least this) or "declared"; with the workload and request shape measured on
+    standing: str = "measured"
+    workload: str | None = None
+    request_shape: str | None = None  # e.g. "max_tokens, EOS allowed" or "forced output (min_tokens = max_tokens)"
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -15,7 +15,7 @@ import httpx
 from .adapters import ServerAdapter, adapter_for, detect, get_adapter, http_fetch, root_url
 from .adapters.simulator import SIMULATOR_KIND
 
-__all__ = ["SUT", "EndpointError", "check_endpoint", "self_declarations", "identify_server", "BOUNDARY_NAMES",
+__all__ = ["SUT", "EndpointError", "check_endpoint", "probe_rtt", "self_declarations", "identify_server", "BOUNDARY_NAMES",
            "SIMULATOR_DECLARATIONS", "SIMULATOR_GUARDRAIL_SYSTEMS", "SIMULATOR_KIND", "simulator_guardrails"]
 
 #: Report names of the boundaries of §4.1.
@@ -85,6 +85,31 @@ class SUT:
             "server_kind_source": self.server_kind_source,
             "extra_body": dict(self.extra_body),
         }
+
+
+def probe_rtt(base_url: str, *, probes: int = 5, timeout_s: float = 2.0) -> dict[str, Any] | None:
+    """The network round-trip time to the SUT, measured apart from any request (§4.7.3-SHOULD-1): the
+    median of ``probes`` TCP connects to the endpoint's host and port (one SYN/SYN-ACK each, no HTTP, no
+    server work), before the runs. None when no connection could be made."""
+    import socket
+    import statistics
+    import time
+    from urllib.parse import urlsplit
+
+    u = urlsplit(base_url)
+    host, port = u.hostname or "", u.port or (443 if u.scheme == "https" else 80)
+    samples: list[float] = []
+    for _ in range(probes):
+        t0 = time.perf_counter()
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                samples.append(time.perf_counter() - t0)
+        except OSError:
+            continue
+    if not samples:
+        return None
+    return {"rtt_s": statistics.median(samples), "samples": len(samples), "min_s": min(samples),
+            "method": f"median of {len(samples)} TCP connects to {host}:{port} before the runs"}
 
 
 def check_endpoint(base_url: str, model: str | None, *, headers: dict[str, str] | None = None,

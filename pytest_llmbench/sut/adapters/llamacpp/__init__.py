@@ -93,12 +93,18 @@ class LlamaCppAdapter(ServerAdapter):
         return _KEYS
 
     def parse_extensions(self, obj: dict[str, Any], rec: RequestRecord) -> None:
-        """The per-request ``timings`` object on the finish chunk -> ``rec.server_timing["timings"]``."""
+        """The per-request ``timings`` object on the finish chunk -> ``rec.server_timing["timings"]``; its
+        ``prompt_ms`` (the server's prompt processing time) is the prefill part of TTFT (§5.1.4.2,
+        ``prefill_ns``, source named in ``prefill_source``). llama.cpp reports no queue wait."""
         timings = obj.get("timings")
         if isinstance(timings, dict):
             if rec.server_timing is None:
                 rec.server_timing = {}
             rec.server_timing["timings"] = timings
+            prompt_ms = timings.get("prompt_ms")
+            if isinstance(prompt_ms, (int, float)) and not isinstance(prompt_ms, bool) and prompt_ms >= 0:
+                rec.server_timing["prefill_ns"] = int(round(prompt_ms * 1e6))
+                rec.server_timing["prefill_source"] = "llama.cpp timings.prompt_ms"
 
     async def recount_tokens(self, records: Sequence[RequestRecord], client: ServerClient, *,
                              concurrency: int = 4, timeout_s: float = 30.0) -> int:

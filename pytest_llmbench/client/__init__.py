@@ -461,5 +461,6 @@ class LLMClient:
 
     @property
     def server_root(self) -> str:
-        """The server root of ``base_url`` (``adapters.root_url``: where ``/metrics`` and ``/health`` live)."""
-        return root_url(self.config.base_url)
+        """The server root of ``base_url`` (``adapters.root_url``: where ``/metrics`` and ``/health`` live); for a
+        gRPC endpoint its HTTP root beside it (``ClientConfig.http_root``) when it has one."""
+        return self.config.http_root or root_url(self.config.base_url)

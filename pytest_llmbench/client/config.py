@@ -56,6 +56,8 @@ class ClientConfig:
     # gRPC: the tokenizer of the server's output ids (get_tokenizer name), to give each chunk its text;
     # None: records carry exact counts and times but no text (transports/grpc.py)
     output_tokenizer: str | None = None
+    # gRPC: the server's HTTP root beside its gRPC endpoint (/metrics: the embedded simulator's); None: none
+    http_root: str | None = None
     error_message_chars: int = 500
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)

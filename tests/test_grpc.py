@@ -10,6 +10,7 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -215,3 +216,22 @@ def test_split_text_gives_a_split_character_to_the_chunk_that_completes_it() -> 
     assert len(parts) == len(ids)
 
 
+
+
+def test_the_http_root_beside_a_grpc_endpoint() -> None:
+    """/metrics of a server with an HTTP side beside its gRPC one (the embedded simulator's)."""
+    cfg = ClientConfig(base_url="grpc://127.0.0.1:1", model=MODEL, api="completions", http_root="http://127.0.0.1:2")
+    assert LLMClient(cfg).server_root == "http://127.0.0.1:2"
+    assert LLMClient(ClientConfig(base_url="grpc://127.0.0.1:1", model=MODEL, api="completions")).server_root == \
+        "grpc://127.0.0.1:1"
+
+
+def test_vllm_grpc_server_command_and_endpoint(tmp_path: Path) -> None:
+    """``serve --grpc``: vLLM's gRPC launcher with the engine's arguments only, a grpc:// endpoint."""
+    from pytest_llmbench.sut.adapters.vllm.server import GRPC_PACKAGES, Installation, VllmServer
+
+    server = VllmServer(Installation(python=tmp_path / "python", model=tmp_path / "model"), port=50051, grpc=True)
+    cmd = server.command()
+    assert cmd[1:3] == ["-m", "vllm.entrypoints.launchers.grpc_server"] and "--enable-prompt-tokens-details" not in cmd
+    assert cmd[cmd.index("--port") + 1] == "50051" and server.endpoint == "grpc://127.0.0.1:50051"
+    assert "smg-grpc-servicer==0.14.1" in GRPC_PACKAGES and "smg-grpc-proto==0.4.28" in GRPC_PACKAGES

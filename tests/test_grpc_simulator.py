@@ -108,3 +108,23 @@ def test_simulator_cli_announces_its_grpc_port() -> None:
         proc.wait(20)
 
 
+
+
+def test_a_grpc_endpoint_describes_itself_to_the_session(sim: SimulatorProcess) -> None:
+    """A grpc:// SUT (the simulator started by hand): model, kind, window and the ids' tokenizer come from
+    GetModelInfo / GetServerInfo; another model, or no answer, is an EndpointError before any request."""
+    from pytest_llmbench.session import _grpc_endpoint
+    from pytest_llmbench.sut.adapters.serving import free_port
+    from pytest_llmbench.sut.system import EndpointError, identify_grpc_server
+
+    assert sim.grpc_url is not None
+    sut = SUT(base_url=sim.grpc_url, model="")
+    identify_grpc_server(sut, _grpc_endpoint(sut, None))
+    assert (sut.model, sut.models_listed, sut.server_kind) == (MODEL, [MODEL], "openai-compatible")
+    assert sut.server_kind_source == "gRPC GetServerInfo server_type='llmbench-sim-grpc'"
+    info = sut.server_info
+    assert info["context_window"] == sim.config.context_window and info["output_tokenizer"] == "cl100k_base"
+    with pytest.raises(EndpointError, match="it serves 'llmbench-sim'"):
+        _grpc_endpoint(SUT(base_url=sim.grpc_url, model=""), "other-model")
+    with pytest.raises(EndpointError, match="did not describe itself"):
+        _grpc_endpoint(SUT(base_url=f"grpc://127.0.0.1:{free_port()}", model=""), None)

@@ -345,6 +345,9 @@ def _validate_grpc(s: Settings) -> None:
     if s.api != "completions":
         raise LLMBenchConfigError(f"{where}: a gRPC endpoint takes completions prompts (text or token ids), not chat "
                                   f"messages: use --llm-api completions (got {s.api!r})")
+    if s.http_trace:
+        raise LLMBenchConfigError(f"{s.sources.get('http_trace', '--llm-http-trace')}: HTTP timings need an HTTP "
+                                  f"endpoint; a gRPC endpoint ({s.endpoint}) has no HTTP phases")
     if s.endpoint == EMBEDDED_GRPC:
         return
     parts = urlsplit(s.endpoint or "")

@@ -63,6 +63,8 @@ def test_grpc_endpoint_needs_completions_and_host_port() -> None:
         settings(llm_endpoint="grpc://127.0.0.1:50051", llm_api="chat")
     with pytest.raises(LLMBenchConfigError, match="grpc://host:port"):
         settings(llm_endpoint="grpc://127.0.0.1/v1")
+    with pytest.raises(LLMBenchConfigError, match="has no HTTP phases"):
+        settings(llm_endpoint="grpc://embedded", llm_http_trace=True)
     with pytest.raises(ValueError, match="not chat messages"):
         ClientConfig(base_url="grpc://127.0.0.1:1", model=MODEL, api="chat")
 

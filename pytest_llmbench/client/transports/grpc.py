@@ -109,6 +109,12 @@ def generate_request(body: Mapping[str, Any], request_id: str) -> pb.GenerateReq
                               **inputs)
 
 
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """The half-close's outcome, taken (a call that failed or was cancelled fails it too: not an error here)."""
+    if not task.cancelled():
+        task.exception()
+
+
 def split_text(decode: Callable[[list[int]], str], ids: list[int], bounds: Sequence[int]) -> list[str]:
     """The text of each chunk of ``ids`` (chunk ``i`` ends at ``bounds[i]``): the growth of the decoded
     prefix, so a multi-byte character split across chunks (a replacement character at the prefix's
@@ -159,11 +165,13 @@ class GrpcTransport:
         bounds: list[int] = []
         complete = None
         answered = False
+        served = 0  # the server's own count: completion_tokens of each chunk (of the complete message unstreamed)
         closing: asyncio.Task[None] | None = None
         try:
             await call.write(request)  # returns once the request message is sent (App. B.1.2)
             submit.ns = _clock()
             closing = asyncio.ensure_future(call.done_writing())  # the half-close, while reading
+            closing.add_done_callback(_retrieve)
             read = call.read
             while True:
                 msg = await read()
@@ -184,6 +192,7 @@ class GrpcTransport:
                     chunk_ns.append(now)
                     chunk_tokens.append(n)
                     last = msg.chunk
+                    served += last.completion_tokens
                 elif kind == "complete":
                     complete = msg.complete
                     rec.end_ns = now
@@ -195,6 +204,7 @@ class GrpcTransport:
                         chunk_tokens.append(len(got))
                         if got:
                             rec.first_token_ns = now
+                        served = complete.completion_tokens
                     last = complete
                 else:
                     raise TransportError(ErrorType.PROTOCOL, "gRPC GenerateResponse with neither chunk nor complete")
@@ -226,7 +236,7 @@ class GrpcTransport:
         rec.status = 0  # grpc.StatusCode.OK
         rec.finish_reason = complete.finish_reason or None
         usage: dict[str, Any] = {"prompt_tokens": last.prompt_tokens or complete.prompt_tokens,
-                                 "completion_tokens": len(ids)}
+                                 "completion_tokens": served or len(ids)}
         cached = complete.cached_tokens or getattr(last, "cached_tokens", 0)
         if cached:
             usage["prompt_tokens_details"] = {"cached_tokens": cached}

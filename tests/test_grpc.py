@@ -103,7 +103,7 @@ class _Faulty(pb_grpc.VllmEngineServicer):
             yield pb.GenerateResponse(complete=pb.GenerateComplete(output_ids=[11], finish_reason="stop",
                                                                    prompt_tokens=3, completion_tokens=1))
         elif fault == "slow":
-            await asyncio.sleep(5)
+            await asyncio.sleep(30)  # cancelled with the call
         elif fault == "raise":
             raise RuntimeError("boom")  # grpc: UNKNOWN
         elif fault == "empty":
@@ -154,7 +154,7 @@ FAULTS = {
 async def test_each_grpc_failure_gives_its_error_type_and_every_request_a_record(faulty: str) -> None:
     prompts = [p for p in FAULTS for _ in range(3)]  # three of each, all at once
     specs = [_spec(i, p) for i, p in enumerate(prompts)]
-    recs = await _send_all(faulty, specs, total_timeout_s=1.0, tokenizer=None)
+    recs = await _send_all(faulty, specs, total_timeout_s=3.0, tokenizer=None)  # room for a busy host
     assert len(recs) == len(specs) and sorted(r.index for r in recs) == list(range(len(specs)))
     for p, r in zip(prompts, recs):
         want, message = FAULTS[p]

@@ -107,6 +107,9 @@ class ClientConfig:
     def describe(self) -> dict[str, Any]:
         """The configuration as recorded in run.json (the API key's *variable name* only)."""
         d = asdict(self)
+        for key in ("output_tokenizer", "http_root"):  # gRPC only: an HTTP run's description stays as it was
+            if d[key] is None:
+                del d[key]
         d["extra_body"] = dict(self.extra_body)
         d["headers"] = sorted(self.headers)  # header names only
         return d

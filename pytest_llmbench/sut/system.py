@@ -187,11 +187,14 @@ def identify_grpc_server(sut: SUT, info: dict[str, Any], override: str | None = 
             except ValueError as exc:
                 raise EndpointError(f"--llm-server-kind: {exc}") from None
             sut.server_kind, sut.server_kind_source = adapter.kind, "declared (--llm-server-kind)"
-        else:
+        elif server_type:
             kind = next((k for prefix, k in GRPC_SERVER_TYPES.items() if server_type.startswith(prefix)),
                         "openai-compatible")
             sut.server_kind = get_adapter(kind).kind
             sut.server_kind_source = f"gRPC GetServerInfo server_type={server_type!r}"
+        else:  # vLLM 0.32's servicer (smg-grpc-servicer 0.14.1) leaves server_type empty: the service says it
+            sut.server_kind = get_adapter("vllm").kind
+            sut.server_kind_source = "answers vllm.grpc.engine.VllmEngine (GetServerInfo server_type empty)"
         sut.server_info["adapter"] = get_adapter(sut.server_kind).summary()
     if info.get("vocab_size"):
         sut.server_info["vocab_size"] = info["vocab_size"]

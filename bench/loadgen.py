@@ -2,7 +2,8 @@
 """Load-generator speed against the reference mock server (figures printed, never asserted).
 
     python bench/loadgen.py                       # aiohttp transport, uvloop if installed
-    python bench/loadgen.py --transport all       # compare every transport
+    python bench/loadgen.py --transport all       # compare every transport (gRPC included)
+    python bench/loadgen.py --transport grpc      # the gRPC transport against bench/grpc_mock.py (issue 51)
     python bench/loadgen.py --http-trace          # with per-request HTTP-trace timings
     python bench/loadgen.py --trace-compare 6 --requests 5000   # tracing off/on interleaved, pairwise ratios
     python bench/loadgen.py --trace-compare 6 --itl-ms 2        # ... chunks spread over more reads
@@ -18,7 +19,8 @@
 
 Starts the reference mock ``shared/tools/mock_openai_server.py`` in its own process
 (``--ttft-ms 0 --itl-ms 0 --tokens 50 --no-stats``; ``--itl-ms`` sets its ITL) unless ``--url`` is
-given, then measures:
+given (``--transport grpc``: the gRPC mock ``bench/grpc_mock.py``, the same streams as gRPC messages of
+one token id each, or ``--url grpc://host:port``), then measures:
 
 * closed loop, concurrency 64, 50-token streams: sustained req/s, chunks/s, concurrency held;
 * open loop, Poisson at ``--rate`` (1000 req/s): achieved rate, the two lags apart: schedule lag
@@ -131,6 +133,28 @@ def start_mock(script: Path, tokens: int, itl_ms: float = 0.0, cpus: str | None 
     raise SystemExit(f"mock server did not start on port {port}")
 
 
+def start_grpc_mock(tokens: int, itl_ms: float = 0.0, cpus: str | None = None) -> tuple[subprocess.Popen[str], str]:
+    """bench/grpc_mock.py in its own process (the grpc extra): ``--tokens`` one-token messages a stream."""
+    pin = ["taskset", "-c", cpus] if cpus else []
+    proc = subprocess.Popen([*pin, sys.executable, str(Path(__file__).with_name("grpc_mock.py")), "--port", "0",
+                             "--tokens", str(tokens), "--itl-ms", str(itl_ms)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()
+    if not line or line[0] != "GRPC_MOCK_LISTENING":
+        proc.kill()
+        raise SystemExit("the gRPC mock did not start (is the grpc extra installed? pip install -e '.[grpc]')")
+    return proc, f"grpc://127.0.0.1:{line[1]}"
+
+
+def config(url: str, transport: str, args: argparse.Namespace, *, traced: bool | None = None) -> ClientConfig:
+    """The client configuration of ``transport``: ``grpc`` is a grpc:// URL (completions, counts from the
+    messages' token ids), any other an HTTP transport over SSE."""
+    if transport == "grpc":
+        return ClientConfig(base_url=url, model="mock-model", api="completions")
+    return ClientConfig(base_url=url, model="mock-model", transport=transport,
+                        http_trace=args.http_trace if traced is None else traced)
+
+
 def chunks(res: LoadResult) -> int:
     return sum(len(r.chunk_ns) for r in res.records)
 
@@ -146,7 +170,7 @@ def reads_per_request(res: LoadResult) -> float:
 async def bench(url: str, transport: str, args: argparse.Namespace) -> None:
     specs = [RequestSpec(index=i, workload="bench", input_tokens=8, max_tokens=args.tokens,
                          prompt_text="benchmark the benchmarker please") for i in range(args.requests)]
-    cfg = ClientConfig(base_url=url, model="mock-model", transport=transport, http_trace=args.http_trace)
+    cfg = config(url, transport, args)
 
     if args.only in (None, "closed"):
         await closed(cfg, specs, args)
@@ -677,7 +701,8 @@ def main() -> None:
     ap.add_argument("--url", help="an OpenAI-compatible base URL already running (skips the mock)")
     ap.add_argument("--mock", type=Path, default=None,
                     help="path of mock_openai_server.py (default: ../shared/tools/ beside the checkout)")
-    ap.add_argument("--transport", default="aiohttp", choices=[*TRANSPORTS, "all"])
+    ap.add_argument("--transport", default="aiohttp", choices=[*TRANSPORTS, "grpc", "all"],
+                    help="grpc: the gRPC transport against bench/grpc_mock.py (or --url grpc://host:port)")
     ap.add_argument("--loop", default="uvloop", choices=["uvloop", "asyncio"])
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--requests", type=int, default=20000, help="closed-loop requests")
@@ -740,11 +765,15 @@ def main() -> None:
     if args.child_json:  # one --targets run in this process, against --url: one JSON line
         print(json.dumps(run(targets_run(args.url, args))))
         return
-    proc = None
+    proc = grpc_proc = None
     url = args.url
-    if url is None:
+    grpc_url = url if url is not None and url.startswith("grpc") else None
+    if args.transport in ("grpc", "all") and grpc_url is None:
+        grpc_proc, grpc_url = start_grpc_mock(args.tokens, args.itl_ms, args.mock_cpus)
+    if url is None and args.transport != "grpc":
         proc, url = start_mock(find_mock(args.mock), args.tokens, args.itl_ms, args.mock_cpus)
-    print(f"pytest-llmbench load generator bench: server {url} ({'mock, own process' if proc else 'external'}), "
+    url = url or grpc_url
+    print(f"pytest-llmbench load generator bench: server {url} ({'mock, own process' if proc or grpc_proc else 'external'}), "
           f"event loop {loop}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} (shared machine: figures are noisy)")
     try:
@@ -766,17 +795,21 @@ def main() -> None:
         if args.rates:
             run(rates_bench(url, args))
             return
-        for t in (TRANSPORTS if args.transport == "all" else (args.transport,)):
-            print(f"transport: {t}")
-            coro = trace_compare(url, t, args) if args.trace_compare else bench(url, t, args)
+        for t in ((*TRANSPORTS, "grpc") if args.transport == "all" else (args.transport,)):
+            print(f"transport: {t}" + (f" ({grpc_url}, messages of one token id)" if t == "grpc" else ""))
+            if t == "grpc":
+                coro = bench(grpc_url, t, args)  # type: ignore[arg-type]
+            else:
+                coro = trace_compare(url, t, args) if args.trace_compare else bench(url, t, args)
             if loop == "uvloop":
                 uvloop.run(coro)
             else:
                 asyncio.run(coro)
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(10)
+        for p in (proc, grpc_proc):
+            if p is not None:
+                p.terminate()
+                p.wait(10)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ Fixtures (session scope, started on first use):
   an environment of its own, a random-weight Llama with a 32,000-id vocabulary and a 16K context,
   both built locally into ``LLMBENCH_VLLM_CACHE``, default ``~/.cache/pytest-llmbench/vllm``); one
   per session, stopped at its end. ``vllm_endpoint``: its OpenAI base URL.
+- ``vllm_grpc_server``: the same model under vLLM's gRPC server (``VllmEngine``, smg-grpc-proto; the
+  environment's gRPC packages installed on first use; the ``grpc`` extra here); ``vllm_grpc_endpoint``:
+  its ``grpc://127.0.0.1:PORT``. Skips with the reason when the packages cannot be had.
 
 When the toolchain or a package cannot be had (no compiler, no registry), the fixtures *skip* the
 test with the reason (shown by ``pytest -rs``); they never fail for an outage.
@@ -39,6 +42,7 @@ MARKER = "real_sut"
 VLLM_MARKER = "vllm"
 _INSTALL_FAILED = pytest.StashKey[str]()
 _VLLM_FAILED = pytest.StashKey[str]()
+_VLLM_GRPC_FAILED = pytest.StashKey[str]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -119,3 +123,27 @@ def vllm_server(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFa
 def vllm_endpoint(vllm_server: vllm.VllmServer) -> str:
     """``http://127.0.0.1:PORT/v1`` of the session's vLLM server."""
     return vllm_server.endpoint
+
+
+@pytest.fixture(scope="session")
+def vllm_grpc_server(pytestconfig: pytest.Config,
+                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[vllm.VllmServer]:
+    """vLLM's gRPC server on the local model (§4.6.1: gRPC streaming for Model Engine testing). Skips with
+    the reason when the environment, the model or its gRPC packages cannot be had, or the grpc extra is
+    not installed here."""
+    from .settings import grpc_missing
+    from .sut.adapters.vllm import server as vllm
+
+    why = grpc_missing()
+    if why is not None:
+        pytest.skip(f"vLLM over gRPC needs {why}")
+    inst = _installed(pytestconfig, _VLLM_GRPC_FAILED, lambda: vllm.install(grpc=True), vllm.InstallError,
+                      "vLLM's gRPC server not available (its environment, model or gRPC packages could not be had)")
+    yield from _serving(vllm.VllmServer(inst, grpc=True,
+                                        log_path=tmp_path_factory.mktemp("vllm-grpc-server") / "server.log"))
+
+
+@pytest.fixture(scope="session")
+def vllm_grpc_endpoint(vllm_grpc_server: vllm.VllmServer) -> str:
+    """``grpc://127.0.0.1:PORT`` of the session's vLLM gRPC server."""
+    return vllm_grpc_server.endpoint

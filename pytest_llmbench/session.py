@@ -43,7 +43,7 @@ from .procedures.base import (
 )
 from .procedures.result import Capacity, ProcedureResult, RunSummary
 from .settings import Settings, parse_capacity
-from .sut.system import SUT, EndpointError, check_endpoint, identify_server, probe_rtt
+from .sut.system import SUT, EndpointError, check_endpoint, identify_grpc_server, identify_server, probe_rtt
 
 if TYPE_CHECKING:
     from .measure.summary import RunMetrics
@@ -104,6 +104,25 @@ def configure_embedded(sut: SUT, setting: str, value: Any) -> bool | None:
     return True
 
 
+def _grpc_endpoint(sut: SUT, model: str | None) -> dict[str, Any]:
+    """A gRPC endpoint's own description (``GetModelInfo``, ``GetServerInfo``; §4.1): its served model is the
+    one requested, ``model`` (--llm-model) must name it. :class:`EndpointError` when it does not answer."""
+    from .client.errors import TransportError
+    from .client.transports.grpc import describe_server
+
+    try:
+        info = describe_server(sut.base_url, sut.headers())
+    except TransportError as exc:
+        raise EndpointError(f"gRPC endpoint {sut.base_url} did not describe itself ({exc.error_type}: "
+                            f"{exc.message})") from None
+    served = str(info.get("served_model_name") or "")
+    if model and served and model != served:
+        raise EndpointError(f"model {model!r} is not served by {sut.base_url}; it serves {served!r}")
+    sut.model = model or served
+    sut.models_listed = [served] if served else []
+    return info
+
+
 def _no_progress(proc_id: str) -> Callable[[str], None]:
     return lambda line: None
 
@@ -150,8 +169,8 @@ class Session:
 
             sim_config = SimConfig.from_file(s.sim_config) if s.sim_config else SimConfig()
             sim_config = sim_config.replace(time_scale=s.time_scale, seed=s.seed)
-            self.simulator = start_simulator(sim_config)
-            base_url, boundary = self.simulator.base_url, "model-engine"
+            self.simulator = start_simulator(sim_config, grpc_port=0 if s.grpc else None)
+            base_url, boundary = self.simulator.grpc_url or self.simulator.base_url, "model-engine"
         else:
             assert s.endpoint is not None
             if s.boundary is None:
@@ -164,9 +183,12 @@ class Session:
             raise EndpointError(f"{s.sources.get('api_key_env', '--llm-api-key-env')}: environment variable "
                                 f"{s.api_key_env!r} (named as the API key holder) is empty")
         sut = SUT(base_url=base_url, model=s.model or "", api=s.api, boundary=s.boundary or boundary,
-                  api_key_env=s.api_key_env, verify_tls=not s.insecure, embedded=s.embedded)
-        sut.model, sut.models_listed = check_endpoint(base_url, s.model, headers=sut.headers(),
-                                                      verify=sut.verify_tls)
+                  api_key_env=s.api_key_env, verify_tls=not s.insecure, embedded=s.embedded,
+                  http_root=self.simulator.url if self.simulator is not None and s.grpc else None)
+        grpc_info = _grpc_endpoint(sut, s.model) if s.grpc else None
+        if grpc_info is None:
+            sut.model, sut.models_listed = check_endpoint(base_url, s.model, headers=sut.headers(),
+                                                          verify=sut.verify_tls)
         if self.simulator is not None:
             import httpx
 
@@ -174,7 +196,10 @@ class Session:
             from .sut.adapters import register_restart
 
             register_restart(sut.root_url, self.simulator.restart)
-        identify_server(sut, s.server_kind)
+        if grpc_info is not None:  # §4.6.1: the server's gRPC service describes itself
+            identify_grpc_server(sut, grpc_info, s.server_kind)
+        else:
+            identify_server(sut, s.server_kind)
         sut.server_info["network_rtt"] = probe_rtt(base_url)  # §4.7.3-SHOULD-1: once, before the runs
         self.sut = sut
         return sut

@@ -9,6 +9,7 @@ pytest lives in the glue (options.py); nothing here imports pytest.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import re
@@ -16,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = ["APIS", "BOUNDARIES", "EXPORTS", "INCONCLUSIVE_OUTCOMES", "LLMBenchConfigError", "OPTIONS", "Option", "PROFILES", "Settings",
            "parse_capacity", "resolve"]
@@ -58,11 +60,27 @@ class Option:
         return "llm_" + self.name.replace("-", "_")
 
 
+#: the endpoint that asks for the embedded simulator spoken to over gRPC
+EMBEDDED_GRPC = "grpc://embedded"
+GRPC_SCHEMES = ("grpc://", "grpcs://")
+#: the packages a gRPC endpoint needs (module -> distribution), and the extra that brings them
+_GRPC_MODULES = (("grpc", "grpcio"), ("smg_grpc_proto", "smg-grpc-proto"))
+GRPC_EXTRA = "pip install 'pytest-llmbench[grpc]'"
+
+
+def grpc_missing() -> str | None:
+    """What a gRPC endpoint lacks here (the packages not installed and the extra that brings them), or
+    None when it can be used. Looks the packages up without importing them (the SSE path never does)."""
+    missing = [dist for mod, dist in _GRPC_MODULES if importlib.util.find_spec(mod) is None]
+    return f"the grpc extra ({', '.join(missing)} not installed): {GRPC_EXTRA}" if missing else None
+
+
 SMOKE_MAX_DURATION_S = 60.0  # the smoke profile's default time budget per procedure
 
 OPTIONS: tuple[Option, ...] = (
-    Option("endpoint", "OpenAI-compatible base URL, e.g. http://host:8000/v1 (default: start the embedded "
-           "simulator on 127.0.0.1)"),
+    Option("endpoint", "OpenAI-compatible base URL, e.g. http://host:8000/v1, or a gRPC endpoint grpc://host:port "
+           "(grpcs:// with TLS; needs pytest-llmbench[grpc]); grpc://embedded: the embedded simulator over gRPC "
+           "(default: start the embedded simulator on 127.0.0.1)"),
     Option("model", "model name to request (default: the first model the endpoint lists)"),
     Option("api", "API to drive: completions or chat", "completions", "choice", APIS),
     Option("profile", "parameter profile: smoke (quick, below the draft's minimums), standard (the draft's "
@@ -185,8 +203,13 @@ class Settings:
 
     @property
     def embedded(self) -> bool:
-        """True when no endpoint was given: the embedded simulator is the SUT."""
-        return not self.endpoint
+        """True when no endpoint was given (or ``grpc://embedded``): the embedded simulator is the SUT."""
+        return not self.endpoint or self.endpoint == EMBEDDED_GRPC
+
+    @property
+    def grpc(self) -> bool:
+        """True when requests go over gRPC (a ``grpc://``/``grpcs://`` endpoint, §4.6.1, App. B.1.2)."""
+        return bool(self.endpoint) and self.endpoint.startswith(GRPC_SCHEMES)  # type: ignore[union-attr]
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -295,11 +318,14 @@ def _validate(s: Settings) -> None:
             raise LLMBenchConfigError(f"{s.sources.get('refusal_pattern', '--llm-refusal-pattern')}: "
                                       f"{s.refusal_pattern!r} is not a regular expression: {exc}") from None
     if s.endpoint is not None:
-        if not s.endpoint.startswith(("http://", "https://")):
+        if not s.endpoint.startswith(("http://", "https://", *GRPC_SCHEMES)):
             raise LLMBenchConfigError(
-                f"{s.sources['endpoint']}: endpoint {s.endpoint!r} must start with http:// or https://"
+                f"{s.sources['endpoint']}: endpoint {s.endpoint!r} must start with http://, https://, grpc:// or "
+                "grpcs://"
             )
         s.endpoint = s.endpoint.rstrip("/")
+        if s.grpc:
+            _validate_grpc(s)
     if s.api_key_env is not None and s.api_key_env not in os.environ:
         raise LLMBenchConfigError(
             f"{s.sources['api_key_env']}: environment variable {s.api_key_env!r} (named as the API key "
@@ -325,6 +351,30 @@ def _validate(s: Settings) -> None:
                                   f"{', '.join(map(repr, bad))}; known: {', '.join(EXPORTS)}")
     if s.sim_config is not None and not s.sim_config.is_file():
         raise LLMBenchConfigError(f"{s.sources['sim_config']}: simulator config {s.sim_config} not found")
+
+
+def _validate_grpc(s: Settings) -> None:
+    """A gRPC endpoint: the extra installed (looked up, not imported), completions, ``host:port``."""
+    where = s.sources["endpoint"]
+    why = grpc_missing()
+    if why is not None:
+        raise LLMBenchConfigError(f"{where}: a gRPC endpoint ({s.endpoint}) needs {why}")
+    if s.api != "completions":
+        raise LLMBenchConfigError(f"{where}: a gRPC endpoint takes completions prompts (text or token ids), not chat "
+                                  f"messages: use --llm-api completions (got {s.api!r})")
+    if s.http_trace:
+        raise LLMBenchConfigError(f"{s.sources.get('http_trace', '--llm-http-trace')}: HTTP timings need an HTTP "
+                                  f"endpoint; a gRPC endpoint ({s.endpoint}) has no HTTP phases")
+    if s.endpoint == EMBEDDED_GRPC:
+        return
+    parts = urlsplit(s.endpoint or "")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None or parts.path:
+        raise LLMBenchConfigError(f"{where}: a gRPC endpoint is grpc://host:port (grpcs:// with TLS) or "
+                                  f"{EMBEDDED_GRPC}, got {s.endpoint!r}")
 
 
 def parse_capacity(text: str, where: str) -> tuple[str, float]:

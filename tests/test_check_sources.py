@@ -27,7 +27,10 @@ OBSERVED = {"5.1.5-SHOULD-2",
             # 5.9 below an App. A.5 length runs a custom workload (issue 36; tests/test_procedure_5_9.py)
             "5.9.2-MUST-1", "4.3.2-MUST-2",
             # the workload's standing as run: a capped Synthetic-Skewed is custom (issue 48)
-            "5.6.2-MUST-1"}
+            "5.6.2-MUST-1",
+            # the protocol the run's requests used against the boundary: SSE or gRPC (issue 51;
+            # tests/test_grpc_compliance.py)
+            "4.6.1-SHOULD-1"}
 
 
 def test_the_audit_counts_37() -> None:

@@ -31,7 +31,7 @@ def test_precedence_cli_over_env_over_ini(pytester: pytest.Pytester, monkeypatch
         (["--llm-profile=fast"], {}, "", "--llm-profile: invalid value 'fast'"),
         ([], {"LLMBENCH_SEED": "abc"}, "", "LLMBENCH_SEED environment variable: invalid value 'abc'"),
         ([], {}, "llm_boundary = edge\n", "ini llm_boundary: invalid value 'edge'"),
-        (["--llm-endpoint=localhost:8000"], {}, "", "must start with http:// or https://"),
+        (["--llm-endpoint=localhost:8000"], {}, "", "must start with http://, https://, grpc:// or grpcs://"),
         (["--llm-api-key-env=NO_SUCH_VAR_LLMBENCH"], {}, "", "'NO_SUCH_VAR_LLMBENCH'"),
         (["--llm-capacity=lots"], {}, "", "capacity 'lots' must be"),
         (["--llm-time-scale=-1"], {}, "", "must not be negative"),

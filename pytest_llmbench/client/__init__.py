@@ -13,8 +13,12 @@ Every outcome is classified into :class:`ErrorType` (:mod:`.errors`) and no exce
 :meth:`LLMClient.send` except the caller's own cancellation (the record passed in is then marked
 ``cancelled``).
 
+A ``grpc://`` (``grpcs://``) base URL sends each request as a gRPC ``Generate`` call instead
+(§4.6.1, App. B.1.2; :mod:`.transports.grpc`, the ``grpc`` extra): the same body is built and shaped,
+then turned into the call's message; the transport times the messages into the same record.
+
 The package, like httpx: :mod:`.config` (``ClientConfig``, the body), :mod:`.transports`
-(aiohttp with its HTTP-trace hooks, httpx, httpx-aiohttp, an in-process ``MockTransport``),
+(aiohttp with its HTTP-trace hooks, httpx, httpx-aiohttp, an in-process ``MockTransport``, gRPC),
 :mod:`.errors` (the one error map), :mod:`.stream` (the response reader), :mod:`.sse` (the SSE
 parser). The API key is read from the environment variable named by ``ClientConfig.api_key_env``;
 it is never stored in the config, records, logs or error messages.
@@ -33,6 +37,7 @@ from typing import Any
 from ..common.records import ErrorType, RequestRecord, RequestSpec
 from ..common.tokenizer import Tokenizer, get_tokenizer
 from ..measure import tokencount
+from ..measure.tokencount import TOKEN_IDS
 from ..measure.refusals import refusal_reason
 from ..sut.adapters import GENERIC, ServerAdapter, root_url
 from .config import API_KINDS, TRANSPORTS, ClientConfig, build_body
@@ -143,7 +148,8 @@ class LLMClient:
         self.body_hook = body_hook
         self._given_transport = transport
         self._max_connections = max_connections if max_connections is not None else config.max_connections
-        self._url = config.base_url.rstrip("/") + config.path
+        self._grpc = config.protocol == "grpc"
+        self._url = config.base_url.rstrip("/") + ("" if self._grpc else config.path)
         self._tokenizer = tokenizer
         if tokenizer is None and config.tokenizer is not None:
             self._tokenizer = get_tokenizer(config.tokenizer)
@@ -194,7 +200,14 @@ class LLMClient:
     def _ensure_transport(self) -> Transport:
         if self._transport is None:
             given = self._given_transport
-            self._transport = given if given is not None else make_transport(self.config, self._max_connections)
+            if given is not None:
+                self._transport = given
+            elif self._grpc:  # the server's output ids decoded with its tokenizer, when one is named
+                name = self.config.output_tokenizer
+                self._transport = make_transport(self.config, self._max_connections,
+                                                 decode=get_tokenizer(name).decode if name else None)
+            else:
+                self._transport = make_transport(self.config, self._max_connections)
             try:
                 self._loop = asyncio.get_running_loop()
             except RuntimeError:  # made outside a loop: deadlines take asyncio.timeout
@@ -203,7 +216,9 @@ class LLMClient:
 
     @property
     def transport_name(self) -> str:
-        return self._given_transport.name if self._given_transport is not None else self.config.transport
+        if self._given_transport is not None:
+            return self._given_transport.name
+        return "grpc" if self._grpc else self.config.transport
 
     @property
     def max_connections(self) -> int | None:
@@ -233,7 +248,7 @@ class LLMClient:
         d["transport"] = self.transport_name
         d["url"] = self._url
         d["max_connections"] = self._max_connections
-        d["protocol"] = "sse" if self.config.stream else "http-json"
+        d["protocol"] = self.config.protocol
         d["tokenizer"] = self._tokenizer.declaration.to_json() if self._tokenizer else None
         if self.body_hook is not None:
             d.update(self.body_hook.describe())
@@ -298,7 +313,8 @@ class LLMClient:
         submit = SubmitStamp()
         try:
             try:
-                body = dumps(self.build_body(spec) if hook is None else hook(spec, self.build_body(spec)))
+                built = self.build_body(spec) if hook is None else hook(spec, self.build_body(spec))
+                body = built if self._grpc else dumps(built)
                 transport = self._ensure_transport()
                 await self._exchange_in_time(transport, body, rec, submit)
             finally:  # failed before a response: T_submit if the body went out, else the hand-over
@@ -363,6 +379,8 @@ class LLMClient:
         tok = self._tokenizer
         if tok is None or (rec.tokenizer is not None and len(rec.chunk_tokens) == len(rec.chunk_ns)):
             return rec
+        if rec.token_count_method == TOKEN_IDS:  # gRPC: counted from the ids each message carried
+            return rec
         counts = assign_chunk_tokens(tok, rec.chunk_text)
         if any(rec.chunk_reasoning):
             reasoning = assign_chunk_tokens(tok, rec.chunk_reasoning)
@@ -378,7 +396,7 @@ class LLMClient:
             tokencount.apply_one_per_chunk(rec)
         return rec
 
-    async def _exchange_in_time(self, transport: Transport, body: bytes, rec: RequestRecord,
+    async def _exchange_in_time(self, transport: Transport, body: Any, rec: RequestRecord,
                                 submit: SubmitStamp) -> None:
         """:meth:`_exchange` within ``total_timeout_s``, its expiry raised as ``TimeoutError``.
 
@@ -413,7 +431,11 @@ class LLMClient:
             if expired[0]:  # expired as the exchange ended otherwise: take our cancellation back
                 task.uncancel()
 
-    async def _exchange(self, transport: Transport, body: bytes, rec: RequestRecord, submit: SubmitStamp) -> None:
+    async def _exchange(self, transport: Transport, body: Any, rec: RequestRecord, submit: SubmitStamp) -> None:
+        if self._grpc:  # one Generate call, timed into rec by the transport (App. B.1.2)
+            await transport.stream(body, self._headers, rec, submit)  # type: ignore[attr-defined]
+            rec.sent_ns = submit.ns or time.perf_counter_ns()
+            return
         if self.config.http_trace:
             rec.http_trace = httptrace.new_trace(rec.queued_ns)  # type: ignore[assignment]
             resp = await transport.post(self._url, body, self._headers, submit, trace=rec.http_trace)
@@ -439,5 +461,6 @@ class LLMClient:
 
     @property
     def server_root(self) -> str:
-        """The server root of ``base_url`` (``adapters.root_url``: where ``/metrics`` and ``/health`` live)."""
-        return root_url(self.config.base_url)
+        """The server root of ``base_url`` (``adapters.root_url``: where ``/metrics`` and ``/health`` live); for a
+        gRPC endpoint its HTTP root beside it (``ClientConfig.http_root``) when it has one."""
+        return self.config.http_root or root_url(self.config.base_url)

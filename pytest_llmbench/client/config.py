@@ -9,11 +9,17 @@ from typing import Any
 
 from ..common.records import RequestSpec
 from ..measure.refusals import RefusalPolicy
+from ..settings import GRPC_SCHEMES  # endpoint URL schemes of the gRPC transport (transports/grpc.py)
 
-__all__ = ["API_KINDS", "TRANSPORTS", "ClientConfig", "build_body"]
+__all__ = ["API_KINDS", "GRPC_SCHEMES", "TRANSPORTS", "ClientConfig", "build_body", "is_grpc_url"]
 
 API_KINDS = ("chat", "completions")
 TRANSPORTS = ("aiohttp", "httpx-aiohttp", "httpx")
+
+
+def is_grpc_url(url: str) -> bool:
+    """True for a gRPC endpoint (``grpc://host:port``, ``grpcs://host:port``)."""
+    return url.startswith(GRPC_SCHEMES)
 
 
 @dataclass(frozen=True)
@@ -21,7 +27,9 @@ class ClientConfig:
     """How to reach the SUT and what to ask of it. Times in seconds; ``None`` = no limit.
 
     ``base_url`` is the API root the paths ``/chat/completions`` and ``/completions`` are
-    appended to (e.g. ``http://127.0.0.1:8000/v1``). ``api_key_env`` names the environment
+    appended to (e.g. ``http://127.0.0.1:8000/v1``), or a gRPC endpoint ``grpc://host:port`` (``grpcs://``
+    with TLS): requests then go as ``Generate`` calls (transports/grpc.py; completions only, ``transport``
+    and the HTTP-only fields not used). ``api_key_env`` names the environment
     variable that holds the API key (the key itself is never part of the config).
     """
 
@@ -45,14 +53,27 @@ class ClientConfig:
     http_trace: bool = False  # per-request HTTP timings into record.http_trace (transports/httptrace.py)
     require_done: bool = True  # a stream that closes without [DONE] is a protocol error
     tokenizer: str | None = "cl100k_base"  # client-side output counts; None: do not count
+    # gRPC: the tokenizer of the server's output ids (get_tokenizer name), to give each chunk its text;
+    # None: records carry exact counts and times but no text (transports/grpc.py)
+    output_tokenizer: str | None = None
+    # gRPC: the server's HTTP root beside its gRPC endpoint (/metrics: the embedded simulator's); None: none
+    http_root: str | None = None
     error_message_chars: int = 500
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
     refusals: RefusalPolicy = field(default_factory=RefusalPolicy)  # what counts as refused (refusals.py)
 
     def __post_init__(self) -> None:
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+        if is_grpc_url(self.base_url):
+            if self.api != "completions":
+                raise ValueError("a gRPC endpoint takes completions (a prompt of text or token ids), not chat "
+                                 "messages: use api 'completions' (--llm-api completions)")
+            if self.http_trace:
+                raise ValueError("http_trace (--llm-http-trace) times HTTP phases; a gRPC endpoint has none")
+            if not self.verify_tls and self.base_url.startswith("grpcs://"):
+                raise ValueError("grpcs:// always verifies the server's certificate (gRPC has no insecure TLS)")
+        elif not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http://, https://, grpc:// or grpcs://, got {self.base_url!r}")
         if self.api not in API_KINDS:
             raise ValueError(f"api must be one of {API_KINDS}, got {self.api!r}")
         if self.transport not in TRANSPORTS:
@@ -73,12 +94,22 @@ class ClientConfig:
                 raise ValueError("put the API key in an environment variable and name it in api_key_env")
 
     @property
+    def protocol(self) -> str:
+        """The protocol the responses come in (§4.6.1, reported per §4.6.2): ``grpc``, ``sse`` or ``http-json``."""
+        if is_grpc_url(self.base_url):
+            return "grpc"
+        return "sse" if self.stream else "http-json"
+
+    @property
     def path(self) -> str:
         return "/chat/completions" if self.api == "chat" else "/completions"
 
     def describe(self) -> dict[str, Any]:
         """The configuration as recorded in run.json (the API key's *variable name* only)."""
         d = asdict(self)
+        for key in ("output_tokenizer", "http_root"):  # gRPC only: an HTTP run's description stays as it was
+            if d[key] is None:
+                del d[key]
         d["extra_body"] = dict(self.extra_body)
         d["headers"] = sorted(self.headers)  # header names only
         return d

@@ -5,7 +5,8 @@ One error map for every transport (like httpx's ``HTTPCORE_EXC_MAP`` with
 arrives and while its body is read (:data:`ERROR_MAP`). The most specific class wins (first hit in
 the exception's MRO); an exception with no entry is a PROTOCOL error "unexpected client error".
 A failure found in the response itself (status, content type, SSE framing, JSON shape) is raised
-as a :class:`TransportError` directly.
+as a :class:`TransportError` directly. The gRPC transport's statuses are classified here too, by their
+code's name (:data:`GRPC_STATUS_MAP`, :func:`classify_grpc_status`; no grpc import on this path).
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from dataclasses import dataclass
 
 from ..common.records import ErrorType
 
-__all__ = ["BEFORE_RESPONSE", "ERROR_MAP", "MID_STREAM", "ErrorRule", "TransportError", "classify_status",
-           "classify_transport_error", "map_transport_errors"]
+__all__ = ["BEFORE_RESPONSE", "ERROR_MAP", "GRPC_STATUS_MAP", "MID_STREAM", "ErrorRule", "TransportError",
+           "classify_grpc_status", "classify_status", "classify_transport_error", "map_transport_errors"]
 
 
 class TransportError(Exception):
@@ -100,6 +101,47 @@ def _load_error_map() -> dict[type[BaseException], ErrorRule]:
         httpx.DecodingError: ErrorRule(p, p, "", _BODY_BROKEN),
         httpx.TransportError: ErrorRule(c, p),
     }
+
+
+_T, _C, _P = ErrorType.TIMEOUT, ErrorType.CONNECT, ErrorType.PROTOCOL
+_SERVER, _CLIENT = ErrorType.HTTP_5XX, ErrorType.HTTP_4XX
+#: A gRPC status (by its code's name) -> how it is classified before the first response message and
+#: after it (the gRPC transport, App. B.1.2), in the vocabulary of the HTTP statuses it corresponds to
+#: (the gRPC-HTTP mapping of gRPC's ``statuscodes.md``): the server's own failures are ``http_5xx``, the
+#: request's ``http_4xx``. UNAVAILABLE before any message is the server not reachable or not taking
+#: requests (``connect``); after one, the stream broke (``protocol``, as a connection closed
+#: mid-stream). ABORTED is the server aborting the request: a failure of the SUT (``http_5xx``), not the
+#: harness's ``cancelled``, which is kept for CANCELLED (the call cancelled). A code not listed is a
+#: ``protocol`` error.
+GRPC_STATUS_MAP: dict[str, ErrorRule] = {
+    "DEADLINE_EXCEEDED": ErrorRule(_T, _T, "gRPC deadline exceeded", "gRPC deadline exceeded mid-stream"),
+    "UNAVAILABLE": ErrorRule(_C, _P, "gRPC server unavailable", _CLOSED_MID),
+    "RESOURCE_EXHAUSTED": ErrorRule(ErrorType.RATE_LIMITED, ErrorType.RATE_LIMITED),
+    "CANCELLED": ErrorRule(ErrorType.CANCELLED, ErrorType.CANCELLED),
+    "INTERNAL": ErrorRule(_SERVER, _SERVER),
+    "UNKNOWN": ErrorRule(_SERVER, _SERVER),
+    "DATA_LOSS": ErrorRule(_SERVER, _SERVER),
+    "ABORTED": ErrorRule(_SERVER, _SERVER, "the server aborted the request", "the server aborted the request"),
+    "UNIMPLEMENTED": ErrorRule(_SERVER, _SERVER),
+    "INVALID_ARGUMENT": ErrorRule(_CLIENT, _CLIENT),
+    "FAILED_PRECONDITION": ErrorRule(_CLIENT, _CLIENT),
+    "OUT_OF_RANGE": ErrorRule(_CLIENT, _CLIENT),
+    "NOT_FOUND": ErrorRule(_CLIENT, _CLIENT),
+    "ALREADY_EXISTS": ErrorRule(_CLIENT, _CLIENT),
+    "PERMISSION_DENIED": ErrorRule(_CLIENT, _CLIENT),
+    "UNAUTHENTICATED": ErrorRule(_CLIENT, _CLIENT),
+}
+
+
+def classify_grpc_status(code: str, details: str, *, mid_stream: bool) -> TransportError:
+    """A gRPC call's status (``code``: the name of its ``grpc.StatusCode``) -> a classified
+    :class:`TransportError` by :data:`GRPC_STATUS_MAP`; ``mid_stream``: a response message had arrived."""
+    rule = GRPC_STATUS_MAP.get(code)
+    text = f"gRPC {code}: {details}" if details else f"gRPC {code}"
+    if rule is None:
+        return TransportError(ErrorType.PROTOCOL, f"unexpected gRPC status {text}")
+    note = rule.mid_note if mid_stream else rule.before_note
+    return TransportError(rule.mid if mid_stream else rule.before, f"{note}: {text}" if note else text)
 
 
 def _lookup(exc: BaseException) -> ErrorRule | None:

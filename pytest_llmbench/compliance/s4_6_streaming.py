@@ -9,20 +9,33 @@ from .verdict import Check
 # ---- 4.6 streaming protocol and ITL
 
 
+#: how the report names each protocol (§4.6.1)
+_PROTOCOL_NAMES = {"sse": "SSE", "grpc": "gRPC", "websocket": "WebSocket"}
+
+
+def _boundary(ctx: _Ctx) -> str:
+    return str(ctx.facts.sut_boundary or "this").replace("-", " ")
+
+
 @evaluator("4.6.1-SHOULD-1", "4.6.1-SHOULD-2")
 def _protocol_for_boundary(ctx: _Ctx, rid: str) -> Check:
+    """Decided from the protocol the run's requests actually used (the records' protocol, not a setting)."""
     want = item(rid)["protocol"]  # RECOMMENDED for this boundary (§4.6.1)
     p = (ctx.facts.protocol or "").lower()
     if not p:
         return _need(rid, "streaming protocol")
-    return decide(rid, ok=p == want, met=f"protocol {p}", unmet=f"protocol {p}; {want} recommended for this boundary")
+    used, rec = _PROTOCOL_NAMES.get(p, p), _PROTOCOL_NAMES.get(want, want)
+    return decide(rid, ok=p == want, met=f"responses streamed over {used}, as §4.6.1 recommends for a "
+                  f"{_boundary(ctx)} boundary", unmet=f"responses streamed over {used}; §4.6.1 recommends {rec} "
+                  f"streaming for a {_boundary(ctx)} boundary", protocol=p)
 
 
 @evaluator("4.6.2-MUST-1")
 def _protocol_named(ctx: _Ctx, rid: str) -> Check:
+    """The protocol used, reported as such (the run's records: SSE event streams or gRPC messages)."""
     p = (ctx.facts.protocol or "").lower()
-    return decide(rid, ok=p in PROTOCOLS, met=f"protocol {p}",
-                  unmet=f"streaming protocol not named ({ctx.facts.protocol!r})")
+    return decide(rid, ok=p in PROTOCOLS, met=f"protocol used: {_PROTOCOL_NAMES.get(p, p)} streaming",
+                  unmet=f"streaming protocol not named ({ctx.facts.protocol!r})", protocol=p or None)
 
 
 @evaluator("4.6.2-MUST-2")

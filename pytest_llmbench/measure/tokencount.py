@@ -17,6 +17,9 @@ chunk text with the reference tokenizer is wrong on every server whose tokenizer
    text) the difference is reconciled to the server's total and the method says so.
 4. ``reference-tokenizer``: the declared fallback (the reference tokenizer, option B of §4.4).
 
+Over gRPC (``client/transports/grpc.py``) every message carries the token ids it streams: its count is
+their number, ``server-token-ids`` (exact), with nothing to count after the run.
+
 Every record carries its method (``RequestRecord.token_count_method``); :func:`method_shares`
 gives the share of records counted exactly for the report.
 """
@@ -35,6 +38,7 @@ __all__ = [
     "REFERENCE",
     "TOKENIZE",
     "TOKENIZE_RECONCILED",
+    "TOKEN_IDS",
     "align_pieces",
     "apply_chunk_usage",
     "apply_one_per_chunk",
@@ -50,7 +54,8 @@ ONE_PER_CHUNK = "server-one-per-chunk"
 TOKENIZE = "server-tokenize"
 TOKENIZE_RECONCILED = "server-tokenize-reconciled"
 REFERENCE = "reference-tokenizer"
-EXACT_METHODS = frozenset({USAGE_PER_CHUNK, ONE_PER_CHUNK, TOKENIZE})
+TOKEN_IDS = "server-token-ids"  # gRPC: the ids each message carries, counted
+EXACT_METHODS = frozenset({USAGE_PER_CHUNK, ONE_PER_CHUNK, TOKENIZE, TOKEN_IDS})
 SERVER_METHODS = EXACT_METHODS | {TOKENIZE_RECONCILED}
 
 

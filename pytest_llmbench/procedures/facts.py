@@ -102,7 +102,7 @@ def run_facts(
         clock=_clock_facts(ctx, measured, anchor, scan.first_sent_ns),
         # observed: records whose response arrived as an SSE event stream with timed chunks
         streaming=(streamed > 0) if scan.n else None,
-        protocol="sse" if streamed else None,
+        protocol=ctx.sut.protocol if streamed else None,  # sse, or grpc (§4.6.1, App. B.1.2)
         streamed_records=streamed,
         single_token_chunk_fraction=scan.one_token_chunks / scan.content_chunks if scan.content_chunks else None,
         itl_method=_itl_method(decisions) or ("server" if scan.early_server_stamps else "distributed"),

@@ -135,6 +135,8 @@ def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> 
         send_extra_fields=sut.send_extra_fields,
         reuse_connections=sut.reuse_connections,
         refusals=refusal_policy(s),
+        output_tokenizer=sut.server_info.get("output_tokenizer"),  # gRPC: decodes the server's output ids
+        http_root=sut.http_root,  # gRPC: the server's HTTP side (/metrics), when it has one
     )
     plan = plan_prompts(sut)  # the prompt mode that fits the server (prompts.py)
     # reference ids only where the server's vocabulary holds them (a shard rebuilding a client from this

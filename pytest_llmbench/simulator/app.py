@@ -54,6 +54,9 @@ class Simulator:
         self.requests_refused = 0  # finish_reason content_filter
         self.requests_rejected_queue = 0  # 429
         self.in_guardrail = 0
+        #: run after the engine starts / before it stops, on its loop (the gRPC front: server.py)
+        self.on_start: list[Callable[[], Awaitable[None]]] = []
+        self.on_stop: list[Callable[[], Awaitable[None]]] = []
 
     # ------------------------------------------------------------------ engine driver
     async def start(self) -> None:
@@ -160,9 +163,13 @@ class Simulator:
             msg = await receive()
             if msg["type"] == "lifespan.startup":
                 await self.start()
+                for hook in self.on_start:
+                    await hook()
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
                 self.begin_shutdown()
+                for hook in self.on_stop:
+                    await hook()
                 await self.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -249,6 +256,27 @@ class Simulator:
     async def _generate(self, kind: str, receive: Receive, send: Send) -> None:
         try:
             raw = await _read_body(receive)
+        except APIError:
+            self.requests_failed += 1
+            raise
+        req, seq, plan, input_filter_ns, n = await self.admit(kind, raw)
+        watcher = asyncio.ensure_future(self._watch_disconnect(receive, seq))
+        try:
+            prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
+            rid = f"{prefix}{self._rid_prefix}{n:08x}"
+            if req.stream:
+                await self._stream(req, seq, plan, rid, input_filter_ns, send)
+            else:
+                await self._complete(req, seq, plan, rid, input_filter_ns, send)
+        finally:
+            watcher.cancel()
+
+    async def admit(self, kind: str, raw: bytes) -> tuple[ParsedRequest, Sequence, OutputPlan, int, int]:
+        """One request body (OpenAI JSON) into the engine, whatever protocol it came in (the HTTP app,
+        the gRPC front ``grpcfront.py``): validated, through the input filter, its output planned and
+        its sequence added; returns (request, sequence, plan, input-filter ns, request number). Raises
+        :class:`APIError` (with its HTTP status) when it is not accepted."""
+        try:
             if self.shutting_down:
                 raise APIError(503, "server is shutting down", type="server_error", code="shutting_down")
             req = parse_request(kind, raw, self.config, self.tokenizer)
@@ -297,30 +325,26 @@ class Simulator:
         else:
             seq.status = "finished"
             self.requests_refused += 1
-        watcher = asyncio.ensure_future(self._watch_disconnect(receive, seq))
-        try:
-            prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
-            rid = f"{prefix}{self._rid_prefix}{n:08x}"
-            if req.stream:
-                await self._stream(req, seq, plan, rid, input_filter_ns, send)
-            else:
-                await self._complete(req, seq, plan, rid, input_filter_ns, send)
-        finally:
-            watcher.cancel()
+        return req, seq, plan, input_filter_ns, n
 
     async def _watch_disconnect(self, receive: Receive, seq: Sequence) -> None:
         while True:
             msg = await receive()
             if msg["type"] == "http.disconnect":
-                if not seq.done:
-                    self.engine.abort(seq)
-                w = seq.waiter
-                if w is not None and not w.done():
-                    w.set_result(None)
+                self.abort(seq)
                 return
 
+    def abort(self, seq: Sequence) -> None:
+        """The client went away: drop ``seq`` from the engine and wake whoever waits on it."""
+        if not seq.done:
+            self.engine.abort(seq)
+        w = seq.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
     @staticmethod
-    async def _wait(seq: Sequence) -> None:
+    async def wait(seq: Sequence) -> None:
+        """Until the engine emits for ``seq`` (or it ends)."""
         fut = asyncio.get_running_loop().create_future()
         seq.waiter = fut
         await fut
@@ -392,12 +416,12 @@ class Simulator:
             if buf:
                 await send({"type": "http.response.body", "body": b"".join(buf), "more_body": True})
             if seq.num_emitted == n and not seq.done:
-                await self._wait(seq)
+                await self.wait(seq)
 
     async def _complete(self, req: ParsedRequest, seq: Sequence, plan: OutputPlan, rid: str,
                         input_filter_ns: int, send: Send) -> None:
         while not seq.done:
-            await self._wait(seq)
+            await self.wait(seq)
         if seq.status == ABORTED:
             return
         if seq.finish_reason == "content_filter" and not plan.refused_at_input:

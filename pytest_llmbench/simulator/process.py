@@ -22,10 +22,12 @@ from ..measure.telemetry import read_samples
 from ..sut.children import die_with_parent
 from .config import SimConfig
 
-__all__ = ["READY_PREFIX", "SimulatorError", "SimulatorProcess", "start_simulator"]
+__all__ = ["GRPC_READY_PREFIX", "READY_PREFIX", "SimulatorError", "SimulatorProcess", "start_simulator"]
 
 #: The line the child prints on stdout once it listens: ``<prefix> <host> <port>``.
 READY_PREFIX = "LLMBENCH_SIMULATOR_LISTENING"
+#: ... and once its gRPC front listens (``--grpc-port``)
+GRPC_READY_PREFIX = "LLMBENCH_SIMULATOR_GRPC_LISTENING"
 
 
 class SimulatorError(RuntimeError):
@@ -36,8 +38,9 @@ class SimulatorProcess:
     """A running simulator subprocess: URLs, effective config, small admin helpers, ``stop()``."""
 
     def __init__(self, proc: subprocess.Popen[bytes], host: str, port: int, config: SimConfig,
-                 stdout: IO[bytes], stderr: IO[bytes]) -> None:
+                 stdout: IO[bytes], stderr: IO[bytes], grpc_port: int | None = None) -> None:
         self.proc = proc
+        self.grpc_port = grpc_port  # its gRPC front's port (None: HTTP only)
         self.host = host
         self.port = port
         self.config = config
@@ -50,6 +53,14 @@ class SimulatorProcess:
     def base_url(self) -> str:
         """OpenAI base URL (``.../v1``)."""
         return self.url + "/v1"
+
+    @property
+    def grpc_url(self) -> str | None:
+        """``grpc://host:port`` of its gRPC front (None when it has none)."""
+        if self.grpc_port is None:
+            return None
+        h = f"[{self.host}]" if ":" in self.host else self.host
+        return f"grpc://{h}:{self.grpc_port}"
 
     @property
     def admin_url(self) -> str:
@@ -121,7 +132,8 @@ class SimulatorProcess:
         """Stop this process and start a new one on the same port with the current config: a cold
         start (empty KV and prefix cache, counters at 0), for the ``restart`` configuration setting."""
         self.stop()
-        new = start_simulator(self.config, host=self.host, port=self.port, startup_timeout=startup_timeout)
+        new = start_simulator(self.config, host=self.host, port=self.port, startup_timeout=startup_timeout,
+                              grpc_port=self.grpc_port)
         self.proc, self._stdout, self._stderr = new.proc, new._stdout, new._stderr
 
     def __enter__(self) -> SimulatorProcess:
@@ -135,32 +147,40 @@ class SimulatorProcess:
 
 
 def start_simulator(config: SimConfig | None = None, *, host: str = "127.0.0.1", port: int = 0,
-                    startup_timeout: float = 60.0) -> SimulatorProcess:
+                    startup_timeout: float = 60.0, grpc_port: int | None = None) -> SimulatorProcess:
     """Launch ``python -m pytest_llmbench.simulator`` with ``config`` and wait until ``/health``
-    answers. ``port=0`` picks a free port. Raises :class:`SimulatorError` with the child's stderr
-    tail if it dies or does not come up within ``startup_timeout`` seconds."""
+    answers. ``port=0`` picks a free port. ``grpc_port``: also serve the gRPC front there (0: a free
+    port; ``SimulatorProcess.grpc_url``), announced before the engine starts taking requests. Raises
+    :class:`SimulatorError` with the child's stderr tail if it dies or does not come up within
+    ``startup_timeout`` seconds."""
     config = config if config is not None else SimConfig()
     config.validate()
     out = tempfile.NamedTemporaryFile(prefix="llmbench-sim-", suffix=".out", delete=False)
     err = tempfile.NamedTemporaryFile(prefix="llmbench-sim-", suffix=".err", delete=False)
     cmd = [sys.executable, "-m", "pytest_llmbench.simulator", "--host", host, "--port", str(port),
            "--config-json", json.dumps(config.to_json())]
+    if grpc_port is not None:
+        cmd += ["--grpc-port", str(grpc_port)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
                             start_new_session=True, preexec_fn=die_with_parent())
     sim = SimulatorProcess(proc, host, port, config, out, err)
     deadline = time.monotonic() + startup_timeout
     real_port: int | None = None
+    real_grpc: int | None = None
     try:
-        while real_port is None:
+        while real_port is None or (grpc_port is not None and real_grpc is None):
             for line in Path(out.name).read_text(errors="replace").splitlines():
-                if line.startswith(READY_PREFIX):
+                if line.startswith(READY_PREFIX + " "):
                     real_port = int(line.split()[-1])
-            if real_port is not None:
+                elif line.startswith(GRPC_READY_PREFIX + " "):
+                    real_grpc = int(line.split()[-1])
+            if real_port is not None and (grpc_port is None or real_grpc is not None):
                 break
             _check_alive(sim, deadline, "announce its port")
             time.sleep(0.02)
         sim.port = real_port
+        sim.grpc_port = real_grpc
         h = f"[{host}]" if ":" in host else host
         sim.url = f"http://{h}:{real_port}"
         while True:

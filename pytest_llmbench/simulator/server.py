@@ -3,7 +3,9 @@
 Configuration precedence: defaults < ``--config FILE`` (TOML/JSON) < ``--config-json`` < one flag
 per :class:`~.config.SimConfig` field (``--step-ms 8``, ``--chunked-prefill``/``--no-chunked-prefill``).
 Once the socket listens, one line ``LLMBENCH_SIMULATOR_LISTENING <host> <port>`` goes to stdout
-(``port 0`` picks a free port; that line says which).
+(``port 0`` picks a free port; that line says which). ``--grpc-port P`` also serves the gRPC
+``VllmEngine`` service (``grpcfront.py``, the ``grpc`` extra) on the same engine; once it listens,
+``LLMBENCH_SIMULATOR_GRPC_LISTENING <host> <port>`` follows.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from typing import Any
 
 import uvicorn
 
+from ..settings import grpc_missing
 from .app import Simulator
 from .config import _FIELD_TYPES, SimConfig, SimConfigError
-from .process import READY_PREFIX
+from .process import GRPC_READY_PREFIX, READY_PREFIX
 
 __all__ = ["READY_PREFIX", "build_parser", "config_from_args", "main", "serve"]
 
@@ -32,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000, help="port to bind; 0 picks a free one (default 8000)")
     p.add_argument("--config", metavar="FILE", help="TOML or JSON file of SimConfig fields")
     p.add_argument("--config-json", metavar="JSON", help="SimConfig fields as a JSON object")
+    p.add_argument("--grpc-port", type=int, default=None, metavar="P",
+                   help="also serve the gRPC VllmEngine service (smg-grpc-proto) on port P; 0 picks a free one "
+                        "(needs pytest-llmbench[grpc])")
     p.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
     g = p.add_argument_group("SimConfig fields (see docs/simulator.md)")
     defaults = SimConfig()
@@ -74,9 +80,29 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning") -> None:
-    """Run the simulator in this process until SIGINT/SIGTERM."""
+def _grpc_front(sim: Simulator, host: str, port: int) -> None:
+    """Start the gRPC front with the engine (and announce its port), stop it before the engine."""
+    from .grpcfront import GrpcFront
+
+    front = GrpcFront(sim, host, port)
+
+    async def start() -> None:
+        real = await front.start()
+        print(f"{GRPC_READY_PREFIX} {host} {real}", flush=True)
+
+    async def stop() -> None:
+        await front.stop(max(sim.config.graceful_shutdown_s, 0.1))
+
+    sim.on_start.append(start)
+    sim.on_stop.append(stop)
+
+
+def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 8000, log_level: str = "warning",
+          grpc_port: int | None = None) -> None:
+    """Run the simulator in this process until SIGINT/SIGTERM (with the gRPC front on ``grpc_port``)."""
     sim = Simulator(config)
+    if grpc_port is not None:
+        _grpc_front(sim, host, grpc_port)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -105,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_from_args(ns)
     except SimConfigError as exc:
         parser.error(str(exc))
-    serve(cfg, ns.host, ns.port, ns.log_level)
+    if ns.grpc_port is not None:
+        why = grpc_missing()
+        if why is not None:
+            parser.error(f"--grpc-port needs {why}")
+    serve(cfg, ns.host, ns.port, ns.log_level, grpc_port=ns.grpc_port)
     return 0
 
 

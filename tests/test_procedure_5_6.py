@@ -195,5 +195,5 @@ def test_baseline_at_the_share_of_the_rate_is_not_the_drafts(isolation: str, sta
     mixed = SimpleNamespace(records=[], load=SimpleNamespace(send_window_s=1.0))
     wu = SimpleNamespace(ok=1, output_tokens=1)
     checks = item_checks(p, ["short", "long"], {"short": 0.8, "long": 0.2}, mixed, {"short": mixed, "long": mixed},
-                     {"short": None, "long": None}, 0.8, wu, {}, False)  # type: ignore[arg-type]
+                     {"short": None, "long": None}, (0.8, None), wu, {}, False)  # type: ignore[arg-type]
     assert checks["5.6.3-PARAM-2"].status.value == status

@@ -291,15 +291,20 @@ class SaturationSearch:
         return f"saturation search on {on} ({steps}; {end})"
 
 
+SATURATION_DOUBLINGS = 2  # a short search: the probe's concurrency and up to two doublings
+SATURATION_GAIN = 0.10  # a doubling that gains less is a plateau (the saturation throughput)
+
+
 async def search_saturation(measure_run: MeasureRun, ctx: ProcedureContext, who: str, warmup: WarmupResult | None,
                             label: str, specs_for: Callable[[float, int, int], Sequence[RequestSpec]],
-                            concurrency: int, duration_s: float, extra: Mapping[str, Any] | None = None, *,
-                            doublings: int = 2, gain: float = 0.10) -> SaturationSearch:
-    """:func:`probe_saturation` at ``concurrency``, then at twice it, up to ``doublings`` times, while the
-    completion rate rises by ``gain`` or more. ``specs_for(window_s, stream, concurrency)``: the requests
+                            concurrency: int, duration_s: float, extra: Mapping[str, Any] | None = None
+                            ) -> SaturationSearch:
+    """:func:`probe_saturation` at ``concurrency``, then at twice it, up to :data:`SATURATION_DOUBLINGS`
+    times, while the completion rate rises by :data:`SATURATION_GAIN` or more. ``specs_for(window_s, stream, concurrency)``: the requests
     of one probe run, ``stream`` unique over the search's runs (their own seed stream each)."""
     probes: list[SaturationProbe] = []
     c = concurrency
+    doublings, gain = SATURATION_DOUBLINGS, SATURATION_GAIN
     for step in range(doublings + 1):
         probe = await probe_saturation(measure_run, ctx, who, warmup, f"{label}-c{c}",
                                        lambda d, attempt, _s=step, _c=c: specs_for(d, 10 * _s + attempt, _c),

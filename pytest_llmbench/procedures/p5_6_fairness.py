@@ -501,14 +501,17 @@ class Fairness(ProcedureRun[FairnessParams]):
         p = self.p
         fraction = self.load_desc.get("capacity_fraction") if p.load.rate is None else None
         standing = self.capacity_standing or (self.load_desc.get("capacity_standing") if fraction is not None else None)
-        return {**item_checks(p, self.classes, self.shares, self.mixed, self.isolated, self.mixed_cls, fraction,
-                          self.warmup, self.wl.declaration.to_json(), self.overloaded, standing),
+        return {**item_checks(p, self.classes, self.shares, self.mixed, self.isolated, self.mixed_cls,
+                              (fraction, standing), self.warmup, self.wl.declaration.to_json(), self.overloaded),
                 **report_checks(self.classes, self.t8, self.t9, self.t_inflation, out.tables)}
 
 
 def item_checks(p: FairnessParams, classes: list[str], shares: dict[str, float], mixed: Measured,
-            isolated: dict[str, Measured], mixed_cls: dict[str, RunMetrics | None], fraction: float | None,
-            wu: Any, decl: dict[str, Any], overloaded: bool | None, standing: str | None = None) -> dict[str, Check]:
+            isolated: dict[str, Measured], mixed_cls: dict[str, RunMetrics | None],
+            capacity: tuple[float | None, str | None], wu: Any, decl: dict[str, Any],
+            overloaded: bool | None) -> dict[str, Check]:
+    """``capacity``: the fraction of the saturation capacity the mix ran at and that capacity's standing."""
+    fraction, standing = capacity
     c_load = decide("5.6.2-SHOULD-1", fraction=fraction, rate=p.load.rate, queue_growing=overloaded, standing=standing)
     counts = {c: sum(1 for r in mixed.records if r.request_class == c) for c in classes}
     ok_counts = {c: (0 if mixed_cls[c] is None else mixed_cls[c].distributions["ttft"].n) for c in classes}  # type: ignore[union-attr]

@@ -406,7 +406,7 @@ class MemoryPressure(ProcedureRun[MemoryPressureParams]):
         return await self.measure(client, retry_label(f"oversub_{round(level * 100)}", attempt),
                                   closed_level_stream(specs, 0, p.level_s, stats),
                                   ClosedLoop(c, duration_s=p.level_s), drain_timeout_s=drain_s,
-                                  drain_sized=attempt > 0,
+                                  sized="drain" if attempt > 0 else False,
                                   extra={"level": level, "concurrency": c, "capacity": self.cap_n})
 
     def summarize(self) -> Outcome:

@@ -218,13 +218,12 @@ async def measure(
     slos: Sequence[Any] = (),
     drain_timeout_s: float | None = 60.0,
     extra: dict[str, Any] | None = None,
-    sized: bool = False,
-    drain_sized: bool = False,
+    sized: bool | str = False,
     stop: StopWhenDecided | None = None,
 ) -> Measured:
     """Run one measured load level and summarise it (§4.2, §5.x.3); records stream to disk.
 
-    ``sized`` / ``drain_sized``: the run / its drain was fitted to the time budget by the caller (see
+    ``sized``: True, the run was fitted to the time budget by the caller; ``"drain"``, only its drain was (see
     :func:`.budget.budget_load`). ``stop``: the run ends once its SLOs are settled (stopping.py; in
     process only), and its ``run.json`` and summary say how it ended (``stopped``)."""
     specs = await prefit(client, ctx, specs)  # fits the server, or fails before the run
@@ -234,7 +233,8 @@ async def measure(
     total = load.max_requests
 
     planned_duration = load.duration_s
-    load, drain_timeout_s, cap = budget_load(ctx, load, drain_timeout_s, sized=sized, drain_sized=drain_sized)
+    load, drain_timeout_s, cap = budget_load(ctx, load, drain_timeout_s, sized=sized is True,
+                                               drain_sized=sized == "drain")
     tally = _RunTally(ctx, label, total, load.duration_s, cap)  # progress, the summary's columns, App. B.2.1
     on_record = tally.on_record if stop is None else _both(tally.on_record, stop.on_record)
 

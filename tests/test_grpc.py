@@ -20,7 +20,7 @@ from smg_grpc_proto import vllm_engine_pb2_grpc as pb_grpc
 
 from pytest_llmbench.client import ClientConfig, LLMClient
 from pytest_llmbench.client.errors import GRPC_STATUS_MAP, classify_grpc_status
-from pytest_llmbench.client.transports.grpc import TTFT_RULE_IDS, generate_request, split_text
+from pytest_llmbench.client.transports.grpc import DECODE_WINDOW, TTFT_RULE_IDS, generate_request, split_text
 from pytest_llmbench.common.records import ErrorType, RequestRecord, RequestSpec
 from pytest_llmbench.common.tokenizer import get_tokenizer
 from pytest_llmbench.measure import tokencount
@@ -152,7 +152,8 @@ FAULTS = {
 
 
 async def test_each_grpc_failure_gives_its_error_type_and_every_request_a_record(faulty: str) -> None:
-    prompts = [p for p in FAULTS for _ in range(3)]  # three of each, all at once
+    copies = 3  # each fault sent three times, all at once (not a retry: every copy is asserted)
+    prompts = [p for p in FAULTS for _copy in range(copies)]
     specs = [_spec(i, p) for i, p in enumerate(prompts)]
     recs = await _send_all(faulty, specs, total_timeout_s=3.0, tokenizer=None)  # room for a busy host
     assert len(recs) == len(specs) and sorted(r.index for r in recs) == list(range(len(specs)))
@@ -216,6 +217,29 @@ def test_split_text_gives_a_split_character_to_the_chunk_that_completes_it() -> 
     parts = split_text(tok.decode, ids, bounds)
     assert "".join(parts) == "naïve café ☕ done" and "\ufffd" not in "".join(parts)
     assert len(parts) == len(ids)
+
+
+def _prefix_split(decode: Any, ids: list[int], bounds: list[int]) -> list[str]:
+    """Each chunk's text as the growth of the whole prefix's decode (the definition split_text keeps)."""
+    out, done = [], 0
+    for b in bounds:
+        text = decode(ids[:b]) if b else ""
+        text = text.rstrip("\ufffd") if b < len(ids) else text
+        out.append(text[done:] if len(text) > done else "")
+        done = max(done, len(text))
+    return out
+
+
+@pytest.mark.parametrize("step", [1, 2, 5])
+def test_split_text_in_a_sliding_window_is_the_prefix_growth(step: int) -> None:
+    """Past DECODE_WINDOW ids the window slides; each chunk's text stays the whole prefix's growth."""
+    tok = get_tokenizer()
+    text = " ".join(["naïve café ☕ 東京 done,", "émoji 👩‍💻 and   spaces\n"] * 12)
+    ids = tok.encode(text)
+    assert len(ids) > 4 * DECODE_WINDOW
+    bounds = list(range(step, len(ids), step)) + [len(ids)]
+    parts = split_text(tok.decode, ids, bounds)
+    assert parts == _prefix_split(tok.decode, ids, bounds) and "".join(parts) == text
 
 
 

@@ -121,7 +121,7 @@ def test_adding_a_metric_is_one_function(monkeypatch: pytest.MonkeyPatch) -> Non
     assert m.definitions["decode_time"] == "E2E - TTFT: time from the first content token to the end of the response"
     # 3 of 3 requests within 50 ms: a P50 is shown at 80 % (at 95 % it takes 5)
     assert slo.evaluate(slo.parse_slo("decode_time.p50 <= 50 ms confidence=80%"), m).passed
-    assert slo.evaluate(slo.parse_slo("decode_time.p50 <= 30 ms confidence=80%"), m).verdict is slo.Verdict.FAIL
+    assert slo.evaluate(slo.parse_slo("decode_time.p50 <= 30 ms confidence=80%"), m).verdict is slo.SLOVerdict.FAIL
 
 
 def test_a_metric_reading_nothing_known_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ from pytest_llmbench.measure.slo import (
     SLOInconclusive,
     SLOUndersampledWarning,
     SLOViolation,
-    Verdict,
+    SLOVerdict,
     assert_slo,
     evaluate,
     format_quantity,
@@ -218,7 +218,7 @@ def test_failure_message_exact_text() -> None:
     from scipy.stats import beta
 
     r = evaluate("ttft.p99 <= 500ms", _run())
-    assert r.verdict is Verdict.FAIL and not r.passed and r.method == "binomial"
+    assert r.verdict is SLOVerdict.FAIL and not r.passed and r.method == "binomial"
     lower = beta.ppf(0.05, 25, 976)  # Clopper-Pearson one-sided 95 % lower bound on 25/1000
     assert r.bound == pytest.approx(lower) and r.bound > 0.01 and r.limit == pytest.approx(0.01)
     assert (r.n, r.exceedances, r.needed_more, r.confidence) == (1000, 25.0, None, 0.95)
@@ -235,14 +235,14 @@ def test_pass_message_and_other_kinds() -> None:
     assert r.message.startswith("TPOT P50 35.1 ms <= 40 ms (n=1000, 95% CI 34.9–35.3 ms): PASS at 95% confidence: "
                                 "0 of 1000 requests above 40 ms")
     r = evaluate("e2e.mean < 2s", run)  # 4 requests, 2 batches of 2: means 1.5 and 3.5
-    assert r.verdict is Verdict.INCONCLUSIVE and r.method == "batch-means"
+    assert r.verdict is SLOVerdict.INCONCLUSIVE and r.method == "batch-means"
     assert r.message.startswith("E2E mean 2.5 s >= 2 s (n=4, 95% CI ")
     r = evaluate("e2e.max < 3.5s", run)
     assert r.passed and r.value.value == 3.0 and r.method == "point"
     assert evaluate("e2e.min < 1s", run).message == ("E2E min 2 s >= 1 s (n=3): FAIL (method point: the run's min "
                                                      "has no bound; judged on its value)")
     r = evaluate("success_rate >= 99%", run)  # 13 of 1000 failed: the share's bounds straddle 1 %
-    assert r.verdict is Verdict.INCONCLUSIVE and (r.n, r.exceedances) == (1000, 13.0)
+    assert r.verdict is SLOVerdict.INCONCLUSIVE and (r.n, r.exceedances) == (1000, 13.0)
     assert r.message.startswith("Success rate 98.7% < 99% (n=1000, 95% CI 97.9–99.2%): INCONCLUSIVE at 95% "
                                 "confidence: Success rate <= ")
     assert "need ~" in r.message and r.needed_more is not None and r.needed_more > 0
@@ -259,8 +259,8 @@ def test_window_rate_bound_is_the_batch_means_interval_one_sided() -> None:
     r = evaluate("output_throughput >= 2000 tok/s", _run())
     se = 100 / t.ppf(0.975, 9)
     assert r.bound == pytest.approx(2500 - t.ppf(0.95, 9) * se)
-    assert evaluate("output_throughput >= 2450 tok/s", _run()).verdict is Verdict.INCONCLUSIVE
-    assert evaluate("output_throughput >= 2700 tok/s", _run()).verdict is Verdict.FAIL
+    assert evaluate("output_throughput >= 2450 tok/s", _run()).verdict is SLOVerdict.INCONCLUSIVE
+    assert evaluate("output_throughput >= 2700 tok/s", _run()).verdict is SLOVerdict.FAIL
 
 
 def test_undersampled_message_warning_and_strict() -> None:
@@ -269,7 +269,7 @@ def test_undersampled_message_warning_and_strict() -> None:
     run.per_request["ttft"] = np.full(412, 0.1)
     run.estimates[("ttft", 99.0)] = Estimate(0.1, 412, "s", 0.1, 0.1, undersampled=True)
     r = evaluate("ttft.p99.9 <= 1s", run)
-    assert r.verdict is Verdict.INCONCLUSIVE  # 0 of 412: P99.9 needs >= 2995 requests to PASS at 95 %
+    assert r.verdict is SLOVerdict.INCONCLUSIVE  # 0 of 412: P99.9 needs >= 2995 requests to PASS at 95 %
     assert r.needed_more == 2995 - 412 and "need ~2583 more requests at the observed share (0%)" in r.message
     r = evaluate("ttft.p99 <= 1s", run)
     assert r.passed and r.undersampled  # 0 of 412 >= 299 shows it, but §5.1.4.3 asks for 1000
@@ -278,7 +278,7 @@ def test_undersampled_message_warning_and_strict() -> None:
         assert_slo(run, "ttft.p99 <= 1s")
     with pytest.raises(SLOViolation, match="strict sampling"):
         assert_slo(run, "ttft.p99 <= 1s", strict=True)
-    assert evaluate("ttft.p99 <= 1s", run, strict=True).verdict is Verdict.FAIL
+    assert evaluate("ttft.p99 <= 1s", run, strict=True).verdict is SLOVerdict.FAIL
 
 
 def test_assert_slo_lists_every_failure_and_inconclusive() -> None:
@@ -308,12 +308,12 @@ def test_confidence_per_slo_per_call_and_default() -> None:
     run.per_request["ttft"] = np.full(400, 0.1)  # 0 of 400 beyond: PASS at 95 % (>= 299), not at 99 % (>= 459)
     assert evaluate("ttft.p99 <= 1s", run).passed
     r = evaluate("ttft.p99 <= 1s confidence=99%", run)
-    assert r.verdict is Verdict.INCONCLUSIVE and r.confidence == 0.99 and r.needed_more == 59
+    assert r.verdict is SLOVerdict.INCONCLUSIVE and r.confidence == 0.99 and r.needed_more == 59
     assert evaluate("ttft.p99 <= 1s", run, confidence=0.99).confidence == 0.99
     assert evaluate("ttft.p99 <= 1s confidence=0.95", run, confidence=0.99).passed  # the SLO's own wins
     previous = set_default_confidence(0.99)
     try:
-        assert evaluate("ttft.p99 <= 1s", run).verdict is Verdict.INCONCLUSIVE
+        assert evaluate("ttft.p99 <= 1s", run).verdict is SLOVerdict.INCONCLUSIVE
     finally:
         set_default_confidence(previous)
     slo = parse_slo("ttft.p99 <= 500ms confidence=99%")
@@ -344,13 +344,13 @@ def test_failed_requests_count_beyond_a_latency_threshold() -> None:
     ttft[failed] = np.nan
     run.per_request.update(ttft=ttft, failed=failed)
     r = evaluate("ttft.p99 <= 1s", run)
-    assert (r.n, r.exceedances) == (600, 6.0) and r.verdict is Verdict.INCONCLUSIVE
+    assert (r.n, r.exceedances) == (600, 6.0) and r.verdict is SLOVerdict.INCONCLUSIVE
     assert "6 of 600 requests above 1 s, 6 of them failed (a failed request counts as beyond the threshold)" in r.message
     run.per_request["failed"] = np.zeros(600, dtype=bool)  # the same NaNs, not failed (e.g. cancelled): not judged
     r = evaluate("ttft.p99 <= 1s", run)
-    assert (r.n, r.exceedances, r.verdict) == (594, 0.0, Verdict.PASS)
+    assert (r.n, r.exceedances, r.verdict) == (594, 0.0, SLOVerdict.PASS)
     run.per_request["failed"] = failed
-    assert evaluate("ttft.max <= 1s", run).verdict is Verdict.FAIL  # the maximum too
+    assert evaluate("ttft.max <= 1s", run).verdict is SLOVerdict.FAIL  # the maximum too
 
 
 def test_bursts_widen_the_bound_by_their_design_effect() -> None:
@@ -365,7 +365,7 @@ def test_bursts_widen_the_bound_by_their_design_effect() -> None:
     a = evaluate("ttft.p99 <= 1s", run)
     run.per_request["ttft"] = bursty
     b = evaluate("ttft.p99 <= 1s", run)
-    assert a.design_effect == 1.0 and a.verdict is Verdict.INCONCLUSIVE
+    assert a.design_effect == 1.0 and a.verdict is SLOVerdict.INCONCLUSIVE
     assert b.design_effect > 3 and b.bound > a.bound and "design effect" in b.message
     run.per_request["ttft"] = spread
     c = evaluate("ttft.p99 <= 1s", run, burst_length=2)  # a declared allowance: 2·2 - 1 = 3
@@ -442,11 +442,11 @@ def test_against_real_run_metrics() -> None:
     assert (r.n, r.exceedances) == (50, 9.0) and r.design_effect == pytest.approx(1.0, abs=0.3)
     assert evaluate("ttft.max < 60ms", run).message.startswith("TTFT max 59 ms < 60 ms (n=50): PASS (method point")
     r = evaluate("ttft.p99 <= 50ms", run)
-    assert r.verdict is Verdict.FAIL and r.message.endswith("under-sampled: P99 needs >= 1000 samples, have 50")
+    assert r.verdict is SLOVerdict.FAIL and r.message.endswith("under-sampled: P99 needs >= 1000 samples, have 50")
     r = evaluate("ttft <= 40ms", run)  # 41..59 ms violate
     assert r.message.startswith("TTFT <= 40 ms per request: 19 of 50 requests violate it (62% met)")
     assert evaluate("good_fraction >= 45%", run).passed  # 31 of 50 good: lower bound 49.4%
-    assert evaluate("good_fraction >= 80%", run).verdict is Verdict.FAIL
+    assert evaluate("good_fraction >= 80%", run).verdict is SLOVerdict.FAIL
     assert evaluate("tpot.p50 <= 5ms", run).passed  # 15 ms over 3 gaps
     assert evaluate("itl.p50 <= 5ms", run).passed  # every gap is 5 ms: a pooled percentile, bounded by request
     # the same TTFTs rising with time: the exceedances are one burst at the end, and their design effect
@@ -454,7 +454,7 @@ def test_against_real_run_metrics() -> None:
     rising = [make_record(i, sent=20 * i, ttft=10 + i, itl=5, text=["a", "b", "c", "d"], max_tokens=4,
                           input_tokens_client=100, output_tokens_client=4) for i in range(50)]
     r = evaluate("ttft.p50 <= 50ms", metrics.summarize(rising))
-    assert r.verdict is Verdict.INCONCLUSIVE and r.design_effect > 10 and "design effect" in r.message
+    assert r.verdict is SLOVerdict.INCONCLUSIVE and r.design_effect > 10 and "design effect" in r.message
 
 
 def test_point_verdict_for_search_criteria() -> None:
@@ -462,7 +462,7 @@ def test_point_verdict_for_search_criteria() -> None:
     run = _run()
     run.per_request["ttft"] = np.full(50, 0.1)
     assert evaluate("ttft.p50 <= 1s", run).passed  # 0 of 50: 50 % shown
-    assert evaluate("ttft.p99 <= 1s", run).verdict is Verdict.INCONCLUSIVE  # 0 of 50: 1 % not shown
+    assert evaluate("ttft.p99 <= 1s", run).verdict is SLOVerdict.INCONCLUSIVE  # 0 of 50: 1 % not shown
     r = evaluate("ttft.p99 <= 1s", run, point=True)  # the estimate (612.3 ms) against 1 s
     assert r.passed and r.method == "point" and "method point: a point verdict was asked for" in r.message
 
@@ -478,7 +478,7 @@ def test_search_criteria_are_judged_on_their_value() -> None:
     records = [make_record(i, sent=20 * i, ttft=10 + i, itl=5, text=["a", "b", "c", "d"], max_tokens=4,
                            input_tokens_client=100, output_tokens_client=4) for i in range(50)]  # TTFT 10..59 ms
     run = metrics.summarize(records)
-    assert evaluate("ttft.p99 <= 1s", run).verdict is Verdict.INCONCLUSIVE
+    assert evaluate("ttft.p99 <= 1s", run).verdict is SLOVerdict.INCONCLUSIVE
     assert criteria_failures(["ttft.p99 <= 1s", "success_rate >= 99%"], run) == []
     (reason,) = criteria_failures(["ttft.p99 <= 1s", "ttft.p50 <= 20ms"], run)
     assert reason.startswith("criterion TTFT P50 <= 20 ms: TTFT P50 34.5 ms > 20 ms") and "method point" in reason

@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy.stats import binom
 
-from pytest_llmbench.measure.slo import StopCondition, Verdict, evaluate, parse_slo
+from pytest_llmbench.measure.slo import StopCondition, SLOVerdict, evaluate, parse_slo
 from pytest_llmbench.measure.stats import batch_means_mean
 from pytest_llmbench.measure.stats.bounds import (
     burst_design_effect,
@@ -37,8 +37,8 @@ def test_the_worked_numbers_of_a_p99(confidence: float, counts: dict[int, int]) 
     for k, n in counts.items():
         assert smallest_n(k, 0.01, confidence) == n
         assert clopper_pearson_upper(k, n, confidence) < 0.01 <= clopper_pearson_upper(k, n - 1, confidence)
-        assert share_verdict(k, n, 0.01, confidence).verdict is Verdict.PASS
-        assert share_verdict(k, n - 1, 0.01, confidence).verdict is Verdict.INCONCLUSIVE
+        assert share_verdict(k, n, 0.01, confidence).verdict is SLOVerdict.PASS
+        assert share_verdict(k, n - 1, 0.01, confidence).verdict is SLOVerdict.INCONCLUSIVE
 
 
 def test_zero_exceedances_in_closed_form() -> None:
@@ -67,8 +67,8 @@ def test_fail_side_worked_numbers() -> None:
     assert binom.sf(14, 1000, 0.01) == pytest.approx(0.08241, abs=1e-5)
     first = next(k for k in range(1001) if clopper_pearson_lower(k, 1000, 0.95) > 0.01)
     assert first == 16
-    assert share_verdict(first, 1000, 0.01, 0.95).verdict is Verdict.FAIL
-    assert share_verdict(first - 1, 1000, 0.01, 0.95).verdict is Verdict.INCONCLUSIVE
+    assert share_verdict(first, 1000, 0.01, 0.95).verdict is SLOVerdict.FAIL
+    assert share_verdict(first - 1, 1000, 0.01, 0.95).verdict is SLOVerdict.INCONCLUSIVE
 
 
 def test_needed_more_examples() -> None:
@@ -108,13 +108,13 @@ def test_bounds_bracket_the_share_and_are_monotone(n: int, data: st.DataObject, 
 def test_verdicts_never_contradict_the_observed_share(n: int, data: st.DataObject, p0: float, c: float) -> None:
     k = data.draw(st.integers(0, n))
     d = share_verdict(k, n, p0, c)
-    if d.verdict is Verdict.PASS:
+    if d.verdict is SLOVerdict.PASS:
         assert k / n < p0 and d.bound == d.upper < p0
-    if d.verdict is Verdict.FAIL:
+    if d.verdict is SLOVerdict.FAIL:
         assert k / n > p0 and d.bound == d.lower > p0
-    if d.verdict is Verdict.INCONCLUSIVE and d.needed_more is not None and k:
+    if d.verdict is SLOVerdict.INCONCLUSIVE and d.needed_more is not None and k:
         n2 = n + d.needed_more  # after that many more at the observed share, a verdict
-        assert share_verdict(round(k / n * n2), n2, p0, c).verdict is not Verdict.INCONCLUSIVE
+        assert share_verdict(round(k / n * n2), n2, p0, c).verdict is not SLOVerdict.INCONCLUSIVE
 
 
 @settings(deadline=None, max_examples=200)
@@ -127,7 +127,7 @@ def test_in_flight_requests_never_make_a_verdict_the_complete_look_would_not(n: 
     k = data.draw(st.integers(0, n))
     p0 = data.draw(st.floats(0.001, 0.5))
     early = share_verdict(k, n, p0, c, in_flight=f, design_effect=effect).verdict
-    assume(early is not Verdict.INCONCLUSIVE)
+    assume(early is not SLOVerdict.INCONCLUSIVE)
     for extra in {0, f // 2, f}:  # of the f in flight, `extra` turn out beyond
         assert share_verdict(k + extra, n + f, p0, c, design_effect=effect).verdict is early
 
@@ -210,7 +210,7 @@ def test_vectorised_look_decisions_are_share_verdicts(look: int, k: int, f: int,
     assume(k + f <= n)
     pass_, fail = ShareLooks(s, 0.01).decide(look, k, f, effect)
     v = share_verdict(k, n - f, 0.01, s.look_confidence, in_flight=f, design_effect=effect).verdict
-    assert bool(pass_) == (v is Verdict.PASS) and bool(fail) == (v is Verdict.FAIL)
+    assert bool(pass_) == (v is SLOVerdict.PASS) and bool(fail) == (v is SLOVerdict.FAIL)
 
 
 # ------------------------------------------------------------------------------ stored records
@@ -240,7 +240,7 @@ def test_inconclusive_with_need_n_more_on_stored_records(tmp_path) -> None:  # t
     ttfts[57], ttfts[211] = 800.0, 900.0
     r = evaluate("ttft.p99 <= 500ms", _stored(tmp_path, ttfts))
     more = needed_more(300, 2, 0.01, 0.95)
-    assert r.verdict is Verdict.INCONCLUSIVE and (r.n, r.exceedances, r.needed_more) == (300, 2.0, more)
+    assert r.verdict is SLOVerdict.INCONCLUSIVE and (r.n, r.exceedances, r.needed_more) == (300, 2.0, more)
     assert r.bound == pytest.approx(clopper_pearson_upper(2, 300, 0.95)) and r.design_effect == 1.0
     assert (f"INCONCLUSIVE at 95% confidence: 2 of 300 requests above 500 ms (a failed request counts as beyond "
             f"the threshold); share above 500 ms <= 2.08%, not < 1% (exact binomial bound); need ~{more} more "
@@ -255,7 +255,7 @@ def test_a_failed_request_counts_beyond_on_stored_records(tmp_path) -> None:  # 
     r = evaluate("ttft.p99 <= 500ms", _stored(tmp_path, ttfts))
     assert (r.n, r.exceedances) == (400, 5.0) and r.value.n == 395  # the percentile is of the successful ones
     assert "5 of 400 requests above 500 ms, 5 of them failed (a failed request counts as beyond the threshold)" in r.message
-    assert r.verdict is Verdict.INCONCLUSIVE
+    assert r.verdict is SLOVerdict.INCONCLUSIVE
 
 
 def test_stop_condition_settles_at_its_looks(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -266,17 +266,17 @@ def test_stop_condition_settles_at_its_looks(tmp_path) -> None:  # type: ignore[
     stop = StopCondition(["ttft.p99 <= 500ms", "success_rate >= 90%"], planned=10_000)
     assert stop.looks[:2] == (50, 100) and 477 in stop.looks  # success_rate (10 % allowed) looks earlier
     early = stop.should_stop(run, sent=400)  # a look of success_rate only
-    assert not early.stop and early.results[0] is None and early.results[1].verdict is Verdict.PASS
+    assert not early.stop and early.results[0] is None and early.results[1].verdict is SLOVerdict.PASS
     assert stop.settled_at == {1: 400}
     first = stop.should_stop(run, sent=477, in_flight=5)
-    assert not first.stop and first.results[0].verdict is Verdict.INCONCLUSIVE
+    assert not first.stop and first.results[0].verdict is SLOVerdict.INCONCLUSIVE
     assert "5 in flight (counted against the verdict)" in first.results[0].message
     decided = stop.should_stop(run, sent=477, in_flight=0)
     assert decided.stop and decided.reason == "decided: every SLO is settled"
-    assert [r.verdict for r in decided.results] == [Verdict.PASS, Verdict.PASS]
+    assert [r.verdict for r in decided.results] == [SLOVerdict.PASS, SLOVerdict.PASS]
     assert "[sequential: look 1 of 6 at 477 requests" in decided.results[0].message
     final = stop.final(lambda n: run, sent=500)
-    assert final[0].verdict is Verdict.PASS and final[0].confidence == pytest.approx(1 - 0.05 / 6)
+    assert final[0].verdict is SLOVerdict.PASS and final[0].confidence == pytest.approx(1 - 0.05 / 6)
 
 
 def test_stop_condition_fails_and_keeps_to_the_plan_without_a_bound(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -284,7 +284,7 @@ def test_stop_condition_fails_and_keeps_to_the_plan_without_a_bound(tmp_path) ->
     run = _stored(tmp_path, ttfts)
     stop = StopCondition(["ttft.p99 <= 500ms"], planned=10_000)
     d = stop.should_stop(run, sent=477)
-    assert d.stop and d.results[0].verdict is Verdict.FAIL
+    assert d.stop and d.results[0].verdict is SLOVerdict.FAIL
     assert stop.should_stop(run, sent=123).results == (d.results[0],)  # settled: not judged again
     keep = StopCondition(["ttft.p99 <= 500ms", "output_throughput >= 1 tok/s"], planned=10_000)
     d = keep.should_stop(run, sent=477)
@@ -297,8 +297,8 @@ def test_strict_sampling_does_not_settle_a_pass_below_the_sample_rule(tmp_path) 
     run = _stored(tmp_path, [100.0] * 477)
     stop = StopCondition(["ttft.p99 <= 500ms"], planned=10_000, strict=True)
     d = stop.should_stop(run, sent=477)
-    assert not d.stop and d.results[0].verdict is Verdict.PASS and stop.settled_at == {}
-    assert stop.final(lambda n: run, sent=477)[0].verdict is Verdict.FAIL
+    assert not d.stop and d.results[0].verdict is SLOVerdict.PASS and stop.settled_at == {}
+    assert stop.final(lambda n: run, sent=477)[0].verdict is SLOVerdict.FAIL
     assert "[strict sampling" in stop.final(lambda n: run, sent=477)[0].message
     lax = StopCondition(["ttft.p99 <= 500ms"], planned=10_000)
     assert lax.should_stop(run, sent=477).stop

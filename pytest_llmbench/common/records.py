@@ -16,6 +16,7 @@ import dataclasses
 import enum
 import hashlib
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -29,12 +30,22 @@ __all__ = [
     "RequestRecord",
     "RequestSpec",
     "TTFT_RULE",
+    "prompt_key",
 ]
 
 #: The rule used for ``first_token_ns`` (§5.1.3.1): the first chunk whose *content* holds a
 #: non-whitespace character. Role-only, empty, whitespace-only, reasoning-only and metadata
 #: chunks do not count. ``first_chunk_ns`` keeps the first chunk of any kind.
 TTFT_RULE = "first-non-whitespace-content"
+
+
+_PROMPT_HASH = re.compile(r"[0-9a-f]{16}")  # RequestSpec.prompt_hash: 16 hex digits
+
+
+def prompt_key(h: str) -> int | None:
+    """A prompt hash (:attr:`RequestSpec.prompt_hash`) as the 8-byte integer its 16 hex digits spell, for
+    compact columns of hashes; None for a string that is not such a hash."""
+    return int(h, 16) if _PROMPT_HASH.fullmatch(h) else None
 
 
 class ErrorType(str, enum.Enum):

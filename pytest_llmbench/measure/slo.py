@@ -49,7 +49,7 @@ import numpy as np
 from . import registry
 from .chunking import ITL_NOT_MEASURABLE
 from .stats import MIN_SAMPLES, Estimate, batch_means_mean
-from .stats.bounds import ShareDecision, Verdict, burst_design_effect, share_verdict
+from .stats.bounds import ShareDecision, SLOVerdict, burst_design_effect, share_verdict
 from .stats.bounds import design_effect as _design_effect_of
 from .stats.sequential import LookSchedule, look_schedule
 from .units import compact_num as _num
@@ -73,7 +73,7 @@ __all__ = [
     "SLOViolation",
     "StopCondition",
     "StopDecision",
-    "Verdict",
+    "SLOVerdict",
     "assert_slo",
     "evaluate",
     "inconclusive_policy",
@@ -574,7 +574,7 @@ class SLOResult(_BoundFields):
     """
 
     slo: SLO
-    verdict: Verdict
+    verdict: SLOVerdict
     value: Estimate | None
     message: str
     undersampled: bool = False
@@ -586,11 +586,11 @@ class SLOResult(_BoundFields):
 
     @property
     def passed(self) -> bool:
-        return self.verdict is Verdict.PASS
+        return self.verdict is SLOVerdict.PASS
 
     @property
     def inconclusive(self) -> bool:
-        return self.verdict is Verdict.INCONCLUSIVE
+        return self.verdict is SLOVerdict.INCONCLUSIVE
 
     def to_json(self) -> dict[str, Any]:
         return {"slo": self.slo.to_json(), "verdict": self.verdict.value, "passed": self.passed,
@@ -610,7 +610,7 @@ def _finite(v: float | None) -> float | None:
 class _Judged(_BoundFields):
     """A bound's verdict before the message is put together."""
 
-    verdict: Verdict
+    verdict: SLOVerdict
     text: str
 
     def fields(self) -> dict[str, Any]:
@@ -702,7 +702,7 @@ def _share_limit(slo: SLO) -> float:
 
 
 def _more_text(d: ShareDecision, unit: str = "requests") -> str:
-    if d.verdict is not Verdict.INCONCLUSIVE:
+    if d.verdict is not SLOVerdict.INCONCLUSIVE:
         return ""
     if d.needed_more is None:
         return "; no count of requests at the observed share would decide it (the share equals the limit)"
@@ -712,11 +712,11 @@ def _more_text(d: ShareDecision, unit: str = "requests") -> str:
 
 def _share_text(d: ShareDecision, what: str, how: str) -> str:
     """``share above 500 ms <= 0.78% < 1% (exact binomial bound)``, per verdict."""
-    upper_side = d.verdict is Verdict.PASS or (d.verdict is Verdict.INCONCLUSIVE and d.bound == d.upper)
+    upper_side = d.verdict is SLOVerdict.PASS or (d.verdict is SLOVerdict.INCONCLUSIVE and d.bound == d.upper)
     rel = "<=" if upper_side else ">="
-    if d.verdict is Verdict.PASS:
+    if d.verdict is SLOVerdict.PASS:
         cmp = f"< {_share_pct(d.p0)}"
-    elif d.verdict is Verdict.FAIL:
+    elif d.verdict is SLOVerdict.FAIL:
         cmp = f"> {_share_pct(d.p0)}"
     else:
         cmp = f"not {'<' if upper_side else '>'} {_share_pct(d.p0)}"
@@ -848,7 +848,7 @@ def _judge_pooled(slo: SLO, run: RunMetricsLike, conf: float, in_flight: int, ef
     """Requests-share: each request's share of its gaps beyond the threshold, a bound on their mean."""
     sh = _pooled_shares(slo, run)
     if sh is None:
-        return _Judged(Verdict.INCONCLUSIVE, "the run kept no per-request gaps, and the pooled gaps of one request "
+        return _Judged(SLOVerdict.INCONCLUSIVE, "the run kept no per-request gaps, and the pooled gaps of one request "
                        "are not independent samples: no bound", method="requests-share")
     d, note = _share_judged(sh, _share_limit(slo), conf, in_flight, effect, prior)
     side = f"{_SIDE[slo.operator]} {slo.threshold_text()}"
@@ -861,19 +861,20 @@ def _judge_pooled(slo: SLO, run: RunMetricsLike, conf: float, in_flight: int, ef
     return _share_judgement(d, "requests-share", text, sh)
 
 
-def _metric_bound_text(slo: SLO, verdict: Verdict, lower: float, upper: float, how: str, like: float) -> tuple[float, str]:
+def _metric_bound_text(slo: SLO, verdict: SLOVerdict, lower: float, upper: float, how: str,
+                       like: float) -> tuple[float, str]:
     """(the bound shown, ``E2E mean <= 2.31 s < 2.5 s (upper bound, how)``) for a bound on the figure itself."""
     good_high = slo.operator in (">=", ">")
-    if verdict is Verdict.PASS:
+    if verdict is SLOVerdict.PASS:
         use_lower = good_high
-    elif verdict is Verdict.FAIL:
+    elif verdict is SLOVerdict.FAIL:
         use_lower = not good_high
     else:  # the bound on the side of the threshold the value lies
         use_lower = like >= slo.threshold
     bound = lower if use_lower else upper
     rel = ">=" if use_lower else "<="
     thr = slo.threshold_text()
-    if verdict is Verdict.INCONCLUSIVE:
+    if verdict is SLOVerdict.INCONCLUSIVE:
         cmp = f"not {'>' if use_lower else '<'} {thr}"
     else:
         cmp = f"{'>' if use_lower else '<'} {thr}"
@@ -882,12 +883,12 @@ def _metric_bound_text(slo: SLO, verdict: Verdict, lower: float, upper: float, h
     return bound, text
 
 
-def _decide_interval(slo: SLO, lower: float, upper: float) -> Verdict:
+def _decide_interval(slo: SLO, lower: float, upper: float) -> SLOVerdict:
     """PASS when the whole one-sided bound is on the good side (strictly), FAIL when on the bad side."""
     t = slo.threshold
     if slo.operator in ("<=", "<"):
-        return Verdict.PASS if upper < t else Verdict.FAIL if lower > t else Verdict.INCONCLUSIVE
-    return Verdict.PASS if lower > t else Verdict.FAIL if upper < t else Verdict.INCONCLUSIVE
+        return SLOVerdict.PASS if upper < t else SLOVerdict.FAIL if lower > t else SLOVerdict.INCONCLUSIVE
+    return SLOVerdict.PASS if lower > t else SLOVerdict.FAIL if upper < t else SLOVerdict.INCONCLUSIVE
 
 
 def _judge_proportion(slo: SLO, run: RunMetricsLike, est: Estimate, conf: float, in_flight: int,
@@ -927,11 +928,11 @@ def _judge_mean(slo: SLO, run: RunMetricsLike, est: Estimate, conf: float,
         weights = tallies.count
     shown = batch_means_mean(values, weights=weights, unit=est.unit, confidence=est.confidence)
     if in_flight:
-        return _Judged(Verdict.INCONCLUSIVE, f"{in_flight} requests in flight: a mean is judged once every request "
+        return _Judged(SLOVerdict.INCONCLUSIVE, f"{in_flight} requests in flight: a mean is judged once every request "
                        "of a look has finished", method="batch-means"), shown
     bm = batch_means_mean(values, weights=weights, unit=est.unit, confidence=2.0 * conf - 1.0)
     if bm.ci_low is None or bm.ci_high is None:
-        return _Judged(Verdict.INCONCLUSIVE, f"too few requests ({bm.n}) for a batch-means bound",
+        return _Judged(SLOVerdict.INCONCLUSIVE, f"too few requests ({bm.n}) for a batch-means bound",
                        method="batch-means"), shown
     verdict = _decide_interval(slo, bm.ci_low, bm.ci_high)
     how = f"batch means over {bm.n} requests in send order"
@@ -939,7 +940,8 @@ def _judge_mean(slo: SLO, run: RunMetricsLike, est: Estimate, conf: float,
     failed = _column(run, "failed")
     if failed is not None and failed.any():
         text += f"; the {int(failed.sum())} failed requests have no value and are not in the mean"
-    more = _interval_more(bm.n, bm.value, bm.ci_low, bm.ci_high, slo.threshold) if verdict is Verdict.INCONCLUSIVE else None
+    more = (_interval_more(bm.n, bm.value, bm.ci_low, bm.ci_high, slo.threshold)
+            if verdict is SLOVerdict.INCONCLUSIVE else None)
     if more is not None:
         text += f"; need ~{more} more requests"
     return _Judged(verdict, text, method="batch-means", bound=bound, limit=slo.threshold, n=bm.n,
@@ -957,7 +959,7 @@ def _judge_rate(slo: SLO, est: Estimate, conf: float) -> _Judged:
     m = _SUB_WINDOWS.search(est.method or "")
     b = int(m.group(1)) if m else 10
     if est.ci_low is None or est.ci_high is None or b < 2:
-        return _Judged(Verdict.INCONCLUSIVE, "no batch-means interval (too few events in the window)",
+        return _Judged(SLOVerdict.INCONCLUSIVE, "no batch-means interval (too few events in the window)",
                        method="batch-means")
     se = (est.ci_high - est.ci_low) / 2.0 / float(student.ppf(0.5 + est.confidence / 2.0, b - 1))
     half = float(student.ppf(conf, b - 1)) * se
@@ -965,13 +967,13 @@ def _judge_rate(slo: SLO, est: Estimate, conf: float) -> _Judged:
     verdict = _decide_interval(slo, lower, upper)
     bound, text = _metric_bound_text(slo, verdict, lower, upper, f"batch means over {b} sub-windows of the "
                                      "steady-state window", est.value)
-    if verdict is Verdict.INCONCLUSIVE:
+    if verdict is SLOVerdict.INCONCLUSIVE:
         text += "; a longer run would narrow it"
     return _Judged(verdict, text, method="batch-means", bound=bound, limit=slo.threshold, n=est.n)
 
 
 def _point(slo: SLO, est: Estimate, why: str) -> _Judged:
-    verdict = Verdict.PASS if slo.compare(est.value) else Verdict.FAIL
+    verdict = SLOVerdict.PASS if slo.compare(est.value) else SLOVerdict.FAIL
     return _Judged(verdict, f"{verdict} (method point: {why}; judged on its value)", limit=slo.threshold, n=est.n)
 
 
@@ -999,7 +1001,7 @@ def _judge(slo: SLO, run: RunMetricsLike, est: Estimate, conf: float, in_flight:
     values = _column(run, slo.metric)
     failed = int(_failed_unvalued(slo, run, values).sum()) if values is not None and values.dtype.kind == "f" else 0
     if failed:
-        return _Judged(Verdict.FAIL, f"FAIL (method point: {failed} failed requests lie beyond the threshold, "
+        return _Judged(SLOVerdict.FAIL, f"FAIL (method point: {failed} failed requests lie beyond the threshold, "
                        f"{_FAILED_RULE})", limit=slo.threshold, n=est.n), est
     return _point(slo, est, f"the run's {slo.statistic} has no bound"), est
 
@@ -1027,16 +1029,17 @@ def evaluate(slo: SLO | str, run_metrics: RunMetricsLike, *, strict: bool = Fals
     prior = burst_design_effect(DEFAULT_BURST_LENGTH if burst_length is None else burst_length)
     if slo.metric in registry.ITL_METRICS and getattr(run_metrics, "itl_option", None) == "A":
         # App. B.2.1 chose chunk timing: the gaps are between chunks, never judged as ITL (§4.6.3)
-        return SLOResult(slo, Verdict.FAIL, None, f"{slo}: {ITL_NOT_MEASURABLE} (App. B.2.1 chose §4.6.3 option A, "
+        return SLOResult(slo, SLOVerdict.FAIL, None, f"{slo}: {ITL_NOT_MEASURABLE} (App. B.2.1 chose §4.6.3 option A, "
                                                   "Time Between Chunks)", confidence=conf)
     if slo.per_request:
         return _evaluate_per_request(slo, run_metrics, conf)
     try:
         est = _value_for(slo, run_metrics)
     except KeyError:
-        return SLOResult(slo, Verdict.FAIL, None, f"{slo.label}: not measured in this run (SLO {slo})", confidence=conf)
+        return SLOResult(slo, SLOVerdict.FAIL, None, f"{slo.label}: not measured in this run (SLO {slo})",
+                         confidence=conf)
     if est.n == 0 or est.value is None or math.isnan(est.value):
-        return SLOResult(slo, Verdict.FAIL, est, f"{slo.label}: undefined (n={est.n}); cannot meet {slo}",
+        return SLOResult(slo, SLOVerdict.FAIL, est, f"{slo.label}: undefined (n={est.n}); cannot meet {slo}",
                          confidence=conf)
     if point:
         judged, shown = _point(slo, est, "a point verdict was asked for"), est
@@ -1052,8 +1055,8 @@ def evaluate(slo: SLO | str, run_metrics: RunMetricsLike, *, strict: bool = Fals
         msg += _undersampled_note(slo, est)
     err, within, note = _client_note(slo, est, client_error)
     msg += note
-    if strict and undersampled and verdict is Verdict.PASS:
-        verdict = Verdict.FAIL
+    if strict and undersampled and verdict is SLOVerdict.PASS:
+        verdict = SLOVerdict.FAIL
         msg += " [strict sampling: under-sampled counts as a failure]"
     return SLOResult(slo, verdict, shown, msg, undersampled, err, within, conf, **judged.fields())
 
@@ -1062,7 +1065,7 @@ def _evaluate_per_request(slo: SLO, run: RunMetricsLike, conf: float) -> SLOResu
     try:
         values = np.asarray(run.per_request_values(slo.metric), dtype=float)
     except KeyError:
-        return SLOResult(slo, Verdict.FAIL, None, f"{slo.label}: not measured in this run (SLO {slo}, per request)",
+        return SLOResult(slo, SLOVerdict.FAIL, None, f"{slo.label}: not measured in this run (SLO {slo}, per request)",
                          confidence=conf)
     n = int(values.size)
     mask = slo.ok(values)
@@ -1070,10 +1073,10 @@ def _evaluate_per_request(slo: SLO, run: RunMetricsLike, conf: float) -> SLOResu
     undefined = int(np.isnan(values).sum())
     est = Estimate(value=(good / n) if n else float("nan"), n=n, unit="fraction", method="per-request SLO")
     if n == 0:
-        return SLOResult(slo, Verdict.FAIL, est, f"{slo} per request: no requests measured", confidence=conf)
-    verdict = Verdict.PASS if good == n else Verdict.FAIL
+        return SLOResult(slo, SLOVerdict.FAIL, est, f"{slo} per request: no requests measured", confidence=conf)
+    verdict = SLOVerdict.PASS if good == n else SLOVerdict.FAIL
     extra = f", {undefined} undefined" if undefined else ""
-    if verdict is Verdict.PASS:
+    if verdict is SLOVerdict.PASS:
         msg = f"{slo} per request: all {n} requests meet it"
     else:
         msg = (f"{slo} per request: {n - good} of {n} requests violate it "
@@ -1125,8 +1128,8 @@ def raise_for_results(results: Sequence[SLOResult]) -> list[SLOResult]:
     recorder = SLO_RECORDER.get()
     if recorder is not None:
         recorder(results)
-    failed = [r for r in results if r.verdict is Verdict.FAIL]
-    open_ = [r for r in results if r.verdict is Verdict.INCONCLUSIVE]
+    failed = [r for r in results if r.verdict is SLOVerdict.FAIL]
+    open_ = [r for r in results if r.verdict is SLOVerdict.INCONCLUSIVE]
     if failed or open_:
         bad = failed + open_
         if len(bad) == 1:
@@ -1142,7 +1145,7 @@ def raise_for_results(results: Sequence[SLOResult]) -> list[SLOResult]:
         warnings.warn(SLOInconclusiveWarning(f"{message} (counted as passed: --llm-inconclusive pass)"),
                       stacklevel=3)
     for r in results:
-        if r.undersampled and r.verdict is Verdict.PASS:
+        if r.undersampled and r.verdict is SLOVerdict.PASS:
             warnings.warn(SLOUndersampledWarning(r.message), stacklevel=3)
     return results
 
@@ -1347,8 +1350,8 @@ class StopCondition:
                                   in_flight=in_flight, design_effect=effect), sched, j)
             results.append(r)
             # under strict sampling a PASS below §5.1.4.3's rule is not settled: the run goes on to the rule
-            strict_open = self.strict and r.undersampled and r.verdict is Verdict.PASS
-            if r.verdict is not Verdict.INCONCLUSIVE and r.method in _SEQUENTIAL_METHODS and not strict_open:
+            strict_open = self.strict and r.undersampled and r.verdict is SLOVerdict.PASS
+            if r.verdict is not SLOVerdict.INCONCLUSIVE and r.method in _SEQUENTIAL_METHODS and not strict_open:
                 self.settled[i] = (sent, r, effect)
             elif in_flight == 0 and sent not in self._complete.setdefault(i, set()):
                 self._complete[i].add(sent)

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from ..common.records import ErrorType, RequestRecord
+from ..common.records import ErrorType, RequestRecord, prompt_key
 from ..compliance import RecordAudit
 from ..measure import tokencount
 
@@ -222,9 +222,6 @@ class CachedTokens(_Fed):
         return out
 
 
-_HEX16 = re.compile(r"[0-9a-f]{16}")  # RequestSpec.prompt_hash
-
-
 class PromptKeys:
     """The records' prompt hashes (``RequestSpec.prompt_hash``), each kept as an 8-byte integer (a hash that
     is not 16 hex digits is kept as it is): how many a set of hashes holds (the warm-up's, §4.5.1), and how
@@ -238,8 +235,9 @@ class PromptKeys:
         h = r.prompt_hash
         if h is None:
             return
-        if _HEX16.fullmatch(h):
-            self.keys.append(int(h, 16))
+        key = prompt_key(h)
+        if key is not None:
+            self.keys.append(key)
         else:
             self.other.append(h)
 
@@ -253,7 +251,7 @@ class PromptKeys:
     def seen_in(cls, tallies: Iterable[PromptKeys], hashes: set[str]) -> int:
         """Records (of all ``tallies``) whose prompt hash is one of ``hashes``."""
         keys, other = cls._all(tallies)
-        ints = np.array([int(h, 16) for h in hashes if _HEX16.fullmatch(h)], dtype=np.uint64)
+        ints = np.array([k for h in hashes if (k := prompt_key(h)) is not None], dtype=np.uint64)
         return int(np.isin(keys, ints).sum()) + sum(h in hashes for h in other)
 
     @classmethod

@@ -14,7 +14,6 @@ import hashlib
 import json
 import math
 import os
-import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,7 +26,7 @@ import orjson
 
 from ..common.files import LineSpool
 from ..common.jsonable import jsonable
-from ..common.records import RequestSpec
+from ..common.records import RequestSpec, prompt_key
 from ..common.seeds import WORKLOAD_GENERATOR_VERSION
 from ..common.tokenizer import Tokenizer, get_tokenizer
 from .distributions import LengthDistribution, WorkloadError
@@ -401,8 +400,8 @@ class SpecStream:
         facts = self._known()
         if facts is None:
             return None
-        asked = [h for h in hashes if _HEX16.fullmatch(h)]  # a prompt hash is 16 hex digits: no other is here
-        found = np.isin(np.array([int(h, 16) for h in asked], dtype=np.uint64), np.frombuffer(facts.keys, dtype=np.uint64))
+        asked = {h: k for h in hashes if (k := prompt_key(h)) is not None}  # no other string is a prompt hash
+        found = np.isin(np.array(list(asked.values()), dtype=np.uint64), np.frombuffer(facts.keys, dtype=np.uint64))
         return {h for h, ok in zip(asked, found.tolist()) if ok}
 
     def longest(self) -> RequestSpec | None:
@@ -435,9 +434,6 @@ class SpecStream:
 
     def __repr__(self) -> str:
         return f"SpecStream({self._count} requests)"
-
-
-_HEX16 = re.compile(r"[0-9a-f]{16}")  # RequestSpec.prompt_hash
 
 
 def cap_spec(s: RequestSpec, cap: int) -> RequestSpec:

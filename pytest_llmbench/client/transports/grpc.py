@@ -115,19 +115,30 @@ def _retrieve(task: asyncio.Task[None]) -> None:
         task.exception()
 
 
+#: ids of already emitted text a chunk is decoded after (the context a tokenizer needs for a word's leading
+#: space, as vLLM's incremental detokenizer keeps): past this many, the decode window slides forward
+DECODE_WINDOW = 32
+
+
 def split_text(decode: Callable[[list[int]], str], ids: list[int], bounds: Sequence[int]) -> list[str]:
     """The text of each chunk of ``ids`` (chunk ``i`` ends at ``bounds[i]``): the growth of the decoded
-    prefix, so a multi-byte character split across chunks (a replacement character at the prefix's
-    end) goes to the chunk that completes it. One decode per chunk, after the stream."""
+    text, so a multi-byte character split across chunks (a replacement character at the text's end) goes
+    to the chunk that completes it. Each chunk is decoded with at most :data:`DECODE_WINDOW` ids of text
+    already emitted before it (a sliding window, restarted at a chunk end on a whole character), not
+    with the whole prefix: the work grows with the answer, not with its square. After the stream."""
     out: list[str] = []
-    done = 0
+    ctx = done = clean = 0  # window start; chars of the window's text emitted; last chunk end on a whole character
     last = len(ids)
     for b in bounds:
-        text = decode(ids[:b]) if b else ""
-        if b < last:
-            text = text.rstrip("\ufffd")
+        raw = decode(ids[ctx:b]) if b > ctx else ""
+        text = raw.rstrip("\ufffd") if b < last else raw
         out.append(text[done:] if len(text) > done else "")
         done = max(done, len(text))
+        if text == raw:
+            if clean > ctx and b - ctx > DECODE_WINDOW:  # slide: the text from the last clean end is the context
+                ctx = clean
+                done = len(decode(ids[ctx:b]))
+            clean = b
     return out
 
 

@@ -35,7 +35,7 @@ import numpy as np
 __all__ = [
     "SHARE_METHODS",
     "ShareDecision",
-    "Verdict",
+    "SLOVerdict",
     "clopper_pearson_lower",
     "clopper_pearson_upper",
     "burst_design_effect",
@@ -55,7 +55,7 @@ ShareMethod = Literal["binomial", "requests-share"]
 SHARE_METHODS: tuple[str, ...] = ("binomial", "requests-share")
 
 
-class Verdict(str, enum.Enum):
+class SLOVerdict(str, enum.Enum):
     """An SLO's verdict: shown to hold, shown not to hold, or neither at the chosen confidence."""
 
     PASS = "PASS"
@@ -232,12 +232,12 @@ def burst_design_effect(burst_length: float) -> float:
     return 2.0 * float(burst_length) - 1.0
 
 
-def _decide(lower: float, upper: float, p0: float) -> Verdict:
+def _decide(lower: float, upper: float, p0: float) -> SLOVerdict:
     if upper < p0:
-        return Verdict.PASS
+        return SLOVerdict.PASS
     if lower > p0:
-        return Verdict.FAIL
-    return Verdict.INCONCLUSIVE
+        return SLOVerdict.FAIL
+    return SLOVerdict.INCONCLUSIVE
 
 
 @dataclass(frozen=True)
@@ -250,7 +250,7 @@ class ShareDecision:
     number would: the observed share equals ``p0``, or ``p0`` is 0 or 1).
     """
 
-    verdict: Verdict
+    verdict: SLOVerdict
     share: float  # observed share k / n (NaN when n = 0)
     lower: float
     upper: float
@@ -287,14 +287,14 @@ def share_verdict(k: float, n: int, p0: float, confidence: float, *, method: str
     upper, lower = float(upper), float(lower)
     verdict = _decide(lower, upper, p0)
     share = k / n if n else math.nan
-    if verdict is Verdict.PASS:
+    if verdict is SLOVerdict.PASS:
         bound = upper
-    elif verdict is Verdict.FAIL:
+    elif verdict is SLOVerdict.FAIL:
         bound = lower
     else:
         bound = lower if n and share > p0 else upper
     more = None
-    if verdict is Verdict.INCONCLUSIVE:
+    if verdict is SLOVerdict.INCONCLUSIVE:
         more = needed_more(n, k, p0, confidence, method=method, design_effect=d)  # the in-flight ones will finish
         if more is not None:
             more = max(more - in_flight, 0)
@@ -354,7 +354,7 @@ def needed_more(n: int, k: float, p0: float, confidence: float, *, method: str =
     share = k / n
     if share == p0:
         return None
-    target = Verdict.PASS if share < p0 else Verdict.FAIL
+    target = SLOVerdict.PASS if share < p0 else SLOVerdict.FAIL
 
     def decides(m: int) -> bool:
         km = round(share * m) if method == "binomial" else share * m

@@ -171,3 +171,33 @@ def test_4_4_2_should_1_binds_the_comparison(store: Path) -> None:
                for r in c.runs for p in r.document["procedures"]}
     assert item.status == ("met" if counted == {("B", "cl100k_base")} else "not met"), (item, counted)
     assert item in c.verdict.items
+
+
+def test_systems_table_uses_every_repetition_with_a_ci(store: Path) -> None:
+    """Finding 6 (§6.3): the systems table took each system's first repetition and gave no CI; now each
+    cell is the mean over the system's repetitions with its Student-t CI, or a within-run CI of a single
+    run, or says why it has none."""
+    from pytest_llmbench.gate.compare import figure_value
+    from pytest_llmbench.gate.rules import parse_rule
+
+    three = [load_run(n, store) for n in ("1", "2", "3")]
+    c = compare_systems([three, [load_run("3", store)]])
+    assert c.labels[0].endswith("(3 runs)") and len(c.labels) == 2
+    row = next(r for r in c.table if r["figure"] == "ttft.p99")
+    vals = [figure_value(r, r.document["procedures"][0], parse_rule("ttft.p99:0%"))["value"] for r in three]
+    many, one = row["cells"]
+    assert many["n"] == 3 and many["value"] == pytest.approx(sum(vals) / 3)
+    assert many["ci_low"] < many["value"] < many["ci_high"] and "Student-t" in many["method"]
+    assert "(n=3)" in row["values"][0] and "[" in row["values"][0]
+    # one repetition: the figure's within-run CI, labelled as such; an under-sampled P99's CI has no upper
+    # end (300 requests), and the cell says so
+    assert one["n"] == 1 and one["ci_low"] is not None and "within-run" in one["method"]
+    assert one["ci_high"] is None and "no upper end" in one["no_ci"] and "under-sampled" in one["no_ci"]
+    assert row["values"][1].endswith(", —] (n=1)")
+    p50 = next(r for r in c.table if r["figure"] == "ttft.p50")["cells"][1]
+    assert p50["ci_low"] < p50["value"] < p50["ci_high"] and not p50["no_ci"]
+    assert c.verdict and next(i for i in c.reporting if i.id == "6.3-PARAM-1").detail.startswith("1 run(s)")
+    from pytest_llmbench.report.comparison import render_systems_html, render_systems_markdown
+    md, page = render_systems_markdown(c.to_json()), render_systems_html(c.to_json())
+    assert f"ttft.p99, {c.labels[1]}: one repetition, and its within-run CI has no upper end" in md
+    assert "no upper end" in page and "(3 runs)" in page

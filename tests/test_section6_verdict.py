@@ -201,3 +201,39 @@ def test_systems_table_uses_every_repetition_with_a_ci(store: Path) -> None:
     md, page = render_systems_markdown(c.to_json()), render_systems_html(c.to_json())
     assert f"ttft.p99, {c.labels[1]}: one repetition, and its within-run CI has no upper end" in md
     assert "no upper end" in page and "(3 runs)" in page
+
+
+def test_61_must_4_compares_the_loads_as_run(store: Path) -> None:
+    """Finding 6: 6.1-MUST-4 compared the load specs as written, so 5.1 at capacity_fraction=0.5 of two
+    different capacities was "met"; now the loads actually run are compared, with each run's load shown."""
+    c = compare_systems([load_run(n, store) for n in ("base", "rerun")])
+    item = next(i for i in c.equivalence if i.id == "6.1-MUST-4")
+    assert item.status == "met" and item.source == "measured" and "as run: 1 run(s) compared" in item.detail
+
+    def resolved_to(rate: float):
+        def put(d: dict) -> None:
+            d["procedures"][0]["result"]["facts"]["load"]["rate"] = rate
+        return put
+    _edit(store / "0002_rerun" / "results.json", resolved_to(12.0))  # 0.5 x a capacity of 24 req/s
+    c = compare_systems([load_run(n, store) for n in ("base", "rerun")])
+    item = next(i for i in c.equivalence if i.id == "6.1-MUST-4")
+    assert item.status == "not met" and "equal as written, but the loads run differ" in item.detail
+    assert "5.1 measure: poisson 10 req/s / poisson 12 req/s" in item.detail
+    assert "6.1-MUST-4" in {i.id for i in c.verdict.must61_not_met}
+    # a document whose runs record their loads: compared run label by run label (rate suffix dropped),
+    # with the capacity each rate was resolved from
+    def runs_with_loads(rate: float):
+        def put(d: dict) -> None:
+            run = d["procedures"][0]["result"]["runs"][0]
+            run["label"] = f"measure-{rate:g}rps"
+            run["load"] = {"model": "open", "arrival": "poisson", "rate": rate}
+            run["extra"] = {"load_spec": {"capacity_rate": 2 * rate, "capacity_source": "declared"}}
+        return put
+    _edit(store / "0001_base" / "results.json", runs_with_loads(10.0))
+    _edit(store / "0002_rerun" / "results.json", runs_with_loads(10.004))
+    c = compare_systems([load_run(n, store) for n in ("base", "rerun")])
+    assert next(i for i in c.equivalence if i.id == "6.1-MUST-4").status == "met"  # within the stored rounding
+    _edit(store / "0002_rerun" / "results.json", runs_with_loads(11.0))
+    item = next(i for i in compare_systems([load_run(n, store) for n in ("base", "rerun")]).equivalence
+                if i.id == "6.1-MUST-4")
+    assert "poisson 10 req/s (of capacity 20 req/s) / poisson 11 req/s (of capacity 22 req/s)" in item.detail

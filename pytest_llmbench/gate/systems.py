@@ -8,6 +8,8 @@ writes to ``compare.json``."""
 from __future__ import annotations
 
 import ipaddress
+import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,9 +23,9 @@ from .metricinfo import metric_info
 from .rules import parse_rule
 from .section6 import Section6Verdict, section6_verdict
 from ..measure.stats.runs import summarize_runs
-from .storage import StoredRun, repetition_views
+from .storage import StoredRun, primary_label, repetition_views
 
-__all__ = ["CheckItem", "SystemComparison", "compare_systems"]
+__all__ = ["CheckItem", "SystemComparison", "compare_systems", "resolved_loads"]
 
 #: Two runs count as "tested at the same time" (§6.4) when their windows overlap or are this close.
 SAME_TIME_GAP_S = 3600.0
@@ -152,6 +154,98 @@ def _declared_maximum(run: StoredRun) -> float | None:
             if f.get("name") == _MAX_OUTPUT_FIGURE and isinstance(v, (int, float)) and v == v:
                 return float(v)
     return None
+
+
+#: a run label's rate suffix (``L00-10%-5.91rps``): the same step of a procedure on two systems keeps its label
+_RATE_SUFFIX = re.compile(r"-[0-9.]+rps$")
+#: two resolved rates are the same load when they differ by no more than the stored rounding (3 decimals)
+#: plus this relative share
+RATE_REL_TOL = 1e-3
+
+
+def resolved_loads(proc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The loads a stored procedure actually ran (§6.1-MUST-4), by run label (rate suffix removed):
+    ``model``, ``arrival``, ``rate`` (req/s, a capacity fraction resolved), ``concurrency``, and where the
+    rate came from (``capacity_rate``, ``capacity_source``). A document whose runs do not record their
+    load gives its primary run's resolved load (``facts.load``)."""
+    result = proc.get("result") or {}
+    out: dict[str, dict[str, Any]] = {}
+    for run in result.get("runs") or []:
+        ld, spec = run.get("load"), (run.get("extra") or {}).get("load_spec") or {}
+        if isinstance(ld, Mapping) and ld.get("model"):
+            out[_RATE_SUFFIX.sub("", str(run.get("label")))] = {
+                "model": ld.get("model"), "arrival": ld.get("arrival"), "rate": ld.get("rate"),
+                "concurrency": ld.get("concurrency"), "capacity_rate": spec.get("capacity_rate"),
+                "capacity_source": spec.get("capacity_source")}
+    if not out:
+        ld = (result.get("facts") or {}).get("load") or {}
+        if ld.get("model"):
+            out[primary_label(result) or "run"] = {"model": ld.get("model"), "arrival": ld.get("arrival"),
+                                                   "rate": ld.get("rate"), "concurrency": ld.get("concurrency")}
+    return out
+
+
+def _load_text(ld: Mapping[str, Any]) -> str:
+    if ld.get("model") == "closed":
+        return f"closed c={ld.get('concurrency')}"
+    rate = ld.get("rate")
+    text = f"{ld.get('arrival') or 'open'} {rate:.4g} req/s" if isinstance(rate, (int, float)) else \
+        f"{ld.get('arrival') or 'open'} rate not recorded"
+    cap = ld.get("capacity_rate")
+    return text + (f" (of capacity {cap:.4g} req/s)" if isinstance(cap, (int, float)) else "")
+
+
+def _same_load(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    if (a.get("model"), a.get("arrival"), a.get("concurrency")) != (b.get("model"), b.get("arrival"),
+                                                                      b.get("concurrency")):
+        return False
+    ra, rb = a.get("rate"), b.get("rate")
+    if ra is None or rb is None:
+        return ra is None and rb is None
+    return math.isclose(float(ra), float(rb), rel_tol=RATE_REL_TOL, abs_tol=0.0015)
+
+
+def _load_item(procs: Sequence[Sequence[tuple[StoredRun, Mapping[str, Any] | None]]],
+               written: tuple[bool | None, str]) -> CheckItem:
+    """6.1-MUST-4, same load model and parameters (§6.1), compared as resolved: the load each run actually
+    sent (a capacity fraction resolved against each system's capacity, a search's levels as run), run
+    label by run label, beside the specs as written. Evidence: every compared run's load per system."""
+    text = "Same load model and parameters"
+    ok_written, d_written = written
+    if ok_written is None:
+        return CheckItem("6.1-MUST-4", text, "n/a", d_written)
+    bad, same, unknown = [], 0, []
+    for row in procs:
+        name = str(row[0][1].get("procedure")) if row[0][1] is not None else "?"
+        if any(p is None for _, p in row):
+            continue  # missing in some runs: 6.1-MUST-1 and the written comparison name it
+        loads = [resolved_loads(p) for _, p in row]  # type: ignore[arg-type]
+        if not all(loads):
+            unknown.append(name)
+            continue
+        labels = list(dict.fromkeys(k for ld in loads for k in ld))
+        for lab in labels:
+            here = [ld.get(lab) for ld in loads]
+            if any(h is None for h in here):
+                bad.append(f"{name} {lab}: run by " + " / ".join("yes" if h else "no" for h in here))
+            elif not all(_same_load(here[0], h) for h in here[1:]):
+                bad.append(f"{name} {lab}: " + " / ".join(_load_text(h) for h in here))  # type: ignore[arg-type]
+            else:
+                same += 1
+    if not ok_written:
+        return CheckItem("6.1-MUST-4", text, "not met", f"as written: {d_written}"
+                         + (f"; as run: {'; '.join(bad[:6])}" if bad else ""), "measured")
+    if bad:
+        more = f" (+{len(bad) - 6} more)" if len(bad) > 6 else ""
+        return CheckItem("6.1-MUST-4", text, "not met",
+                         "the specs are equal as written, but the loads run differ (a capacity fraction resolves "
+                         "against each system's own capacity; declare one capacity, --llm-capacity, or give a "
+                         f"rate): {'; '.join(bad[:6])}{more}", "measured")
+    if unknown:
+        return CheckItem("6.1-MUST-4", text, "needs declaration",
+                         f"equal as written; the loads run are not recorded for {', '.join(unknown)}", "none")
+    return CheckItem("6.1-MUST-4", text, "met", f"equal as written and as run: {same} run(s) compared, each "
+                     "with the same load model, arrival, concurrency and rate (within 0.1 %)", "measured")
 
 
 def _hardware_item(runs: Sequence[StoredRun], norm: Sequence[Mapping[str, Any]]) -> CheckItem:
@@ -334,8 +428,7 @@ def compare_systems(runs: Sequence[StoredRun | Sequence[StoredRun]], *, figures:
     equiv.append(CheckItem("6.1-MUST-1", "Identical workload (same requests, same order, same seeds)", _status(ok), d))
     ok, d = same(["boundary"])
     equiv.append(CheckItem("6.1-MUST-2", "Equivalent SUT boundary", _status(ok), d))
-    ok, d = same(["parameters.load"])
-    equiv.append(CheckItem("6.1-MUST-4", "Same load model and parameters", _status(ok), d))
+    equiv.append(_load_item(procs, same(["parameters.load"])))
     # §6.2 normalisation of the maximum output throughput a procedure declares (5.2's), else the first
     # procedure with an output throughput (issue 48: not a run at a fraction of capacity when a maximum exists)
     norm = []

@@ -165,8 +165,8 @@ RATE_REL_TOL = 1e-3
 
 def resolved_loads(proc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """The loads a stored procedure actually ran (§6.1-MUST-4), by run label (rate suffix removed):
-    ``model``, ``arrival``, ``rate`` (req/s, a capacity fraction resolved), ``concurrency``, and where the
-    rate came from (``capacity_rate``, ``capacity_source``). A document whose runs do not record their
+    ``model``, ``arrival``, ``rate`` (req/s, a capacity fraction resolved), ``concurrency``, and the
+    capacity the rate is a fraction of (``capacity_rate``). A document whose runs do not record their
     load gives its primary run's resolved load (``facts.load``)."""
     result = proc.get("result") or {}
     out: dict[str, dict[str, Any]] = {}
@@ -175,8 +175,7 @@ def resolved_loads(proc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         if isinstance(ld, Mapping) and ld.get("model"):
             out[_RATE_SUFFIX.sub("", str(run.get("label")))] = {
                 "model": ld.get("model"), "arrival": ld.get("arrival"), "rate": ld.get("rate"),
-                "concurrency": ld.get("concurrency"), "capacity_rate": spec.get("capacity_rate"),
-                "capacity_source": spec.get("capacity_source")}
+                "concurrency": ld.get("concurrency"), "capacity_rate": spec.get("capacity_rate")}
     if not out:
         ld = (result.get("facts") or {}).get("load") or {}
         if ld.get("model"):

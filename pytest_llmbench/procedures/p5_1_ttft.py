@@ -270,6 +270,11 @@ class TTFT(ProcedureRun[TTFTParams]):
             "5.1.5-SHOULD-1": decide("5.1.5-SHOULD-1", rows=list(written)),
             "5.1.5-SHOULD-2": decide("5.1.5-SHOULD-2", samples=len(out.plots.get("ttft_samples_s") or ())),
         }
+        if "resolved_rate" in self.load_desc:  # a capacity fraction: the rate is as good as the capacity (issue 48)
+            d = self.load_desc
+            checks["5.1.2-MUST-6"] = decide("5.1.2-MUST-6", rate=d["resolved_rate"], fraction=d["capacity_fraction"],
+                                            capacity=d["capacity_rate"], standing=d.get("capacity_standing"),
+                                            capacity_source=str(d.get("capacity_source") or ""))
         for i, (what, (line, source)) in enumerate(self.config_summary.items(), start=1):
             key = self.DECLARED_LINES.get(what)
             checks[f"5.1.5-MUST-{i}"] = decide(f"5.1.5-MUST-{i}", line=line, what=what, key=key, source=source)

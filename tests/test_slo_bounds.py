@@ -382,3 +382,33 @@ def test_a_verdict_held_back_by_drift_says_so_when_it_settles(tmp_path) -> None:
     assert final.verdict is SLOVerdict.PASS
     assert "[drift: not stopped at the look(s) at 459 requests" in final.message
     assert "over the run: first half 0 of 459" in final.message and "still drifting" not in final.message
+
+
+def test_each_look_keeps_both_bounds_and_the_report_draws_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 47 (g): the bound narrowing against the limit, look by look (StopCondition.trace ->
+    run extra look_trace -> report/looks.py). 2 beyond 500 ms of the first 918: INCONCLUSIVE at 459 (one
+    beyond), PASS at 918."""
+    import re
+
+    from pytest_llmbench.measure.stats.bounds import share_bounds
+    from pytest_llmbench.report.looks import look_figures
+
+    ttfts: list[float | None] = [100.0] * 918
+    ttfts[100], ttfts[700] = 900.0, 900.0
+    stop = StopCondition(["ttft.p99 <= 500ms"], planned=4000)
+    first = _first_n(tmp_path, ttfts)
+    assert not stop.should_stop(first(459), sent=459).stop and stop.should_stop(first(918), sent=918).stop
+    pts = stop.trace[0]
+    assert [(p["look"], p["exceedances"], p["verdict"]) for p in pts] == [(459, 1.0, "INCONCLUSIVE"), (918, 2.0, "PASS")]
+    c = 1 - 0.05 / 5
+    assert (pts[1]["lower"], pts[1]["upper"]) == pytest.approx(share_bounds(2, 918, c))
+    assert pts[0]["limit"] == pytest.approx(0.01)
+    assert pts[0]["upper"] > pts[0]["limit"] > pts[1]["upper"]  # the band narrowed below the limit
+    result = {"runs": [{"label": "measure", "extra": {"stopped": "decided", "stopped_at_look": 918,
+                                                      "look_trace": [{"slo": "ttft.p99 <= 500ms", "points": pts}]}},
+                       {"label": "other", "extra": {}}]}
+    (fig,) = look_figures(result)
+    assert 'data-kind="slo-looks"' in fig.svg and 'data-label="limit 1%"' in fig.svg
+    assert re.findall(r'data-verdict="(\w+)"', fig.svg) == ["INCONCLUSIVE", "PASS"]
+    assert 'data-label="stopped at 918"' in fig.svg and "stopped at 918" in fig.caption
+    assert "Last look: PASS at 918 requests, 2 beyond" in fig.caption

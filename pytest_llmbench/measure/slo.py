@@ -49,7 +49,7 @@ import numpy as np
 from . import registry
 from .chunking import ITL_NOT_MEASURABLE
 from .stats import MIN_SAMPLES, Estimate, batch_means_mean
-from .stats.bounds import ShareDecision, SLOVerdict, burst_design_effect, share_verdict
+from .stats.bounds import ShareDecision, SLOVerdict, burst_design_effect, share_bounds, share_verdict
 from .stats.bounds import design_effect as _design_effect_of
 from .stats.drift import Drift, halves_drift
 from .stats.sequential import LookSchedule, look_schedule
@@ -1347,6 +1347,9 @@ class StopCondition:
         self.settled: dict[int, tuple[int, SLOResult, float]] = {}
         #: per SLO: the looks whose PASS/FAIL was not settled because the halves drifted against it
         self.drift: dict[int, list[tuple[int, Drift]]] = {}
+        #: per percentile SLO: each look's two bounds on the share beyond its threshold (the report's plot of
+        #: the bound narrowing against the limit, report/looks.py)
+        self.trace: dict[int, list[dict[str, Any]]] = {}
         self._complete: dict[int, set[int]] = {}
 
     @property
@@ -1391,6 +1394,7 @@ class StopCondition:
                 self.drift.setdefault(i, []).append((int(sent), drift))
                 results[-1] = r = replace(r, message=r.message + f" [drift against {r.verdict.value}: "
                                           f"{drift.text(_fmt_of(slo))}: not settled at this look, the run goes on]")
+            self._trace(i, slo, r, int(sent), in_flight, held=drift is not None and drift.drifting)
             if settles:
                 self.settled[i] = (sent, r, effect)
             elif in_flight == 0 and sent not in self._complete.setdefault(i, set()):
@@ -1407,6 +1411,21 @@ class StopCondition:
             held = [self.slos[i].text or str(self.slos[i]) for i, d in self.drift.items() if d[-1][0] == sent]
             reason += f" (drift held back {', '.join(held)})" if held else ""
         return StopDecision(done, int(sent), tuple(results), reason)
+
+    def _trace(self, i: int, slo: SLO, r: SLOResult, sent: int, in_flight: int, *, held: bool) -> None:
+        """One look of a percentile SLO into :attr:`trace`: both one-sided bounds on the share beyond the
+        threshold at the look's confidence (``share_bounds``), the limit and the verdict."""
+        if slo.percentile is None or r.method not in ("binomial", "requests-share") or not r.n or r.limit is None:
+            return
+        k = float(r.exceedances or 0.0)
+        # in-flight requests count beyond for the upper bound, within for the lower (share_verdict)
+        _, upper = share_bounds(k + in_flight, r.n + in_flight, float(r.confidence or 0.95), r.method,
+                                r.design_effect or 1.0)
+        lower, _ = share_bounds(k, r.n + in_flight, float(r.confidence or 0.95), r.method, r.design_effect or 1.0)
+        self.trace.setdefault(i, []).append({
+            "look": sent, "n": int(r.n), "in_flight": int(in_flight), "exceedances": k, "lower": float(lower),
+            "upper": float(upper), "limit": float(r.limit), "confidence": r.confidence,
+            "verdict": r.verdict.value, "held_by_drift": held})
 
     def final(self, metrics_for: Callable[[int], RunMetricsLike], sent: int, *,
               client_error: ClientError | None = None) -> list[SLOResult]:

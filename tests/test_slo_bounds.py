@@ -404,8 +404,8 @@ def test_each_look_keeps_both_bounds_and_the_report_draws_them(tmp_path) -> None
     assert (pts[1]["lower"], pts[1]["upper"]) == pytest.approx(share_bounds(2, 918, c))
     assert pts[0]["limit"] == pytest.approx(0.01)
     assert pts[0]["upper"] > pts[0]["limit"] > pts[1]["upper"]  # the band narrowed below the limit
-    result = {"runs": [{"label": "measure", "extra": {"stopped": "decided", "stopped_at_look": 918,
-                                                      "look_trace": [{"slo": "ttft.p99 <= 500ms", "points": pts}]}},
+    result = {"runs": [{"label": "measure", "extra": {"stopped": "decided", "look_trace": [
+                           {"slo": "ttft.p99 <= 500ms", "points": pts, "run_stopped_at": 918}]}},
                        {"label": "other", "extra": {}}]}
     (fig,) = look_figures(result)
     assert 'data-kind="slo-looks"' in fig.svg and 'data-label="limit 1%"' in fig.svg

@@ -67,7 +67,8 @@ def test_a_run_stops_early_with_pass_far_from_the_threshold_and_with_fail_below_
         # issue 47 (g): the run keeps each look's bounds, and report.html draws them (report/looks.py)
         (trace,) = run["extra"]["look_trace"]
         last = trace["points"][-1]
-        assert trace["slo"] == slo and last["look"] == m["stopped_at_look"] and last["verdict"] == verdict
+        assert trace["slo"] == slo and last["look"] == m["stopped_at_look"] == trace["run_stopped_at"]
+        assert last["verdict"] == verdict
         assert (last["upper"] < last["limit"]) if verdict == "PASS" else (last["lower"] > last["limit"])
     html = (pytester.path / "rep" / "report.html").read_text()
     assert html.count('data-kind="slo-looks"') == 2 and "SLO bounds at each look" in html

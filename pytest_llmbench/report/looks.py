@@ -2,7 +2,7 @@
 
 ``--llm-stop-when-decided`` judges each percentile SLO at a fixed schedule of looks; the run's ``extra``
 (``procedures[].result.runs[].extra.look_trace``, written by ``procedures/stopping.py``) keeps, per SLO and
-look, both one-sided bounds on the share of requests beyond the threshold and the limit the share must stay
+look (and the look the run stopped at, ``run_stopped_at``), both one-sided bounds on the share of requests beyond the threshold and the limit the share must stay
 under (``1 - q`` for ``P_q <= X``). :func:`look_figures` draws one small chart per SLO from it: the band
 between the bounds narrows as requests arrive; PASS once the upper bound is below the limit, FAIL once the
 lower bound is above it. Nothing but the document is read.
@@ -63,5 +63,5 @@ def look_figures(result: Mapping[str, Any]) -> list[Figure]:
         extra = run.get("extra") or {}
         for t in extra.get("look_trace") or []:
             if t.get("points"):
-                out.append(_chart(str(run.get("label")), str(t.get("slo")), t["points"], extra.get("stopped_at_look")))
+                out.append(_chart(str(run.get("label")), str(t.get("slo")), t["points"], t.get("run_stopped_at")))
     return out

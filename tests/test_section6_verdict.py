@@ -237,3 +237,21 @@ def test_61_must_4_compares_the_loads_as_run(store: Path) -> None:
     item = next(i for i in compare_systems([load_run(n, store) for n in ("base", "rerun")]).equivalence
                 if i.id == "6.1-MUST-4")
     assert "poisson 10 req/s (of capacity 20 req/s) / poisson 11 req/s (of capacity 22 req/s)" in item.detail
+
+
+def test_no_section6_item_is_a_constant_outside_construction(store: Path) -> None:
+    """Issue 48 (d): every §6 item's outcome is observed, or labelled construction with its reason: the items
+    that read only the comparison's own text (6.2-REPORT-3, 6.4-REPORT-1) carry the label; the others move
+    with the stored runs (here: hardware declared different, a GPU count and price for one run only)."""
+    c = compare_systems([load_run(n, store) for n in ("base", "rerun")])
+    items = {i.id: i for i in c.equivalence + c.reporting + c.checklist}
+    for rid in ("6.2-REPORT-3", "6.4-REPORT-1"):
+        assert items[rid].source == "construction" and "construction" in items[rid].detail, items[rid]
+    _other_machine(store)
+    _hardware(store, "0001_base", {"accelerator": "H100-SXM", "count": 8, "memory": "80GB"})
+    _hardware(store, "0002_rerun", {"accelerator": "A100", "count": 4, "memory": "40GB"})
+    moved = {i.id: i for i in (lambda x: x.equivalence + x.reporting + x.checklist)(
+        compare_systems([load_run(n, store) for n in ("base", "rerun")], prices={"0001_base": 20}))}
+    changed = {rid for rid in items if (items[rid].status, items[rid].detail) != (moved[rid].status, moved[rid].detail)}
+    assert {"6.1-MUST-3", "6.2-REPORT-1", "6.2-REPORT-2"} <= changed
+    assert moved["6.2-REPORT-2"].status == "not met"  # a price for one run only

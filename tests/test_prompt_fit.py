@@ -152,3 +152,42 @@ def test_reference_text_prompts_are_checked_by_a_preflight_request(pytester: pyt
     assert list(root.rglob("preflight/records.jsonl"))
     doc = json.loads((root / "results.json").read_text())
     assert '"reference-text"' in json.dumps(doc)
+
+
+def test_a_hook_failure_without_text_still_names_what_failed() -> None:
+    """A body hook whose server call raised an exception with no text (httpx's ReadTimeout under load): the
+    record fails ``protocol`` unsent, and its message names the hook and the exception (seen live: an empty
+    "prompt fitting: " on vLLM at concurrency 16)."""
+    import asyncio
+
+    import httpx
+
+    from pytest_llmbench.client import ClientConfig, LLMClient
+    from pytest_llmbench.common.records import ErrorType
+
+    class TimesOut:
+        name = "prompt fitting"
+
+        def ready(self, spec: RequestSpec) -> bool:
+            return False
+
+        async def prepare(self, spec: RequestSpec) -> None:
+            raise httpx.ReadTimeout("")
+
+        def __call__(self, spec: RequestSpec, body: dict) -> dict:
+            return body
+
+        def describe(self) -> dict:
+            return {}
+
+        async def aclose(self) -> None:
+            pass
+
+    async def send() -> object:
+        async with LLMClient(ClientConfig(base_url="http://127.0.0.1:9/v1", model=MODEL, api="completions"),
+                             tokenizer=None, body_hook=TimesOut()) as c:
+            return await c.send(RequestSpec(index=0, workload="w", input_tokens=4, max_tokens=2, prompt_text="a b"))
+
+    rec = asyncio.run(send())
+    assert not rec.ok and rec.error_type == ErrorType.PROTOCOL and not rec.sent_ns
+    assert rec.error_message == "prompt fitting: ReadTimeout"

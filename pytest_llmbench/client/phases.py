@@ -5,13 +5,14 @@ Run once per request after its response is read (``LLMClient._complete``), never
 path. Where the user says the model writes its reasoning as ``<think>...</think>`` inside the content
 (``ClientConfig.think_tags``, ``--llm-think-tags``), :func:`split_think_tags` first moves that text from
 each chunk's content to its reasoning, the tags dropped, and TTFT's first content token is found again
-among what is left (§5.1.3.1: reasoning is not content). A phase's first and last times are the arrivals
-of its first and last non-whitespace fragments; ``first_any_ns`` (ttfa) is the first of them all.
+among what is left (§5.1.3.1: reasoning is not content); then ``records.assign_phases`` sets each phase's
+first and last times, the arrivals of its first and last non-whitespace fragments (``first_any_ns``, ttfa,
+the first of them all).
 """
 
 from __future__ import annotations
 
-from ..common.records import RequestRecord
+from ..common.records import RequestRecord, assign_phases
 
 __all__ = ["THINK_CLOSE", "THINK_OPEN", "assign_phases", "split_think_tags", "think_spans"]
 
@@ -92,36 +93,3 @@ def split_think_tags(rec: RequestRecord, open_tag: str = THINK_OPEN, close_tag: 
     rec.first_token_ns = next((ns for ns, t in zip(rec.chunk_ns, texts) if t and not t.isspace()), None)
     rec.reasoning_source = "tags"
     return True
-
-
-def _first_last(ns: list[int], parts: list[str]) -> tuple[int | None, int | None]:
-    """Arrival of the first and the last chunk whose ``parts`` entry has a non-whitespace character."""
-    first = next((t for t, p in zip(ns, parts) if p and not p.isspace()), None)
-    if first is None:
-        return None, None
-    last = next(ns[i] for i in range(min(len(ns), len(parts)) - 1, -1, -1) if parts[i] and not parts[i].isspace())
-    return first, last
-
-
-def assign_phases(rec: RequestRecord) -> None:
-    """Each phase's first and last arrival into ``rec`` (and ``first_any_ns``). Without reasoning or a tool
-    call this reads the content from its end back to its last fragment only."""
-    ns, texts = rec.chunk_ns, rec.chunk_text
-    tool = rec.chunk_tool
-    if tool and len(tool) < len(texts):  # a stream that broke off after a tool-call delta
-        tool.extend([""] * (len(texts) - len(tool)))
-    if rec.first_token_ns is not None:
-        rec.content_last_ns = next(
-            (ns[i] for i in range(min(len(ns), len(texts)) - 1, -1, -1) if texts[i] and not texts[i].isspace()),
-            rec.first_token_ns)
-    first = rec.first_token_ns
-    if any(rec.chunk_reasoning):
-        rec.reasoning_first_ns, rec.reasoning_last_ns = _first_last(ns, rec.chunk_reasoning)
-        if rec.reasoning_first_ns is not None:
-            rec.reasoning_source = rec.reasoning_source or "field"
-            first = rec.reasoning_first_ns if first is None else min(first, rec.reasoning_first_ns)
-    if tool and any(tool):
-        rec.tool_first_ns, rec.tool_last_ns = _first_last(ns, tool)
-        if rec.tool_first_ns is not None:
-            first = rec.tool_first_ns if first is None else min(first, rec.tool_first_ns)
-    rec.first_any_ns = first

@@ -209,3 +209,24 @@ def test_hidden_and_undetermined_standings() -> None:
     assert unknown.reasoning_standing == "undetermined"
     close = make_record(output_tokens_server=12, output_tokens_client=10)
     assert close.reasoning_standing == "none"
+
+
+def test_a_custom_workload_passes_request_fields_through() -> None:
+    """reasoning_effort and the like, from the workload spec to every request body (issue 49)."""
+    from pytest_llmbench.client.config import build_body
+    from pytest_llmbench.workloads.core import WorkloadError, dumps_requests
+    from pytest_llmbench.workloads.custom import build_custom
+
+    spec = {"input_length": {"type": "fixed", "value": 40, "unit": "tokens", "tokenizer": "cl100k_base"},
+            "output_length": {"type": "fixed", "value": 8, "unit": "tokens", "control": "max_tokens"},
+            "content": {"domain": "conversation", "language": "English", "system_prompt": False,
+                        "system_prompt_tokens": 0},
+            "prefix_sharing": {"fraction": 0, "length": "none"}}
+    plain = build_custom(spec, n=2, seed=1)
+    wl = build_custom({**spec, "request_fields": {"reasoning_effort": "high"}}, n=2, seed=1)
+    body = build_body(ClientConfig(base_url=URL, model="m", api="chat"), wl.specs[0])
+    assert body["reasoning_effort"] == "high" and "reasoning_effort" not in build_body(
+        ClientConfig(base_url=URL, model="m", api="chat"), plain.specs[0])
+    assert b"request_fields" not in dumps_requests(plain.specs)  # a workload without them hashes as before
+    with pytest.raises(WorkloadError, match="request_fields may not set max_tokens"):
+        build_custom({**spec, "request_fields": {"max_tokens": 5}}, n=1, seed=1)

@@ -128,3 +128,15 @@ def test_a_tool_call_is_a_phase_of_its_own() -> None:
     assert pr["ttfa"] == approx([0.050]) and pr["ttft"] == approx([0.090])
     assert pr["itl_tool"] == approx([0.010 / 3])
     assert m.scalar("phase_share_tool").value == approx(40 / 90)
+
+
+def test_the_aiperf_export_reads_the_phases() -> None:
+    """AIPerf's reasoning fields from the same data: its TTFT is ttfa, TTFO our TTFT, reasoning_token_count
+    the client's count of the streamed reasoning, usage_reasoning_tokens the server's."""
+    from pytest_llmbench.measure.export_aiperf import aiperf_record_lines
+
+    rec = thinker(0)
+    (line,) = aiperf_record_lines([rec], summarize([rec]))
+    m = {k: v["value"] for k, v in line["metrics"].items()}
+    assert m["time_to_first_token"] == approx(50.0) and m["time_to_first_output_token"] == approx(200.0)
+    assert m["reasoning_token_count"] == 3 and m["usage_reasoning_tokens"] == 3 and m["output_token_count"] == 3

@@ -80,3 +80,31 @@ def test_an_unobservable_slo_says_so_in_the_table() -> None:
                                                       "method": r.method, "value": None, "judged": r.n, "n": r.n}]}
     (row,) = slo_rows({"tests": [test]})
     assert row[2] == "INCONCLUSIVE" and row[-1] == "not observable in this run (its message says why)"
+
+
+def test_an_embedded_run_with_hidden_reasoning_is_flagged_end_to_end(pytester: pytest.Pytester) -> None:
+    """The plugin with --llm-sim-reasoning hidden: 5.1's thinking-time SLO is INCONCLUSIVE with the reason
+    (kept in slo_results), and summary.md, the report and 5.1's notes say "hidden reasoning" with the
+    reasoning tokens the server counted."""
+    pytester.makepyfile(test_think='''
+import pytest
+
+@pytest.mark.llm_procedure("5.1", slo=["thinking_time.p50 <= 5s"])
+def test_ttft(llm_result):
+    pass
+''')
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--llm-report", "rep",
+                                           "--llm-sim-reasoning", "hidden", "--llm-api", "chat",
+                                           "--llm-capacity", "rate=40", "--llm-max-duration", "15", timeout=600)
+    result.assert_outcomes(failed=1)  # INCONCLUSIVE fails by default (--llm-inconclusive fail)
+    doc = json.loads((pytester.path / "rep" / "results.json").read_text())
+    (judged,) = doc["tests"][0]["slo_results"]
+    assert judged["outcome"] == "INCONCLUSIVE" and "hidden reasoning" in judged["message"]
+    p51 = next(p for p in doc["procedures"] if p["procedure"] == "5.1")
+    run = p51["result"]["runs"][0]["metrics"]
+    hidden = int(run["scalars"]["hidden_reasoning_tokens"]["value"])
+    assert hidden > 0 and run["scalars"]["hidden_reasoning_requests"]["value"] == p51["result"]["measurements"]["requests"]
+    assert any(n.startswith("hidden reasoning: ") and f"{hidden} reasoning tokens" in n for n in p51["result"]["notes"])
+    summary = (pytester.path / "rep" / "summary.md").read_text()
+    assert "**hidden reasoning (TTFT and ITL include unobserved thinking" in summary and f"{hidden:,} reasoning" in summary
+    assert 'data-plot="phases"' in (pytester.path / "rep" / "report.html").read_text()

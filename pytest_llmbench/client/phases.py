@@ -91,5 +91,5 @@ def split_think_tags(rec: RequestRecord, open_tag: str = THINK_OPEN, close_tag: 
             reasoning[i] = reasoning[i] + "".join(thought)
         start = end
     rec.first_token_ns = next((ns for ns, t in zip(rec.chunk_ns, texts) if t and not t.isspace()), None)
-    rec.reasoning_source = "tags"
+    rec.reasoning_source = "tags" if any(reasoning) else rec.reasoning_source
     return True

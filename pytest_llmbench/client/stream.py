@@ -263,6 +263,8 @@ class ResponseReader:
             rec.chunk_ns.append(now)
             rec.chunk_text.append(content)
             rec.chunk_reasoning.append(reasoning)
+            if reasoning:
+                rec.reasoning_source = "field"
             if content and not content.isspace():
                 rec.first_token_ns = now
             rec.finish_reason = c.get("finish_reason")
@@ -369,6 +371,7 @@ class ResponseReader:
                                         if reasoning:  # aligned with this chunk's text
                                             chunk_reasoning.extend([""] * (len(chunk_text) - len(chunk_reasoning)))
                                             chunk_reasoning.append(reasoning)
+                                            rec.reasoning_source = "field"
                                         if delta.get("refusal"):  # OpenAI: the refusal streams instead of content
                                             rec.refusal = (rec.refusal or "") + delta["refusal"]
                                         tool_calls = delta.get("tool_calls")
@@ -382,6 +385,7 @@ class ResponseReader:
                                 if reasoning:  # completions reasoning (choices[0].reasoning_content)
                                     chunk_reasoning.extend([""] * (len(chunk_text) - len(chunk_reasoning)))
                                     chunk_reasoning.append(reasoning)
+                                    rec.reasoning_source = "field"
                             fr = c.get("finish_reason")
                         text_app(content)
                         if not first_token and content and not content.isspace():

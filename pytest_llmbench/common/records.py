@@ -236,7 +236,7 @@ class RequestRecord:
     tool_first_ns: int | None = None
     tool_last_ns: int | None = None
     content_last_ns: int | None = None  # the first is first_token_ns (TTFT_RULE)
-    reasoning_source: str | None = None  # REASONING_SOURCES, None: no reasoning text arrived
+    reasoning_source: str | None = None  # REASONING_SOURCES, None: no reasoning text arrived (set by the reader)
     # --- token counts (§4.4.2) ------------------------------------------------------------
     input_tokens_client: int | None = None
     output_tokens_client: int | None = None
@@ -398,9 +398,10 @@ def _first_last(ns: list[int], parts: list[str]) -> tuple[int | None, int | None
     return first, last
 
 
-def phase_times(rec: RequestRecord) -> PhaseTimes:
-    """Each phase's first and last arrival, from the record's chunks (issue 49). Without reasoning or a
-    tool call it reads the content from its end back to its last fragment only (a few chunks)."""
+def phase_times(rec: RequestRecord, reasoning: bool | None = None) -> PhaseTimes:
+    """Each phase's first and last arrival, from the record's chunks (issue 49). ``reasoning``: whether any
+    reasoning text arrived, when the caller knows (the client does: ``reasoning_source``); None looks. Without
+    reasoning or a tool call it reads the content from its end back to its last fragment only (a few chunks)."""
     ns, texts = rec.chunk_ns, rec.chunk_text
     content_last = None
     if rec.first_token_ns is not None:
@@ -409,7 +410,7 @@ def phase_times(rec: RequestRecord) -> PhaseTimes:
             rec.first_token_ns)
     first = rec.first_token_ns
     r_first = r_last = t_first = t_last = None
-    if any(rec.chunk_reasoning):
+    if any(rec.chunk_reasoning) if reasoning is None else reasoning:
         r_first, r_last = _first_last(ns, rec.chunk_reasoning)
         if r_first is not None:
             first = r_first if first is None else min(first, r_first)
@@ -421,15 +422,17 @@ def phase_times(rec: RequestRecord) -> PhaseTimes:
 
 
 def assign_phases(rec: RequestRecord) -> None:
-    """:func:`phase_times` into the record's phase fields (records format 2.2), once its response is read."""
+    """:func:`phase_times` into the record's phase fields (records format 2.2), once its response is read.
+    The reader marks a record that received reasoning text (``reasoning_source``), so a record without any
+    is not scanned for it; ``reasoning_source`` stays only where a non-whitespace fragment arrived."""
     tool = rec.chunk_tool
     if tool and len(tool) < len(rec.chunk_text):  # a stream that broke off after a tool-call delta
         tool.extend([""] * (len(rec.chunk_text) - len(tool)))
-    p = phase_times(rec)
+    p = phase_times(rec, rec.reasoning_source is not None)
     rec.first_any_ns, rec.reasoning_first_ns, rec.reasoning_last_ns = p.first_any, p.reasoning_first, p.reasoning_last
     rec.tool_first_ns, rec.tool_last_ns, rec.content_last_ns = p.tool_first, p.tool_last, p.content_last
-    if p.reasoning_first is not None and rec.reasoning_source is None:
-        rec.reasoning_source = "field"
+    if p.reasoning_first is None:
+        rec.reasoning_source = None
 
 
 @dataclass(frozen=True, slots=True)

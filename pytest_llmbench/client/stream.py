@@ -4,7 +4,10 @@ JSON body; usage, finish reason, refusals and in-stream errors (§4.2.6, §4.8.1
 Every chunk is stamped with ``time.perf_counter_ns()`` at the read that completed its ``data:``
 event (one clock read per socket read; the events of one read are parsed in one pass and all carry
 that read's stamp, never a later one). The first token is the first chunk whose *content* has a
-non-whitespace character (``records.TTFT_RULE``, §5.1.3.1). The common streamed object (content
+non-whitespace character (``records.TTFT_RULE``, §5.1.3.1). Reasoning (``delta.reasoning_content`` or
+``delta.reasoning`` on chat, ``choices[0].reasoning_content`` on completions) and tool-call arguments
+(``delta.tool_calls``) are kept per chunk beside the content (``chunk_reasoning``, ``chunk_tool``): the
+phases of a reasoning model's answer (issue 49), timed once the response is read (``records.assign_phases``). The common streamed object (content
 alone) is decoded typed, only the fields read (:func:`_chunk_decoder`); every other one as a dict,
 with the same result. Per-chunk token counts are assigned
 after the stream ends by tokenizing the joined output once (:func:`assign_chunk_tokens`, §4.6.3).
@@ -81,9 +84,10 @@ if _msgspec is not None:  # gc=False: decoded JSON holds no cycle, so the collec
         delta: _Delta | None = None
         text: str | None = None
         finish_reason: str | None = None
-        #: completions reasoning (``choices[0].reasoning_content``): only null decodes, so a choice that
+        #: completions reasoning (``choices[0].reasoning_content`` or ``.reasoning``): only null decodes, so a choice that
         #: carries reasoning is read as a dict, and the common completions chunk pays nothing for it
         reasoning_content: None = None
+        reasoning: None = None
 
 
 @functools.lru_cache(maxsize=None)

@@ -15,7 +15,8 @@ Conventions (named in :data:`DEFINITIONS`):
 * Latency metrics are defined for successful requests only (``record.ok``); failed requests
   count in error/success rates and goodput denominators, ``cancelled`` ones in neither.
 * TTFT follows §5.1.3.1 (``record.first_token_ns``: first non-whitespace *content*; reasoning
-  excluded). ``ttft_any_chunk`` uses the first SSE chunk of any kind.
+  excluded). ``ttft_any_chunk`` uses the first SSE chunk of any kind, ``ttfa`` the first non-whitespace
+  fragment of any kind (reasoning, tool call, content; the phases, ``metrics/phases.py``).
 * ITL per §5.4.3 from the first content token on, under one of the §4.6.3 options:
   ``A`` inter-chunk time (reported as "time between chunks"), ``B`` every token of a chunk gets
   the chunk's arrival time (the draft's literal text: an N-token chunk adds N-1 zero samples),

@@ -113,8 +113,9 @@ def test_phase_metrics_are_slo_able_and_judged_on_a_streamed_run() -> None:
 def test_reasoning_tokens_come_from_the_server_else_the_tokenizer() -> None:
     no_usage = thinker(0, usage=False)
     assert no_usage.reasoning_token_method.startswith("client tokenizer")
-    pr = summarize([no_usage]).per_request
-    assert pr["reasoning_tokens"] == approx([3])
+    m = summarize([no_usage, thinker(1, sent=1000.0)])
+    assert m.per_request["reasoning_tokens"] == approx([3, 3])
+    assert m.scalar("reasoning_tokens_from_usage").value == 1  # the method named: one by usage, one by tokenizer
     served = thinker(0)
     served.usage["completion_tokens_details"]["reasoning_tokens"] = 4  # the server counts one more
     assert summarize([served]).per_request["reasoning_tokens"] == approx([4])

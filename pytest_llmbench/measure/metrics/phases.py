@@ -63,6 +63,17 @@ def reasoning_tokens(reasoning_token_counts: np.ndarray, okf: np.ndarray) -> np.
     return np.where(reasoning_token_counts > 0, reasoning_token_counts, NAN) * okf
 
 
+@metric("Reasoning counted by the server", "requests", kind="scalar", section=_SECTION, aggregation=COUNT)
+def reasoning_tokens_from_usage(u_reasoning: np.ndarray, reasoning_tokens: np.ndarray, ok: np.ndarray,
+                                phased: bool) -> Estimate | None:
+    """successful requests whose reasoning_tokens came from the server's usage; the others' from the reference
+    tokenizer's count of the streamed reasoning (§4.4.2: the method named)
+    """
+    if not phased:
+        return None
+    return count(int((ok & ~np.isnan(reasoning_tokens) & ~np.isnan(u_reasoning)).sum()))
+
+
 @metric("Reasoning token rate", "tokens/s", "higher", section=_SECTION, slo=True, phase=True)
 def reasoning_token_rate(reasoning_tokens: np.ndarray, thinking_time: np.ndarray) -> np.ndarray:
     """reasoning tokens / thinking time"""

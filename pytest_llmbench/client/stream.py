@@ -7,11 +7,11 @@ that read's stamp, never a later one). The first token is the first chunk whose 
 non-whitespace character (``records.TTFT_RULE``, §5.1.3.1). Reasoning (``delta.reasoning_content`` or
 ``delta.reasoning`` on chat, ``choices[0].reasoning_content`` on completions) and tool-call arguments
 (``delta.tool_calls``) are kept per chunk beside the content (``chunk_reasoning``, ``chunk_tool``): the
-phases of a reasoning model's answer (issue 49), timed once the response is read (``records.assign_phases``). The common streamed object (content
-alone) is decoded typed, only the fields read (:func:`_chunk_decoder`); every other one as a dict,
-with the same result. Per-chunk token counts are assigned
-after the stream ends by tokenizing the joined output once (:func:`assign_chunk_tokens`, §4.6.3).
-A server's own extensions of a streamed object (llama.cpp ``timings``, the simulator's
+phases of a reasoning model's answer (issue 49), timed once the response is read
+(``records.assign_phases``). The common streamed object (content alone) is decoded typed, only the
+fields read (:func:`_chunk_decoder`); every other one as a dict, with the same result. Per-chunk token
+counts are assigned after the stream ends by tokenizing the joined output once
+(:func:`assign_chunk_tokens`, §4.6.3). A server's own extensions of a streamed object (llama.cpp ``timings``, the simulator's
 ``llmbench_timing``) are its adapter's to read (``ServerAdapter.parse_extensions``).
 """
 
@@ -84,8 +84,8 @@ if _msgspec is not None:  # gc=False: decoded JSON holds no cycle, so the collec
         delta: _Delta | None = None
         text: str | None = None
         finish_reason: str | None = None
-        #: completions reasoning (``choices[0].reasoning_content`` or ``.reasoning``): only null decodes, so a choice that
-        #: carries reasoning is read as a dict, and the common completions chunk pays nothing for it
+        #: completions reasoning (``choices[0].reasoning_content`` or ``.reasoning``): only null decodes, so a
+        #: choice that carries reasoning is read as a dict, and the common completions chunk pays nothing for it
         reasoning_content: None = None
         reasoning: None = None
 

@@ -165,7 +165,8 @@ def reasoning_undetermined_requests(reasoning_standing: np.ndarray, ok: np.ndarr
 
 
 @metric("Ended while thinking", "requests", "lower", kind="scalar", section=_SECTION, aggregation=COUNT)
-def ended_while_thinking(first_reasoning_ns: np.ndarray, answer_start_ns: np.ndarray, ok: np.ndarray, phased: bool) -> Estimate | None:
+def ended_while_thinking(first_reasoning_ns: np.ndarray, answer_start_ns: np.ndarray, ok: np.ndarray,
+                         phased: bool) -> Estimate | None:
     """successful requests whose reasoning streamed and that ended with no content or tool call (thinking
     counts against max_tokens): they have no TTFT, and are counted here instead of dropped silently
     """
@@ -189,8 +190,9 @@ def phase_spans(ok: np.ndarray, sent_ns: np.ndarray, end_ns: np.ndarray, has_end
     thinking = np.where(np.isnan(r0), 0.0, np.fmin(ans, end) - r0)
     tool = np.where(np.isnan(t0), 0.0, np.fmin(c0, end) - t0)
     visible = np.where(np.isnan(c0), 0.0, end - c0)
-    return {"waiting": float((first_any_ns[sel] - sent).sum()) * NS, "thinking": float(np.maximum(thinking, 0).sum()) * NS,
-            "tool": float(np.maximum(tool, 0).sum()) * NS, "visible": float(visible.sum()) * NS,
+    return {"waiting": float((first_any_ns[sel] - sent).sum()) * NS,
+            "thinking": float(np.maximum(thinking, 0).sum()) * NS, "tool": float(np.maximum(tool, 0).sum()) * NS,
+            "visible": float(visible.sum()) * NS,
             "e2e": float((end - sent).sum()) * NS, "n": float(sel.sum())}
 
 

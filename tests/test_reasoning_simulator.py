@@ -121,3 +121,12 @@ def test_metrics_count_the_thinking(sim: SimulatorProcess) -> None:
     out = sum(r.output_tokens_server for r in recs)
     assert after["llmbench:reasoning_tokens_total"] - before.get("llmbench:reasoning_tokens_total", 0) == think
     assert after["llmbench:generation_tokens_total"] - before["llmbench:generation_tokens_total"] == out
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_a_whole_answer_carries_its_reasoning(sim: SimulatorProcess, api: str) -> None:
+    """stream=false: chat's message.reasoning_content, completions' choices[0].reasoning_content, the same count."""
+    sim.set_config(reasoning="streamed", tool_call_tokens=0)
+    for r in run(sim, api, n=2, stream=False):
+        assert r.ok and r.reasoning_source == "field"
+        assert r.reasoning_tokens_server and r.reasoning_tokens_client == r.reasoning_tokens_server

@@ -130,3 +130,22 @@ def test_a_whole_answer_carries_its_reasoning(sim: SimulatorProcess, api: str) -
     for r in run(sim, api, n=2, stream=False):
         assert r.ok and r.reasoning_source == "field"
         assert r.reasoning_tokens_server and r.reasoning_tokens_client == r.reasoning_tokens_server
+
+
+def test_thinking_goes_ahead_of_a_filtered_answer(sim: SimulatorProcess) -> None:
+    """With the output filter on, the answer's chunks are sent one at a time; the thinking before them
+    still arrives first (the filter checks the answer only). At 0.01 of model time the steps (0.08 ms) outrun
+    the handler, so thinking and answer tokens are ready in the same wake-up."""
+    sim.set_config(reasoning="streamed", tool_call_tokens=0, guardrails="output", guardrail_refusal_rate=0.0,
+                   time_scale=0.01)
+    try:
+        recs = run(sim, "chat", n=4)
+    finally:
+        sim.set_config(guardrails="none", time_scale=CFG.time_scale)
+    for r in recs:
+        assert r.ok and r.reasoning_last_ns is not None
+        if r.first_token_ns is not None:
+            assert r.reasoning_last_ns <= r.first_token_ns
+            last_reasoning = max(i for i, t in enumerate(r.chunk_reasoning) if t)
+            first_content = min(i for i, t in enumerate(r.chunk_text) if t.strip())
+            assert last_reasoning < first_content

@@ -426,6 +426,9 @@ class Simulator:
                     continue  # text held back by a stop string: nothing visible to send
                 chunk = enc.token(piece, t)
                 if guard_ns:  # output filter: a FIFO server checking one chunk at a time
+                    if buf:  # thinking ahead of it goes first, unfiltered (the filter checks the answer)
+                        await send({"type": "http.response.body", "body": b"".join(buf), "more_body": True})
+                        buf = []
                     ready = seq.emit_ns[cursor - 1]  # type: ignore[index]
                     next_out = max(ready, next_out) + guard_ns
                     while (rem := next_out - mono()) > 50_000:

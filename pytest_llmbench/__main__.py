@@ -133,8 +133,8 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         print("error: give a baseline and at least one run to compare with it", file=sys.stderr)
         return 2
     comps = [compare(sides[0], s, rules, force=args.force, confidence=args.confidence) for s in sides[1:]]
-    system = compare_systems([s[0] for s in sides], gpus=_kv(args.gpus, "--gpus"), prices=_kv(args.price, "--price"),
-                             repetitions=[len(s) for s in sides])
+    system = compare_systems(sides, gpus=_kv(args.gpus, "--gpus"), prices=_kv(args.price, "--price"),
+                             confidence=args.confidence)
     docs, system_doc = [c.to_json() for c in comps], system.to_json()
     gate_text = "\n\n".join(render_comparison(d) for d in docs)
     text = render_systems_text(system_doc) + "\n\n" + gate_text

@@ -55,13 +55,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def default_threads() -> int:
-    """``LLMBENCH_LLAMA_THREADS``, else all cores, but 1 on a machine already busier than its cores:
-    llama.cpp's threads spin at barriers, and oversubscribed they measured ~1 tok/s instead of ~13."""
+    """``LLMBENCH_LLAMA_THREADS``, else the cores left by the other pytest-xdist workers of this run (all
+    of them without xdist), but 1 on a machine already busier than its cores: llama.cpp's threads spin at
+    barriers, and oversubscribed they measured ~1 tok/s instead of ~13."""
     env = os.environ.get("LLMBENCH_LLAMA_THREADS")
     if env:
         return max(1, int(env))
     cores = os.cpu_count() or 1
-    return 1 if os.getloadavg()[0] >= cores else cores
+    others = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) - 1
+    return 1 if os.getloadavg()[0] >= cores else max(1, cores - others)
 
 
 def _installed(config: pytest.Config, key: pytest.StashKey[str], install: Callable[[], Any],

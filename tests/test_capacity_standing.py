@@ -46,3 +46,27 @@ def test_5_4_on_a_capacity_of_another_request_shape_is_unmet() -> None:
                  own_shape=FORCED_OUTPUT)
     assert own.holds
 
+
+
+def test_5_1_at_a_fraction_of_a_lower_bound_needs_a_declaration(harness) -> None:
+    """Issue 48 (e): 5.1's default capacity_fraction=0.5 of a capacity whose standing is lower-bound was
+    a silent met of 5.1.2-MUST-6 (a rate existed); now the item needs a declaration, naming the bound."""
+    import asyncio
+
+    from pytest_llmbench.procedures.base import get_procedure
+    from pytest_llmbench.simulator import SimConfig
+
+    proc = get_procedure("5.1")
+    params = proc.make_params("smoke", {"requests": 20, "warmup_requests": 5, "warmup_tokens": 50,
+                                        "warmup_probes": 0, "max_output_tokens": 4})
+    cfg = SimConfig(time_scale=0.05, seed=3)
+    found = {}
+    for standing in ("lower-bound", "measured"):
+        cap = Capacity(rate=40.0, source="measured by 5.2 in this session", standing=standing,
+                       workload="synthetic-uniform", request_shape=FREE_OUTPUT)
+        with harness(cfg, capacity=cap, profile="smoke", seed=4) as (_sim, ctx):
+            found[standing] = asyncio.run(proc.run(ctx, params)).checks["5.1.2-MUST-6"]
+    bound, measured = found["lower-bound"], found["measured"]
+    assert bound.status is Status.NEEDS_DECLARATION and "lower bound" in bound.reason
+    assert "20 req/s = 0.5 x capacity 40 req/s (lower-bound" in bound.reason and bound.key == "5.1.2-MUST-6"
+    assert measured.holds and "(measured: measured by 5.2 in this session)" in measured.reason

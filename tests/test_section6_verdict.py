@@ -171,3 +171,87 @@ def test_4_4_2_should_1_binds_the_comparison(store: Path) -> None:
                for r in c.runs for p in r.document["procedures"]}
     assert item.status == ("met" if counted == {("B", "cl100k_base")} else "not met"), (item, counted)
     assert item in c.verdict.items
+
+
+def test_systems_table_uses_every_repetition_with_a_ci(store: Path) -> None:
+    """Finding 6 (§6.3): the systems table took each system's first repetition and gave no CI; now each
+    cell is the mean over the system's repetitions with its Student-t CI, or a within-run CI of a single
+    run, or says why it has none."""
+    from pytest_llmbench.gate.compare import figure_value
+    from pytest_llmbench.gate.rules import parse_rule
+
+    three = [load_run(n, store) for n in ("1", "2", "3")]
+    c = compare_systems([three, [load_run("3", store)]])
+    assert c.labels[0].endswith("(3 runs)") and len(c.labels) == 2
+    row = next(r for r in c.table if r["figure"] == "ttft.p99")
+    vals = [figure_value(r, r.document["procedures"][0], parse_rule("ttft.p99:0%"))["value"] for r in three]
+    many, one = row["cells"]
+    assert many["n"] == 3 and many["value"] == pytest.approx(sum(vals) / 3)
+    assert many["ci_low"] < many["value"] < many["ci_high"] and "Student-t" in many["method"]
+    assert "(n=3)" in row["values"][0] and "[" in row["values"][0]
+    # one repetition: the figure's within-run CI, labelled as such; an under-sampled P99's CI has no upper
+    # end (300 requests), and the cell says so
+    assert one["n"] == 1 and one["ci_low"] is not None and "within-run" in one["method"]
+    assert one["ci_high"] is None and "no upper end" in one["no_ci"] and "under-sampled" in one["no_ci"]
+    assert row["values"][1].endswith(", —] (n=1)")
+    p50 = next(r for r in c.table if r["figure"] == "ttft.p50")["cells"][1]
+    assert p50["ci_low"] < p50["value"] < p50["ci_high"] and not p50["no_ci"]
+    assert c.verdict and next(i for i in c.reporting if i.id == "6.3-PARAM-1").detail.startswith("1 run(s)")
+    from pytest_llmbench.report.comparison import render_systems_html, render_systems_markdown
+    md, page = render_systems_markdown(c.to_json()), render_systems_html(c.to_json())
+    assert f"ttft.p99, {c.labels[1]}: one repetition, and its within-run CI has no upper end" in md
+    assert "no upper end" in page and "(3 runs)" in page
+
+
+def test_61_must_4_compares_the_loads_as_run(store: Path) -> None:
+    """Finding 6: 6.1-MUST-4 compared the load specs as written, so 5.1 at capacity_fraction=0.5 of two
+    different capacities was "met"; now the loads actually run are compared, with each run's load shown."""
+    c = compare_systems([load_run(n, store) for n in ("base", "rerun")])
+    item = next(i for i in c.equivalence if i.id == "6.1-MUST-4")
+    assert item.status == "met" and item.source == "measured" and "as run: 1 run(s) compared" in item.detail
+
+    def resolved_to(rate: float):
+        def put(d: dict) -> None:
+            d["procedures"][0]["result"]["facts"]["load"]["rate"] = rate
+        return put
+    _edit(store / "0002_rerun" / "results.json", resolved_to(12.0))  # 0.5 x a capacity of 24 req/s
+    c = compare_systems([load_run(n, store) for n in ("base", "rerun")])
+    item = next(i for i in c.equivalence if i.id == "6.1-MUST-4")
+    assert item.status == "not met" and "equal as written, but the loads run differ" in item.detail
+    assert "5.1 measure: poisson 10 req/s / poisson 12 req/s" in item.detail
+    assert "6.1-MUST-4" in {i.id for i in c.verdict.must61_not_met}
+    # a document whose runs record their loads: compared run label by run label (rate suffix dropped),
+    # with the capacity each rate was resolved from
+    def runs_with_loads(rate: float):
+        def put(d: dict) -> None:
+            run = d["procedures"][0]["result"]["runs"][0]
+            run["label"] = f"measure-{rate:g}rps"
+            run["load"] = {"model": "open", "arrival": "poisson", "rate": rate}
+            run["extra"] = {"load_spec": {"capacity_rate": 2 * rate, "capacity_source": "declared"}}
+        return put
+    _edit(store / "0001_base" / "results.json", runs_with_loads(10.0))
+    _edit(store / "0002_rerun" / "results.json", runs_with_loads(10.004))
+    c = compare_systems([load_run(n, store) for n in ("base", "rerun")])
+    assert next(i for i in c.equivalence if i.id == "6.1-MUST-4").status == "met"  # within the stored rounding
+    _edit(store / "0002_rerun" / "results.json", runs_with_loads(11.0))
+    item = next(i for i in compare_systems([load_run(n, store) for n in ("base", "rerun")]).equivalence
+                if i.id == "6.1-MUST-4")
+    assert "poisson 10 req/s (of capacity 20 req/s) / poisson 11 req/s (of capacity 22 req/s)" in item.detail
+
+
+def test_no_section6_item_is_a_constant_outside_construction(store: Path) -> None:
+    """Issue 48 (d): every §6 item's outcome is observed, or labelled construction with its reason: the items
+    that read only the comparison's own text (6.2-REPORT-3, 6.4-REPORT-1) carry the label; the others move
+    with the stored runs (here: hardware declared different, a GPU count and price for one run only)."""
+    c = compare_systems([load_run(n, store) for n in ("base", "rerun")])
+    items = {i.id: i for i in c.equivalence + c.reporting + c.checklist}
+    for rid in ("6.2-REPORT-3", "6.4-REPORT-1"):
+        assert items[rid].source == "construction" and "construction" in items[rid].detail, items[rid]
+    _other_machine(store)
+    _hardware(store, "0001_base", {"accelerator": "H100-SXM", "count": 8, "memory": "80GB"})
+    _hardware(store, "0002_rerun", {"accelerator": "A100", "count": 4, "memory": "40GB"})
+    moved = {i.id: i for i in (lambda x: x.equivalence + x.reporting + x.checklist)(
+        compare_systems([load_run(n, store) for n in ("base", "rerun")], prices={"0001_base": 20}))}
+    changed = {rid for rid in items if (items[rid].status, items[rid].detail) != (moved[rid].status, moved[rid].detail)}
+    assert {"6.1-MUST-3", "6.2-REPORT-1", "6.2-REPORT-2"} <= changed
+    assert moved["6.2-REPORT-2"].status == "not met"  # a price for one run only

@@ -302,3 +302,113 @@ def test_strict_sampling_does_not_settle_a_pass_below_the_sample_rule(tmp_path) 
     assert "[strict sampling" in stop.final(lambda n: run, sent=477)[0].message
     lax = StopCondition(["ttft.p99 <= 500ms"], planned=10_000)
     assert lax.should_stop(run, sent=477).stop
+
+
+# ------------------------------------------------------------------------------ drift (issue 47)
+
+
+def test_the_halves_test_against_hand_computed_fisher_values() -> None:
+    """Fisher's exact one-sided p of the halves: 0 of 250 then 6 of 250 beyond: C(250,6)/C(500,6) summed
+    over the tables at least as extreme = P(all 6 in the second half) = C(250,6)/C(500,6) ~ 0.0151."""
+    from pytest_llmbench.measure.stats.drift import halves_drift
+
+    x = np.zeros(500)
+    x[[260, 300, 340, 380, 420, 460]] = 1
+    d = halves_drift(x, "PASS")
+    assert (d.n1, d.k1, d.n2, d.k2) == (250, 0, 250, 6)
+    assert d.share_p == pytest.approx(math.comb(250, 6) / math.comb(500, 6), rel=1e-9) and d.drifting
+    assert halves_drift(x, "FAIL").share_p == pytest.approx(1.0) and not halves_drift(x, "FAIL").drifting
+    even = np.zeros(500)
+    even[[10, 100, 200, 300, 400, 490]] = 1  # 3 and 3: no drift either way
+    assert not halves_drift(even, "PASS").drifting and not halves_drift(even, "FAIL").drifting
+    assert halves_drift(np.full(10, 0.5), "PASS") is None  # a requests-share column: not a 0/1 share
+
+
+def test_the_value_trend_counts_only_when_its_projection_crosses_the_threshold() -> None:
+    from pytest_llmbench.measure.stats.drift import halves_drift
+
+    x = np.zeros(400)
+    rising = 0.1 + 0.001 * np.arange(400)  # 100 ms rising 1 ms per request: the halves' medians 200 ms apart
+    d = halves_drift(x, "PASS", values=rising, percentile=0.497, threshold=0.5, remaining=600)
+    assert d.shift == pytest.approx(0.2) and d.shift_p < 1e-6
+    assert d.projected == pytest.approx(0.497 + 0.2 * 600 / 200) and d.trend_drifting and d.drifting
+    loose = halves_drift(x, "PASS", values=rising, percentile=0.497, threshold=10.0, remaining=600)
+    assert not loose.drifting  # a trend that stays far below a loose threshold by the plan's end
+    assert not halves_drift(x, "PASS", values=rising[::-1], percentile=0.497, threshold=0.5, remaining=600).drifting
+
+
+def _first_n(tmp_path, ttfts):  # type: ignore[no-untyped-def]
+    """The metrics of the first n sent, read from stored records (as the runner gives a look)."""
+    cache: dict[int, object] = {}
+
+    def first(n: int):  # type: ignore[no-untyped-def]
+        if n not in cache:
+            cache[n] = _stored(tmp_path / f"first{n}", ttfts[:n])
+        return cache[n]
+    return first
+
+
+def test_a_drifting_run_is_not_stopped_and_its_final_verdict_says_so(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 47 (h): early requests fastest. TTFT rises 0.5 ms per request from 100 ms; P99 <= 500 ms on a
+    plan of 4,000. The first look (459 requests, none beyond) is a PASS at its bound, which main stopped on;
+    the halves' medians lie ~115 ms apart and the trend reaches the threshold long before the plan's end, so
+    the look is held back; the run goes on and FAILs at its next look. Stored records, no wall clock."""
+    ttfts: list[float | None] = [100.0 + 0.5 * i for i in range(1000)]
+    stop = StopCondition(["ttft.p99 <= 500ms"], planned=4000)
+    first = _first_n(tmp_path / "drift", ttfts)
+    d1 = stop.should_stop(first(459), sent=459)
+    r = d1.results[0]
+    assert not d1.stop and r.verdict is SLOVerdict.PASS and stop.settled_at == {}
+    assert "drift held back ttft.p99 <= 500ms" in d1.reason and "[drift against PASS: first half 0 of 229" in r.message
+    assert "median worse by" in r.message and "not settled at this look, the run goes on]" in r.message
+    d2 = stop.should_stop(first(918), sent=918)
+    assert d2.stop and d2.results[0].verdict is SLOVerdict.FAIL  # the later requests cross 500 ms
+    assert stop.drift and stop.drift[0][0][0] == 459
+    # the same run without the trend stops at its first look
+    flat = StopCondition(["ttft.p99 <= 500ms"], planned=4000)
+    same = _first_n(tmp_path / "flat", [100.0 + (i * 37 % 200) for i in range(459)])
+    assert flat.should_stop(same(459), sent=459).stop and not flat.drift
+
+
+def test_a_verdict_held_back_by_drift_says_so_when_it_settles(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Held back at its first look (rising TTFT), then the SUT recovers (100 ms flat): the next look settles
+    a PASS, and the final verdict names the look held back and the halves it settled on."""
+    ttfts: list[float | None] = [100.0 + 0.5 * i if i < 459 else 100.0 for i in range(918)]
+    stop = StopCondition(["ttft.p99 <= 500ms"], planned=4000)
+    first = _first_n(tmp_path, ttfts)
+    assert not stop.should_stop(first(459), sent=459).stop
+    assert stop.should_stop(first(918), sent=918).stop and stop.settled_at == {0: 918}
+    final = stop.final(first, sent=918)[0]
+    assert final.verdict is SLOVerdict.PASS
+    assert "[drift: not stopped at the look(s) at 459 requests" in final.message
+    assert "over the run: first half 0 of 459" in final.message and "still drifting" not in final.message
+
+
+def test_each_look_keeps_both_bounds_and_the_report_draws_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 47 (g): the bound narrowing against the limit, look by look (StopCondition.trace ->
+    run extra look_trace -> report/looks.py). 2 beyond 500 ms of the first 918: INCONCLUSIVE at 459 (one
+    beyond), PASS at 918."""
+    import re
+
+    from pytest_llmbench.measure.stats.bounds import share_bounds
+    from pytest_llmbench.report.looks import look_figures
+
+    ttfts: list[float | None] = [100.0] * 918
+    ttfts[100], ttfts[700] = 900.0, 900.0
+    stop = StopCondition(["ttft.p99 <= 500ms"], planned=4000)
+    first = _first_n(tmp_path, ttfts)
+    assert not stop.should_stop(first(459), sent=459).stop and stop.should_stop(first(918), sent=918).stop
+    pts = stop.trace[0]
+    assert [(p["look"], p["exceedances"], p["verdict"]) for p in pts] == [(459, 1.0, "INCONCLUSIVE"), (918, 2.0, "PASS")]
+    c = 1 - 0.05 / 5
+    assert (pts[1]["lower"], pts[1]["upper"]) == pytest.approx(share_bounds(2, 918, c))
+    assert pts[0]["limit"] == pytest.approx(0.01)
+    assert pts[0]["upper"] > pts[0]["limit"] > pts[1]["upper"]  # the band narrowed below the limit
+    result = {"runs": [{"label": "measure", "extra": {"stopped": "decided", "look_trace": [
+                           {"slo": "ttft.p99 <= 500ms", "points": pts, "run_stopped_at": 918}]}},
+                       {"label": "other", "extra": {}}]}
+    (fig,) = look_figures(result)
+    assert 'data-kind="slo-looks"' in fig.svg and 'data-label="limit 1%"' in fig.svg
+    assert re.findall(r'data-verdict="(\w+)"', fig.svg) == ["INCONCLUSIVE", "PASS"]
+    assert 'data-label="stopped at 918"' in fig.svg and "stopped at 918" in fig.caption
+    assert "Last look: PASS at 918 requests, 2 beyond" in fig.caption

@@ -64,6 +64,14 @@ def test_a_run_stops_early_with_pass_far_from_the_threshold_and_with_fail_below_
         (r,) = t["slo_results"]
         assert r["outcome"] == verdict and r["look"] == m["stopped_at_look"] and r["judged"] <= r["look"]
         assert "[sequential: look" in r["message"]
+        # issue 47 (g): the run keeps each look's bounds, and report.html draws them (report/looks.py)
+        (trace,) = run["extra"]["look_trace"]
+        last = trace["points"][-1]
+        assert trace["slo"] == slo and last["look"] == m["stopped_at_look"] == trace["run_stopped_at"]
+        assert last["verdict"] == verdict
+        assert (last["upper"] < last["limit"]) if verdict == "PASS" else (last["lower"] > last["limit"])
+    html = (pytester.path / "rep" / "report.html").read_text()
+    assert html.count('data-kind="slo-looks"') == 2 and "SLO bounds at each look" in html
     fail = _proc(doc, "ttft.p50 <= 1ms")["result"]["measurements"]
     assert fail["stopped_at_look"] <= 64  # every request beyond 1 ms: a handful decide a P50
     out = result.stdout.str()
@@ -121,8 +129,10 @@ def test_the_runner_takes_a_look_once_all_of_its_requests_have_finished() -> Non
 
     asyncio.run(run())
     assert st.stopped and st.stopped_at == first and st(SimpleNamespace(in_flight=0))
-    assert st.run_info() == {"stopped": "decided", "stop_slos": ["ttft.p99 <= 1s"], "looks": st.looks,
-                             "stopped_at_look": first}
+    info = st.run_info()
+    trace = info.pop("look_trace")  # the look's bounds (issue 47: report/looks.py draws them)
+    assert info == {"stopped": "decided", "stop_slos": ["ttft.p99 <= 1s"], "looks": st.looks, "stopped_at_look": first}
+    assert [(p["look"], p["verdict"], p["exceedances"]) for p in trace[0]["points"]] == [(first, "PASS", 0.0)]
     ((r, n),) = st.verdicts(summarize(records.values()), len(sent)).values()
     assert r.passed and n == first and (r.n, r.exceedances) == (first, 0)
     assert f"look 1 of 4 at {first:,} requests" in r.message

@@ -288,3 +288,98 @@ def test_a_counter_that_never_moved_is_said_not_drawn() -> None:
         {"running": [0.0, 2.0, 1.0], "preemptions": [4.0, 4.0, 4.0]}))]))
     (fig,) = figures_for("5.1", plots)
     assert "No preemption event during the run." in fig.caption and "events/s" not in fig.svg
+
+
+# ------------------------------------------------------------------ vLLM's phase histograms (issue 48 f)
+
+SERVERS = Path(__file__).parent / "data" / "servers"
+#: the recorded pages' measured requests (their header says how they were made): queue and prefill times
+RUN_QUEUE = [3.0 if i % 10 == 0 else [0.02, 0.1, 0.25, 0.4, 0.9, 1.7][i % 6] for i in range(100)]
+RUN_PREFILL = [0.08 + 0.004 * i for i in range(100)]
+VLLM_LE = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+           960.0, 1920.0, 7680.0, float("inf"))
+
+
+def _vllm_pages() -> tuple[str, str]:
+    return tuple((SERVERS / f"vllm-0.32-metrics-{w}.txt").read_text() for w in ("before", "after"))  # type: ignore[return-value]
+
+
+def test_vllm_phase_histograms_over_a_run_from_recorded_pages() -> None:
+    """The run's own observations (the increase from the page before it to the page after it) of
+    vllm:request_queue_time_seconds, by hand: bucket counts, the exact mean, histogram_quantile."""
+    import math
+
+    from pytest_llmbench.measure.telemetry import read_exposition, read_histogram
+
+    before, after = (read_exposition(p) for p in _vllm_pages())
+    q = read_histogram(after, "vllm:request_queue_time_seconds").since(
+        read_histogram(before, "vllm:request_queue_time_seconds"))
+    assert q.le == VLLM_LE and q.count == 100
+    assert q.cumulative == tuple(float(sum(v <= le for v in RUN_QUEUE)) for le in VLLM_LE)
+    assert q.mean == pytest.approx(math.fsum(RUN_QUEUE) / 100)
+    # P50: rank 50; cumulative 45 at 0.3 s and 60 at 0.5 s -> 0.3 + 0.2 * (50 - 45) / (60 - 45)
+    below, at = sum(v <= 0.3 for v in RUN_QUEUE), sum(v <= 0.5 for v in RUN_QUEUE)
+    assert q.quantile(0.5) == pytest.approx(0.3 + 0.2 * (50 - below) / (at - below))
+    assert q.bucket(0.5) == (0.3, 0.5) and q.bucket(0.99) == (2.5, 5.0)
+    p = read_histogram(after, "vllm:request_prefill_time_seconds").since(
+        read_histogram(before, "vllm:request_prefill_time_seconds"))
+    assert p.count == 100 and p.mean == pytest.approx(math.fsum(RUN_PREFILL) / 100)
+    assert read_histogram(after, "vllm:num_requests_waiting") is None  # a gauge is no histogram
+
+
+def test_the_sampler_reads_the_histograms_between_its_first_and_last_scrape() -> None:
+    from pytest_llmbench.sut.adapters import histogram_names
+
+    pages = list(_vllm_pages())
+
+    async def scrape() -> tuple[int, str]:  # the first scrape: the page before; the last: the page after
+        return 200, pages.pop(0) if len(pages) > 1 else pages[0]
+
+    async def run() -> dict[str, Any]:
+        s = TelemetrySampler(scrape, telemetry_names(VLLM), interval_s=0)
+        await s.start()
+        await s.stop()
+        return s.histograms(histogram_names(VLLM))
+
+    got = asyncio.run(run())
+    assert set(got) == {"queue_wait", "prefill"} and got["queue_wait"].count == got["prefill"].count == 100
+    assert histogram_names(LLAMACPP)["queue_wait"] == ("vllm:request_queue_time_seconds",)  # behind a proxy too
+
+
+def test_5_1_reports_vllm_queue_and_prefill_from_the_histograms(harness, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A server without per-request timing whose /metrics holds vLLM's phase histograms: 5.1's TTFT
+    components table and 5.1.4-REPORT-5/6 read them, the source named (the recorded pages served as the
+    server's /metrics: before the run, then after it)."""
+    from pytest_llmbench.procedures import run as run_module
+    from pytest_llmbench.procedures.base import get_procedure
+    from pytest_llmbench.procedures.result import Capacity
+    from pytest_llmbench.simulator import SimConfig
+
+    before, after = _vllm_pages()
+
+    class Pages:  # the measured run's first scrape gets the page before it, every later one the page after
+        path = "/metrics"
+
+        def __init__(self) -> None:
+            self.n = 0
+
+        async def __call__(self) -> tuple[int, str]:
+            self.n += 1
+            return 200, before if self.n == 1 else after
+
+    monkeypatch.setattr(run_module, "scrape_for", lambda client, path=None: Pages())
+    proc = get_procedure("5.1")
+    params = proc.make_params("smoke", {"requests": 12, "warmup_requests": 5, "warmup_tokens": 50,
+                                        "warmup_probes": 0, "max_output_tokens": 4})
+    with harness(SimConfig(time_scale=0.05, seed=3), capacity=Capacity(rate=20.0, source="declared by the test",
+                                                                       standing="declared"),
+                 profile="smoke", seed=4) as (_sim, ctx):
+        ctx.sut.embedded = False  # no per-request llmbench_timing: the histograms are what the server gives
+        result = asyncio.run(proc.run(ctx, params))
+    table = next(t for t in result.tables if t.title.startswith("TTFT components"))
+    assert [row[0] for row in table.rows] == ["queue_wait", "prefill"]
+    assert "vllm:request_queue_time_seconds, its increase over the measured run (100 requests observed" in table.notes[0]
+    assert "P50 in (0.3, 0.5] s" in table.notes[0] and "exact (_sum / _count)" in table.notes[0]
+    rep5, rep6 = result.checks["5.1.4-REPORT-5"], result.checks["5.1.4-REPORT-6"]
+    assert rep5.holds and "vllm:request_queue_time_seconds (histogram over the run)" in rep5.reason
+    assert rep6.holds and "vllm:request_prefill_time_seconds" in rep6.reason

@@ -226,6 +226,26 @@ def _basis_gap(standing: str | None, shape: str | None, own_shape: str | None) -
     return None
 
 
+@decides("5.1.2-MUST-6")
+def _fraction_rate(rid: str, *, rate: float | None = None, fraction: float | None = None, capacity: float | None = None,
+                   standing: str | None = None, capacity_source: str = "", **plain: Any) -> Check:
+    """§5.1.2.2 "Arrival rate: requests per second", given as a fraction of capacity (5.1's default
+    ``capacity_fraction=0.5``): the rate that ran is that fraction only of a measured or declared capacity;
+    of a lower bound it is a rate the tester has to confirm (issue 48: never a silent met). Without a
+    fraction (an absolute rate, the facts' evaluator) it is a plain row (``ok``, ``met`` ...)."""
+    if rate is None or fraction is None or capacity is None:
+        return row(rid, **plain)
+    text = (f"arrival rate {rate:.4g} req/s = {fraction:g} x capacity {capacity:.4g} req/s "
+            f"({standing or 'standing not recorded'}: {capacity_source})")
+    gap = _basis_gap(standing, None, None)
+    if gap:
+        return row(rid, None, needs=f"{text}, but {gap}: the rate run is below {fraction:g} of the real capacity; "
+                   f"give load=poisson(rate=...) or --llm-capacity, or declare '{rid}' to accept {rate:.4g} req/s",
+                   key=rid, figure=rate, fraction=fraction, capacity=capacity, standing=standing)
+    return row(rid, True, text, figure=rate, fraction=fraction, capacity=capacity, standing=standing,
+               source="declared" if standing == "declared" else "measured")
+
+
 @decides("5.3.3-PARAM-1", "5.4.2-PARAM-2")
 def _capacity_basis(rid: str, *, rate: float | None, source: str, standing: str | None,
                     shape: str | None = None, own_shape: str | None = None, what: str = "") -> Check:

@@ -119,8 +119,8 @@ class SessionGate:
 
         this = StoredRun.in_memory(doc, report_dir=self.settings.report, resummarize=self.resummarize)
         this.meta["machine"] = self.machine  # this session ran here (6.1-MUST-3 from observation)
-        reps = [len(self.last.baseline), len(self.last.new)]  # repetitions of each side (§6.3)
-        self.section6 = compare_systems([self.baseline, this], repetitions=reps).verdict
+        # each side with its repetitions (a run of --llm-runs N counts as N, §6.3)
+        self.section6 = compare_systems([self.baseline, this]).verdict
         return {**self.last.to_json(), "section6_verdict": self.section6.to_json()}
 
     def notes(self) -> list[str]:

@@ -8,6 +8,8 @@ writes to ``compare.json``."""
 from __future__ import annotations
 
 import ipaddress
+import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,9 +22,10 @@ from .compare import DEFAULT_FIGURES, _matches, comparability_key, figure_value
 from .metricinfo import metric_info
 from .rules import parse_rule
 from .section6 import Section6Verdict, section6_verdict
-from .storage import StoredRun
+from ..measure.stats.runs import summarize_runs
+from .storage import StoredRun, primary_label, repetition_views
 
-__all__ = ["CheckItem", "SystemComparison", "compare_systems"]
+__all__ = ["CheckItem", "SystemComparison", "compare_systems", "resolved_loads"]
 
 #: Two runs count as "tested at the same time" (§6.4) when their windows overlap or are this close.
 SAME_TIME_GAP_S = 3600.0
@@ -75,16 +78,16 @@ def _decl(run: StoredRun) -> Mapping[str, Any]:
 
 
 def _gpu_count(run: StoredRun, override: Mapping[str, float]) -> float | None:
-    if run.id in override:
-        return float(override[run.id])
+    if _base_id(run) in override:
+        return float(override[_base_id(run)])
     hw = _decl(run).get("hardware") or {}
     c = hw.get("count") if isinstance(hw, Mapping) else None
     return float(c) if isinstance(c, (int, float)) and c > 0 else None
 
 
 def _price(run: StoredRun, override: Mapping[str, float]) -> float | None:
-    if run.id in override:
-        return float(override[run.id])
+    if _base_id(run) in override:
+        return float(override[_base_id(run)])
     d = _decl(run)
     for holder in (d.get("cost"), d.get("hardware"), d):
         if isinstance(holder, Mapping):
@@ -153,6 +156,97 @@ def _declared_maximum(run: StoredRun) -> float | None:
     return None
 
 
+#: a run label's rate suffix (``L00-10%-5.91rps``): the same step of a procedure on two systems keeps its label
+_RATE_SUFFIX = re.compile(r"-[0-9.]+rps$")
+#: two resolved rates are the same load when they differ by no more than the stored rounding (3 decimals)
+#: plus this relative share
+RATE_REL_TOL = 1e-3
+
+
+def resolved_loads(proc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The loads a stored procedure actually ran (§6.1-MUST-4), by run label (rate suffix removed):
+    ``model``, ``arrival``, ``rate`` (req/s, a capacity fraction resolved), ``concurrency``, and the
+    capacity the rate is a fraction of (``capacity_rate``). A document whose runs do not record their
+    load gives its primary run's resolved load (``facts.load``)."""
+    result = proc.get("result") or {}
+    out: dict[str, dict[str, Any]] = {}
+    for run in result.get("runs") or []:
+        ld, spec = run.get("load"), (run.get("extra") or {}).get("load_spec") or {}
+        if isinstance(ld, Mapping) and ld.get("model"):
+            out[_RATE_SUFFIX.sub("", str(run.get("label")))] = {
+                "model": ld.get("model"), "arrival": ld.get("arrival"), "rate": ld.get("rate"),
+                "concurrency": ld.get("concurrency"), "capacity_rate": spec.get("capacity_rate")}
+    if not out:
+        ld = (result.get("facts") or {}).get("load") or {}
+        if ld.get("model"):
+            out[primary_label(result) or "run"] = {"model": ld.get("model"), "arrival": ld.get("arrival"),
+                                                   "rate": ld.get("rate"), "concurrency": ld.get("concurrency")}
+    return out
+
+
+def _load_text(ld: Mapping[str, Any]) -> str:
+    if ld.get("model") == "closed":
+        return f"closed c={ld.get('concurrency')}"
+    rate = ld.get("rate")
+    text = f"{ld.get('arrival') or 'open'} {rate:.4g} req/s" if isinstance(rate, (int, float)) else \
+        f"{ld.get('arrival') or 'open'} rate not recorded"
+    cap = ld.get("capacity_rate")
+    return text + (f" (of capacity {cap:.4g} req/s)" if isinstance(cap, (int, float)) else "")
+
+
+def _same_load(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    if (a.get("model"), a.get("arrival"), a.get("concurrency")) != (b.get("model"), b.get("arrival"),
+                                                                      b.get("concurrency")):
+        return False
+    ra, rb = a.get("rate"), b.get("rate")
+    if ra is None or rb is None:
+        return ra is None and rb is None
+    return math.isclose(float(ra), float(rb), rel_tol=RATE_REL_TOL, abs_tol=0.0015)
+
+
+def _load_item(procs: Sequence[Sequence[tuple[StoredRun, Mapping[str, Any] | None]]],
+               written: tuple[bool | None, str]) -> CheckItem:
+    """6.1-MUST-4, same load model and parameters (§6.1), compared as resolved: the load each run actually
+    sent (a capacity fraction resolved against each system's capacity, a search's levels as run), run
+    label by run label, beside the specs as written. Evidence: every compared run's load per system."""
+    text = "Same load model and parameters"
+    ok_written, d_written = written
+    if ok_written is None:
+        return CheckItem("6.1-MUST-4", text, "n/a", d_written)
+    bad, same, unknown = [], 0, []
+    for row in procs:
+        name = str(row[0][1].get("procedure")) if row[0][1] is not None else "?"
+        if any(p is None for _, p in row):
+            continue  # missing in some runs: 6.1-MUST-1 and the written comparison name it
+        loads = [resolved_loads(p) for _, p in row]  # type: ignore[arg-type]
+        if not all(loads):
+            unknown.append(name)
+            continue
+        labels = list(dict.fromkeys(k for ld in loads for k in ld))
+        for lab in labels:
+            here = [ld.get(lab) for ld in loads]
+            if any(h is None for h in here):
+                bad.append(f"{name} {lab}: run by " + " / ".join("yes" if h else "no" for h in here))
+            elif not all(_same_load(here[0], h) for h in here[1:]):
+                bad.append(f"{name} {lab}: " + " / ".join(_load_text(h) for h in here))  # type: ignore[arg-type]
+            else:
+                same += 1
+    if not ok_written:
+        return CheckItem("6.1-MUST-4", text, "not met", f"as written: {d_written}"
+                         + (f"; as run: {'; '.join(bad[:6])}" if bad else ""), "measured")
+    if bad:
+        more = f" (+{len(bad) - 6} more)" if len(bad) > 6 else ""
+        return CheckItem("6.1-MUST-4", text, "not met",
+                         "the specs are equal as written, but the loads run differ (a capacity fraction resolves "
+                         "against each system's own capacity; declare one capacity, --llm-capacity, or give a "
+                         f"rate): {'; '.join(bad[:6])}{more}", "measured")
+    if unknown:
+        return CheckItem("6.1-MUST-4", text, "needs declaration",
+                         f"equal as written; the loads run are not recorded for {', '.join(unknown)}", "none")
+    return CheckItem("6.1-MUST-4", text, "met", f"equal as written and as run: {same} run(s) compared, each "
+                     "with the same load model, arrival, concurrency and rate (within 0.1 %)", "measured")
+
+
 def _hardware_item(runs: Sequence[StoredRun], norm: Sequence[Mapping[str, Any]]) -> CheckItem:
     """6.1-MUST-3, comparable hardware or normalised (§6.1, §6.2): from observation where one exists
     (one machine fingerprint for every run, the SUT on that machine), else from the hardware
@@ -207,10 +301,12 @@ def _reporting_items(runs: Sequence[StoredRun], norm: Sequence[Mapping[str, Any]
         out.append(CheckItem(rid, f"Report {what} when hardware differs", "not met" if lacking else "met",
                              f"not computable for {', '.join(lacking)}" if lacking else f"{what} for every run",
                              "declared"))
+    # the comparison writes its method under Normalisation itself: met by how it is built, labelled so
     out.append(CheckItem("6.2-REPORT-3", "State the normalization method", "met" if method else "not met",
-                         "stated under Normalisation (§6.2)" if method else "no method stated", "parameter"))
+                         "construction: compare_systems states its method under Normalisation (§6.2)" if method
+                         else "no method stated", "construction" if method else "none"))
     need = int(draft.value("comparison.min_runs"))
-    few = [f"{r.id} {n}" for r, n in zip(runs, repetitions) if n < need]
+    few = [f"{_base_id(r)} {n}" for r, n in zip(runs, repetitions) if n < need]
     out.append(CheckItem("6.3-PARAM-1", "At least 3 independent runs per system", "not met" if few else "met",
                          (f"{min(repetitions)} run(s) per system < {need} ({', '.join(few)}; join repetitions with "
                           "'+' or run with --llm-runs)") if few else
@@ -218,38 +314,100 @@ def _reporting_items(runs: Sequence[StoredRun], norm: Sequence[Mapping[str, Any]
     return out
 
 
-def compare_systems(runs: Sequence[StoredRun], *, figures: Sequence[str] = DEFAULT_FIGURES,
+def _base_id(run: StoredRun) -> str:
+    """The stored run's id (a repetition view of ``--llm-runs N`` is ``<id>#k``)."""
+    return run.id.split("#", 1)[0]
+
+
+def _label(reps: Sequence[StoredRun]) -> str:
+    """A system's column label: its stored run(s), and how many repetitions stand behind it."""
+    ids = "+".join(dict.fromkeys(_base_id(r) for r in reps))
+    return ids if len(reps) == 1 else f"{ids} ({len(reps)} runs)"
+
+
+def _table_row(title: str, f: str, row: Sequence[tuple[Sequence[StoredRun], Sequence[Mapping[str, Any] | None]]],
+               confidence: float) -> dict[str, Any]:
+    """One figure of one procedure over the systems (§6.3): each system's value over all its repetitions,
+    with a CI and its method, or the reason none can be given."""
+    rule = parse_rule(f"{f}:0%")
+    unit = metric_info(rule.metric).unit
+    raw: list[float | None] = []
+    cells: list[dict[str, Any]] = []
+    for reps, procs in row:
+        ests = [figure_value(r, p, rule) if p is not None else None for r, p in zip(reps, procs)]
+        vals = [float(e["value"]) for e in ests if e and e.get("value") is not None]
+        if not vals:
+            raw.append(None)
+            cells.append({"n": 0, "value": None, "ci_low": None, "ci_high": None, "method": "",
+                          "no_ci": "figure absent in every repetition"})
+            continue
+        missing = len(reps) - len(vals)
+        if len(vals) > 1:
+            s = summarize_runs(f, vals, confidence=confidence)
+            cell = {"n": s.n, "value": s.mean, "ci_low": s.ci_low, "ci_high": s.ci_high, "method": s.method,
+                    "no_ci": ""}
+        else:
+            one = next(e for e in ests if e and e.get("value") is not None)
+            lo, hi = (x if isinstance(x, (int, float)) else None for x in (one.get("ci_low"), one.get("ci_high")))
+            how = f"within-run CI of one run ({one.get('method') or 'stored estimate'}); no across-run CI: one " \
+                  "repetition (§6.3 asks >= 3)"
+            why = ("" if lo is not None and hi is not None else
+                   f"one repetition, and its within-run CI has no {'upper' if lo is not None else 'lower'} end "
+                   f"({one.get('n')} samples{', under-sampled for this percentile' if one.get('undersampled') else ''})"
+                   if lo is not None or hi is not None else
+                   "one repetition and no within-run CI stored for this figure: an across-run CI needs >= 2 "
+                   "repetitions")
+            cell = {"n": 1, "value": vals[0], "ci_low": lo, "ci_high": hi,
+                    "method": how if lo is not None or hi is not None else "", "no_ci": why}
+        if missing:
+            cell["no_ci"] = (cell["no_ci"] + "; " if cell["no_ci"] else "") + f"absent in {missing} repetition(s)"
+        raw.append(cell["value"])
+        cells.append(cell)
+    return {"procedure": title, "figure": f, "unit": unit, "raw": raw, "cells": cells,
+            "values": [_cell_text(c, unit) for c in cells]}
+
+
+def _cell_text(c: Mapping[str, Any], unit: str) -> str:
+    """``123 ms [118 ms, 128 ms] (n=3)``; a one-sided CI as ``[118 ms, —]``; else the value and "no CI"."""
+    if c["value"] is None:
+        return "n/a"
+    v = format_quantity(c["value"], unit)
+    if c["ci_low"] is None and c["ci_high"] is None:
+        return v + f" (n={c['n']}, no CI)"
+    lo, hi = (format_quantity(x, unit) if x is not None else "—" for x in (c["ci_low"], c["ci_high"]))
+    return v + f" [{lo}, {hi}] (n={c['n']})"
+
+
+def compare_systems(runs: Sequence[StoredRun | Sequence[StoredRun]], *, figures: Sequence[str] = DEFAULT_FIGURES,
                     gpus: Mapping[str, float] | None = None, prices: Mapping[str, float] | None = None,
-                    repetitions: Sequence[int] | None = None) -> SystemComparison:
+                    confidence: float = 0.95) -> SystemComparison:
     """Side-by-side comparison of stored runs of (possibly) different systems (§6).
 
-    ``gpus`` / ``prices`` (by run id) override the declared GPU count / price per hour;
-    ``repetitions`` are the runs behind each system (1 each when not given; §6.3).
+    Each element of ``runs`` is one system: a stored run, or its repetitions (a run of ``--llm-runs N``
+    counts as its N repetitions, §6.3). The table gives each figure over every repetition with a CI
+    (Student-t across repetitions; one repetition: the figure's within-run CI) or the reason for none;
+    the §6.1/§6.4 items read each system's first repetition. ``gpus`` / ``prices`` (by run id of the
+    first repetition) override the declared GPU count / price per hour.
     """
-    if len(runs) < 2:
+    systems = [[v for r in ([x] if isinstance(x, StoredRun) else list(x)) for v in repetition_views(r)]
+               for x in runs]
+    if len(systems) < 2 or not all(systems):
         raise ValueError("a system comparison needs at least two runs")
+    runs = [s[0] for s in systems]
+    repetitions = [len(s) for s in systems]
     gpus, prices = dict(gpus or {}), dict(prices or {})
-    labels = [r.id for r in runs]
+    labels = [_label(s) for s in systems]
     procs = []
+    reps_of = []
     for proc in runs[0].document.get("procedures") or []:
-        row = [(runs[0], proc)]
-        for r in runs[1:]:
-            m = _matches(proc, r.document.get("procedures") or [])
-            row.append((r, m) if m is not None else (r, None))
-        procs.append(row)
-    # side-by-side table
+        reps = [(s, [_matches(proc, v.document.get("procedures") or []) for v in s]) for s in systems]
+        reps_of.append(reps)
+        procs.append([(s[0], found[0]) for s, found in reps])
+    # side-by-side table: every repetition of each system (§6.3)
     table = []
-    for row in procs:
+    for row, reps in zip(procs, reps_of):
         title = f"{row[0][1].get('procedure')} {row[0][1].get('title', '')}".strip()
-        for f in figures:
-            rule = parse_rule(f"{f}:0%")
-            raw: list[float | None] = []
-            for r, p in row:
-                v = figure_value(r, p, rule) if p is not None else None
-                raw.append(float(v["value"]) if v and v.get("value") is not None else None)
-            unit = metric_info(rule.metric).unit
-            table.append({"procedure": title, "figure": f, "unit": unit, "raw": raw,
-                          "values": [format_quantity(v, unit) if v is not None else "n/a" for v in raw]})
+        table += [_table_row(title, f, reps, confidence) for f in figures]
     keys = [[comparability_key(r, p) if p is not None else None for r, p in row] for row in procs]
     # §6.1 equivalence
     def same(field_names: Sequence[str]) -> tuple[bool | None, str]:
@@ -271,30 +429,35 @@ def compare_systems(runs: Sequence[StoredRun], *, figures: Sequence[str] = DEFAU
     equiv.append(CheckItem("6.1-MUST-1", "Identical workload (same requests, same order, same seeds)", _status(ok), d))
     ok, d = same(["boundary"])
     equiv.append(CheckItem("6.1-MUST-2", "Equivalent SUT boundary", _status(ok), d))
-    ok, d = same(["parameters.load"])
-    equiv.append(CheckItem("6.1-MUST-4", "Same load model and parameters", _status(ok), d))
+    equiv.append(_load_item(procs, same(["parameters.load"])))
     # §6.2 normalisation of the maximum output throughput a procedure declares (5.2's), else the first
     # procedure with an output throughput (issue 48: not a run at a fraction of capacity when a maximum exists)
     norm = []
-    for i, r in enumerate(runs):
-        tput = _declared_maximum(r)
+    for i, (r, reps) in enumerate(zip(runs, systems)):
+        maxima = [m for v in reps if (m := _declared_maximum(v)) is not None]
+        tput: float | None = sum(maxima) / len(maxima) if maxima else None
+        basis = (f"maximum output throughput a procedure declares (5.2), mean over {len(maxima)} repetition(s)"
+                 if maxima else "")
         for row in procs if tput is None else ():
             p = row[i][1]
             if p is not None:
                 v = figure_value(r, p, parse_rule("output_throughput:0%"))
                 if v and v.get("value") is not None:
                     tput = float(v["value"])
+                    basis = (f"no maximum declared: {p.get('procedure')}'s output throughput (first repetition), "
+                             "not a maximum")
                     break
         g, price = gpu_counts[i], _price(r, prices)
-        norm.append({"run": r.id, "output_throughput": tput, "gpus": g, "price_per_hour": price,
+        norm.append({"run": _base_id(r), "output_throughput": tput, "basis": basis, "gpus": g, "price_per_hour": price,
                      "tokens_per_gpu_second": tput / g if tput is not None and g else None,
                      "tokens_per_dollar_hour": tput * 3600.0 / price if tput is not None and price else None})
-    method = ("tokens per GPU-second = the maximum output tokens/s a procedure declares (else the first procedure's "
-              "output tokens/s) ÷ declared GPU count "
+    method = ("tokens per GPU-second = the maximum output tokens/s a procedure declares (5.2's, the mean over a "
+              "system's repetitions; else the first procedure's output tokens/s, named in each row's basis) ÷ "
+              "declared GPU count "
               "(declarations hardware.count, or --gpus RUN=N); tokens per dollar-hour = output tokens/s × 3600 ÷ "
               "declared price per hour in USD (declarations cost.price_per_hour, or --price RUN=USD) (§6.2)")
     equiv.insert(2, _hardware_item(runs, norm))
-    reporting = _reporting_items(runs, norm, method, list(repetitions or [1] * len(runs)))
+    reporting = _reporting_items(runs, norm, method, repetitions)
     reporting.append(_reference_counting(runs))
     # §6.4 checklist
     checklist = []

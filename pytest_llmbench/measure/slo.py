@@ -49,8 +49,9 @@ import numpy as np
 from . import registry
 from .chunking import ITL_NOT_MEASURABLE
 from .stats import MIN_SAMPLES, Estimate, batch_means_mean
-from .stats.bounds import ShareDecision, SLOVerdict, burst_design_effect, share_verdict
+from .stats.bounds import ShareDecision, SLOVerdict, burst_design_effect, share_bounds, share_verdict
 from .stats.bounds import design_effect as _design_effect_of
+from .stats.drift import Drift, halves_drift
 from .stats.sequential import LookSchedule, look_schedule
 from .units import compact_num as _num
 from .units import format_value
@@ -1256,18 +1257,46 @@ def _sequential_p0(slo: SLO) -> tuple[bool, float | None]:
     return slo.statistic == "mean", None
 
 
-def _observed_effect(slo: SLO, run: RunMetricsLike) -> float:
-    """The design effect of a share SLO's exceedances in send order on ``run`` (1 when none is known)."""
+def _fmt_of(slo: SLO) -> Callable[[float], str]:
+    """A drift note's formatter of the SLO's figure."""
+    return lambda v: format_quantity(v, slo.info.unit)
+
+
+def _shares_of(slo: SLO, run: RunMetricsLike) -> _Shares | None:
+    """A share SLO's judged requests on ``run`` (send order), or None (a mean, no column)."""
     agg = registry.METRICS[slo.metric].aggregation if slo.metric in registry.METRICS else None
-    sh: _Shares | None = None
     if slo.info.kind == "scalar":
         try:
-            sh = _proportion_shares(slo, run, run.scalar(slo.metric))
+            return _proportion_shares(slo, run, run.scalar(slo.metric))
         except KeyError:
-            sh = None
-    elif slo.percentile is not None:
-        sh = _pooled_shares(slo, run) if agg == registry.POOLED else _percentile_shares(slo, run)
+            return None
+    if slo.percentile is not None:
+        return _pooled_shares(slo, run) if agg == registry.POOLED else _percentile_shares(slo, run)
+    return None
+
+
+def _observed_effect(slo: SLO, run: RunMetricsLike) -> float:
+    """The design effect of a share SLO's exceedances in send order on ``run`` (1 when none is known)."""
+    sh = _shares_of(slo, run)
     return sh.observed_effect if sh is not None else 1.0
+
+
+def _drift(slo: SLO, run: RunMetricsLike, r: SLOResult, remaining: int = 0) -> Drift | None:
+    """The halves tests (stats/drift.py) of a share SLO's look against its PASS or FAIL ``r``, or None; a
+    percentile of a per-request figure also gets the value trend projected over the ``remaining`` requests."""
+    if r.verdict is SLOVerdict.INCONCLUSIVE:
+        return None
+    sh = _shares_of(slo, run)
+    if sh is None or sh.x is None:
+        return None
+    kw: dict[str, Any] = {}
+    values = _column(run, slo.metric) if sh.method == "binomial" and slo.info.kind != "scalar" else None
+    if values is not None and r.value is not None and values.dtype.kind == "f":
+        sign = 1.0 if slo.operator in ("<=", "<") else -1.0
+        judged = ~np.isnan(values) | _failed_unvalued(slo, run, values)
+        kw = {"values": sign * values[judged], "percentile": sign * float(r.value.value),
+              "threshold": sign * float(slo.threshold), "remaining": remaining}
+    return halves_drift(sh.x, r.verdict.value, **kw)
 
 
 @dataclass(frozen=True)
@@ -1325,6 +1354,11 @@ class StopCondition:
         self.effect: list[float] = [self.prior] * len(self.slos)
         #: per SLO: (look, its result, the design effect it was taken with) once settled
         self.settled: dict[int, tuple[int, SLOResult, float]] = {}
+        #: per SLO: the looks whose PASS/FAIL was not settled because the halves drifted against it
+        self.drift: dict[int, list[tuple[int, Drift]]] = {}
+        #: per percentile SLO: each look's two bounds on the share beyond its threshold (the report's plot of
+        #: the bound narrowing against the limit, report/looks.py)
+        self.trace: dict[int, list[dict[str, Any]]] = {}
         self._complete: dict[int, set[int]] = {}
 
     @property
@@ -1360,7 +1394,17 @@ class StopCondition:
             results.append(r)
             # under strict sampling a PASS below §5.1.4.3's rule is not settled: the run goes on to the rule
             strict_open = self.strict and r.undersampled and r.verdict is SLOVerdict.PASS
-            if r.verdict is not SLOVerdict.INCONCLUSIVE and r.method in _SEQUENTIAL_METHODS and not strict_open:
+            settles = r.verdict is not SLOVerdict.INCONCLUSIVE and r.method in _SEQUENTIAL_METHODS and not strict_open
+            # drift (issue 47): a PASS on halves whose later one is worse (or a FAIL on a later better one) is not
+            # a stop: the early requests are not a sample of the later ones; the run goes on
+            drift = _drift(slo, look_metrics, r, self.planned - int(sent)) if settles else None
+            if drift is not None and drift.drifting:
+                settles = False
+                self.drift.setdefault(i, []).append((int(sent), drift))
+                results[-1] = r = replace(r, message=r.message + f" [drift against {r.verdict.value}: "
+                                          f"{drift.text(_fmt_of(slo))}: not settled at this look, the run goes on]")
+            self._trace(i, slo, r, int(sent), in_flight, held=drift is not None and drift.drifting)
+            if settles:
                 self.settled[i] = (sent, r, effect)
             elif in_flight == 0 and sent not in self._complete.setdefault(i, set()):
                 self._complete[i].add(sent)
@@ -1373,7 +1417,24 @@ class StopCondition:
             reason = "decided: every SLO is settled"
         else:
             reason = f"{len(self.slos) - len(self.settled)} of {len(self.slos)} SLOs not settled"
+            held = [self.slos[i].text or str(self.slos[i]) for i, d in self.drift.items() if d[-1][0] == sent]
+            reason += f" (drift held back {', '.join(held)})" if held else ""
         return StopDecision(done, int(sent), tuple(results), reason)
+
+    def _trace(self, i: int, slo: SLO, r: SLOResult, sent: int, in_flight: int, *, held: bool) -> None:
+        """One look of a percentile SLO into :attr:`trace`: both one-sided bounds on the share beyond the
+        threshold at the look's confidence (``share_bounds``), the limit and the verdict."""
+        if slo.percentile is None or r.method not in ("binomial", "requests-share") or not r.n or r.limit is None:
+            return
+        k = float(r.exceedances or 0.0)
+        # in-flight requests count beyond for the upper bound, within for the lower (share_verdict)
+        _, upper = share_bounds(k + in_flight, r.n + in_flight, float(r.confidence or 0.95), r.method,
+                                r.design_effect or 1.0)
+        lower, _ = share_bounds(k, r.n + in_flight, float(r.confidence or 0.95), r.method, r.design_effect or 1.0)
+        self.trace.setdefault(i, []).append({
+            "look": sent, "n": int(r.n), "in_flight": int(in_flight), "exceedances": k, "lower": float(lower),
+            "upper": float(upper), "limit": float(r.limit), "confidence": r.confidence,
+            "verdict": r.verdict.value, "held_by_drift": held})
 
     def final(self, metrics_for: Callable[[int], RunMetricsLike], sent: int, *,
               client_error: ClientError | None = None) -> list[SLOResult]:
@@ -1393,7 +1454,18 @@ class StopCondition:
             r = evaluate(slo, metrics_for(n), strict=self.strict, client_error=client_error,
                          confidence=sched.look_confidence, design_effect=effect)
             out.append(_at_look(r, sched, j if j is not None else len(sched.looks) - 1, n))
+            if i in self.drift:
+                out[-1] = replace(out[-1], message=out[-1].message + self._drift_note(i, slo, metrics_for(n), r))
         return out
+
+    def _drift_note(self, i: int, slo: SLO, run: RunMetricsLike, result: SLOResult) -> str:
+        """What the final verdict of an SLO held back by drift says: the looks held back, and the halves of
+        the whole run against its final verdict."""
+        held = ", ".join(f"{n:,}" for n, _ in self.drift[i])
+        now = _drift(slo, run, result)
+        tail = (f"; over the run: {now.text(_fmt_of(slo))}" + (" (still drifting: the verdict is on a drifting run)"
+                                                  if now.drifting else "")) if now is not None else ""
+        return f" [drift: not stopped at the look(s) at {held} requests, the halves drifting against the verdict{tail}]"
 
 
 def _at_look(r: SLOResult, sched: LookSchedule, j: int, n: int | None = None) -> SLOResult:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import math
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,8 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = ["COUNTER_ROLES", "DEFAULT_INTERVAL_S", "DEFAULT_PATH", "FRACTION_ROLES", "NOT_EXPOSED", "SAMPLED", "Scrape",
-           "TelemetrySampler", "TelemetrySeries", "read_exposition", "read_roles", "read_samples", "select_lines"]
+           "ServerHistogram", "TelemetrySampler", "TelemetrySeries", "read_exposition", "read_histogram", "read_roles",
+           "read_samples", "select_lines"]
 
 DEFAULT_INTERVAL_S = 0.25
 DEFAULT_PATH = "/metrics"  # Prometheus' convention; a server's adapter names its own (ServerAdapter.metrics_path)
@@ -111,6 +113,88 @@ def read_roles(exposition: Mapping[str, tuple[str, dict[str, float]]],
                 out[role] = (n, hit[0], _aggregate(role, list(hit[1].values())))
                 break
     return out
+
+
+@dataclass(frozen=True)
+class ServerHistogram:
+    """A server's Prometheus histogram (e.g. vLLM's ``vllm:request_queue_time_seconds``), its label sets
+    (engines, models) summed bucket by bucket: upper bounds ``le`` ascending (the last ``inf``), cumulative
+    counts, ``total`` (``_sum``) and ``count`` (``_count``). :meth:`since` gives a run's own observations
+    (the increase from the page before the run to the page after it)."""
+
+    name: str
+    le: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    total: float
+    count: float
+
+    @property
+    def mean(self) -> float | None:
+        """``_sum / _count``: exact, unlike the percentiles."""
+        return self.total / self.count if self.count > 0 else None
+
+    def since(self, before: ServerHistogram | None) -> ServerHistogram:
+        """The observations made after ``before`` (reset-aware per series: a drop takes the new value, as
+        Prometheus' ``increase`` does); ``before`` None or with other buckets: this one."""
+        if before is None or before.le != self.le:
+            return self
+        inc = lambda a, b: b - a if b >= a else b  # noqa: E731
+        return ServerHistogram(self.name, self.le, tuple(inc(a, b) for a, b in zip(before.cumulative, self.cumulative)),
+                               inc(before.total, self.total), inc(before.count, self.count))
+
+    def bucket(self, q: float) -> tuple[float, float]:
+        """The bucket ``(lower, upper]`` in which the ``q``-quantile (0..1) lies: the percentile's resolution."""
+        rank = q * self.count
+        lower = 0.0
+        for le, c in zip(self.le, self.cumulative):
+            if c >= rank and c > 0:
+                return lower, le
+            lower = le
+        return lower, math.inf
+
+    def quantile(self, q: float) -> float | None:
+        """Prometheus' ``histogram_quantile``: linear within the bucket holding rank ``q · count`` (the
+        bucket's lower bound 0 for the first); None without observations; the last finite bound when the
+        rank falls in the ``+Inf`` bucket."""
+        if self.count <= 0:
+            return None
+        rank = q * self.count
+        lower, below = 0.0, 0.0
+        for le, c in zip(self.le, self.cumulative):
+            if c >= rank and c > below:
+                if math.isinf(le):
+                    return lower
+                return lower + (le - lower) * (rank - below) / (c - below)
+            lower, below = le, c
+        return lower
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "le": [None if math.isinf(x) else x for x in self.le],
+                "cumulative": list(self.cumulative), "sum": self.total, "count": self.count}
+
+
+def read_histogram(exposition: Mapping[str, tuple[str, dict[str, float]]], name: str) -> ServerHistogram | None:
+    """The histogram ``name`` of a parsed page (:func:`read_exposition`), its label sets other than ``le``
+    summed; None when the page has no ``name_bucket`` series."""
+    buckets = exposition.get(name + "_bucket")
+    if not buckets or not buckets[1]:
+        return None
+    by_le: dict[float, float] = {}
+    for key, v in buckets[1].items():
+        m = _LE.search(key)
+        if m is None:
+            continue
+        le = math.inf if m.group(1) in ("+Inf", "Inf", "inf") else float(m.group(1))
+        by_le[le] = by_le.get(le, 0.0) + v
+    if not by_le:
+        return None
+    le = tuple(sorted(by_le))
+    total = math.fsum((exposition.get(name + "_sum") or ("", {}))[1].values())
+    count = math.fsum((exposition.get(name + "_count") or ("", {}))[1].values())
+    return ServerHistogram(name, le, tuple(by_le[x] for x in le), total, count)
+
+
+_LE = re.compile(r'le="([^"]+)"')
 
 
 @dataclass
@@ -234,6 +318,8 @@ class TelemetrySampler:
                                       path=path)
         self._task: asyncio.Task[None] | None = None
         self._stopped = False
+        #: the parsed pages of the first and the last scrape (the snapshots): a run's histograms (:meth:`histograms`)
+        self._pages: list[dict[str, tuple[str, dict[str, float]]]] = []
 
     async def _once(self, *, snapshot: bool = False) -> dict[str, float] | None:
         """One scrape into the series; with ``snapshot`` the page's every sample name (summed over label sets)."""
@@ -272,8 +358,24 @@ class TelemetrySampler:
             if len(vs) == n:
                 vs.append(None)
         if snapshot:  # every sample name, summed over its label sets (engines, models)
+            self._pages.append(page)
             return {name: math.fsum(by.values()) for name, (_, by) in page.items()}
         return None
+
+    def histograms(self, names: Mapping[str, Sequence[str]]) -> dict[str, ServerHistogram]:
+        """After :meth:`stop`: per role, the run's own observations of the first histogram named for it
+        that the last page holds (its increase since the first page), e.g. vLLM's queue and prefill
+        times. Empty when the server was not scraped twice."""
+        if len(self._pages) < 2:
+            return {}
+        out = {}
+        for role, candidates in names.items():
+            for n in candidates:
+                after = read_histogram(self._pages[-1], n)
+                if after is not None:
+                    out[role] = after.since(read_histogram(self._pages[0], n))
+                    break
+        return out
 
     async def start(self) -> dict[str, float] | None:
         """The first scrape (reachability; the 'before' snapshot) and, when exposed, the sampling loop."""

@@ -105,6 +105,7 @@ async def resolve_load(
         if not cap.rate:
             raise CannotMeasure("no request-rate capacity available to scale the load by")
         rate = spec.capacity_fraction * cap.rate
-        desc.update(resolved_rate=rate, capacity_rate=cap.rate, capacity_source=cap.source)
+        desc.update(resolved_rate=rate, capacity_rate=cap.rate, capacity_source=cap.source,
+                    capacity_standing=getattr(cap, "standing", None))
     arrival = ArrivalProcess(spec.arrival, rate, seed=seed, cv=spec.cv)
     return OpenLoop(arrival, max_requests=max_requests, duration_s=duration_s), desc

@@ -210,9 +210,27 @@ class TTFT(ProcedureRun[TTFTParams]):
                                 ["Input Tokens", "P50 (ms)", "P95 (ms)", "P99 (ms)", "n"], rows2)]
         parts = [name for name in ("queue_wait", "prefill") if name in metrics.distributions
                  and metrics.distributions[name].n]
-        if parts:
+        rows = [[name, *percentile_row(metrics, name)] for name in parts]
+        notes = []
+        # a server without per-request timing may expose the phases as histograms (vLLM's /metrics): their
+        # increase over the run, percentiles interpolated within the buckets, the mean exact (issue 48)
+        self.component_sources: dict[str, str] = {}
+        for name in ("queue_wait", "prefill"):
+            h = m.server_histograms.get(name)
+            if name in parts or h is None or h.count <= 0:
+                continue
+            src = f"{self.ctx.sut.adapter.title} {self.ctx.sut.adapter.metrics_path} {h.name}"
+            self.component_sources[name] = f"{src} (histogram over the run)"
+            rows.append([name, *(Cell(h.quantile(q / 100), "s") for q in (50, 95, 99))])
+            ranges = ", ".join(f"P{q} in ({lo:g}, {hi:g}] s" for q in (50, 95, 99)
+                               for lo, hi in [h.bucket(q / 100)])
+            notes.append(f"{name}: {src}, its increase over the measured run ({h.count:g} requests observed, "
+                         f"{len(m.records):,} sent); percentiles interpolated within the histogram's buckets "
+                         f"(Prometheus histogram_quantile: {ranges}); mean {format_cell(Cell(h.mean, 's'))} exact "
+                         "(_sum / _count)")
+        if rows:
             tables.append(Table("TTFT components (server-reported, §5.1.4.2)", ["Component", "P50", "P95", "P99"],
-                                [[name, *percentile_row(metrics, name)] for name in parts]))
+                                rows, notes=notes))
         return tables
 
     #: §5.1.5 summary lines a client cannot observe on a real endpoint: the declaration keys that answer each
@@ -273,6 +291,11 @@ class TTFT(ProcedureRun[TTFTParams]):
             "5.1.5-SHOULD-1": decide("5.1.5-SHOULD-1", rows=list(written)),
             "5.1.5-SHOULD-2": decide("5.1.5-SHOULD-2", samples=len(out.plots.get("ttft_samples_s") or ())),
         }
+        if "resolved_rate" in self.load_desc:  # a capacity fraction: the rate is as good as the capacity (issue 48)
+            d = self.load_desc
+            checks["5.1.2-MUST-6"] = decide("5.1.2-MUST-6", rate=d["resolved_rate"], fraction=d["capacity_fraction"],
+                                            capacity=d["capacity_rate"], standing=d.get("capacity_standing"),
+                                            capacity_source=str(d.get("capacity_source") or ""))
         for i, (what, (line, source)) in enumerate(self.config_summary.items(), start=1):
             key = self.DECLARED_LINES.get(what)
             checks[f"5.1.5-MUST-{i}"] = decide(f"5.1.5-MUST-{i}", line=line, what=what, key=key, source=source)
@@ -306,7 +329,8 @@ class TTFT(ProcedureRun[TTFTParams]):
         timing = (first.server_timing or {}) if first is not None else {}
         for rid, part, key in (("5.1.4-REPORT-5", "queue_wait", "queue_source"),
                                ("5.1.4-REPORT-6", "prefill", "prefill_source")):
-            src = timing.get(key) or "the server's per-request timing"  # e.g. llama.cpp timings.prompt_ms
+            # e.g. llama.cpp timings.prompt_ms per request, vLLM's /metrics histograms over the run
+            src = timing.get(key) or getattr(self, "component_sources", {}).get(part) or "the server's per-request timing"
             c[rid] = (reported(rid, f"TTFT {part} (server-reported: {src})", [(parts[part], part)], tables)
                       if part in parts else decide(rid, ok=None, na=f"the server reports no {part} component of TTFT"))
         return c

@@ -40,8 +40,8 @@ from ..measure.export_aiperf import write_aiperf_export
 from ..measure.frame import FrameBuilder
 from ..measure.refusals import RefusalPolicy
 from ..measure.summary import RunMetrics, summarize
-from ..measure.telemetry import TelemetrySampler, TelemetrySeries
-from ..sut.adapters import prompt_fit, telemetry_names
+from ..measure.telemetry import ServerHistogram, TelemetrySampler, TelemetrySeries
+from ..sut.adapters import histogram_names, prompt_fit, telemetry_names
 from .base import ProcedureContext
 from .budget import budget_load, warmup_cap_s
 from .prompts import check_server_alive, plan_prompts, prefit
@@ -80,6 +80,8 @@ class Measured:
     #: what the steps after the run read of its records, tallied as they finished (None: :func:`.tally.tally_of`
     #: tallies ``records`` when first asked)
     tally: RecordTally | None = None
+    #: the server's per-request phase histograms over the run, by TTFT component (sut/adapters ``histograms``)
+    server_histograms: dict[str, ServerHistogram] = field(default_factory=dict)
 
     @property
     def queue_samples(self) -> list[tuple[float, float]]:
@@ -285,7 +287,8 @@ async def measure(
         summary = _summarise(ctx, label, run_dir, result, tally, slos, anchor, extra, telemetry.series)
     _write_telemetry(run_dir, telemetry.series)
     return Measured(load=result, summary=summary, telemetry=telemetry.series,
-                    server_before=server_before, server_after=server_after, tally=tally.records)
+                    server_before=server_before, server_after=server_after, tally=tally.records,
+                    server_histograms=telemetry.histograms(histogram_names(ctx.sut.adapter)))
 
 
 class _RunTally:

@@ -159,6 +159,13 @@ class StopWhenDecided:
                                 "stop_slos": list(self.request.slos), "looks": list(self.looks)}
         if self.stopped_at is not None:
             info["stopped_at_look"] = self.stopped_at
+        if self.condition.trace:  # each look's bounds of a percentile SLO (the report's plot)
+            info["look_trace"] = [{"slo": self.condition.slos[i].text or str(self.condition.slos[i]),
+                                   "points": pts, "run_stopped_at": self.stopped_at}
+                                  for i, pts in sorted(self.condition.trace.items())]
+        if self.condition.drift:  # looks whose PASS/FAIL drift held back (measure/stats/drift.py)
+            info["drift"] = [{"slo": self.condition.slos[i].text or str(self.condition.slos[i]), "look": n,
+                              **d.to_json()} for i, held in sorted(self.condition.drift.items()) for n, d in held]
         if self.condition.unsupported:
             info["reason"] = ("no bound at a look for " + ", ".join(s.text or str(s) for s in self.condition.unsupported)
                               + ": the run goes to its plan")

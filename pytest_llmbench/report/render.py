@@ -17,6 +17,7 @@ import jinja2
 from markupsafe import Markup
 
 from .figures import diff_reading, figures_for, metric_name
+from .looks import look_figures
 from .fmt import (
     fmt_any,
     fmt_cell,
@@ -686,9 +687,12 @@ def render_markdown(doc: Mapping[str, Any]) -> str:
 def render_html(doc: Mapping[str, Any]) -> str:
     """``report.html``: the same content, self-contained (inline CSS and SVG, no scripts)."""
     v = view(doc, with_figures=True)
-    for p in v["procedures"]:
+    for p, entry in zip(v["procedures"], doc["procedures"]):
         p["figures"] = [{"key": f.key, "title": f.title, "caption": f.caption, "svg": Markup(f.svg)}
                         for f in p["figures"]]
+        # issue 47: the bound at each look of a run stopped when decided (templates/_slo_looks.html.j2)
+        p["slo_looks"] = [{"key": f.key, "title": f.title, "caption": f.caption, "svg": Markup(f.svg)}
+                          for f in look_figures(entry["result"])]
     return _env("html").get_template("report.html.j2").render(v=v)
 
 

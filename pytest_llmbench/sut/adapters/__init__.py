@@ -51,8 +51,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ADAPTERS", "GENERIC", "KINDS", "LLAMACPP", "METRIC_ROLES", "OPENAI", "SGLANG", "SIMULATOR", "VLLM",
            "Fetch", "Post", "PromptFit", "PromptFitError", "ServerAdapter", "ServerClient", "ServerHttp",
-           "TokenizeForm", "adapter_for", "configure", "detect", "find_tokenize_form", "get_adapter", "http_fetch",
-           "metric_names", "prompt_fit", "register", "register_restart", "root_url", "telemetry_names",
+           "TokenizeForm", "adapter_for", "configure", "detect", "find_tokenize_form", "get_adapter", "histogram_names",
+           "http_fetch", "metric_names", "prompt_fit", "register", "register_restart", "root_url", "telemetry_names",
            "tokenize_forms", "tokenize_paths", "unregister", "unregister_restart"]
 
 #: modules of this folder that hold no adapter: the real servers' build-and-run helpers (POSIX ``fcntl``),
@@ -138,6 +138,15 @@ def telemetry_names(adapter: ServerAdapter) -> dict[str, tuple[str, ...]]:
     its ``vllm:*`` series; namespaced names cannot be mistaken)."""
     return {role: tuple(dict.fromkeys((*adapter.metrics.get(role, ()), *metric_names(role))))
             for role in METRIC_ROLES}
+
+
+def histogram_names(adapter: ServerAdapter) -> dict[str, tuple[str, ...]]:
+    """TTFT component -> Prometheus histogram names read on a server of ``adapter``'s kind: its own, then
+    every other known server's (namespaced names cannot be mistaken)."""
+    roles = dict.fromkeys(r for a in (adapter, *registered()) for r in a.histograms)
+    return {role: tuple(dict.fromkeys((*adapter.histograms.get(role, ()),
+                                       *(n for a in registered() for n in a.histograms.get(role, ())))))
+            for role in roles}
 
 
 # --- the server's own tokens: the prompt plan's probe and the fitting hook (procedures/prompts.py) ---

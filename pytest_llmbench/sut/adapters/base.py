@@ -203,6 +203,9 @@ class ServerAdapter:
     owned_by: tuple[str, ...] = ()
     request_fields: Mapping[str, Any] = field(default_factory=dict)
     metrics: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: per-request phase histograms on the same page, by TTFT component (``queue_wait``, ``prefill``): a run's
+    #: increase gives their distribution over its requests (§5.1.4.2; measure/telemetry.ServerHistogram)
+    histograms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     honours: tuple[str, ...] = ()  # OpenAI extensions the server honours (ignore_eos, min_tokens, ...)
     reuse_connections: bool = True  # False: the server closes kept-alive connections under load
     tested_live: bool = False

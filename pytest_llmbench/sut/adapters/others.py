@@ -109,6 +109,9 @@ VLLM = register(VLLMAdapter(
         "prefix_queries": ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"),
         "requests_finished": ("vllm:request_success_total",),
     },
+    # V1 engine phase times per finished request (WAITING, PREFILL), vLLM 0.8+ (vllm/v1/metrics/loggers.py)
+    histograms={"queue_wait": ("vllm:request_queue_time_seconds",),
+                "prefill": ("vllm:request_prefill_time_seconds",)},
     honours=("ignore_eos", "min_tokens", "usage.prompt_tokens_details.cached_tokens (--enable-prompt-tokens-details)",
              "token-id prompts"),
     documented="vLLM 0.6.x (gpu_cache_usage_perc) and 0.10/0.11 (kv_cache_usage_perc) OpenAI server and /metrics",

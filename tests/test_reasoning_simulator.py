@@ -64,7 +64,7 @@ def test_streamed_thinking_on_both_apis(sim: SimulatorProcess, api: str) -> None
         sim_thinking = emitted[think] - emitted[0]
         assert r.first_any_ns >= emitted[0] and r.first_token_ns >= emitted[think]
         assert abs((r.first_token_ns - r.first_any_ns) - sim_thinking) <= TOLERANCE_NS
-        assert r.reasoning_last_ns < r.first_token_ns
+        assert r.reasoning_last_ns <= r.first_token_ns  # equal when both arrive in one read
     m = summarize(recs)
     assert list(m.per_request["reasoning_tokens"]) == [r.server_timing["reasoning_tokens"] for r in
                                                        sorted(recs, key=lambda r: r.sent_ns)]
@@ -89,8 +89,9 @@ def test_a_tool_call_stream_keeps_its_arguments(sim: SimulatorProcess) -> None:
         assert r.ok and r.tool_calls and r.tool_calls[0]["name"] == "llmbench_tool"
         args = r.tool_calls[0]["arguments"]
         assert args and args == "".join(r.chunk_tool) and r.tool_tokens_client == 5
-        assert r.first_any_ns < r.tool_first_ns <= r.tool_last_ns  # thinking, then the call
-        assert r.reasoning_last_ns < r.tool_first_ns
+        # thinking, then the call; events that arrive in one read share its time (a busy host batches them)
+        assert r.first_any_ns <= r.tool_first_ns <= r.tool_last_ns
+        assert r.reasoning_last_ns <= r.tool_first_ns
 
 
 def test_hidden_thinking_is_flagged(sim: SimulatorProcess) -> None:

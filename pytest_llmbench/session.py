@@ -168,7 +168,8 @@ class Session:
             from .simulator.process import start_simulator
 
             sim_config = SimConfig.from_file(s.sim_config) if s.sim_config else SimConfig()
-            sim_config = sim_config.replace(time_scale=s.time_scale, seed=s.seed)
+            sim_config = sim_config.replace(time_scale=s.time_scale, seed=s.seed,
+                                            **({"reasoning": s.sim_reasoning} if s.sim_reasoning else {}))
             self.simulator = start_simulator(sim_config, grpc_port=0 if s.grpc else None)
             base_url, boundary = self.simulator.grpc_url or self.simulator.base_url, "model-engine"
         else:

@@ -27,6 +27,8 @@ PROFILES = ("smoke", "standard", "full")
 APIS = ("completions", "chat")
 #: ``--llm-inconclusive``: the pytest outcome of an INCONCLUSIVE SLO verdict (issue 47)
 INCONCLUSIVE_OUTCOMES = ("fail", "pass", "skip")
+#: ``--llm-sim-reasoning``: how the embedded simulator's model thinks (simulator.config.REASONING_MODES).
+SIM_REASONING = ("none", "streamed", "hidden", "tags")
 
 
 class LLMBenchConfigError(ValueError):
@@ -101,6 +103,12 @@ OPTIONS: tuple[Option, ...] = (
            "byte or between two reads", 300.0, "float"),
     Option("time-scale", "embedded simulator: factor applied to every modelled delay", 0.25, "float"),
     Option("sim-config", "embedded simulator: TOML/JSON configuration file", None, "path"),
+    Option("sim-reasoning", "embedded simulator: the model thinks before it answers: streamed (reasoning deltas), "
+           "hidden (usage counts the thinking, nothing streams) or tags (<think> in the content; the client then "
+           "splits it off); none: no thinking (docs/metrics.md 'Reasoning models')", None, "choice", SIM_REASONING),
+    Option("think-tags", "the model writes its reasoning as <think>...</think> inside the content (a server without "
+           "a reasoning parser): the client splits it off into the thinking phase; TTFT is then the first content "
+           "token after it (§5.1.3.1)", False, "bool"),
     Option("strict-sampling", "fail SLOs on under-sampled percentiles (§5.1.4.3)", False, "bool"),
     Option("slo-confidence", "confidence an SLO's verdict is judged at (PASS or FAIL only when a one-sided bound "
            "at it lies on one side of the threshold, else INCONCLUSIVE; docs/slo-and-compliance.md), in [0.5, 1)",
@@ -174,6 +182,8 @@ class Settings:
     timeout: float = 300.0
     time_scale: float = 0.25
     sim_config: Path | None = None
+    sim_reasoning: str | None = None  # the embedded simulator's SimConfig.reasoning (None: its config's)
+    think_tags: bool = False  # the client splits <think>...</think> off the content (client/phases.py)
     strict_sampling: bool = False
     slo_confidence: float = 0.95  # an SLO verdict's confidence unless the SLO names its own (measure/slo.py)
     inconclusive: str = "fail"  # pytest outcome of an INCONCLUSIVE SLO: fail | pass | skip

@@ -287,6 +287,20 @@ def sse(*events: Any, done: bool = False, **dumps: Any) -> bytes:
     return body + DONE if done else body
 
 
+class ScriptedReads:
+    """A streamed response read as scripted: each ``read_chunk`` gives the next of ``reads`` (bytes as one
+    socket read delivered them), then ``b""`` (what ``ResponseReader.read_stream`` reads)."""
+
+    status = 200
+    content_type = "text/event-stream"
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self.reads = iter(reads)
+
+    async def read_chunk(self) -> bytes:
+        return next(self.reads, b"")
+
+
 def delta_chunk(delta: str | dict[str, Any] | None = None, finish: str | None = None, **top: Any) -> dict[str, Any]:
     """A chat-completion chunk: ``top`` fields (id, object ...) first, then one choice with ``delta``
     (a string: the content; None: an empty delta) and ``finish`` as its finish reason."""

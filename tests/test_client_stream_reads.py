@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from factories import ScriptedReads as Reads
 from factories import make_record
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -25,17 +26,6 @@ def event(content: str | None = None, *, finish: str | None = None, usage: dict 
     delta.update(delta_extra)
     choices = [] if usage is not None else [{"index": 0, "delta": delta, "finish_reason": finish}]
     return b"data: " + json.dumps({"id": "x", "choices": choices, "usage": usage}).encode() + b"\n\n"
-
-
-class Reads:
-    status = 200
-    content_type = "text/event-stream"
-
-    def __init__(self, reads: list[bytes]) -> None:
-        self.reads = iter(reads)
-
-    async def read_chunk(self) -> bytes:
-        return next(self.reads, b"")
 
 
 def record() -> RequestRecord:

@@ -159,7 +159,9 @@ def test_reasoning_before_output() -> None:
     m = summarize([r])
     pr = m.per_request
     assert pr["ttft"] == approx([0.200])  # §5.1.3.1: first content token
-    assert pr["ttft_incl_reasoning"] == approx([0.050])  # AIPerf-style TTFT incl. reasoning
+    assert pr["ttfa"] == approx([0.050])  # first fragment of any kind (MLPerf; AIPerf's TTFT incl. reasoning)
+    assert pr["ttft_incl_reasoning"] is pr["ttfa"]  # the former name, an alias
+    assert pr["thinking_time"] == approx([0.150]) and m.scalar("ended_while_thinking").value == 0
     assert pr["ttfo"] == approx([0.200])  # reasoning preceded the output
     assert pr["ttst"] == approx([0.010])
     # without reasoning, TTFO is undefined and has no distribution

@@ -52,6 +52,7 @@ from .errors import (
     map_transport_errors,
 )
 from .hooks import BodyHook
+from .phases import assign_phases, split_think_tags
 from .sse import SSEDecodeError, SSEError
 from .stream import Hold, ResponseReader, assign_chunk_tokens, dumps
 from .transports import (
@@ -367,6 +368,9 @@ class LLMClient:
                 rec.cached_tokens = details["cached_tokens"]
         if rec.cached_tokens is None and rec.server_timing and isinstance(rec.server_timing.get("cached_tokens"), int):
             rec.cached_tokens = rec.server_timing["cached_tokens"]
+        if self.config.think_tags:  # the user says the model thinks in <think> tags inside its content
+            split_think_tags(rec)
+        assign_phases(rec)
         if rec.error_type is None:
             why = refusal_reason(rec.finish_reason, rec.refusal, rec.output_text, self.config.refusals)
             if why is not None:
@@ -388,6 +392,11 @@ class LLMClient:
             for i, n in enumerate(reasoning):
                 counts[i] += n
             rec.reasoning_tokens_client = sum(reasoning)
+        if rec.chunk_tool and any(rec.chunk_tool):  # tool-call arguments, a phase of their own
+            tool = assign_chunk_tokens(tok, rec.chunk_tool)
+            for i, n in enumerate(tool):
+                counts[i] += n
+            rec.tool_tokens_client = sum(tool)
         rec.chunk_tokens = counts
         rec.output_tokens_client = sum(counts)
         rec.tokenizer = tok.declaration.name

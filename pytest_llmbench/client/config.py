@@ -59,6 +59,9 @@ class ClientConfig:
     # gRPC: the server's HTTP root beside its gRPC endpoint (/metrics: the embedded simulator's); None: none
     http_root: str | None = None
     error_message_chars: int = 500
+    #: the model writes its reasoning as <think>...</think> inside the content (no reasoning parser on the
+    #: server): the client splits it off into the reasoning phase (client/phases.py; --llm-think-tags)
+    think_tags: bool = False
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     headers: Mapping[str, str] = field(default_factory=dict)
     refusals: RefusalPolicy = field(default_factory=RefusalPolicy)  # what counts as refused (refusals.py)
@@ -110,6 +113,8 @@ class ClientConfig:
         for key in ("output_tokenizer", "http_root"):  # gRPC only: an HTTP run's description stays as it was
             if d[key] is None:
                 del d[key]
+        if not d["think_tags"]:  # said only when asked: a run without it is described as before
+            del d["think_tags"]
         d["extra_body"] = dict(self.extra_body)
         d["headers"] = sorted(self.headers)  # header names only
         return d
@@ -132,6 +137,8 @@ def build_body(config: ClientConfig, spec: RequestSpec, *, system_ids: list[int]
     body["temperature"] = spec.temperature
     if spec.stop:
         body["stop"] = list(spec.stop)
+    if spec.request_fields:  # reasoning_effort and the like, from the workload spec (issue 49)
+        body.update(spec.request_fields)
     if config.send_extra_fields:
         if spec.min_tokens is not None:
             body["min_tokens"] = spec.min_tokens

@@ -4,11 +4,14 @@ JSON body; usage, finish reason, refusals and in-stream errors (§4.2.6, §4.8.1
 Every chunk is stamped with ``time.perf_counter_ns()`` at the read that completed its ``data:``
 event (one clock read per socket read; the events of one read are parsed in one pass and all carry
 that read's stamp, never a later one). The first token is the first chunk whose *content* has a
-non-whitespace character (``records.TTFT_RULE``, §5.1.3.1). The common streamed object (content
-alone) is decoded typed, only the fields read (:func:`_chunk_decoder`); every other one as a dict,
-with the same result. Per-chunk token counts are assigned
-after the stream ends by tokenizing the joined output once (:func:`assign_chunk_tokens`, §4.6.3).
-A server's own extensions of a streamed object (llama.cpp ``timings``, the simulator's
+non-whitespace character (``records.TTFT_RULE``, §5.1.3.1). Reasoning (``delta.reasoning_content`` or
+``delta.reasoning`` on chat, ``choices[0].reasoning_content`` on completions) and tool-call arguments
+(``delta.tool_calls``) are kept per chunk beside the content (``chunk_reasoning``, ``chunk_tool``): the
+phases of a reasoning model's answer (issue 49), timed once the response is read
+(``records.assign_phases``). The common streamed object (content alone) is decoded typed, only the
+fields read (:func:`_chunk_decoder`); every other one as a dict, with the same result. Per-chunk token
+counts are assigned after the stream ends by tokenizing the joined output once
+(:func:`assign_chunk_tokens`, §4.6.3). A server's own extensions of a streamed object (llama.cpp ``timings``, the simulator's
 ``llmbench_timing``) are its adapter's to read (``ServerAdapter.parse_extensions``).
 """
 
@@ -53,7 +56,7 @@ try:  # a typed decode of the common chunk: only the fields read, no dict per ob
 except ImportError:  # pragma: no cover - msgspec is a dependency; without it every object takes loads
     _msgspec = None  # type: ignore[assignment]
 
-__all__ = ["Hold", "ResponseReader", "assign_chunk_tokens", "dumps", "loads"]
+__all__ = ["Hold", "ResponseReader", "add_tool_calls", "assign_chunk_tokens", "dumps", "loads"]
 
 #: with a hold set, a read's events are parsed this many at a time, the hold asked before each
 #: slice: a send that falls due during a long read waits for one slice, not the whole read
@@ -73,17 +76,25 @@ if _msgspec is not None:  # gc=False: decoded JSON holds no cycle, so the collec
         reasoning_content: str | None = None
         reasoning: str | None = None
         refusal: str | None = None
+        #: only null or ``[]`` decode: a delta that carries a tool call is another shape (read as a dict, its
+        #: arguments kept), at no per-chunk cost to the common delta
+        tool_calls: tuple[()] | None = None
 
     class _Choice(_msgspec.Struct, gc=False):
         delta: _Delta | None = None
         text: str | None = None
         finish_reason: str | None = None
+        #: completions reasoning (``choices[0].reasoning_content`` or ``.reasoning``): only null decodes, so a
+        #: choice that carries reasoning is read as a dict, and the common completions chunk pays nothing for it
+        reasoning_content: None = None
+        reasoning: None = None
 
 
 @functools.lru_cache(maxsize=None)
 def _chunk_decoder(metadata_keys: frozenset[str]) -> tuple[Callable[[str], Any], Callable[[Any], Any], Any] | None:
     """The typed decoder of the common streamed object (§4.6.1): its ``choices`` (each one's delta
-    content, reasoning, refusal, text and finish reason, all strings or null), ``usage`` only when
+    content, reasoning, refusal, text and finish reason, all strings or null; a delta's ``tool_calls`` and a
+    completions choice's ``reasoning_content`` only when null or empty), ``usage`` only when
     null, and whether each of ``metadata_keys`` is there. Returns ``(decode, metadata, none)``:
     ``metadata(obj) == none`` when the object holds no metadata key. An object of any other shape
     fails to decode (``msgspec.DecodeError``) and is read as a dict (:meth:`ResponseReader.read_stream`).
@@ -114,6 +125,35 @@ def assign_chunk_tokens(tokenizer: Tokenizer, texts: list[str]) -> list[int]:
     # the tokens that start before each chunk's end (one bisection per chunk); a chunk's own are the step
     below = list(map(functools.partial(bisect.bisect_left, starts), itertools.accumulate(map(len, texts))))
     return [b - a for a, b in zip([0, *below], below)]
+
+
+def add_tool_calls(rec: RequestRecord, deltas: Any) -> None:
+    """A chunk's ``tool_calls`` deltas into ``rec``: their arguments joined as this chunk's ``chunk_tool``
+    entry (aligned with ``chunk_text``: the chunk's text is appended after this), and each call assembled
+    in ``rec.tool_calls`` by its ``index`` (id and name from its first delta, arguments concatenated)."""
+    calls = rec.tool_calls if rec.tool_calls is not None else []
+    rec.tool_calls = calls
+    args: list[str] = []
+    for d in deltas if isinstance(deltas, list) else ():
+        if not isinstance(d, dict):
+            continue
+        index = d.get("index", len(calls) if d.get("id") else max(len(calls) - 1, 0))
+        while len(calls) <= index:
+            calls.append({"index": len(calls), "id": None, "name": None, "arguments": ""})
+        call = calls[index]
+        if d.get("id"):
+            call["id"] = d["id"]
+        fn = d.get("function")
+        if isinstance(fn, dict):
+            if fn.get("name"):
+                call["name"] = fn["name"]
+            a = fn.get("arguments")
+            if isinstance(a, str) and a:
+                call["arguments"] += a
+                args.append(a)
+    tool = rec.chunk_tool
+    tool.extend([""] * (len(rec.chunk_text) - len(tool)))
+    tool.append("".join(args))
 
 
 def _error_message(body: bytes) -> str:
@@ -218,13 +258,17 @@ class ResponseReader:
                 reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
                 if msg.get("refusal"):
                     rec.refusal = msg["refusal"]
+                if msg.get("tool_calls"):
+                    add_tool_calls(rec, msg["tool_calls"])
             else:
                 content = c.get("text") or ""
-                reasoning = ""
+                reasoning = c.get("reasoning_content") or c.get("reasoning") or ""
             rec.first_chunk_ns = now
             rec.chunk_ns.append(now)
             rec.chunk_text.append(content)
             rec.chunk_reasoning.append(reasoning)
+            if reasoning:
+                rec.reasoning_source = "field"
             if content and not content.isspace():
                 rec.first_token_ns = now
             rec.finish_reason = c.get("finish_reason")
@@ -331,12 +375,21 @@ class ResponseReader:
                                         if reasoning:  # aligned with this chunk's text
                                             chunk_reasoning.extend([""] * (len(chunk_text) - len(chunk_reasoning)))
                                             chunk_reasoning.append(reasoning)
+                                            rec.reasoning_source = "field"
                                         if delta.get("refusal"):  # OpenAI: the refusal streams instead of content
                                             rec.refusal = (rec.refusal or "") + delta["refusal"]
+                                        tool_calls = delta.get("tool_calls")
+                                        if tool_calls:  # a tool call's arguments, aligned with this chunk's text
+                                            add_tool_calls(rec, tool_calls)
                                 else:
                                     content = ""
                             else:
                                 content = c.get("text") or ""
+                                reasoning = c.get("reasoning_content") or c.get("reasoning")
+                                if reasoning:  # completions reasoning (choices[0].reasoning_content)
+                                    chunk_reasoning.extend([""] * (len(chunk_text) - len(chunk_reasoning)))
+                                    chunk_reasoning.append(reasoning)
+                                    rec.reasoning_source = "field"
                             fr = c.get("finish_reason")
                         text_app(content)
                         if not first_token and content and not content.isspace():
@@ -362,6 +415,8 @@ class ResponseReader:
                 if n > len(chunk_reasoning):
                     chunk_reasoning.extend([""] * (n - len(chunk_reasoning)))
         parser.close()
+        if rec.chunk_tool and len(rec.chunk_tool) < len(chunk_text):  # a tool call streamed: aligned to the end
+            rec.chunk_tool.extend([""] * (len(chunk_text) - len(rec.chunk_tool)))
         if rec.end_ns is None:
             rec.end_ns = clock()
         if parser.partial:

@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "ClockAnchor",
@@ -29,7 +29,12 @@ __all__ = [
     "FAILURE_TYPES",
     "RequestRecord",
     "RequestSpec",
+    "REASONING_SOURCES",
+    "REASONING_STANDINGS",
+    "PhaseTimes",
     "TTFT_RULE",
+    "assign_phases",
+    "phase_times",
     "prompt_key",
 ]
 
@@ -83,7 +88,27 @@ FAILURE_TYPES = frozenset(e for e in ErrorType if e is not ErrorType.CANCELLED)
 #: which is now ``queued_ns``. TTFT and E2E start at ``sent_ns``, so 1.x and 2.x latencies differ by
 #: the connection set-up and are not compared (the regression gate keys on the major version).
 #: 2.1: optional ``chunk_usage_tokens`` (the server's cumulative output count on every chunk, §4.4).
-RECORDS_FORMAT = "2.1"
+#: 2.2: optional phase fields (issue 49, reasoning models): ``chunk_tool`` (tool-call arguments per chunk),
+#: ``tool_calls``, ``first_any_ns`` (the ttfa point), ``reasoning_first_ns``/``reasoning_last_ns``,
+#: ``tool_first_ns``/``tool_last_ns``, ``content_last_ns``, ``tool_tokens_client``, ``reasoning_source``.
+RECORDS_FORMAT = "2.2"
+
+#: Where a record's reasoning came from (``RequestRecord.reasoning_source``): a reasoning field of the
+#: stream (``reasoning_content``/``reasoning`` on chat deltas, ``choices[0].reasoning_content`` on
+#: completions) or ``<think>...</think>`` inside the content, split off by the client when the user says
+#: the model writes it so (``--llm-think-tags``).
+REASONING_SOURCES = ("field", "tags")
+
+#: Standing of a request's reasoning (:attr:`RequestRecord.reasoning_standing`, issue 49): ``streamed``
+#: (reasoning fragments arrived), ``hidden`` (the server counts reasoning tokens, none arrived),
+#: ``undetermined`` (no reasoning count from the server and its output count far exceeds the tokens seen:
+#: hidden reasoning can be neither shown nor excluded), ``none``.
+REASONING_STANDINGS = ("streamed", "hidden", "undetermined", "none")
+
+#: ``undetermined`` when the server's completion_tokens exceed the visible tokens by more than this factor
+#: and by more than :data:`UNSEEN_MIN_TOKENS` (tokenizer differences stay below both).
+UNSEEN_FACTOR = 1.5
+UNSEEN_MIN_TOKENS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +136,9 @@ class RequestSpec:
     ignore_eos: bool = False
     temperature: float = 0.0
     stop: tuple[str, ...] | None = None
+    #: further request-body fields the workload asks for, sent as given (``reasoning_effort``, a reasoning
+    #: model's ``chat_template_kwargs``; issue 49), in key order
+    request_fields: tuple[tuple[str, Any], ...] = ()
     #: :attr:`prompt_hash` once computed (not a field of the workload: never serialised or compared)
     _prompt_hash: str | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -144,6 +172,10 @@ class RequestSpec:
             d["prompt_ids"] = list(self.prompt_ids)
         if self.stop is not None:
             d["stop"] = list(self.stop)
+        if self.request_fields:
+            d["request_fields"] = dict(self.request_fields)
+        else:
+            del d["request_fields"]  # a workload without any is stored as before
         return d
 
     @classmethod
@@ -153,6 +185,8 @@ class RequestSpec:
             d["prompt_ids"] = tuple(d["prompt_ids"])
         if d.get("stop") is not None:
             d["stop"] = tuple(d["stop"])
+        if d.get("request_fields"):
+            d["request_fields"] = tuple(sorted(d["request_fields"].items()))
         return cls(**d)
 
 
@@ -191,6 +225,18 @@ class RequestRecord:
     # usage.completion_tokens carried by each chunk (cumulative; vLLM continuous_usage_stats):
     # empty unless the server streams it on every chunk (optional: absent before format 2.1)
     chunk_usage_tokens: list[int] = field(default_factory=list)
+    # tool-call arguments each chunk carried (``tool_calls[].function.arguments``): empty unless a tool call
+    # streamed, then aligned with chunk_text (format 2.2)
+    chunk_tool: list[str] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] | None = None  # assembled: index, id, name, arguments (format 2.2)
+    # --- phases (issue 49; format 2.2): first/last arrival of each phase's non-whitespace fragments ----
+    first_any_ns: int | None = None  # first non-whitespace fragment of any kind (ttfa; role-only excluded)
+    reasoning_first_ns: int | None = None
+    reasoning_last_ns: int | None = None
+    tool_first_ns: int | None = None
+    tool_last_ns: int | None = None
+    content_last_ns: int | None = None  # the first is first_token_ns (TTFT_RULE)
+    reasoning_source: str | None = None  # REASONING_SOURCES, None: no reasoning text arrived (set by the reader)
     # --- token counts (§4.4.2) ------------------------------------------------------------
     input_tokens_client: int | None = None
     output_tokens_client: int | None = None
@@ -200,6 +246,7 @@ class RequestRecord:
     tokenizer: str | None = None  # name of the tokenizer behind the *_client counts
     token_count_method: str | None = None  # how chunk_tokens were counted (tokencount.py; format 1.1)
     reasoning_tokens_client: int | None = None  # reasoning part of output_tokens_client, when streamed
+    tool_tokens_client: int | None = None  # tool-call argument part of output_tokens_client (format 2.2)
     # --- server-side information -----------------------------------------------------------
     usage: dict[str, Any] | None = None
     server_token_ns: list[int] | None = None  # per-token emit times, CLOCK_MONOTONIC (§4.6.3 C)
@@ -239,6 +286,44 @@ class RequestRecord:
         return "".join(self.chunk_text)
 
     @property
+    def reasoning_tokens_server(self) -> int | None:
+        """``usage.completion_tokens_details.reasoning_tokens`` when the server sent it."""
+        details = (self.usage or {}).get("completion_tokens_details")
+        v = details.get("reasoning_tokens") if isinstance(details, dict) else None
+        return v if type(v) is int else None
+
+    @property
+    def reasoning_tokens(self) -> int | None:
+        """Reasoning tokens: the server's count where sent, else the reference tokenizer's of the streamed
+        reasoning (:attr:`reasoning_token_method` names which, §4.4.2); None when neither exists."""
+        server = self.reasoning_tokens_server
+        return server if server is not None else self.reasoning_tokens_client
+
+    @property
+    def reasoning_token_method(self) -> str | None:
+        """How :attr:`reasoning_tokens` was counted: ``server usage`` or ``client tokenizer <name>``."""
+        if self.reasoning_tokens_server is not None:
+            return "server usage (completion_tokens_details.reasoning_tokens)"
+        if self.reasoning_tokens_client is not None:
+            return f"client tokenizer {self.tokenizer}"
+        return None
+
+    @property
+    def reasoning_standing(self) -> str:
+        """Whether this request's reasoning was seen (:data:`REASONING_STANDINGS`): ``hidden`` when the
+        server counts reasoning tokens and no reasoning fragment arrived; ``undetermined`` when it sends no
+        such count but its completion_tokens far exceed the tokens seen (:data:`UNSEEN_FACTOR`)."""
+        if self.reasoning_first_ns is not None:
+            return "streamed"
+        server = self.reasoning_tokens_server
+        if server is not None:
+            return "hidden" if server > 0 else "none"
+        out, seen = self.output_tokens_server, self.output_tokens_client
+        if out is not None and seen is not None and out > UNSEEN_FACTOR * seen and out - seen > UNSEEN_MIN_TOKENS:
+            return "undetermined"
+        return "none"
+
+    @property
     def output_tokens(self) -> int | None:
         """Output length: the server's count when reported, else the client's (§4.4.2)."""
         if self.output_tokens_server is not None:
@@ -273,6 +358,9 @@ class RequestRecord:
         if not keep_text:
             d["chunk_text"] = ["" for _ in self.chunk_text]
             d["chunk_reasoning"] = ["" for _ in self.chunk_reasoning]
+            d["chunk_tool"] = ["" for _ in self.chunk_tool]
+            if self.tool_calls:
+                d["tool_calls"] = [{**c, "arguments": ""} for c in self.tool_calls]
             d["refusal"] = "" if self.refusal else None
         return d
 
@@ -287,6 +375,64 @@ class RequestRecord:
         names = cls.__dataclass_fields__
         # interned names match the 40-odd parameters by identity: twice as fast for a run read back
         return cls(**{sys.intern(k): v for k, v in d.items() if k in names})
+
+
+class PhaseTimes(NamedTuple):
+    """The first and last arrival of each phase's non-whitespace fragments (ns; None: the phase is absent)
+    and ``first_any`` (ttfa's point: the first of them all, role-only and empty chunks excluded)."""
+
+    first_any: int | None
+    reasoning_first: int | None
+    reasoning_last: int | None
+    tool_first: int | None
+    tool_last: int | None
+    content_last: int | None
+
+
+def _first_last(ns: list[int], parts: list[str]) -> tuple[int | None, int | None]:
+    """Arrival of the first and the last chunk whose ``parts`` entry has a non-whitespace character."""
+    first = next((t for t, p in zip(ns, parts) if p and not p.isspace()), None)
+    if first is None:
+        return None, None
+    last = next(ns[i] for i in range(min(len(ns), len(parts)) - 1, -1, -1) if parts[i] and not parts[i].isspace())
+    return first, last
+
+
+def phase_times(rec: RequestRecord, reasoning: bool | None = None) -> PhaseTimes:
+    """Each phase's first and last arrival, from the record's chunks (issue 49). ``reasoning``: whether any
+    reasoning text arrived, when the caller knows (the client does: ``reasoning_source``); None looks. Without
+    reasoning or a tool call it reads the content from its end back to its last fragment only (a few chunks)."""
+    ns, texts = rec.chunk_ns, rec.chunk_text
+    content_last = None
+    if rec.first_token_ns is not None:
+        content_last = next(
+            (ns[i] for i in range(min(len(ns), len(texts)) - 1, -1, -1) if texts[i] and not texts[i].isspace()),
+            rec.first_token_ns)
+    first = rec.first_token_ns
+    r_first = r_last = t_first = t_last = None
+    if any(rec.chunk_reasoning) if reasoning is None else reasoning:
+        r_first, r_last = _first_last(ns, rec.chunk_reasoning)
+        if r_first is not None:
+            first = r_first if first is None else min(first, r_first)
+    if rec.chunk_tool and any(rec.chunk_tool):
+        t_first, t_last = _first_last(ns, rec.chunk_tool)
+        if t_first is not None:
+            first = t_first if first is None else min(first, t_first)
+    return PhaseTimes(first, r_first, r_last, t_first, t_last, content_last)
+
+
+def assign_phases(rec: RequestRecord) -> None:
+    """:func:`phase_times` into the record's phase fields (records format 2.2), once its response is read.
+    The reader marks a record that received reasoning text (``reasoning_source``), so a record without any
+    is not scanned for it; ``reasoning_source`` stays only where a non-whitespace fragment arrived."""
+    tool = rec.chunk_tool
+    if tool and len(tool) < len(rec.chunk_text):  # a stream that broke off after a tool-call delta
+        tool.extend([""] * (len(rec.chunk_text) - len(tool)))
+    p = phase_times(rec, rec.reasoning_source is not None)
+    rec.first_any_ns, rec.reasoning_first_ns, rec.reasoning_last_ns = p.first_any, p.reasoning_first, p.reasoning_last
+    rec.tool_first_ns, rec.tool_last_ns, rec.content_last_ns = p.tool_first, p.tool_last, p.content_last
+    if p.reasoning_first is None:
+        rec.reasoning_source = None
 
 
 @dataclass(frozen=True, slots=True)

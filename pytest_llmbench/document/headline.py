@@ -98,6 +98,9 @@ FINDING_KINDS: tuple[tuple[str, str], ...] = (
     ("cancelled", "requests cancelled (count as not completed)"),
     ("unfair", "unfair scheduling"),
     ("overloaded", "overloaded"),
+    ("hidden_reasoning", "hidden reasoning (TTFT and ITL include unobserved thinking; output tok/s counts tokens never "
+                         "seen)"),
+    ("ended_while_thinking", "requests ended while thinking (no content: not in TTFT)"),
     ("client_timing", "client timing flagged (the client's own delay is > 5 % of a figure)"),
 )
 _SEVERITY = {k: i for i, (k, _) in enumerate(FINDING_KINDS)}
@@ -120,6 +123,27 @@ def top_error(p: Mapping[str, Any]) -> dict[str, Any] | None:
 def _declared(p: Mapping[str, Any]) -> list[dict[str, str]]:
     """The findings the procedure declared (``result.warnings``, since 1.4: kind and text)."""
     return [dict(w) for w in (p.get("result") or {}).get("warnings") or [] if isinstance(w, Mapping)]
+
+
+def reasoning_findings(runs: list[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(kind, text) of a procedure's reasoning findings (issue 49), summed over its runs' counts: requests with
+    hidden reasoning and the reasoning tokens the server counted for them, requests whose reasoning is not
+    determinable, requests that ended while thinking."""
+    def total(name: str) -> int:
+        return sum(int(((r.get("metrics") or {}).get("scalars") or {}).get(name, {}).get("value") or 0) for r in runs)
+
+    out: list[tuple[str, str]] = []
+    hidden, unknown = total("hidden_reasoning_requests"), total("reasoning_undetermined_requests")
+    if hidden:
+        out.append(("hidden_reasoning", f"{hidden:,} requests with {total('hidden_reasoning_tokens'):,} reasoning "
+                    "tokens counted by the server and none streamed"))
+    if unknown:
+        out.append(("hidden_reasoning", f"{unknown:,} requests not determinable (completion tokens far beyond those "
+                    "streamed, no reasoning count from the server)"))
+    ended = total("ended_while_thinking")
+    if ended:
+        out.append(("ended_while_thinking", f"{ended:,} requests"))
+    return out
 
 
 def procedure_findings(p: Mapping[str, Any]) -> list[dict[str, str]]:
@@ -158,6 +182,8 @@ def procedure_findings(p: Mapping[str, Any]) -> list[dict[str, str]]:
     for d in declared:
         if d["kind"] == "overloaded":
             add("overloaded", d["text"])
+    for kind, text in reasoning_findings(runs):  # reasoning models (issue 49), over the procedure's runs
+        add(kind, text)
     timing = p.get("client_delay") or {}
     if timing.get("flagged"):
         reasons = timing.get("reasons") or []

@@ -125,15 +125,6 @@ def _total(scalars: Any, tag: str) -> float | int | None:
     return e.value if tag == "overall_usage_prompt_cache_read_pct" else int(e.value)
 
 
-def _first_output_ns(r: RequestRecord) -> int | None:
-    """AIPerf's TTFT point: the first chunk with non-whitespace content *or* reasoning."""
-    first = r.first_token_ns
-    for t, txt in zip(r.chunk_ns, r.chunk_reasoning):
-        if txt and txt.strip():
-            return t if first is None else min(t, first)
-    return first
-
-
 def _count(value: float, r: RequestRecord, tokenizer: Any, part: str) -> float | None:
     """A client-side token count of the summary; records written before the client counted (format 1.x)
     are counted here with ``tokenizer`` when one is given."""
@@ -148,9 +139,10 @@ def _count(value: float, r: RequestRecord, tokenizer: Any, part: str) -> float |
 #: AIPerf tags that today's metrics already cover: tag -> (our name, definition difference).
 #: ``our name`` is a distribution, scalar or per-request column of ``summary.summarize``, or a record field.
 AIPERF_EQUIVALENTS: dict[str, tuple[str, str]] = {
-    "time_to_first_token": ("ttft_incl_reasoning", "AIPerf counts the first reasoning or content "
-                            "chunk; our `ttft` (§5.1.3.1) is the first non-whitespace content; they "
-                            "differ only when reasoning is streamed (then `ttft_incl_reasoning`)"),
+    "time_to_first_token": ("ttfa", "AIPerf counts the first reasoning or content chunk, our `ttfa` "
+                            "the first fragment of any kind (a tool call's too); our `ttft` (§5.1.3.1) is the "
+                            "first non-whitespace content; they differ only when reasoning or a tool call "
+                            "came first"),
     "time_to_second_token": ("ttst", "same definition"),
     "time_to_first_output_token": ("ttfo", "defined only when reasoning preceded the output"),
     "inter_chunk_latency": ("inter_chunk", "ours starts at the first content token; pooled"),
@@ -224,9 +216,8 @@ def _record_metrics(r: RequestRecord, row: int, run: RunMetrics, tokenizer: Any)
     """tag -> (value, unit) for one successful record; undefined metrics are left out."""
     pr = run.per_request
     col = lambda name: float(pr[name][row])  # noqa: E731
-    first = _first_output_ns(r)
     v: dict[str, Any] = {
-        "time_to_first_token": None if first is None else (first - r.sent_ns) / 1e6,
+        "time_to_first_token": col("ttfa") * 1e3,  # AIPerf's TTFT: reasoning included (the phases, issue 49)
         "time_to_second_token": col("ttst") * 1e3,
         "time_to_first_output_token": col("ttfo") * 1e3,
         "inter_token_latency": col("aiperf_itl") * 1e3,

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..common.records import ErrorType, RequestRecord
+from ..common.records import REASONING_STANDINGS, ErrorType, RequestRecord, phase_times
 from .http_phases import HTTP_PHASES, phases
 
 __all__ = ["BLOCK_CHUNKS", "FLOAT_FIELDS", "SPILL_AT", "ChunkBlock", "ChunkStore", "Chunks", "FrameBuilder", "RunFrame"]
@@ -33,7 +33,12 @@ __all__ = ["BLOCK_CHUNKS", "FLOAT_FIELDS", "SPILL_AT", "ChunkBlock", "ChunkStore
 _NONE = -(2**63)  # int64 stand-in for "no value" in the nanosecond columns
 
 #: Optional instants (ns, perf_counter) kept per request; NaN after ``build`` where a record has none.
-_TIMES = ("first_token_ns", "first_chunk_ns", "intended_ns", "handoff_ns", "first_reasoning_ns")
+_TIMES = ("first_token_ns", "first_chunk_ns", "intended_ns", "handoff_ns", "first_reasoning_ns",
+          # the phases (issue 49; records.phase_times): ttfa's point, reasoning's last, tool's, content's last
+          "first_any_ns", "reasoning_last_ns", "tool_first_ns", "tool_last_ns", "content_last_ns")
+
+#: ``reasoning_standing`` column codes (records.REASONING_STANDINGS, in order).
+STANDING_CODES: dict[str, int] = {s: i for i, s in enumerate(REASONING_STANDINGS)}
 
 #: Per-request numbers (float64, NaN where absent): token counts (§4.4), server timing (§5.1.4.2,
 #: §5.8.4), usage fields (``u_*``, AIPerf Usage Field Metrics) and HTTP phases (``trace_<phase>``).
@@ -42,6 +47,7 @@ FLOAT_FIELDS: tuple[str, ...] = (
     "srv_queue_ns", "srv_prefill_ns", "srv_preemptions", "srv_preempted_tokens",
     "u_total", "u_reasoning", "u_cache_read", "u_cache_write", "u_cache_miss",
     *(f"trace_{p}" for p in HTTP_PHASES),
+    "tool_client", "reasoning_standing",  # tool-call argument tokens; STANDING_CODES (issue 49)
 )
 
 
@@ -84,12 +90,17 @@ def chunk_gaps_ns(r: RequestRecord) -> np.ndarray:
     return np.diff(ns[(tokens > 0) & (ns >= r.first_token_ns)])
 
 
-def _first_reasoning_ns(r: RequestRecord) -> int | None:
-    """Arrival of the first non-whitespace reasoning chunk, None when none streamed."""
-    for t, txt in zip(r.chunk_ns, r.chunk_reasoning):
-        if txt and txt.strip():
-            return t
-    return None
+def aside_chunks(r: RequestRecord, tokens: list[int]) -> tuple[list[int], list[int]]:
+    """The arrival and tokens of a record's chunks that carry no content (reasoning or tool-call arguments
+    alone): what visible output leaves out (``visible_output_throughput``). A chunk with content counts as
+    visible whole."""
+    ns_out: list[int] = []
+    tok_out: list[int] = []
+    for t, n, text in zip(r.chunk_ns, tokens, r.chunk_text):
+        if n and not text:
+            ns_out.append(t)
+            tok_out.append(n)
+    return ns_out, tok_out
 
 
 def _nan(v: Any) -> float:
@@ -101,8 +112,9 @@ SPILL_AT = 1 << 20
 #: Chunks (streamed chunks plus server timestamps) per block the summariser reads at once.
 BLOCK_CHUNKS = 1 << 19
 
-_CHUNK_DTYPES = {"ns": np.dtype(np.int64), "tokens": np.dtype(np.int32), "server": np.dtype(np.int64)}
-_ARRAY_CODES = {"ns": "q", "tokens": "i", "server": "q"}
+_CHUNK_DTYPES = {"ns": np.dtype(np.int64), "tokens": np.dtype(np.int32), "server": np.dtype(np.int64),
+                 "aside_ns": np.dtype(np.int64), "aside_tokens": np.dtype(np.int32)}
+_ARRAY_CODES = {"ns": "q", "tokens": "i", "server": "q", "aside_ns": "q", "aside_tokens": "i"}
 
 
 class _Column:
@@ -304,6 +316,14 @@ class Chunks:
         for lo, hi in self.bounds():
             yield self.block(lo, hi)
 
+    def aside(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The chunks that carry reasoning or tool-call arguments and no content (:func:`aside_chunks`), as
+        (arrival ns after t0, tokens), a slice of about :attr:`block_chunks` at a time, in the order added."""
+        total = self.store.length("aside_ns")
+        for start in range(0, total, self.block_chunks):
+            k = min(self.block_chunks, total - start)
+            yield self.store.read("aside_ns", start, k) - self.t0, self.store.read("aside_tokens", start, k)
+
     def whole(self) -> ChunkBlock:
         """Every row's chunks at once (small runs, tests)."""
         return self.block(0, self.n)
@@ -426,9 +446,13 @@ class FrameBuilder:
         self._sent.append(r.sent_ns)
         self._end.append(_NONE if r.end_ns is None else r.end_ns)
         t = self._times
+        # the phases: as the client set them (format 2.2), else from the chunks (records of older formats)
+        ph = (r.first_any_ns, r.reasoning_first_ns, r.reasoning_last_ns, r.tool_first_ns, r.tool_last_ns,
+              r.content_last_ns) if r.first_any_ns is not None or not r.chunk_ns else phase_times(r)
         for k, v in (("first_token_ns", r.first_token_ns), ("first_chunk_ns", r.first_chunk_ns),
-                     ("intended_ns", r.intended_ns), ("handoff_ns", r.handoff_ns),
-                     ("first_reasoning_ns", _first_reasoning_ns(r) if r.chunk_reasoning else None)):
+                     ("intended_ns", r.intended_ns), ("handoff_ns", r.handoff_ns), ("first_reasoning_ns", ph[1]),
+                     ("first_any_ns", ph[0]), ("reasoning_last_ns", ph[2]), ("tool_first_ns", ph[3]),
+                     ("tool_last_ns", ph[4]), ("content_last_ns", ph[5])):
             t[k].append(_NONE if v is None else v)
         usage, timing = r.usage, r.server_timing or {}
         trace = phases(r.http_trace)
@@ -438,10 +462,16 @@ class FrameBuilder:
                   timing.get("preempted_tokens"), _usage_int(usage, "total_tokens"),
                   _usage_int(usage, "completion_tokens_details", "reasoning_tokens"), _cache_read(r),
                   _usage_int(usage, "cache_creation_input_tokens"), _usage_int(usage, "prompt_cache_miss_tokens"),
-                  *(trace[p] for p in HTTP_PHASES))
+                  *(trace[p] for p in HTTP_PHASES), r.tool_tokens_client,
+                  STANDING_CODES["streamed" if ph[1] is not None else r.reasoning_standing])
         for col, v in zip(self._number_columns, values):
             col.append(_nan(v))
-        self._reasoning.append(any(r.chunk_reasoning))
+        reasoning = ph[1] is not None
+        self._reasoning.append(reasoning)
+        if reasoning or ph[3] is not None:  # chunks of reasoning or tool-call arguments alone (rare: no cost else)
+            aside_ns, aside_tokens = aside_chunks(r, tokens)
+            self._chunks.extend("aside_ns", aside_ns)
+            self._chunks.extend("aside_tokens", aside_tokens)
         self._err_code.append(-1 if r.error_type is None else _ERROR_CODES[r.error_type])
         code = self._classes.setdefault(r.request_class, len(self._classes))
         self._class_code.append(code)

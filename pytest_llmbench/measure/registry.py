@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from . import units
 
-__all__ = ["DIRECTIONS", "FIGURES", "ITL_METRICS", "METRICS", "TERMS", "Figure", "Metric",
+__all__ = ["DIRECTIONS", "FIGURES", "ITL_METRICS", "METRICS", "PHASE_METRICS", "TERMS", "Figure", "Metric",
            "Node", "compute", "declare", "definitions", "derived", "evaluation_order", "figure", "higher_is_better", "lookup",
            "metric", "needs", "on_declare", "procedure_figures", "slo_metrics"]
 
@@ -75,6 +75,9 @@ class Metric:
     compute: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
     needs: tuple[str, ...] = ()  # what ``compute`` reads (its parameter names)
     itl_gaps: bool = False  # its samples are ITL gaps: not measurable under §4.6.3 option A
+    #: a figure of the reasoning phase: unobservable where the server hides its reasoning (an SLO on it is
+    #: INCONCLUSIVE on such a run, slo.py; issue 49)
+    phase: bool = False
 
     def __post_init__(self) -> None:
         if self.unit not in units.UNITS:
@@ -115,7 +118,8 @@ def _definition(fn: Callable[..., Any]) -> str:
 def metric(title: str, unit: str, direction: Direction = "neutral", *, kind: Kind = "distribution",
            section: str = "", aggregation: str | None = None, aliases: tuple[str, ...] = (), slo: bool = False,
            per_token: bool = False, aiperf: str | None = None, over: Rows = "ok", always: bool = False,
-           window: Window | None = None, itl_gaps: bool = False, name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+           window: Window | None = None, itl_gaps: bool = False, name: str | None = None,
+           phase: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare the decorated function as a metric: its name (the function's), title, unit, direction, §.
 
     The function is the formula (vectorised, numpy): its parameters name what it reads (frame fields,
@@ -125,6 +129,7 @@ def metric(title: str, unit: str, direction: Direction = "neutral", *, kind: Kin
     ``always``: even when no request defines it), ``scalar`` (an Estimate, or a ``{suffix: Estimate}``
     dict for a window rate and its whole-run variant, or None when the run cannot give it) or
     ``column`` (per request, not summarised). ``aiperf``: AIPerf's tag, also an alias when it differs.
+    ``phase``: a figure of the reasoning phase (:attr:`Metric.phase`).
     """
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -134,7 +139,7 @@ def metric(title: str, unit: str, direction: Direction = "neutral", *, kind: Kin
         win = window or ("whole" if n in _WHOLE_RUN else "steady" if agg in (WINDOW_RATE, TIME_AVERAGE) else None)
         m = Metric(n, title, unit, direction, kind, _definition(fn), section,
                    agg, names, slo, per_token, aiperf, over=over, always=always, window=win,
-                   compute=fn, needs=tuple(inspect.signature(fn).parameters), itl_gaps=itl_gaps)
+                   compute=fn, needs=tuple(inspect.signature(fn).parameters), itl_gaps=itl_gaps, phase=phase)
         _declare(m)
         return fn
 
@@ -249,6 +254,10 @@ _discover()
 #: Metrics whose samples are ITL gaps: under §4.6.3 option A (App. B.2.1 chose chunk timing) they
 #: are not measurable, and an SLO or gate rule on them fails (measure.chunking.ITL_NOT_MEASURABLE).
 ITL_METRICS = frozenset(m.name for m in METRICS.values() if m.itl_gaps)
+
+#: Figures of the reasoning phase (``phase=True``): where the server hides its reasoning they are not
+#: observable, and an SLO on them is INCONCLUSIVE with the reason (slo.py, issue 49).
+PHASE_METRICS = frozenset(m.name for m in METRICS.values() if m.phase)
 
 #: Whole-run variants of the window rates: ``<name>_full`` (same metric, window = whole run).
 WHOLE_RUN_SUFFIX = "_full"

@@ -1032,6 +1032,10 @@ def evaluate(slo: SLO | str, run_metrics: RunMetricsLike, *, strict: bool = Fals
         # App. B.2.1 chose chunk timing: the gaps are between chunks, never judged as ITL (§4.6.3)
         return SLOResult(slo, SLOVerdict.FAIL, None, f"{slo}: {ITL_NOT_MEASURABLE} (App. B.2.1 chose §4.6.3 option A, "
                                                   "Time Between Chunks)", confidence=conf)
+    unobserved = getattr(run_metrics, "phase_unobserved", None) if slo.metric in registry.PHASE_METRICS else None
+    if isinstance(unobserved, str):  # the server hid its reasoning: a thinking-phase figure is not measured (issue 49)
+        return SLOResult(slo, SLOVerdict.INCONCLUSIVE, None, f"{slo}: INCONCLUSIVE (method point: not judged): "
+                         f"{unobserved}", confidence=conf, limit=slo.threshold)
     if slo.per_request:
         return _evaluate_per_request(slo, run_metrics, conf)
     try:
@@ -1202,6 +1206,11 @@ class FiguresView:
     @property
     def itl_option(self) -> str | None:
         return getattr(self.run, "itl_option", None)
+
+    @property
+    def phase_unobserved(self) -> str | None:
+        """The run's reason its reasoning-phase figures are not observed (summary.RunMetrics), None without."""
+        return getattr(self.run, "phase_unobserved", None)
 
 
 def good_mask(slos: Iterable[SLO | str], values: Mapping[str, Any] | Callable[[str], Any]) -> np.ndarray:

@@ -15,7 +15,8 @@ Conventions (named in :data:`DEFINITIONS`):
 * Latency metrics are defined for successful requests only (``record.ok``); failed requests
   count in error/success rates and goodput denominators, ``cancelled`` ones in neither.
 * TTFT follows §5.1.3.1 (``record.first_token_ns``: first non-whitespace *content*; reasoning
-  excluded). ``ttft_any_chunk`` uses the first SSE chunk of any kind.
+  excluded). ``ttft_any_chunk`` uses the first SSE chunk of any kind, ``ttfa`` the first non-whitespace
+  fragment of any kind (reasoning, tool call, content; the phases, ``metrics/phases.py``).
 * ITL per §5.4.3 from the first content token on, under one of the §4.6.3 options:
   ``A`` inter-chunk time (reported as "time between chunks"), ``B`` every token of a chunk gets
   the chunk's arrival time (the draft's literal text: an N-token chunk adds N-1 zero samples),
@@ -137,6 +138,14 @@ UNITS: dict[str, str] = {m.name: m.unit for m in registry.METRICS.values() if m.
 
 
 
+def _canonical(name: str) -> str | None:
+    """The metric an alias names (None: no metric)."""
+    try:
+        return registry.lookup(name).name
+    except KeyError:
+        return None
+
+
 def _per_request_metrics() -> tuple[str, ...]:
     """The per-request table's metrics: every computed one not summarised as pooled samples or a scalar."""
     return tuple(m.name for m in registry.METRICS.values()
@@ -173,6 +182,9 @@ class PerRequest:
         try:
             return self.columns[name]
         except KeyError:
+            alias = _canonical(name)  # an alias (e.g. ttft_incl_reasoning: ttfa)
+            if alias in self.columns:
+                return self.columns[alias]
             raise KeyError(f"unknown per-request metric {name!r}; known: {sorted(self.columns)}") from None
 
     def names(self) -> list[str]:
@@ -217,6 +229,9 @@ class RunMetrics:
         try:
             return self.distributions[name]
         except KeyError:
+            alias = _canonical(name)
+            if alias in self.distributions:
+                return self.distributions[alias]
             raise KeyError(f"unknown distribution {name!r}; known: {sorted(self.distributions)}") from None
 
     def in_steady_window(self, name: str) -> Distribution:
@@ -230,6 +245,38 @@ class RunMetrics:
         rows = pr["ok"] & (sent >= w0) & (sent <= w1)
         return distribution(f"{name} (sent in the steady-state window)", pr[name][rows], d.unit,
                             tuple(sorted(d.percentiles)) or DEFAULT_PERCENTILES, confidence=d.mean.confidence)
+
+    def _count(self, name: str) -> int:
+        e = self.scalars.get(name)
+        return int(e.value) if e is not None and e.value == e.value else 0
+
+    @property
+    def phase_unobserved(self) -> str | None:
+        """Why this run's reasoning-phase figures (``registry.PHASE_METRICS``) cannot be observed: the server
+        hid reasoning (usage counts reasoning tokens, no fragment arrived) or may have (not determinable);
+        None when they can (issue 49). An SLO on such a figure is INCONCLUSIVE with this reason (slo.py)."""
+        hidden, unknown = self._count("hidden_reasoning_requests"), self._count("reasoning_undetermined_requests")
+        if hidden:
+            tokens = self._count("hidden_reasoning_tokens")
+            return (f"hidden reasoning: {hidden} requests had {tokens} reasoning tokens (usage) and no reasoning "
+                    "streamed; the thinking phase was not observed")
+        if unknown:
+            return (f"hidden reasoning not determinable: {unknown} requests had far more completion tokens than "
+                    "arrived and the server sent no reasoning count")
+        return None
+
+    def reasoning_findings(self) -> list[str]:
+        """What a reader must know about this run's reasoning (issue 49): hidden or undeterminable reasoning
+        and what it does to TTFT, ITL and output tok/s, and the requests that ended while thinking."""
+        out: list[str] = []
+        why = self.phase_unobserved
+        if why is not None:
+            out.append(f"{why}: TTFT and ITL include unobserved thinking, output tok/s counts tokens the client "
+                       "never saw (compare visible_output_throughput)")
+        ended = self._count("ended_while_thinking")
+        if ended:
+            out.append(f"{ended} requests ended while thinking (no content: counted, not in TTFT)")
+        return out
 
     def scalar(self, name: str) -> Estimate:
         try:
@@ -272,6 +319,9 @@ class RunMetrics:
             "prefill_deadline": self.prefill_deadline.to_json() if self.prefill_deadline else None,
             "definitions": dict(self.definitions),
         }
+        findings = self.reasoning_findings()
+        if findings:  # the phases (issue 49): hidden reasoning, requests that ended while thinking
+            d["reasoning_findings"] = findings
         if per_request:
             d["per_request"] = self.per_request.to_json()
         return d

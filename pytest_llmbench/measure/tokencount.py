@@ -60,11 +60,13 @@ SERVER_METHODS = EXACT_METHODS | {TOKENIZE_RECONCILED}
 
 
 def _content_flags(rec: RequestRecord) -> list[bool]:
-    """Per chunk: does it carry text or reasoning."""
-    reasoning = rec.chunk_reasoning
-    if len(reasoning) != len(rec.chunk_text) or not any(reasoning):
-        return list(map(bool, rec.chunk_text))  # the common chunk: text alone (one C pass)
-    return [bool(t) or bool(r) for t, r in zip(rec.chunk_text, reasoning)]
+    """Per chunk: does it carry text, reasoning or tool-call arguments (issue 49)."""
+    reasoning, tool = rec.chunk_reasoning, rec.chunk_tool
+    flags = list(map(bool, rec.chunk_text))  # the common chunk: text alone (one C pass)
+    for extra in (reasoning, tool):
+        if len(extra) == len(flags) and any(extra):
+            flags = [f or bool(x) for f, x in zip(flags, extra)]
+    return flags
 
 
 def apply_chunk_usage(rec: RequestRecord) -> bool:

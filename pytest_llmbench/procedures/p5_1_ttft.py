@@ -150,7 +150,10 @@ class TTFT(ProcedureRun[TTFTParams]):
             + ([f"{no_content} of {self.n_successful} successful requests streamed no non-whitespace content: "
                 "no TTFT (§5.1.3.1)"] if no_content > 0 else [])
             + ([f"{self.pre_content} requests sent non-content chunks (e.g. role-only) before the first content "
-                "token; TTFT is time to first content token (§5.1.3.1)"] if self.pre_content else []),
+                "token; TTFT is time to first content token (§5.1.3.1)"] if self.pre_content else [])
+            # reasoning models (issue 49): hidden thinking is inside every TTFT here, and thinking cut short has none
+            + [f"{f}; TTFT is the first content token (§5.1.3.1), ttfa the first fragment of any kind"
+               for f in metrics.reasoning_findings()],
             plots={"ttft_samples_s": sample_list(metrics.per_request_values("ttft"))},
             fact_runs=[m],  # the cold-start runs are reported, the facts describe the measured run
             primary_run=m.summary.label,

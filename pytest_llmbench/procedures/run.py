@@ -139,6 +139,9 @@ def client_for(ctx: ProcedureContext, *, max_connections: int | None = None) -> 
         refusals=refusal_policy(s),
         output_tokenizer=sut.server_info.get("output_tokenizer"),  # gRPC: decodes the server's output ids
         http_root=sut.http_root,  # gRPC: the server's HTTP side (/metrics), when it has one
+        # <think> in the content: the user says so, or the embedded simulator was asked to write it (issue 49)
+        think_tags=bool(getattr(s, "think_tags", False)
+                        or (sut.embedded and getattr(s, "sim_reasoning", None) == "tags")),
     )
     plan = plan_prompts(sut)  # the prompt mode that fits the server (prompts.py)
     # reference ids only where the server's vocabulary holds them (a shard rebuilding a client from this

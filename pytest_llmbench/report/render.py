@@ -31,11 +31,13 @@ from .fmt import (
     md_cell,
     md_text,
 )
+from .phases import phase_bar
 
 __all__ = ["render_html", "render_markdown", "render_summary", "view"]
 
 #: Distributions shown per procedure (name in metrics.distributions, label).
-DIST_ROWS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E latency"), ("itl", None), ("ttst", "TTST"),
+DIST_ROWS = (("ttft", "TTFT"), ("ttfa", "TTFA (first fragment of any kind)"), ("thinking_time", "Thinking time"),
+             ("reasoning_tokens", "Reasoning tokens"), ("itl_reasoning", "ITL (reasoning)"), ("tpot", "TPOT"), ("e2e", "E2E latency"), ("itl", None), ("ttst", "TTST"),
              ("jitter", "ITL jitter (per-request std)"), ("max_pause", "Max pause (per request)"),
              ("queue_wait", "Queue wait (server)"), ("prefill", "Prefill (server)"),
              ("send_lag", "Send lag (schedule)"), ("isl", "Input tokens"), ("osl", "Output tokens"))
@@ -143,7 +145,7 @@ def _dist_rows(metrics: Mapping[str, Any] | None, check: Mapping[str, Any] | Non
     rows = []
     for name, label in order:
         d = dists.get(name)
-        if not d or not d.get("n"):
+        if not d or not d.get("n") or (name == "ttfa" and "thinking_time" not in dists):  # ttfa = TTFT: shown once
             continue
         unit = d.get("unit", "")
         if label is None:
@@ -263,6 +265,7 @@ def _proc_view(p: Mapping[str, Any], with_figures: bool) -> dict[str, Any]:
         "must_unmet": sum(1 for u in c["unmet"] if u["level"] == "MUST"),
         "should_unmet": sum(1 for u in c["unmet"] if u["level"] == "SHOULD"),
         "figures": figures_for(p["procedure"], res.get("plots") or {}, p.get("slos") or []) if with_figures else [],
+        "phases": phase_bar(res.get("metrics")),  # reasoning models' phases (issue 49; report/phases.py)
     }
 
 
@@ -519,6 +522,8 @@ def slo_rows(doc: Mapping[str, Any]) -> list[list[str]]:
             more = r.get("needed_more")
             decide = (f"need ~{more:,} more" if more is not None else "more than the run can give") \
                 if r["outcome"] == "INCONCLUSIVE" else ""
+            if r["outcome"] == "INCONCLUSIVE" and r.get("value") is None:  # not observed (hidden reasoning, issue 49)
+                decide = "not observable in this run (its message says why)"
             if r.get("look") is not None:
                 decide = (decide + "; " if decide else "") + f"stopped when decided at {r['look']:,}"
             n = r.get("judged") if r.get("judged") is not None else r.get("n")

@@ -35,6 +35,8 @@ _MAX_BODY = 64 * 1024 * 1024
 _CATCH_UP_NS = 2_000_000  # an iteration may start at the previous deadline if we are < 2 ms late
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+_OPEN, _CLOSE = json.dumps("<think>").encode(), json.dumps("</think>").encode()  # tags mode (issue 49)
+_NO_END = 1 << 62  # the last phase (content) has no end but the output's
 
 
 class Simulator:
@@ -54,6 +56,7 @@ class Simulator:
         self.requests_refused = 0  # finish_reason content_filter
         self.requests_rejected_queue = 0  # 429
         self.in_guardrail = 0
+        self.reasoning_tokens = 0  # thinking tokens of finished requests (issue 49; /metrics)
         #: run after the engine starts / before it stops, on its loop (the gRPC front: server.py)
         self.on_start: list[Callable[[], Awaitable[None]]] = []
         self.on_stop: list[Callable[[], Awaitable[None]]] = []
@@ -250,6 +253,8 @@ class Simulator:
              self.requests_rejected_queue),
             ("llmbench:requests_refused_total", k, "Requests ended by a guardrail (content_filter).",
              self.requests_refused),
+            ("llmbench:reasoning_tokens_total", k, "Thinking tokens of answered requests (part of the generation "
+             "tokens; --reasoning).", self.reasoning_tokens),
         ]
 
     # ------------------------------------------------------------------ generation
@@ -305,7 +310,7 @@ class Simulator:
             plan = OutputPlan([], [], "", "content_filter", refused_at_input=True)
         else:
             plan = plan_output(cfg, rseed, req.max_tokens, min_tokens=req.min_tokens,
-                               ignore_eos=req.ignore_eos, stop=req.stop)
+                               ignore_eos=req.ignore_eos, stop=req.stop, tools=kind == "chat")
         seq = Sequence(n, req.prompt_ids, plan.output_ids, req.max_tokens, plan.finish_reason,
                        record_times=req.timing or (req.stream and cfg.guardrail_active("output")))
         if not refused_in:
@@ -349,17 +354,30 @@ class Simulator:
         seq.waiter = fut
         await fut
 
-    def _finish_info(self, seq: Sequence, input_filter_ns: int) -> dict[str, Any]:
-        return {"queue_ns": seq.queue_ns or 0, "prefill_ns": seq.prefill_ns or 0,
+    def _finish_info(self, seq: Sequence, input_filter_ns: int, plan: OutputPlan) -> dict[str, Any]:
+        info = {"queue_ns": seq.queue_ns or 0, "prefill_ns": seq.prefill_ns or 0,
                 "preemptions": seq.preemptions, "preempted_tokens": seq.preempted_tokens,
                 "cached_tokens": seq.cached_tokens, "input_filter_ns": input_filter_ns}
+        if plan.reasoning_tokens:  # the thinking (issue 49): its tokens and when its last one was emitted
+            r = min(plan.reasoning_tokens, seq.num_emitted)
+            info["reasoning_tokens"] = r
+            if seq.emit_ns and r:
+                info["thinking_end_ns"] = seq.emit_ns[r - 1]
+        return info
 
-    def _usage(self, seq: Sequence) -> dict[str, Any]:
+    def _usage(self, seq: Sequence, plan: OutputPlan) -> dict[str, Any]:
         u: dict[str, Any] = {"prompt_tokens": seq.n_prompt, "completion_tokens": seq.num_emitted,
                              "total_tokens": seq.n_prompt + seq.num_emitted}
         if seq.cached_tokens:
             u["prompt_tokens_details"] = {"cached_tokens": seq.cached_tokens}
+        if plan.reasoning_tokens or self.config.reasoning != "none":  # counted, whether streamed or not
+            u["completion_tokens_details"] = {"reasoning_tokens": min(plan.reasoning_tokens, seq.num_emitted)}
         return u
+
+    def _thought(self, seq: Sequence, plan: OutputPlan) -> None:
+        """A finished request's thinking tokens into ``/metrics``."""
+        if plan.reasoning_tokens and seq.status != ABORTED:
+            self.reasoning_tokens += min(plan.reasoning_tokens, seq.num_emitted)
 
     async def _stream(self, req: ParsedRequest, seq: Sequence, plan: OutputPlan, rid: str,
                       input_filter_ns: int, send: Send) -> None:
@@ -376,25 +394,41 @@ class Simulator:
         cursor = 0
         next_out = 0  # when the output filter is free again (monotonic ns)
         mono = time.monotonic_ns
+        # the phases (issue 49): tokens [0, think) are thinking, [think, tool) a tool call's arguments; a chunk
+        # never spans two phases. Without them both are 0 and the loop is the one-phase loop it was.
+        think, tool = plan.reasoning_tokens, plan.reasoning_tokens + plan.tool_tokens
+        mode = cfg.reasoning if think else "none"
         while True:
             n = seq.num_emitted
             done = seq.done
             if seq.status == ABORTED:
                 return
             buf: list[bytes] = []
-            while n - cursor >= per_chunk or (done and cursor < n):
-                k = min(per_chunk, n - cursor)
+            while True:
+                phase_end = think if cursor < think else tool if cursor < tool else _NO_END
+                k = min(per_chunk, n - cursor, phase_end - cursor)
+                if k <= 0 or (k < per_chunk and not done and phase_end > n):
+                    break
                 ps = pieces[cursor:cursor + k]
                 t = b""
-                if timing:
+                if timing and not (cursor < think and mode == "hidden"):
                     t = enc.token_timing(seq.emit_ns[cursor:cursor + k],  # type: ignore[index]
                                          seq.emit_unix_ns[cursor:cursor + k])  # type: ignore[index]
-                cursor += k
+                start, cursor = cursor, cursor + k
+                if start < tool:  # thinking or a tool call
+                    chunk = self._phase_chunk(enc, mode, ps, start, think, tool, t, plan.reasoning_cut)
+                    if chunk is None:  # hidden thinking: the time passes, nothing is sent
+                        continue
+                    buf.append(chunk)
+                    continue
                 piece = join_pieces(ps)
                 if piece == b'""':
                     continue  # text held back by a stop string: nothing visible to send
                 chunk = enc.token(piece, t)
                 if guard_ns:  # output filter: a FIFO server checking one chunk at a time
+                    if buf:  # thinking ahead of it goes first, unfiltered (the filter checks the answer)
+                        await send({"type": "http.response.body", "body": b"".join(buf), "more_body": True})
+                        buf = []
                     ready = seq.emit_ns[cursor - 1]  # type: ignore[index]
                     next_out = max(ready, next_out) + guard_ns
                     while (rem := next_out - mono()) > 50_000:
@@ -405,11 +439,12 @@ class Simulator:
             if done:
                 if seq.finish_reason == "content_filter" and seq.status != ABORTED and not plan.refused_at_input:
                     self.requests_refused += 1
+                self._thought(seq, plan)
                 ft = enc.finish_timing({"token_ns": [], "token_unix_ns": [],
-                                        **self._finish_info(seq, input_filter_ns)}) if timing else b""
+                                        **self._finish_info(seq, input_filter_ns, plan)}) if timing else b""
                 buf.append(enc.finish(seq.finish_reason, ft))
                 if req.include_usage:
-                    buf.append(enc.usage(self._usage(seq)))
+                    buf.append(enc.usage(self._usage(seq, plan)))
                 buf.append(b"data: [DONE]\n\n")
                 await send({"type": "http.response.body", "body": b"".join(buf), "more_body": False})
                 return
@@ -417,6 +452,22 @@ class Simulator:
                 await send({"type": "http.response.body", "body": b"".join(buf), "more_body": True})
             if seq.num_emitted == n and not seq.done:
                 await self.wait(seq)
+
+    @staticmethod
+    def _phase_chunk(enc: ChunkEncoder, mode: str, ps: list[bytes], start: int, think: int, tool: int,
+                     timing: bytes, cut: bool) -> bytes | None:
+        """The event of a chunk of thinking (tokens ``start..`` below ``think``) or of a tool call's arguments
+        (below ``tool``): a reasoning delta (streamed), content inside ``<think>...</think>`` (tags, the tags
+        on its first and last thinking token; none closes thinking ``cut`` by max_tokens), nothing (hidden),
+        a tool-call delta."""
+        if start >= think:
+            return enc.tool(join_pieces(ps), start == think, timing)
+        if mode == "streamed":
+            return enc.reasoning(join_pieces(ps), timing)
+        if mode == "hidden":
+            return None
+        tagged = ([_OPEN] if start == 0 else []) + ps + ([_CLOSE] if start + len(ps) == think and not cut else [])
+        return enc.token(join_pieces(tagged), timing)
 
     async def _complete(self, req: ParsedRequest, seq: Sequence, plan: OutputPlan, rid: str,
                         input_filter_ns: int, send: Send) -> None:
@@ -431,19 +482,35 @@ class Simulator:
         if guard:
             await asyncio.sleep(guard)
         created = int(time.time())
+        self._thought(seq, plan)
+        think, tool = plan.reasoning_tokens, plan.reasoning_tokens + plan.tool_tokens
+        mode = self.config.reasoning if think else "none"
+        answer = plan.text
+        if plan.tool_tokens:  # the tool call's arguments are not content
+            answer = "".join(json.loads(p) for p in plan.pieces[tool:])
+        content = (f"<think>{plan.reasoning_text}{'' if plan.reasoning_cut else '</think>'}{answer}" if mode == "tags"
+                   else answer)
         if req.kind == "chat":
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": plan.text},
-                                      "logprobs": None, "finish_reason": seq.finish_reason}
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if mode == "streamed":
+                message["reasoning_content"] = plan.reasoning_text
+            if plan.tool_tokens:
+                message["tool_calls"] = [{"id": f"call_{rid.split('-', 1)[-1]}", "type": "function", "function": {
+                    "name": "llmbench_tool", "arguments": "".join(json.loads(p) for p in plan.pieces[think:tool])}}]
+            choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None,
+                                      "finish_reason": seq.finish_reason}
             obj = "chat.completion"
         else:
-            choice = {"index": 0, "text": plan.text, "logprobs": None, "finish_reason": seq.finish_reason}
+            choice = {"index": 0, "text": content, "logprobs": None, "finish_reason": seq.finish_reason}
+            if mode == "streamed":
+                choice["reasoning_content"] = plan.reasoning_text
             obj = "text_completion"
         body: dict[str, Any] = {"id": rid, "object": obj, "created": created, "model": req.model,
                                 "system_fingerprint": "llmbench-sim", "choices": [choice],
-                                "usage": self._usage(seq)}
+                                "usage": self._usage(seq, plan)}
         if req.timing:
             body["llmbench_timing"] = {"token_ns": seq.emit_ns, "token_unix_ns": seq.emit_unix_ns,
-                                       **self._finish_info(seq, input_filter_ns)}
+                                       **self._finish_info(seq, input_filter_ns, plan)}
         await _respond_json(send, 200, body)
 
 

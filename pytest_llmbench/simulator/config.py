@@ -21,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["GUARDRAIL_MODES", "GUARDRAIL_SETTINGS", "RUNTIME_FIELDS", "SimConfig", "SimConfigError", "guardrail_defaults"]
+__all__ = ["GUARDRAIL_MODES", "GUARDRAIL_SETTINGS", "REASONING_MODES", "RUNTIME_FIELDS", "SimConfig", "SimConfigError", "guardrail_defaults"]
 
 #: Guardrail modes (§5.10): which filters run.
 GUARDRAIL_MODES = ("none", "input", "output", "full")
@@ -30,6 +30,12 @@ GUARDRAIL_MODES = ("none", "input", "output", "full")
 #: configuration (§4.8.2), which ``/admin/config`` reports as ``guardrail_defaults``.
 GUARDRAIL_SETTINGS = ("guardrail_input_base_ms", "guardrail_input_per_token_ms", "guardrail_output_per_chunk_ms",
                       "guardrail_refusal_rate")
+
+#: Reasoning modes (issue 49): how the simulated model's thinking reaches the client. ``none``: no thinking;
+#: ``streamed``: reasoning deltas before the content (``delta.reasoning_content`` on chat,
+#: ``choices[0].reasoning_content`` on completions); ``tags``: ``<think>...</think>`` inside the content;
+#: ``hidden``: the same thinking time passes and usage counts the tokens, with no delta.
+REASONING_MODES = ("none", "streamed", "hidden", "tags")
 
 #: Fields that ``POST /admin/config`` may change while the server runs.
 RUNTIME_FIELDS = frozenset(
@@ -43,6 +49,9 @@ RUNTIME_FIELDS = frozenset(
         "time_scale",
         "timing",
         "eos_mean_tokens",
+        "reasoning",
+        "reasoning_mean_tokens",
+        "tool_call_tokens",
     }
 )
 
@@ -77,6 +86,10 @@ class SimConfig:
     prefix_cache: bool = True  # block-hashed shared-prefix reuse with LRU eviction
     # --- output length ----------------------------------------------------------------------
     eos_mean_tokens: float = 256.0  # mean of the seeded geometric EOS point; 0 = never EOS
+    # --- reasoning models (issue 49) ----------------------------------------------------------------
+    reasoning: str = "none"  # none | streamed | hidden | tags (REASONING_MODES)
+    reasoning_mean_tokens: float = 64.0  # mean of the seeded geometric thinking length (>= 1 token)
+    tool_call_tokens: int = 0  # chat: the answer's first N tokens stream as a tool call's arguments
     # --- guardrails (§5.10) ---------------------------------------------------------------------
     guardrails: str = "none"  # none | input | output | full
     guardrail_input_base_ms: float = 5.0  # input filter: fixed delay before queueing
@@ -116,6 +129,11 @@ class SimConfig:
             raise SimConfigError(
                 f"SimConfig.kv_capacity_tokens ({self.kv_capacity_tokens}) must hold at least one "
                 f"block of block_size={self.block_size} tokens")
+        if self.reasoning not in REASONING_MODES:
+            raise SimConfigError(
+                f"SimConfig.reasoning must be one of {', '.join(REASONING_MODES)}, got {self.reasoning!r}")
+        if self.tool_call_tokens < 0:
+            raise SimConfigError(f"SimConfig.tool_call_tokens must be >= 0, got {self.tool_call_tokens!r}")
         if self.guardrails not in GUARDRAIL_MODES:
             raise SimConfigError(
                 f"SimConfig.guardrails must be one of {', '.join(GUARDRAIL_MODES)}, got {self.guardrails!r}")

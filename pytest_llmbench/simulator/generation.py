@@ -8,6 +8,11 @@ one word of the :mod:`vocabulary <.vocab>`, so the joined text re-tokenizes to e
 ``completion_tokens`` tokens. A ``stop`` string ends the output at the token that completes it;
 the text is cut before the stop string (vLLM semantics), the tokens generated are still counted.
 
+Reasoning (issue 49, ``SimConfig.reasoning``): a thinking length drawn from its own seeded stream (mean
+``reasoning_mean_tokens``) comes first, its tokens words of the same vocabulary; thinking counts against
+``max_tokens`` (a request whose budget ends inside it has no answer). A chat request's first
+``tool_call_tokens`` answer tokens are a tool call's arguments.
+
 Seeding: a request's ``seed`` if given; else, at ``temperature == 0`` (greedy), the prompt's token
 ids (same prompt, same output); else the server seed and the request's arrival number.
 """
@@ -24,7 +29,7 @@ from dataclasses import dataclass
 from .config import SimConfig
 from .vocab import get_vocabulary
 
-__all__ = ["OutputPlan", "input_refused", "plan_output", "request_seed", "stable_hash"]
+__all__ = ["OutputPlan", "input_refused", "plan_output", "request_seed", "stable_hash", "think"]
 
 
 @dataclass(slots=True)
@@ -36,6 +41,10 @@ class OutputPlan:
     text: str  # the visible text (after stop-string truncation)
     finish_reason: str  # "stop" | "length" | "content_filter"
     refused_at_input: bool = False
+    reasoning_tokens: int = 0  # the first ones of output_ids are thinking (issue 49)
+    reasoning_text: str = ""  # their text (pieces[:reasoning_tokens] joined)
+    tool_tokens: int = 0  # the next ones stream as a tool call's arguments (chat)
+    reasoning_cut: bool = False  # max_tokens ended the output while thinking
 
 
 def stable_hash(*parts: object) -> int:
@@ -67,8 +76,47 @@ def input_refused(config: SimConfig, rseed: int) -> bool:
 
 
 def plan_output(config: SimConfig, rseed: int, max_tokens: int, *, min_tokens: int = 0,
-                ignore_eos: bool = False, stop: Sequence[str] = ()) -> OutputPlan:
-    """Draw the output of one request deterministically from ``rseed``."""
+                ignore_eos: bool = False, stop: Sequence[str] = (), tools: bool = False) -> OutputPlan:
+    """Draw the output of one request deterministically from ``rseed``: with ``config.reasoning`` the
+    thinking first (:func:`think`), then the answer; ``tools`` (chat): its first ``tool_call_tokens``
+    tokens are a tool call's arguments."""
+    plan = _plan_answer(config, rseed, max_tokens, min_tokens=min_tokens, ignore_eos=ignore_eos, stop=stop)
+    if config.reasoning == "none" or plan.finish_reason == "content_filter":
+        think_n = 0
+    else:
+        think_n = think(config, rseed)
+    tool_n = config.tool_call_tokens if tools else 0
+    if not think_n and not tool_n:
+        return plan
+    # thinking counts against max_tokens: what does not fit is cut from the answer, then from the thinking
+    n = len(plan.output_ids)
+    if think_n + n > max_tokens:
+        n = max(max_tokens - think_n, 0)
+        plan = OutputPlan(plan.output_ids[:n], plan.pieces[:n], _joined(plan.pieces[:n]), "length")
+    kept = min(think_n, max_tokens)
+    vocab = get_vocabulary()
+    idx = random.Random(stable_hash(rseed, "think")).choices(range(len(vocab)), k=kept)
+    ids, words, jb = vocab.ids, vocab.words, vocab.json_bytes
+    return OutputPlan([ids[i] for i in idx] + plan.output_ids, [jb[i] for i in idx] + plan.pieces, plan.text,
+                      plan.finish_reason, reasoning_tokens=kept, reasoning_text="".join(words[i] for i in idx),
+                      tool_tokens=min(tool_n, n), reasoning_cut=kept < think_n)
+
+
+def think(config: SimConfig, rseed: int) -> int:
+    """The thinking length of a request (issue 49): 1 + a seeded geometric draw of mean
+    ``reasoning_mean_tokens`` - 1, so at least one token (its own stream: the answer stays as drawn)."""
+    mean = max(config.reasoning_mean_tokens, 1.0)
+    return 1 + (int(random.Random(stable_hash(rseed, "think-length")).expovariate(1.0 / (mean - 1.0)))
+                if mean > 1.0 else 0)
+
+
+def _joined(pieces: Sequence[bytes]) -> str:
+    return "".join(json.loads(p) for p in pieces)
+
+
+def _plan_answer(config: SimConfig, rseed: int, max_tokens: int, *, min_tokens: int = 0,
+                 ignore_eos: bool = False, stop: Sequence[str] = ()) -> OutputPlan:
+    """The answer of one request, drawn deterministically from ``rseed``."""
     rng = random.Random(rseed)
     vocab = get_vocabulary()
     if ignore_eos or config.eos_mean_tokens <= 0:

@@ -218,7 +218,8 @@ def _ints(xs: Sequence[int]) -> bytes:
 class ChunkEncoder:
     """Pre-encoded SSE event bytes for one streaming request."""
 
-    __slots__ = ("chat", "head", "tok_open", "tok_close", "tail", "rid", "model", "created", "obj")
+    __slots__ = ("chat", "head", "tok_open", "tok_close", "tail", "rid", "model", "created", "obj", "think_open",
+                 "think_close", "tool_first", "tool_next", "tool_close")
 
     def __init__(self, kind: str, rid: str, model: str, created: int, include_usage: bool) -> None:
         self.chat = kind == "chat"
@@ -232,6 +233,16 @@ class ChunkEncoder:
         self.tok_open = self.head + (b'"delta":{"content":' if self.chat else b'"text":')
         self.tok_close = (b'},' if self.chat else b',') + b'"logprobs":null,"finish_reason":null}]'
         self.tail = (b',"usage":null' if include_usage else b"")
+        # reasoning (issue 49): delta.reasoning_content on chat, choices[0].reasoning_content on completions
+        self.think_open = self.head + (b'"delta":{"reasoning_content":' if self.chat else
+                                       b'"text":"","reasoning_content":')
+        self.think_close = self.tok_close
+        # a tool call's arguments (chat): its id, type and name on the first delta, as OpenAI streams them
+        call = f'call_{rid.split("-", 1)[-1]}'
+        self.tool_first = self.head + (b'"delta":{"tool_calls":[{"index":0,"id":"' + call.encode()
+                                       + b'","type":"function","function":{"name":"llmbench_tool","arguments":')
+        self.tool_next = self.head + b'"delta":{"tool_calls":[{"index":0,"function":{"arguments":'
+        self.tool_close = b'}}]},"logprobs":null,"finish_reason":null}]'
 
     def role(self) -> bytes:
         return (self.head + b'"delta":{"role":"assistant","content":""},"logprobs":null,'
@@ -239,6 +250,14 @@ class ChunkEncoder:
 
     def token(self, piece: bytes, timing: bytes = b"") -> bytes:
         return self.tok_open + piece + self.tok_close + self.tail + timing + b"}\n\n"
+
+    def reasoning(self, piece: bytes, timing: bytes = b"") -> bytes:
+        """A reasoning delta (``SimConfig.reasoning == "streamed"``)."""
+        return self.think_open + piece + self.think_close + self.tail + timing + b"}\n\n"
+
+    def tool(self, piece: bytes, first: bool, timing: bytes = b"") -> bytes:
+        """A tool call's arguments delta (chat); the call's id and name on the ``first``."""
+        return (self.tool_first if first else self.tool_next) + piece + self.tool_close + self.tail + timing + b"}\n\n"
 
     def finish(self, reason: str, timing: bytes = b"") -> bytes:
         body = b'"delta":{}' if self.chat else b'"text":""'

@@ -64,6 +64,10 @@ def _spec_dict(spec: RequestSpec) -> dict[str, Any]:
         d["prompt_ids"] = list(spec.prompt_ids)
     if spec.stop is not None:
         d["stop"] = list(spec.stop)
+    if spec.request_fields:
+        d["request_fields"] = dict(spec.request_fields)
+    else:  # a workload without extra body fields hashes as before (request_sequence_sha256)
+        del d["request_fields"]
     return d
 
 

@@ -94,6 +94,11 @@ def _check_dist(prefix: str, section: Any, missing: list[str], problems: list[st
             problems.append(f"{prefix}: {exc}")
 
 
+#: Body fields the workload itself sets: ``request_fields`` may not override them.
+_BODY_FIELDS = frozenset({"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "min_tokens",
+                          "ignore_eos", "temperature", "stop", "stream", "stream_options"})
+
+
 def validate_spec(spec: Mapping[str, Any], source: str = "<spec>") -> None:
     """Raise one :class:`WorkloadError` listing every missing or invalid §4.3.1 field."""
     missing: list[str] = []
@@ -140,6 +145,13 @@ def validate_spec(spec: Mapping[str, Any], source: str = "<spec>") -> None:
         sel = ps.get("selection", "uniform")
         if sel not in ("uniform", "zipf"):
             problems.append(f"prefix_sharing.selection must be 'uniform' or 'zipf', got {sel!r}")
+    rf = spec.get("request_fields")
+    if rf is not None and not isinstance(rf, Mapping):
+        problems.append("request_fields must be a table of request-body fields (e.g. reasoning_effort = \"high\")")
+    elif isinstance(rf, Mapping):
+        clash = sorted(set(rf) & _BODY_FIELDS)
+        if clash:
+            problems.append(f"request_fields may not set {', '.join(clash)} (the workload's own fields)")
     if missing or problems:
         lines = [f"{source}: incomplete or invalid workload spec (§4.3.1)"]
         if missing:
@@ -197,6 +209,7 @@ def build_custom(
     control = str(out["control"])
     stop = tuple(out.get("stop") or ()) if control in ("stop", "both") else None
     force = bool(out.get("ignore_eos", False))
+    request_fields = tuple(sorted(dict(spec.get("request_fields") or {}).items()))  # reasoning_effort, ... (issue 49)
     content = spec["content"]
     ps = spec["prefix_sharing"]
     r_len, r_out, r_txt, r_share, r_sel, r_pfx, r_sys = _streams(seed, 7)
@@ -253,7 +266,7 @@ def build_custom(
             fitted = factory.fit(r_txt, user_target, head=ptext, body=body)
         specs.append(
             _spec(i, name, fitted.ids, fitted.text, target, lout[i], force, system_prompt=sys_text if s else None,
-                  prefix_id=pid, prefix_tokens=len(pids), stop=stop)
+                  prefix_id=pid, prefix_tokens=len(pids), stop=stop, request_fields=request_fields)
         )
     notes = ["custom workload (§4.3 MAY): reported in full; content is synthetic text in the declared domain"]
     if raised:

@@ -18,14 +18,14 @@ _A = "AIPerf metrics reference"
 
 @metric("ITL (AIPerf)", "s", "lower", section=f"{_A}, Streaming Metrics, Inter Token Latency", slo=True,
         aiperf="inter_token_latency")
-def aiperf_itl(ok: np.ndarray, first_reasoning_ns: np.ndarray, first_token_ns: np.ndarray, end_ns: np.ndarray,
+def aiperf_itl(ok: np.ndarray, first_any_ns: np.ndarray, end_ns: np.ndarray,
                has_end: np.ndarray, out_server: np.ndarray, out_client: np.ndarray) -> np.ndarray:
-    """(E2E - TTFT incl. reasoning) / (OSL - 1); equals our tpot unless reasoning preceded the output
+    """(E2E - ttfa) / (OSL - 1); equals our tpot unless reasoning (or a tool call) preceded the output
 
-    TTFT here includes reasoning (AIPerf's), unlike the §5.1.3.1 ``ttft``; the request ends at the last
+    ttfa is AIPerf's TTFT, reasoning included, unlike the §5.1.3.1 ``ttft``; the request ends at the last
     byte/[DONE] (AIPerf: last content response); OSL is the server's count, else the client's.
     """
-    first = np.fmin(first_reasoning_ns, first_token_ns)
+    first = first_any_ns
     out = np.where(~np.isnan(out_server), out_server, out_client)
     defined = ok & ~np.isnan(first) & has_end & (out >= 2)
     return np.where(defined, (end_ns - first) / 1e9 / (out - 1), NAN)

@@ -251,10 +251,12 @@ def _b_gaps(block: ChunkBlock, content: np.ndarray, owner: np.ndarray, ok: np.nd
     return pairs_diff(b_ns[sel], b_own[sel])
 
 
-def _resolve(option: str, ok: np.ndarray, osl: np.ndarray, server_token_counts: np.ndarray) -> str:
-    """``auto`` -> C when every successful multi-token request has server timestamps, else B; C checked."""
+def _resolve(option: str, ok: np.ndarray, osl: np.ndarray, server_token_counts: np.ndarray,
+             chunk_token_sum: np.ndarray) -> str:
+    """``auto`` -> C when every successful multi-token request has server timestamps, else B; C checked. A
+    request that streamed no token (its output all hidden reasoning, issue 49) has no token to stamp."""
     has_c = (server_token_counts > 0) & ok
-    need_c = ok & (osl >= 2)
+    need_c = ok & (osl >= 2) & (chunk_token_sum > 0)
     complete = bool(has_c[need_c].all()) if need_c.any() else bool(has_c.any())
     if option == "AUTO":
         return "C" if complete else "B"
@@ -271,7 +273,7 @@ def itl_data(first_token_ns: np.ndarray, chunks: Chunks, chunk_counts: np.ndarra
              index: np.ndarray, itl_option: str) -> ItlData:
     """ITL per §5.4.3 from the first content token on, under options A, B and C (§4.6.3), over the run's
     chunks block by block: per-request figures of a block's requests, pooled samples gathered compactly."""
-    option = _resolve(itl_option, ok, osl, server_token_counts)
+    option = _resolve(itl_option, ok, osl, server_token_counts, chunk_token_sum)
     gaps_a = _Gaps(int(chunk_counts[ok].sum()))
     gaps_b: _Gaps | None = None  # while every content chunk so far holds one token, B's samples are A's
     has_c = bool(((server_token_counts > 0) & ok).any())

@@ -29,16 +29,6 @@ def ttft_any_chunk(first_chunk_ns: np.ndarray, sent_ns: np.ndarray, okf: np.ndar
     return (first_chunk_ns - sent_ns.astype(np.float64)) * NS * okf
 
 
-@metric("TTFT (incl. reasoning)", "s", "lower", section="AIPerf")
-def ttft_incl_reasoning(first_reasoning_ns: np.ndarray, first_token_ns: np.ndarray, sent_ns: np.ndarray,
-                        okf: np.ndarray) -> np.ndarray:
-    """first chunk with non-whitespace content or reasoning - submission (AIPerf's TTFT for reasoning
-    models); only when reasoning was streamed
-    """
-    first = np.fmin(first_reasoning_ns, first_token_ns)
-    return np.where(~np.isnan(first_reasoning_ns), (first - sent_ns.astype(np.float64)) * NS, NAN) * okf
-
-
 @metric("TTFO", "s", "lower", section="AIPerf")
 def ttfo(first_reasoning_ns: np.ndarray, first_token_ns: np.ndarray, ttft: np.ndarray) -> np.ndarray:
     """time to first output token: first content token - submission, defined only when reasoning content

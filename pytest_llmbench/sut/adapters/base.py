@@ -195,7 +195,7 @@ class ServerAdapter:
     other's prefix cache while the cache is switched off (vLLM: a fresh ``cache_salt``).
     ``aliases``: other spellings of ``kind`` for ``--llm-server-kind``; ``detect_order``: place in the
     detection order (lower first). ``documented``: the server versions whose documented formats the
-    offline tests use.
+    offline tests use. ``reasoning``: where the server puts a reasoning model's thinking (issue 49).
     """
 
     kind: str
@@ -215,6 +215,11 @@ class ServerAdapter:
     isolate_prefix: BodyEdit | None = None
     aliases: tuple[str, ...] = ()
     detect_order: int = 50
+    #: where the server puts a reasoning model's thinking (issue 49), for the SUT description and the reader of
+    #: a hidden-reasoning finding: the streamed field and the server option that fills it
+    reasoning: str = ("delta.reasoning_content or delta.reasoning (chat), choices[0].reasoning_content "
+                      "(completions) when the server separates it; else <think>...</think> in the content "
+                      "(--llm-think-tags)")
 
     def probe(self, fetch: Fetch) -> str | None:
         """Evidence that the server at ``fetch`` is this kind (None: not recognised this way)."""
@@ -260,7 +265,8 @@ class ServerAdapter:
     def summary(self) -> dict[str, Any]:
         return {"kind": self.kind, "title": self.title, "honours": list(self.honours),
                 "tested_live": self.tested_live,
-                "reuse_connections": self.reuse_connections, "documented_formats": self.documented}
+                "reuse_connections": self.reuse_connections, "documented_formats": self.documented,
+                "reasoning": self.reasoning}
 
 
 # --- the registry of server kinds (read by sut/adapters/__init__.py) ------------------------------

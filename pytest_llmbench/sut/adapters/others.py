@@ -94,6 +94,9 @@ class SGLangAdapter(ServerAdapter):
 
 VLLM = register(VLLMAdapter(
     kind="vllm", title="vLLM", owned_by=("vllm",),
+    reasoning=("delta.reasoning_content on chat (newer versions: delta.reasoning) when started with "
+               "--reasoning-parser <name> (e.g. deepseek_r1, qwen3); without a parser the thinking stays in the "
+               "content as <think>...</think> (--llm-think-tags); usage carries no reasoning_tokens"),
     # the running output count on every chunk: exact per-chunk counts (measure/tokencount.py, §4.4)
     request_fields={"stream_options": {"continuous_usage_stats": True}},
     metrics={
@@ -119,6 +122,8 @@ VLLM = register(VLLMAdapter(
 
 SGLANG = register(SGLangAdapter(
     kind="sglang", title="SGLang", owned_by=("sglang",),
+    reasoning=("delta.reasoning_content on chat when started with --reasoning-parser <name> (and the request's "
+               "separate_reasoning, on by default); else <think>...</think> in the content (--llm-think-tags)"),
     metrics={
         "waiting": ("sglang:num_queue_reqs",),
         "running": ("sglang:num_running_reqs",),
@@ -131,6 +136,8 @@ SGLANG = register(SGLangAdapter(
 
 OPENAI = register(ServerAdapter(
     kind="openai", title="OpenAI API", owned_by=("openai", "system", "openai-internal"),
+    reasoning=("hidden: reasoning models (o-series, gpt-5) stream no thinking on chat completions; "
+               "usage.completion_tokens_details.reasoning_tokens counts it (a hidden-reasoning finding)"),
     honours=("usage.prompt_tokens_details.cached_tokens",),
     documented="OpenAI API reference (2024-10 onwards: prompt_tokens_details.cached_tokens, stream_options)",
     detect_order=40,

@@ -20,7 +20,8 @@ __all__ = ["SERVER_TIMING_FIELDS", "SIMULATOR", "SIMULATOR_KIND", "SimulatorAdap
 
 SIMULATOR_KIND = "llmbench-simulator"
 #: Per-request fields the simulator sends in ``llmbench_timing`` (into ``RequestRecord.server_timing``).
-SERVER_TIMING_FIELDS = ("queue_ns", "prefill_ns", "preemptions", "preempted_tokens", "cached_tokens")
+SERVER_TIMING_FIELDS = ("queue_ns", "prefill_ns", "preemptions", "preempted_tokens", "cached_tokens",
+                        "reasoning_tokens", "thinking_end_ns")  # the thinking (--reasoning, issue 49)
 _KEYS = frozenset({"llmbench_timing"})
 
 
@@ -54,6 +55,9 @@ class SimulatorAdapter(ServerAdapter):
 SIMULATOR = SimulatorAdapter(
     kind=SIMULATOR_KIND,
     title="pytest-llmbench embedded simulator",
+    reasoning=("as its --reasoning says: streamed -> delta.reasoning_content (chat), choices[0].reasoning_content "
+               "(completions); tags -> <think>...</think> in the content; hidden -> only usage."
+               "completion_tokens_details.reasoning_tokens"),
     metrics={
         "waiting": ("llmbench:num_requests_waiting",),
         "running": ("llmbench:num_requests_running",),

@@ -176,6 +176,9 @@ LLAMACPP = register(LlamaCppAdapter(
     kind="llama.cpp",
     title="llama.cpp llama-server",
     owned_by=("llamacpp",),
+    reasoning=("delta.reasoning_content on chat (with --jinja) under --reasoning-format deepseek or auto (the "
+               "default); --reasoning-format none leaves <think>...</think> in the content (--llm-think-tags); "
+               "/v1/completions never separates it"),
     metrics={
         "waiting": ("llamacpp:requests_deferred",),
         "running": ("llamacpp:requests_processing",),

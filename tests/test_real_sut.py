@@ -193,7 +193,8 @@ def test_5_1(llm_result):
                       "(§5.1.3.1)"] if ttft.dropped else []), llm_result.notes
 
 @pytest.mark.llm_procedure("5.4", requests=12, levels=(0.5,), min_output_tokens=8, max_output_tokens=16,
-                           warmup_requests=4, warmup_tokens=64)
+                           warmup_requests=4, warmup_tokens=64, capacity="session")  # the declared rate: 5.4's own
+                           # search (closed loops to c64 on a 4-slot CPU server) took 630 of this test's 1,189 s
 def test_5_4(llm_result):
     assert llm_result.metrics.distributions["itl"].n >= 12 * 6
 

@@ -143,7 +143,8 @@ def test_5_1(llm_result):
     assert ttft.n + ttft.dropped == 12 and ttft.n >= 9, (ttft.n, ttft.dropped)
 
 @pytest.mark.llm_procedure("5.4", requests=12, levels=(0.5,), min_output_tokens=8, max_output_tokens=16,
-                           warmup_requests=4, warmup_tokens=64)
+                           warmup_requests=4, warmup_tokens=64, capacity="session")  # the declared rate (the own
+                           # search is tested on the simulator: test_procedure_5_4)
 def test_5_4(llm_result):
     assert llm_result.metrics.distributions["itl"].n >= 12 * 6
 

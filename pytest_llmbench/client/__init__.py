@@ -48,7 +48,6 @@ from .errors import (
     TransportError,
     classify_status,
     classify_transport_error,
-    describe_exception,
     map_transport_errors,
 )
 from .hooks import BodyHook
@@ -305,7 +304,7 @@ class LLMClient:
                 await hook.prepare(spec)
             except Exception as e:  # the hook's own failure (its server call): still one record
                 rec = record if record is not None else RequestRecord.from_spec(spec, phase=phase)
-                self._fail(rec, ErrorType.PROTOCOL, f"{hook.name}: {describe_exception(e)}")  # never an empty message
+                self._fail(rec, ErrorType.PROTOCOL, f"{hook.name}: {str(e) or type(e).__name__}")  # never empty
                 self._complete(rec, finalize)
                 return rec
         rec = record if record is not None else RequestRecord.from_spec(spec, phase=phase)

@@ -105,9 +105,7 @@ class Measured:
 
     def server_delta(self, name: str) -> float | None:
         """Increase of a server counter over the run (None when the server has no /metrics)."""
-        if self.server_before is None or self.server_after is None:
-            return None
-        if name not in self.server_after:
+        if self.server_before is None or self.server_after is None or name not in self.server_after:
             return None
         return self.server_after[name] - self.server_before.get(name, 0.0)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ..common.records import ErrorType
 
 __all__ = ["BEFORE_RESPONSE", "ERROR_MAP", "GRPC_STATUS_MAP", "MID_STREAM", "ErrorRule", "TransportError",
-           "classify_grpc_status", "describe_exception", "classify_status", "classify_transport_error", "map_transport_errors"]
+           "classify_grpc_status", "classify_status", "classify_transport_error", "map_transport_errors"]
 
 
 class TransportError(Exception):
@@ -54,12 +54,11 @@ class ErrorRule:
 
     def classify(self, exc: BaseException, *, mid_stream: bool) -> TransportError:
         note = self.mid_note if mid_stream else self.before_note
-        text = describe_exception(exc)
+        text = _describe(exc)
         return TransportError(self.mid if mid_stream else self.before, f"{note}: {text}" if note else text)
 
 
-def describe_exception(exc: BaseException) -> str:
-    """``Name: text``, or the name alone when the exception has no text (httpx's timeouts)."""
+def _describe(exc: BaseException) -> str:
     name = type(exc).__name__
     return f"{name}: {exc}" if str(exc) else name
 
@@ -169,7 +168,7 @@ def classify_transport_error(exc: BaseException, *, mid_stream: bool) -> Transpo
             return rule.classify(cause, mid_stream=mid_stream)
     rule = _lookup(exc)
     if rule is None:
-        return TransportError(ErrorType.PROTOCOL, f"unexpected client error {describe_exception(exc)}")
+        return TransportError(ErrorType.PROTOCOL, f"unexpected client error {_describe(exc)}")
     return rule.classify(exc, mid_stream=mid_stream)
 
 

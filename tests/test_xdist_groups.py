@@ -53,6 +53,36 @@ def test_real_server_tests_share_one_worker(pytester: pytest.Pytester) -> None:
     assert {where[f"unit{i}"] for i in range(8)} - servers, where  # the other ran unit tests meanwhile
 
 
+def test_wall_clock_tests_run_in_the_servers_process(pytester: pytest.Pytester) -> None:
+    """conftest.WALL_CLOCK_TESTS: a simulator test whose margin a server's start beside it can eat runs in the
+    real-servers unit (here a stand-in under the listed node id)."""
+    path, name = conftest_module().WALL_CLOCK_TESTS[0].split("::")
+    _project(pytester, UNITS)
+    pytester.path.joinpath(path).write_text(WHERE + f"\ndef {name}():\n    _where('wall')\n")
+    pytester.runpytest_subprocess("-n", "2", "-p", "no:randomly").assert_outcomes(passed=17)
+    where = {p.name: p.read_text() for p in Path(str(pytester.path)).iterdir() if p.is_file()
+             and (p.name[-1].isdigit() or p.name == "wall")}
+    assert where["wall"] == where["llama0"] == where["vllm0"], where
+
+
+def test_each_wall_clock_test_exists() -> None:
+    """An entry that names no test any more would keep nothing together: each is a test function in its file."""
+    root = ROOT_CONFTEST.parent
+    for entry in conftest_module().WALL_CLOCK_TESTS:
+        path, name = entry.split("::")
+        assert f"\ndef {name}(" in (root / path).read_text(encoding="utf-8"), entry
+
+
+def conftest_module():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_root_conftest", ROOT_CONFTEST)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_a_marked_test_outside_the_list_stops_the_collection(pytester: pytest.Pytester) -> None:
     _project(pytester, UNITS + "\n@pytest.mark.vllm\ndef test_stray():\n    pass\n")
     res = pytester.runpytest_subprocess("-p", "no:randomly")

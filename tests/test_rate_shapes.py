@@ -363,3 +363,46 @@ def test_a_short_ramp_against_the_simulator_reports_offered_against_achieved_per
     from pytest_llmbench.document.schema import schema
 
     jsonschema.validate(doc, schema())
+
+
+# --------------------------------------------------------------------------------------------
+# the issue's ramp 10→100 req/s over 60 s against the reference mock (slow: a 60-s run)
+# --------------------------------------------------------------------------------------------
+
+from test_user_path_memory import mock_url  # noqa: E402,F401  (the reference mock, started as bench/ starts it)
+
+MOCK_TESTS = f'''
+import pytest
+from pytest_llmbench import shaped
+
+@pytest.mark.llm_procedure("5.1", workload="synthetic-uniform", requests=5000, load=shaped("{RAMP}"),
+                           max_output_tokens=16)
+def test_ramp(llm_result):
+    pass
+'''
+
+
+@pytest.mark.slow
+def test_the_ramp_against_the_mock_achieves_the_offered_rate_per_window(pytester: pytest.Pytester,
+                                                                        mock_url: str) -> None:
+    pytester.makepyfile(test_ramp=MOCK_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llm-report", "rep", "--llm-max-duration", "0",
+                                           "--llm-endpoint", mock_url, "--llm-boundary", "model-engine")
+    result.assert_outcomes(passed=1)
+    doc = json.loads((pytester.path / "rep" / "results.json").read_text())
+    (run,) = [r for r in doc["procedures"][0]["result"]["runs"] if r["label"] == "measure"]
+    rs = run["extra"]["rate_shape"]
+    wins = rs["windows"]
+    assert len(wins) == 12
+    print(f"\n{RAMP}, seed {rs['seed']}: {rs['sent']} sent, {rs['expected']:.0f} expected")
+    print("window (s)  offered  scheduled  achieved  TTFT P50 (ms)  TTFT P99 (ms)")
+    for w in wins:
+        print(f"{w['t0_s']:4.0f}-{w['t1_s']:<4.0f}  {w['offered']:7.1f}  {w['scheduled']:9.1f}  {w['achieved']:8.1f}  "
+              f"{w['ttft_p50_s'] * 1e3:13.2f}  {w['ttft_p99_s'] * 1e3:13.2f}")
+        assert w["offered"] == pytest.approx((10 + 1.5 * (w["t0_s"] + w["t1_s"]) / 2))  # the ramp's mean in the window
+        assert abs(w["achieved"] - w["scheduled"]) * 5 <= 3  # every drawn arrival sent in its window (± 3 at edges)
+    counts = np.array([w["scheduled"] * 5 for w in wins])
+    offered = np.array([w["offered"] * 5 for w in wins])
+    assert chisquare(counts, offered * counts.sum() / offered.sum()).pvalue > 0.001
+    html = (pytester.path / "rep" / "report.html").read_text()
+    assert html.count('data-series="achieved (sends by T_submit)"') == 12

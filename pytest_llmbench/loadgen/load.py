@@ -226,8 +226,8 @@ class LoadOptions:
       cancellation), and the result's ``parameters["stop_predicate"]`` is True.
     * **A request schedule** from a trace or a rate shape (issue 50) is not an option but the load
       and the specs: its send times are an :class:`ArrivalProcess` whose ``offsets_ns()`` yields
-      them (``shards.core.DealtArrival`` does so for a shard's share of a schedule, and
-      ``plan_shards`` deals any finite one), given as ``OpenLoop.arrival``, with the trace's
+      them (``shards.core.DealtArrival`` does so for a shard's share of a schedule, ``shapes.ShapedArrival``
+      for a rate shape, and ``plan_shards`` deals any finite one), given as ``OpenLoop.arrival``, with the trace's
       requests as the specs. A **session source** (a conversation's turn k+1 sent after turn k's
       answer) is the specs iterable; the runner will hand it each finished record where it hands
       them to ``on_record`` (``_Runner._finish``), and only session starts follow the arrival

@@ -8,8 +8,8 @@ into the load generator's ``OpenLoop``/``ClosedLoop``, scaling a capacity fracti
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..loadgen.load import check_arrival

@@ -37,6 +37,7 @@ def _figure(label: str, d: Mapping[str, Any]) -> Figure:
     top = Chart.create(kind="rate-shape", title=f"Offered and achieved rate ({label})",
                        x_label="time since the run's start (s)", y_label="requests/s", xs=xs, ys=rates,
                        x_zero=True, height=280)
+    top.legend_at = "below"  # three long labels: no row above the plot holds them
     top.line([float(p[0]) for p in pts], [float(p[1]) for p in pts], series="offered (the schedule)",
              colour=MUTED_COLOUR)
     top.line(mids, [w["scheduled"] for w in wins], series="scheduled (drawn arrivals)", colour=PALETTE[0],
@@ -51,15 +52,20 @@ def _figure(label: str, d: Mapping[str, Any]) -> Figure:
     low.line(mids, p50, series="TTFT P50", colour=SERIES_COLOURS[0])
     low.line(mids, p99, series="TTFT P99", colour=SERIES_COLOURS[1 % len(SERIES_COLOURS)], dashed=True)
     sent, expected = d.get("sent"), d.get("expected")
-    worst = max(wins, key=lambda w: abs(w["achieved"] - w["offered"]))
+
+    def span(w: Mapping[str, Any]) -> float:
+        return float(w["t1_s"]) - float(w["t0_s"])
+
+    worst = max(wins, key=lambda w: abs(w["achieved"] - w["offered"]) * span(w))
+    gap, spread = (worst["achieved"] - worst["offered"]) * span(worst), (worst["offered"] * span(worst)) ** 0.5
     caption = (f"Run {label}: arrivals drawn as a non-homogeneous Poisson process (thinning) from the rate shape "
                f"{sched.get('expression', '?')}, seed {d.get('seed')}: the grey line is the offered rate, per "
                f"{d.get('window_s', 5):g}-s window the dashed line the rate the drawn arrivals were scheduled at and "
                f"the points the rate achieved (sends by T_submit). {sent:,} requests sent, {expected:,.0f} "
-               f"expected from the schedule; the largest gap between achieved and offered is "
-               f"{worst['achieved'] - worst['offered']:+.3g} req/s in {worst['t0_s']:g}–{worst['t1_s']:g} s (the "
-               f"draw's own spread is about √(offered × window) requests per window). Below: TTFT P50 and P99 of "
-               "the requests sent in each window (successful ones with a content token).")
+               f"expected from the schedule; the largest gap between achieved and offered is {gap:+.0f} requests "
+               f"in {worst['t0_s']:g}–{worst['t1_s']:g} s, where a Poisson draw's own spread is ±{spread:.0f} "
+               "(one standard deviation). Below: TTFT P50 and P99 of the requests sent in each window (successful "
+               "ones with a content token).")
     return Figure(f"rate-shape-{label}", f"Rate shape over time ({label})", caption,
                   "\n".join((top.render(), low.render())))
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..loadgen.load import ClosedLoop, OpenLoop
     from ..loadgen.shapes import RateSchedule
 
-__all__ = ["WINDOW_S", "RateSeries", "rate_series_for"]
+__all__ = ["WINDOW_S", "RateSeries", "rate_series_for", "with_rate_series"]
 
 WINDOW_S = 5.0  # seconds per window (issue 50: "per 5-s window")
 
@@ -95,3 +96,18 @@ def rate_series_for(load: OpenLoop | ClosedLoop) -> RateSeries | None:
     if schedule is None:
         return None
     return RateSeries(schedule, load.arrival.seed)  # type: ignore[union-attr]
+
+
+def with_rate_series(load: OpenLoop | ClosedLoop, on_record: Callable[[RequestRecord], None]
+                     ) -> tuple[Callable[[RequestRecord], None], RateSeries | None]:
+    """``on_record`` and the series of ``load`` (:func:`rate_series_for`); with a series, an ``on_record`` that
+    also feeds it each finished record (off the sending path, where the run's records are tallied)."""
+    series = rate_series_for(load)
+    if series is None:
+        return on_record, None
+
+    def both(rec: RequestRecord) -> None:
+        on_record(rec)
+        series.add(rec)
+
+    return both, series

@@ -11,10 +11,11 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .procedures.loads import LoadSpec, bursty, closed, poisson, uniform
+    from .procedures.loads import LoadSpec, bursty, closed, poisson, shaped, uniform
 
 #: public name -> module that defines it
-_LAZY = {name: "pytest_llmbench.procedures.loads" for name in ("LoadSpec", "bursty", "closed", "poisson", "uniform")}
+_LAZY = {name: "pytest_llmbench.procedures.loads" for name in ("LoadSpec", "bursty", "closed", "poisson", "shaped",
+                                                                     "uniform")}
 
 
 def __getattr__(name: str) -> Any:
@@ -58,4 +59,4 @@ def __dir__() -> list[str]:
     return sorted(__all__)
 
 
-__all__ = ["LoadSpec", "__version__", "assert_slo", "bursty", "closed", "poisson", "uniform"]
+__all__ = ["LoadSpec", "__version__", "assert_slo", "bursty", "closed", "poisson", "shaped", "uniform"]

@@ -41,7 +41,9 @@ def _system_identification(ctx: _Ctx, rid: str) -> Check:
 def _test_configuration(ctx: _Ctx, rid: str) -> Check:
     f = ctx.facts
     ld = f.load
-    load = (f"{ld.model}-loop" + (f" {ld.arrival} at {ld.rate:g} req/s" if ld.model == "open" and ld.rate else "")
+    shape = f" rate shape {ld.schedule} (mean {ld.rate:.4g} req/s)" if ld.arrival == "shaped" and ld.rate else ""
+    load = (f"{ld.model}-loop" + (shape or (f" {ld.arrival} at {ld.rate:g} req/s" if ld.model == "open" and ld.rate
+                                            else ""))
             + (f" at concurrency {ld.concurrency}" if ld.model == "closed" and ld.concurrency else "")
             if ld.model else None)
     n = f.records.n if f.records is not None else 0

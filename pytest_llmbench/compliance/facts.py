@@ -35,6 +35,7 @@ class RunLoad:
     arrival_fit_p: float | None = None  # KS p of this run's send gaps against its own rate
     resubmit_gap_p99_s: float | None = None  # closed loop: resubmissions only (not the initial fill)
     resubmit_n: int = 0
+    schedule: str | None = None  # arrival "shaped": the rate schedule's expression (``rate`` is its mean)
 
 
 @dataclass
@@ -47,8 +48,9 @@ class LoadFacts:
     """
 
     model: str | None = None  # "open" | "closed"
-    arrival: str | None = None  # open loop: "poisson" | "uniform" | "bursty"
-    rate: float | None = None  # open loop: req/s
+    arrival: str | None = None  # open loop: "poisson" | "uniform" | "bursty" | "shaped" (a rate schedule)
+    rate: float | None = None  # open loop: req/s (shaped: the schedule's mean)
+    schedule: str | None = None  # open loop, arrival "shaped": the rate schedule's expression (issue 50)
     concurrency: int | None = None  # closed loop
     send_lag_p99_s: float | None = None  # open loop: P99 of actual - planned send time
     send_lag_n: int = 0  # open-loop sends with a planned and an actual time
@@ -74,7 +76,8 @@ class LoadFacts:
         return (RunLoad("", self.model, self.arrival, self.rate, self.concurrency, self.send_lag_p99_s,
                         self.send_lag_n, self.mean_gap_s,
                         self.lag_inflight_rho if self.lag_inflight_rho is not None else self.send_lag_inflight_corr,
-                        self.lag_oldest_rho, self.arrival_fit_p, self.resubmit_gap_p99_s, self.resubmit_n),)
+                        self.lag_oldest_rho, self.arrival_fit_p, self.resubmit_gap_p99_s, self.resubmit_n,
+                        self.schedule),)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.capabilities) - set(LOAD_CAPABILITIES))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .engine import _Ctx, _need, decide, evaluator
+from .facts import LoadFacts
 from .verdict import Check
 
 # ============================================================================================
@@ -26,10 +27,20 @@ def _open_only(ctx: _Ctx, rid: str) -> Check | None:
     return None
 
 
+def _shaped(rid: str, ld: LoadFacts, asked: str) -> Check | None:
+    """Unmet for a rate shape (issue 50: a non-homogeneous Poisson process whose rate follows a schedule), which
+    is not ``asked``; None for any other load."""
+    if ld.arrival != "shaped":
+        return None
+    mean = f", mean {ld.rate:.4g} req/s" if ld.rate else ""
+    return decide(rid, ok=False, unmet=f"rate shape {ld.schedule or '(schedule not recorded)'}{mean}: arrivals whose "
+                                       f"rate changes over the run are a custom load, not {asked}")
+
+
 @evaluator("5.1.2-MUST-6")
 def _open_rate(ctx: _Ctx, rid: str) -> Check:
     ld = ctx.facts.load
-    if (c := _open_only(ctx, rid)) is not None:
+    if (c := _open_only(ctx, rid) or _shaped(rid, ld, "one arrival rate in requests/second")) is not None:
         return c
     ok = ld.rate is not None and ld.rate > 0
     return decide(rid, ok=ok, met=f"arrival rate {ld.rate:g} req/s" if ok else "",
@@ -39,7 +50,7 @@ def _open_rate(ctx: _Ctx, rid: str) -> Check:
 @evaluator("5.1.2-MUST-7")
 def _open_distribution(ctx: _Ctx, rid: str) -> Check:
     ld = ctx.facts.load
-    if (c := _open_only(ctx, rid)) is not None:
+    if (c := _open_only(ctx, rid) or _shaped(rid, ld, "Poisson, uniform or bursty arrivals at one rate")) is not None:
         return c
     return decide(rid, ok=ld.arrival in ("poisson", "uniform", "bursty"), met=f"{ld.arrival} arrivals",
                   unmet=f"arrival distribution not defined ({ld.arrival!r})")
@@ -48,7 +59,8 @@ def _open_distribution(ctx: _Ctx, rid: str) -> Check:
 @evaluator("5.1.2-MUST-8")
 def _open_poisson(ctx: _Ctx, rid: str) -> Check:
     ld = ctx.facts.load
-    if (c := _open_only(ctx, rid)) is not None:
+    if (c := _open_only(ctx, rid) or _shaped(rid, ld, "the Poisson arrivals at one rate §5.1.2.2 REQUIRES")) \
+            is not None:
         return c
     return decide(rid, ok=ld.arrival == "poisson", met="Poisson arrivals",
                   unmet=f"open-loop TTFT run with {ld.arrival!r} arrivals; Poisson is REQUIRED")

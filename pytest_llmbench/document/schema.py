@@ -39,7 +39,10 @@ __all__ = ["SCHEMA_VERSION", "ReportError", "dumps_document", "load_document", "
 #: ``needed_more``, ``design_effect`` (``look`` when the run stopped when decided); ``tests[].verdict``
 #: INCONCLUSIVE; ``headline.tests.inconclusive``; settings ``slo_confidence``, ``inconclusive`` and
 #: ``stop_when_decided``. Documents before 1.8 (two-way outcomes, no bound) still render.
-SCHEMA_VERSION = "1.8"
+#: 1.9: a run whose arrivals followed a rate shape (issue 50) keeps ``runs[].extra.rate_shape`` (offered, scheduled
+#: and achieved rate and TTFT P50/P99 per 5-s window, the schedule and its seed; ``$defs/rate_schedule``), and its
+#: load parameters the schedule (arrival kind ``shaped``). Documents before 1.9 (no rate shape) still render.
+SCHEMA_VERSION = "1.9"
 
 
 class ReportError(ValueError):

@@ -43,6 +43,7 @@ from .selfcheck import ClientDelay
 
 __all__ = [
     "ARRIVAL_KINDS",
+    "SCHEDULED_KINDS",
     "ArrivalProcess",
     "ClosedLoop",
     "LagStats",
@@ -62,6 +63,9 @@ __all__ = [
 ]
 
 ARRIVAL_KINDS = ("poisson", "uniform", "bursty")
+#: kinds whose send times a subclass of :class:`ArrivalProcess` supplies itself (``offsets_ns``): ``shaped``, a
+#: rate schedule's non-homogeneous Poisson process (shapes.ShapedArrival); ``rate`` is then the mean rate
+SCHEDULED_KINDS = ("shaped",)
 _ALIASES = {"constant": "uniform"}
 _BLOCK = 4096
 _LAG_PERCENTILES = (50.0, 90.0, 99.0)
@@ -73,14 +77,18 @@ _cpu_time = time.process_time  # bound once: the client's CPU seconds (selfcheck
 # --------------------------------------------------------------------------------------------
 
 
-def check_arrival(kind: str | None, rate: float | None, cv: float | None) -> str:
+def check_arrival(kind: str | None, rate: float | None, cv: float | None, *, scheduled: bool = False) -> str:
     """The one check of an arrival process's parameters (§4.2.3), for :class:`ArrivalProcess` and a
-    marker's ``LoadSpec`` alike: ``kind`` one of :data:`ARRIVAL_KINDS` (or the alias ``constant``),
+    marker's ``LoadSpec`` alike: ``kind`` one of :data:`ARRIVAL_KINDS` (or the alias ``constant``), or of
+    :data:`SCHEDULED_KINDS` when ``scheduled`` (a process that supplies its own send times),
     ``rate`` a positive finite number of requests/s (None: not known yet, a fraction of a capacity
     measured later), ``cv`` > 1 for bursty arrivals and for them only. Returns the kind, its alias
     resolved; raises ValueError naming what is wrong."""
     resolved = _ALIASES.get(kind, kind) if kind is not None else None
-    if resolved not in ARRIVAL_KINDS:
+    if resolved in SCHEDULED_KINDS and not scheduled:
+        raise ValueError(f"{kind!r} arrivals follow a schedule: build them with their own process "
+                         "(shapes.ShapedArrival.of(...); a marker's load=shaped(...))")
+    if resolved not in ARRIVAL_KINDS + SCHEDULED_KINDS:
         raise ValueError(f"arrival kind must be one of {ARRIVAL_KINDS} (or 'constant'), got {kind!r}")
     if rate is not None and not (rate > 0 and np.isfinite(rate)):
         raise ValueError(f"arrival rate must be a positive number of requests/s, got {rate!r}")
@@ -111,7 +119,8 @@ class ArrivalProcess:
     cv: float | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", check_arrival(self.kind, self.rate, self.cv))
+        scheduled = type(self).offsets_ns is not ArrivalProcess.offsets_ns  # a subclass supplies its send times
+        object.__setattr__(self, "kind", check_arrival(self.kind, self.rate, self.cv, scheduled=scheduled))
 
     def gaps_s(self, n: int, rng: np.random.Generator | None = None) -> np.ndarray:
         """``n`` inter-arrival gaps in seconds."""
@@ -217,8 +226,8 @@ class LoadOptions:
       cancellation), and the result's ``parameters["stop_predicate"]`` is True.
     * **A request schedule** from a trace or a rate shape (issue 50) is not an option but the load
       and the specs: its send times are an :class:`ArrivalProcess` whose ``offsets_ns()`` yields
-      them (``shards.core.DealtArrival`` does so for a shard's share of a schedule, and
-      ``plan_shards`` deals any finite one), given as ``OpenLoop.arrival``, with the trace's
+      them (``shards.core.DealtArrival`` does so for a shard's share of a schedule, ``shapes.ShapedArrival``
+      for a rate shape, and ``plan_shards`` deals any finite one), given as ``OpenLoop.arrival``, with the trace's
       requests as the specs. A **session source** (a conversation's turn k+1 sent after turn k's
       answer) is the specs iterable; the runner will hand it each finished record where it hands
       them to ``on_record`` (``_Runner._finish``), and only session starts follow the arrival
@@ -930,6 +939,9 @@ def load_parameters(load: OpenLoop | ClosedLoop, drain_timeout_s: float | None, 
     if isinstance(load, OpenLoop):
         a = load.arrival
         params: dict[str, Any] = {"arrival": {"kind": a.kind, "rate": a.rate, "seed": a.seed, "cv": a.cv}}
+        schedule = getattr(a, "schedule", None)  # a rate shape (shapes.ShapedArrival): its expression and segments
+        if schedule is not None:
+            params["arrival"]["schedule"] = schedule.to_json()
         requested_rate: float | None = a.rate
         target = None
     else:

@@ -1,24 +1,26 @@
 """A procedure's load parameter (§4.2.3, §4.2.4) as a marker writes it, and its resolution to the load generator's.
 
-``poisson(rate=4)``, ``uniform(...)``, ``bursty(..., cv=2)``, ``closed(8)`` build a :class:`LoadSpec`
-(public API: ``from pytest_llmbench import poisson``); :func:`resolve_load` turns one into the load
-generator's ``OpenLoop``/``ClosedLoop``, scaling a capacity fraction by the SUT's capacity.
+``poisson(rate=4)``, ``uniform(...)``, ``bursty(..., cv=2)``, ``shaped("ramp(10,100,60s)")``, ``closed(8)``
+build a :class:`LoadSpec` (public API: ``from pytest_llmbench import poisson``); :func:`resolve_load` turns one
+into the load generator's ``OpenLoop``/``ClosedLoop``, scaling a capacity fraction by the SUT's capacity.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..loadgen.load import check_arrival
+from ..loadgen.shapes import RateSchedule, schedule_of
 from .base import CannotMeasure
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..loadgen.load import ClosedLoop, OpenLoop
     from .base import ProcedureContext
 
-__all__ = ["LoadSpec", "bursty", "closed", "poisson", "resolve_load", "uniform"]
+__all__ = ["LoadSpec", "bursty", "closed", "poisson", "resolve_load", "shaped", "uniform"]
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,9 @@ class LoadSpec:
 
     Open loop (§4.2.3): ``arrival`` in poisson (REQUIRED), uniform, bursty (declared ``cv`` > 1),
     with an absolute ``rate`` in req/s or ``capacity_fraction`` of the SUT's measured/declared
-    request-rate capacity. Closed loop (§4.2.4): ``concurrency`` requests held in flight.
+    request-rate capacity. A rate shape (issue 50): ``arrival="shaped"`` with ``shape``, the schedule's
+    expression (loadgen/shapes.py), its rates absolute and its length the run's duration; no rate, fraction
+    or cv. Closed loop (§4.2.4): ``concurrency`` requests held in flight.
     """
 
     model: str  # "open" | "closed"
@@ -36,9 +40,17 @@ class LoadSpec:
     capacity_fraction: float | None = None
     concurrency: int | None = None
     cv: float | None = None
+    shape: str | None = None  # arrival "shaped": the rate schedule's expression
 
     def __post_init__(self) -> None:
-        if self.model == "open":
+        if self.model == "open" and (self.arrival == "shaped" or self.shape is not None):
+            if self.arrival != "shaped" or not isinstance(self.shape, str):
+                raise ValueError("a rate shape is written shaped('ramp(10,100,60s)') (arrival 'shaped' with its "
+                                 "expression)")
+            if self.rate is not None or self.capacity_fraction is not None or self.cv is not None:
+                raise ValueError("a rate shape carries its own rates: give no rate=, capacity_fraction= or cv=")
+            self.schedule()  # a malformed expression fails here, when the marker is read
+        elif self.model == "open":
             if (self.rate is None) == (self.capacity_fraction is None):
                 raise ValueError("open-loop load needs exactly one of rate= (req/s) or capacity_fraction=")
             if self.capacity_fraction is not None and not self.capacity_fraction > 0:
@@ -50,9 +62,17 @@ class LoadSpec:
         else:
             raise ValueError(f"load model must be 'open' or 'closed', not {self.model!r}")
 
+    def schedule(self) -> RateSchedule:
+        """A shaped load's rate schedule (ValueError for any other load)."""
+        if self.shape is None:
+            raise ValueError(f"{self.describe()} has no rate schedule")
+        return schedule_of(self.shape)
+
     def describe(self) -> str:
         if self.model == "closed":
             return f"closed loop, concurrency {self.concurrency}"
+        if self.shape is not None:
+            return f"open loop, shaped arrivals (non-homogeneous Poisson) by {self.schedule().describe()}"
         rate = f"{self.rate:g} req/s" if self.rate is not None else f"{self.capacity_fraction:.0%} of capacity"
         cv = f", cv {self.cv:g}" if self.cv else ""
         return f"open loop, {self.arrival} arrivals at {rate}{cv}"
@@ -76,6 +96,15 @@ def bursty(rate: float | None = None, *, cv: float = 2.0, capacity_fraction: flo
     return LoadSpec("open", "bursty", rate=rate, capacity_fraction=capacity_fraction, cv=cv)
 
 
+def shaped(shape: str | RateSchedule | Sequence[Sequence[float]]) -> LoadSpec:
+    """Open-loop arrivals whose rate follows a schedule (issue 50): an expression such as
+    ``"ramp(10,100,60s)"`` or ``"hold(10,30s) + ramp(10,100,60s)"``, or segments ``(duration_s, rate)`` /
+    ``(duration_s, start_rate, end_rate)`` (loadgen/shapes.py). A non-homogeneous Poisson process, not
+    §5.1.2.2's Poisson at one rate: a custom load for the draft's items."""
+    text = shape if isinstance(shape, str) else schedule_of(shape).text()
+    return LoadSpec("open", "shaped", shape=text)
+
+
 def closed(concurrency: int) -> LoadSpec:
     """Closed loop holding ``concurrency`` requests in flight (§4.2.4)."""
     return LoadSpec("closed", concurrency=concurrency)
@@ -95,10 +124,17 @@ async def resolve_load(
     JSON description (with the capacity source when one was used).
     """
     from ..loadgen.load import ArrivalProcess, ClosedLoop, OpenLoop
+    from ..loadgen.shapes import ShapedArrival
 
     desc: dict[str, Any] = spec.to_json()
     if spec.model == "closed":
         return ClosedLoop(spec.concurrency, max_requests=max_requests, duration_s=duration_s), desc
+    if spec.shape is not None:  # the schedule sets the rates and the run's length (a shorter duration cuts it)
+        shaped_arrival = ShapedArrival.of(spec.schedule(), seed=seed)
+        length = shaped_arrival.schedule.duration_s  # type: ignore[union-attr]
+        desc.update(schedule=shaped_arrival.schedule.to_json())  # type: ignore[union-attr]
+        return OpenLoop(shaped_arrival, max_requests=max_requests,
+                        duration_s=length if duration_s is None else min(duration_s, length)), desc
     rate = spec.rate
     if rate is None:
         cap = await ctx.get_capacity("rate")

@@ -89,9 +89,9 @@ class FairnessParams:
         if self.workload != "synthetic-skewed":
             raise ValueError(f"5.6 REQUIRES the Synthetic-Skewed workload with request classes (§5.6.2), "
                              f"got workload={self.workload!r}")
-        if not isinstance(self.load, LoadSpec) or self.load.model != "open":
-            raise ValueError("load must be open loop: poisson(...), uniform(...) or bursty(...) "
-                             "(§5.6 loads the SUT at a fraction of its saturation throughput)")
+        if not isinstance(self.load, LoadSpec) or self.load.model != "open" or self.load.shape is not None:
+            raise ValueError("load must be open loop at one rate: poisson(...), uniform(...) or bursty(...) "
+                             "(§5.6 loads the SUT at a fraction of its saturation throughput; no rate shape)")
         if not isinstance(self.mix, dict) or len(self.mix) < 2:
             raise ValueError(f"mix must name >= 2 request classes (§5.6.2), got {self.mix!r}")
         unknown = sorted(set(self.mix) - set(FAIRNESS_CLASSES))

@@ -45,6 +45,7 @@ from ..sut.adapters import histogram_names, prompt_fit, telemetry_names
 from .base import ProcedureContext
 from .budget import budget_load, warmup_cap_s
 from .prompts import check_server_alive, plan_prompts, prefit
+from .rateshape import with_rate_series
 from .result import RunSummary
 from .stopping import StopWhenDecided
 from .tally import FailureMessages, RecordTally
@@ -232,14 +233,12 @@ async def measure(
     specs = await prefit(client, ctx, specs)  # fits the server, or fails before the run
     if stop is not None:
         specs = stop.specs(specs)
-    run_dir = ctx.run_dir(label)
-    total = load.max_requests
-
-    planned_duration = load.duration_s
+    run_dir, total, planned_duration = ctx.run_dir(label), load.max_requests, load.duration_s
     load, drain_timeout_s, cap = budget_load(ctx, load, drain_timeout_s, sized=sized is True,
                                                drain_sized=sized == "drain")
     tally = _RunTally(ctx, label, total, load.duration_s, cap)  # progress, the summary's columns, App. B.2.1
     on_record = tally.on_record if stop is None else _both(tally.on_record, stop.on_record)
+    on_record, series = with_rate_series(load, on_record)  # a rate shape: its rate over time (issue 50)
 
     telemetry = telemetry_sampler(ctx, client)
     server_before = await telemetry.start()
@@ -282,6 +281,7 @@ async def measure(
                 result.records = writer.view()
     telemetry.series.set_client_in_flight(result.concurrency_samples)
     with timed(f"{ctx.run_root.name} {label}: summary"):
+        extra = extra if series is None else {**(extra or {}), "rate_shape": series.to_json(result.start_ns)}
         summary = _summarise(ctx, label, run_dir, result, tally, slos, anchor, extra, telemetry.series)
     _write_telemetry(run_dir, telemetry.series)
     return Measured(load=result, summary=summary, telemetry=telemetry.series,

@@ -63,7 +63,8 @@ def _run_load(label: str, m: Measured) -> tuple[RunLoad, int | None]:
     lags = (handoff - intended) / 1e9
     run = RunLoad(label, "open", arrival.get("kind"), rate,
                   send_lag_p99_s=float(np.percentile(lags, 99)) if lags.size else None, send_lag_n=int(lags.size),
-                  arrival_fit_p=arrival_fit_p(handoff, arrival.get("kind"), rate))
+                  arrival_fit_p=arrival_fit_p(handoff, arrival.get("kind"), rate),
+                  schedule=(arrival.get("schedule") or {}).get("expression"))
     if intended.size > 1:
         run.mean_gap_s = (int(intended.max()) - int(intended.min())) / (intended.size - 1) / 1e9
     state = sends.column("has_state").astype(bool)
@@ -101,7 +102,7 @@ def load_facts(measured: Sequence[Measured]) -> LoadFacts:
         caps.add("async")  # observed: a request was sent while others were outstanding
     if open_runs:
         o = open_runs[0]
-        facts.arrival, facts.rate = o.arrival, o.rate
+        facts.arrival, facts.rate, facts.schedule = o.arrival, o.rate, o.schedule
         facts.send_lag_n = sum(r.send_lag_n for r in open_runs)
         facts.send_lag_p99_s = _worst([r.send_lag_p99_s for r in open_runs])
         facts.mean_gap_s = min((r.mean_gap_s for r in open_runs if r.mean_gap_s), default=None)

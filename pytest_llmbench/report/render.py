@@ -32,6 +32,7 @@ from .fmt import (
     md_text,
 )
 from .phases import phase_bar
+from .rates import rate_figures
 
 __all__ = ["render_html", "render_markdown", "render_summary", "view"]
 
@@ -693,6 +694,9 @@ def render_html(doc: Mapping[str, Any]) -> str:
         # issue 47: the bound at each look of a run stopped when decided (templates/_slo_looks.html.j2)
         p["slo_looks"] = [{"key": f.key, "title": f.title, "caption": f.caption, "svg": Markup(f.svg)}
                           for f in look_figures(entry["result"])]
+        # issue 50: a rate-shaped run's offered vs achieved rate and TTFT over time (templates/_rate_shape.html.j2)
+        p["rate_shapes"] = [{"key": f.key, "title": f.title, "caption": f.caption, "svg": Markup(f.svg)}
+                            for f in rate_figures(entry["result"])]
     return _env("html").get_template("report.html.j2").render(v=v)
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "LoadResult",
     "OpenLoop",
     "RecordSink",
+    "SCHEDULE_KINDS",
     "SelfCheck",
     "SendSpan",
     "check_arrival",
@@ -62,6 +63,9 @@ __all__ = [
 ]
 
 ARRIVAL_KINDS = ("poisson", "uniform", "bursty")
+#: send times given, not drawn: an :class:`ArrivalProcess` subclass whose ``offsets_ns()`` yields them (a
+#: replayed trace, loadgen/replay.py); ``rate`` is their mean rate, informative only
+SCHEDULE_KINDS = ("trace",)
 _ALIASES = {"constant": "uniform"}
 _BLOCK = 4096
 _LAG_PERCENTILES = (50.0, 90.0, 99.0)
@@ -80,6 +84,12 @@ def check_arrival(kind: str | None, rate: float | None, cv: float | None) -> str
     measured later), ``cv`` > 1 for bursty arrivals and for them only. Returns the kind, its alias
     resolved; raises ValueError naming what is wrong."""
     resolved = _ALIASES.get(kind, kind) if kind is not None else None
+    if resolved in SCHEDULE_KINDS:  # a given schedule: no distribution parameters
+        if rate is not None and not (rate > 0 and np.isfinite(rate)):
+            raise ValueError(f"a schedule's mean rate must be a positive number of requests/s, got {rate!r}")
+        if cv is not None:
+            raise ValueError(f"cv applies to bursty arrivals only, not {resolved!r}")
+        return str(resolved)
     if resolved not in ARRIVAL_KINDS:
         raise ValueError(f"arrival kind must be one of {ARRIVAL_KINDS} (or 'constant'), got {kind!r}")
     if rate is not None and not (rate > 0 and np.isfinite(rate)):
@@ -115,6 +125,8 @@ class ArrivalProcess:
 
     def gaps_s(self, n: int, rng: np.random.Generator | None = None) -> np.ndarray:
         """``n`` inter-arrival gaps in seconds."""
+        if self.kind in SCHEDULE_KINDS:
+            raise ValueError(f"{self.kind!r} send times are given (offsets_ns of its subclass), not drawn")
         rng = rng if rng is not None else np.random.default_rng(self.seed)
         mean = 1.0 / self.rate
         if self.kind == "poisson":

@@ -265,3 +265,31 @@ def test_a_malformed_trace_line_is_a_usage_error_before_any_request(pytester: py
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines([f"*--llm-trace: {trace}:3: field 'output_length' is missing*"])
     assert not (pytester.path / "rep").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--llm-trace", "missing.jsonl"], "*--llm-trace: trace file missing.jsonl not found*"),
+    (["--llm-trace-speedup", "0"], "*--llm-trace-speedup: invalid value 0.0 for trace-speedup: must be > 0*"),
+    (["--llm-trace-limit", "0"], "*--llm-trace-limit: invalid value 0 for trace-limit: must be >= 1*"),
+    (["--llm-trace-format", "csv"], "*--llm-trace-format: invalid value 'csv'*mooncake, bailian*"),
+])
+def test_bad_trace_options_are_usage_errors(pytester: pytest.Pytester, args: list[str], message: str) -> None:
+    pytester.makepyfile(test_trace_5_1=SUITE)
+    res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llm-report", "rep", *args)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines([message])
+
+
+def test_a_markers_trace_is_read_at_collection(pytester: pytest.Pytester) -> None:
+    """5.1's marker parameter ``trace=`` (one test's trace) is checked like --llm-trace, before any request."""
+    trace = write(pytester.path / "marker.jsonl", [*mooncake_rows(2), '{"timestamp": 1700000000100}'])
+    pytester.makepyfile(test_marker_trace=f'''
+import pytest
+
+@pytest.mark.llm_procedure("5.1", trace={str(trace)!r})
+def test_ttft(llm_result):
+    pass
+''')
+    res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llm-report", "rep")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines([f"*test_ttft: @llm_procedure(trace=...): {trace}:3: field 'input_length' is missing*"])

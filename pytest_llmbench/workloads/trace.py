@@ -63,6 +63,7 @@ TRACE_WORKLOAD = "trace"
 _SPEC_BLOCK = 256  # requests made (and re-tokenized) at a time
 _MEASURE, _OWN, _WARMUP = 0, 1, 2  # block namespaces: a hash id's, a request without hash ids, the warm-up's
 _PER_REQUEST = 1 << 24  # key stride of a request's own blocks (up to 2^24 blocks each)
+_CACHE_TOKENS = 4_000_000  # token ids of drawn blocks kept for reuse (16 MB as int32)
 
 
 class TraceError(WorkloadError):
@@ -252,6 +253,7 @@ class _Blocks:
     def __init__(self, pool: np.ndarray, block_size: int, seed: int, taken: set[bytes] | None = None) -> None:
         self.pool, self.bs, self.seed = pool, block_size, int(seed)
         self.cache: dict[tuple[int, int], np.ndarray] = {}
+        self.cache_max = max(1, _CACHE_TOKENS // block_size)
         self.owner: dict[bytes, tuple[int, int]] = {}
         self.taken = taken or set()  # digests of blocks another workload holds (the warm-up avoids the trace's)
 
@@ -269,7 +271,7 @@ class _Blocks:
         else:  # pragma: no cover - a pool too small for this many distinct blocks
             raise TraceError(f"cannot draw {len(self.owner) + 1} distinct blocks of {self.bs} tokens")
         self.owner[d] = k
-        if len(self.cache) > 65536:  # bounded: a block is drawn again (the same) when asked after eviction
+        if len(self.cache) >= self.cache_max:  # bounded: a block is drawn again (the same) when asked after eviction
             self.cache.clear()
         self.cache[k] = blk
         return blk
@@ -340,7 +342,7 @@ def _trace_spec(index: int, ids: np.ndarray, tok: Tokenizer, output: int, force_
 
 
 def _pool(tok: Tokenizer) -> np.ndarray:
-    return np.asarray(text_factory(tok).words, dtype=np.int64)
+    return np.asarray(text_factory(tok).words, dtype=np.int32)
 
 
 def trace_workload(trace: Trace, *, seed: int, tokenizer: Tokenizer | None = None, force_output: bool = True,

@@ -74,6 +74,8 @@ def pytest_configure(config: pytest.Config) -> None:
         Declarations.load(settings.declarations, rootdir=settings.rootdir)
     except DeclarationError as exc:
         raise pytest.UsageError(str(exc)) from None
+    if settings.trace is not None:  # every line read now: a bad one costs no request (issue 50)
+        _check_trace(str(settings.trace), settings, settings.sources.get("trace", "--llm-trace"))
     from .gate import GateStorageError, RuleError
     from .gate.sessiongate import SessionGate
 
@@ -124,6 +126,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             params = proc.make_params(bench.settings.profile, kwargs)
             _validate_slos(slos, f"{item.nodeid}: marker slo")
             _validate_workload(proc, params)
+            if getattr(params, "trace", None):  # a marker's trace (5.1): read now, as --llm-trace's
+                _check_trace(str(params.trace), bench.settings, f"{item.nodeid}: @{MARKER}(trace=...)")
         except ProcedureError as exc:
             raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
         except TypeError as exc:  # a value of the wrong type that a validate() compared
@@ -212,6 +216,18 @@ def _validate_workload(proc: Procedure, params: Any) -> None:
         validate_spec(load_spec(name), source=name)
     except WorkloadError as exc:
         raise ProcedureError(f"procedure {proc.id}: {exc}") from None  # the message names the file
+
+
+def _check_trace(path: str, settings: Settings, where: str) -> None:
+    """A trace read and checked whole before any request (workloads/trace.py): a usage error names the file,
+    the line and the field."""
+    from .workloads.trace import TraceError, read_trace
+
+    try:
+        read_trace(path, fmt=settings.trace_format, block_size=settings.trace_block_size,
+                   speedup=settings.trace_speedup, limit=settings.trace_limit)
+    except TraceError as exc:
+        raise pytest.UsageError(f"{where}: {exc}") from None
 
 
 def _validate_slos(slos: list[str], where: str) -> None:

@@ -27,6 +27,8 @@ PROFILES = ("smoke", "standard", "full")
 APIS = ("completions", "chat")
 #: ``--llm-inconclusive``: the pytest outcome of an INCONCLUSIVE SLO verdict (issue 47)
 INCONCLUSIVE_OUTCOMES = ("fail", "pass", "skip")
+#: ``--llm-trace-format``: the trace formats workloads/trace.py reads (its TRACE_FORMATS)
+TRACE_FORMATS = ("mooncake", "bailian")
 #: ``--llm-sim-reasoning``: how the embedded simulator's model thinks (simulator.config.REASONING_MODES).
 SIM_REASONING = ("none", "streamed", "hidden", "tags")
 
@@ -156,6 +158,16 @@ OPTIONS: tuple[Option, ...] = (
            "warm-up and measured run (measure/telemetry.py); 0 = only before and after each run", 0.25, "float"),
     Option("export", "extra export of every measured run: 'aiperf' writes AIPerf's profile_export files to "
            "<run dir>/aiperf (repeatable or comma-separated)", None, "list"),
+    # trace replay (issue 50, docs/workloads.md "Trace replay"): one block
+    Option("trace", "replay a trace (Mooncake JSON Lines: timestamp ms, input_length, output_length, hash_ids) as "
+           "5.1's measured run: its requests at their times, instead of the marker's load and request count",
+           None, "path"),
+    Option("trace-format", "the trace's format (default: bailian when its first line has chat_id, else mooncake)",
+           None, "choice", TRACE_FORMATS),
+    Option("trace-speedup", "divide the trace's send offsets by this factor (2: twice as fast)", 1.0, "float"),
+    Option("trace-limit", "replay the trace's first N requests only", None, "int"),
+    Option("trace-block-size", "tokens per hash id of the trace (default: the format's, 512 for mooncake, 16 for "
+           "bailian)", None, "int"),
 )
 
 #: Formats ``--llm-export`` accepts.
@@ -208,6 +220,11 @@ class Settings:
     compare_force: bool = False
     runs: int = 1
     runs_cooldown: float = 0.0
+    trace: Path | None = None  # a trace replayed as 5.1's measured run (workloads/trace.py, issue 50)
+    trace_format: str | None = None  # None: detected from the file
+    trace_speedup: float = 1.0
+    trace_limit: int | None = None
+    trace_block_size: int | None = None  # None: the format's
     sources: dict[str, str] = field(default_factory=dict)
     rootdir: Path | None = None  # pytest's rootdir: where [tool.llmbench.declarations] is looked up
 
@@ -228,6 +245,7 @@ class Settings:
         d["sim_config"] = str(self.sim_config) if self.sim_config else None
         d["rootdir"] = str(self.rootdir) if self.rootdir else None
         d["storage"] = str(self.storage)
+        d["trace"] = str(self.trace) if self.trace else None
         return d
 
 
@@ -361,6 +379,23 @@ def _validate(s: Settings) -> None:
                                   f"{', '.join(map(repr, bad))}; known: {', '.join(EXPORTS)}")
     if s.sim_config is not None and not s.sim_config.is_file():
         raise LLMBenchConfigError(f"{s.sources['sim_config']}: simulator config {s.sim_config} not found")
+    _validate_trace(s)
+
+
+def _validate_trace(s: Settings) -> None:
+    """The trace options' values (the file itself is read at collection, plugin.py)."""
+    def bad(attr: str, flag: str, why: str) -> LLMBenchConfigError:
+        return LLMBenchConfigError(f"{s.sources.get(attr, flag)}: invalid value {getattr(s, attr)!r} for "
+                                   f"{flag[6:]}: {why}")
+
+    if s.trace is not None and not s.trace.is_file():
+        raise LLMBenchConfigError(f"{s.sources['trace']}: trace file {s.trace} not found")
+    if not (s.trace_speedup > 0 and math.isfinite(s.trace_speedup)):
+        raise bad("trace_speedup", "--llm-trace-speedup", "must be > 0")
+    if s.trace_limit is not None and s.trace_limit < 1:
+        raise bad("trace_limit", "--llm-trace-limit", "must be >= 1")
+    if s.trace_block_size is not None and s.trace_block_size < 1:
+        raise bad("trace_block_size", "--llm-trace-block-size", "must be >= 1")
 
 
 def _validate_grpc(s: Settings) -> None:

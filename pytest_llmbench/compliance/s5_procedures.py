@@ -52,6 +52,9 @@ def _open_distribution(ctx: _Ctx, rid: str) -> Check:
     ld = ctx.facts.load
     if (c := _open_only(ctx, rid) or _shaped(rid, ld, "Poisson, uniform or bursty arrivals at one rate")) is not None:
         return c
+    if ld.arrival == "trace":  # send times replayed from a trace (issue 50): given, not a distribution
+        return decide(rid, ok=False, unmet="send times replayed from a trace (custom load): not a Poisson, uniform "
+                                           "or bursty distribution (§5.1.2.2)")
     return decide(rid, ok=ld.arrival in ("poisson", "uniform", "bursty"), met=f"{ld.arrival} arrivals",
                   unmet=f"arrival distribution not defined ({ld.arrival!r})")
 

@@ -63,9 +63,11 @@ __all__ = [
 ]
 
 ARRIVAL_KINDS = ("poisson", "uniform", "bursty")
-#: kinds whose send times a subclass of :class:`ArrivalProcess` supplies itself (``offsets_ns``): ``shaped``, a
-#: rate schedule's non-homogeneous Poisson process (shapes.ShapedArrival); ``rate`` is then the mean rate
-SCHEDULED_KINDS = ("shaped",)
+#: kinds whose send times a subclass of :class:`ArrivalProcess` supplies itself (``offsets_ns``), given or drawn
+#: by it, never by :meth:`ArrivalProcess.gaps_s`: ``shaped``, a rate schedule's non-homogeneous Poisson process
+#: (shapes.ShapedArrival), and ``trace``, a replayed trace's send times (replay.TraceArrival); ``rate`` is then
+#: their mean rate (informative)
+SCHEDULED_KINDS = ("shaped", "trace")
 _ALIASES = {"constant": "uniform"}
 _BLOCK = 4096
 _LAG_PERCENTILES = (50.0, 90.0, 99.0)
@@ -86,8 +88,8 @@ def check_arrival(kind: str | None, rate: float | None, cv: float | None, *, sch
     resolved; raises ValueError naming what is wrong."""
     resolved = _ALIASES.get(kind, kind) if kind is not None else None
     if resolved in SCHEDULED_KINDS and not scheduled:
-        raise ValueError(f"{kind!r} arrivals follow a schedule: build them with their own process "
-                         "(shapes.ShapedArrival.of(...); a marker's load=shaped(...))")
+        raise ValueError(f"{kind!r} arrivals follow a schedule: build them with their own process (a marker's "
+                         "load=shaped(...) for a rate shape, --llm-trace or trace= for a replayed trace)")
     if resolved not in ARRIVAL_KINDS + SCHEDULED_KINDS:
         raise ValueError(f"arrival kind must be one of {ARRIVAL_KINDS} (or 'constant'), got {kind!r}")
     if rate is not None and not (rate > 0 and np.isfinite(rate)):
@@ -124,6 +126,8 @@ class ArrivalProcess:
 
     def gaps_s(self, n: int, rng: np.random.Generator | None = None) -> np.ndarray:
         """``n`` inter-arrival gaps in seconds."""
+        if self.kind in SCHEDULED_KINDS:
+            raise ValueError(f"{self.kind!r} send times are given (offsets_ns of its subclass), not drawn")
         rng = rng if rng is not None else np.random.default_rng(self.seed)
         mean = 1.0 / self.rate
         if self.kind == "poisson":

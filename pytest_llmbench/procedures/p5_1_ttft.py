@@ -10,19 +10,31 @@ through the ``restart`` setting of ``pytest_llmbench_configure_sut``, ``cold_sta
 requests are sent one at a time before any warm-up (the first is the cold one), then the usual
 warm-up, as many requests of the same workload sent the same way (the warm reference), and the
 measured run. The report labels it (coldstart.ColdStart).
+
+Trace replay (issue 50, ``--llm-trace PATH`` or the marker's ``trace=PATH``): the measured run is the trace's
+requests at the trace's send times (``loadgen.replay.TraceArrival``), one per line and nothing after them,
+instead of the marker's load and request count; no capacity is looked up. The warm-up sends prompts whose
+blocks are disjoint from the trace's. The load is then custom (§5.1.2.2 asks for Poisson: 5.1.2-MUST-7/8
+unmet, saying why), and a table gives the replay's fidelity (send lag against the trace's times, gaps,
+input lengths).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from ..client import LLMClient
 from ..common import draft
 from ..compliance import Check, decide
+from ..loadgen.load import OpenLoop
+from ..loadgen.replay import ReplayFidelity, TraceArrival, replay_fidelity
 from ..loadgen.warmup import WarmupResult
 from ..measure.units import Cell, format_cell
 from ..workloads import build_workload
+from ..workloads.trace import Trace, TraceError, read_trace, trace_warmup, trace_workload
+from .base import ProcedureError
 from .facts import declarations, prefix_cache_state
 from .figures import latency_figures
 from .helpers import cap_output, percentile_row, reported, sample_list
@@ -48,6 +60,7 @@ class TTFTParams:
     max_output_tokens: int | None = None  # cap on each request's max_tokens (shorter runs); recorded
     cold_start: bool = False  # §4.5.3: restart the SUT and measure the first requests before any warm-up
     cold_start_requests: int = 3  # cold requests (and as many warm reference requests)
+    trace: str | None = None  # a trace replayed as the measured run (issue 50); default --llm-trace
 
     def validate(self) -> None:
         if self.requests < 1:
@@ -70,8 +83,9 @@ class TTFT(ProcedureRun[TTFTParams]):
     id, title, params_type, profiles = "5.1", "Time to First Token", TTFTParams, PROFILES
     measurement_keys = ("requests", "ttft_n", "ttft_mean_ms", "errors", "config_summary", "stopped",
                         "stopped_at_look")
-    measurement_patterns = (r"ttft_p[0-9.]+_ms",)
+    measurement_patterns = (r"ttft_p[0-9.]+_ms", r"trace_[a-z0-9_]+")
     stops_when_decided = True  # --llm-stop-when-decided: the measured run ends once its SLOs are settled
+    trace: Trace | None = None  # the trace replayed as the measured run (prepare), None: the marker's load
 
     @staticmethod
     def plan(p: TTFTParams) -> dict[str, Any]:
@@ -80,12 +94,17 @@ class TTFT(ProcedureRun[TTFTParams]):
 
     async def prepare(self) -> None:
         p = self.p
-        # lazy: a long run's requests are drawn one at a time, never held (the same requests for the seed)
-        self.wl = build_workload(p.workload, n=p.requests, seed=self.seeds.derive("measure"),
-                                 tokenizer=self.ctx.tokenizer, lazy=True)
-        self.specs = cap_output(self.wl.specs, p.max_output_tokens)
-        self.load, self.load_desc = await resolve_load(self.ctx, p.load, max_requests=len(self.specs),
-                                                        seed=self.seeds.derive("arrivals"))
+        self.trace = self._read_trace()
+        self.planned = p.requests
+        if self.trace is not None:  # the trace's requests at its times: no marker load, no capacity look-up
+            self._prepare_trace(self.trace)
+        else:
+            # lazy: a long run's requests are drawn one at a time, never held (the same requests for the seed)
+            self.wl = build_workload(p.workload, n=p.requests, seed=self.seeds.derive("measure"),
+                                     tokenizer=self.ctx.tokenizer, lazy=True)
+            self.specs = cap_output(self.wl.specs, p.max_output_tokens)
+            self.load, self.load_desc = await resolve_load(self.ctx, p.load, max_requests=len(self.specs),
+                                                            seed=self.seeds.derive("arrivals"))
         self.cold_specs: list[Any] = []
         if p.cold_start or getattr(self.ctx.settings, "cold_start", False):  # §4.5.3, after the capacity look-up
             n = p.cold_start_requests
@@ -97,6 +116,28 @@ class TTFT(ProcedureRun[TTFTParams]):
             self.reserve(self.warm_specs)
             self.restart_s = await self.restart_sut()
 
+    def _read_trace(self) -> Trace | None:
+        """The trace to replay: the marker's ``trace``, else ``--llm-trace`` (None: none); read with the
+        session's trace options (checked at collection already)."""
+        s = self.ctx.settings
+        path = self.p.trace or getattr(s, "trace", None)
+        if not path:
+            return None
+        try:
+            return read_trace(path, fmt=s.trace_format, block_size=s.trace_block_size, speedup=s.trace_speedup,
+                              limit=s.trace_limit)
+        except TraceError as exc:
+            raise ProcedureError(f"procedure {self.id}: {exc}") from None
+
+    def _prepare_trace(self, trace: Trace) -> None:
+        """The measured run of a trace: its requests (output lengths as given: no profile cap) at its times."""
+        self.wl = trace_workload(trace, seed=self.seeds.derive("measure"), tokenizer=self.ctx.tokenizer)
+        self.specs = self.wl.specs
+        self.planned = len(trace)
+        arrival = TraceArrival.of(trace.offsets_ns(), seed=self.seeds.derive("arrivals"))
+        self.load = OpenLoop(arrival, max_requests=len(trace))
+        self.load_desc = {"model": "open", "arrival": "trace", "rate": arrival.rate, "trace": trace.describe()}
+
     def connections(self) -> int | None:
         # closed loop: a pool of at least N connections (and of the warm-up's concurrency, 8)
         load = self.p.load
@@ -107,10 +148,14 @@ class TTFT(ProcedureRun[TTFTParams]):
         p = self.p
         if self.cold_specs:  # the first requests after the restart, before any warm-up (§4.5.3)
             await self.measure_cold_start(client, self.cold_specs, self.restart_s)
-        wu = build_workload(p.workload, n=max(p.warmup_requests, 10), seed=self.seeds.derive("warmup"),
-                            tokenizer=self.ctx.tokenizer)
+        n, seed = max(p.warmup_requests, 10), self.seeds.derive("warmup")
+        if self.trace is not None:  # lengths from the trace, blocks disjoint from every block it sends (§4.5.1)
+            wu_specs = trace_warmup(self.trace, n=n, seed=seed, trace_seed=self.seeds.derive("measure"),
+                                    tokenizer=self.ctx.tokenizer)
+        else:
+            wu_specs = build_workload(p.workload, n=n, seed=seed, tokenizer=self.ctx.tokenizer).specs
         self.reserve(self.specs)
-        return await self.warm_up_with(client, cap_output(wu.specs, p.max_output_tokens), probes=p.warmup_probes)
+        return await self.warm_up_with(client, cap_output(wu_specs, p.max_output_tokens), probes=p.warmup_probes)
 
     async def run_loads(self, client: LLMClient) -> None:
         if self.cold_specs:
@@ -118,7 +163,7 @@ class TTFT(ProcedureRun[TTFTParams]):
         # §5.1.3 step 5 "continue until request count is reached": every request may take as long as
         # --llm-timeout allows, also after the last send (a saturated SUT drains a queue; 60 s cut it short)
         # --llm-stop-when-decided (issue 47): the run may end once the SLOs known before it are settled
-        stop = getattr(self.ctx, "stop", None)
+        stop = getattr(self.ctx, "stop", None) if self.trace is None else None  # a trace is sent whole
         self.stopper = StopWhenDecided(stop, self.p.requests, self.ctx.progress) if stop is not None else None
         self.main = await self.measure(client, "measure", self.specs, self.load, extra={"load_spec": self.load_desc},
                                        drain_timeout_s=self.ctx.settings.timeout, stop=self.stopper)
@@ -135,8 +180,10 @@ class TTFT(ProcedureRun[TTFTParams]):
                         for q, need in ((99, P99_MIN), (99.9, P999_MIN)) if n_ok < need]
         self.config_summary = self._config_summary()
         stopped, verdicts = self._stopped()
+        tables = self._tables(undersampled)
+        replay, replay_notes = self._replay(tables)
         return Outcome(
-            metrics=metrics, tables=self._tables(undersampled), workload=self.wl.declaration.to_json(),
+            metrics=metrics, tables=tables, workload=self.wl.declaration.to_json(),
             measurements={
                 "requests": len(m.records), "ttft_n": n_ok,
                 **{f"ttft_p{q:g}_ms": round(metrics.percentile("ttft", q).value * 1000, 3)
@@ -144,9 +191,9 @@ class TTFT(ProcedureRun[TTFTParams]):
                 "ttft_mean_ms": round(ttft.mean.value * 1000, 3) if n_ok else None,
                 "errors": sum(metrics.errors_by_type.values()),
                 "config_summary": {k: line for k, (line, _) in self.config_summary.items()},
-                **stopped,
+                **stopped, **replay,
             },
-            notes=self._stop_notes() + undersampled
+            notes=replay_notes + self._stop_notes() + undersampled
             + ([f"{no_content} of {self.n_successful} successful requests streamed no non-whitespace content: "
                 "no TTFT (§5.1.3.1)"] if no_content > 0 else [])
             + ([f"{self.pre_content} requests sent non-content chunks (e.g. role-only) before the first content "
@@ -160,6 +207,31 @@ class TTFT(ProcedureRun[TTFTParams]):
             key_figures=latency_figures(metrics, 0),  # the headline's latency figures come from 5.1 first
             slo_verdicts=verdicts,
         )
+
+    def _replay(self, tables: list[Table]) -> tuple[dict[str, Any], list[str]]:
+        """A replayed trace's fidelity (issue 50): its table appended to ``tables``, its measurements and notes;
+        nothing without a trace."""
+        trace = self.trace
+        if trace is None:
+            return {}, []
+        m = self.main
+        f = replay_fidelity(m.records, trace.offsets_ns(), [r.input_length for r in trace.requests], m.load.start_ns)
+        self.fidelity = f
+        tables.append(_fidelity_table(f, trace))
+        ms = {"trace_requests": f.planned, "trace_sent": f.sent,
+              **{f"trace_send_lag_{k}_ms": _ms(getattr(f.send_lag, f"{k}_ms")) for k in ("p50", "p99", "max")},
+              **{f"trace_gap_error_{k}_ms": _ms(getattr(f.gap_error, f"{k}_ms")) for k in ("p50", "p99", "max")},
+              "trace_input_median_rel_error": f.input_median_rel_error, "trace_sha256": trace.sha256}
+        notes = [f"Trace replay: {Path(trace.path).name} ({trace.format}, sha256 {trace.sha256[:16]}, "
+                 f"{f.planned} requests over {trace.duration_s:.1f} s, speedup {trace.speedup:g}) replaces the "
+                 "marker's load and request count: a custom load, so §5.1.2.2's required Poisson arrivals are unmet "
+                 "(5.1.2-MUST-7/8)."]
+        if self.p.max_output_tokens is not None:
+            notes.append(f"max_output_tokens={self.p.max_output_tokens} not applied to the trace's requests: their "
+                         "output lengths are the trace's")
+        if getattr(self.ctx, "stop", None) is not None:
+            notes.append("Stop when decided ignored: a replayed trace is sent whole")
+        return ms, notes
 
     def _stopped(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """With --llm-stop-when-decided: how the run ended (``stopped``: ``decided`` at ``stopped_at_look``
@@ -263,14 +335,38 @@ class TTFT(ProcedureRun[TTFTParams]):
             "SUT configuration and boundary": (f"{ctx.sut.boundary} at {ctx.sut.base_url}", "parameter"),
             "model identifier and hardware": (model_hw, "declared"),
             "workload name or full specification": (self.wl.declaration.name, "parameter"),
-            "load model and its parameters": (p.load.describe() + (
-                f" = {self.load_desc['resolved_rate']:.2f} req/s" if "resolved_rate" in self.load_desc else ""),
-                "parameter"),
+            "load model and its parameters": (self._load_line(), "parameter"),
             "request count and test duration": (f"{len(m.records)} requests in {m.load.duration_s:.1f} s", "measured"),
             "warm-up procedure followed": (f"{wu.ok} requests, {wu.output_tokens} output tokens, "
                                            f"drained={wu.drained}, probes stable={wu.stable}", "measured"),
             "prefix caching state": prefix,
             "guardrail configuration": guard,
+        }
+
+    def _load_line(self) -> str:
+        trace = self.trace
+        if trace is not None:
+            rate = f", mean {trace.mean_rate:.2f} req/s" if trace.mean_rate else ""
+            return (f"open loop, send times replayed from trace {trace.path} ({trace.format}, {len(trace)} requests "
+                    f"over {trace.duration_s:.1f} s{rate}, speedup {trace.speedup:g})")
+        return self.p.load.describe() + (f" = {self.load_desc['resolved_rate']:.2f} req/s"
+                                         if "resolved_rate" in self.load_desc else "")
+
+    def _trace_checks(self) -> dict[str, Check]:
+        """§5.1.2.2's load items for a replayed trace: its mean rate is defined, its distribution is not one of the
+        draft's and Poisson is REQUIRED (custom load, said so)."""
+        trace = self.trace
+        assert trace is not None
+        what = f"send times replayed from trace {Path(trace.path).name} (custom load, --llm-trace)"
+        rate = trace.mean_rate
+        return {
+            "5.1.2-MUST-6": decide("5.1.2-MUST-6", ok=rate is not None, source="parameter",
+                                   met=f"mean arrival rate {rate or 0:.4g} req/s of the {what}",
+                                   unmet=f"{what}: one send time, no arrival rate"),
+            "5.1.2-MUST-7": decide("5.1.2-MUST-7", ok=False, source="parameter",
+                                   unmet=f"{what}: not a Poisson, uniform or bursty distribution (§5.1.2.2)"),
+            "5.1.2-MUST-8": decide("5.1.2-MUST-8", ok=False, source="parameter",
+                                   unmet=f"{what}; Poisson arrivals are REQUIRED for open-loop TTFT runs"),
         }
 
     def checks(self, out: Outcome) -> dict[str, Check]:
@@ -280,7 +376,7 @@ class TTFT(ProcedureRun[TTFTParams]):
         written = {row[0]: format_cell(row[1]) for row in table1.rows}  # as the report shows them
         pre_noted = any("non-content" in n and "first content token" in n for n in out.notes)
         checks = {
-            "5.1.2-MUST-2": decide("5.1.2-MUST-2", planned=self.p.requests, sent=len(m.records)),
+            "5.1.2-MUST-2": decide("5.1.2-MUST-2", planned=self.planned, sent=len(m.records)),
             "5.1.2-MUST-3": decide("5.1.2-MUST-3", successful=self.n_successful, ttft_samples=n_ok),
             "5.1.2-MUST-4": decide("5.1.2-MUST-4", successful=self.n_successful, ttft_samples=n_ok),
             "5.1.3-MUST-1": decide("5.1.3-MUST-1", pre_content=self.pre_content, requests=len(m.records),
@@ -296,6 +392,8 @@ class TTFT(ProcedureRun[TTFTParams]):
             checks["5.1.2-MUST-6"] = decide("5.1.2-MUST-6", rate=d["resolved_rate"], fraction=d["capacity_fraction"],
                                             capacity=d["capacity_rate"], standing=d.get("capacity_standing"),
                                             capacity_source=str(d.get("capacity_source") or ""))
+        if self.trace is not None:
+            checks.update(self._trace_checks())
         for i, (what, (line, source)) in enumerate(self.config_summary.items(), start=1):
             key = self.DECLARED_LINES.get(what)
             checks[f"5.1.5-MUST-{i}"] = decide(f"5.1.5-MUST-{i}", line=line, what=what, key=key, source=source)
@@ -311,9 +409,9 @@ class TTFT(ProcedureRun[TTFTParams]):
                                      met=f"warm-up of {wu and wu.ok} requests completed and drained before the first "
                                          "measured request", unmet=f"warm-up {wu and wu.ok} requests, drained="
                                                                     f"{wu and wu.drained}", source="measured"),
-             "5.1.3-PARAM-3": decide("5.1.3-PARAM-3", ok=len(m.records) == self.p.requests,
+             "5.1.3-PARAM-3": decide("5.1.3-PARAM-3", ok=len(m.records) == self.planned,
                                      met=f"{len(m.records)} requests, the configured count",
-                                     unmet=f"{len(m.records)} of {self.p.requests} configured requests sent",
+                                     unmet=f"{len(m.records)} of {self.planned} configured requests sent",
                                      source="measured"),
              "5.1.3-PARAM-4": decide("5.1.3-PARAM-4", ok=True, met=f"T_first at the first non-whitespace content chunk; "
                                      f"{self.pre_content} requests sent non-content chunks first", source="measured"),
@@ -334,3 +432,23 @@ class TTFT(ProcedureRun[TTFTParams]):
             c[rid] = (reported(rid, f"TTFT {part} (server-reported: {src})", [(parts[part], part)], tables)
                       if part in parts else decide(rid, ok=None, na=f"the server reports no {part} component of TTFT"))
         return c
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+def _fidelity_table(f: ReplayFidelity, trace: Trace) -> Table:
+    """The replay's fidelity (issue 50): send time against the trace's, gaps, input lengths."""
+    rows: list[list[Any]] = [
+        [name, *(Cell(None if v is None else v / 1000, "s") for v in (s.p50_ms, s.p99_ms, s.max_ms)), Cell(s.n, "requests")]
+        for name, s in (("Send lag (T_submit − trace time)", f.send_lag),
+                        ("Send-gap error |gap − trace gap|", f.gap_error))]
+    med = f.input_median_rel_error
+    notes = [f"{f.sent} of {f.planned} trace requests sent; the trace time of request i is the run's start plus its "
+             f"offset ({trace.format} timestamps normalised to the first, divided by speedup {trace.speedup:g})",
+             f"input length sent ({f.input_counted_by}) against the trace's: median relative error "
+             + (f"{med:.2%}, max {f.input_max_rel_error:.2%}" if med is not None else "not known")]
+    if f.schedule_mismatches:
+        notes.append(f"{f.schedule_mismatches} requests were scheduled off their trace time")
+    return Table("Trace replay fidelity", ["Measure", "P50", "P99", "Max", "n"], rows, notes=notes)

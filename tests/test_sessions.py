@@ -21,6 +21,7 @@ import pytest
 from pytest_llmbench.client import ClientConfig, LLMClient
 from pytest_llmbench.client.transports.mock import MockRequest, MockResponse, MockTransport
 from pytest_llmbench.common.records import RECORDS_FORMAT, RequestRecord, RequestSpec
+from pytest_llmbench.measure.summary import summarize
 from pytest_llmbench.loadgen.load import ArrivalProcess, ClosedLoop, LoadOptions, OpenLoop, run_load
 from pytest_llmbench.workloads import WorkloadError, build_workload, chat_messages, dumps_requests
 from pytest_llmbench.workloads.sessions import SessionSource, ThinkTime
@@ -111,6 +112,18 @@ def test_sessions_on_the_simulator_history_cache_and_ttft_by_turn() -> None:
         return {k: statistics.median((r.first_token_ns - r.sent_ns) / 1e6 for r in recs if r.turn == k)
                 for k in (1, 2, 3, 4)}
 
+    figures = summarize(records).sessions  # the metrics by turn agree with the records
+    assert figures is not None and figures.sessions == 4 and [t.turn for t in figures.by_turn] == [1, 2, 3, 4]
+    for k in (1, 2, 3, 4):
+        t = figures.turn(k)
+        assert t.requests == t.ok == 4
+        if k > 1:  # the simulator reports cached tokens when there are some (turn 1 has none)
+            assert t.cached_tokens.mean.value == pytest.approx(cached[k]) and t.cached_share_mean > 0.8
+        assert t.ttft.percentile(50).value * 1e3 == pytest.approx(ttft_by_turn(records)[k], rel=1e-6)
+    assert figures.turns.mean.value == 4 and figures.duration.n == 4
+    assert figures.output_tokens.mean.value == pytest.approx(
+        statistics.mean(sum(r.output_tokens for r in s) for s in sessions.values()))
+    assert summarize(list(off.records)).sessions.turn(2).cached_tokens is None  # no cache: none reported
     on, without = ttft_by_turn(records), ttft_by_turn(list(off.records))
     print("TTFT by turn (ms), cache on:", on, "off:", without, "cached tokens by turn:", cached)
     assert all(on[k] < 0.6 * on[1] for k in (2, 3, 4)), on  # the cache hits: later turns prefill their new part only
@@ -298,3 +311,41 @@ def test_usage_errors_name_file_place_and_field(tmp_path: Path) -> None:
         build_workload("conversation-sessions", n=2, seed=1, first_message_tokens=300, context_window=256)
     with pytest.raises(WorkloadError, match="think time kind"):
         ThinkTime("gaussian", 1.0)
+
+
+# ------------------------------------------------------------------------------------------ a procedure
+def test_5_1_on_sessions_results_json_and_report(tmp_path: Path) -> None:
+    """A marker's ``workload="conversation-sessions"`` through 5.1 (closed loop of 2 sessions): the records on
+    disk carry the sessions, results.json (schema 1.9) their figures by turn, the HTML report their table."""
+    import jsonschema
+    from factories import simulator_harness
+
+    from pytest_llmbench.common.storage import iter_records
+    from pytest_llmbench.document.build import build_document
+    from pytest_llmbench.procedures.base import get_procedure
+    from pytest_llmbench.procedures.loads import closed
+    from pytest_llmbench.report import schema, write_reports
+    from pytest_llmbench.session import SessionResult
+    from pytest_llmbench.simulator import SimConfig
+
+    proc = get_procedure("5.1")
+    params = proc.make_params("smoke", {"workload": "conversation-sessions", "requests": 12, "load": closed(2),
+                                        "warmup_requests": 4, "warmup_tokens": 16, "warmup_probes": 0,
+                                        "max_output_tokens": 8})
+    with simulator_harness(SimConfig(time_scale=0.2, seed=2), tmp_path, seed=3, timeout=60.0) as (_, ctx):
+        result = asyncio.run(proc.run(ctx, params))
+        records = list(iter_records(ctx.run_root / "measure"))
+        settings = ctx.settings
+        settings.report = tmp_path / "report"
+        s = SessionResult(settings=settings, sut=ctx.sut, command_line=["suites"], started=1_769_000_000.0)
+        s.results["5.1:{}"] = result
+        paths = write_reports(build_document(s))
+    assert len(records) == 12 and {r.turn for r in records} == {1, 2, 3, 4}
+    assert len({r.session_id for r in records}) == 3
+    doc = json.loads(paths["json"].read_text(encoding="utf-8"))
+    jsonschema.validate(doc, schema(), cls=jsonschema.Draft202012Validator)
+    figures = doc["procedures"][0]["result"]["metrics"]["sessions"]
+    assert figures["sessions"] == 3 and [t["turn"] for t in figures["by_turn"]] == [1, 2, 3, 4]
+    assert figures["by_turn"][3]["cached_tokens"]["mean"]["value"] > figures["by_turn"][1]["cached_tokens"]["mean"]["value"]
+    html = paths["html"].read_text(encoding="utf-8")
+    assert "Multi-turn sessions: by turn" in html and 'data-plot="sessions"' in html

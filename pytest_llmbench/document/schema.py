@@ -39,7 +39,9 @@ __all__ = ["SCHEMA_VERSION", "ReportError", "dumps_document", "load_document", "
 #: ``needed_more``, ``design_effect`` (``look`` when the run stopped when decided); ``tests[].verdict``
 #: INCONCLUSIVE; ``headline.tests.inconclusive``; settings ``slo_confidence``, ``inconclusive`` and
 #: ``stop_when_decided``. Documents before 1.8 (two-way outcomes, no bound) still render.
-SCHEMA_VERSION = "1.8"
+#: 1.9: optional ``metrics.sessions`` of a multi-turn session run (issue 50): TTFT and cached prompt tokens by
+#: turn index, per-session totals. Documents before 1.9 (no sessions) still render.
+SCHEMA_VERSION = "1.9"
 
 
 class ReportError(ValueError):

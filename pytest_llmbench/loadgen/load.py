@@ -804,7 +804,8 @@ class _Runner:
         running: set[asyncio.Task[None]] = set()
         try:
             if self.sessions is not None:  # starts by the load model, later turns after each answer
-                await self.sessions.drive(load, running)
+                open_loop = (lambda: self._run_open(load, running)) if isinstance(load, OpenLoop) else None
+                await self.sessions.drive(running, open_loop, getattr(load, "concurrency", 0))
             elif isinstance(load, OpenLoop):
                 await self._run_open(load, running)
             else:

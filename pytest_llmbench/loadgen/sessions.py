@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 from ..common.records import RequestRecord, RequestSpec
 from ..workloads.sessions import SessionSource
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .load import ClosedLoop, OpenLoop, _Runner
 
 __all__ = ["SessionDriver", "SessionSource"]
 
@@ -34,7 +31,7 @@ class SessionDriver:
     """One run's sessions: their starts (the runner's specs iterator), each later turn after the previous
     answer, and the tally of how every session ended. Made by the runner for a :class:`SessionSource`."""
 
-    def __init__(self, source: SessionSource, runner: _Runner) -> None:
+    def __init__(self, source: SessionSource, runner: Any) -> None:  # runner: load._Runner (load.py imports this)
         self.source = source
         self.runner = runner
         self.runner_finish = runner._finish  # the runner's own: tallies, sink, on_record
@@ -167,20 +164,19 @@ class SessionDriver:
         return self.started - self.completed - self.failed - self.cut
 
     # -- the run ---------------------------------------------------------------------------------------
-    async def drive(self, load: OpenLoop | ClosedLoop, running: set[asyncio.Task[None]]) -> None:
-        """The sending part of the run: the starts by the load model, then the later turns until every session
-        has ended or nothing more may be sent; turns still waiting out a think time then are cut."""
-        from .load import OpenLoop
-
-        r = self.runner
+    async def drive(self, running: set[asyncio.Task[None]], open_loop: Callable[[], Awaitable[None]] | None,
+                    concurrency: int) -> None:
+        """The sending part of the run: the starts by the load model (``open_loop``: the runner's open-loop
+        dispatch of the starts; None: a closed loop of ``concurrency`` sessions), then the later turns until every
+        session has ended or nothing more may be sent; turns still waiting out a think time then are cut."""
         self.tasks = running
         self.changed = asyncio.Event()
-        if isinstance(load, OpenLoop):
-            await r._run_open(load, running)
+        if open_loop is not None:
+            await open_loop()
             self.starts_done = True  # the arrivals ended: by the count, the duration or the starts running out
         else:
             self.closed_loop = True
-            for _ in range(load.concurrency):
+            for _ in range(concurrency):
                 if not self._start_next():
                     break
         await self._until_ended()

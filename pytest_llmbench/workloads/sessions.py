@@ -39,6 +39,7 @@ from .distributions import LengthDistribution, WorkloadError
 from .text import text_factory
 
 __all__ = [
+    "DATASET_KIND",
     "DEFAULT_SESSION_HEADER",
     "SESSIONS_WORKLOAD",
     "THINK_KINDS",
@@ -51,6 +52,9 @@ __all__ = [
 
 #: the workload's registered name
 SESSIONS_WORKLOAD = "conversation-sessions"
+#: HOOK for ``--llm-dataset KIND=PATH`` (issue 50 item 1; the option's code lives with workloads/datasets.py):
+#: the kind whose file this workload reads when no ``dataset=`` is given, to be passed in as ``dataset=``
+DATASET_KIND = "conversation"
 #: the sticky-session header sent when ``session_header=True`` (a router's consistent-hash key)
 DEFAULT_SESSION_HEADER = "x-session-id"
 #: think-time kinds: none, a fixed pause, or drawn (exponential or uniform on [0, 2·mean]), seeded

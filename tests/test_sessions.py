@@ -349,3 +349,14 @@ def test_5_1_on_sessions_results_json_and_report(tmp_path: Path) -> None:
     assert figures["by_turn"][3]["cached_tokens"]["mean"]["value"] > figures["by_turn"][1]["cached_tokens"]["mean"]["value"]
     html = paths["html"].read_text(encoding="utf-8")
     assert "Multi-turn sessions: by turn" in html and 'data-plot="sessions"' in html
+
+
+def test_stop_when_decided_refuses_a_session_run() -> None:
+    from pytest_llmbench.procedures.base import StopRequest
+    from pytest_llmbench.procedures.stopping import StopWhenDecided
+
+    st = StopWhenDecided(StopRequest(("ttft.p99 <= 1s",)), planned=6)
+    with pytest.raises(ValueError, match="does not apply to multi-turn sessions"):
+        st.specs(_sessions(6))
+    plain = build_workload("synthetic-uniform", n=3, seed=1).specs
+    assert [s.index for s in st.specs(plain)] == [0, 1, 2]  # others as before

@@ -317,7 +317,9 @@ class LLMClient:
                 built = self.build_body(spec) if hook is None else hook(spec, self.build_body(spec))
                 body = built if self._grpc else dumps(built)
                 transport = self._ensure_transport()
-                await self._exchange_in_time(transport, body, rec, submit)
+                # a request's own headers (a session's sticky-routing header) beside the client's
+                headers = self._headers if not spec.headers else {**self._headers, **dict(spec.headers)}
+                await self._exchange_in_time(transport, body, rec, submit, headers)
             finally:  # failed before a response: T_submit if the body went out, else the hand-over
                 if not rec.sent_ns:
                     rec.sent_ns = submit.ns or rec.queued_ns or 0
@@ -406,7 +408,7 @@ class LLMClient:
         return rec
 
     async def _exchange_in_time(self, transport: Transport, body: Any, rec: RequestRecord,
-                                submit: SubmitStamp) -> None:
+                                submit: SubmitStamp, headers: dict[str, str]) -> None:
         """:meth:`_exchange` within ``total_timeout_s``, its expiry raised as ``TimeoutError``.
 
         What ``asyncio.timeout`` does, one loop timer per request that cancels the request's task,
@@ -421,14 +423,14 @@ class LLMClient:
         if task is None:  # no timeout (None), outside the transport's loop, or before 3.11
             async with _timeout(total):
                 rec.queued_ns = time.perf_counter_ns()
-                await self._exchange(transport, body, rec, submit)
+                await self._exchange(transport, body, rec, submit, headers)
             return
         cancelling = task.cancelling()
         expired = [False]
         handle = loop.call_at(loop.time() + total, _expire, task, expired)  # type: ignore[union-attr]
         try:
             rec.queued_ns = time.perf_counter_ns()
-            await self._exchange(transport, body, rec, submit)
+            await self._exchange(transport, body, rec, submit, headers)
         except asyncio.CancelledError as exc:
             if expired[0]:
                 expired[0] = False  # our cancellation, taken back here
@@ -440,16 +442,17 @@ class LLMClient:
             if expired[0]:  # expired as the exchange ended otherwise: take our cancellation back
                 task.uncancel()
 
-    async def _exchange(self, transport: Transport, body: Any, rec: RequestRecord, submit: SubmitStamp) -> None:
+    async def _exchange(self, transport: Transport, body: Any, rec: RequestRecord, submit: SubmitStamp,
+                        headers: dict[str, str]) -> None:
         if self._grpc:  # one Generate call, timed into rec by the transport (App. B.1.2)
-            await transport.stream(body, self._headers, rec, submit)  # type: ignore[attr-defined]
+            await transport.stream(body, headers, rec, submit)  # type: ignore[attr-defined]
             rec.sent_ns = submit.ns or time.perf_counter_ns()
             return
         if self.config.http_trace:
             rec.http_trace = httptrace.new_trace(rec.queued_ns)  # type: ignore[assignment]
-            resp = await transport.post(self._url, body, self._headers, submit, trace=rec.http_trace)
+            resp = await transport.post(self._url, body, headers, submit, trace=rec.http_trace)
         else:
-            resp = await transport.post(self._url, body, self._headers, submit)
+            resp = await transport.post(self._url, body, headers, submit)
         # T_submit (App. B.1.1); a server that answered before the body was written bounds it
         rec.sent_ns = submit.ns or time.perf_counter_ns()
         try:

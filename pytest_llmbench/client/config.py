@@ -121,16 +121,21 @@ class ClientConfig:
 
 
 def build_body(config: ClientConfig, spec: RequestSpec, *, system_ids: list[int] | None = None) -> dict[str, Any]:
-    """The JSON body for ``spec`` (chat: [system], user; completions: text or token ids)."""
+    """The JSON body for ``spec`` (chat: [system], a session's earlier turns, user; completions: text or token
+    ids)."""
     body: dict[str, Any] = {"model": config.model}
     if config.api == "chat":
         messages = []
         if spec.system_prompt:
             messages.append({"role": "system", "content": spec.system_prompt})
+        if spec.history:  # a session's earlier turns, the server's answers among them (issue 50)
+            messages.extend({"role": role, "content": content} for role, content in spec.history)
         messages.append({"role": "user", "content": spec.prompt_text})
         body["messages"] = messages
     elif config.token_id_prompts and spec.prompt_ids is not None:
         body["prompt"] = (system_ids or []) + list(spec.prompt_ids)
+    elif spec.history:  # completions: the earlier turns' text in order, so turn k's prompt extends turn k-1's
+        body["prompt"] = (spec.system_prompt or "") + "".join(c for _, c in spec.history) + spec.prompt_text
     else:
         body["prompt"] = (spec.system_prompt or "") + spec.prompt_text
     body["max_tokens"] = spec.max_tokens

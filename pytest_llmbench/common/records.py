@@ -34,6 +34,7 @@ __all__ = [
     "PhaseTimes",
     "TTFT_RULE",
     "assign_phases",
+    "drop_session_defaults",
     "phase_times",
     "prompt_key",
 ]
@@ -91,7 +92,9 @@ FAILURE_TYPES = frozenset(e for e in ErrorType if e is not ErrorType.CANCELLED)
 #: 2.2: optional phase fields (issue 49, reasoning models): ``chunk_tool`` (tool-call arguments per chunk),
 #: ``tool_calls``, ``first_any_ns`` (the ttfa point), ``reasoning_first_ns``/``reasoning_last_ns``,
 #: ``tool_first_ns``/``tool_last_ns``, ``content_last_ns``, ``tool_tokens_client``, ``reasoning_source``.
-RECORDS_FORMAT = "2.2"
+#: 2.3: optional ``session_id`` and ``turn`` (issue 50, multi-turn sessions: which conversation a request
+#: belongs to and its 1-based turn index; None outside a session run).
+RECORDS_FORMAT = "2.3"
 
 #: Where a record's reasoning came from (``RequestRecord.reasoning_source``): a reasoning field of the
 #: stream (``reasoning_content``/``reasoning`` on chat deltas, ``choices[0].reasoning_content`` on
@@ -139,6 +142,13 @@ class RequestSpec:
     #: further request-body fields the workload asks for, sent as given (``reasoning_effort``, a reasoning
     #: model's ``chat_template_kwargs``; issue 49), in key order
     request_fields: tuple[tuple[str, Any], ...] = ()
+    #: a multi-turn session's earlier messages, (role, content) in order, sent between the system prompt and
+    #: ``prompt_text`` (workloads/sessions.py; issue 50); empty: a single-turn request
+    history: tuple[tuple[str, str], ...] = ()
+    session_id: str | None = None  # the session (conversation) this turn belongs to
+    turn: int | None = None  # its 1-based turn index within the session
+    #: request headers of this request alone (a session's sticky-routing header), added to the client's
+    headers: tuple[tuple[str, str], ...] = ()
     #: :attr:`prompt_hash` once computed (not a field of the workload: never serialised or compared)
     _prompt_hash: str | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -157,6 +167,8 @@ class RequestSpec:
             sha = hashlib.sha256()
             sha.update((self.system_prompt or "").encode("utf-8"))
             sha.update(b"\x00")
+            for role, content in self.history:  # none outside a session: single-turn hashes as before
+                sha.update(f"{role}\x00{content}\x00".encode("utf-8"))
             if self.prompt_ids is not None:
                 sha.update(",".join(map(str, self.prompt_ids)).encode("ascii"))
             else:
@@ -176,6 +188,7 @@ class RequestSpec:
             d["request_fields"] = dict(self.request_fields)
         else:
             del d["request_fields"]  # a workload without any is stored as before
+        drop_session_defaults(d)
         return d
 
     @classmethod
@@ -187,7 +200,27 @@ class RequestSpec:
             d["stop"] = tuple(d["stop"])
         if d.get("request_fields"):
             d["request_fields"] = tuple(sorted(d["request_fields"].items()))
+        for key in ("history", "headers"):
+            if d.get(key):
+                d[key] = tuple(tuple(x) for x in d[key])
         return cls(**d)
+
+
+#: the session fields of :class:`RequestSpec` and their defaults: left out of a stored spec when they hold
+#: them, so that a single-turn workload's request file (and its sequence hash) is as before (issue 50)
+_SESSION_DEFAULTS: dict[str, Any] = {"history": (), "session_id": None, "turn": None, "headers": ()}
+
+
+def drop_session_defaults(d: dict[str, Any]) -> None:
+    """Remove a spec dict's session fields that hold their defaults; the others become JSON lists."""
+    for key, default in _SESSION_DEFAULTS.items():
+        if key not in d:
+            continue
+        v = d[key]
+        if v == default:
+            del d[key]
+        elif isinstance(v, tuple):
+            d[key] = [list(x) for x in v]
 
 
 @dataclass(slots=True)
@@ -264,6 +297,9 @@ class RequestRecord:
     # evidence; optional: absent in records written before records format 1.1)
     inflight_at_send: int | None = None  # requests outstanding, this one excluded
     oldest_outstanding_ns: int | None = None  # age of the oldest outstanding response (0 when none)
+    # multi-turn sessions (issue 50; format 2.3): the session and the 1-based turn; None outside a session run
+    session_id: str | None = None
+    turn: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -42,6 +42,8 @@ __all__ = ["SCHEMA_VERSION", "ReportError", "dumps_document", "load_document", "
 #: 1.9: a run whose arrivals followed a rate shape (issue 50) keeps ``runs[].extra.rate_shape`` (offered, scheduled
 #: and achieved rate and TTFT P50/P99 per 5-s window, the schedule and its seed; ``$defs/rate_schedule``), and its
 #: load parameters the schedule (arrival kind ``shaped``). Documents before 1.9 (no rate shape) still render.
+#: 1.9: optional ``metrics.sessions`` of a multi-turn session run (issue 50): TTFT and cached prompt tokens by
+#: turn index, per-session totals. Documents before 1.9 (no sessions) still render.
 SCHEMA_VERSION = "1.9"
 
 

@@ -40,6 +40,7 @@ from ..common.records import ClockAnchor, ErrorType, RequestRecord, RequestSpec
 from ..measure.stats import numpy_percentiles_sorted
 from .pacer import PACERS, Pacer, make_pacer
 from .selfcheck import ClientDelay
+from .sessions import SessionDriver, SessionSource
 
 __all__ = [
     "ARRIVAL_KINDS",
@@ -233,9 +234,9 @@ class LoadOptions:
       them (``shards.core.DealtArrival`` does so for a shard's share of a schedule, ``shapes.ShapedArrival``
       for a rate shape, and ``plan_shards`` deals any finite one), given as ``OpenLoop.arrival``, with the trace's
       requests as the specs. A **session source** (a conversation's turn k+1 sent after turn k's
-      answer) is the specs iterable; the runner will hand it each finished record where it hands
-      them to ``on_record`` (``_Runner._finish``), and only session starts follow the arrival
-      process.
+      answer, ``workloads.sessions.SessionSource``) is the specs iterable; the runner hands each
+      finished record to its driver (``loadgen/sessions.py``) in place of ``_Runner._finish``, and
+      only session starts follow the arrival process (a closed loop of N holds N sessions).
     """
 
     phase: str = "measure"
@@ -368,6 +369,7 @@ class LoadResult:
     submit_lag: LagStats | None = None  # sent (T_submit) − intended; None where not computed
     pacer: str | None = None  # the open loop's pacer (pacer.py)
     collector_backlog_max: int | None = None  # most finished records waiting at once to be finalised; None: not kept (shards)
+    sessions: dict[str, Any] | None = None  # a session run's tally (loadgen/sessions.py); None: not a session run
 
     @property
     def schedule_lag(self) -> LagStats:
@@ -393,6 +395,8 @@ class LoadResult:
                 "collector_backlog_max",
             )
         }
+        if self.sessions is not None:  # only a session run says it: other runs' documents are as before
+            d["sessions"] = self.sessions
         d["clock_anchor"] = asdict(self.clock_anchor)
         d["start_iso"] = self.clock_anchor.iso(self.start_ns)
         d["end_iso"] = self.clock_anchor.iso(self.end_ns)
@@ -542,6 +546,13 @@ class _Runner:
                              "(LoadOptions.stop)")
         self.client = client
         self.specs = iter(specs)
+        #: a session run (issue 50): its driver sends each later turn after the previous answer, taking each
+        #: finished record in place of the runner's ``_finish``; only the starts come from ``specs``
+        self.sessions: SessionDriver | None = None
+        if isinstance(specs, SessionSource):
+            self.sessions = SessionDriver(specs, self)
+            self.specs = self.sessions.starts()
+            self._finish = self.sessions.finish  # type: ignore[method-assign]
         self.load = load
         self.options = options
         self.phase = options.phase
@@ -805,7 +816,10 @@ class _Runner:
         monitor = asyncio.create_task(self._monitor(gc_freeze))
         running: set[asyncio.Task[None]] = set()
         try:
-            if isinstance(load, OpenLoop):
+            if self.sessions is not None:  # starts by the load model, later turns after each answer
+                open_loop = (lambda: self._run_open(load, running)) if isinstance(load, OpenLoop) else None
+                await self.sessions.drive(running, open_loop, getattr(load, "concurrency", 0))
+            elif isinstance(load, OpenLoop):
                 await self._run_open(load, running)
             else:
                 running.update(asyncio.create_task(self._worker()) for _ in range(load.concurrency))
@@ -831,7 +845,10 @@ class _Runner:
             await collector
             if gc_freeze:
                 gc.unfreeze()
-        return self._result(anchor, send_end, end, area_at_send_end)
+        result = self._result(anchor, send_end, end, area_at_send_end)
+        if self.sessions is not None:
+            result.sessions = self.sessions.stats()
+        return result
 
     async def _run_open(self, load: OpenLoop, tasks: set[asyncio.Task[None]]) -> None:
         """The open loop's sending, on its pacer, with the send priority while it sends."""

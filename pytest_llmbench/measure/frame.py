@@ -48,6 +48,7 @@ FLOAT_FIELDS: tuple[str, ...] = (
     "u_total", "u_reasoning", "u_cache_read", "u_cache_write", "u_cache_miss",
     *(f"trace_{p}" for p in HTTP_PHASES),
     "tool_client", "reasoning_standing",  # tool-call argument tokens; STANDING_CODES (issue 49)
+    "turn", "session",  # a multi-turn session's turn (1-based) and the session's code in the run (issue 50)
 )
 
 
@@ -419,6 +420,7 @@ class FrameBuilder:
         self._err_code = _Column("b")
         self._class_code = _Column("i")
         self._classes: dict[str | None, int] = {}
+        self._sessions: dict[str, int] = {}  # session id -> its code (the "session" column), in order of arrival
         self._chunk_counts = array("q")
         self._token_sum = array("q")
         self._server_counts = _Column("q")
@@ -463,7 +465,8 @@ class FrameBuilder:
                   _usage_int(usage, "completion_tokens_details", "reasoning_tokens"), _cache_read(r),
                   _usage_int(usage, "cache_creation_input_tokens"), _usage_int(usage, "prompt_cache_miss_tokens"),
                   *(trace[p] for p in HTTP_PHASES), r.tool_tokens_client,
-                  STANDING_CODES["streamed" if ph[1] is not None else r.reasoning_standing])
+                  STANDING_CODES["streamed" if ph[1] is not None else r.reasoning_standing], r.turn,
+                  None if r.session_id is None else self._sessions.setdefault(r.session_id, len(self._sessions)))
         for col, v in zip(self._number_columns, values):
             col.append(_nan(v))
         reasoning = ph[1] is not None

@@ -44,6 +44,7 @@ from .frame import FrameBuilder, RunFrame
 from .metrics._kit import Windows
 from .metrics.itl import ItlSamples, RunTokens
 from .metrics.latency import INPUT_LENGTH_BUCKETS
+from .metrics.sessions import SessionFigures
 from .stats import DEFAULT_PERCENTILES, Distribution, Estimate, Modality, TailShape, distribution, modality, tail_shape
 from .stats import DEFINITIONS as STATS_DEFINITIONS
 from .stats.core import LazySorted
@@ -210,6 +211,8 @@ class RunMetrics:
     per_request: PerRequest
     windows: dict[str, str]
     ttft_by_input_length: dict[str, Distribution] = field(default_factory=dict)
+    #: a multi-turn session run's figures by turn and per session (metrics/sessions.py, issue 50); None: none
+    sessions: SessionFigures | None = None
     itl_option: str = "B"
     itl_modality: Modality | None = None
     itl_tail: TailShape | None = None
@@ -319,6 +322,8 @@ class RunMetrics:
             "prefill_deadline": self.prefill_deadline.to_json() if self.prefill_deadline else None,
             "definitions": dict(self.definitions),
         }
+        if self.sessions is not None:  # only a session run has them: other documents are as before
+            d["sessions"] = self.sessions.to_json()
         findings = self.reasoning_findings()
         if findings:  # the phases (issue 49): hidden reasoning, requests that ended while thinking
             d["reasoning_findings"] = findings
@@ -358,7 +363,8 @@ def _inputs(frame: RunFrame) -> dict[str, Any]:
 
 
 #: Values the summary keeps besides the metrics: everything else goes after its last reader.
-_KEPT = frozenset({"per_request", "itl_data", "good", "deadline_model", "ttft_by_input_length", "n", "ok", "failed",
+_KEPT = frozenset({"per_request", "itl_data", "good", "deadline_model", "ttft_by_input_length", "session_figures",
+                   "n", "ok", "failed",
                    "error", "duration"})
 
 
@@ -544,7 +550,8 @@ def _summarize(frame: RunFrame, slos: Sequence[RequestSLO], opt: str, options: S
         distributions=dists, scalars=scalars,
         errors_by_type=dict(sorted(Counter(e.value for e in error[values["failed"]]).items())),
         per_request=per_request, windows=_window_labels(scalars, steady_label, duration),
-        ttft_by_input_length=values["ttft_by_input_length"], itl_option=itl_data.option, itl_modality=(
+        ttft_by_input_length=values["ttft_by_input_length"], sessions=values["session_figures"],
+        itl_option=itl_data.option, itl_modality=(
             modality(itl_d.samples, assume_sorted=True) if itl_d.samples is not None else None),
         itl_tail=tail_shape(itl_d.samples, assume_sorted=True) if itl_d.samples is not None else None,
         definitions=definitions, steady_window=(w0, w1), prefill_deadline=dp_model,

@@ -19,7 +19,7 @@ from ..compliance import Check, decide
 from ..measure.stats import CensoredPercentile, censored_percentile, proportion_estimate, queue_growing
 from ..measure.summary import STEADY_STATE_FRACTION, steady_state_window
 from ..measure.units import Cell, CellValue, format_cell, format_value
-from ..workloads import SpecStream, build_workload, cap_spec
+from ..workloads import SessionSource, SpecStream, build_workload, cap_spec
 from .result import Finding
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,8 +75,8 @@ _CAPACITY_TEXT = re.compile(
 def cap_output(specs: Sequence[RequestSpec] | SpecStream, cap: int | None) -> list[RequestSpec] | SpecStream:
     """Cap every request's ``max_tokens`` (and ``min_tokens``) at ``cap`` (profiles shorten runs); a
     lazy workload's stream stays a stream, capped as each request is drawn."""
-    if isinstance(specs, SpecStream):
-        return specs if cap is None else specs.capped(cap)
+    if isinstance(specs, (SpecStream, SessionSource)):  # a session run's source stays one (issue 50)
+        return specs if cap is None else specs.capped(cap)  # type: ignore[return-value]
     if cap is None:
         return list(specs)
     return [cap_spec(s, cap) for s in specs]

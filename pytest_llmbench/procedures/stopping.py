@@ -23,6 +23,7 @@ from ..measure.chunking import ItlTally
 from ..measure.frame import FrameBuilder
 from ..measure.slo import SLOResult, StopCondition, StopDecision
 from ..measure.summary import RunMetrics, summarize
+from ..workloads import SessionSource
 from .base import StopRequest
 
 __all__ = ["StopWhenDecided"]
@@ -59,7 +60,14 @@ class StopWhenDecided:
 
     # -- the load generator's side ----------------------------------------------------------------
     def specs(self, specs: Iterable[RequestSpec]) -> Iterator[RequestSpec]:
-        """``specs`` as sent, each one's place in send order noted (the runner draws one per send)."""
+        """``specs`` as sent, each one's place in send order noted (the runner draws one per send). Not for a
+        multi-turn session run, whose later turns are made from the answers, not drawn from ``specs``."""
+        if isinstance(specs, SessionSource):
+            raise ValueError("--llm-stop-when-decided does not apply to multi-turn sessions (conversation-sessions): "
+                             "their later turns are sent after each answer, not in a send order known ahead")
+        return self._noted(specs)
+
+    def _noted(self, specs: Iterable[RequestSpec]) -> Iterator[RequestSpec]:
         for spec in specs:
             self._order[spec.index] = self._sent
             self._sent += 1

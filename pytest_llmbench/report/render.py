@@ -33,6 +33,7 @@ from .fmt import (
 )
 from .phases import phase_bar
 from .rates import rate_figures
+from .sessions import session_view
 
 __all__ = ["render_html", "render_markdown", "render_summary", "view"]
 
@@ -267,6 +268,7 @@ def _proc_view(p: Mapping[str, Any], with_figures: bool) -> dict[str, Any]:
         "should_unmet": sum(1 for u in c["unmet"] if u["level"] == "SHOULD"),
         "figures": figures_for(p["procedure"], res.get("plots") or {}, p.get("slos") or []) if with_figures else [],
         "phases": phase_bar(res.get("metrics")),  # reasoning models' phases (issue 49; report/phases.py)
+        "sessions": session_view(res.get("metrics")),  # multi-turn sessions by turn (issue 50; report/sessions.py)
     }
 
 

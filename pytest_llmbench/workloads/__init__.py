@@ -50,6 +50,7 @@ from .standard import (
     synthetic_skewed,
     synthetic_uniform,
 )
+from .sessions import SESSIONS_WORKLOAD, SessionSource, conversation_sessions
 from .text import TextFactory, text_factory
 
 __all__ = [
@@ -59,7 +60,9 @@ __all__ = [
     "CONVERSATION_REFERENCE_QUANTILES",
     "FAIRNESS_CLASSES",
     "LAZY_WORKLOADS",
+    "SESSIONS_WORKLOAD",
     "STANDARD_WORKLOADS",
+    "SessionSource",
     "WORKLOADS",
     "LengthDistribution",
     "MismatchStats",
@@ -77,6 +80,7 @@ __all__ = [
     "code_completion",
     "completion_prompt_ids",
     "conversation",
+    "conversation_sessions",
     "dumps_requests",
     "fixed_length",
     "load_requests",
@@ -101,6 +105,7 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
     "code-completion": code_completion,
     "long-context": long_context,
     "fixed": fixed_length,
+    SESSIONS_WORKLOAD: conversation_sessions,  # custom: multi-turn sessions held by the client (issue 50)
 }
 
 #: Builders that make their requests a block at a time into a :class:`SpecStream` (``lazy=True``).

@@ -26,7 +26,7 @@ import orjson
 
 from ..common.files import LineSpool
 from ..common.jsonable import jsonable
-from ..common.records import RequestSpec, prompt_key
+from ..common.records import RequestSpec, drop_session_defaults, prompt_key
 from ..common.seeds import WORKLOAD_GENERATOR_VERSION
 from ..common.tokenizer import Tokenizer, get_tokenizer
 from .distributions import LengthDistribution, WorkloadError
@@ -68,6 +68,7 @@ def _spec_dict(spec: RequestSpec) -> dict[str, Any]:
         d["request_fields"] = dict(spec.request_fields)
     else:  # a workload without extra body fields hashes as before (request_sequence_sha256)
         del d["request_fields"]
+    drop_session_defaults(d)  # so does a single-turn workload (no session fields)
     return d
 
 
@@ -156,6 +157,7 @@ def completion_prompt_ids(spec: RequestSpec, tokenizer: Tokenizer | None = None)
 def chat_messages(spec: RequestSpec) -> list[dict[str, str]]:
     """Chat-completions messages: the decoded text, system prompt first when there is one."""
     msgs = [{"role": "system", "content": spec.system_prompt}] if spec.system_prompt else []
+    msgs.extend({"role": role, "content": content} for role, content in spec.history)  # a session's earlier turns
     msgs.append({"role": "user", "content": spec.prompt_text})
     return msgs
 

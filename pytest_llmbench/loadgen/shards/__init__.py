@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ...client import LLMClient
 from ...common.records import ClockAnchor, RequestRecord, RequestSpec
 from ..load import ClosedLoop, LoadOptions, LoadResult, OpenLoop, RecordSink
+from ..sessions import SessionSource
 from .core import (
     MergeTally,
     NotShardable,
@@ -102,6 +103,8 @@ async def run_sharded(
         raise NotShardable("a stop predicate judges the whole run's progress, which no shard sees")
     if not isinstance(options.pacer, str):
         raise NotShardable(f"a pacer object ({options.pacer.name}) cannot be sent to a shard")
+    if isinstance(specs, SessionSource):  # turn k+1 needs turn k's record, in the process that sent it
+        raise NotShardable("multi-turn sessions make each turn from the previous answer in process")
     parts = plan_shards(specs, load, backend.shard_count())
     tasks = [
         ShardTask(index=i, count=len(parts), config=client.config,

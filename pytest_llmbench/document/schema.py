@@ -39,7 +39,9 @@ __all__ = ["SCHEMA_VERSION", "ReportError", "dumps_document", "load_document", "
 #: ``needed_more``, ``design_effect`` (``look`` when the run stopped when decided); ``tests[].verdict``
 #: INCONCLUSIVE; ``headline.tests.inconclusive``; settings ``slo_confidence``, ``inconclusive`` and
 #: ``stop_when_decided``. Documents before 1.8 (two-way outcomes, no bound) still render.
-SCHEMA_VERSION = "1.8"
+#: 1.9: per procedure ``dataset_lengths`` (the Conversation workload's drawn length percentiles beside App. A.3.2,
+#: the dataset file, its SHA-256 and its identification as the draft's file or not); documents before 1.9 still render.
+SCHEMA_VERSION = "1.9"
 
 
 class ReportError(ValueError):

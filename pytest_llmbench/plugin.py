@@ -83,6 +83,8 @@ def pytest_configure(config: pytest.Config) -> None:
         gate = SessionGate(settings, resummarize=resummarize_run, machine_info=_machine_info(config))
     except (RuleError, GateStorageError) as exc:
         raise pytest.UsageError(str(exc)) from None
+    if settings.dataset or settings.dataset_version:
+        bench.datasets = _session_datasets(config, settings)
     plugin = LLMBenchPlugin(config, bench, gate)
     config.stash[SESSION_KEY] = plugin
     config.pluginmanager.register(plugin, "llmbench-session")
@@ -228,6 +230,28 @@ def _check_trace(path: str, settings: Settings, where: str) -> None:
                    speedup=settings.trace_speedup, limit=settings.trace_limit)
     except TraceError as exc:
         raise pytest.UsageError(f"{where}: {exc}") from None
+
+
+def _session_datasets(config: pytest.Config, settings: Settings) -> dict[str, Any]:
+    """``--llm-dataset`` / ini ``llm_dataset`` entries, every file read now (App. A.3, A.4): a bad entry or
+    file is a usage error naming the option (the ini entry) and the file's line, before any request. A
+    relative path in the ini file is taken from the ini file's directory."""
+    from .workloads import WorkloadError, parse_dataset_options
+
+    def entries(attr: str, flag: str) -> tuple[list[tuple[str, str]], Path | None]:
+        src = settings.sources.get(attr, flag)
+        lines = getattr(settings, attr)
+        if src.startswith("ini "):
+            base = config.inipath.parent if config.inipath else config.rootpath
+            return [(x, f"{src} (entry {k}: {x})") for k, x in enumerate(lines, 1)], base
+        return [(x, src) for x in lines], None
+
+    files, base = entries("dataset", "--llm-dataset")
+    versions, _ = entries("dataset_version", "--llm-dataset-version")
+    try:
+        return parse_dataset_options(files, versions, base=base)
+    except WorkloadError as exc:
+        raise pytest.UsageError(f"pytest-llmbench: {exc}") from None
 
 
 def _validate_slos(slos: list[str], where: str) -> None:

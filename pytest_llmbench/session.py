@@ -44,6 +44,7 @@ from .procedures.base import (
 from .procedures.result import Capacity, ProcedureResult, RunSummary
 from .settings import Settings, parse_capacity
 from .sut.system import SUT, EndpointError, check_endpoint, identify_grpc_server, identify_server, probe_rtt
+from .workloads.datasets import DatasetOption, using_datasets
 
 if TYPE_CHECKING:
     from .measure.summary import RunMetrics
@@ -144,6 +145,8 @@ class Session:
         self.capacity: dict[str, Capacity] = {}
         self._capacity_errors: dict[str, str] = {}
         self.workloads_used: set[str] = set()  # shared with every ProcedureContext (§4.3.2-MUST-1)
+        #: --llm-dataset files by workload (workloads.parse_dataset_options), read by every procedure's run
+        self.datasets: dict[str, DatasetOption] = {}
         self._declared_capacity = (
             parse_capacity(settings.capacity, settings.sources.get("capacity", "capacity"))
             if settings.capacity else None
@@ -306,7 +309,8 @@ class Session:
         ctx.get_capacity = self._capacity_outside_budget(ctx)
         t0 = time.perf_counter()
         try:
-            result = await proc.run(ctx, params)
+            with using_datasets(self.datasets):  # the workloads' --llm-dataset files (App. A.3, A.4)
+                result = await proc.run(ctx, params)
         except BaseException as exc:  # Ctrl-C (cancellation) or a crash: report what reached the disk
             if not isinstance(exc, SkipProcedure):
                 partial = partial_result(proc, params, run_root, self.settings.profile, exc,

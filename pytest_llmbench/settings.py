@@ -156,6 +156,13 @@ OPTIONS: tuple[Option, ...] = (
            "first requests before any warm-up against the same requests warm (§4.5.3)", False, "bool"),
     Option("telemetry-interval", "seconds between two scrapes of the server's Prometheus /metrics during every "
            "warm-up and measured run (measure/telemetry.py); 0 = only before and after each run", 0.25, "float"),
+    # the user's datasets (App. A.3, A.4; docs/workloads.md "Your own datasets"): one block
+    Option("dataset", "the user's dataset file for a workload, NAME=PATH: conversation=sharegpt.json (ShareGPT "
+           "JSON/JSONL) or code-completion=code.jsonl (or a directory of .py/.js/.ts files); every procedure on that "
+           "workload reads it unless its marker gives dataset= (repeatable; ini: one per line)", None, "list"),
+    Option("dataset-version", "the version of a --llm-dataset file, NAME=TEXT, e.g. conversation=\"vicuna_cleaned "
+           "2023-04-12\" (§4.3.3; with the A.3.2 statistics it identifies the draft's file) (repeatable)", None,
+           "list"),
     Option("export", "extra export of every measured run: 'aiperf' writes AIPerf's profile_export files to "
            "<run dir>/aiperf (repeatable or comma-separated)", None, "list"),
     # trace replay (issue 50, docs/workloads.md "Trace replay"): one block
@@ -207,6 +214,8 @@ class Settings:
     http_trace: bool = False
     telemetry_interval: float = 0.25  # s between /metrics scrapes (measure/telemetry.py); 0: before/after only
     export: list[str] = field(default_factory=list)
+    dataset: list[str] = field(default_factory=list)  # --llm-dataset NAME=PATH lines (workloads.datasets)
+    dataset_version: list[str] = field(default_factory=list)  # --llm-dataset-version NAME=TEXT lines
     max_duration: float | None = None  # seconds per procedure; None or 0: no budget
     refusal_pattern: str | None = None  # declared refusal text (refusals.py, §4.8.1)
     refusal_codes: list[str] = field(default_factory=list)  # extra policy error codes (§4.8.1)

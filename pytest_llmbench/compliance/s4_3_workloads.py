@@ -200,8 +200,27 @@ def _dataset(name: str) -> Callable[[Mapping[str, Any]], list[str]]:
             return [f"not implemented: the {name} dataset is not shipped; a synthetic stand-in ran (pass the "
                     "dataset file to the workload)"]
         ds = w.get("dataset") if isinstance(w.get("dataset"), Mapping) else {}
+        ident = ds.get("identification") if isinstance(ds.get("identification"), Mapping) else {}
+        if ident:  # the user's file, identified as the draft's or not (workloads.datasets.identify_*)
+            return [] if ident.get("standard") else [f"custom dataset {ds.get('source')}: {ident.get('reason')}"]
         return [] if ds.get("name") else [f"no dataset named (the {name} dataset is defined)"]
     return check
+
+
+def _drawn_statistics(w: Mapping[str, Any]) -> list[str] | None:
+    """A.3.2 on a dataset's drawn lengths (``dataset.length_statistics``), or None without them: each
+    compared percentile within the stated tolerance (workloads.datasets.length_statistics)."""
+    ds = w.get("dataset") if isinstance(w.get("dataset"), Mapping) else {}
+    st = ds.get("length_statistics") if isinstance(ds.get("length_statistics"), Mapping) else None
+    if st is None or ds.get("synthetic_standin"):
+        return None
+    off = [f"{side} P{p[1:]} {r['drawn']:g}, defined {r['reference']}" for side in ("input", "output")
+           for p, r in (st.get(side) or {}).items() if r.get("compared") and not r.get("within")]
+    if off:
+        return [f"drawn lengths outside ±{float(st['tolerance']):.0%}: {', '.join(off)}"]
+    if not st.get("compared"):
+        return [f"{st.get('n')} prompts drawn: too few to compare any percentile with A.3.2"]
+    return []
 
 
 def _quantiles(which: str, want: Mapping[float, float]) -> Callable[[Mapping[str, Any]], list[str]]:
@@ -215,6 +234,15 @@ def _quantiles(which: str, want: Mapping[float, float]) -> Callable[[Mapping[str
         p50 = _params(d).get("p50") if isinstance(d, Mapping) else None
         return [f"{which} as sent: P50 {p50!r}, defined {want[0.5]:g}"]
     return check
+
+
+def _a32(w: Mapping[str, Any]) -> list[str]:
+    """A.3.2 on the drawn lengths of a dataset, else on the declared (stand-in) quantiles."""
+    drawn = _drawn_statistics(w)
+    if drawn is not None:
+        return drawn
+    return (_quantiles("input_length", {0.5: 156, 0.95: 892, 0.99: 2134})(w)
+            + _quantiles("output_length", {0.5: 234, 0.95: 789, 0.99: 1567})(w))
 
 
 def _prefix_pattern(w: Mapping[str, Any]) -> list[str]:
@@ -266,8 +294,7 @@ _DEFINITIONS: dict[str, tuple[str, str, Callable[[Mapping[str, Any]], list[str]]
                       lambda w: _within("output", w.get("output_length"), 16, 2048)),
     "A.3.1-PARAM-1": ("conversation", "ShareGPT vicuna_cleaned 2023-04-12", _dataset("ShareGPT vicuna_cleaned")),
     "A.3.2-PARAM-1": ("conversation", "input P50/P95/P99 156/892/2134, output 234/789/1567 tokens",
-                      lambda w: _quantiles("input_length", {0.5: 156, 0.95: 892, 0.99: 2134})(w)
-                      + _quantiles("output_length", {0.5: 234, 0.95: 789, 0.99: 1567})(w)),
+                      _a32),
     "A.4.1-PARAM-1": ("code-completion", "The Stack (Python/JavaScript/TypeScript)", _dataset("The Stack")),
     "A.4.2-PARAM-1": ("code-completion", "10 contexts of 512-1024 tokens, 80 % shared, Zipf(s=1.5)", _prefix_pattern),
     "A.5.1-PARAM-1": ("long-context", "input lengths {8K, 16K, 32K, 64K, 128K}", _a5_inputs),

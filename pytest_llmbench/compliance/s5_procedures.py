@@ -143,7 +143,9 @@ def _named_workload(ctx: _Ctx, rid: str) -> Check:
     base, standing = f.workload_base, f.workload_standing
     if base is None:
         return _need(rid, "workload declaration")
-    why = "; ".join(map(str, f.workload.get("altered_by") or ())) or f"declared {standing}"
+    ident = (f.workload.get("dataset") or {}).get("identification") or {}
+    why = "; ".join(map(str, f.workload.get("altered_by") or ())) or (
+        ident.get("reason") if ident and not ident.get("standard") else f"declared {standing}")
     named = f"workload {f.workload.get('name')}"
     return decide(rid, ok=base in want and standing == "standard", met=f"workload {base} as defined (standing: standard)",
                   unmet=f"{named}: standing {standing} ({why}); expected {' or '.join(want)} as defined"

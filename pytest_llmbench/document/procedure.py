@@ -129,6 +129,27 @@ def http_timing(result: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def dataset_lengths(workload: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The Conversation workload's drawn lengths beside App. A.3.2's reference (the workload's
+    ``dataset.length_statistics``, workloads/datasets.py): one row per side and percentile, with the file,
+    its SHA-256, whether it was identified as the draft's file and how. None for other workloads."""
+    ds = (workload or {}).get("dataset")
+    st = ds.get("length_statistics") if isinstance(ds, Mapping) else None
+    if not isinstance(ds, Mapping) or not isinstance(st, Mapping):
+        return None
+    ident = ds.get("identification")
+    rows = [{"side": side, "percentile": int(key[1:]),
+             **{k: r.get(k) for k in ("drawn", "ci_low", "ci_high", "reference", "difference", "compared", "within")}}
+            for side in ("input", "output") for key, r in (st.get(side) or {}).items()]
+    return jsonable({
+        "workload": (workload or {}).get("name"), "source": ds.get("source"), "sha256": ds.get("sha256"),
+        "synthetic_standin": bool(ds.get("synthetic_standin")),
+        "identification": ident if isinstance(ident, Mapping) else None,
+        "n": st.get("n"), "unit": st.get("unit", "tokens"), "tolerance": st.get("tolerance"),
+        "confidence": st.get("confidence"), "rule": st.get("rule"),
+        "within_tolerance": bool(st.get("within_tolerance")), "rows": rows})
+
+
 def _load_text(load: Mapping[str, Any] | None) -> str:
     if not load:
         return "not recorded"
@@ -285,6 +306,7 @@ def procedure_entry(index: int, key: str, result: Any, report_dir: Path, cache: 
         "http_timing": parts["http_timing"],
         "client_delay": parts["client_delay"],
         "cold_start": data.get("cold_start"),  # §4.5.3: labelled at the procedure level
+        "dataset_lengths": dataset_lengths(facts.get("workload")),  # App. A.3.2 beside what was drawn
         "result": data,
     }
 

@@ -44,6 +44,8 @@ __all__ = ["SCHEMA_VERSION", "ReportError", "dumps_document", "load_document", "
 #: load parameters the schedule (arrival kind ``shaped``). Documents before 1.9 (no rate shape) still render.
 #: 1.9: optional ``metrics.sessions`` of a multi-turn session run (issue 50): TTFT and cached prompt tokens by
 #: turn index, per-session totals. Documents before 1.9 (no sessions) still render.
+#: 1.9: per procedure ``dataset_lengths`` (the Conversation workload's drawn length percentiles beside App. A.3.2,
+#: the dataset file, its SHA-256 and its identification as the draft's file or not); documents before 1.9 still render.
 SCHEMA_VERSION = "1.9"
 
 

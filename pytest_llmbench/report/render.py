@@ -302,7 +302,38 @@ def _extra_tables(p: Mapping[str, Any]) -> list[dict[str, Any]]:
                     "notes": ["Connection set-up (blocked + DNS + connecting) precedes T_submit, so it is not part of "
                               "TTFT (App. B.1.1); waiting is the "
                               "time to the first response byte."]})
+    lengths = _dataset_lengths_table(p.get("dataset_lengths"))
+    if lengths:
+        out.append(lengths)
     return out
+
+
+def _dataset_lengths_table(d: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The Conversation workload's drawn lengths beside App. A.3.2 (document ``dataset_lengths``, 1.9)."""
+    if not d:
+        return None
+
+    def cell(v: Any, pct: bool = False) -> str:
+        return "n/a" if v is None else (f"{v * 100:+.1f}%" if pct else f"{v:,.0f}")
+
+    rows = [[f"{r['side']} P{r['percentile']}", cell(r["drawn"]),
+             f"{cell(r.get('ci_low'))}–{cell(r.get('ci_high'))}" if r["compared"] else "n/a", cell(r["reference"]),
+             cell(r["difference"], True),
+             ("within" if r["within"] else "outside") if r["compared"] else "not compared (too few draws)"]
+            for r in d["rows"]]
+    ident = d.get("identification") or {}
+    if d.get("synthetic_standin"):
+        what = "synthetic stand-in (no dataset file): lengths drawn through the A.3.2 percentiles"
+    else:
+        sha = d.get("sha256") or ""
+        what = (f"{d.get('source')} (SHA-256 {sha[:16]}…): "
+                + ("the draft's file, identified by " + str(ident.get("method")) if ident.get("standard")
+                   else "custom dataset") + f": {ident.get('reason', '')}")
+    return {"title": "Dataset lengths against App. A.3.2",
+            "columns": [f"Length ({d.get('unit', 'tokens')})", f"Drawn (n={d['n']:,})",
+                        f"{float(d.get('confidence') or 0.99):.0%} interval", "A.3.2 reference", "Difference",
+                        f"Reference in interval ±{float(d['tolerance']):.0%}"],
+            "rows": rows, "notes": [what, f"Rule: {d.get('rule')}."]}
 
 
 def _as_text(table: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -36,7 +36,7 @@ from .core import (
     sequence_sha256,
 )
 from .custom import build_custom, load_spec, validate_spec
-from .datasets import check_dataset
+from .datasets import DATASET_WORKLOADS, DatasetOption, check_dataset, dataset_params, parse_dataset_options, using_datasets
 from .distributions import LengthDistribution, WorkloadError
 from .standard import (
     A5_TARGET_LENGTHS,
@@ -54,7 +54,11 @@ from .sessions import SESSIONS_WORKLOAD, SessionSource, conversation_sessions
 from .text import TextFactory, text_factory
 
 __all__ = [
+    "DATASET_WORKLOADS",
+    "DatasetOption",
     "check_dataset",
+    "parse_dataset_options",
+    "using_datasets",
     "check_requests",
     "A5_TARGET_LENGTHS",
     "CONVERSATION_REFERENCE_QUANTILES",
@@ -132,10 +136,14 @@ def build_workload(
     :func:`~pytest_llmbench.common.tokenizer.get_tokenizer`) defines the token unit; default
     cl100k_base (§4.4.2 option B). Same arguments, same requests, byte for byte. ``lazy``: the
     requests as a :class:`SpecStream` (never all in memory) where the builder can make them so
-    (:data:`LAZY_WORKLOADS`), else the usual list.
+    (:data:`LAZY_WORKLOADS`), else the usual list. Within :func:`using_datasets` (a procedure's run
+    with ``--llm-dataset``), ``conversation`` and ``code-completion`` read the session's file unless
+    ``params`` name a ``dataset`` of their own (a marker's ``workload_params`` win).
     """
     tok = get_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
     key = str(name_or_path)
+    if key in DATASET_WORKLOADS:  # the session's --llm-dataset file, unless params name their own dataset
+        params = dataset_params(key, params)
     if key in WORKLOADS:
         if lazy and key in LAZY_WORKLOADS:
             params = {**params, "lazy": True}

@@ -25,7 +25,7 @@ import numpy as np
 from ..common.records import RequestSpec
 from ..common.tokenizer import Tokenizer
 from .core import Workload, WorkloadDeclaration, finish, finish_blocks
-from .datasets import load_code_dataset, load_sharegpt
+from .datasets import CodeSource, identify_code, identify_sharegpt, length_statistics, load_code_dataset, load_sharegpt, reference_quantiles
 from .distributions import LengthDistribution, WorkloadError
 from .text import CODE_LANGUAGES, QUESTION, SYSTEM_PROMPT_SOURCE, CodeWriter, TextFactory, comment_marker, text_factory
 
@@ -47,10 +47,7 @@ __all__ = [
 A5_TARGET_LENGTHS = (8192, 16384, 32768, 65536, 131072)
 
 #: A.3.2 reference length quantiles of the Conversation workload (ShareGPT vicuna_cleaned).
-CONVERSATION_REFERENCE_QUANTILES = {
-    "input": {0.5: 156, 0.95: 892, 0.99: 2134},
-    "output": {0.5: 234, 0.95: 789, 0.99: 1567},
-}
+CONVERSATION_REFERENCE_QUANTILES = {side: {p / 100: v for p, v in q.items()} for side, q in reference_quantiles().items()}
 
 SHAREGPT_REFERENCE = {
     "name": "ShareGPT",
@@ -419,9 +416,13 @@ def conversation(
     """Conversation (§4.3.2.3, A.3): ShareGPT lengths; 50% share a 200-token system prompt.
 
     ``dataset`` is a ShareGPT-format JSON/JSONL file: each conversation's first human turn is the
-    prompt, the first assistant reply after it gives the output length (max_tokens). Without a
-    file, a labelled synthetic stand-in draws lengths from log-normal pieces through the A.3.2
-    reference quantiles (P50/P95/P99 reproduced), with random lowercase-word text.
+    prompt, the first assistant reply after it gives the output length (max_tokens). The workload is
+    the standard one only for the draft's file (:func:`~.datasets.identify_sharegpt`: by SHA-256 where
+    ``data/draft.yaml`` knows it, else by the declared subset and version with the drawn lengths within
+    ±15 % of A.3.2); any other file is custom. The drawn length statistics beside A.3.2's are in
+    ``dataset["length_statistics"]``. Without a file, a labelled synthetic stand-in draws lengths from
+    log-normal pieces through the A.3.2 reference quantiles (P50/P95/P99 reproduced), with random
+    lowercase-word text.
     """
     n = _check_n(n)
     tok = _tok(tokenizer)
@@ -449,7 +450,7 @@ def conversation(
             "tokens"
         )
         notes.append(label)
-        ds = _standin_dataset(label)
+        ds = {**_standin_dataset(label), "length_statistics": length_statistics(lin, lout)}
     else:
         conv = load_sharegpt(dataset, tok, n=n, rng=r_pick, min_tokens=min_tokens,
                              max_input_tokens=max_input_tokens, max_output_tokens=max_output_tokens)
@@ -460,6 +461,8 @@ def conversation(
                                  note="first human turn; requests with the system prompt add its tokens")
         dout = LengthDistribution("empirical", {"values": lout.tolist()}, tokenizer=tname,
                                   note="first assistant reply after it, used as max_tokens")
+        stats = length_statistics(lin, lout)
+        ident = identify_sharegpt(conv.sha256, dataset_subset, dataset_version, stats)
         ds = {
             "source": str(dataset),
             "sha256": conv.sha256,
@@ -471,10 +474,17 @@ def conversation(
             "conversations_in_file": conv.total,
             "eligible": conv.eligible,
             "reference": SHAREGPT_REFERENCE,
+            "identification": ident,
+            "length_statistics": stats,
         }
+        if ident["standard"]:
+            ds["name"] = f"ShareGPT {SHAREGPT_REFERENCE['subset']} {SHAREGPT_REFERENCE['version']}"
+        else:
+            notes.append(f"custom dataset: {ident['reason']} (4.3-MUST-1)")
         standin = False
         label = None
-        if dataset_version == "unspecified" or dataset_subset == "unspecified":
+        if dataset_version == "unspecified" or (dataset_subset == "unspecified"
+                                                and SHAREGPT_REFERENCE["subset"] not in dataset_version):
             notes.append("dataset version/subset not given: 4.3.3-MUST-3 is unmet until they are declared")
     specs = []
     for i in range(n):
@@ -488,7 +498,8 @@ def conversation(
     decl = WorkloadDeclaration(
         name="conversation",
         description="Conversation (§4.3.2.3, App. A.3): interactive chat",
-        standard=dataset is not None and system_prompt_fraction == 0.5 and system_prompt_tokens == 200,
+        standard=dataset is not None and bool(ds.get("identification", {}).get("standard"))
+        and system_prompt_fraction == 0.5 and system_prompt_tokens == 200,
         seed=seed,
         request_count=n,
         input_length=din,
@@ -554,8 +565,10 @@ def code_completion(
     requests use one of the ``prefixes`` contexts (a token-level prefix of their prompt ids);
     the others get a context of their own drawn from the same length range, so caching is the
     only difference. Code comes from ``dataset`` (JSONL with a ``content`` field, or a directory
-    of .py/.js/.ts files) or, without one, from a labelled code-like stand-in. The draft gives no
-    output cap; ``output_max`` (4096) is declared.
+    of .py/.js/.ts files: each context one repository's files then files of its language, each task
+    the start of one of its functions, A.4.1) or, without one, from a labelled code-like stand-in.
+    The workload is standard only for the draft's The Stack subset (:func:`~.datasets.identify_code`).
+    The draft gives no output cap; ``output_max`` (4096) is declared.
     """
     n = _check_n(n)
     if prefixes < 1:
@@ -601,8 +614,8 @@ def code_completion(
             ctx_text, lang = context(r_txt, int(own_lens[i]), i)
             ctx_ids = tok.encode(ctx_text)
             pid = None
-        head = writer.task_head(lang) if source is None else source.task_head(r_txt)
         task = int(ltask[i])
+        head = writer.task_head(lang) if source is None else _dataset_task(factory, source, r_txt, lang, task)
         min_task = len(tok.encode(head)) + 2  # signature + TODO comment + >= 1 filler word + newline
         if task < min_task:
             task, raised = min_task, raised + 1
@@ -625,11 +638,20 @@ def code_completion(
         label = ("SYNTHETIC STAND-IN for The Stack (Python, JavaScript, TypeScript): no code dataset given; "
                  "code-like functions and classes with random identifiers")
     ds = _standin_dataset(label) if label else None
+    notes = [label] if label else []
+    ident: dict[str, Any] = {}
     if source is not None:
+        ident = identify_code(source.sha256, dataset_version, source.languages)
         ds = {"source": str(dataset), "sha256": source.sha256, "version": dataset_version,
               "subset_selection": source.selection, "preprocessing": source.preprocessing,
-              "files": source.files}
-    notes = [label] if label else []
+              "files": source.files, "functions": len(source.functions), "languages": source.languages,
+              "reference": {"name": "The Stack", "subset": "Python, JavaScript, TypeScript",
+                            "preprocessing": "function-level completions"},
+              "identification": ident}
+        if ident["standard"]:
+            ds["name"] = "The Stack (Python, JavaScript, TypeScript)"
+        else:
+            notes.append(f"custom dataset: {ident['reason']} (4.3-MUST-1)")
     if raised:
         notes.append(f"{raised} task lengths were below their function signature + 2 tokens and were raised")
     if prefix_broken:
@@ -638,7 +660,7 @@ def code_completion(
         name="code-completion",
         description="Code Completion (§4.3.2.4, App. A.4): coding assistant with shared repository contexts",
         standard=(prefixes, prefix_min, prefix_max, sharing_fraction, zipf_s, output_mu, output_sigma)
-        == (10, 512, 1024, 0.8, 1.5, 4.0, 1.5) and source is not None,
+        == (10, 512, 1024, 0.8, 1.5, 4.0, 1.5) and bool(ident.get("standard")),
         seed=seed,
         request_count=n,
         input_length=din,
@@ -674,6 +696,20 @@ def code_completion(
         notes=notes,
     )
     return finish(specs, decl, tok)
+
+
+def _dataset_task(factory: TextFactory, source: CodeSource, rng: np.random.Generator, lang: str, task: int) -> str:
+    """A.4.1's function-level completion from the dataset: a function of the context's language, its
+    signature and the start of its body cut to whole lines within ``task`` tokens, then a TODO comment
+    (the builder pads it to the exact length)."""
+    fn = source.function(rng, lang)
+    lines = fn.text.splitlines()
+    body = next((x for x in lines[1:] if x.strip()), "    ")
+    indent = body[: len(body) - len(body.lstrip())] or "    "
+    todo = f"{indent}{comment_marker(fn.language)} TODO:"
+    room = task - len(factory.tok.encode(todo)) - 2
+    cut = factory.cut_lines(fn.text, room) if room > 0 else ""
+    return (cut or lines[0] + "\n") + todo
 
 
 # ---------------------------------------------------------------------- A.5

@@ -297,6 +297,24 @@ def test_sessions_from_a_sharegpt_file(tmp_path: Path) -> None:
     assert all(x.turns == 1 for x in cut.sessions)
 
 
+def test_sessions_read_the_llm_dataset_conversation_file(tmp_path: Path) -> None:
+    """``--llm-dataset conversation=PATH`` (workloads.using_datasets, as a procedure's run sets it) reaches the
+    sessions workload when no ``dataset=`` is given; a marker's own ``dataset=`` still wins."""
+    from pytest_llmbench.workloads import DatasetOption, using_datasets
+
+    given = _sharegpt(tmp_path, [_conv(("from the option", "yes"), ("again", "sure"))])
+    other = tmp_path / "other"
+    other.mkdir()
+    own = _sharegpt(other, [_conv(("from the marker", "ok"), ("more", "fine"))])
+    with using_datasets({"conversation": DatasetOption("conversation", given, "--llm-dataset", "v1")}):
+        from_option = build_workload("conversation-sessions", n=2, seed=1).specs
+        from_marker = build_workload("conversation-sessions", n=2, seed=1, dataset=str(own)).specs
+    assert {s.messages[0] for s in from_option.sessions} == {"from the option"}
+    assert {s.messages[0] for s in from_marker.sessions} == {"from the marker"}
+    synthetic = build_workload("conversation-sessions", n=2, seed=1).specs  # outside the run: no file
+    assert not {s.messages[0] for s in synthetic.sessions} & {"from the option", "from the marker"}
+
+
 def test_usage_errors_name_file_place_and_field(tmp_path: Path) -> None:
     none = _sharegpt(tmp_path, [{"conversations": [{"from": "human", "value": "q"}]}, {"x": 1}], jsonl=True)
     with pytest.raises(WorkloadError, match=r"sg\.jsonl: line 1 \(conversation #0\), field 'conversations'"):

@@ -50,6 +50,7 @@ from .standard import (
     synthetic_skewed,
     synthetic_uniform,
 )
+from .sessions import DATASET_KIND as SESSIONS_DATASET_KIND
 from .sessions import SESSIONS_WORKLOAD, SessionSource, conversation_sessions
 from .text import TextFactory, text_factory
 
@@ -138,12 +139,16 @@ def build_workload(
     requests as a :class:`SpecStream` (never all in memory) where the builder can make them so
     (:data:`LAZY_WORKLOADS`), else the usual list. Within :func:`using_datasets` (a procedure's run
     with ``--llm-dataset``), ``conversation`` and ``code-completion`` read the session's file unless
-    ``params`` name a ``dataset`` of their own (a marker's ``workload_params`` win).
+    ``params`` name a ``dataset`` of their own (a marker's ``workload_params`` win); ``conversation-sessions``
+    reads the ``conversation`` file the same way.
     """
     tok = get_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
     key = str(name_or_path)
     if key in DATASET_WORKLOADS:  # the session's --llm-dataset file, unless params name their own dataset
         params = dataset_params(key, params)
+    elif key == SESSIONS_WORKLOAD:  # multi-turn sessions read --llm-dataset's conversation file too; always
+        params = dataset_params(SESSIONS_DATASET_KIND, params)  # custom, so a declared version identifies nothing
+        params.pop("dataset_version", None)
     if key in WORKLOADS:
         if lazy and key in LAZY_WORKLOADS:
             params = {**params, "lazy": True}

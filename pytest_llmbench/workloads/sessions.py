@@ -52,8 +52,8 @@ __all__ = [
 
 #: the workload's registered name
 SESSIONS_WORKLOAD = "conversation-sessions"
-#: HOOK for ``--llm-dataset KIND=PATH`` (issue 50 item 1; the option's code lives with workloads/datasets.py):
-#: the kind whose file this workload reads when no ``dataset=`` is given, to be passed in as ``dataset=``
+#: the ``--llm-dataset KIND=PATH`` whose file this workload reads when no ``dataset=`` is given
+#: (workloads.build_workload passes it in as ``dataset=``)
 DATASET_KIND = "conversation"
 #: the sticky-session header sent when ``session_header=True`` (a router's consistent-hash key)
 DEFAULT_SESSION_HEADER = "x-session-id"

@@ -223,7 +223,7 @@ def test_results_json_validates_against_schema(written: tuple[FakeSession, dict[
     doc = json.loads(paths["json"].read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator.check_schema(schema())
     jsonschema.validate(doc, schema(), cls=jsonschema.Draft202012Validator)
-    assert doc["schema_version"] == SCHEMA_VERSION == "1.8"
+    assert doc["schema_version"] == SCHEMA_VERSION == "1.9"
     assert doc["complete"] is True
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", doc["started"])  # §4.7.4
     assert doc["started"] == "2026-01-21T12:53:20.000Z"

@@ -25,7 +25,15 @@ import numpy as np
 from ..common.records import RequestSpec
 from ..common.tokenizer import Tokenizer
 from .core import Workload, WorkloadDeclaration, finish, finish_blocks
-from .datasets import CodeSource, identify_code, identify_sharegpt, length_statistics, load_code_dataset, load_sharegpt, reference_quantiles
+from .datasets import (
+    CodeSource,
+    identify_code,
+    identify_sharegpt,
+    length_statistics,
+    load_code_dataset,
+    load_sharegpt,
+    reference_quantiles,
+)
 from .distributions import LengthDistribution, WorkloadError
 from .text import CODE_LANGUAGES, QUESTION, SYSTEM_PROMPT_SOURCE, CodeWriter, TextFactory, comment_marker, text_factory
 
@@ -418,8 +426,8 @@ def conversation(
     ``dataset`` is a ShareGPT-format JSON/JSONL file: each conversation's first human turn is the
     prompt, the first assistant reply after it gives the output length (max_tokens). The workload is
     the standard one only for the draft's file (:func:`~.datasets.identify_sharegpt`: by SHA-256 where
-    ``data/draft.yaml`` knows it, else by the declared subset and version with the drawn lengths within
-    ±15 % of A.3.2); any other file is custom. The drawn length statistics beside A.3.2's are in
+    ``data/draft.yaml`` knows it, else by the declared subset and version with the drawn lengths agreeing
+    with A.3.2 within ±15 % beyond their sampling error); any other file is custom. The drawn length statistics beside A.3.2's are in
     ``dataset["length_statistics"]``. Without a file, a labelled synthetic stand-in draws lengths from
     log-normal pieces through the A.3.2 reference quantiles (P50/P95/P99 reproduced), with random
     lowercase-word text.

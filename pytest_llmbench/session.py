@@ -516,6 +516,17 @@ class TerminationSignals:
         if callable(handler) and handler is not signal.default_int_handler:
             handler(signal.SIGINT, frame)  # asyncio.Runner's: cancel the main task
             return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None:  # raised here it could land inside a transport's callback (aiohttp's
+            loop.call_soon_threadsafe(self._interrupt)  # data_received), which uvloop logs and swallows
+            return
+        raise KeyboardInterrupt(self.received)
+
+    def _interrupt(self) -> None:
+        """Raised from a loop callback of its own, the interruption leaves the loop as Ctrl-C does."""
         raise KeyboardInterrupt(self.received)
 
 

@@ -7,7 +7,9 @@ Runs in a thread of the test process (aiohttp on its own event loop). It answers
 of vocabulary") and a prompt plus ``max_tokens`` beyond ``max_model_len`` with vLLM's context 400;
 otherwise it streams ``max_tokens`` one-token chunks with ``usage``. ``always_400`` answers every
 completion with that message instead. Every prompt it received is kept (``prompts``: ids as sent,
-text tokenized) with its ``cache_salt``; ``dev_mode`` serves ``POST /reset_prefix_cache``.
+text tokenized) with its ``cache_salt``; ``dev_mode`` serves ``POST /reset_prefix_cache``. ``dies_on``
+makes the server die (as ``stop``) when a completion request it is given arrives: a death placed by what
+the server received, not by when the client's records reach the disk.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import socket
 import threading
 import zlib
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -43,6 +46,7 @@ class VocabServer:
     prompts: list[list[int]] = field(default_factory=list)
     texts: int = 0
     tokenize_calls: int = 0
+    dies_on: Callable[[dict[str, Any]], bool] | None = None  # given a completion request's body: die now?
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _runner: web.AppRunner | None = None
@@ -84,6 +88,12 @@ class VocabServer:
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        if self.dies_on is not None and self.dies_on(body):
+            # the server dies as this request arrives: it and those in flight are dropped, later ones refused
+            asyncio.get_running_loop().stop()
+            if request.transport is not None:
+                request.transport.close()
+            raise asyncio.CancelledError
         self.salts.append(body.get("cache_salt"))
         if self.always_400:
             return self._error(self.always_400)

@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -34,6 +34,9 @@ from .session import Session, SessionResult, configure_embedded, resummarize_run
 from .settings import LLMBenchConfigError, Settings, parse_capacity
 from .sut import adapters
 from .sut.system import SUT, EndpointError
+
+if TYPE_CHECKING:
+    from .workloads.trace import Trace
 
 MARKER = "llm_procedure"
 SESSION_KEY = pytest.StashKey["LLMBenchPlugin"]()
@@ -75,7 +78,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except DeclarationError as exc:
         raise pytest.UsageError(str(exc)) from None
     if settings.trace is not None:  # every line read now: a bad one costs no request (issue 50)
-        _check_trace(str(settings.trace), settings, settings.sources.get("trace", "--llm-trace"))
+        bench.traces[str(settings.trace)] = _check_trace(str(settings.trace), settings,
+                                                         settings.sources.get("trace", "--llm-trace"))
     from .gate import GateStorageError, RuleError
     from .gate.sessiongate import SessionGate
 
@@ -129,7 +133,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             _validate_slos(slos, f"{item.nodeid}: marker slo")
             _validate_workload(proc, params)
             if getattr(params, "trace", None):  # a marker's trace (5.1): read now, as --llm-trace's
-                _check_trace(str(params.trace), bench.settings, f"{item.nodeid}: @{MARKER}(trace=...)")
+                bench.session.traces[str(params.trace)] = _check_trace(
+                    str(params.trace), bench.settings, f"{item.nodeid}: @{MARKER}(trace=...)")
         except ProcedureError as exc:
             raise pytest.UsageError(f"{item.nodeid}: {exc}") from None
         except TypeError as exc:  # a value of the wrong type that a validate() compared
@@ -220,14 +225,14 @@ def _validate_workload(proc: Procedure, params: Any) -> None:
         raise ProcedureError(f"procedure {proc.id}: {exc}") from None  # the message names the file
 
 
-def _check_trace(path: str, settings: Settings, where: str) -> None:
+def _check_trace(path: str, settings: Settings, where: str) -> Trace:
     """A trace read and checked whole before any request (workloads/trace.py): a usage error names the file,
-    the line and the field."""
+    the line and the field. The session keeps it for the procedure that replays it (read once)."""
     from .workloads.trace import TraceError, read_trace
 
     try:
-        read_trace(path, fmt=settings.trace_format, block_size=settings.trace_block_size,
-                   speedup=settings.trace_speedup, limit=settings.trace_limit)
+        return read_trace(path, fmt=settings.trace_format, block_size=settings.trace_block_size,
+                          speedup=settings.trace_speedup, limit=settings.trace_limit)
     except TraceError as exc:
         raise pytest.UsageError(f"{where}: {exc}") from None
 
@@ -406,9 +411,12 @@ class LLMBenchPlugin:
         write(f"llmbench plan (profile {self.settings.profile}"
               + (f", time budget {budget:g} s per procedure" if budget else "")
               + (f", declared capacity {rate:g} req/s" if rate else "") + "):")
+        from .workloads.trace import using_traces
+
         for item in items:
             proc, params, _ = item.stash[ITEM_KEY]
-            plan = proc.plan(params)
+            with using_traces(self.session.traces, self.settings.trace):  # read before: not read again
+                plan = proc.plan(params)
             requests, minimum = plan.get("requests"), float(plan.get("min_duration_s", 0))
             # with a known capacity, the requests take at least requests / capacity seconds
             est = max(minimum, requests / rate) if rate and isinstance(requests, int) else minimum

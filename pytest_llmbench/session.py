@@ -45,6 +45,7 @@ from .procedures.result import Capacity, ProcedureResult, RunSummary
 from .settings import Settings, parse_capacity
 from .sut.system import SUT, EndpointError, check_endpoint, identify_grpc_server, identify_server, probe_rtt
 from .workloads.datasets import DatasetOption, using_datasets
+from .workloads.trace import Trace, using_traces
 
 if TYPE_CHECKING:
     from .measure.summary import RunMetrics
@@ -147,6 +148,7 @@ class Session:
         self.workloads_used: set[str] = set()  # shared with every ProcedureContext (§4.3.2-MUST-1)
         #: --llm-dataset files by workload (workloads.parse_dataset_options), read by every procedure's run
         self.datasets: dict[str, DatasetOption] = {}
+        self.traces: dict[str, Trace] = {}  # read and checked by the plugin before the first request (issue 50)
         self._declared_capacity = (
             parse_capacity(settings.capacity, settings.sources.get("capacity", "capacity"))
             if settings.capacity else None
@@ -309,7 +311,8 @@ class Session:
         ctx.get_capacity = self._capacity_outside_budget(ctx)
         t0 = time.perf_counter()
         try:
-            with using_datasets(self.datasets):  # the workloads' --llm-dataset files (App. A.3, A.4)
+            # the workloads' --llm-dataset files (App. A.3, A.4), the traces read before the first request
+            with using_datasets(self.datasets), using_traces(self.traces, self.settings.trace):
                 result = await proc.run(ctx, params)
         except BaseException as exc:  # Ctrl-C (cancellation) or a crash: report what reached the disk
             if not isinstance(exc, SkipProcedure):

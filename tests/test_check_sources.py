@@ -30,7 +30,10 @@ OBSERVED = {"5.1.5-SHOULD-2",
             "5.6.2-MUST-1",
             # the protocol the run's requests used against the boundary: SSE or gRPC (issue 51;
             # tests/test_grpc_compliance.py)
-            "4.6.1-SHOULD-1"}
+            "4.6.1-SHOULD-1",
+            # a fraction of a lower-bound capacity needs a declaration (issue 48); a rate shape or a replayed
+            # trace is no draft distribution at one rate (issue 50; test_rate_shapes.py, test_trace_replay.py)
+            "5.1.2-MUST-6", "5.1.2-MUST-7"}
 
 
 def test_the_audit_counts_37() -> None:

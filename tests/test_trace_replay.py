@@ -221,14 +221,34 @@ def test_ttft(llm_result):
 '''
 
 
+READS_COUNTED = '''
+import pytest_llmbench.procedures.p5_1_ttft as p5_1
+import pytest_llmbench.workloads.trace as trace_module
+
+_read = trace_module.read_trace
+
+
+def counted(path, **kw):
+    with open("reads.txt", "a") as fh:
+        fh.write(f"{path}\\n")
+    return _read(path, **kw)
+
+
+trace_module.read_trace = p5_1.read_trace = counted
+'''
+
+
 def test_5_1_replays_exactly_the_trace_without_a_capacity_search(pytester: pytest.Pytester) -> None:
     bs = 64
     rows = mooncake_rows(24, step_ms=40, bs=bs)
     trace = write(pytester.path / "trace.jsonl", rows)
     pytester.makepyfile(test_trace_5_1=SUITE)
+    pytester.makeconftest(READS_COUNTED)
     res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "--llm-report", "rep",
                                         "--llm-trace", str(trace), "--llm-trace-block-size", str(bs))
     res.assert_outcomes(passed=1)
+    # read once, at configure: 5.1 replays the trace the session checked, not the file read again
+    assert (pytester.path / "reads.txt").read_text().splitlines() == [str(trace)]
     doc = json.loads((pytester.path / "rep" / "results.json").read_text(encoding="utf-8"))
     (proc,) = doc["procedures"]  # 5.1 alone: no 5.2 capacity search ran for its capacity_fraction
     runs = proc["result"]["runs"]
@@ -254,6 +274,19 @@ def test_5_1_replays_exactly_the_trace_without_a_capacity_search(pytester: pytes
     assert items["5.1.2-MUST-2"]["status"] == "met" and proc["configuration"]["requests"] == 24
     assert any(tb["title"] == "Trace replay fidelity" for tb in proc["result"]["tables"])
     assert "Trace replay fidelity" in (pytester.path / "rep" / "report.md").read_text(encoding="utf-8")
+
+
+def test_the_dry_run_plans_the_traces_requests(pytester: pytest.Pytester) -> None:
+    """``--llm-dry-run`` with ``--llm-trace``: 5.1 plans the trace's requests (24 lines, 0.92 s of send times)
+    and its 4 warm-up requests, not the marker's 500; the trace is read once, at configure."""
+    trace = write(pytester.path / "trace.jsonl", mooncake_rows(24, step_ms=40, bs=64))
+    pytester.makepyfile(test_trace_5_1=SUITE)
+    pytester.makeconftest(READS_COUNTED)
+    res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llm-dry-run", "--llm-trace", str(trace),
+                                        "--llm-trace-block-size", "64")
+    assert res.ret == pytest.ExitCode.NO_TESTS_COLLECTED, res.stdout.str()  # planned, deselected: nothing sent
+    res.stdout.fnmatch_lines(["*test_ttft: 5.1 Time to First Token: ~28 requests, planned >= 1 s*"])
+    assert (pytester.path / "reads.txt").read_text().splitlines() == [str(trace)]
 
 
 def test_a_malformed_trace_line_is_a_usage_error_before_any_request(pytester: pytest.Pytester) -> None:

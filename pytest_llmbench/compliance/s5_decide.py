@@ -227,14 +227,16 @@ def _basis_gap(standing: str | None, shape: str | None, own_shape: str | None) -
 
 
 @decides("5.1.2-MUST-6")
-def _fraction_rate(rid: str, *, rate: float | None = None, fraction: float | None = None, capacity: float | None = None,
-                   standing: str | None = None, capacity_source: str = "", **plain: Any) -> Check:
+def _fraction_rate(rid: str, *, ok: bool | None = None, rate: float | None = None, fraction: float | None = None,
+                   capacity: float | None = None, standing: str | None = None, capacity_source: str = "",
+                   **plain: Any) -> Check:
     """§5.1.2.2 "Arrival rate: requests per second", given as a fraction of capacity (5.1's default
     ``capacity_fraction=0.5``): the rate that ran is that fraction only of a measured or declared capacity;
     of a lower bound it is a rate the tester has to confirm (issue 48: never a silent met). Without a
-    fraction (an absolute rate, the facts' evaluator) it is a plain row (``ok``, ``met`` ...)."""
+    fraction (an absolute rate, the facts' evaluator; a replayed trace's mean rate, unmet with one send
+    time) it is a plain row of the caller's observation ``ok`` (``met``, ``unmet`` ...)."""
     if rate is None or fraction is None or capacity is None:
-        return row(rid, **plain)
+        return row(rid, ok, **plain)
     text = (f"arrival rate {rate:.4g} req/s = {fraction:g} x capacity {capacity:.4g} req/s "
             f"({standing or 'standing not recorded'}: {capacity_source})")
     gap = _basis_gap(standing, None, None)

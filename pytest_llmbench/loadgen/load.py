@@ -235,7 +235,7 @@ class LoadOptions:
       for a rate shape, and ``plan_shards`` deals any finite one), given as ``OpenLoop.arrival``, with the trace's
       requests as the specs. A **session source** (a conversation's turn k+1 sent after turn k's
       answer, ``workloads.sessions.SessionSource``) is the specs iterable; the runner hands each
-      finished record to its driver (``loadgen/sessions.py``) in place of ``_Runner._finish``, and
+      finished record to its driver (``loadgen/sessions.py``, ``_Runner.finished``), and
       only session starts follow the arrival process (a closed loop of N holds N sessions).
     """
 
@@ -546,13 +546,15 @@ class _Runner:
                              "(LoadOptions.stop)")
         self.client = client
         self.specs = iter(specs)
-        #: a session run (issue 50): its driver sends each later turn after the previous answer, taking each
-        #: finished record in place of the runner's ``_finish``; only the starts come from ``specs``
+        #: where each finished record goes: the runner's ``_finish`` (tallies, sink, ``on_record``), or in a
+        #: session run (issue 50) its driver's, which calls that one and then sends the session's next turn
+        #: (only the sessions' starts come from ``specs``)
+        self.finished: Callable[[RequestRecord], None] = self._finish
         self.sessions: SessionDriver | None = None
         if isinstance(specs, SessionSource):
             self.sessions = SessionDriver(specs, self)
             self.specs = self.sessions.starts()
-            self._finish = self.sessions.finish  # type: ignore[method-assign]
+            self.finished = self.sessions.finish
         self.load = load
         self.options = options
         self.phase = options.phase
@@ -659,7 +661,7 @@ class _Runner:
                     gate = self.gate
                     if gate is not None:  # a send due before this record's finalising would end goes first
                         await gate.give_way(len(queue[0].chunk_ns))
-                    self._finish(queue.popleft())
+                    self.finished(queue.popleft())
                 if queue:  # the readers' turn (finalize tokenizes, the sink writes to disk); none left: wait
                     await asyncio.sleep(0)
             if self.stopped and not queue:

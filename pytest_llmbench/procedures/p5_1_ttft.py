@@ -33,7 +33,7 @@ from ..loadgen.replay import ReplayFidelity, TraceArrival, replay_fidelity
 from ..loadgen.warmup import WarmupResult
 from ..measure.units import Cell, format_cell
 from ..workloads import build_workload
-from ..workloads.trace import Trace, TraceError, read_trace, trace_warmup, trace_workload
+from ..workloads.trace import Trace, TraceError, checked_trace, read_trace, trace_warmup, trace_workload
 from .base import ProcedureError
 from .facts import declarations, prefix_cache_state
 from .figures import latency_figures
@@ -90,6 +90,9 @@ class TTFT(ProcedureRun[TTFTParams]):
     @staticmethod
     def plan(p: TTFTParams) -> dict[str, Any]:
         cold = 2 * p.cold_start_requests if p.cold_start else 0
+        trace = checked_trace(p.trace)  # a replayed trace's requests replace the marker's count
+        if trace is not None:
+            return {"requests": len(trace) + p.warmup_requests + cold, "min_duration_s": trace.duration_s}
         return {"requests": p.requests + p.warmup_requests + cold, "min_duration_s": 0.0}
 
     async def prepare(self) -> None:
@@ -117,12 +120,15 @@ class TTFT(ProcedureRun[TTFTParams]):
             self.restart_s = await self.restart_sut()
 
     def _read_trace(self) -> Trace | None:
-        """The trace to replay: the marker's ``trace``, else ``--llm-trace`` (None: none); read with the
-        session's trace options (checked at collection already)."""
+        """The trace to replay: the marker's ``trace``, else ``--llm-trace`` (None: none): the one read and
+        checked before the first request (``checked_trace``), else read here with the session's trace options."""
         s = self.ctx.settings
         path = self.p.trace or getattr(s, "trace", None)
         if not path:
             return None
+        checked = checked_trace(path)
+        if checked is not None:
+            return checked
         try:
             return read_trace(path, fmt=s.trace_format, block_size=s.trace_block_size, speedup=s.trace_speedup,
                               limit=s.trace_limit)

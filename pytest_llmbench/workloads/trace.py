@@ -27,13 +27,16 @@ offset; ``limit`` keeps the first lines.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -51,9 +54,11 @@ __all__ = [
     "Trace",
     "TraceError",
     "TraceRequest",
+    "checked_trace",
     "read_trace",
     "trace_warmup",
     "trace_workload",
+    "using_traces",
 ]
 
 #: Formats read, and their time unit in ns and block size in tokens.
@@ -161,6 +166,32 @@ def _detect(path: Path) -> str:
                     return "mooncake"  # the reader names the line
                 return "bailian" if isinstance(first, dict) and "chat_id" in first else "mooncake"
     return "mooncake"
+
+
+#: the session's traces, read and checked before the first request (the plugin: ``--llm-trace`` at configure, a
+#: marker's ``trace=`` at collection), by path as given, and the path of the session's own (``--llm-trace``):
+#: what a procedure replays and a dry run plans, without reading the file again
+_CHECKED: contextvars.ContextVar[tuple[Mapping[str, Trace], str | None]] = contextvars.ContextVar(
+    "llmbench_checked_traces", default=(MappingProxyType({}), None))
+
+
+@contextlib.contextmanager
+def using_traces(traces: Mapping[str, Trace], session: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    """Within the block (a procedure's run, the dry-run plan), :func:`checked_trace` finds ``traces``;
+    ``session`` is the path of the session's trace (``--llm-trace``), the one a procedure replays by default."""
+    token = _CHECKED.set((MappingProxyType(dict(traces)), None if session is None else str(session)))
+    try:
+        yield
+    finally:
+        _CHECKED.reset(token)
+
+
+def checked_trace(path: str | os.PathLike[str] | None = None) -> Trace | None:
+    """The trace at ``path`` (None: the session's ``--llm-trace``) as the session read and checked it
+    (:func:`using_traces`), or None when it holds none there."""
+    traces, session = _CHECKED.get()
+    key = str(path) if path else session
+    return None if key is None else traces.get(key)
 
 
 def read_trace(path: str | os.PathLike[str], *, fmt: str | None = None, block_size: int | None = None,

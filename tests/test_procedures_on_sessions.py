@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from factories import StartHarness, measured_ok
 
-from pytest_llmbench import closed
+from pytest_llmbench import closed, poisson
 from pytest_llmbench.common.records import RequestRecord
 from pytest_llmbench.procedures.base import ProcedureError, get_procedure
 from pytest_llmbench.simulator import SimConfig
@@ -104,6 +104,9 @@ def test_5_7_on_sessions_refuses_the_servers_answers() -> None:
         P57.make_params("smoke", {"workload": "conversation-sessions", "workload_params": {"recorded_answers": False}})
     with pytest.raises(ProcedureError, match="recorded_answers"):
         P510.make_params("smoke", {"workload": "conversation-sessions", "workload_params": {"recorded_answers": 0}})
+    with pytest.raises(ProcedureError, match=r"load \(.*capacity.*poisson\(rate=R\).*closed\(N\)"):
+        P57.make_params("smoke", {"workload": "conversation-sessions", "load": poisson(capacity_fraction=0.5)})
+    assert P57.make_params("smoke", {"workload": "conversation-sessions", "load": poisson(rate=2.0)}).load.rate == 2.0
     # other workloads' params as given
     assert P57.make_params("smoke", {}).workload_params == {}
 
@@ -112,13 +115,14 @@ def test_5_10_on_sessions_every_configuration_runs_the_same_sessions(harness: St
     data = sharegpt(tmp_path / "sg.json", conversations=4, exchanges=3, system=False)
     params = P510.make_params("smoke", {
         "workload": "conversation-sessions", "configurations": ("none", "input"), "load_fractions": (0.5,),
-        "report_level": 0.5, "requests_per_level": 9, "throughput_probe_fraction": None, "capacity": "session",
+        "report_level": 0.5, "requests_per_level": 9, "throughput_probe_fraction": 1.5, "throughput_probe_requests": 6,
+        "capacity": "session",
         "max_output_tokens": 4, "warmup_requests": 4, "warmup_tokens": 16})
     cfg = SimConfig(time_scale=0.2, seed=3, eos_mean_tokens=0.0, guardrail_refusal_rate=0.0)
     with harness(cfg, rate=6.0, profile="smoke", seed=5) as (_, ctx), using_datasets(_option(data)):
         result = asyncio.run(P510.run(ctx, params))
-    base, inp = result.runs
-    assert [r.extra["guardrails"] for r in result.runs] == ["none", "input"]
+    base, inp, base_probe, inp_probe = result.runs  # the levels, then the saturation runs
+    assert [r.extra["guardrails"] for r in result.runs] == ["none", "input", "none", "input"]
     sent = {}
     for name, run in (("none", base), ("input", inp)):
         recs = measured_ok(run)
@@ -130,6 +134,10 @@ def test_5_10_on_sessions_every_configuration_runs_the_same_sessions(harness: St
     desc = base.extra["load_spec"]
     assert desc["resolved_rate"] == pytest.approx(3.0) and desc["session_start_rate"] == pytest.approx(1.0)
     assert desc["turns_per_session"] == 3 and desc["capacity_source"] == "declared by the test"
+    for probe in (base_probe, inp_probe):  # the saturation run: 1.5 x 6 req/s in requests, 2 sessions of 3 turns
+        assert probe.extra["load_spec"]["session_start_rate"] == pytest.approx(3.0)
+        assert {(r.turn, r.index) for r in measured_ok(probe)} == {(t, i) for t, i in zip((1, 2, 3) * 2, range(6))}
+    assert result.measurements["baseline_offered_output_tps"] is not None
     assert result.checks["5.10.3-PARAM-2"].status.value == "met"
     assert result.compliance["5.10.2-SHOULD-1"].status.value == "unmet"  # sessions: custom, never Conversation
     assert "conversation-sessions" in result.compliance["5.10.2-SHOULD-1"].reason

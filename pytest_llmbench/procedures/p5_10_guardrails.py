@@ -192,8 +192,8 @@ def saturation_throughput(m: Measured, turns: float = 1.0) -> SaturationResult |
         return None
     sent = mt.per_request["sent"]
     inside = (sent >= w0) & (sent <= w1)
-    if turns != 1.0:
-        inside &= mt.per_request["turn"] == 1
+    if turns != 1.0:  # the sessions' first turns (their starts)
+        inside &= np.isin(mt.per_request["index"], [r.index for r in m.records if r.turn == 1])
     arrivals = int(inside.sum()) * turns / (w1 - w0)
     offered = arrivals * float(np.nanmean(mt.per_request["osl"][ok]))
     return SaturationResult(delivered, offered, delivered < SATURATED_SHARE * offered)

@@ -65,7 +65,7 @@ from ..measure.registry import declare, figure
 from ..measure.units import Cell, CellValue
 from ..settings import parse_capacity
 from ..sut.system import simulator_guardrails
-from ..workloads import SessionSource, build_workload
+from ..workloads import SESSIONS_WORKLOAD, SessionSource, build_workload
 from .base import CannotMeasure
 from .budget import PROBE_FIT
 from .capacity import SaturationProbe, SaturationSearch, search_saturation
@@ -678,7 +678,7 @@ def item_checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], pro
     cfgs, levels = p.configurations, p.load_fractions
     missing = [LABELS[c] for c in GUARDRAIL_CONFIGS if c not in cfgs]
     synthetic = bool(decl.get("synthetic_standin")) or str(decl.get("name", "")).startswith("synthetic") or (
-        decl.get("dataset") is None and str((decl.get("content") or {}).get("generation", "")).startswith("random"))
+        decl.get("name") == SESSIONS_WORKLOAD and decl.get("dataset") is None)  # generated sessions: random words
     level_ok = sorted(levels) == sorted(DRAFT_LEVELS)
     mismatched = {c: s for c, s in states.items() if s is not None and s != c}
     return {

@@ -52,6 +52,23 @@ def _option(path: Path) -> dict[str, DatasetOption]:
     return {"conversation": DatasetOption("conversation", path, "--llm-dataset", None)}
 
 
+def _document(ctx: Any, result: Any, tmp_path: Path) -> dict[str, Any]:
+    """results.json of a session holding ``result``, validated against the schema."""
+    import jsonschema
+
+    from pytest_llmbench.document.build import build_document
+    from pytest_llmbench.report import schema, write_reports
+    from pytest_llmbench.session import SessionResult
+
+    settings = ctx.settings
+    settings.report = tmp_path / "report"
+    s = SessionResult(settings=settings, sut=ctx.sut, command_line=["suites"], started=1_769_000_000.0)
+    s.results[f"{result.procedure}:{{}}"] = result
+    doc = json.loads(write_reports(build_document(s))["json"].read_text(encoding="utf-8"))
+    jsonschema.validate(doc, schema(), cls=jsonschema.Draft202012Validator)
+    return doc
+
+
 def _by_turn(records: list[RequestRecord]) -> dict[int, float]:
     turns = sorted({r.turn for r in records if r.turn is not None})
     return {k: statistics.mean(r.cached_tokens or 0 for r in records if r.turn == k) for k in turns}
@@ -67,6 +84,7 @@ def test_5_7_on_sessions_identical_sequence_and_cache_by_turn(harness: StartHarn
         result = asyncio.run(P57.run(ctx, params))
         planned = build_workload("conversation-sessions", n=12, seed=ctx.seeds("5.7").derive("measure"),
                                  tokenizer=ctx.tokenizer, recorded_answers=True).specs.capped(4)
+        doc = _document(ctx, result, tmp_path)
     m = result.measurements
     runs = dict(zip(("disabled", "cold", "warm"), result.runs))
     assert [r.extra["prefix_cache"] for r in result.runs] == ["disabled", "enabled", "enabled"]
@@ -97,6 +115,9 @@ def test_5_7_on_sessions_identical_sequence_and_cache_by_turn(harness: StartHarn
     assert result.facts is not None and result.facts.workload_standing == "custom"
     assert result.compliance["4.3.2-PARAM-1"].reason.startswith("custom workload")
     assert result.compliance["5.7.2-SHOULD-1"].status.value == "unmet"
+    (proc,) = doc["procedures"]  # results.json (schema-valid): the warm run's figures by turn, the by-turn table
+    assert [t["turn"] for t in proc["result"]["metrics"]["sessions"]["by_turn"]] == [1, 2, 3, 4]
+    assert proc["result"]["tables"][2]["title"] == by_turn.title
 
 
 def test_5_7_on_sessions_refuses_the_servers_answers() -> None:

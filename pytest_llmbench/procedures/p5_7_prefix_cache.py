@@ -446,8 +446,7 @@ class PrefixCache(ProcedureRun[PrefixCacheParams]):
 
     def checks(self, out: Outcome) -> dict[str, Check]:
         return {**item_checks(self.p, self.runs, self.stats, self.state_off, self.state_on, bool(self.population),
-                              self.sequence, self.wl.declaration.to_json(), self.warmup, self.prefix_len,
-                              self.sessions is not None),
+                              self.sequence, self.wl.declaration.to_json(), self.warmup, self.prefix_len),
                 **report_checks(list(self.runs), self.table10, self.table_fx, out.tables)}
 
     def adjust_facts(self, facts: RunFacts) -> None:
@@ -471,10 +470,11 @@ def _round(v: float | None, digits: int = 5) -> float | None:
 
 def item_checks(p: PrefixCacheParams, runs: dict[str, Measured], stats: dict[str, CacheStats], state_off: Any,
                 state_on: Any, populated: bool, specs: list[RequestSpec], decl: dict[str, Any], wu: Any,
-                prefix_len: dict[int, int] | None = None, sessions: bool = False) -> dict[str, Check]:
+                prefix_len: dict[int, int] | None = None) -> dict[str, Check]:
     """The 5.7 items; ``specs``: the request sequence (every turn of a session run), ``prefix_len`` the prefix
     tokens of each (a session turn's: the history the server holds)."""
     share = decl.get("prefix_sharing") or {}
+    sessions = decl.get("name") == SESSIONS_WORKLOAD
     n_shared = (sum(1 for v in prefix_len.values() if v > 0) if prefix_len is not None
                 else sum(1 for s in specs if s.prefix_id is not None))
     observed = n_shared / len(specs) if specs else 0.0

@@ -19,7 +19,7 @@ from ..compliance import Check, decide
 from ..measure.stats import CensoredPercentile, censored_percentile, proportion_estimate, queue_growing
 from ..measure.summary import STEADY_STATE_FRACTION, steady_state_window
 from ..measure.units import Cell, CellValue, format_cell, format_value
-from ..workloads import SessionSource, SpecStream, build_workload, cap_spec
+from ..workloads import SESSIONS_WORKLOAD, SessionSource, SpecStream, build_workload, cap_spec
 from .result import Finding
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,6 +55,7 @@ __all__ = [
     "queue_trend",
     "reported",
     "sample_list",
+    "session_comparison_params",
     "steady_window_ns",
 ]
 
@@ -159,14 +160,35 @@ def build_level_specs(ctx: ProcedureContext, workload: str, n: int, seed: int, o
 
 
 def closed_level_stream(specs: Sequence[RequestSpec], need: int, min_s: float,
-                        stats: dict[str, int]) -> LevelStream:
+                        stats: dict[str, int]) -> LevelStream | SessionSource:
     """Specs for one closed-loop level: stop once ``need`` were sent *and* ``min_s`` passed.
 
     The level therefore runs for the longer of the two (§5.5.3 step 3c, §5.8.3 step 3b). Past the
     end of ``specs`` the list is cycled (counted in ``stats["repeats"]``); a prompt then recurs only
-    after ``len(specs)`` others, long evicted from any prefix cache a level this size fills.
+    after ``len(specs)`` others, long evicted from any prefix cache a level this size fills. A session
+    run's source (issue 50) stays one: the level holds sessions (each turn after the previous answer),
+    never cycled; the load's duration or the sessions running out end it.
     """
+    if isinstance(specs, SessionSource):
+        return specs
     return LevelStream(list(specs), need, min_s, stats)
+
+
+def session_comparison_params(workload: str, params: dict[str, Any], who: str) -> dict[str, Any]:
+    """``workload_params`` of a procedure that compares configurations over the identical request sequence
+    (§5.7.3 step 6, §5.10.3) when its workload is multi-turn sessions (``conversation-sessions``, issue 50):
+    the history carries the recorded answers (``recorded_answers=True`` unless given), since the server's own
+    answers would make every configuration's later turns differ; an explicit ``recorded_answers=False`` is a
+    ValueError naming the parameter (a usage error at collection). Other workloads' params as given."""
+    if workload != SESSIONS_WORKLOAD:
+        return params
+    if params.get("recorded_answers", True) is not True:
+        raise ValueError(
+            f"{who} on {SESSIONS_WORKLOAD} compares configurations over the identical request sequence, so each "
+            "turn's history must carry the dataset's recorded answers: workload_params recorded_answers="
+            f"{params['recorded_answers']!r} would send the server's own answers, which differ between "
+            "configurations; leave recorded_answers out (it defaults to True here) or set it True")
+    return {**params, "recorded_answers": True}
 
 
 @dataclass

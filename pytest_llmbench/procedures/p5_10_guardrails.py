@@ -32,6 +32,17 @@ The run counts as saturated when it delivered under 95 % of the offered output t
 rate × mean output tokens); an unsaturated configuration's figure is a lower bound and is labelled
 so. ``throughput_probe_fraction=None`` skips the run and reports the highest level's achieved
 throughput instead, labelled as such.
+
+Multi-turn sessions (issue 50; ``workload="conversation-sessions"``, its file from ``workload_params`` or
+``--llm-dataset conversation=PATH``): every configuration's runs are session runs of the same seeded
+sessions, the history carrying the dataset's recorded answers (``recorded_answers`` defaults to True here;
+``False`` is a usage error: the server's answers, which an output filter changes, would make each
+configuration's later turns differ). Only session starts follow a level's arrival process, so a level's start
+rate is its fraction of the request-rate capacity divided by the mean turns per session (the offered request
+rate is then the fraction); the saturation run's offered load counts the starts in its window times the mean
+turns. The capacity probe holds ``probe_concurrency`` sessions at once (session traffic, history served by
+the prefix cache). A turn that fails (a refusal) ends its session, so a configuration that refuses sends
+fewer turns: the refusal table counts them.
 """
 
 from __future__ import annotations
@@ -54,12 +65,12 @@ from ..measure.registry import declare, figure
 from ..measure.units import Cell, CellValue
 from ..settings import parse_capacity
 from ..sut.system import simulator_guardrails
-from ..workloads import build_workload
+from ..workloads import SESSIONS_WORKLOAD, SessionSource, build_workload
 from .base import CannotMeasure
 from .budget import PROBE_FIT
 from .capacity import SaturationProbe, SaturationSearch, search_saturation
 from .facts import declarations
-from .helpers import cap_output, pvalue, skip_with_compliance
+from .helpers import cap_output, pvalue, session_comparison_params, skip_with_compliance
 from .loads import LoadSpec, resolve_load
 from .pipeline import Outcome, ProcedureRun
 from .prompts import failure_cause
@@ -124,6 +135,10 @@ class GuardrailParams:
             raise ValueError(f"throughput_probe_requests must be >= 1, got {self.throughput_probe_requests}")
         if self.max_output_tokens is not None and self.max_output_tokens < 1:
             raise ValueError(f"max_output_tokens must be >= 1, got {self.max_output_tokens}")
+        if not isinstance(self.workload_params, dict):
+            raise ValueError(  # noqa: TRY004  (make_params turns ValueError into ProcedureError)
+                f"workload_params must be a dict, got {type(self.workload_params).__name__}")
+        self.workload_params = session_comparison_params(self.workload, self.workload_params, "5.10")
 
 
 PROFILES: dict[str, dict[str, Any]] = draft.profiles('5.10')  # data/profiles.yaml
@@ -154,13 +169,20 @@ class SaturationResult:
         return dataclasses.asdict(self)
 
 
-def saturation_throughput(m: Measured) -> SaturationResult | None:
+def turns_per_session(specs: Any) -> float:
+    """The mean turns per session of a session run's source; 1 for independent requests."""
+    return len(specs) / len(specs.sessions) if isinstance(specs, SessionSource) and specs.sessions else 1.0
+
+
+def saturation_throughput(m: Measured, turns: float = 1.0) -> SaturationResult | None:
     """Output tok/s delivered over an overload run's steady window, and whether it saturated.
 
     Delivered: the run's ``output_throughput`` (the one definition: the send window less its first 10 %,
     every request's streamed tokens, §5.2.3.2; measure/metrics/throughput.py). A server that keeps up
     delivers the offered tokens (arrivals in the window × the mean output of a successful request); one
-    that falls behind (saturated) delivers its maximum. None: no window or no success.
+    that falls behind (saturated) delivers its maximum. None: no window or no success. A session run
+    (``turns``: mean turns per session): the offered requests are the sessions started in the window times
+    ``turns`` (a later turn waits for the previous answer, so the turns sent follow what was delivered).
     """
     mt = m.metrics
     ok = mt.per_request["ok"]
@@ -169,7 +191,10 @@ def saturation_throughput(m: Measured) -> SaturationResult | None:
     if not ok.any() or not w1 > w0 or not math.isfinite(delivered):
         return None
     sent = mt.per_request["sent"]
-    arrivals = int(((sent >= w0) & (sent <= w1)).sum()) / (w1 - w0)
+    inside = (sent >= w0) & (sent <= w1)
+    if turns != 1.0:  # the sessions' first turns (their starts)
+        inside &= np.isin(mt.per_request["index"], [r.index for r in m.records if r.turn == 1])
+    arrivals = int(inside.sum()) * turns / (w1 - w0)
     offered = arrivals * float(np.nanmean(mt.per_request["osl"][ok]))
     return SaturationResult(delivered, offered, delivered < SATURATED_SHARE * offered)
 
@@ -238,6 +263,9 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         self.wl = build_workload(p.workload, n=p.requests_per_level, seed=self.seeds.derive("measure"),
                                  tokenizer=ctx.tokenizer, **p.workload_params)
         self.specs = cap_output(self.wl.specs, p.max_output_tokens)
+        #: a session run (issue 50): each level's load starts sessions of this many turns on average
+        self.turns = turns_per_session(self.specs)
+        self.warmup_standin = False  # on sessions: the warm-up fell back to Synthetic-Uniform (every first turn measured)
         self.probe_specs: list[Any] = []
         if p.throughput_probe_fraction:  # beyond the measured capacity: every configuration saturates
             self.probe_specs = cap_output(build_workload(
@@ -279,27 +307,41 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         _switch(self, self.current)
 
     async def _resolve_loads(self, rate: float | None) -> None:
-        """The levels' and the saturation run's open loops: fractions of ``rate`` (None: the session's rate)."""
+        """The levels' and the saturation run's open loops: fractions of ``rate`` (None: the session's rate).
+        On sessions each open loop starts sessions: its rate is divided by the mean turns per session."""
         p, ctx = self.p, self.ctx
+        borrowed = None
+        if rate is None and self.turns != 1.0:  # the session's capacity, looked up here to scale it
+            borrowed = await ctx.get_capacity("rate")
+            if not borrowed.rate:
+                raise CannotMeasure("no request-rate capacity available to scale the load by")
+            rate = borrowed.rate
+        per = {id(self.specs): self.turns, id(self.probe_specs): turns_per_session(self.probe_specs)}
 
-        def spec(f: float) -> LoadSpec:
+        def spec(f: float, specs: Any) -> LoadSpec:
             return (LoadSpec("open", p.arrival, capacity_fraction=f) if rate is None
-                    else LoadSpec("open", p.arrival, rate=f * rate))
+                    else LoadSpec("open", p.arrival, rate=f * rate / per[id(specs)]))
 
-        self.loads = [await resolve_load(ctx, spec(f), max_requests=len(self.specs),
+        self.loads = [await resolve_load(ctx, spec(f, self.specs), max_requests=len(self.specs),
                                          seed=self.seeds.derive("arrivals", i))
                       for i, f in enumerate(p.load_fractions)]
         if p.throughput_probe_fraction:
-            self.probe_load = await resolve_load(ctx, spec(p.throughput_probe_fraction),
+            self.probe_load = await resolve_load(ctx, spec(p.throughput_probe_fraction, self.probe_specs),
                                                  max_requests=len(self.probe_specs),
                                                  seed=self.seeds.derive("arrivals", len(p.load_fractions)))
         if rate is not None:  # name the capacity in every load description, as resolve_load does
             search = self.capacity_search
             src = search.describe(f"this {p.workload} workload in the {LABELS[self.capacity_cfg]} configuration") \
-                if search is not None else ""
-            for f, (_, desc) in zip([*p.load_fractions, p.throughput_probe_fraction],
-                                    [*self.loads, *([self.probe_load] if self.probe_load else [])]):
+                if search is not None else (borrowed.source if borrowed is not None else "")
+            for f, (_, desc), specs in zip([*p.load_fractions, p.throughput_probe_fraction],
+                                           [*self.loads, *([self.probe_load] if self.probe_load else [])],
+                                           [*([self.specs] * len(p.load_fractions)), self.probe_specs]):
                 desc.update(resolved_rate=(f or 0.0) * rate, capacity_rate=rate, capacity_source=src)
+                if borrowed is not None:
+                    desc.update(capacity_standing=getattr(borrowed, "standing", None))
+                if per[id(specs)] != 1.0:  # the load starts sessions: the request rate is the fraction's
+                    desc.update(session_start_rate=(f or 0.0) * rate / per[id(specs)],
+                                turns_per_session=round(per[id(specs)], 4))
 
     async def _probe_capacity(self, client: LLMClient) -> None:
         """The request-rate capacity of this workload in the capacity configuration (module doc)."""
@@ -341,8 +383,14 @@ class Guardrails(ProcedureRun[GuardrailParams]):
         p = self.p
         wu = build_workload(p.workload, n=max(p.warmup_requests, 10), seed=self.seeds.derive("warmup"),
                             tokenizer=self.ctx.tokenizer, **p.workload_params)
-        self.rewarm[cfg] = await self.warm_up_with(client, cap_output(wu.specs, p.max_output_tokens),
-                                                   label=f"warmup-{KEYS[cfg]}")
+        specs = list(cap_output(wu.specs, p.max_output_tokens))  # on sessions: first turns of its own sessions
+        if self.turns != 1.0 and not {s.prompt_hash for s in specs} - self.reserved_among(
+                {s.prompt_hash for s in specs}):  # a small file: every first turn is measured; other prompts then
+            specs = cap_output(build_workload("synthetic-uniform", n=max(p.warmup_requests, 10),
+                                              seed=self.seeds.derive("warmup"), tokenizer=self.ctx.tokenizer).specs,
+                               p.max_output_tokens)
+            self.warmup_standin = True
+        self.rewarm[cfg] = await self.warm_up_with(client, specs, label=f"warmup-{KEYS[cfg]}")
         return self.rewarm[cfg]
 
     async def run_loads(self, client: LLMClient) -> None:
@@ -366,7 +414,7 @@ class Guardrails(ProcedureRun[GuardrailParams]):
                 self.probes[cfg] = await self.measure(
                     client, f"{KEYS[cfg]}-throughput-probe", self.probe_specs, load,
                     extra={"guardrails": cfg, "throughput_probe": True, "load_spec": desc})
-                self.saturation[cfg] = saturation_throughput(self.probes[cfg])
+                self.saturation[cfg] = saturation_throughput(self.probes[cfg], turns_per_session(self.probe_specs))
 
     def restore(self) -> None:
         self.ctx.configure_sut("guardrails", "none" if self.original is None else self.original)
@@ -420,6 +468,13 @@ class Guardrails(ProcedureRun[GuardrailParams]):
                          "configuration")
         if p.max_output_tokens is not None:
             notes.append(f"output capped at {p.max_output_tokens} tokens by the profile")
+        if self.turns != 1.0:
+            notes.append(f"multi-turn sessions (custom workload, issue 50): {len(self.specs.sessions)} sessions of "
+                         f"{self.turns:.2f} turns on average per level, the history carrying the recorded answers in "
+                         "every configuration; each level's arrivals start sessions at its fraction of the "
+                         f"request-rate capacity / {self.turns:.2f} turns"
+                         + ("; the warm-up sent Synthetic-Uniform prompts (every first turn of the dataset's "
+                            "conversations is a measured one)" if self.warmup_standin else ""))
         if not all(self.flushed):
             notes.append("the prefix cache could not be flushed before each run (no hook for flush_prefix_cache): "
                          "later configurations may find the prompts of earlier runs cached, which favours them")
@@ -442,7 +497,9 @@ class Guardrails(ProcedureRun[GuardrailParams]):
                             else f"at {rl:.0%} of capacity",
                             "successful requests only: refused requests are failures (see the refusal table)",
                             (f"identical request sequence ({len(self.specs)} requests, {self.wl.declaration.name}) "
-                             "and arrival schedule in every configuration")])
+                             "and arrival schedule in every configuration"
+                             + (" (the same sessions, recorded answers in the history; their starts follow the "
+                                "arrivals)" if self.turns != 1.0 else ""))])
 
     def _level_tables(self, meas: dict[str, Any]) -> list[Table]:
         """Overheads per level (when a Baseline ran) and every configuration at every level (§5.10.4)."""
@@ -620,7 +677,8 @@ def item_checks(p: GuardrailParams, runs: dict[tuple[str, float], Measured], pro
     configurations that saturated: an unsaturated run delivers what it was offered)."""
     cfgs, levels = p.configurations, p.load_fractions
     missing = [LABELS[c] for c in GUARDRAIL_CONFIGS if c not in cfgs]
-    synthetic = bool(decl.get("synthetic_standin")) or str(decl.get("name", "")).startswith("synthetic")
+    synthetic = bool(decl.get("synthetic_standin")) or str(decl.get("name", "")).startswith("synthetic") or (
+        decl.get("name") == SESSIONS_WORKLOAD and decl.get("dataset") is None)  # generated sessions: random words
     level_ok = sorted(levels) == sorted(DRAFT_LEVELS)
     mismatched = {c: s for c, s in states.items() if s is not None and s != c}
     return {

@@ -13,11 +13,30 @@ default is a closed loop of 4 (so "throughput improvement" means something: belo
 open loop's throughput is just its offered rate) and 1000 requests (enough for P99, §5.1.4.3).
 The cold run does not pre-populate the cache, which 4.5.1 item 4 asks for (ambiguity 12); the
 warm run does.
+
+Multi-turn sessions (issue 50; ``workload="conversation-sessions"``, its file from ``workload_params`` or
+``--llm-dataset conversation=PATH``): each configuration's measured run is a session run of the same
+sessions (``requests`` counts every turn, ``load`` starts the sessions). The identical request sequence of
+§5.7.3 holds only when every turn is fixed before the run, so the history carries the dataset's recorded
+answers: ``recorded_answers`` defaults to True here and ``recorded_answers=False`` is a usage error (the
+server's own answers differ between configurations, and so would every later turn). An open loop's
+``capacity_fraction`` is a usage error there too: the loop starts sessions, so the fraction would offer the
+capacity times the turns per session; a session start rate (``poisson(rate=R)``) or ``closed(N)`` is given.
+``request_sequence_sha256`` covers every turn; ``<config>_sent_sequence_sha256`` hashes what each
+configuration actually sent (index and prompt hash, history included). What the cache may serve is the
+history: a turn's prefix is the whole prompt of its session's previous turn (the recorded answer is not
+counted: the server never generated it), a first turn's its system prompt; the prefix hit rate sums
+``min(cached_tokens, that prefix)`` over it, and a by-turn table gives TTFT P50, cached tokens and hit rate
+per configuration. The warm run's pre-population is one request per distinct system prompt (the only prefix
+known before a session starts; a session's history is made by the session itself); without system prompts
+the warm run equals the cold one, and a note says so. The warm-up (step 2) stays on Synthetic-Uniform, which
+shares no prefix with the sessions, and runs with the cache disabled.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,9 +49,9 @@ from ..compliance import Check, RunFacts, decide
 from ..loadgen.warmup import WarmupResult
 from ..measure.registry import declare, figure
 from ..measure.units import Cell
-from ..workloads import build_workload, completion_prompt_ids, sequence_sha256
+from ..workloads import SESSIONS_WORKLOAD, SessionSource, build_workload, completion_prompt_ids, sequence_sha256
 from .facts import declarations
-from .helpers import cap_output, pvalue, skip_with_compliance
+from .helpers import cap_output, pvalue, session_comparison_params, skip_with_compliance
 from .helpers import reported as reported_in
 from .loads import LoadSpec, closed, resolve_load
 from .pipeline import Outcome, ProcedureRun
@@ -65,6 +84,12 @@ class PrefixCacheParams:
         if not isinstance(self.workload_params, dict):
             raise ValueError(  # noqa: TRY004  (make_params turns ValueError into ProcedureError)
                 f"workload_params must be a dict, got {type(self.workload_params).__name__}")
+        self.workload_params = session_comparison_params(self.workload, self.workload_params, "5.7")
+        if self.workload == SESSIONS_WORKLOAD and self.load.capacity_fraction is not None:
+            raise ValueError(
+                f"load ({self.load.describe()}) on {SESSIONS_WORKLOAD}: an open loop starts sessions, not requests, so a "
+                "fraction of the request-rate capacity would offer it times the turns per session; give the session "
+                "start rate (load=poisson(rate=R), sessions per second) or hold sessions (load=closed(N))")
         if self.max_output_tokens is not None and self.max_output_tokens < 1:
             raise ValueError(f"max_output_tokens must be >= 1, got {self.max_output_tokens}")
 
@@ -95,6 +120,48 @@ def prefix_specs(specs: list[RequestSpec], tokenizer: Any) -> list[RequestSpec]:
     return out
 
 
+#: the user message of a session's pre-population request (its system prompt is the prefix)
+POPULATE_MESSAGE = "(prefix cache pre-population)"
+
+
+def session_prefix_specs(source: SessionSource, tokenizer: Any) -> list[RequestSpec]:
+    """One request per distinct system prompt of the sessions (§5.7.3 step 5 on sessions): the system prompt
+    and a short user message, 1 output token. A session's history is made by the session itself, so the system
+    prompt is the only prefix known before the session starts."""
+    out: list[RequestSpec] = []
+    seen: set[str] = set()
+    extra = len(tokenizer.encode(POPULATE_MESSAGE))
+    for s in source.sessions:
+        if not s.system_prompt or s.system_prompt in seen:
+            continue
+        seen.add(s.system_prompt)
+        out.append(RequestSpec(index=-(len(out) + 1), workload=f"{source.workload}-prefix",
+                               input_tokens=s.system_tokens + extra, max_tokens=1, prompt_text=POPULATE_MESSAGE,
+                               system_prompt=s.system_prompt, prefix_id=f"system-prompt-{len(out)}",
+                               prefix_tokens=s.system_tokens))
+    return out
+
+
+def session_prefixes(source: SessionSource) -> dict[int, int]:
+    """Per turn (``RequestSpec.index``): the prompt tokens a prefix cache may already hold when it is sent. A
+    first turn: its system prompt; turn k: the whole prompt of turn k-1 (the history's recorded answer is not
+    counted: the server never generated it)."""
+    out: dict[int, int] = {}
+    for s in source.sessions:
+        turns = source.turns_of(s)
+        out[turns[0].index] = s.system_tokens if s.system_prompt else 0
+        for prev, cur in zip(turns, turns[1:]):
+            out[cur.index] = prev.input_tokens
+    return out
+
+
+def sent_sequence_sha256(m: Measured) -> str:
+    """SHA-256 of what a run sent, in request order: each request's index and prompt hash (a session's
+    history included), so two runs with equal hashes sent the same prompts."""
+    return hashlib.sha256("".join(f"{i}:{h}\n" for i, h in sorted((r.index, r.prompt_hash or "")
+                                                                   for r in m.records)).encode()).hexdigest()
+
+
 @dataclass
 class CacheStats:
     """Hit rates of one run: client view (usage.cached_tokens) and server view (/metrics counters)."""
@@ -122,12 +189,13 @@ class CacheStats:
         return self.server_hit / self.server_queried
 
 
-def cache_stats(m: Measured, prefix_len: dict[int, int]) -> CacheStats:
-    ok = [r for r in m.records if r.ok]
+def cache_stats(m: Measured, prefix_len: dict[int, int], turn: int | None = None) -> CacheStats:
+    """The run's hit rates; ``turn``: over that turn of a session run alone (no server counters then)."""
+    ok = [r for r in m.records if r.ok and (turn is None or r.turn == turn)]
     shared = [r for r in ok if prefix_len.get(r.index, 0) > 0]
     # the server's prefix-cache counters (adapter roles prefix_hits / prefix_queries), over the run
     hit, queried = m.server_increase("prefix_hits"), m.server_increase("prefix_queries")
-    if hit is None or queried is None:
+    if hit is None or queried is None or turn is not None:
         hit = queried = None
     return CacheStats(
         prefix_tokens=sum(prefix_len[r.index] for r in shared),
@@ -168,12 +236,13 @@ class PrefixCache(ProcedureRun[PrefixCacheParams]):
     """§5.7.3: the same requests with the cache disabled, enabled cold and enabled warm; Table 10."""
 
     id, title, params_type, profiles = "5.7", "Prefix Cache Effectiveness", PrefixCacheParams, PROFILES
-    measurement_keys = ("requests", "shared_prefixes", "load", "request_sequence_sha256")
-    #: per configuration: disabled, cold, warm
+    measurement_keys = ("requests", "shared_prefixes", "load", "request_sequence_sha256", "sessions")
+    #: per configuration: disabled, cold, warm (on sessions also what each sent and its figures by turn)
     measurement_patterns = (
         r"(disabled|cold|warm)_(ttft_p[0-9]+_ms|output_throughput_tps|request_throughput_rps|prefix_hit_rate"
         r"|prompt_cached_fraction|server_hit_rate|cached_tokens|server_hit_tokens|ttft_reduction_p[0-9]+_pct"
-        r"|throughput_improvement_pct|request_throughput_improvement_pct)",)
+        r"|throughput_improvement_pct|request_throughput_improvement_pct|sent_sequence_sha256)",
+        r"(disabled|cold|warm)_turn[0-9]+_(ttft_p50_ms|cached_tokens_mean|prefix_hit_rate)")
 
     @staticmethod
     def plan(p: PrefixCacheParams) -> dict[str, Any]:
@@ -185,8 +254,16 @@ class PrefixCache(ProcedureRun[PrefixCacheParams]):
         self.wl = build_workload(p.workload, n=p.requests, seed=self.seeds.derive("measure"),
                                  tokenizer=ctx.tokenizer, **p.workload_params)
         self.specs = specs = cap_output(self.wl.specs, p.max_output_tokens)
-        self.prefix_len = {s.index: s.prefix_tokens if s.prefix_id is not None else 0 for s in specs}
-        self.populate = prefix_specs(specs, ctx.tokenizer)
+        #: a session run's source (issue 50): its sessions, every turn fixed by the recorded answers
+        self.sessions = specs if isinstance(specs, SessionSource) else None
+        if self.sessions is not None:
+            self.sequence: list[RequestSpec] = self.sessions.all_turns()  # every turn: the identical sequence
+            self.prefix_len = session_prefixes(self.sessions)
+            self.populate = session_prefix_specs(self.sessions, ctx.tokenizer)
+        else:
+            self.sequence = specs
+            self.prefix_len = {s.index: s.prefix_tokens if s.prefix_id is not None else 0 for s in specs}
+            self.populate = prefix_specs(specs, ctx.tokenizer)
         self.load, self.load_desc = await resolve_load(ctx, p.load, max_requests=len(specs),
                                                        seed=self.seeds.derive("arrivals"))
         info = ctx.sut.server_info
@@ -253,7 +330,14 @@ class PrefixCache(ProcedureRun[PrefixCacheParams]):
                 notes.append(f"the cache could not be flushed before the {k} run (no hook for flush_prefix_cache): "
                              "it may hold prefixes from the previous run")
         if p.warm_run and not populate:
-            notes.append("the workload has no shared prefix: nothing to pre-populate for the warm run")
+            notes.append("the sessions have no system prompt: nothing is known before a session starts, so the warm "
+                         "run is not pre-populated (it repeats the cold run)" if self.sessions is not None else
+                         "the workload has no shared prefix: nothing to pre-populate for the warm run")
+        if self.sessions is not None:
+            notes.append(f"multi-turn sessions (custom workload, issue 50): {len(self.sessions.sessions)} sessions, "
+                         f"{len(self.sequence)} turns, the history carrying the recorded answers in every "
+                         "configuration (the identical request sequence, §5.7.3); Cache (Warm) pre-populated with "
+                         "each distinct system prompt")
         if p.max_output_tokens is not None:
             notes.append(f"output capped at {p.max_output_tokens} tokens by the profile")
         notes.append("Cache (Cold): cache enabled and flushed, not pre-populated (departs from §4.5.1 item 4 on "
@@ -270,7 +354,11 @@ class PrefixCache(ProcedureRun[PrefixCacheParams]):
         self.stats = stats = {k: cache_stats(m, self.prefix_len) for k, m in runs.items()}
         rows10, rows_fx = [], []
         meas: dict[str, Any] = {"requests": len(specs), "shared_prefixes": len(populate),
-                                "load": p.load.describe(), "request_sequence_sha256": sequence_sha256(specs)}
+                                "load": p.load.describe(), "request_sequence_sha256": sequence_sha256(self.sequence)}
+        if self.sessions is not None:
+            meas["sessions"] = len(self.sessions.sessions)
+            for k, m in runs.items():
+                meas[f"{k}_sent_sequence_sha256"] = sent_sequence_sha256(m)
         configs_plot: dict[str, dict[str, float | None]] = {}
         tps_base = _tps(base)
         for k, m in runs.items():
@@ -317,7 +405,10 @@ class PrefixCache(ProcedureRun[PrefixCacheParams]):
                          rows_fx,
                          notes=["TTFT reduction = (TTFT_disabled - TTFT_cache) / TTFT_disabled at each percentile",
                                 ("prefix hit rate = sum(min(cached_tokens, prefix tokens)) / sum(prefix tokens) over "
-                                "successful requests that carry a shared prefix (usage.prompt_tokens_details.cached_tokens)"),
+                                "successful requests that carry a shared prefix (usage.prompt_tokens_details.cached_tokens)"
+                                 + ("; on sessions a turn's prefix is what the server already holds: the previous "
+                                    "turn's whole prompt (a first turn: its system prompt)"
+                                    if self.sessions is not None else "")),
                                 "server hit rate = hit tokens / queried tokens counter deltas over the run (all prompts)",
                                 f"throughput = steady-state output tok/s of the run ({p.load.describe()}); Cache Disabled: "
                                 + ("n/a" if tps_base is None else f"{tps_base:.1f} tok/s"),
@@ -325,11 +416,37 @@ class PrefixCache(ProcedureRun[PrefixCacheParams]):
                                 f"{share.get('prefix_lengths', 'n/a')} tokens, sharing fraction "
                                 f"{share.get('fraction', 'n/a')}")])
         self.table10, self.table_fx = table10, table_fx
-        return meas, configs_plot, [table10, table_fx]
+        tables = [table10, table_fx]
+        if self.sessions is not None:
+            tables.append(self._by_turn(meas))
+        return meas, configs_plot, tables
+
+    def _by_turn(self, meas: dict[str, Any]) -> Table:
+        """Sessions (issue 50): TTFT P50, mean cached tokens and prefix hit rate by turn, per configuration."""
+        runs = self.runs
+        turns = sorted({r.turn for m in runs.values() for r in m.records if r.turn is not None})
+        rows: list[list[Any]] = []
+        for t in turns:
+            row: list[Any] = [str(t)]
+            for k, m in runs.items():
+                fig = m.metrics.sessions.turn(t) if m.metrics.sessions is not None else None
+                ttft = None if fig is None or not fig.ttft.n else fig.ttft.percentile(50).value
+                cached = None if fig is None or fig.cached_tokens is None else fig.cached_tokens.mean.value
+                hit = cache_stats(m, self.prefix_len, turn=t).prefix_hit_rate
+                meas[f"{k}_turn{t}_ttft_p50_ms"] = None if ttft is None else round(ttft * 1000, 3)
+                meas[f"{k}_turn{t}_cached_tokens_mean"] = _round(cached, 2)
+                meas[f"{k}_turn{t}_prefix_hit_rate"] = _round(hit)
+                row += [Cell(ttft, "s"), Cell(cached, "tokens", 1), Cell(hit, "fraction", 1)]
+            rows.append(row)
+        cols = ["Turn", *(f"{h} ({ROW_NAMES[k]})" for k in runs for h in ("TTFT P50", "Cached Tokens", "Prefix Hit Rate"))]
+        return Table("Prefix cache by turn (multi-turn sessions)", cols, rows,
+                     notes=["cached tokens: mean usage.prompt_tokens_details.cached_tokens of the turn's successful "
+                            "requests (n/a: the server reported none); prefix hit rate: over the previous turn's whole "
+                            "prompt (a first turn: its system prompt)"])
 
     def checks(self, out: Outcome) -> dict[str, Check]:
         return {**item_checks(self.p, self.runs, self.stats, self.state_off, self.state_on, bool(self.population),
-                          self.specs, self.wl.declaration.to_json(), self.warmup),
+                              self.sequence, self.wl.declaration.to_json(), self.warmup, self.prefix_len),
                 **report_checks(list(self.runs), self.table10, self.table_fx, out.tables)}
 
     def adjust_facts(self, facts: RunFacts) -> None:
@@ -352,19 +469,28 @@ def _round(v: float | None, digits: int = 5) -> float | None:
 
 
 def item_checks(p: PrefixCacheParams, runs: dict[str, Measured], stats: dict[str, CacheStats], state_off: Any,
-            state_on: Any, populated: bool, specs: list[RequestSpec], decl: dict[str, Any], wu: Any) -> dict[str, Check]:
+                state_on: Any, populated: bool, specs: list[RequestSpec], decl: dict[str, Any], wu: Any,
+                prefix_len: dict[int, int] | None = None) -> dict[str, Check]:
+    """The 5.7 items; ``specs``: the request sequence (every turn of a session run), ``prefix_len`` the prefix
+    tokens of each (a session turn's: the history the server holds)."""
     share = decl.get("prefix_sharing") or {}
-    n_shared = sum(1 for s in specs if s.prefix_id is not None)
+    sessions = decl.get("name") == SESSIONS_WORKLOAD
+    n_shared = (sum(1 for v in prefix_len.values() if v > 0) if prefix_len is not None
+                else sum(1 for s in specs if s.prefix_id is not None))
     observed = n_shared / len(specs) if specs else 0.0
     base = runs["disabled"]
     base_ok = base.metrics.distributions["ttft"].n
     digest = sequence_sha256(specs)
-    sent_same = len({tuple(sorted(r.index for r in m.records)) for m in runs.values()}) == 1
+    # the same requests and the same prompts (a session turn's history included) in every configuration
+    sent_same = len({sent_sequence_sha256(m) for m in runs.values()}) == 1
+    lengths = (f"each turn's history (the previous turn's prompt, mean "
+               f"{sum(prefix_len.values()) / max(n_shared, 1):.0f} tokens)" if sessions and prefix_len
+               else f"prefix lengths {share.get('prefix_lengths')} tokens")
     reported = any(st.reported or st.server_hit is not None for k, st in stats.items() if k != "disabled")
     return {
         "5.7.2-PARAM-1": (decide("5.7.2-PARAM-1", ok=bool(n_shared), met=f"{share.get('prefixes', 0)} shared prefixes declared "
                                     f"({share.get('selection', '')})", unmet="the workload has no shared prefix")),
-        "5.7.2-PARAM-2": (decide("5.7.2-PARAM-2", ok=bool(share.get("prefix_lengths") or share.get("length") not in (None, "none")), met=f"prefix lengths {share.get('prefix_lengths')} tokens", unmet="prefix length not declared")),
+        "5.7.2-PARAM-2": (decide("5.7.2-PARAM-2", ok=bool(share.get("prefix_lengths") or share.get("length") not in (None, "none")), met=lengths, unmet="prefix length not declared")),
         "5.7.2-PARAM-3": decide("5.7.2-PARAM-3", ok=True, met=f"sharing fraction {share.get('fraction')} declared, "
                                    f"{observed:.1%} observed"),
         "5.7.2-MUST-1": decide("5.7.2-MUST-1", ran=[name for name, key in (("disabled", "disabled"), ("enabled", "cold"))
@@ -374,7 +500,11 @@ def item_checks(p: PrefixCacheParams, runs: dict[str, Measured], stats: dict[str
         "5.7.3-PARAM-2": (decide("5.7.3-PARAM-2", ok=base_ok == len(base.records), met=f"TTFT recorded for all {base_ok} baseline requests", unmet=f"TTFT for {base_ok} of {len(base.records)} baseline requests")),
         "5.7.3-PARAM-3": decide("5.7.3-PARAM-3", ok=True, met="cold run: not pre-populated; warm run: "
                                    + ("pre-populated with every shared prefix" if populated else "not run/not populated")),
-        "5.7.3-PARAM-4": (decide("5.7.3-PARAM-4", ok=bool(sent_same), met=f"identical request sequence (sha256 {digest[:16]}…)", unmet="the runs did not send the same requests")),
+        "5.7.3-PARAM-4": (decide("5.7.3-PARAM-4", ok=bool(sent_same), met=f"identical request sequence (sha256 {digest[:16]}…)"
+                                 + (", every session turn's history carrying the recorded answers" if sessions else ""),
+                                 unmet="the runs did not send the same requests" + (
+                                     " (a failed turn ends its session, so its later turns were not sent)"
+                                     if sessions else ""))),
         "5.7.4-REPORT-4": (decide("5.7.4-REPORT-4", ok=bool(reported), met="hit rate from usage.cached_tokens and/or server counters", unmet="not measurable: the SUT reports neither cached_tokens nor "
                                        "prefix-cache counters")),
     }

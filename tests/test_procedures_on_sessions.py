@@ -162,3 +162,25 @@ def test_5_10_on_sessions_every_configuration_runs_the_same_sessions(harness: St
     assert result.checks["5.10.3-PARAM-2"].status.value == "met"
     assert result.compliance["5.10.2-SHOULD-1"].status.value == "unmet"  # sessions: custom, never Conversation
     assert "conversation-sessions" in result.compliance["5.10.2-SHOULD-1"].reason
+
+
+def test_5_1_on_sessions_a_capacity_fraction_starts_sessions_at_that_fraction_in_requests(
+        harness: StartHarness, tmp_path: Path) -> None:
+    """5.1's ``poisson(capacity_fraction=f)`` on sessions: an arrival starts a session of ``turns`` requests, so
+    sessions start at f x capacity / turns per session and the requests offered are the fraction of capacity
+    (before, f x capacity sessions per second: the fraction times the turns in requests)."""
+    data = sharegpt(tmp_path / "sg.json", conversations=4, exchanges=3, system=False)
+    p51 = get_procedure("5.1")
+    params = p51.make_params("smoke", {"workload": "conversation-sessions", "requests": 9,
+                                       "load": poisson(capacity_fraction=0.5), "warmup_requests": 4,
+                                       "warmup_tokens": 16, "warmup_probes": 0, "max_output_tokens": 4})
+    cfg = SimConfig(time_scale=0.2, seed=3, eos_mean_tokens=0.0)
+    with harness(cfg, rate=6.0, profile="smoke", seed=5) as (_, ctx), using_datasets(_option(data)):
+        result = asyncio.run(p51.run(ctx, params))
+    (run,) = [r for r in result.runs if r.label == "measure"]
+    desc = run.extra["load_spec"]
+    assert desc["resolved_rate"] == pytest.approx(3.0) and desc["turns_per_session"] == 3
+    assert desc["session_start_rate"] == pytest.approx(1.0)
+    assert run.load["rate"] == pytest.approx(1.0)  # the session starts the load generator ran
+    recs = measured_ok(run)
+    assert len(recs) == 9 and {r.turn for r in recs} == {1, 2, 3}

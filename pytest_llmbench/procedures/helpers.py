@@ -56,6 +56,7 @@ __all__ = [
     "reported",
     "sample_list",
     "session_comparison_params",
+    "turns_per_session",
     "steady_window_ns",
 ]
 
@@ -189,6 +190,11 @@ def session_comparison_params(workload: str, params: dict[str, Any], who: str) -
             f"{params['recorded_answers']!r} would send the server's own answers, which differ between "
             "configurations; leave recorded_answers out (it defaults to True here) or set it True")
     return {**params, "recorded_answers": True}
+
+
+def turns_per_session(specs: Any) -> float:
+    """The mean turns per session of a session run's source (issue 50); 1 for independent requests."""
+    return len(specs) / len(specs.sessions) if isinstance(specs, SessionSource) and specs.sessions else 1.0
 
 
 @dataclass

@@ -117,11 +117,14 @@ async def resolve_load(
     max_requests: int | None = None,
     duration_s: float | None = None,
     seed: int,
+    turns: float = 1.0,
 ) -> tuple[OpenLoop | ClosedLoop, dict[str, Any]]:
     """A LoadSpec -> the load generator's OpenLoop/ClosedLoop, resolving capacity fractions.
 
     ``seed`` drives the arrival gaps (one stream from ``ctx.seeds(...)``). Returns the load and a
-    JSON description (with the capacity source when one was used).
+    JSON description (with the capacity source when one was used). ``turns``: requests per arrival, a
+    session run's mean turns per session (issue 50: an arrival starts a session): a capacity fraction then
+    starts sessions at fraction x capacity / turns, so the requests offered are the fraction of capacity.
     """
     from ..loadgen.load import ArrivalProcess, ClosedLoop, OpenLoop
     from ..loadgen.shapes import ShapedArrival
@@ -143,5 +146,8 @@ async def resolve_load(
         rate = spec.capacity_fraction * cap.rate
         desc.update(resolved_rate=rate, capacity_rate=cap.rate, capacity_source=cap.source,
                     capacity_standing=getattr(cap, "standing", None))
+        if turns != 1.0:  # the arrivals start sessions of ``turns`` requests each
+            rate /= turns
+            desc.update(session_start_rate=rate, turns_per_session=round(turns, 4))
     arrival = ArrivalProcess(spec.arrival, rate, seed=seed, cv=spec.cv)
     return OpenLoop(arrival, max_requests=max_requests, duration_s=duration_s), desc

@@ -65,12 +65,12 @@ from ..measure.registry import declare, figure
 from ..measure.units import Cell, CellValue
 from ..settings import parse_capacity
 from ..sut.system import simulator_guardrails
-from ..workloads import SESSIONS_WORKLOAD, SessionSource, build_workload
+from ..workloads import SESSIONS_WORKLOAD, build_workload
 from .base import CannotMeasure
 from .budget import PROBE_FIT
 from .capacity import SaturationProbe, SaturationSearch, search_saturation
 from .facts import declarations
-from .helpers import cap_output, pvalue, session_comparison_params, skip_with_compliance
+from .helpers import cap_output, pvalue, session_comparison_params, skip_with_compliance, turns_per_session
 from .loads import LoadSpec, resolve_load
 from .pipeline import Outcome, ProcedureRun
 from .prompts import failure_cause
@@ -167,11 +167,6 @@ class SaturationResult:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def turns_per_session(specs: Any) -> float:
-    """The mean turns per session of a session run's source; 1 for independent requests."""
-    return len(specs) / len(specs.sessions) if isinstance(specs, SessionSource) and specs.sessions else 1.0
 
 
 def saturation_throughput(m: Measured, turns: float = 1.0) -> SaturationResult | None:

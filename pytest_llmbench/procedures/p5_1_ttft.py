@@ -37,7 +37,7 @@ from ..workloads.trace import Trace, TraceError, checked_trace, read_trace, trac
 from .base import ProcedureError
 from .facts import declarations, prefix_cache_state
 from .figures import latency_figures
-from .helpers import cap_output, percentile_row, reported, sample_list
+from .helpers import cap_output, percentile_row, reported, sample_list, turns_per_session
 from .loads import LoadSpec, poisson, resolve_load
 from .pipeline import Outcome, ProcedureRun
 from .result import Table
@@ -107,7 +107,8 @@ class TTFT(ProcedureRun[TTFTParams]):
                                      tokenizer=self.ctx.tokenizer, lazy=True)
             self.specs = cap_output(self.wl.specs, p.max_output_tokens)
             self.load, self.load_desc = await resolve_load(self.ctx, p.load, max_requests=len(self.specs),
-                                                            seed=self.seeds.derive("arrivals"))
+                                                            seed=self.seeds.derive("arrivals"),
+                                                            turns=turns_per_session(self.specs))
         self.cold_specs: list[Any] = []
         if p.cold_start or getattr(self.ctx.settings, "cold_start", False):  # §4.5.3, after the capacity look-up
             n = p.cold_start_requests

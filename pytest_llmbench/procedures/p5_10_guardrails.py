@@ -303,14 +303,9 @@ class Guardrails(ProcedureRun[GuardrailParams]):
 
     async def _resolve_loads(self, rate: float | None) -> None:
         """The levels' and the saturation run's open loops: fractions of ``rate`` (None: the session's rate).
-        On sessions each open loop starts sessions: its rate is divided by the mean turns per session."""
+        On sessions each open loop starts sessions: its rate is divided by the mean turns per session (for the
+        session's rate, by ``resolve_load``'s ``turns``)."""
         p, ctx = self.p, self.ctx
-        borrowed = None
-        if rate is None and self.turns != 1.0:  # the session's capacity, looked up here to scale it
-            borrowed = await ctx.get_capacity("rate")
-            if not borrowed.rate:
-                raise CannotMeasure("no request-rate capacity available to scale the load by")
-            rate = borrowed.rate
         per = {id(self.specs): self.turns, id(self.probe_specs): turns_per_session(self.probe_specs)}
 
         def spec(f: float, specs: Any) -> LoadSpec:
@@ -318,22 +313,21 @@ class Guardrails(ProcedureRun[GuardrailParams]):
                     else LoadSpec("open", p.arrival, rate=f * rate / per[id(specs)]))
 
         self.loads = [await resolve_load(ctx, spec(f, self.specs), max_requests=len(self.specs),
-                                         seed=self.seeds.derive("arrivals", i))
+                                         seed=self.seeds.derive("arrivals", i), turns=self.turns)
                       for i, f in enumerate(p.load_fractions)]
         if p.throughput_probe_fraction:
             self.probe_load = await resolve_load(ctx, spec(p.throughput_probe_fraction, self.probe_specs),
                                                  max_requests=len(self.probe_specs),
-                                                 seed=self.seeds.derive("arrivals", len(p.load_fractions)))
+                                                 seed=self.seeds.derive("arrivals", len(p.load_fractions)),
+                                                 turns=per[id(self.probe_specs)])
         if rate is not None:  # name the capacity in every load description, as resolve_load does
             search = self.capacity_search
             src = search.describe(f"this {p.workload} workload in the {LABELS[self.capacity_cfg]} configuration") \
-                if search is not None else (borrowed.source if borrowed is not None else "")
+                if search is not None else ""
             for f, (_, desc), specs in zip([*p.load_fractions, p.throughput_probe_fraction],
                                            [*self.loads, *([self.probe_load] if self.probe_load else [])],
                                            [*([self.specs] * len(p.load_fractions)), self.probe_specs]):
                 desc.update(resolved_rate=(f or 0.0) * rate, capacity_rate=rate, capacity_source=src)
-                if borrowed is not None:
-                    desc.update(capacity_standing=getattr(borrowed, "standing", None))
                 if per[id(specs)] != 1.0:  # the load starts sessions: the request rate is the fraction's
                     desc.update(session_start_rate=(f or 0.0) * rate / per[id(specs)],
                                 turns_per_session=round(per[id(specs)], 4))

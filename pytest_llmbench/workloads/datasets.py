@@ -76,14 +76,9 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _read_json_records(path: Path) -> list[Any]:
-    """The records of a JSON array file or a JSON Lines file (the sessions reader uses it too)."""
-    return _read_records_with_lines(path)[0]
-
-
 def _read_records_with_lines(path: Path) -> tuple[list[Any], list[int]]:
-    """The records of a JSON array or JSON Lines file and the line each one starts on (1-based): a
-    file that does not parse is a :class:`WorkloadError` naming ``file:line``."""
+    """The records of a JSON array or JSON Lines file and the line each one starts on (1-based; the sessions
+    reader uses it too): a file that does not parse is a :class:`WorkloadError` naming ``file:line``."""
     text = path.read_text(encoding="utf-8")
     start = len(text) - len(text.lstrip())
     if text[start : start + 1] == "[":

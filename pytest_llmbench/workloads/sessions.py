@@ -21,6 +21,7 @@ same source may be iterated again (a warm-up's first turns) without disturbing a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import os
@@ -34,7 +35,7 @@ import numpy as np
 from ..common.records import RequestRecord, RequestSpec
 from ..common.tokenizer import Tokenizer, get_tokenizer
 from .core import Workload, WorkloadDeclaration, finish
-from .datasets import _read_json_records, _sha256
+from .datasets import _read_records_with_lines, _sha256
 from .distributions import LengthDistribution, WorkloadError
 from .text import text_factory
 
@@ -133,11 +134,13 @@ class Session:
 
 @dataclass(frozen=True)
 class _Conversation:
-    """A conversation read from a file: (user message, recorded answer) exchanges in order."""
+    """A conversation read from a file: (user message, recorded answer) exchanges in order, and its place in the
+    file (``where``: its index, and its line in a JSON Lines file)."""
 
     index: int
     system: str | None
     exchanges: tuple[tuple[str, str], ...]
+    where: str
 
 
 def _exchanges(conv: Any) -> tuple[str | None, list[tuple[str, str]], str | None]:
@@ -166,38 +169,52 @@ def _exchanges(conv: Any) -> tuple[str | None, list[tuple[str, str]], str | None
     return system, out, name
 
 
-def _where(path: Path, index: int) -> str:
-    """A conversation's place in its file: its index, and its line in a JSON Lines file."""
-    text = path.read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        return f"conversation #{index}"
-    lines = [i for i, line in enumerate(text.splitlines(), 1) if line.strip()]
-    return f"line {lines[index]} (conversation #{index})" if index < len(lines) else f"conversation #{index}"
+def _is_array(path: Path) -> bool:
+    """Whether the file is one JSON array (else JSON Lines): its first non-blank character is ``[``."""
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 16), b""):
+            head = chunk.lstrip()
+            if head:
+                return head[:1] == b"["
+    return False
 
 
 def load_conversations(path: str | os.PathLike[str]) -> tuple[list[_Conversation], int, str]:
     """The multi-turn conversations of a ShareGPT-shaped JSON/JSON Lines file (read with the datasets' reader),
     those without an assistant turn left out; (conversations, records in the file, SHA-256). A file with none
-    is a :class:`WorkloadError` naming the file, the first conversation and its field."""
+    is a :class:`WorkloadError` naming the file, the first conversation and its field. Read once per session
+    (the collection check and every build share it; a changed file, by size or time, is read again)."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise WorkloadError(f"sessions dataset file {str(p)!r} does not exist")
-    records = _read_json_records(p)
+    st = p.stat()
+    convs, total, sha = _conversations_file(p, st.st_size, st.st_mtime_ns)
+    return list(convs), total, sha
+
+
+@functools.lru_cache(maxsize=2)
+def _conversations_file(p: Path, size: int, mtime_ns: int) -> tuple[tuple[_Conversation, ...], int, str]:
+    records, lines = _read_records_with_lines(p)
+    array = _is_array(p)
+
+    def where(i: int) -> str:
+        return f"conversation #{i}" if array else f"line {lines[i]} (conversation #{i})"
+
     convs: list[_Conversation] = []
     first_bad: tuple[int, str | None] | None = None
     for i, rec in enumerate(records):
         system, ex, name = _exchanges(rec)
         if ex:
-            convs.append(_Conversation(i, system, tuple(ex)))
+            convs.append(_Conversation(i, system, tuple(ex), where(i)))
         elif first_bad is None:
             first_bad = (i, name)
     if not convs:
-        where, name = ("its first record", None) if first_bad is None else (_where(p, first_bad[0]), first_bad[1])
+        where_bad, name = ("its first record", None) if first_bad is None else (where(first_bad[0]), first_bad[1])
         raise WorkloadError(
-            f"{p}: {where}, field {name or 'conversations'!r}: no human turn followed by an assistant turn in any "
+            f"{p}: {where_bad}, field {name or 'conversations'!r}: no human turn followed by an assistant turn in any "
             "conversation; multi-turn sessions need ShareGPT conversations "
             "([{\"conversations\": [{\"from\": \"human\", \"value\": ...}, {\"from\": \"gpt\", \"value\": ...}, ...]}])")
-    return convs, len(records), _sha256(p)
+    return tuple(convs), len(records), _sha256(p)
 
 
 class SessionSource:
@@ -370,7 +387,7 @@ def conversation_sessions(
             ex = ex[: n - index]
             number = len(sessions)
             sid = _session_id(seed, number)
-            origin_of[sid] = f"{path}: {_where(path, c.index)}"
+            origin_of[sid] = f"{path}: {c.where}"
             sys_n = len(tok.encode(c.system)) if c.system else 0
             msgs = tuple(u for u, _ in ex)
             answers = tuple(a for _, a in ex)

@@ -345,10 +345,11 @@ def _shared_blocks(trace: Trace) -> list[int]:
     return out
 
 
-def _specs(trace: Trace, blocks: _Blocks, tok: Tokenizer, force_output: bool) -> Iterator[list[RequestSpec]]:
-    """The trace's requests, ``_SPEC_BLOCK`` at a time: one request per line, in order (index = position)."""
+def _specs(trace: Trace, blocks: _Blocks, tok: Tokenizer, force_output: bool,
+           shared: Sequence[int]) -> Iterator[list[RequestSpec]]:
+    """The trace's requests, ``_SPEC_BLOCK`` at a time: one request per line, in order (index = position);
+    ``shared``: per request, its leading blocks another request starts with too (:func:`_shared_blocks`)."""
     bs = trace.block_size
-    shared = _shared_blocks(trace)
     batch: list[RequestSpec] = []
     for i, r in enumerate(trace.requests):
         ids = _prompt(blocks, *_keys(_MEASURE, i, r, bs), r.input_length)
@@ -385,7 +386,8 @@ def trace_workload(trace: Trace, *, seed: int, tokenizer: Tokenizer | None = Non
     blocks = _Blocks(_pool(tok), trace.block_size, seed)
     n = len(trace)
     tname = tok.declaration.name
-    shared = sum(1 for k in _shared_blocks(trace) if k)
+    shared_blocks = _shared_blocks(trace)
+    shared = sum(1 for k in shared_blocks if k)
     decl = WorkloadDeclaration(
         name=TRACE_WORKLOAD,
         description=f"Trace replay of {Path(trace.path).name} ({trace.format} format, {n} requests): lengths, "
@@ -415,7 +417,7 @@ def trace_workload(trace: Trace, *, seed: int, tokenizer: Tokenizer | None = Non
         params={"trace": trace.describe(), "force_output": force_output},
     )
     decl.notes.append("a replayed trace is a custom workload, and its send times a custom load (§4.3.1, §4.2.3)")
-    return finish_blocks(_specs(trace, blocks, tok, force_output), decl, tok, n=n, lazy=lazy)
+    return finish_blocks(_specs(trace, blocks, tok, force_output, shared_blocks), decl, tok, n=n, lazy=lazy)
 
 
 def trace_warmup(trace: Trace, *, n: int, seed: int, trace_seed: int, tokenizer: Tokenizer | None = None,

@@ -326,3 +326,12 @@ def test_ttft(llm_result):
     res = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--llm-report", "rep")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines([f"*test_ttft: @llm_procedure(trace=...): {trace}:3: field 'input_length' is missing*"])
+
+
+def test_the_format_option_offers_exactly_the_formats_read() -> None:
+    """settings.py (the bottom layer, which cannot import workloads/) keeps its own copy of the format names for
+    ``--llm-trace-format``'s choices: it must be the reader's."""
+    from pytest_llmbench import settings
+    from pytest_llmbench.workloads import trace as trace_module
+
+    assert tuple(settings.TRACE_FORMATS) == tuple(trace_module.TRACE_FORMATS)

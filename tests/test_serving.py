@@ -60,3 +60,60 @@ def test_log_tail(tmp_path: Path) -> None:
     log.write_text("\n".join(f"line {i}" for i in range(30)))
     assert log_tail(log, 2) == "line 28\nline 29"
     assert log_tail(tmp_path / "missing.log", 2) == "" and log_tail(None, 2) == ""
+
+
+def test_a_free_port_is_drawn_below_the_ephemeral_range() -> None:
+    """Outgoing connections and bind(0) take ports from the ephemeral range; a port a server binds tens of
+    seconds after it was chosen is drawn below it, so only an explicit bind can take it meanwhile."""
+    from pytest_llmbench.sut.adapters.serving import _ephemeral_low
+
+    low = _ephemeral_low()
+    ports = {free_port() for _ in range(20)}
+    assert all(1024 <= p < low for p in ports) and len(ports) > 1, (low, ports)
+
+
+# A stand-in for vLLM's server: the first start finds its port taken (vLLM's gRPC launcher's words), the
+# next one serves GET /v1/models on the port it is given.
+_FAKE_VLLM = r'''
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+marker, port = Path(sys.argv[1]), int(sys.argv[sys.argv.index("--port") + 1])
+with marker.open("a") as fh:
+    fh.write(f"{port}\n")
+if len(marker.read_text().split()) == 1:
+    print(f"RuntimeError: Failed to bind to address 127.0.0.1:{port}; set GRPC_VERBOSITY=debug", flush=True)
+    raise SystemExit(1)
+class Ok(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+HTTPServer(("127.0.0.1", port), Ok).serve_forever()
+'''
+
+
+def test_a_server_whose_chosen_port_was_taken_starts_again_on_another(tmp_path: Path) -> None:
+    """vLLM exits with "Failed to bind to address" when its port was taken before it bound it: on a port it
+    chose itself, the server is started again on a new one; on a port the caller gave, the error stands."""
+    from pytest_llmbench.sut.adapters.vllm.server import InstallError, Installation, VllmServer
+
+    class Fake(VllmServer):
+        def command(self) -> list[str]:
+            return [sys.executable, "-c", _FAKE_VLLM, str(tmp_path / f"ports-{self.served_model_name}"),
+                    "--port", str(self.port)]
+
+        def environment(self) -> dict[str, str]:
+            return {}
+
+    inst = Installation(python=Path(sys.executable), model=tmp_path)
+    server = Fake(inst, served_model_name="chosen", log_path=tmp_path / "chosen.log")
+    try:
+        server.start()
+        ports = [int(p) for p in (tmp_path / "ports-chosen").read_text().split()]
+        assert len(ports) == 2 and ports[0] != ports[1] and server.port == ports[1] and server.running
+    finally:
+        server.close()
+    given = Fake(inst, served_model_name="given", port=free_port(), log_path=tmp_path / "given.log")
+    with pytest.raises(InstallError, match="Failed to bind to address"):
+        given.start()
+    assert len((tmp_path / "ports-given").read_text().split()) == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import random
 import socket
 import subprocess
 import time
@@ -14,7 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["NotReady", "free_port", "locked", "log_tail", "wait_ready"]
+__all__ = ["PORT_TAKEN", "NotReady", "free_port", "locked", "log_tail", "wait_ready"]
 
 
 @contextlib.contextmanager
@@ -29,11 +30,38 @@ def locked(root: Path, what: str) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _ephemeral_low() -> int:
+    """The lowest port of the kernel's ephemeral range (Linux ``ip_local_port_range``; 32768 elsewhere)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return 32768
+
+
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (bound, read, released)."""
+    """A free TCP port on 127.0.0.1 (bound, read, released), drawn below the kernel's ephemeral range.
+
+    A server told its port binds it later: vLLM's gRPC server only once its engine is up, tens of seconds
+    on. A port from the ephemeral range can be taken in between by any outgoing connection on the host or
+    any ``bind(port 0)`` (CI once saw vLLM's gRPC server fail with "Failed to bind to address" beside
+    another process's load tests); below that range only an explicit bind can take it."""
+    low = _ephemeral_low()
+    rng = random.Random()
+    for _ in range(64):
+        port = rng.randrange(max(1024, low - 12000), low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+#: What a server's log says when its listening port was taken between :func:`free_port` and its bind.
+PORT_TAKEN = ("Failed to bind to address", "address already in use", "Address already in use",
+              "couldn't bind HTTP server socket")
 
 
 def log_tail(path: Path | None, n: int) -> str:

